@@ -1,0 +1,324 @@
+"""Conveyor: the application object — task registry, enqueue API, admin API, factories.
+
+``Conveyor(url)`` picks a broker from the URL (``memory://``, ``sqlite:///file.db``,
+``redis://…``; default ``CONVEYOR_URL`` or ``sqlite:///conveyor.db``), owns the clock and the
+random source, and hands out workers and schedulers that see only the broker protocol.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from .broker.base import Broker, Page, SearchQuery
+from .broker.factory import broker_from_url
+from .config import DEFAULT_URL, Settings
+from .core.backoff import Backoff
+from .core.clock import Clock, SystemClock
+from .core.ids import new_ulid
+from .core.job import Job, validate_priority, validate_queue_name, validate_task_name
+from .core.lifecycle import initial_state
+from .core.serialization import encode_job
+from .core.state import JobState
+from .errors import JobNotFound, ValidationError
+from .handles import Delivery, JobHandle
+from .middleware import Middleware, emit
+from .task import Executor, JobSpec, Task, build_task, check_options
+
+if TYPE_CHECKING:
+    from .scheduler.registry import ScheduleRegistry
+    from .scheduler.runner import Scheduler
+    from .worker.loop import Worker
+
+log = logging.getLogger("conveyor")
+F = TypeVar("F", bound=Callable[..., Any])
+_default_url_logged = False
+
+
+class Conveyor:
+    """A job processing application bound to one broker."""
+
+    def __init__(
+        self,
+        url: str | Broker | None = None,
+        *,
+        clock: Clock | None = None,
+        rng: random.Random | None = None,
+        settings: Settings | None = None,
+        middleware: Iterable[Middleware] = (),
+    ) -> None:
+        self.settings = settings or Settings.from_env()
+        if isinstance(url, Broker):
+            self.broker = url
+        else:
+            self.broker = broker_from_url(self._resolve_url(url), self.settings.retention)
+        self.clock: Clock = clock or _default_clock(self.broker)
+        self.rng = rng or random.Random()
+        # Ids draw from their own source so that ``rng`` (backoff jitter) stays exact in tests.
+        self.id_rng: random.Random = random.SystemRandom()
+        self.tasks: dict[str, Task] = {}
+        self.middleware: list[Middleware] = list(middleware)
+        self._schedules: ScheduleRegistry | None = None
+
+    def _resolve_url(self, url: str | None) -> str:
+        global _default_url_logged
+        resolved = url or self.settings.url or os.environ.get("CONVEYOR_URL")
+        if resolved:
+            return resolved
+        if not _default_url_logged:
+            log.info("no broker URL given: using %s in %s", DEFAULT_URL, os.getcwd())
+            _default_url_logged = True
+        return DEFAULT_URL
+
+    def now(self) -> float:
+        """The app's current time (the injected clock)."""
+        return self.clock.now()
+
+    # ------------------------------------------------------------------ tasks
+    def task(
+        self,
+        fn: Callable[..., Any] | None = None,
+        *,
+        name: str | None = None,
+        queue: str = "default",
+        priority: int = 0,
+        timeout: float | None = None,
+        max_attempts: int | None = None,
+        max_retries: int | None = None,
+        backoff: Backoff | None = None,
+        retry_on: tuple[type[BaseException], ...] = (Exception,),
+        dead_on: tuple[type[BaseException], ...] = (),
+        executor: Executor = "auto",
+        idempotency_ttl: float | None = None,
+    ) -> Any:
+        """Register a function as a task: ``@app.task`` or ``@app.task(queue="high", ...)``."""
+
+        def register(func: Callable[..., Any]) -> Task:
+            task = build_task(
+                self, func, name=name, queue=queue, priority=priority, timeout=timeout,
+                max_attempts=max_attempts, max_retries=max_retries, backoff=backoff,
+                retry_on=retry_on, dead_on=dead_on, executor=executor,
+                idempotency_ttl=idempotency_ttl,
+            )  # fmt: skip
+            self.tasks[task.name] = task
+            return task
+
+        return register(fn) if fn is not None else register
+
+    # ------------------------------------------------------------------ enqueue
+    def enqueue(
+        self,
+        task: str | Task,
+        args: Sequence[Any] | None = None,
+        kwargs: dict[str, Any] | None = None,
+        **options: Any,
+    ) -> JobHandle:
+        """Enqueue by task name (the task need not be registered in this process)."""
+        if args is not None and not isinstance(args, list | tuple):
+            raise ValidationError("args", f"must be a list, got {type(args).__name__}")
+        if kwargs is not None and not isinstance(kwargs, dict):
+            raise ValidationError("kwargs", f"must be a dict, got {type(kwargs).__name__}")
+        name = task.name if isinstance(task, Task) else task
+        spec = JobSpec(name, tuple(args or ()), dict(kwargs or {}), check_options(options))
+        return self.enqueue_many([spec])[0]
+
+    def enqueue_many(self, specs: Iterable[JobSpec]) -> list[JobHandle]:
+        """Store every job or none (atomic), returning their handles in order."""
+        now = self.now()
+        jobs = [self.build_job(spec, now) for spec in specs]
+        if not jobs:
+            return []
+        for job in jobs:
+            for mw in self.middleware:
+                mw.before_enqueue(self, job)
+            encode_job(job, self.settings.max_payload_bytes)  # validates and size-checks
+        results = self.broker.enqueue(jobs, now)
+        handles = []
+        for job, res in zip(jobs, results, strict=True):
+            emit(self.middleware, "after_enqueue", self, job, res.duplicate)
+            if res.duplicate:
+                existing = self.broker.get(res.id) or job
+                handles.append(JobHandle.bind(existing, self, duplicate=True))
+            else:
+                handles.append(JobHandle.bind(job, self))
+        return handles
+
+    def build_job(self, spec: JobSpec, now: float) -> Job:
+        """Validate a spec and build the Job record it describes (not stored)."""
+        if not isinstance(spec, JobSpec):
+            kind = type(spec).__name__
+            raise ValidationError("jobs", f"enqueue_many takes JobSpec items, got {kind}")
+        name = validate_task_name(spec.task)
+        task = self.tasks.get(name)
+        opts = spec.options
+        delay = opts.get("delay") or 0.0
+        run_at = opts.get("run_at")
+        run_at = float(run_at) if run_at is not None else now + float(delay)
+        queue = validate_queue_name(opts.get("queue") or (task.queue if task else "default"))
+        priority = validate_priority(opts.get("priority", task.priority if task else 0))
+        default_attempts = task.max_attempts if task else 4
+        ttl = opts.get("idempotency_ttl")
+        if ttl is None and task is not None:
+            ttl = task.idempotency_ttl
+        ttl = self.settings.idempotency_ttl if ttl is None else ttl
+        key = opts.get("idempotency_key")
+        if key is not None and (not isinstance(key, str) or not key or len(key) > 200):
+            raise ValidationError("idempotency_key", "must be a non-empty string of <= 200 chars")
+        job_id = opts.get("job_id") or new_ulid(now, self.id_rng)
+        if not isinstance(job_id, str) or not job_id.strip() or len(job_id) > 200:
+            raise ValidationError("job_id", "must be a non-empty string of <= 200 characters")
+        metadata = opts.get("metadata") or {}
+        if not isinstance(metadata, dict):
+            raise ValidationError("metadata", "must be a dict")
+        return Job(
+            id=job_id, task=name, args=list(spec.args), kwargs=dict(spec.kwargs), queue=queue,
+            priority=priority, state=initial_state(run_at, now),
+            max_attempts=opts.get("max_attempts") or default_attempts,
+            timeout=opts.get("timeout", task.timeout if task else None), run_at=run_at,
+            created_at=now, idempotency_key=key, idempotency_ttl=float(ttl), metadata=metadata,
+        )  # fmt: skip
+
+    # ------------------------------------------------------------------ inspection
+    def get_job(self, job_id: str) -> JobHandle:
+        """A fresh snapshot of a job; ``JobNotFound`` if it does not exist."""
+        job = self.broker.get(job_id)
+        if job is None:
+            raise JobNotFound(job_id)
+        return JobHandle.bind(job, self)
+
+    def stats(self) -> dict[str, Any]:
+        """Counts per queue and state, paused flags, and the live workers."""
+        paused = self.broker.paused_queues()
+        queues: dict[str, dict[str, Any]] = {}
+        for queue, counts in self.broker.counts().items():
+            queues[queue] = {**counts, "paused": queue in paused}
+        return {"queues": queues, "workers": self.workers()}
+
+    def workers(self) -> list[dict[str, Any]]:
+        """Heartbeat records of live workers."""
+        return sorted(self.broker.doc_list("workers", self.now()).values(),
+                      key=lambda w: str(w.get("id")))  # fmt: skip
+
+    def peek(self, queue: str, n: int = 10) -> list[JobHandle]:
+        """The next ``n`` ready jobs of a queue, in the order workers would take them."""
+        return [JobHandle.bind(j, self) for j in self.broker.peek(validate_queue_name(queue), n)]
+
+    def search(
+        self, *, id: str | None = None, state: JobState | str | None = None,
+        task: str | None = None, queue: str | None = None, since: float | None = None,
+        until: float | None = None, error: str | None = None, text: str | None = None,
+        page: int = 1, page_size: int = 50,
+    ) -> Page:  # fmt: skip
+        """Search stored jobs (newest first) with filters and pagination."""
+        if state is not None:
+            try:
+                state = JobState(state)
+            except ValueError as exc:
+                states = [s.value for s in JobState]
+                raise ValidationError("state", f"must be one of {states}") from exc
+        if page < 1 or not 1 <= page_size <= 1000:
+            raise ValidationError("page", "page must be >= 1 and page_size 1..1000")
+        query = SearchQuery(id, state, task, queue, since, until, error, text, page, page_size)
+        return self.broker.search(query)
+
+    def dead_letters(self, queue: str | None = None, limit: int = 100) -> list[JobHandle]:
+        """Dead-lettered jobs, newest first."""
+        page = self.search(state=JobState.DEAD_LETTER, queue=queue, page_size=min(limit, 1000))
+        return [JobHandle.bind(j, self) for j in page.items]
+
+    # ------------------------------------------------------------------ admin
+    def cancel(self, job_id: str) -> bool:
+        """Cancel a job that has not started; False if it is running or finished."""
+        return self.broker.cancel(job_id, self.now())
+
+    def requeue_dead(self, job_id: str) -> bool:
+        """Run a dead-lettered (or cancelled) job again with fresh attempts."""
+        return self.broker.requeue(job_id, self.now())
+
+    def purge_dead(self, older_than: float | None = None, queue: str | None = None) -> int:
+        """Delete dead letters finished more than ``older_than`` seconds ago (all if None)."""
+        return self.broker.purge(self.now(), older_than=older_than, queue=queue)
+
+    def pause(self, queue: str) -> None:
+        """Workers stop claiming from ``queue`` (running jobs finish)."""
+        self.broker.pause(validate_queue_name(queue))
+
+    def resume(self, queue: str) -> None:
+        """Undo ``pause``."""
+        self.broker.resume(validate_queue_name(queue))
+
+    # ------------------------------------------------------------------ consumers
+    def dequeue(
+        self, queue: str = "default", visibility_timeout: float | None = None
+    ) -> Delivery | None:
+        """Lease one job (SQS style); None when nothing is ready."""
+        vt = visibility_timeout or self.settings.visibility_timeout
+        leases = self.broker.claim([validate_queue_name(queue)], self.now(), limit=1,
+                                   visibility_timeout=vt, worker_id="dequeue")  # fmt: skip
+        return Delivery(self, leases[0], vt) if leases else None
+
+    def worker(self, queues: Sequence[str] | str | None = None, **options: Any) -> Worker:
+        """A worker over ``queues`` (``["high:5", "default"]``, or "high:5,default")."""
+        from .worker.loop import Worker
+
+        return Worker(self, queues, **options)
+
+    def scheduler(self, **options: Any) -> Scheduler:
+        """A scheduler: promotes due jobs, reaps expired leases, fires cron schedules."""
+        from .scheduler.runner import Scheduler
+
+        return Scheduler(self, **options)
+
+    # ------------------------------------------------------------------ schedules
+    @property
+    def schedules(self) -> ScheduleRegistry:
+        """The schedule registry (code-declared and stored schedules)."""
+        if self._schedules is None:
+            from .scheduler.registry import ScheduleRegistry
+
+            self._schedules = ScheduleRegistry(self)
+        return self._schedules
+
+    def cron(self, expr: str, **options: Any) -> Callable[[F], F]:
+        """Decorate a task function to run on a cron expression (``tz=``, ``name=``, ...)."""
+        return self.schedules.cron(expr, **options)
+
+    def every(self, seconds: Any, **options: Any) -> Callable[[F], F]:
+        """Decorate a task function to run every ``seconds`` (int or timedelta)."""
+        return self.schedules.every(seconds, **options)
+
+    def schedule_cron(self, name: str, task: str | Task, expr: str | None = None,
+                      **options: Any) -> Any:  # fmt: skip
+        """Create or replace a stored schedule at run time."""
+        return self.schedules.schedule(name, task, expr, **options)
+
+    def unschedule(self, name: str) -> bool:
+        """Remove a schedule."""
+        return self.schedules.remove(name)
+
+    def list_schedules(self) -> list[Any]:
+        """Every stored schedule."""
+        return self.schedules.list()
+
+    def pause_schedule(self, name: str) -> None:
+        """Stop a schedule from firing until resumed."""
+        self.schedules.set_paused(name, True)
+
+    def resume_schedule(self, name: str) -> None:
+        """Resume a paused schedule."""
+        self.schedules.set_paused(name, False)
+
+    def close(self) -> None:
+        """Close the broker's connections."""
+        self.broker.close()
+
+
+def _default_clock(broker: Broker) -> Clock:
+    if broker.has_server_clock:
+        from .broker.server_clock import ServerClock
+
+        return ServerClock(broker)
+    return SystemClock()

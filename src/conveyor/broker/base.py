@@ -1,0 +1,321 @@
+"""The Broker protocol: the ONLY storage surface workers, schedulers and the app see.
+
+Rules every backend obeys (the contract suite in tests/contract is the referee):
+
+* Time is an argument (``now``, epoch seconds) — never read inside a broker — so FakeClock tests
+  are exact. (Redis callers default to a clock synced to the server's ``TIME``.)
+* Every state change follows ``core.state.TRANSITIONS`` and is atomic.
+* ``claim`` moves ready jobs to ``active`` in ONE atomic step: state, ``attempts += 1``, lease
+  deadline ``now + visibility_timeout``, a fresh fencing token, ``started_at``, ``worker_id``.
+  Before claiming it promotes the due scheduled / retry jobs of the queues it reads.
+  Order: lower ``priority`` first, FIFO (order of becoming ready) within a priority.
+  Paused queues are skipped. Queues are served in the order given (the caller rotates them for
+  weighted fairness).
+* ``complete`` / ``fail`` / ``release`` / ``extend`` present the token; a stale token changes
+  nothing (``complete`` and ``extend`` report False per item, the others raise ``LeaseLost``).
+* Idempotency keys are scoped per queue and expire after the job's ``idempotency_ttl``.
+* ``claim`` never returns a job it cannot decode (bad JSON, wrong envelope version, missing
+  fields): it moves it to ``dead_letter`` with an error of kind ``decode_error`` and goes on.
+* Retention (``config.Retention``): completed jobs are dropped past ``completed_ttl`` or beyond
+  ``completed_max`` per queue; dead letters beyond ``dead_letter_max`` per queue; idempotency
+  keys expire. Housekeeping may run inside ``reap_expired``.
+* Every transition appends an event (``{"type", "job_id", "queue", "task", "at", ...}``) to a
+  bounded stream readable with ``events_read``.
+"""
+
+from __future__ import annotations
+
+import abc
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..core.job import Job
+from ..core.state import JobState
+
+EVENT_TYPES = (
+    "enqueued", "started", "completed", "failed", "retry_scheduled", "dead_lettered",
+    "cancelled", "requeued", "released", "lease_lost", "worker_up", "worker_down",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class EnqueueResult:
+    """Outcome of storing one job: its id, and whether an idempotency key matched."""
+
+    id: str
+    duplicate: bool
+    state: JobState
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A claimed job: the snapshot after claiming, and the fencing token of this attempt."""
+
+    job: Job
+    token: str
+    expires_at: float
+
+    @property
+    def id(self) -> str:
+        """The job id."""
+        return self.job.id
+
+
+@dataclass(frozen=True)
+class Ack:
+    """One successful completion to record: coalesced into ``Broker.complete`` batches."""
+
+    job_id: str
+    token: str
+    result: Any = None
+    queue: str = ""
+
+
+@dataclass(frozen=True)
+class SearchQuery:
+    """Filters for ``Broker.search``; None means "any". Results are newest first."""
+
+    id: str | None = None
+    state: JobState | None = None
+    task: str | None = None
+    queue: str | None = None
+    since: float | None = None  # created_at >= since
+    until: float | None = None  # created_at < until
+    error: str | None = None  # substring of last_error (error type or message)
+    text: str | None = None  # substring of the encoded args/kwargs
+    page: int = 1
+    page_size: int = 50
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page of search results."""
+
+    items: list[Job]
+    total: int
+    page: int
+    page_size: int
+    pages: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "pages", max(1, math.ceil(self.total / max(1, self.page_size))))
+
+
+class Broker(abc.ABC):
+    """Abstract storage backend. Concrete: MemoryBroker, SqliteBroker, RedisBroker."""
+
+    url: str = ""
+    #: True when the backend's own clock should be authoritative (Redis ``TIME``).
+    has_server_clock: bool = False
+
+    # ----------------------------------------------------------------- producers
+    @abc.abstractmethod
+    def enqueue(self, jobs: Sequence[Job], now: float) -> list[EnqueueResult]:
+        """Store new jobs atomically (all or none), in order.
+
+        Each job arrives fully built (id, state ``pending`` or ``scheduled``, run_at,
+        created_at). A job whose ``idempotency_key`` matches a live key of the same queue is not
+        stored: its result carries the existing id and ``duplicate=True``. An explicit id that
+        already exists raises ``DuplicateJob`` and nothing of the batch is stored.
+        """
+
+    # ----------------------------------------------------------------- consumers
+    @abc.abstractmethod
+    def claim(
+        self,
+        queues: Sequence[str],
+        now: float,
+        *,
+        limit: int = 1,
+        visibility_timeout: float = 30.0,
+        worker_id: str = "",
+    ) -> list[Lease]:
+        """Lease up to ``limit`` ready jobs from ``queues`` (in that order); see module rules."""
+
+    @abc.abstractmethod
+    def complete(self, acks: Sequence[Ack], now: float) -> list[bool]:
+        """Mark each acked job ``completed`` with its result; False where the token is stale."""
+
+    @abc.abstractmethod
+    def fail(
+        self, job_id: str, token: str, now: float, *, error: Mapping[str, Any],
+        retry_at: float | None,
+    ) -> JobState:  # fmt: skip
+        """Record a failed attempt (``error`` is appended to ``errors``, sets ``last_error``).
+
+        ``retry_at`` set → ``retry_scheduled`` until then; None → ``dead_letter``.
+        Raises ``LeaseLost`` on a stale token. Returns the new state.
+        """
+
+    @abc.abstractmethod
+    def release(
+        self, job_id: str, token: str, now: float, *, delay: float = 0.0, penalize: bool = True,
+        note: str = "released",
+    ) -> JobState:  # fmt: skip
+        """Give a leased job back: ``pending`` now, or ``scheduled`` after ``delay``.
+
+        ``penalize=False`` (graceful shutdown) gives the attempt back (``attempts -= 1``).
+        The release is recorded in the job's history. Raises ``LeaseLost`` on a stale token.
+        """
+
+    @abc.abstractmethod
+    def extend(
+        self, leases: Sequence[tuple[str, str]], now: float, visibility_timeout: float
+    ) -> list[bool]:
+        """Push the deadline of each (job_id, token) to ``now + visibility_timeout``.
+
+        One call for all of a worker's in-flight jobs; False where the lease is lost.
+        """
+
+    # ----------------------------------------------------------------- maintenance
+    @abc.abstractmethod
+    def promote_due(self, now: float, limit: int = 1000) -> int:
+        """Move scheduled / retry_scheduled jobs with ``run_at <= now`` to pending."""
+
+    @abc.abstractmethod
+    def reap_expired(self, now: float, *, max_lost: int = 3) -> int:
+        """Return active jobs whose lease deadline passed to pending (``lost += 1``).
+
+        The ``max_lost``-th loss sends the job to ``dead_letter`` with kind ``worker_lost``.
+        Each loss appends a ``worker_lost`` error entry. Returns how many were reaped.
+        """
+
+    # ----------------------------------------------------------------- inspection & admin
+    @abc.abstractmethod
+    def get(self, job_id: str) -> Job | None:
+        """A fresh snapshot of the job, or None."""
+
+    @abc.abstractmethod
+    def cancel(self, job_id: str, now: float) -> bool:
+        """Cancel a job that has not started (scheduled/pending/retry_scheduled)."""
+
+    @abc.abstractmethod
+    def requeue(self, job_id: str, now: float) -> bool:
+        """Revive a dead_letter or cancelled job: pending now, attempts and lost reset to 0.
+
+        Errors are kept; the requeue is recorded in the history.
+        """
+
+    @abc.abstractmethod
+    def purge(
+        self, now: float, *, state: JobState = JobState.DEAD_LETTER,
+        older_than: float | None = None,
+        queue: str | None = None, ids: Sequence[str] | None = None,
+    ) -> int:  # fmt: skip
+        """Delete terminal jobs in ``state`` finished more than ``older_than`` s ago."""
+
+    @abc.abstractmethod
+    def pause(self, queue: str) -> None:
+        """Stop handing out jobs of ``queue`` (running jobs finish)."""
+
+    @abc.abstractmethod
+    def resume(self, queue: str) -> None:
+        """Undo ``pause``."""
+
+    @abc.abstractmethod
+    def paused_queues(self) -> set[str]:
+        """Names of paused queues."""
+
+    @abc.abstractmethod
+    def queues(self) -> list[str]:
+        """Every queue that has ever held a job (or is paused), sorted."""
+
+    @abc.abstractmethod
+    def counts(self) -> dict[str, dict[str, int]]:
+        """Per queue, the number of jobs in each ``JobState`` (all states present)."""
+
+    @abc.abstractmethod
+    def peek(self, queue: str, n: int = 10) -> list[Job]:
+        """The next ``n`` ready jobs of ``queue`` in claim order, without claiming them."""
+
+    @abc.abstractmethod
+    def search(self, query: SearchQuery) -> Page:
+        """Jobs matching every given filter, newest first, one page."""
+
+    @abc.abstractmethod
+    def oldest_pending(self, queue: str) -> float | None:
+        """The ready time (run_at, or created_at) of the oldest pending job of ``queue``."""
+
+    # ----------------------------------------------------------------- documents (schedules,
+    # worker registry, alert state): small JSON dicts by (collection, name), optional TTL.
+    @abc.abstractmethod
+    def doc_put(
+        self, collection: str, name: str, doc: Mapping[str, Any], now: float,
+        ttl: float | None = None,
+    ) -> None:  # fmt: skip
+        """Create or replace a document; it vanishes ``ttl`` seconds after ``now`` if given."""
+
+    @abc.abstractmethod
+    def doc_get(self, collection: str, name: str, now: float) -> dict[str, Any] | None:
+        """One live document, or None."""
+
+    @abc.abstractmethod
+    def doc_list(self, collection: str, now: float) -> dict[str, dict[str, Any]]:
+        """Every live document of a collection, by name."""
+
+    @abc.abstractmethod
+    def doc_delete(self, collection: str, name: str) -> bool:
+        """Remove a document; True if it existed."""
+
+    @abc.abstractmethod
+    def doc_update_if(
+        self, collection: str, name: str, field: str, expected: Any,
+        changes: Mapping[str, Any], now: float,
+    ) -> bool:  # fmt: skip
+        """Atomically merge ``changes`` into the document if ``doc[field] == expected``."""
+
+    # ----------------------------------------------------------------- bounded logs
+    @abc.abstractmethod
+    def log_append(self, name: str, entries: Sequence[Mapping[str, Any]], cap: int) -> None:
+        """Append entries to a named log, keeping the newest ``cap``."""
+
+    @abc.abstractmethod
+    def log_read(self, name: str, limit: int = 100) -> list[dict[str, Any]]:
+        """The newest ``limit`` entries of a log, newest first."""
+
+    # ----------------------------------------------------------------- events and counters
+    @abc.abstractmethod
+    def events_add(self, events: Sequence[Mapping[str, Any]]) -> None:
+        """Append events that are not job transitions (worker_up, worker_down, ...)."""
+
+    @abc.abstractmethod
+    def events_read(
+        self, after: str | None = None, limit: int = 100
+    ) -> tuple[list[dict[str, Any]], str]:
+        """Events after cursor ``after`` (None: the oldest kept), oldest first, and the next cursor.
+
+        Passing the returned cursor back resumes exactly where this read stopped.
+        """
+
+    @abc.abstractmethod
+    def counters_add(
+        self, bucket: str, increments: Mapping[str, float], now: float, ttl: float
+    ) -> None:
+        """Add to named counters of a bucket (e.g. one minute of metrics), kept ``ttl`` s."""
+
+    @abc.abstractmethod
+    def counters_get(self, buckets: Sequence[str], now: float) -> dict[str, dict[str, float]]:
+        """The counters of each live bucket."""
+
+    # ----------------------------------------------------------------- lifecycle
+    def server_time(self) -> float | None:
+        """The backend's own clock when it has one (Redis ``TIME``), else None."""
+        return None
+
+    def wait_for_work(self, queues: Sequence[str], timeout: float) -> None:
+        """Block up to ``timeout`` s or until a job may be ready in ``queues`` (default: sleep).
+
+        Backends that can be woken (Redis, memory) return as soon as a job is enqueued.
+        """
+        import time
+
+        time.sleep(timeout)
+
+    @abc.abstractmethod
+    def flush_all(self) -> None:
+        """Delete everything this broker stores (tests, demos)."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections and files."""

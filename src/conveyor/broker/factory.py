@@ -1,0 +1,32 @@
+"""Pick a broker from a URL: ``memory://``, ``sqlite:///path.db``, ``redis://…`` and friends."""
+
+from __future__ import annotations
+
+from ..config import Retention
+from ..errors import ValidationError
+from .base import Broker
+
+SCHEMES = ("memory", "sqlite", "redis", "rediss", "redis+sentinel", "redis+cluster")
+
+
+def broker_from_url(url: str, retention: Retention | None = None) -> Broker:
+    """Build the broker a URL names; unknown schemes raise ``ValidationError``."""
+    if not isinstance(url, str) or "://" not in url:
+        raise ValidationError("url", f"{url!r} must look like scheme://..., e.g. sqlite:///jobs.db")
+    scheme = url.split("://", 1)[0].lower()
+    if scheme == "memory":
+        from .memory import MemoryBroker
+
+        return MemoryBroker(retention, url)
+    if scheme == "sqlite":
+        from .sqlite import SqliteBroker
+
+        return SqliteBroker.from_url(url, retention)
+    if scheme in ("redis", "rediss", "redis+sentinel", "redis+cluster"):
+        try:
+            from .redis.broker import RedisBroker
+        except ImportError as exc:  # the redis extra is optional
+            hint = "redis URLs need: pip install 'conveyor-jobs[redis]'"
+            raise ValidationError("url", hint) from exc
+        return RedisBroker.from_url(url, retention)
+    raise ValidationError("url", f"unknown scheme {scheme!r}; use one of {', '.join(SCHEMES)}")

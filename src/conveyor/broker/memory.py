@@ -1,0 +1,484 @@
+"""MemoryBroker: the reference implementation of the protocol, thread-safe, in one process.
+
+Used by tests, simulations and ``memory://`` apps. Its code is the plainest statement of the
+semantics; the SQLite and Redis backends must behave the same (tests/contract checks it).
+"""
+
+from __future__ import annotations
+
+import copy
+import heapq
+import itertools
+import threading
+from collections import deque
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..config import Retention
+from ..core import lifecycle
+from ..core.job import Job
+from ..core.serialization import dumps, encode_value
+from ..core.state import TERMINAL_STATES, JobState
+from ..errors import DuplicateJob, LeaseLost
+from .base import Ack, Broker, EnqueueResult, Lease, Page, SearchQuery
+from .memstore import SideStore
+
+_DELAYED = (JobState.SCHEDULED, JobState.RETRY_SCHEDULED)
+
+
+class MemoryBroker(Broker):
+    """All state in dicts and heaps behind one lock."""
+
+    def __init__(self, retention: Retention | None = None, url: str = "memory://") -> None:
+        self.url = url
+        self.retention = retention or Retention()
+        self._lock = threading.RLock()
+        self._wake = threading.Condition(self._lock)
+        self._jobs: dict[str, Job] = {}
+        self._tokens: dict[str, str] = {}
+        self._ready: dict[str, list[tuple[int, int, str]]] = {}
+        self._ready_seq: dict[str, int] = {}
+        self._delayed: list[tuple[float, int, str]] = []
+        self._idem: dict[tuple[str, str], tuple[str, float]] = {}
+        self._finished: dict[str, deque[str]] = {}
+        self._paused: set[str] = set()
+        self._known_queues: set[str] = set()
+        self._seq = itertools.count(1)
+        self._side = SideStore(self.retention.events_max)
+
+    # ------------------------------------------------------------------ helpers
+    def _emit(self, kind: str, job: Job, now: float, **extra: Any) -> None:
+        event = {"type": kind, "job_id": job.id, "queue": job.queue, "task": job.task, "at": now}
+        event.update(extra)
+        self._side.emit(event)
+
+    def _make_ready(self, job: Job) -> None:
+        seq = next(self._seq)
+        self._ready_seq[job.id] = seq
+        heapq.heappush(self._ready.setdefault(job.queue, []), (job.priority, seq, job.id))
+        self._wake.notify_all()
+
+    def _make_delayed(self, job: Job) -> None:
+        heapq.heappush(self._delayed, (job.run_at, next(self._seq), job.id))
+
+    def _place(self, job: Job) -> None:
+        if job.state is JobState.PENDING:
+            self._make_ready(job)
+        elif job.state in _DELAYED:
+            self._make_delayed(job)
+
+    def _leased(self, job_id: str, token: str) -> Job:
+        job = self._jobs.get(job_id)
+        if job is None or job.state is not JobState.ACTIVE or self._tokens.get(job_id) != token:
+            raise LeaseLost(job_id)
+        return job
+
+    def _finish(self, job: Job) -> None:
+        self._tokens.pop(job.id, None)
+        ring = self._finished.setdefault(f"{job.queue}|{job.state}", deque())
+        ring.append(job.id)
+        cap = (
+            self.retention.completed_max
+            if job.state is JobState.COMPLETED
+            else self.retention.dead_letter_max
+            if job.state is JobState.DEAD_LETTER
+            else None
+        )
+        while cap is not None and len(ring) > cap:
+            self._drop(ring.popleft(), job.state)
+
+    def _drop(self, job_id: str, state: JobState) -> None:
+        job = self._jobs.get(job_id)
+        if job is not None and job.state is state:
+            del self._jobs[job_id]
+
+    @staticmethod
+    def _snap(job: Job) -> Job:
+        return copy.deepcopy(job)
+
+    # ------------------------------------------------------------------ producers
+    def enqueue(self, jobs: Sequence[Job], now: float) -> list[EnqueueResult]:
+        """Store all jobs or none; see ``Broker.enqueue``."""
+        with self._lock:
+            results: list[EnqueueResult] = []
+            fresh: list[Job] = []
+            seen_ids: set[str] = set()
+            batch_keys: dict[tuple[str, str], str] = {}
+            for job in jobs:
+                if job.id in self._jobs or job.id in seen_ids:
+                    raise DuplicateJob(job.id)
+                key = (job.queue, job.idempotency_key) if job.idempotency_key else None
+                existing = self._live_key(key, now) if key else None
+                if key and existing is None:
+                    existing = batch_keys.get(key)
+                if existing is not None:
+                    state = self._jobs[existing].state if existing in self._jobs else job.state
+                    results.append(EnqueueResult(existing, True, state))
+                    continue
+                if key:
+                    batch_keys[key] = job.id
+                seen_ids.add(job.id)
+                fresh.append(job)
+                results.append(EnqueueResult(job.id, False, job.state))
+            for job in fresh:
+                stored = self._snap(job)
+                self._jobs[job.id] = stored
+                self._known_queues.add(job.queue)
+                if job.idempotency_key:
+                    self._idem[(job.queue, job.idempotency_key)] = (
+                        job.id, now + job.idempotency_ttl
+                    )
+                self._place(stored)
+                self._emit("enqueued", stored, now, state=str(stored.state))
+            return results
+
+    def _live_key(self, key: tuple[str, str], now: float) -> str | None:
+        item = self._idem.get(key)
+        if item is None:
+            return None
+        if item[1] <= now:
+            del self._idem[key]
+            return None
+        return item[0]
+
+    # ------------------------------------------------------------------ consumers
+    def claim(
+        self, queues: Sequence[str], now: float, *, limit: int = 1,
+        visibility_timeout: float = 30.0, worker_id: str = "",
+    ) -> list[Lease]:  # fmt: skip
+        """Lease up to ``limit`` ready jobs, queues in the given order."""
+        with self._lock:
+            self._promote(now, 10_000)
+            leases: list[Lease] = []
+            for queue in queues:
+                if queue in self._paused:
+                    continue
+                heap = self._ready.get(queue, [])
+                while heap and len(leases) < limit:
+                    _, seq, job_id = heapq.heappop(heap)
+                    job = self._jobs.get(job_id)
+                    if job is None or job.state is not JobState.PENDING:
+                        continue
+                    if self._ready_seq.get(job_id) != seq:
+                        continue
+                    lifecycle.claim(job, now, visibility_timeout, worker_id)
+                    token = f"{job.attempts}.{next(self._seq)}"
+                    self._tokens[job_id] = token
+                    self._emit("started", job, now, attempt=job.attempts, worker=worker_id)
+                    leases.append(Lease(self._snap(job), token, now + visibility_timeout))
+                if len(leases) >= limit:
+                    break
+            return leases
+
+    def complete(self, acks: Sequence[Ack], now: float) -> list[bool]:
+        """Record each success; False for stale tokens."""
+        with self._lock:
+            out = []
+            for ack in acks:
+                try:
+                    job = self._leased(ack.job_id, ack.token)
+                except LeaseLost:
+                    out.append(False)
+                    continue
+                lifecycle.complete(job, now, ack.result)
+                self._emit("completed", job, now, attempt=job.attempts)
+                self._finish(job)
+                out.append(True)
+            return out
+
+    def fail(
+        self, job_id: str, token: str, now: float, *, error: Mapping[str, Any],
+        retry_at: float | None,
+    ) -> JobState:  # fmt: skip
+        """Record a failed attempt; retry later or dead-letter."""
+        with self._lock:
+            job = self._leased(job_id, token)
+            lifecycle.fail(job, now, error, retry_at)
+            self._tokens.pop(job_id, None)
+            self._emit("failed", job, now, attempt=job.attempts, error=job.last_error)
+            if retry_at is None:
+                self._emit("dead_lettered", job, now, reason=error.get("kind"))
+                self._finish(job)
+            else:
+                self._emit("retry_scheduled", job, now, run_at=retry_at)
+                self._make_delayed(job)
+            return job.state
+
+    def release(
+        self, job_id: str, token: str, now: float, *, delay: float = 0.0, penalize: bool = True,
+        note: str = "released",
+    ) -> JobState:  # fmt: skip
+        """Give the job back (now or after ``delay``)."""
+        with self._lock:
+            job = self._leased(job_id, token)
+            lifecycle.release(job, now, delay, penalize, note)
+            self._tokens.pop(job_id, None)
+            self._emit("released", job, now, note=note)
+            self._place(job)
+            return job.state
+
+    def extend(
+        self, leases: Sequence[tuple[str, str]], now: float, visibility_timeout: float
+    ) -> list[bool]:
+        """Push lease deadlines."""
+        with self._lock:
+            out = []
+            for job_id, token in leases:
+                try:
+                    job = self._leased(job_id, token)
+                except LeaseLost:
+                    out.append(False)
+                    continue
+                job.lease_expires_at = now + visibility_timeout
+                out.append(True)
+            return out
+
+    # ------------------------------------------------------------------ maintenance
+    def promote_due(self, now: float, limit: int = 1000) -> int:
+        """Move due delayed jobs to pending."""
+        with self._lock:
+            return self._promote(now, limit)
+
+    def _promote(self, now: float, limit: int) -> int:
+        moved = 0
+        while self._delayed and self._delayed[0][0] <= now and moved < limit:
+            run_at, _, job_id = heapq.heappop(self._delayed)
+            job = self._jobs.get(job_id)
+            if job is None or job.state not in _DELAYED or job.run_at != run_at:
+                continue
+            lifecycle.promote(job)
+            self._make_ready(job)
+            moved += 1
+        return moved
+
+    def reap_expired(self, now: float, *, max_lost: int = 3) -> int:
+        """Return expired leases to pending; poison pills to dead letter."""
+        with self._lock:
+            reaped = 0
+            for job_id in list(self._tokens):
+                job = self._jobs[job_id]
+                if job.lease_expires_at is None or job.lease_expires_at > now:
+                    continue
+                worker = job.worker_id
+                lifecycle.expire(job, now, max_lost)
+                self._tokens.pop(job_id, None)
+                self._emit("lease_lost", job, now, worker=worker, lost=job.lost)
+                if job.state is JobState.DEAD_LETTER:
+                    self._emit("dead_lettered", job, now, reason="worker_lost")
+                    self._finish(job)
+                else:
+                    self._make_ready(job)
+                reaped += 1
+            self._expire_finished(now)
+            return reaped
+
+    def _expire_finished(self, now: float) -> None:
+        ttl = {JobState.COMPLETED: self.retention.completed_ttl,
+               JobState.CANCELLED: self.retention.cancelled_ttl}  # fmt: skip
+        for key, ring in self._finished.items():
+            state = JobState(key.rsplit("|", 1)[1])
+            if state not in ttl:
+                continue
+            while ring:
+                job = self._jobs.get(ring[0])
+                fresh = job is not None and (job.finished_at or 0) > now - ttl[state]
+                if fresh and job is not None and job.state is state:
+                    break
+                self._drop(ring.popleft(), state)
+
+    # ------------------------------------------------------------------ admin
+    def get(self, job_id: str) -> Job | None:
+        """Snapshot or None."""
+        with self._lock:
+            job = self._jobs.get(job_id)
+            return None if job is None else self._snap(job)
+
+    def cancel(self, job_id: str, now: float) -> bool:
+        """Cancel a not-yet-started job."""
+        with self._lock:
+            job = self._jobs.get(job_id)
+            if job is None or job.state not in (JobState.PENDING, *_DELAYED):
+                return False
+            lifecycle.cancel(job, now)
+            self._emit("cancelled", job, now)
+            self._finish(job)
+            return True
+
+    def requeue(self, job_id: str, now: float) -> bool:
+        """Revive a dead or cancelled job."""
+        with self._lock:
+            job = self._jobs.get(job_id)
+            if job is None or job.state not in (JobState.DEAD_LETTER, JobState.CANCELLED):
+                return False
+            lifecycle.requeue(job, now)
+            self._emit("requeued", job, now)
+            self._make_ready(job)
+            return True
+
+    def purge(
+        self, now: float, *, state: JobState = JobState.DEAD_LETTER,
+        older_than: float | None = None,
+        queue: str | None = None, ids: Sequence[str] | None = None,
+    ) -> int:  # fmt: skip
+        """Delete matching terminal jobs."""
+        if state not in TERMINAL_STATES:
+            raise ValueError("purge: only terminal states can be purged")
+        with self._lock:
+            wanted = set(ids) if ids is not None else None
+            doomed = [
+                job.id
+                for job in self._jobs.values()
+                if job.state is state
+                and (queue is None or job.queue == queue)
+                and (wanted is None or job.id in wanted)
+                and (older_than is None or (job.finished_at or 0) <= now - older_than)
+            ]
+            for job_id in doomed:
+                del self._jobs[job_id]
+            return len(doomed)
+
+    def pause(self, queue: str) -> None:
+        """Pause a queue."""
+        with self._lock:
+            self._paused.add(queue)
+            self._known_queues.add(queue)
+
+    def resume(self, queue: str) -> None:
+        """Resume a queue."""
+        with self._lock:
+            self._paused.discard(queue)
+            self._wake.notify_all()
+
+    def paused_queues(self) -> set[str]:
+        """Paused queue names."""
+        with self._lock:
+            return set(self._paused)
+
+    def queues(self) -> list[str]:
+        """Known queues."""
+        with self._lock:
+            return sorted(self._known_queues)
+
+    def counts(self) -> dict[str, dict[str, int]]:
+        """Jobs per queue per state."""
+        with self._lock:
+            out = {q: dict.fromkeys(map(str, JobState), 0) for q in self._known_queues}
+            for job in self._jobs.values():
+                out[job.queue][str(job.state)] += 1
+            return out
+
+    def peek(self, queue: str, n: int = 10) -> list[Job]:
+        """Next ready jobs in claim order."""
+        with self._lock:
+            ready = [j for j in self._jobs.values()
+                     if j.queue == queue and j.state is JobState.PENDING]  # fmt: skip
+            ready.sort(key=lambda j: (j.priority, self._ready_seq.get(j.id, 0)))
+            return [self._snap(j) for j in ready[:n]]
+
+    def search(self, query: SearchQuery) -> Page:
+        """Filter, sort newest first, paginate."""
+        with self._lock:
+            hits = [j for j in self._jobs.values() if _matches(j, query)]
+            hits.sort(key=lambda j: (j.created_at, j.id), reverse=True)
+            start = (max(1, query.page) - 1) * query.page_size
+            items = [self._snap(j) for j in hits[start : start + query.page_size]]
+            return Page(items, len(hits), query.page, query.page_size)
+
+    def oldest_pending(self, queue: str) -> float | None:
+        """Ready time of the oldest pending job."""
+        with self._lock:
+            times = [j.run_at or j.created_at for j in self._jobs.values()
+                     if j.queue == queue and j.state is JobState.PENDING]  # fmt: skip
+            return min(times) if times else None
+
+    # ------------------------------------------------------------------ side stores
+    def doc_put(self, collection: str, name: str, doc: Mapping[str, Any], now: float,
+                ttl: float | None = None) -> None:  # fmt: skip
+        """See Broker.doc_put."""
+        with self._lock:
+            self._side.doc_put(collection, name, doc, now, ttl)
+
+    def doc_get(self, collection: str, name: str, now: float) -> dict[str, Any] | None:
+        """See Broker.doc_get."""
+        with self._lock:
+            return self._side.doc_get(collection, name, now)
+
+    def doc_list(self, collection: str, now: float) -> dict[str, dict[str, Any]]:
+        """See Broker.doc_list."""
+        with self._lock:
+            return self._side.doc_list(collection, now)
+
+    def doc_delete(self, collection: str, name: str) -> bool:
+        """See Broker.doc_delete."""
+        with self._lock:
+            return self._side.doc_delete(collection, name)
+
+    def doc_update_if(self, collection: str, name: str, field: str, expected: Any,
+                      changes: Mapping[str, Any], now: float) -> bool:  # fmt: skip
+        """See Broker.doc_update_if."""
+        with self._lock:
+            return self._side.doc_update_if(collection, name, field, expected, changes, now)
+
+    def log_append(self, name: str, entries: Sequence[Mapping[str, Any]], cap: int) -> None:
+        """See Broker.log_append."""
+        with self._lock:
+            self._side.log_append(name, entries, cap)
+
+    def log_read(self, name: str, limit: int = 100) -> list[dict[str, Any]]:
+        """See Broker.log_read."""
+        with self._lock:
+            return self._side.log_read(name, limit)
+
+    def events_add(self, events: Sequence[Mapping[str, Any]]) -> None:
+        """See Broker.events_add."""
+        with self._lock:
+            for event in events:
+                self._side.emit(event)
+
+    def events_read(self, after: str | None = None, limit: int = 100
+                    ) -> tuple[list[dict[str, Any]], str]:  # fmt: skip
+        """See Broker.events_read."""
+        with self._lock:
+            return self._side.events_read(after, limit)
+
+    def counters_add(self, bucket: str, increments: Mapping[str, float], now: float,
+                     ttl: float) -> None:  # fmt: skip
+        """See Broker.counters_add."""
+        with self._lock:
+            self._side.counters_add(bucket, increments, now, ttl)
+
+    def counters_get(self, buckets: Sequence[str], now: float) -> dict[str, dict[str, float]]:
+        """See Broker.counters_get."""
+        with self._lock:
+            return self._side.counters_get(buckets, now)
+
+    def wait_for_work(self, queues: Sequence[str], timeout: float) -> None:
+        """Wait on the condition that enqueue and resume notify."""
+        with self._wake:
+            self._wake.wait(timeout)
+
+    def flush_all(self) -> None:
+        """Forget everything."""
+        with self._lock:
+            self.__init__(self.retention, self.url)  # type: ignore[misc]
+
+
+def _matches(job: Job, q: SearchQuery) -> bool:
+    """True when ``job`` passes every filter of ``q`` (shared by backends that filter in Python)."""
+    if q.id and not job.id.startswith(q.id):
+        return False
+    if (q.state and job.state != q.state) or (q.task and job.task != q.task):
+        return False
+    if q.queue and job.queue != q.queue:
+        return False
+    if (q.since is not None and job.created_at < q.since) or (
+        q.until is not None and job.created_at >= q.until
+    ):
+        return False
+    if q.error and q.error.lower() not in (job.last_error or "").lower():
+        return False
+    if q.text:
+        blob = dumps([encode_value(job.args, "args"), encode_value(job.kwargs, "kwargs")])
+        if q.text.lower().encode() not in blob.lower():
+            return False
+    return True

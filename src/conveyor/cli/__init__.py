@@ -1,0 +1,1 @@
+"""The ``conveyor`` command line (click + rich)."""

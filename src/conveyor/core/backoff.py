@@ -1,0 +1,84 @@
+"""Backoff strategies: how long to wait before the next attempt. Exact under a seeded rng.
+
+``delay(n)`` is the wait after the n-th failed attempt (n >= 1):
+
+* ``fixed``: ``base``;
+* ``exponential``: ``min(max, base * factor ** (n - 1))``;
+* ``decorrelated`` (AWS "decorrelated jitter"): ``min(max, uniform(base, previous * 3))``.
+
+Then jitter: the delay is multiplied by ``uniform(1 - jitter, 1 + jitter)`` (default ±10 %)
+and clamped to ``[0, max]``.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Literal
+
+from ..errors import ValidationError
+
+Strategy = Literal["fixed", "exponential", "decorrelated"]
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """A retry delay policy; build with ``Backoff.exponential(...)`` and friends."""
+
+    strategy: Strategy = "exponential"
+    base: float = 1.0
+    factor: float = 2.0
+    max: float = 3600.0
+    jitter: float = 0.1
+
+    def __post_init__(self) -> None:
+        if self.strategy not in ("fixed", "exponential", "decorrelated"):
+            raise ValidationError("backoff.strategy", "must be fixed, exponential or decorrelated")
+        if self.base < 0 or self.max < 0:
+            raise ValidationError("backoff.base", "base and max must be >= 0")
+        if self.factor < 1:
+            raise ValidationError("backoff.factor", "must be >= 1")
+        if not 0 <= self.jitter <= 1:
+            raise ValidationError("backoff.jitter", "must be between 0 and 1")
+
+    @classmethod
+    def fixed(cls, delay: float = 1.0, jitter: float = 0.0) -> Backoff:
+        """Always wait ``delay`` seconds (± jitter)."""
+        return cls("fixed", base=delay, factor=1.0, max=max(delay, 0.0), jitter=jitter)
+
+    @classmethod
+    def exponential(
+        cls, base: float = 1.0, factor: float = 2.0, max: float = 3600.0, jitter: float = 0.1
+    ) -> Backoff:
+        """Wait ``base * factor ** (n - 1)`` seconds, capped at ``max``, ± jitter."""
+        return cls("exponential", base=base, factor=factor, max=max, jitter=jitter)
+
+    @classmethod
+    def decorrelated(cls, base: float = 1.0, max: float = 3600.0) -> Backoff:
+        """AWS decorrelated jitter: ``min(max, uniform(base, previous * 3))``."""
+        return cls("decorrelated", base=base, factor=3.0, max=max, jitter=0.0)
+
+    def raw_delay(self, failures: int, rng: random.Random) -> float:
+        """The delay before jitter after ``failures`` failed attempts (>= 1)."""
+        n = max(1, failures)
+        if self.strategy == "fixed":
+            return self.base
+        if self.strategy == "exponential":
+            try:
+                return min(self.max, self.base * self.factor ** (n - 1))
+            except OverflowError:  # factor ** n past float range: the cap applies anyway
+                return self.max
+        previous = self.base
+        for _ in range(n - 1):
+            previous = min(self.max, rng.uniform(self.base, previous * self.factor))
+        return min(self.max, rng.uniform(self.base, previous * self.factor)) if n > 1 else self.base
+
+    def delay(self, failures: int, rng: random.Random) -> float:
+        """The jittered delay (seconds) after ``failures`` failed attempts."""
+        raw = self.raw_delay(failures, rng)
+        if self.jitter:
+            raw *= rng.uniform(1 - self.jitter, 1 + self.jitter)
+        return max(0.0, min(self.max, raw)) if self.strategy != "fixed" else max(0.0, raw)
+
+
+DEFAULT_BACKOFF = Backoff.exponential()

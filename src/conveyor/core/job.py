@@ -1,0 +1,145 @@
+"""The Job record (what is stored) and the records that travel with it (errors, history)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from ..errors import ValidationError
+from .state import JobState
+
+QUEUE_NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,100}$")
+TASK_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]*(?:[.:][A-Za-z_][A-Za-z0-9_\-]*)*$")
+MAX_TASK_NAME = 200
+MAX_HISTORY = 50
+DEFAULT_MAX_ATTEMPTS = 4
+DEFAULT_IDEMPOTENCY_TTL = 300.0
+
+
+class ErrorKind(StrEnum):
+    """Why an attempt ended badly; recorded in every ``errors`` entry."""
+
+    ERROR = "error"  # handler raised a retryable exception
+    PERMANENT = "permanent"  # PermanentError, dead_on, or outside retry_on
+    RETRY = "retry"  # handler raised Retry(delay)
+    TIMEOUT = "timeout"
+    WORKER_LOST = "worker_lost"  # lease expired: the worker died or stalled
+    DECODE_ERROR = "decode_error"  # stored bytes are not a valid envelope
+    UNKNOWN_TASK = "unknown_task"
+    BAD_ARGUMENTS = "bad_arguments"  # args do not fit the function's signature
+
+
+@dataclass
+class Job:
+    """One unit of work and everything known about it. Times are epoch seconds (float)."""
+
+    id: str
+    task: str
+    args: list[Any] = field(default_factory=list)
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    queue: str = "default"
+    priority: int = 0
+    state: JobState = JobState.PENDING
+    attempts: int = 0
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    timeout: float | None = None
+    run_at: float = 0.0
+    created_at: float = 0.0
+    started_at: float | None = None
+    finished_at: float | None = None
+    result: Any = None
+    last_error: str | None = None
+    errors: list[dict[str, Any]] = field(default_factory=list)
+    history: list[dict[str, Any]] = field(default_factory=list)
+    idempotency_key: str | None = None
+    idempotency_ttl: float = DEFAULT_IDEMPOTENCY_TTL
+    metadata: dict[str, Any] = field(default_factory=dict)
+    lost: int = 0
+    worker_id: str | None = None
+    lease_expires_at: float | None = None
+
+    def record_error(
+        self,
+        *,
+        kind: ErrorKind | str,
+        message: str,
+        at: float,
+        exc_type: str = "",
+        traceback: str = "",
+        worker_id: str | None = None,
+    ) -> dict[str, Any]:
+        """Append an error entry for the current attempt and set ``last_error``."""
+        entry: dict[str, Any] = {
+            "attempt": self.attempts,
+            "kind": str(kind),
+            "type": exc_type,
+            "message": message,
+            "traceback": traceback[-4000:],
+            "worker": worker_id,
+            "at": at,
+        }
+        self.errors.append(entry)
+        self.last_error = f"{exc_type}: {message}" if exc_type else message
+        return entry
+
+    def record_event(
+        self, event: str, at: float, note: str = "", worker_id: str | None = None
+    ) -> None:
+        """Append an operational note (release, requeue, cancel) to the bounded history."""
+        self.history.append(
+            {"event": event, "at": at, "attempt": self.attempts, "note": note, "worker": worker_id}
+        )
+        del self.history[:-MAX_HISTORY]
+
+
+def validate_queue_name(queue: object, field_name: str = "queue") -> str:
+    """Return ``queue`` if it is a legal queue name, else raise ``ValidationError``."""
+    if not isinstance(queue, str) or not queue:
+        raise ValidationError(field_name, "must be a non-empty string")
+    if not QUEUE_NAME_RE.match(queue):
+        raise ValidationError(
+            field_name,
+            f"{queue[:120]!r} must be 1-100 characters of letters, digits, '_', '-' or '.'"
+            " (no spaces, braces or colons)",
+        )
+    return queue
+
+
+def validate_task_name(name: object) -> str:
+    """Return ``name`` if it is a legal task name (identifier segments), else raise."""
+    if not isinstance(name, str) or not name:
+        raise ValidationError("task", "must be a non-empty string")
+    if len(name) > MAX_TASK_NAME or not TASK_NAME_RE.match(name):
+        raise ValidationError(
+            "task",
+            f"{name[:120]!r} must be identifier segments joined by '.' or ':'"
+            f" (at most {MAX_TASK_NAME} characters)",
+        )
+    return name
+
+
+def validate_priority(priority: object) -> int:
+    """Return ``priority`` if it is an int in the allowed range, else raise."""
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise ValidationError("priority", f"must be an integer, got {type(priority).__name__}")
+    if not -1_000_000 <= priority <= 1_000_000:
+        raise ValidationError("priority", "must be between -1000000 and 1000000")
+    return priority
+
+
+def validate_max_attempts(max_attempts: object) -> int:
+    """Return ``max_attempts`` if it is an int >= 1, else raise."""
+    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+        raise ValidationError("max_attempts", f"must be an integer >= 1, got {max_attempts!r}")
+    return max_attempts
+
+
+def validate_non_negative(value: object, field_name: str) -> float:
+    """Return ``value`` as float if it is a finite number >= 0, else raise."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValidationError(field_name, f"must be a number, got {type(value).__name__}")
+    if value != value or value < 0 or value == float("inf"):
+        raise ValidationError(field_name, f"must be a finite number >= 0, got {value!r}")
+    return float(value)

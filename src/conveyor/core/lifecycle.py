@@ -1,0 +1,101 @@
+"""Pure transition functions: apply one event of the state table to a Job record.
+
+The memory and SQLite brokers call these inside their atomic sections; the Redis Lua scripts
+mirror them line for line. Each function checks the transition table first, so an illegal
+event raises ``IllegalTransition`` before anything changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .job import ErrorKind, Job
+from .state import Event, JobState, transition
+
+
+def initial_state(run_at: float, now: float) -> JobState:
+    """``scheduled`` when ``run_at`` is in the future, else ``pending``."""
+    return JobState.SCHEDULED if run_at > now else JobState.PENDING
+
+
+def claim(job: Job, now: float, visibility_timeout: float, worker_id: str) -> None:
+    """pending → active: one more attempt, a lease until ``now + visibility_timeout``."""
+    job.state = transition(job.state, Event.CLAIM)
+    job.attempts += 1
+    job.started_at = now
+    job.worker_id = worker_id or None
+    job.lease_expires_at = now + visibility_timeout
+
+
+def complete(job: Job, now: float, result: Any) -> None:
+    """active → completed with ``result``."""
+    job.state = transition(job.state, Event.COMPLETE)
+    job.result = result
+    job.finished_at = now
+    job.lease_expires_at = None
+
+
+def fail(job: Job, now: float, error: Mapping[str, Any], retry_at: float | None) -> None:
+    """active → retry_scheduled (at ``retry_at``) or dead_letter (``retry_at`` None)."""
+    event = Event.BURY if retry_at is None else Event.FAIL_RETRY
+    job.state = transition(job.state, event)
+    entry = dict(error)
+    entry.setdefault("attempt", job.attempts)
+    entry.setdefault("at", now)
+    job.errors.append(entry)
+    etype, message = entry.get("type") or "", entry.get("message") or ""
+    job.last_error = f"{etype}: {message}" if etype else str(message)
+    job.lease_expires_at = None
+    if retry_at is None:
+        job.finished_at = now
+    else:
+        job.run_at = retry_at
+
+
+def release(job: Job, now: float, delay: float, penalize: bool, note: str) -> None:
+    """active → pending (or scheduled after ``delay``); no attempt penalty when asked."""
+    job.state = transition(job.state, Event.RELEASE_DELAYED if delay > 0 else Event.RELEASE)
+    if not penalize:
+        job.attempts = max(0, job.attempts - 1)
+    job.record_event("released", now, note, job.worker_id)
+    job.run_at = now + delay if delay > 0 else now
+    job.lease_expires_at = None
+    job.worker_id = None
+
+
+def expire(job: Job, now: float, max_lost: int) -> None:
+    """Lease ran out: active → pending, or dead_letter on the ``max_lost``-th loss."""
+    job.lost += 1
+    poison = job.lost >= max_lost
+    job.state = transition(job.state, Event.EXPIRE_POISON if poison else Event.EXPIRE)
+    message = f"lease expired (lost delivery {job.lost} of {max_lost})"
+    job.record_error(kind=ErrorKind.WORKER_LOST, message=message, at=now, worker_id=job.worker_id)
+    job.lease_expires_at = None
+    job.worker_id = None
+    job.run_at = now
+    if poison:
+        job.finished_at = now
+
+
+def cancel(job: Job, now: float) -> None:
+    """scheduled / pending / retry_scheduled → cancelled."""
+    job.state = transition(job.state, Event.CANCEL)
+    job.finished_at = now
+    job.record_event("cancelled", now)
+
+
+def requeue(job: Job, now: float) -> None:
+    """dead_letter / cancelled → pending with fresh attempts; history and errors kept."""
+    job.state = transition(job.state, Event.REQUEUE)
+    job.record_event("requeued", now, f"after {job.attempts} attempts")
+    job.attempts = 0
+    job.lost = 0
+    job.run_at = now
+    job.finished_at = None
+    job.result = None
+
+
+def promote(job: Job) -> None:
+    """scheduled / retry_scheduled → pending (its run_at has come)."""
+    job.state = transition(job.state, Event.PROMOTE)

@@ -1,0 +1,83 @@
+"""The retry decision: given a failed attempt, retry (when) or dead-letter (why). Pure."""
+
+from __future__ import annotations
+
+import random
+import traceback as tb
+from dataclasses import dataclass, field
+
+from ..errors import JobTimeout, PermanentError, Retry
+from .backoff import DEFAULT_BACKOFF, Backoff
+from .job import ErrorKind
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Per-task failure classification and backoff (overridable per job for max_attempts)."""
+
+    max_attempts: int = 4
+    backoff: Backoff = DEFAULT_BACKOFF
+    retry_on: tuple[type[BaseException], ...] = (Exception,)
+    dead_on: tuple[type[BaseException], ...] = field(default=(PermanentError,))
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What to do after a failed attempt: ``retry_at`` is None when the job goes dead."""
+
+    kind: ErrorKind
+    retry_at: float | None
+    exc_type: str
+    message: str
+    traceback: str
+
+    @property
+    def dead(self) -> bool:
+        """True when the job must go to the dead-letter queue."""
+        return self.retry_at is None
+
+
+def classify(exc: BaseException, policy: RetryPolicy) -> ErrorKind:
+    """Map an exception to an error kind under ``policy`` (permanent kinds never retry)."""
+    if isinstance(exc, Retry):
+        return ErrorKind.RETRY
+    if isinstance(exc, JobTimeout):
+        return ErrorKind.TIMEOUT
+    if isinstance(exc, (PermanentError, policy.dead_on)):
+        return ErrorKind.PERMANENT
+    if not isinstance(exc, policy.retry_on):
+        return ErrorKind.PERMANENT
+    return ErrorKind.ERROR
+
+
+def decide(
+    exc: BaseException,
+    *,
+    attempts: int,
+    max_attempts: int,
+    policy: RetryPolicy,
+    now: float,
+    rng: random.Random,
+) -> Decision:
+    """Decide the fate of the attempt number ``attempts`` that raised ``exc`` at ``now``."""
+    kind = classify(exc, policy)
+    trace = "".join(tb.format_exception(type(exc), exc, exc.__traceback__))[-4000:]
+    message = str(exc) or type(exc).__name__
+    retry_at: float | None = None
+    if kind is not ErrorKind.PERMANENT and attempts < max_attempts:
+        if isinstance(exc, Retry) and exc.delay is not None:
+            retry_at = now + max(0.0, exc.delay)
+        else:
+            retry_at = now + policy.backoff.delay(attempts, rng)
+    return Decision(kind, retry_at, type(exc).__name__, message, trace)
+
+
+def max_attempts_from(max_attempts: int | None, max_retries: int | None) -> int | None:
+    """Resolve the ``max_retries`` synonym: ``max_retries=N`` means ``max_attempts=N+1``."""
+    if max_retries is not None:
+        if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
+            from ..errors import ValidationError
+
+            raise ValidationError("max_retries", f"must be an integer >= 0, got {max_retries!r}")
+        return max_retries + 1
+    return max_attempts

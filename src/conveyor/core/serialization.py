@@ -1,0 +1,215 @@
+"""The wire format: a versioned JSON envelope (orjson) with typed extensions; no pickle.
+
+Values allowed in args, kwargs, results and metadata: None, bool, int, float, str, list/tuple
+(tuples come back as lists), dict with str keys, and these typed extensions, which round-trip
+exactly and are written as one-key objects so other languages can read them:
+
+=============  ==========================================
+``datetime``   ``{"$dt": "2024-01-02T03:04:05.000006+00:00"}`` (naive ones stay naive)
+``date``       ``{"$date": "2024-01-02"}``
+``Decimal``    ``{"$dec": "1.10"}``
+``UUID``       ``{"$uuid": "…"}``
+``bytes``      ``{"$b64": "…"}`` (standard base64)
+=============  ==========================================
+
+A user dict whose only key is one of those tags (or ``$map``) is wrapped as ``{"$map": {...}}``
+so it can never be mistaken for a typed value. Anything else is refused with a
+``ValidationError`` naming the argument and its type. See docs/wire-format.md.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import uuid
+from decimal import Decimal
+from typing import Any
+
+import orjson
+
+from ..errors import DecodeError, PayloadTooLarge, ValidationError
+from .job import Job
+from .state import JobState
+
+ENVELOPE_VERSION = 1
+MAX_PAYLOAD_BYTES = 1024 * 1024
+_TAGS = ("$dt", "$date", "$dec", "$uuid", "$b64", "$map")
+_REQUIRED = ("id", "task", "queue", "state")
+
+
+def encode_value(value: Any, path: str) -> Any:
+    """Turn ``value`` into plain JSON data, raising ``ValidationError`` naming ``path``."""
+    if value is None or isinstance(value, bool | str):
+        return value
+    if isinstance(value, int):
+        if not -(2**63) <= value < 2**64:  # orjson (and most JSON readers) stop at 64 bits
+            raise ValidationError(path, "integers must fit in 64 bits")
+        return value
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ValidationError(path, "NaN and infinity are not valid JSON numbers")
+        return value
+    if isinstance(value, list | tuple):
+        return [encode_value(v, f"{path}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, dict):
+        return _encode_dict(value, path)
+    if isinstance(value, dt.datetime):
+        return {"$dt": value.isoformat()}
+    if isinstance(value, dt.date):
+        return {"$date": value.isoformat()}
+    if isinstance(value, Decimal):
+        return {"$dec": str(value)}
+    if isinstance(value, uuid.UUID):
+        return {"$uuid": str(value)}
+    if isinstance(value, bytes | bytearray):
+        return {"$b64": base64.b64encode(bytes(value)).decode("ascii")}
+    raise ValidationError(
+        path,
+        f"values of type {type(value).__name__} cannot be serialised; use JSON types,"
+        " datetime, date, Decimal, UUID or bytes",
+    )
+
+
+def _encode_dict(value: dict[Any, Any], path: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, item in value.items():
+        if not isinstance(key, str):
+            raise ValidationError(path, f"dict keys must be strings, got {type(key).__name__}")
+        out[key] = encode_value(item, f"{path}[{key!r}]")
+    if len(out) == 1 and next(iter(out)) in _TAGS:
+        return {"$map": out}
+    return out
+
+
+def decode_value(value: Any) -> Any:
+    """Inverse of ``encode_value``: plain JSON data back to Python values."""
+    if isinstance(value, list):
+        return [decode_value(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    if len(value) == 1:
+        tag, inner = next(iter(value.items()))
+        if tag in _TAGS:
+            return _decode_tagged(tag, inner)
+    return {k: decode_value(v) for k, v in value.items()}
+
+
+def _decode_tagged(tag: str, inner: Any) -> Any:
+    try:
+        if tag == "$map":
+            return {k: decode_value(v) for k, v in inner.items()}
+        if tag == "$dt":
+            return dt.datetime.fromisoformat(inner)
+        if tag == "$date":
+            return dt.date.fromisoformat(inner)
+        if tag == "$dec":
+            return Decimal(inner)
+        if tag == "$uuid":
+            return uuid.UUID(inner)
+        return base64.b64decode(inner, validate=True)
+    except (ValueError, TypeError, AttributeError, ArithmeticError) as exc:
+        raise DecodeError(f"bad {tag} value: {exc}") from exc
+
+
+def job_to_dict(job: Job) -> dict[str, Any]:
+    """The envelope of ``job`` as a JSON-ready dict (args, kwargs, result typed-encoded)."""
+    return {
+        "v": ENVELOPE_VERSION,
+        "id": job.id,
+        "task": job.task,
+        "args": encode_value(job.args, "args"),
+        "kwargs": encode_value(job.kwargs, "kwargs"),
+        "queue": job.queue,
+        "priority": job.priority,
+        "state": str(job.state),
+        "attempts": job.attempts,
+        "max_attempts": job.max_attempts,
+        "timeout": job.timeout,
+        "run_at": job.run_at,
+        "created_at": job.created_at,
+        "started_at": job.started_at,
+        "finished_at": job.finished_at,
+        "result": encode_value(job.result, "result"),
+        "last_error": job.last_error,
+        "errors": job.errors,
+        "history": job.history,
+        "idempotency_key": job.idempotency_key,
+        "idempotency_ttl": job.idempotency_ttl,
+        "metadata": encode_value(job.metadata, "metadata"),
+        "lost": job.lost,
+        "worker_id": job.worker_id,
+        "lease_expires_at": job.lease_expires_at,
+    }
+
+
+def encode_job(job: Job, limit: int = MAX_PAYLOAD_BYTES) -> bytes:
+    """Serialise ``job`` to envelope bytes; raise ``PayloadTooLarge`` over ``limit``."""
+    data = orjson.dumps(job_to_dict(job))
+    if len(data) > limit:
+        raise PayloadTooLarge(len(data), limit)
+    return data
+
+
+def job_from_dict(data: Any) -> Job:
+    """Build a Job from an envelope dict; raise ``DecodeError`` on anything malformed."""
+    if not isinstance(data, dict):
+        raise DecodeError("envelope must be a JSON object")
+    if data.get("v") != ENVELOPE_VERSION:
+        raise DecodeError(f"unsupported envelope version {data.get('v')!r}")
+    missing = [name for name in _REQUIRED if name not in data]
+    if missing:
+        raise DecodeError(f"envelope is missing fields: {', '.join(missing)}")
+    try:
+        return Job(
+            id=str(data["id"]),
+            task=str(data["task"]),
+            args=list(decode_value(data.get("args") or [])),
+            kwargs=dict(decode_value(data.get("kwargs") or {})),
+            queue=str(data["queue"]),
+            priority=int(data.get("priority", 0)),
+            state=JobState(data["state"]),
+            attempts=int(data.get("attempts", 0)),
+            max_attempts=int(data.get("max_attempts", 4)),
+            timeout=_opt_float(data.get("timeout")),
+            run_at=float(data.get("run_at") or 0.0),
+            created_at=float(data.get("created_at") or 0.0),
+            started_at=_opt_float(data.get("started_at")),
+            finished_at=_opt_float(data.get("finished_at")),
+            result=decode_value(data.get("result")),
+            last_error=data.get("last_error"),
+            errors=list(data.get("errors") or []),
+            history=list(data.get("history") or []),
+            idempotency_key=data.get("idempotency_key"),
+            idempotency_ttl=float(data.get("idempotency_ttl") or 300.0),
+            metadata=dict(decode_value(data.get("metadata") or {})),
+            lost=int(data.get("lost", 0)),
+            worker_id=data.get("worker_id"),
+            lease_expires_at=_opt_float(data.get("lease_expires_at")),
+        )
+    except (TypeError, ValueError, AttributeError) as exc:
+        if isinstance(exc, DecodeError):
+            raise
+        raise DecodeError(f"malformed envelope field: {exc}") from exc
+
+
+def decode_job(raw: bytes | str) -> Job:
+    """Parse envelope bytes into a Job; the only error raised is ``DecodeError``."""
+    try:
+        data = orjson.loads(raw)
+    except (orjson.JSONDecodeError, TypeError, UnicodeDecodeError) as exc:
+        raise DecodeError(f"not valid JSON: {exc}") from exc
+    return job_from_dict(data)
+
+
+def dumps(value: Any) -> bytes:
+    """JSON-encode plain data (schedules, events, metrics) with orjson."""
+    return orjson.dumps(value)
+
+
+def loads(raw: bytes | str) -> Any:
+    """JSON-decode plain data with orjson."""
+    return orjson.loads(raw)
+
+
+def _opt_float(value: Any) -> float | None:
+    return None if value is None else float(value)

@@ -1,0 +1,98 @@
+"""Exception hierarchy: one root, ConveyorError; validation, broker and control-flow errors.
+
+Two families live here:
+
+* errors Conveyor raises to callers (``ValidationError``, ``PayloadTooLarge``, ``UnknownTask``,
+  ``LeaseLost``, ``BrokerUnavailable``, ``IllegalTransition``, ``DuplicateJob``);
+* exceptions a *handler* raises to steer the retry policy (``Retry``, ``PermanentError``).
+"""
+
+from __future__ import annotations
+
+
+class ConveyorError(Exception):
+    """Root of every error Conveyor raises."""
+
+
+class ValidationError(ConveyorError, ValueError):
+    """Bad input: the message names the field and the rule it broke."""
+
+    def __init__(self, field: str, rule: str) -> None:
+        self.field = field
+        self.rule = rule
+        super().__init__(f"{field}: {rule}")
+
+
+class PayloadTooLarge(ValidationError):
+    """An encoded job is over the size limit; raised before any broker call."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        self.size = size
+        self.limit = limit
+        super().__init__("payload", f"encoded job is {size} bytes, the limit is {limit} bytes")
+
+
+class UnknownTask(ConveyorError, LookupError):
+    """A job names a task that this process has not registered."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(f"unknown task {name!r}: register it with @app.task")
+
+
+class DuplicateJob(ConveyorError):
+    """A job with this explicit ``job_id`` already exists."""
+
+    def __init__(self, job_id: str) -> None:
+        self.job_id = job_id
+        super().__init__(f"job {job_id!r} already exists")
+
+
+class JobNotFound(ConveyorError, LookupError):
+    """No job with this id is stored (never existed, or purged by retention)."""
+
+    def __init__(self, job_id: str) -> None:
+        self.job_id = job_id
+        super().__init__(f"job {job_id!r} not found")
+
+
+class LeaseLost(ConveyorError):
+    """The attempt's fencing token is stale: the job was redelivered or finished elsewhere."""
+
+    def __init__(self, job_id: str, detail: str = "lease expired or token is stale") -> None:
+        self.job_id = job_id
+        super().__init__(f"lease lost for job {job_id!r}: {detail}")
+
+
+class BrokerUnavailable(ConveyorError, ConnectionError):
+    """The storage backend cannot be reached right now."""
+
+
+class IllegalTransition(ConveyorError):
+    """A state change that the transition table does not allow."""
+
+    def __init__(self, state: str, event: str) -> None:
+        self.state = state
+        self.event = event
+        super().__init__(f"event {event!r} is not allowed in state {state!r}")
+
+
+class DecodeError(ConveyorError, ValueError):
+    """Stored bytes are not a valid job envelope (bad JSON, version, or fields)."""
+
+
+class PermanentError(Exception):
+    """Raised by a handler: do not retry, move the job to the dead-letter queue now."""
+
+
+class Retry(Exception):
+    """Raised by a handler: retry after ``delay`` seconds (counts as an attempt)."""
+
+    def __init__(self, delay: float | None = None, reason: str = "") -> None:
+        self.delay = delay
+        self.reason = reason
+        super().__init__(reason or f"retry requested (delay={delay})")
+
+
+class JobTimeout(Exception):
+    """Raised inside a job (or recorded for it) when it runs past its timeout."""

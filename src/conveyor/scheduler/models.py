@@ -1,0 +1,197 @@
+"""Schedule records: the stored shape of a schedule, its validation, ids and history entries.
+
+A schedule is one JSON document in the broker's ``schedules`` collection (``Broker.doc_*``), so
+every process sees the same set. Its history is a bounded broker log named
+``schedule-history:{name}``. Everything here is pure: no clock, no I/O.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields, replace
+from datetime import timedelta
+from typing import Any, Literal
+
+from ..core.cron import CronSpec, IntervalSpec, Spec, parse_schedule
+from ..core.job import validate_priority, validate_queue_name, validate_task_name
+from ..errors import ConveyorError, ValidationError
+
+COLLECTION = "schedules"
+MisfirePolicy = Literal["skip", "run_once", "backfill"]
+OverlapPolicy = Literal["allow", "skip"]
+MISFIRE_POLICIES: tuple[str, ...] = ("skip", "run_once", "backfill")
+OVERLAP_POLICIES: tuple[str, ...] = ("allow", "skip")
+OUTCOMES = ("enqueued", "skipped-overlap", "skipped-misfire", "duplicate", "error")
+DEFAULT_MISFIRE_GRACE = 60.0
+DEFAULT_MAX_BACKFILL = 100
+MAX_BACKFILL_LIMIT = 10_000
+NAME_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,150}$")
+#: Options accepted by ``app.cron`` / ``app.every`` / ``app.schedule_cron`` besides the timing.
+OPTION_NAMES = frozenset({
+    "name", "tz", "args", "kwargs", "queue", "priority", "misfire", "max_backfill",
+    "misfire_grace", "overlap", "paused",
+})  # fmt: skip
+#: Fields whose change means a different timetable: the next run is recomputed on upsert.
+TIMING_FIELDS = ("cron", "every", "tz")
+#: Fields copied from a (code or run-time) declaration onto the stored schedule.
+DEFINITION_FIELDS = (
+    "task", "cron", "every", "tz", "args", "kwargs", "queue", "priority", "misfire",
+    "max_backfill", "misfire_grace", "overlap",
+)  # fmt: skip
+
+
+class ScheduleNotFound(ConveyorError, LookupError):
+    """No stored schedule has this name."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(f"schedule {name!r} not found")
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A named schedule: which task to enqueue, when, with what, and its firing state.
+
+    Exactly one of ``cron`` (5-field expression or ``@daily``-style alias, evaluated in ``tz``)
+    and ``every`` (whole seconds) is set. ``queue``/``priority`` of None use the task's defaults.
+    ``next_fire_at``/``last_fire_at`` are epoch seconds; ``rev`` increments on every stored change
+    and is the compare-and-set field that lets any number of schedulers cooperate.
+    """
+
+    name: str
+    task: str
+    cron: str | None = None
+    every: int | None = None
+    tz: str = "UTC"
+    args: list[Any] = field(default_factory=list)
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    queue: str | None = None
+    priority: int | None = None
+    misfire: MisfirePolicy = "run_once"
+    max_backfill: int = DEFAULT_MAX_BACKFILL
+    misfire_grace: float = DEFAULT_MISFIRE_GRACE
+    overlap: OverlapPolicy = "allow"
+    paused: bool = False
+    next_fire_at: float | None = None
+    last_fire_at: float | None = None
+    last_job_id: str | None = None
+    source: str = "runtime"
+    created_at: float | None = None
+    updated_at: float | None = None
+    rev: int = 0
+
+    @property
+    def spec(self) -> Spec:
+        """The timing spec (``CronSpec`` or ``IntervalSpec``) of this schedule."""
+        return parse_schedule(cron=self.cron, every=self.every, tz=self.tz)
+
+    @property
+    def expr(self) -> str:
+        """A short description of the timing: the cron expression or ``every Ns``."""
+        return self.cron if self.cron is not None else f"every {self.every}s"
+
+    def definition(self) -> dict[str, Any]:
+        """The declared fields (what code or an operator chose), without firing state."""
+        doc = self.to_doc()
+        return {key: doc[key] for key in DEFINITION_FIELDS}
+
+    def to_doc(self) -> dict[str, Any]:
+        """The JSON document stored in the broker."""
+        return asdict(self)
+
+    @classmethod
+    def from_doc(cls, doc: Mapping[str, Any]) -> Schedule:
+        """Rebuild from a stored document (unknown keys from newer versions are ignored)."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{key: value for key, value in doc.items() if key in known})
+
+    def with_state(self, **changes: Any) -> Schedule:
+        """A copy with some fields changed."""
+        return replace(self, **changes)
+
+
+def validate_name(name: object) -> str:
+    """Schedule names: 1-150 of letters, digits and ``_ . : -``."""
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        raise ValidationError(
+            "name", f"schedule name must be 1-150 characters of A-Z a-z 0-9 _ . : -, got {name!r}"
+        )
+    return name
+
+
+def build_schedule(
+    name: str,
+    task: str,
+    *,
+    cron: str | None = None,
+    every: int | float | timedelta | None = None,
+    source: str = "runtime",
+    **options: Any,
+) -> Schedule:
+    """Validate a declaration and return the Schedule (no firing state yet).
+
+    Raises ``ValidationError`` naming the offending field: ``cron`` (syntax or out-of-range
+    field), ``tz`` (unknown zone), ``every``, ``misfire``, ``overlap``, ``queue``, ...
+    """
+    unknown = set(options) - OPTION_NAMES
+    if unknown:
+        raise ValidationError("options", f"unknown schedule option(s): {', '.join(sorted(unknown))}")
+    tz = options.get("tz") or "UTC"
+    spec = parse_schedule(cron=cron, every=every, tz=tz)
+    args = options.get("args") or []
+    kwargs = options.get("kwargs") or {}
+    if not isinstance(args, list | tuple):
+        raise ValidationError("args", f"must be a list, got {type(args).__name__}")
+    if not isinstance(kwargs, dict):
+        raise ValidationError("kwargs", f"must be a dict, got {type(kwargs).__name__}")
+    queue = options.get("queue")
+    priority = options.get("priority")
+    misfire = options.get("misfire", "run_once")
+    if misfire not in MISFIRE_POLICIES:
+        raise ValidationError("misfire", f"must be one of {', '.join(MISFIRE_POLICIES)}")
+    overlap = options.get("overlap", "allow")
+    if overlap not in OVERLAP_POLICIES:
+        raise ValidationError("overlap", f"must be one of {', '.join(OVERLAP_POLICIES)}")
+    max_backfill = options.get("max_backfill", DEFAULT_MAX_BACKFILL)
+    if (isinstance(max_backfill, bool) or not isinstance(max_backfill, int)
+            or not 1 <= max_backfill <= MAX_BACKFILL_LIMIT):  # fmt: skip
+        raise ValidationError("max_backfill", f"must be an integer 1..{MAX_BACKFILL_LIMIT}")
+    grace = options.get("misfire_grace", DEFAULT_MISFIRE_GRACE)
+    if isinstance(grace, bool) or not isinstance(grace, int | float) or not grace >= 0:
+        raise ValidationError("misfire_grace", "must be a number of seconds >= 0")
+    return Schedule(
+        name=validate_name(name),
+        task=validate_task_name(task),
+        cron=spec.expr if isinstance(spec, CronSpec) else None,
+        every=spec.seconds if isinstance(spec, IntervalSpec) else None,
+        tz=tz,
+        args=list(args),
+        kwargs=dict(kwargs),
+        queue=None if queue is None else validate_queue_name(queue),
+        priority=None if priority is None else validate_priority(priority),
+        misfire=misfire,
+        max_backfill=max_backfill,
+        misfire_grace=float(grace),
+        overlap=overlap,
+        paused=bool(options.get("paused", False)),
+        source=source,
+    )
+
+
+def job_id_for(name: str, fire_at: float) -> str:
+    """The deterministic job id of one tick: ``sched:{name}:{fire time in epoch ms}``."""
+    return f"sched:{name}:{round(fire_at * 1000)}"
+
+
+def history_log(name: str) -> str:
+    """The broker log holding a schedule's history."""
+    return f"schedule-history:{name}"
+
+
+def history_entry(
+    fire_at: float, job_id: str | None, outcome: str, at: float, scheduler: str, **extra: Any
+) -> dict[str, Any]:
+    """One history record: fire time, job id, outcome, when it was decided and by whom."""
+    return {"fire_at": fire_at, "job_id": job_id, "outcome": outcome, "at": at,
+            "scheduler": scheduler, **extra}  # fmt: skip

@@ -1,0 +1,188 @@
+"""Tasks: a registered function plus its policy; options and specs build jobs from calls."""
+
+from __future__ import annotations
+
+import datetime as dt
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Literal
+
+from .core.backoff import DEFAULT_BACKOFF, Backoff
+from .core.job import validate_max_attempts, validate_non_negative
+from .core.retry import RetryPolicy, max_attempts_from
+from .errors import PermanentError, ValidationError
+
+if TYPE_CHECKING:
+    from .app import Conveyor
+    from .handles import JobHandle
+
+Executor = Literal["auto", "thread", "asyncio", "process", "inline"]
+_OPTION_NAMES = frozenset({
+    "job_id", "queue", "priority", "idempotency_key", "idempotency_ttl", "delay", "run_at",
+    "max_attempts", "max_retries", "timeout", "metadata",
+})  # fmt: skip
+
+
+def check_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """Refuse unknown option names; resolve ``max_retries`` and datetime ``run_at``."""
+    unknown = set(options) - _OPTION_NAMES
+    if unknown:
+        raise ValidationError("options", f"unknown option(s): {', '.join(sorted(unknown))}")
+    out = dict(options)
+    if "max_retries" in out:
+        out["max_attempts"] = max_attempts_from(None, out.pop("max_retries"))
+    if out.get("max_attempts") is not None:
+        validate_max_attempts(out["max_attempts"])
+    if isinstance(out.get("run_at"), dt.datetime):
+        out["run_at"] = datetime_to_epoch(out["run_at"], "run_at")
+    if out.get("delay") is not None:
+        validate_non_negative(out["delay"], "delay")
+    if out.get("timeout") is not None:
+        validate_non_negative(out["timeout"], "timeout")
+    return out
+
+
+def datetime_to_epoch(when: dt.datetime, field_name: str) -> float:
+    """Epoch seconds of an aware datetime; naive datetimes are refused (ambiguous)."""
+    if not isinstance(when, dt.datetime):
+        raise ValidationError(field_name, f"must be a datetime, got {type(when).__name__}")
+    if when.tzinfo is None or when.utcoffset() is None:
+        raise ValidationError(field_name, "must be timezone-aware (e.g. datetime.now(UTC))")
+    return when.timestamp()
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """An un-enqueued job: a task name, arguments and options. ``app.enqueue_many`` takes these."""
+
+    task: str
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Task:
+    """A function registered with an app, with its default queue and failure policy."""
+
+    app: Conveyor
+    fn: Callable[..., Any]
+    name: str
+    queue: str = "default"
+    priority: int = 0
+    timeout: float | None = None
+    policy: RetryPolicy = field(default_factory=RetryPolicy)
+    executor: Executor = "auto"
+    idempotency_ttl: float | None = None
+
+    def __post_init__(self) -> None:
+        self.is_async = inspect.iscoroutinefunction(self.fn)
+        try:
+            self.signature: inspect.Signature | None = inspect.signature(self.fn)
+        except (TypeError, ValueError):
+            self.signature = None
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the function directly, in this process (no job)."""
+        return self.fn(*args, **kwargs)
+
+    @property
+    def max_attempts(self) -> int:
+        """Total runs allowed (default for this task's jobs)."""
+        return self.policy.max_attempts
+
+    def options(self, **options: Any) -> TaskOptions:
+        """Per-call overrides: queue, priority, job_id, idempotency_key, delay, run_at, ..."""
+        return TaskOptions(self, check_options(options))
+
+    def spec(self, *args: Any, **kwargs: Any) -> JobSpec:
+        """Build an un-enqueued job for ``app.enqueue_many``."""
+        return TaskOptions(self, {}).spec(*args, **kwargs)
+
+    def enqueue(self, *args: Any, **kwargs: Any) -> JobHandle:
+        """Enqueue a job that runs ``fn(*args, **kwargs)`` as soon as a worker is free."""
+        return TaskOptions(self, {}).enqueue(*args, **kwargs)
+
+    def enqueue_in(self, seconds: float | dt.timedelta, *args: Any, **kwargs: Any) -> JobHandle:
+        """Enqueue to run ``seconds`` from now."""
+        return self.options(delay=_seconds(seconds)).enqueue(*args, **kwargs)
+
+    def enqueue_at(self, when: dt.datetime, *args: Any, **kwargs: Any) -> JobHandle:
+        """Enqueue to run at an aware datetime."""
+        return self.options(run_at=when).enqueue(*args, **kwargs)
+
+    def check_arguments(self, args: list[Any], kwargs: dict[str, Any]) -> str | None:
+        """None if ``args``/``kwargs`` fit the function's signature, else the reason."""
+        if self.signature is None:
+            return None
+        try:
+            self.signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            return str(exc)
+        return None
+
+
+@dataclass(frozen=True)
+class TaskOptions:
+    """A task with per-call options bound; ``enqueue``/``spec`` use them."""
+
+    task: Task
+    opts: Mapping[str, Any]
+
+    def options(self, **options: Any) -> TaskOptions:
+        """Layer more options on top."""
+        return replace(self, opts={**self.opts, **check_options(options)})
+
+    def spec(self, *args: Any, **kwargs: Any) -> JobSpec:
+        """Build an un-enqueued job."""
+        return JobSpec(self.task.name, tuple(args), dict(kwargs), dict(self.opts))
+
+    def enqueue(self, *args: Any, **kwargs: Any) -> JobHandle:
+        """Enqueue with these options."""
+        return self.task.app.enqueue_many([self.spec(*args, **kwargs)])[0]
+
+
+def _seconds(value: float | dt.timedelta) -> float:
+    return value.total_seconds() if isinstance(value, dt.timedelta) else float(value)
+
+
+def build_task(
+    app: Conveyor,
+    fn: Callable[..., Any],
+    *,
+    name: str | None,
+    queue: str,
+    priority: int,
+    timeout: float | None,
+    max_attempts: int | None,
+    max_retries: int | None,
+    backoff: Backoff | None,
+    retry_on: tuple[type[BaseException], ...],
+    dead_on: tuple[type[BaseException], ...],
+    executor: Executor,
+    idempotency_ttl: float | None,
+) -> Task:
+    """Validate decorator arguments and build the Task."""
+    from .core.job import validate_priority, validate_queue_name, validate_task_name
+
+    attempts = max_attempts_from(max_attempts, max_retries)
+    policy = RetryPolicy(
+        max_attempts=validate_max_attempts(attempts if attempts is not None else 4),
+        backoff=backoff or DEFAULT_BACKOFF,
+        retry_on=tuple(retry_on),
+        dead_on=(PermanentError, *dead_on),
+    )
+    if executor not in ("auto", "thread", "asyncio", "process", "inline"):
+        raise ValidationError("executor", "must be auto, thread, asyncio, process or inline")
+    return Task(
+        app=app,
+        fn=fn,
+        name=validate_task_name(name or fn.__name__),
+        queue=validate_queue_name(queue),
+        priority=validate_priority(priority),
+        timeout=None if timeout is None else validate_non_negative(timeout, "timeout"),
+        policy=policy,
+        executor=executor,
+        idempotency_ttl=idempotency_ttl,
+    )

@@ -1,0 +1,99 @@
+"""Run one leased job and turn what happened into an Outcome (pure decision, no broker calls).
+
+The caller records the outcome with the broker: successes are coalesced into ``complete``
+batches, failures go through ``fail``. Unknown tasks, bad arguments and results that cannot be
+serialised are permanent failures with their own error kinds; nothing here can raise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import traceback
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..core.job import ErrorKind, Job
+from ..core.retry import Decision, RetryPolicy, decide
+from ..core.serialization import encode_value
+from ..errors import ValidationError
+
+if TYPE_CHECKING:
+    from ..task import Task
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The result of one attempt: success with ``result``, or a failure ``decision``."""
+
+    ok: bool
+    result: Any = None
+    decision: Decision | None = None
+
+    def error_entry(self, job: Job, now: float, worker_id: str) -> Mapping[str, Any]:
+        """The ``errors`` entry to store for a failed attempt."""
+        assert self.decision is not None
+        d = self.decision
+        return {"attempt": job.attempts, "kind": str(d.kind), "type": d.exc_type,
+                "message": d.message[:2000], "traceback": d.traceback, "worker": worker_id,
+                "at": now}  # fmt: skip
+
+
+def permanent(kind: ErrorKind, exc_type: str, message: str) -> Outcome:
+    """A failure that goes straight to the dead-letter queue."""
+    return Outcome(False, decision=Decision(kind, None, exc_type, message, ""))
+
+
+def precheck(task: Task | None, job: Job) -> Outcome | None:
+    """Refuse jobs that must never run: unknown task names, arguments that do not fit."""
+    if task is None:
+        return permanent(ErrorKind.UNKNOWN_TASK, "UnknownTask",
+                         f"no task named {job.task!r} is registered in this worker")  # fmt: skip
+    reason = task.check_arguments(job.args, job.kwargs)
+    if reason is not None:
+        return permanent(ErrorKind.BAD_ARGUMENTS, "TypeError", reason)
+    return None
+
+
+def outcome_of_call(
+    task: Task, job: Job, call: Any, now: float, rng: random.Random
+) -> Outcome:
+    """Run ``call()`` (which runs the job) and classify what it did."""
+    try:
+        result = call()
+        return success(result)
+    except BaseException as exc:  # noqa: BLE001 - a job must never kill the worker
+        if isinstance(exc, KeyboardInterrupt | SystemExit):
+            raise
+        return failure(task.policy, job, exc, now, rng)
+
+
+def success(result: Any) -> Outcome:
+    """A returned value; results that cannot be serialised fail permanently."""
+    try:
+        encode_value(result, "result")
+    except ValidationError as exc:
+        return permanent(ErrorKind.PERMANENT, "ValidationError", str(exc))
+    return Outcome(True, result=result)
+
+
+def failure(
+    policy: RetryPolicy, job: Job, exc: BaseException, now: float, rng: random.Random
+) -> Outcome:
+    """Classify an exception under the task's policy and the job's attempt budget."""
+    decision = decide(exc, attempts=job.attempts, max_attempts=job.max_attempts, policy=policy,
+                      now=now, rng=rng)  # fmt: skip
+    return Outcome(False, decision=decision)
+
+
+def call_inline(task: Task, job: Job) -> Any:
+    """Call the task function in this thread (async functions get a fresh event loop)."""
+    if task.is_async:
+        return asyncio.run(task.fn(*job.args, **job.kwargs))
+    return task.fn(*job.args, **job.kwargs)
+
+
+def format_exc(exc: BaseException) -> str:
+    """A trimmed traceback string."""
+    return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-4000:]

@@ -1,0 +1,40 @@
+"""Shared fixtures: backends for the contract suite, clocks, apps."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conveyor import Conveyor, FakeClock
+from conveyor.broker.base import Broker
+from tests.support.backends import BACKENDS
+
+
+@pytest.fixture(params=sorted(BACKENDS))
+def backend(request: Any) -> str:
+    """The name of each backend in turn."""
+    return str(request.param)
+
+
+@pytest.fixture
+def broker(request: Any, backend: str, tmp_path: Path) -> Iterator[Broker]:
+    """A fresh, empty broker of each backend."""
+    b = BACKENDS[backend](request, tmp_path, None)
+    yield b
+    b.close()
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    """A fake clock starting at a round, realistic epoch time."""
+    return FakeClock(1_700_000_000.0)
+
+
+@pytest.fixture
+def app(broker: Broker, clock: FakeClock) -> Conveyor:
+    """An app on each backend with a fake clock and a seeded rng."""
+    return Conveyor(broker, clock=clock, rng=random.Random(42))

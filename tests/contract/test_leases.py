@@ -1,0 +1,110 @@
+"""Contract: leases, fencing tokens, expiry and redelivery, poison pills, release, extend."""
+
+from __future__ import annotations
+
+import pytest
+
+from conveyor import Conveyor, FakeClock, JobState, LeaseLost
+from conveyor.broker.base import Ack, Broker
+
+
+def claim_one(broker: Broker, now: float, vt: float = 30) -> object:
+    leases = broker.claim(["default"], now, limit=1, visibility_timeout=vt, worker_id="w1")
+    assert len(leases) == 1
+    return leases[0]
+
+
+def test_lease_expiry_redelivers_and_counts_lost(app: Conveyor, clock: FakeClock) -> None:
+    job = app.enqueue("t")
+    first = app.broker.claim(["default"], clock.now(), limit=1, visibility_timeout=10)[0]
+    assert first.expires_at == clock.now() + 10
+    clock.advance(9.9)
+    assert app.broker.reap_expired(clock.now()) == 0
+    clock.advance(0.2)
+    assert app.broker.reap_expired(clock.now()) == 1
+    snap = app.get_job(job.id)
+    assert snap.state is JobState.PENDING and snap.lost == 1
+    assert snap.errors[-1]["kind"] == "worker_lost"
+    second = app.broker.claim(["default"], clock.now(), limit=1, visibility_timeout=10)[0]
+    assert second.job.attempts == 2 and second.token != first.token
+
+
+def test_stale_token_is_refused_everywhere(app: Conveyor, clock: FakeClock) -> None:
+    app.enqueue("t")
+    stale = app.broker.claim(["default"], clock.now(), limit=1, visibility_timeout=5)[0]
+    clock.advance(6)
+    app.broker.reap_expired(clock.now())
+    fresh = app.broker.claim(["default"], clock.now(), limit=1, visibility_timeout=5)[0]
+    now = clock.now()
+    assert app.broker.complete([Ack(stale.id, stale.token, "zombie")], now) == [False]
+    assert app.broker.extend([(stale.id, stale.token)], now, 30) == [False]
+    with pytest.raises(LeaseLost):
+        app.broker.fail(stale.id, stale.token, now, error={"kind": "error"}, retry_at=None)
+    with pytest.raises(LeaseLost):
+        app.broker.release(stale.id, stale.token, now)
+    assert app.get_job(fresh.id).state is JobState.ACTIVE
+    assert app.broker.complete([Ack(fresh.id, fresh.token, "winner")], now) == [True]
+    assert app.get_job(fresh.id).result == "winner"
+    assert app.broker.complete([Ack(fresh.id, fresh.token, "again")], now) == [False]
+
+
+def test_poison_pill_after_max_lost(app: Conveyor, clock: FakeClock) -> None:
+    job = app.enqueue("t")
+    for expected_lost in (1, 2, 3):
+        app.broker.claim(["default"], clock.now(), limit=1, visibility_timeout=5)
+        clock.advance(6)
+        app.broker.reap_expired(clock.now(), max_lost=3)
+        assert app.get_job(job.id).lost == expected_lost
+    snap = app.get_job(job.id)
+    assert snap.state is JobState.DEAD_LETTER
+    assert [e["kind"] for e in snap.errors] == ["worker_lost"] * 3
+
+
+def test_extend_keeps_the_lease(app: Conveyor, clock: FakeClock) -> None:
+    app.enqueue("t")
+    app.enqueue("t")
+    leases = app.broker.claim(["default"], clock.now(), limit=2, visibility_timeout=10)
+    clock.advance(8)
+    assert app.broker.extend([(x.id, x.token) for x in leases], clock.now(), 10) == [True, True]
+    clock.advance(8)
+    assert app.broker.reap_expired(clock.now()) == 0
+    clock.advance(3)
+    assert app.broker.reap_expired(clock.now()) == 2
+
+
+def test_release_without_penalty_and_with_delay(app: Conveyor, clock: FakeClock) -> None:
+    job = app.enqueue("t")
+    lease = app.broker.claim(["default"], clock.now(), limit=1)[0]
+    state = app.broker.release(lease.id, lease.token, clock.now(), penalize=False, note="shutdown")
+    snap = app.get_job(job.id)
+    assert state is JobState.PENDING and snap.attempts == 0
+    assert snap.history[-1]["event"] == "released" and snap.history[-1]["note"] == "shutdown"
+    lease = app.broker.claim(["default"], clock.now(), limit=1)[0]
+    assert lease.job.attempts == 1
+    assert app.broker.release(lease.id, lease.token, clock.now(), delay=20) is JobState.SCHEDULED
+    assert app.get_job(job.id).attempts == 1
+    assert app.broker.claim(["default"], clock.now() + 19, limit=1) == []
+    assert len(app.broker.claim(["default"], clock.now() + 20, limit=1)) == 1
+
+
+def test_low_level_dequeue_ack_nack_extend(app: Conveyor, clock: FakeClock) -> None:
+    # seed 004: redelivery after the visibility timeout with delivery count 2
+    job = app.enqueue("payload", args=[{"n": 1}], idempotency_key="k1")
+    assert app.enqueue("payload", args=[{"n": 1}], idempotency_key="k1").id == job.id
+    d1 = app.dequeue("default", visibility_timeout=10)
+    assert d1 is not None and d1.delivery_count == 1
+    assert app.dequeue("default", visibility_timeout=10) is None
+    clock.advance(11)
+    app.broker.reap_expired(clock.now())
+    d2 = app.dequeue("default", visibility_timeout=10)
+    assert d2 is not None and d2.job.id == job.id and d2.delivery_count == 2
+    with pytest.raises(LeaseLost):
+        d1.ack()
+    d2.extend(30)
+    d2.nack(delay=5)
+    assert app.dequeue("default") is None
+    clock.advance(5)
+    d3 = app.dequeue("default")
+    assert d3 is not None and d3.delivery_count == 3
+    d3.ack("done")
+    assert app.get_job(job.id).state is JobState.COMPLETED

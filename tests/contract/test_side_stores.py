@@ -1,0 +1,46 @@
+"""Contract: documents with TTL and CAS, bounded logs, counters — the stores schedules,
+the worker registry, alerts and metrics are built on."""
+
+from __future__ import annotations
+
+from conveyor.broker.base import Broker
+
+
+def test_documents_put_get_list_delete_ttl(broker: Broker) -> None:
+    broker.doc_put("c", "a", {"x": 1, "nested": {"y": [1, 2]}}, 100.0)
+    broker.doc_put("c", "b", {"x": 2}, 100.0, ttl=10)
+    assert broker.doc_get("c", "a", 100.0) == {"x": 1, "nested": {"y": [1, 2]}}
+    assert set(broker.doc_list("c", 105.0)) == {"a", "b"}
+    assert set(broker.doc_list("c", 111.0)) == {"a"}
+    assert broker.doc_get("c", "b", 111.0) is None
+    assert broker.doc_delete("c", "a") and not broker.doc_delete("c", "a")
+    assert broker.doc_list("c", 111.0) == {}
+
+
+def test_document_compare_and_set(broker: Broker) -> None:
+    broker.doc_put("s", "tick", {"next": 60.0, "n": 0}, 0.0)
+    assert broker.doc_update_if("s", "tick", "next", 60.0, {"next": 120.0, "n": 1}, 0.0)
+    assert not broker.doc_update_if("s", "tick", "next", 60.0, {"next": 999.0}, 0.0)
+    assert broker.doc_get("s", "tick", 0.0) == {"next": 120.0, "n": 1}
+    assert not broker.doc_update_if("s", "missing", "next", None, {"a": 1}, 0.0)
+
+
+def test_bounded_logs_newest_first(broker: Broker) -> None:
+    broker.log_append("h", [{"i": i} for i in range(5)], cap=3)
+    broker.log_append("h", [{"i": 5}], cap=3)
+    assert broker.log_read("h", 10) == [{"i": 5}, {"i": 4}, {"i": 3}]
+    assert broker.log_read("h", 1) == [{"i": 5}]
+    assert broker.log_read("empty", 10) == []
+
+
+def test_counters_accumulate_and_expire(broker: Broker) -> None:
+    broker.counters_add("m:1", {"done": 1, "ms": 2.5}, 0.0, ttl=60)
+    broker.counters_add("m:1", {"done": 2}, 1.0, ttl=60)
+    assert broker.counters_get(["m:1", "m:2"], 2.0) == {"m:1": {"done": 3, "ms": 2.5}}
+    assert broker.counters_get(["m:1"], 100.0) == {}
+
+
+def test_events_add_for_non_job_events(broker: Broker) -> None:
+    broker.events_add([{"type": "worker_up", "worker": "w1", "at": 1.0}])
+    events, _ = broker.events_read(None, 10)
+    assert events[-1]["type"] == "worker_up" and events[-1]["worker"] == "w1"

@@ -1,0 +1,86 @@
+"""Backoff strategies (exact under a seeded rng; bounds as properties) and retry decisions."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from conveyor.core.backoff import Backoff
+from conveyor.core.job import ErrorKind
+from conveyor.core.retry import RetryPolicy, decide, max_attempts_from
+from conveyor.errors import JobTimeout, PermanentError, Retry, ValidationError
+
+
+def test_exponential_without_jitter_is_exact() -> None:
+    b = Backoff.exponential(base=1, factor=2, max=10, jitter=0)
+    assert [b.delay(n, random.Random(0)) for n in range(1, 7)] == [1, 2, 4, 8, 10, 10]
+
+
+def test_exponential_jitter_is_exact_under_seed() -> None:
+    b = Backoff.exponential(base=1, factor=2, max=3600, jitter=0.1)
+    expected = random.Random(3)
+    got = [b.delay(n, random.Random(3)) for n in (1, 2, 3)]
+    assert got[0] == pytest.approx(1 * expected.uniform(0.9, 1.1))
+    assert got[2] == pytest.approx(4 * random.Random(3).uniform(0.9, 1.1))
+
+
+def test_fixed() -> None:
+    assert Backoff.fixed(5).delay(9, random.Random(1)) == 5
+
+
+@given(st.integers(1, 5000), st.floats(0, 100), st.floats(1, 10), st.floats(0, 1e5),
+       st.floats(0, 1), st.integers(0, 2**32))  # fmt: skip
+def test_exponential_bounds(n: int, base: float, factor: float, cap: float, jitter: float,
+                            seed: int) -> None:  # fmt: skip
+    b = Backoff.exponential(base=base, factor=factor, max=cap, jitter=jitter)
+    d = b.delay(n, random.Random(seed))
+    try:
+        raw = min(cap, base * factor ** (n - 1))
+    except OverflowError:
+        raw = cap
+    assert 0 <= d <= cap
+    assert d >= raw * (1 - jitter) - 1e-9
+
+
+@given(st.integers(1, 50), st.floats(0.01, 10), st.floats(1, 1000), st.integers(0, 2**32))
+def test_decorrelated_bounds(n: int, base: float, cap: float, seed: int) -> None:
+    d = Backoff.decorrelated(base=base, max=cap).delay(n, random.Random(seed))
+    assert min(base, cap) <= d + 1e-9 and d <= cap + 1e-9
+
+
+def test_invalid_backoff() -> None:
+    with pytest.raises(ValidationError, match="factor"):
+        Backoff.exponential(factor=0.5)
+    with pytest.raises(ValidationError, match="jitter"):
+        Backoff.exponential(jitter=2)
+
+
+POLICY = RetryPolicy(max_attempts=3, backoff=Backoff.fixed(10), retry_on=(OSError,),
+                     dead_on=(PermanentError, KeyError))  # fmt: skip
+
+
+@pytest.mark.parametrize(("exc", "attempts", "kind", "retry_at"), [
+    (OSError("x"), 1, ErrorKind.ERROR, 110.0),
+    (OSError("x"), 3, ErrorKind.ERROR, None),  # out of attempts
+    (PermanentError("x"), 1, ErrorKind.PERMANENT, None),
+    (KeyError("x"), 1, ErrorKind.PERMANENT, None),  # dead_on
+    (ValueError("x"), 1, ErrorKind.PERMANENT, None),  # outside retry_on
+    (Retry(delay=3), 1, ErrorKind.RETRY, 103.0),
+    (Retry(delay=3), 3, ErrorKind.RETRY, None),
+    (JobTimeout("slow"), 1, ErrorKind.TIMEOUT, 110.0),
+])  # fmt: skip
+def test_decide(exc: BaseException, attempts: int, kind: ErrorKind, retry_at: float | None) -> None:
+    d = decide(exc, attempts=attempts, max_attempts=3, policy=POLICY, now=100.0,
+               rng=random.Random(0))  # fmt: skip
+    assert (d.kind, d.retry_at, d.dead) == (kind, retry_at, retry_at is None)
+    assert d.exc_type == type(exc).__name__
+
+
+def test_max_retries_synonym() -> None:
+    assert max_attempts_from(None, 3) == 4
+    assert max_attempts_from(7, None) == 7
+    with pytest.raises(ValidationError, match="max_retries"):
+        max_attempts_from(None, -1)

@@ -1,0 +1,50 @@
+"""The transition table: every (state, event) pair is either allowed with one target or refused."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from conveyor.core.state import TERMINAL_STATES, TRANSITIONS, Event, JobState, allowed, transition
+from conveyor.errors import IllegalTransition
+
+S, E = JobState, Event
+EXPECTED = {
+    (S.SCHEDULED, E.PROMOTE): S.PENDING, (S.RETRY_SCHEDULED, E.PROMOTE): S.PENDING,
+    (S.PENDING, E.CLAIM): S.ACTIVE, (S.ACTIVE, E.COMPLETE): S.COMPLETED,
+    (S.ACTIVE, E.FAIL_RETRY): S.RETRY_SCHEDULED, (S.ACTIVE, E.BURY): S.DEAD_LETTER,
+    (S.ACTIVE, E.RELEASE): S.PENDING, (S.ACTIVE, E.RELEASE_DELAYED): S.SCHEDULED,
+    (S.ACTIVE, E.EXPIRE): S.PENDING, (S.ACTIVE, E.EXPIRE_POISON): S.DEAD_LETTER,
+    (S.SCHEDULED, E.CANCEL): S.CANCELLED, (S.PENDING, E.CANCEL): S.CANCELLED,
+    (S.RETRY_SCHEDULED, E.CANCEL): S.CANCELLED, (S.DEAD_LETTER, E.REQUEUE): S.PENDING,
+    (S.CANCELLED, E.REQUEUE): S.PENDING,
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(("state", "event"), list(itertools.product(JobState, Event)))
+def test_every_state_event_pair(state: JobState, event: Event) -> None:
+    if (state, event) in EXPECTED:
+        assert transition(state, event) is EXPECTED[(state, event)]
+        assert allowed(state, event)
+    else:
+        with pytest.raises(IllegalTransition):
+            transition(state, event)
+        assert not allowed(state, event)
+
+
+def test_table_is_exactly_the_documented_one() -> None:
+    assert TRANSITIONS == EXPECTED
+
+
+def test_terminal_states_only_leave_by_requeue() -> None:
+    for (state, event), _ in TRANSITIONS.items():
+        if state in TERMINAL_STATES:
+            assert event is Event.REQUEUE
+    assert {s.value for s in TERMINAL_STATES} == {"completed", "dead_letter", "cancelled"}
+
+
+def test_unknown_names_are_illegal() -> None:
+    with pytest.raises(IllegalTransition):
+        transition("nope", "claim")
+    assert not allowed("pending", "explode")
