@@ -137,6 +137,21 @@ def start_redis(binary: str = "redis-server", wait: float = 10.0) -> RedisServer
     raise RuntimeError(f"redis-server on port {port} did not answer PING within {wait}s")
 
 
+def ping_rtt_us(port: int, count: int = 2000) -> float:
+    """Median round trip of PING on one connection, in microseconds (loopback cost here)."""
+    samples = []
+    with socket.create_connection((HOST, port), timeout=5) as s:
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for _ in range(count):
+            t0 = time.perf_counter()
+            s.sendall(b"PING\r\n")
+            if not s.recv(64).startswith(b"+PONG"):
+                raise RuntimeError("unexpected PING reply")
+            samples.append(time.perf_counter() - t0)
+    samples.sort()
+    return samples[len(samples) // 2] * 1e6
+
+
 _RPS = re.compile(r"^([A-Za-z_ ]+?): ([\d.]+) requests per second")
 
 
@@ -168,4 +183,5 @@ def redis_ceiling(port: int, requests: int = 100_000,
         run = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=True)
         out[label] = parse_benchmark(run.stdout)
     redis_command(port, "FLUSHALL")
+    out["ping_rtt_us"] = {"median": ping_rtt_us(port)}
     return out

@@ -64,3 +64,12 @@ class Client:
 def make_client(redis_url: str) -> Client:
     """Entry point used by :mod:`bench.harness.producer`."""
     return Client(redis_url)
+
+
+#: ``arq --custom-log-dict`` value that silences arq's per-job INFO lines (used in best mode).
+QUIET_LOGGING: dict[str, Any] = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"stderr": {"class": "logging.StreamHandler", "level": "WARNING"}},
+    "loggers": {"arq": {"handlers": ["stderr"], "level": "WARNING"}},
+}

@@ -26,9 +26,11 @@ from .core.state import JobState
 from .errors import JobNotFound, ValidationError
 from .handles import Delivery, JobHandle
 from .middleware import Middleware, emit
+from .monitoring.metrics import MetricsMiddleware
 from .task import Executor, JobSpec, Task, build_task, check_options
 
 if TYPE_CHECKING:
+    from .monitoring.alerts import AlertManager
     from .scheduler.registry import ScheduleRegistry
     from .scheduler.runner import Scheduler
     from .worker.loop import Worker
@@ -61,7 +63,9 @@ class Conveyor:
         self.id_rng: random.Random = random.SystemRandom()
         self.tasks: dict[str, Task] = {}
         self.middleware: list[Middleware] = list(middleware)
+        self.middleware.append(MetricsMiddleware())
         self._schedules: ScheduleRegistry | None = None
+        self._last_reap = float("-inf")
 
     def _resolve_url(self, url: str | None) -> str:
         global _default_url_logged
@@ -157,7 +161,8 @@ class Conveyor:
         delay = opts.get("delay") or 0.0
         run_at = opts.get("run_at")
         run_at = float(run_at) if run_at is not None else now + float(delay)
-        queue = validate_queue_name(opts.get("queue") or (task.queue if task else "default"))
+        queue = validate_queue_name(opts["queue"] if "queue" in opts else
+                                    (task.queue if task else "default"))  # fmt: skip
         priority = validate_priority(opts.get("priority", task.priority if task else 0))
         default_attempts = task.max_attempts if task else 4
         ttl = opts.get("idempotency_ttl")
@@ -254,9 +259,19 @@ class Conveyor:
     def dequeue(
         self, queue: str = "default", visibility_timeout: float | None = None
     ) -> Delivery | None:
-        """Lease one job (SQS style); None when nothing is ready."""
-        vt = visibility_timeout or self.settings.visibility_timeout
-        leases = self.broker.claim([validate_queue_name(queue)], self.now(), limit=1,
+        """Lease one job (SQS style); None when nothing is ready.
+
+        Like a worker, it first returns expired leases to the queue (at most one reaper pass
+        per ``reap_interval``), so a consumer that only calls ``dequeue`` still sees redeliveries.
+        """
+        vt = self.settings.visibility_timeout if visibility_timeout is None else visibility_timeout
+        if vt <= 0:
+            raise ValidationError("visibility_timeout", f"must be > 0, got {vt!r}")
+        now = self.now()
+        if now - self._last_reap >= self.settings.reap_interval:
+            self._last_reap = now
+            self.broker.reap_expired(now, max_lost=self.settings.max_lost)
+        leases = self.broker.claim([validate_queue_name(queue)], now, limit=1,
                                    visibility_timeout=vt, worker_id="dequeue")  # fmt: skip
         return Delivery(self, leases[0], vt) if leases else None
 
@@ -281,6 +296,15 @@ class Conveyor:
 
             self._schedules = ScheduleRegistry(self)
         return self._schedules
+
+    @property
+    def alerts(self) -> AlertManager:
+        """The alert manager (rules, states, notifiers); built on first use."""
+        if getattr(self, "_alerts", None) is None:
+            from .monitoring.alerts import build_manager
+
+            self._alerts = build_manager(self)
+        return self._alerts
 
     def cron(self, expr: str, **options: Any) -> Callable[[F], F]:
         """Decorate a task function to run on a cron expression (``tz=``, ``name=``, ...)."""

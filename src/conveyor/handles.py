@@ -15,6 +15,9 @@ if TYPE_CHECKING:
     from .app import Conveyor
 
 
+_JOB_FIELDS = tuple(f.name for f in dataclasses.fields(Job))
+
+
 @dataclass
 class JobHandle(Job):
     """A snapshot of a job bound to its app: ``refresh()`` re-reads it from the broker."""
@@ -25,7 +28,7 @@ class JobHandle(Job):
     @classmethod
     def bind(cls, job: Job, app: Conveyor, duplicate: bool = False) -> JobHandle:
         """Wrap a broker snapshot."""
-        values = {f.name: getattr(job, f.name) for f in dataclasses.fields(Job)}
+        values = {name: getattr(job, name) for name in _JOB_FIELDS}
         return cls(**values, duplicate=duplicate, _app=app)
 
     def refresh(self) -> JobHandle:
@@ -33,8 +36,8 @@ class JobHandle(Job):
         fresh = self._app.broker.get(self.id)
         if fresh is None:
             raise JobNotFound(self.id)
-        for f in dataclasses.fields(Job):
-            setattr(self, f.name, getattr(fresh, f.name))
+        for name in _JOB_FIELDS:
+            setattr(self, name, getattr(fresh, name))
         return self
 
 

@@ -140,6 +140,14 @@ POINT_CASES = [
 ]
 
 
+@pytest.mark.parametrize("tz", ["UTC", NY])
+def test_just_before_a_fire_time(tz: str) -> None:
+    # 1893455999.9999998 rounds to the next second in datetime.fromtimestamp: must not skip it
+    spec = CronSpec.parse("* * * * *", tz)
+    assert spec.next_after(1893455999.9999998) == 1893456000.0
+    assert spec.previous_at_or_before(1893455999.9999998) == 1893455940.0
+
+
 @pytest.mark.parametrize(("expr", "tz", "t", "nxt", "prev"), POINT_CASES)
 def test_next_and_previous(
     expr: str, tz: str, t: tuple[int, ...], nxt: tuple[int, ...], prev: tuple[int, ...]

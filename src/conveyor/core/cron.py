@@ -52,7 +52,7 @@ _FIELDS = (("minute", 0, 59), ("hour", 0, 23), ("day", 1, 31), ("month", 1, 12),
 _RANDOM_TOKEN = re.compile(r"(?<![a-z])[rh](?![a-z])")  # croniter's R / H, not "mar" or "thu"
 _EQUAL_RANGE = re.compile(r"^(\w+)-\1(?:/\d+)?$")  # "5-5", "sun-sun/2": croniter widens these
 _PROBE_START = datetime(2000, 1, 1)  # fixed, so validation never depends on the real date
-# croniter raises ValueError subclasses, but malformed input has also produced these:
+# croniter raises ValueError subclasses; the rest are caught defensively on hostile input:
 _CRONITER_ERRORS = (ValueError, LookupError, TypeError, OverflowError)
 
 
@@ -179,7 +179,8 @@ class CronSpec(_Schedule):
 
     def _iter_after(self, t: float) -> Iterator[float]:
         # Walls before local(t) map to instants <= t (the map is monotone), so start at local(t).
-        local = datetime.fromtimestamp(t, self._zone).replace(tzinfo=None, fold=0, microsecond=0)
+        # Floor first: fromtimestamp rounds to the microsecond and may land past t.
+        local = datetime.fromtimestamp(math.floor(t), self._zone).replace(tzinfo=None, fold=0)
         walls = croniter(self._expanded, local)
         last = t
         while True:
@@ -190,13 +191,13 @@ class CronSpec(_Schedule):
 
     def previous_at_or_before(self, t: float) -> float | None:
         """Return the latest fire time ``<= t``, or None if croniter finds none."""
-        local = datetime.fromtimestamp(t, self._zone)
+        local = datetime.fromtimestamp(math.floor(t), self._zone)  # fires are whole seconds
         # During the repeated hour, later walls of the first pass are already in the past.
         margin = timedelta(0)
         first, second = local.replace(fold=0).utcoffset(), local.utcoffset()
         if local.fold == 1 and first is not None and second is not None:
             margin = first - second
-        start = local.replace(tzinfo=None, fold=0, microsecond=0) + margin + timedelta(seconds=1)
+        start = local.replace(tzinfo=None, fold=0) + margin + timedelta(seconds=1)
         walls = croniter(self._expanded, start)
         try:
             while True:

@@ -72,8 +72,11 @@ class Event:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (the shape the HTTP API and ``--json`` print)."""
-        out: dict[str, Any] = {"type": self.raw_type or str(self.type), "at": self.at,
-                               "cursor": self.cursor}  # fmt: skip
+        out: dict[str, Any] = {
+            "type": self.raw_type or str(self.type),
+            "at": self.at,
+            "cursor": self.cursor,
+        }
         for key in ("job_id", "queue", "task"):
             value = getattr(self, key)
             if value is not None:
@@ -120,9 +123,7 @@ def job_events(broker: Broker, job_id: str, max_scan: int = 20_000) -> list[Even
     return [e for e in reader.read_all(max_events=max_scan) if e.job_id == job_id]
 
 
-def worker_event(
-    kind: EventType | str, worker_id: str, at: float, **data: Any
-) -> dict[str, Any]:
+def worker_event(kind: EventType | str, worker_id: str, at: float, **data: Any) -> dict[str, Any]:
     """A ``worker_up`` / ``worker_down`` event ready for ``Broker.events_add``."""
     if str(kind) not in (EventType.WORKER_UP, EventType.WORKER_DOWN):
         raise ValueError(f"worker_event: {kind!r} is not worker_up or worker_down")

@@ -11,6 +11,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import timedelta
+from functools import lru_cache
 from typing import Any, Literal
 
 from ..core.cron import CronSpec, IntervalSpec, Spec, parse_schedule
@@ -84,7 +85,7 @@ class Schedule:
     @property
     def spec(self) -> Spec:
         """The timing spec (``CronSpec`` or ``IntervalSpec``) of this schedule."""
-        return parse_schedule(cron=self.cron, every=self.every, tz=self.tz)
+        return _cached_spec(self.cron, self.every, self.tz)
 
     @property
     def expr(self) -> str:
@@ -109,6 +110,12 @@ class Schedule:
     def with_state(self, **changes: Any) -> Schedule:
         """A copy with some fields changed."""
         return replace(self, **changes)
+
+
+@lru_cache(maxsize=1024)
+def _cached_spec(cron: str | None, every: int | None, tz: str) -> Spec:
+    """Parsed specs are immutable, and parsing validates through croniter: parse each once."""
+    return parse_schedule(cron=cron, every=every, tz=tz)
 
 
 def validate_name(name: object) -> str:
@@ -136,7 +143,9 @@ def build_schedule(
     """
     unknown = set(options) - OPTION_NAMES
     if unknown:
-        raise ValidationError("options", f"unknown schedule option(s): {', '.join(sorted(unknown))}")
+        raise ValidationError(
+            "options", f"unknown schedule option(s): {', '.join(sorted(unknown))}"
+        )
     tz = options.get("tz") or "UTC"
     spec = parse_schedule(cron=cron, every=every, tz=tz)
     args = options.get("args") or []
@@ -145,6 +154,8 @@ def build_schedule(
         raise ValidationError("args", f"must be a list, got {type(args).__name__}")
     if not isinstance(kwargs, dict):
         raise ValidationError("kwargs", f"must be a dict, got {type(kwargs).__name__}")
+    _check_plain_json(list(args), "args")
+    _check_plain_json(kwargs, "kwargs")
     queue = options.get("queue")
     priority = options.get("priority")
     misfire = options.get("misfire", "run_once")
@@ -176,6 +187,25 @@ def build_schedule(
         overlap=overlap,
         paused=bool(options.get("paused", False)),
         source=source,
+    )
+
+
+def _check_plain_json(value: Any, where: str) -> None:
+    """Schedule arguments are stored as plain JSON: refuse values that would not round-trip."""
+    if value is None or isinstance(value, str | int | float | bool):
+        return
+    if isinstance(value, list | tuple):
+        for item in value:
+            _check_plain_json(item, where)
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise ValidationError(where, f"dict keys must be strings, got {key!r}")
+            _check_plain_json(item, where)
+        return
+    raise ValidationError(
+        where, f"schedule arguments must be plain JSON values, got {type(value).__name__}"
     )
 
 

@@ -8,6 +8,7 @@ serialised are permanent failures with their own error kinds; nothing here can r
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 import traceback
 from collections.abc import Mapping
@@ -18,9 +19,11 @@ from ..core.job import ErrorKind, Job
 from ..core.retry import Decision, RetryPolicy, decide
 from ..core.serialization import encode_value
 from ..errors import ValidationError
+from .timeouts import timeout_error
 
 if TYPE_CHECKING:
     from ..task import Task
+    from .running import Running
 
 
 @dataclass(frozen=True)
@@ -30,6 +33,7 @@ class Outcome:
     ok: bool
     result: Any = None
     decision: Decision | None = None
+    error: BaseException | None = None  # the exception, for after_process hooks
 
     def error_entry(self, job: Job, now: float, worker_id: str) -> Mapping[str, Any]:
         """The ``errors`` entry to store for a failed attempt."""
@@ -63,7 +67,7 @@ def outcome_of_call(
     try:
         result = call()
         return success(result)
-    except BaseException as exc:  # noqa: BLE001 - a job must never kill the worker
+    except BaseException as exc:
         if isinstance(exc, KeyboardInterrupt | SystemExit):
             raise
         return failure(task.policy, job, exc, now, rng)
@@ -84,7 +88,25 @@ def failure(
     """Classify an exception under the task's policy and the job's attempt budget."""
     decision = decide(exc, attempts=job.attempts, max_attempts=job.max_attempts, policy=policy,
                       now=now, rng=rng)  # fmt: skip
-    return Outcome(False, decision=decision)
+    return Outcome(False, decision=decision, error=exc)
+
+
+def reported(
+    run: Running, result: Any, exc: BaseException | None, remote_traceback: str | None,
+    now: float, rng: random.Random,
+) -> Outcome:  # fmt: skip
+    """The outcome of what an executor reported (an interrupted job is always a timeout)."""
+    task = run.task
+    assert task is not None
+    if run.interrupted:
+        exc, remote_traceback = timeout_error(run), None
+    elif exc is None:
+        return success(result)
+    outcome = failure(task.policy, run.job, exc, now, rng)
+    if remote_traceback and outcome.decision is not None:
+        decision = dataclasses.replace(outcome.decision, traceback=remote_traceback)
+        outcome = dataclasses.replace(outcome, decision=decision)
+    return outcome
 
 
 def call_inline(task: Task, job: Job) -> Any:

@@ -4,80 +4,122 @@ Two ways to drive it:
 
 * ``process_next(now)`` / ``run_until_idle(now)``: one job at a time, inline, on the caller's
   thread, with time passed in — deterministic tests and simulations.
-* ``run()``: a thread pool of ``concurrency`` slots; claims never exceed the free slots, and
-  successes are acknowledged in batches. ``stop(timeout)`` drains: no new claims, running jobs
-  finish until the timeout, then unfinished leases are released without an attempt penalty.
+* ``run()``: the production loop. This thread claims (never more jobs than free slots) and hands
+  each job to its executor (thread pool, one asyncio loop, or a warm process pool); a recorder
+  thread writes outcomes (successes coalesced into batch ``complete`` calls); a lease keeper
+  extends all in-flight leases in one call every ``visibility_timeout / 3``; a watchdog enforces
+  timeouts; a heartbeat keeps the worker registry entry alive. ``stop()`` (or SIGTERM/SIGINT when
+  run in the main thread) drains; ``stop_now()`` (or a second signal) releases at once.
+  ``run()`` returns an exit code: ``EXIT_OK``, ``EXIT_RECYCLE`` (job limit reached) or
+  ``EXIT_STUCK`` (a job ignored its timeout, so the process must be replaced).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import queue
 import socket
 import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from ..broker.base import Ack, Lease
+from ..broker.base import Lease
 from ..core.ids import new_ulid
 from ..core.queues import QueueSelector, parse_queues
 from ..errors import LeaseLost
 from ..middleware import emit
-from .execute import Outcome, call_inline, outcome_of_call, precheck
+from .execute import Outcome, call_inline, outcome_of_call, precheck, reported
+from .executors import Executor, make_executor
+from .lease_keeper import LeaseKeeper
+from .recorder import Recorder
+from .registry import Heartbeat, rss_bytes
+from .running import Running, choose_executor, effective_timeout
+from .shutdown import stop_on_signals
+from .timeouts import Watchdog
 
 if TYPE_CHECKING:
     from ..app import Conveyor
 
 log = logging.getLogger("conveyor.worker")
+EXIT_OK, EXIT_RECYCLE, EXIT_STUCK = 0, 3, 4
 
 
 class Worker:
     """Runs jobs of some queues; see the module docstring for the two driving modes."""
 
     def __init__(
-        self,
-        app: Conveyor,
-        queues: Sequence[str] | str | None = None,
-        *,
-        concurrency: int = 1,
-        processes: int = 1,
-        strict: bool = False,
-        visibility_timeout: float | None = None,
-        worker_id: str | None = None,
-        max_lost: int | None = None,
-    ) -> None:
+        self, app: Conveyor, queues: Sequence[str] | str | None = None, *,
+        concurrency: int = 1, processes: int = 1, strict: bool = False,
+        visibility_timeout: float | None = None, worker_id: str | None = None,
+        max_lost: int | None = None, shutdown_timeout: float | None = None,
+        max_jobs: int | None = None, process_pool_size: int | None = None,
+        heartbeat: bool = True, handle_signals: bool = True,
+    ) -> None:  # fmt: skip
         self.app = app
         self.broker = app.broker
         self.selector = QueueSelector(parse_queues(queues), strict)
         self.concurrency = max(1, int(concurrency))
         self.processes = processes
-        self.visibility_timeout = visibility_timeout or app.settings.visibility_timeout
-        self.max_lost = max_lost or app.settings.max_lost
-        self.id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{new_ulid(app.now(), app.id_rng)[-6:]}"
-        self.processed = 0
-        self.failed = 0
-        self._stopping = threading.Event()
+        settings = app.settings
+        self.visibility_timeout = visibility_timeout or settings.visibility_timeout
+        self.max_lost = max_lost or settings.max_lost
+        self.shutdown_timeout = (
+            settings.shutdown_timeout if shutdown_timeout is None else shutdown_timeout
+        )
+        self.max_jobs = max_jobs
+        self.process_pool_size = process_pool_size or min(self.concurrency, os.cpu_count() or 1)
+        self.heartbeat, self.handle_signals = heartbeat, handle_signals
+        suffix = new_ulid(app.now(), app.id_rng)[-6:]
+        self.id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{suffix}"
+        self.recorder = Recorder(self)
+        self.exit_code = EXIT_OK
+        self.started_at: float | None = None
         self._last_reap = -1e18
+        self._stopping = threading.Event()
+        self._hard = threading.Event()
+        self._finished = threading.Event()
+        self._finished.set()
+        self._cv = threading.Condition()
+        self._inflight: dict[str, Running] = {}
+        self._done: queue.SimpleQueue[tuple[Running, Outcome] | None] = queue.SimpleQueue()
+        self._executors: dict[str, Executor] = {}
 
     @property
     def queues(self) -> list[str]:
         """The queue names this worker serves."""
         return list(self.selector.names)
 
+    @property
+    def processed(self) -> int:
+        """Jobs completed by this worker."""
+        return self.recorder.processed
+
+    @property
+    def failed(self) -> int:
+        """Attempts that failed (retried, dead-lettered, timed out or lost)."""
+        return self.recorder.failed
+
+    @property
+    def hard_stopping(self) -> bool:
+        """True once ``stop_now()`` was called."""
+        return self._hard.is_set()
+
     # ------------------------------------------------------------------ inline mode
     def process_next(self, now: float | None = None) -> bool:
         """Claim and run one ready job inline; False when nothing is runnable at ``now``."""
         at = self.app.now() if now is None else now
         self.maintain(at, force=True)
-        leases = self.broker.claim(self.selector.order(), at, limit=1,
-                                   visibility_timeout=self.visibility_timeout, worker_id=self.id)  # fmt: skip
+        leases = self.broker.claim(self.selector.order(), at, limit=1, worker_id=self.id,
+                                   visibility_timeout=self.visibility_timeout)  # fmt: skip
         if not leases:
             return False
         lease = leases[0]
+        started = time.monotonic()
         outcome = self.execute(lease, at)
-        self.record(lease, outcome, at if now is not None else self.app.now())
+        self.record(lease, outcome, at if now is not None else self.app.now(), started)
         return True
 
     def run_until_idle(self, now: float | None = None, max_jobs: int = 1_000_000) -> int:
@@ -87,7 +129,6 @@ class Worker:
             ran += 1
         return ran
 
-    # ------------------------------------------------------------------ shared steps
     def maintain(self, now: float, force: bool = False) -> None:
         """Reap expired leases (at most once per ``reap_interval`` unless forced)."""
         if force or now - self._last_reap >= self.app.settings.reap_interval:
@@ -105,107 +146,248 @@ class Worker:
         emit(self.app.middleware, "before_process", self, job)
         return outcome_of_call(task, job, lambda: call_inline(task, job), now, self.app.rng)
 
-    def record(self, lease: Lease, outcome: Outcome, now: float, started: float | None = None) -> str:
+    def record(
+        self, lease: Lease, outcome: Outcome, now: float, started: float | None = None
+    ) -> str:
         """Write one outcome to the broker; returns the outcome name for logs and hooks."""
-        job = lease.job
-        duration = 0.0 if started is None else time.monotonic() - started
-        if outcome.ok:
-            ok = self.broker.complete([Ack(job.id, lease.token, outcome.result, job.queue)], now)[0]
-            name = "completed" if ok else "lease_lost"
-        else:
-            name = self._record_failure(lease, outcome, now)
-        self._after(job, name, duration, outcome)
-        return name
+        run = Running(lease, self.app.tasks.get(lease.job.task), "inline", None)
+        run.started = started
+        return self.recorder.record([(run, outcome)], now)[0]
 
-    def _record_failure(self, lease: Lease, outcome: Outcome, now: float) -> str:
-        job, decision = lease.job, outcome.decision
-        assert decision is not None
-        try:
-            state = self.broker.fail(job.id, lease.token, now,
-                                     error=outcome.error_entry(job, now, self.id),
-                                     retry_at=decision.retry_at)  # fmt: skip
-        except LeaseLost:
-            return "lease_lost"
-        if decision.retry_at is not None:
-            emit(self.app.middleware, "on_retry", self, job, decision.retry_at)
-        else:
-            emit(self.app.middleware, "on_dead_letter", self, job, str(decision.kind))
-        return str(state)
+    # ------------------------------------------------------------------ production mode
+    def run(self) -> int:
+        """Claim and run jobs until stopped; returns the exit code (see the module docstring).
 
-    def _after(self, job: Any, name: str, duration: float, outcome: Outcome) -> None:
-        if name == "completed":
-            self.processed += 1
-        else:
-            self.failed += 1
-        if name == "lease_lost":
-            log.warning("job %s: lease lost, outcome discarded", job.id)
-            emit(self.app.middleware, "on_lease_lost", self, job)
-        log.info("job %s task=%s queue=%s attempt=%d worker=%s duration=%.4fs outcome=%s",
-                 job.id, job.task, job.queue, job.attempts, self.id, duration, name)  # fmt: skip
-        emit(self.app.middleware, "after_process", self, job, outcome=name, duration=duration,
-             error=None, reverse=True)  # fmt: skip
+        With ``processes > 1`` this process becomes a supervisor of that many worker processes
+        (the app must be importable as ``module:attribute``; main thread only).
+        """
+        if self.processes > 1:
+            from .supervisor import supervise
 
-    # ------------------------------------------------------------------ threaded mode
-    def run(self) -> None:
-        """Run until ``stop()``: ``concurrency`` threads, claims sized to free slots."""
+            return supervise(self)
         self._stopping.clear()
+        self._hard.clear()
+        self._finished.clear()
+        self.exit_code = EXIT_OK
+        self.started_at = self.app.now()
+        helpers = self._start_helpers()
         emit(self.app.middleware, "on_worker_start", self)
-        inflight: dict[Future[Outcome], tuple[Lease, float]] = {}
-        with ThreadPoolExecutor(self.concurrency, thread_name_prefix="conveyor-job") as pool:
-            while not self._stopping.is_set():
-                self._reap_done(inflight)
-                now = self.app.now()
-                self.maintain(now)
-                free = self.concurrency - len(inflight)
-                leases = self._claim(free, now) if free > 0 else []
-                for lease in leases:
-                    fut = pool.submit(self.execute, lease, now)
-                    inflight[fut] = (lease, time.monotonic())
-                if not leases:
-                    self._idle(inflight)
-            self._drain(inflight)
-        emit(self.app.middleware, "on_worker_stop", self)
-
-    def _claim(self, free: int, now: float) -> list[Lease]:
+        log.info("worker %s: queues=%s concurrency=%d visibility_timeout=%gs", self.id,
+                 ",".join(self.queues), self.concurrency, self.visibility_timeout)  # fmt: skip
         try:
-            return self.broker.claim(self.selector.order(), now, limit=free,
-                                     visibility_timeout=self.visibility_timeout, worker_id=self.id)  # fmt: skip
+            signals = stop_on_signals(self) if self.handle_signals else contextlib.nullcontext()
+            with signals:
+                self._claim_loop()
+                self._drain()
+        finally:
+            self._stop_helpers(helpers)
+            emit(self.app.middleware, "on_worker_stop", self)
+            log.info("worker %s stopped: processed=%d failed=%d exit_code=%d", self.id,
+                     self.processed, self.failed, self.exit_code)  # fmt: skip
+            self._finished.set()
+        return self.exit_code
+
+    def stop(self, timeout: float | None = None, *, wait: bool = True) -> None:
+        """Drain: no new claims; in-flight jobs get ``timeout`` s (default shutdown_timeout).
+
+        With ``wait`` (and from another thread than ``run()``'s), returns once drained.
+        """
+        if timeout is not None:
+            self.shutdown_timeout = timeout
+        self._stopping.set()
+        with self._cv:
+            self._cv.notify_all()
+        if wait:
+            self._finished.wait(self.shutdown_timeout + 5.0)
+
+    def stop_now(self, code: int | None = None) -> None:
+        """Release every in-flight lease at once and return from ``run()``."""
+        if code is not None:
+            self.exit_code = code
+        self._hard.set()
+        self.stop(wait=False)
+
+    def running_jobs(self) -> list[Running]:
+        """The in-flight attempts (a snapshot)."""
+        with self._cv:
+            return list(self._inflight.values())
+
+    def describe(self) -> dict[str, Any]:
+        """This worker's registry record."""
+        return {"id": self.id, "host": socket.gethostname(), "pid": os.getpid(),
+                "queues": self.queues, "concurrency": self.concurrency,
+                "running": [r.job.id for r in self.running_jobs()],
+                "started_at": self.started_at, "processed": self.processed,
+                "failed": self.failed, "rss": rss_bytes(),
+                "state": "draining" if self._stopping.is_set() else "running"}  # fmt: skip
+
+    # ------------------------------------------------------------------ claim loop
+    def _claim_loop(self) -> None:
+        poll = self.app.settings.poll_interval
+        while not self._stopping.is_set():
+            self._maintain_safely()
+            with self._cv:
+                while len(self._inflight) >= self.concurrency and not self._stopping.is_set():
+                    self._cv.wait(0.5)
+                free = self.concurrency - len(self._inflight)
+                if self.max_jobs:  # never start more than the job limit allows
+                    free = min(free, self.max_jobs - self.processed - self.failed
+                               - len(self._inflight))  # fmt: skip
+            if free <= 0:
+                self._stopping.wait(0.05)
+                continue
+            if self._stopping.is_set():
+                break
+            leases = self._claim(free)
+            if leases:
+                self._dispatch(leases)
+                continue
+            began = time.monotonic()
+            self.broker.wait_for_work(self.selector.names, poll)
+            if time.monotonic() - began < 0.005:  # a backend that cannot block: do not spin
+                self._stopping.wait(min(poll, 0.05))
+
+    def _maintain_safely(self) -> None:
+        try:
+            self.maintain(self.app.now())
+        except Exception:
+            log.warning("reaping expired leases failed", exc_info=True)
+
+    def _claim(self, free: int) -> list[Lease]:
+        try:
+            return self.broker.claim(self.selector.order(), self.app.now(), limit=free,
+                                     worker_id=self.id,
+                                     visibility_timeout=self.visibility_timeout)  # fmt: skip
         except Exception:
             log.exception("claim failed; backing off")
             self._stopping.wait(1.0)
             return []
 
-    def _idle(self, inflight: dict[Future[Outcome], tuple[Lease, float]]) -> None:
-        if inflight and len(inflight) >= self.concurrency:
-            from concurrent.futures import FIRST_COMPLETED, wait
-
-            wait(list(inflight), timeout=0.5, return_when=FIRST_COMPLETED)
-        elif inflight:
-            time.sleep(0.001)
-        else:
-            self.broker.wait_for_work(self.selector.names, self.app.settings.poll_interval)
-
-    def _reap_done(self, inflight: dict[Future[Outcome], tuple[Lease, float]]) -> None:
-        for fut in [f for f in inflight if f.done()]:
-            lease, started = inflight.pop(fut)
-            self.record(lease, fut.result(), self.app.now(), started)
-
-    def _drain(self, inflight: dict[Future[Outcome], tuple[Lease, float]]) -> None:
-        deadline = time.monotonic() + self._drain_timeout
-        while inflight and time.monotonic() < deadline:
-            self._reap_done(inflight)
-            time.sleep(0.01)
-        self._reap_done(inflight)
-        for lease, _ in inflight.values():
+    def _dispatch(self, leases: list[Lease]) -> None:
+        groups: dict[str, list[Running]] = {}
+        for lease in leases:
+            task = self.app.tasks.get(lease.job.task)
+            rejected = precheck(task, lease.job)
+            kind = "none" if rejected is not None or task is None else choose_executor(task)
+            run = Running(lease, task, kind, effective_timeout(task, lease.job))
+            with self._cv:
+                self._inflight[run.token] = run
+            if rejected is not None:
+                run.settle()
+                self._done.put((run, rejected))
+                continue
+            emit(self.app.middleware, "before_process", self, lease.job)
+            groups.setdefault(kind, []).append(run)
+        for kind, runs in groups.items():
             try:
-                self.broker.release(lease.job.id, lease.token, self.app.now(), penalize=False,
-                                    note="worker shutdown")  # fmt: skip
-            except LeaseLost:
-                pass
+                self._executor(kind).submit(runs)
+            except Exception as exc:  # e.g. the process pool cannot start
+                log.exception("cannot start %d job(s) on the %s executor", len(runs), kind)
+                for run in runs:
+                    self._report(run, None, exc, None)
+        if any(r.timeout for runs in groups.values() for r in runs):
+            self._watchdog.poke()
 
-    _drain_timeout: float = 30.0
+    def _executor(self, kind: str) -> Executor:
+        ex = self._executors.get(kind)
+        if ex is None:
+            size = self.process_pool_size if kind == "process" else self.concurrency
+            ex = self._executors[kind] = make_executor(kind, size, self._report)
+        return ex
 
-    def stop(self, timeout: float | None = None) -> None:
-        """Ask ``run()`` to drain and return; in-flight jobs get ``timeout`` seconds."""
-        self._drain_timeout = self.app.settings.shutdown_timeout if timeout is None else timeout
-        self._stopping.set()
+    # ------------------------------------------------------------------ outcomes
+    def _report(self, run: Running, result: Any, exc: BaseException | None, tb: str | None) -> None:
+        """Executors call this once per job; the first decision for an attempt wins."""
+        if not run.settle():
+            return
+        self._done.put((run, reported(run, result, exc, tb, self.app.now(), self.app.rng)))
+
+    def _recorded(self, runs: list[Running]) -> None:
+        """The recorder thread wrote these outcomes: free their slots (or stop at the limit)."""
+        done = self.processed + self.failed
+        if self.max_jobs and done >= self.max_jobs and not self._stopping.is_set():
+            log.info("worker %s: %d jobs done (limit %d): recycling", self.id, done, self.max_jobs)
+            self.exit_code = EXIT_RECYCLE
+            self._stopping.set()
+        with self._cv:
+            for run in runs:
+                self._inflight.pop(run.token, None)
+            self._cv.notify_all()
+
+    # ------------------------------------------------------------------ timeouts, leases
+    def _on_deadline(self, run: Running) -> None:
+        self._executors[run.executor].interrupt(run)
+
+    def _on_stuck(self, run: Running) -> None:
+        if not self._executors[run.executor].abandon(run):
+            return
+        log.error("job %s (%s) ignored its timeout for %gs: recording it as timed out and "
+                  "recycling this worker process", run.job.id, run.job.task,
+                  self.app.settings.timeout_grace)  # fmt: skip
+        if run.settle():
+            self._done.put((run, reported(run, None, None, None, self.app.now(), self.app.rng)))
+        self.stop_now(EXIT_STUCK)
+
+    # ------------------------------------------------------------------ start / stop
+    def _start_helpers(self) -> list[Any]:
+        recorder = threading.Thread(target=self.recorder.drain, args=(self._done, self._recorded),
+                                    name="conveyor-recorder", daemon=True)  # fmt: skip
+        recorder.start()
+        self._watchdog = Watchdog(self.running_jobs, self._on_deadline, self._on_stuck,
+                                  self.app.settings.timeout_grace)  # fmt: skip
+        keeper = LeaseKeeper(self.broker, self.app.now, self.running_jobs,
+                             self.visibility_timeout, self.recorder.lease_lost)  # fmt: skip
+        helpers: list[Any] = [recorder, self._watchdog, keeper]
+        if self.heartbeat:
+            helpers.append(Heartbeat(self.broker, self.id, self.app.now, self.describe,
+                                     self.app.settings.heartbeat_interval))  # fmt: skip
+        for helper in helpers[1:]:
+            helper.start()
+        if any(t.executor == "process" for t in self.app.tasks.values()):
+            try:
+                self._executor("process").submit([])  # warm the pool before the first job
+            except Exception:
+                log.exception("cannot start the process pool")
+        return helpers
+
+    def _drain(self) -> None:
+        deadline = time.monotonic() + self.shutdown_timeout
+        with self._cv:
+            if self._inflight and not self._hard.is_set():
+                log.info("worker %s: waiting up to %gs for %d in-flight job(s)", self.id,
+                         self.shutdown_timeout, len(self._inflight))  # fmt: skip
+            while self._inflight and not self._hard.is_set() and time.monotonic() < deadline:
+                self._cv.wait(min(0.1, max(0.0, deadline - time.monotonic())))
+        for run in self.running_jobs():
+            if run.settle():
+                self._release(run)
+
+    def _release(self, run: Running) -> None:
+        try:
+            self.broker.release(run.job.id, run.token, self.app.now(), penalize=False,
+                                note=f"worker shutdown ({self.id})")  # fmt: skip
+            name = "released"
+        except LeaseLost:
+            name = "lease_lost"
+        except Exception:
+            log.exception("releasing job %s failed (its lease will expire)", run.job.id)
+            name = "lease_lost"
+        with self._cv:
+            self._inflight.pop(run.token, None)
+        self.recorder.after(run, name, None)
+
+    def _stop_helpers(self, helpers: list[Any]) -> None:
+        recorder, *others = helpers
+        self._done.put(None)
+        recorder.join(RETRY_JOIN)
+        for helper in others:
+            helper.stop()
+        for ex in self._executors.values():
+            try:
+                ex.shutdown()
+            except Exception:
+                log.exception("executor shutdown failed")
+        self._executors.clear()
+
+
+RETRY_JOIN = 70.0  # the recorder may be retrying a broker write (recorder.RETRY_FOR)

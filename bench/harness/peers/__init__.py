@@ -1,0 +1,45 @@
+"""Registry of systems the harness can measure, in table order.
+
+Entries are ``"module:Class"`` strings so that a missing adapter (e.g. Conveyor's, before it is
+written) only removes that system. The Conveyor adapter is expected at
+``bench/harness/conveyor.py`` as ``ConveyorAdapter``.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from bench.harness.adapter import Adapter
+
+SYSTEMS: dict[str, str] = {
+    "conveyor": "bench.harness.conveyor:ConveyorAdapter",
+    "celery": "bench.harness.peers.celery:CeleryAdapter",
+    "rq": "bench.harness.peers.rq:RQAdapter",
+    "dramatiq": "bench.harness.peers.dramatiq:DramatiqAdapter",
+    "arq": "bench.harness.peers.arq:ArqAdapter",
+    "saq": "bench.harness.peers.saq:SaqAdapter",
+    "huey": "bench.harness.peers.huey:HueyAdapter",
+}
+
+PEERS = tuple(name for name in SYSTEMS if name != "conveyor")
+
+
+def load_adapter(name: str) -> type[Adapter]:
+    """Import and return the adapter class registered as ``name``."""
+    if name not in SYSTEMS:
+        raise KeyError(f"unknown system {name!r}; known: {', '.join(SYSTEMS)}")
+    module_name, _, attr = SYSTEMS[name].partition(":")
+    cls: type[Adapter] = getattr(importlib.import_module(module_name), attr)
+    return cls
+
+
+def available() -> list[str]:
+    """Names whose adapter module can be imported (Conveyor's may not exist yet)."""
+    names = []
+    for name in SYSTEMS:
+        try:
+            load_adapter(name)
+        except ModuleNotFoundError:
+            continue
+        names.append(name)
+    return names

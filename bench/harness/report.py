@@ -1,0 +1,165 @@
+"""Markdown tables from a results document (``bench/results/latest.json``).
+
+The main table has one row per metric and one column per system, plus "best peer" and
+"conveyor ÷ best peer" when a ``conveyor`` column exists. For rates the best peer is the
+highest; for latency, memory and crash damage the lowest.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+Getter = Callable[[dict[str, Any]], Any]
+
+
+def _get(*path: str) -> Getter:
+    def get(scen: dict[str, Any]) -> Any:
+        cur: Any = scen
+        for key in path:
+            if not isinstance(cur, dict) or key not in cur:
+                return None
+            cur = cur[key]
+        return cur
+    return get
+
+
+def _parent(*path: str) -> Getter:
+    return _get(*path[:-1])
+
+
+#: (label, path into a system's "scenarios", higher is better, decimals)
+METRICS: list[tuple[str, tuple[str, ...], bool, int]] = [
+    ("enqueue, 1 call/job (jobs/s)", ("enqueue", "rate"), True, 0),
+    ("bulk enqueue (jobs/s)", ("bulk", "rate"), True, 0),
+    ("drain, default settings (jobs/s)", ("drain", "default", "rate"), True, 0),
+    ("drain, best settings (jobs/s)", ("drain", "best", "rate"), True, 0),
+    ("pickup p50, default (ms)", ("latency", "default", "p50_ms"), False, 1),
+    ("pickup p99, default (ms)", ("latency", "default", "p99_ms"), False, 1),
+    ("pickup p50, best (ms)", ("latency", "best", "p50_ms"), False, 1),
+    ("pickup p99, best (ms)", ("latency", "best", "p99_ms"), False, 1),
+    ("I/O 10 ms jobs, concurrency 100 (jobs/s)", ("io", "rate"), True, 0),
+    ("idle RSS, default (MB)", ("rss", "default", "rss_mb"), False, 1),
+    ("idle RSS, best (MB)", ("rss", "best", "rss_mb"), False, 1),
+    ("crash: lost jobs", ("crash", "lost"), False, 0),
+    ("crash: duplicated jobs", ("crash", "duplicated"), False, 0),
+]
+
+
+def _num(v: Any) -> float | None:
+    if isinstance(v, bool) or not isinstance(v, int | float) or math.isnan(v):
+        return None
+    return float(v)
+
+
+def _fmt(v: float | None, decimals: int) -> str:
+    if v is None:
+        return "—"
+    return f"{v:,.{decimals}f}"
+
+
+def _marks(node: Any, path: tuple[str, ...]) -> str:
+    """Footnote marks: * reduced count, † group idiom, ! incomplete, § saturated."""
+    marks = ""
+    if isinstance(node, dict):
+        if "reduced_from" in node:
+            marks += "*"
+        if node.get("complete") is False:
+            marks += "!"
+        if path[0] == "bulk" and "group" in str(node.get("api", "")):
+            marks += "†"
+        if node.get("saturated"):
+            marks += "§"
+        if path[0] == "io" and node.get("concurrency", 100) != 100:
+            marks += f" (c={node['concurrency']})"
+    return marks
+
+
+def main_table(doc: dict[str, Any]) -> str:
+    """The metrics × systems markdown table."""
+    systems: dict[str, Any] = doc.get("systems", {})
+    names = list(systems)
+    peers = [n for n in names if n != "conveyor"]
+    with_ratio = "conveyor" in names and bool(peers)
+    head = ["metric", *names] + (["best peer", "conveyor ÷ best peer"] if with_ratio else [])
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for label, path, higher, dec in METRICS:
+        vals = {n: _num(_get(*path)(systems[n].get("scenarios", {}))) for n in names}
+        cells = [label]
+        for n in names:
+            node = _parent(*path)(systems[n].get("scenarios", {}))
+            cells.append(_fmt(vals[n], dec) + (_marks(node, path) if vals[n] is not None else ""))
+        if with_ratio:
+            peer_vals = [(vals[p], p) for p in peers if vals[p] is not None]
+            best = (max if higher else min)(peer_vals) if peer_vals else None
+            conv = vals["conveyor"]
+            if best is None or conv is None:
+                cells += [best[1] if best else "—", "—"]
+            elif best[0] == 0:
+                cells += [best[1], "=" if conv == 0 else "∞"]
+            else:
+                cells += [best[1], f"{conv / best[0]:.2f}×"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def ceiling_table(doc: dict[str, Any]) -> str:
+    """Raw Redis requests/s from redis-benchmark, measured in the same run."""
+    ceil = doc.get("redis_ceiling") or {}
+    if not ceil or "error" in ceil:
+        return f"Redis ceiling: {ceil.get('error', 'not measured')}"
+    ops = ["SET", "LPUSH", "RPOP"]
+    lines = ["| redis-benchmark (req/s) | " + " | ".join(ops) + " |", "|---|---|---|---|"]
+    for label, key in (("unpipelined", "unpipelined"), ("pipelined -P 16", "pipelined_16")):
+        row = ceil.get(key, {})
+        lines.append(f"| {label} | " + " | ".join(_fmt(_num(row.get(o)), 0) for o in ops) + " |")
+    rtt = _num((ceil.get("ping_rtt_us") or {}).get("median"))
+    if rtt is not None:
+        lines.append(f"\nLoopback round trip (PING, one connection, median): {rtt:,.0f} µs")
+    return "\n".join(lines)
+
+
+def notes(doc: dict[str, Any]) -> str:
+    """Versions, worker command lines, reduced counts and errors, as a bullet list."""
+    out = ["* reduced job count for a slow system (see reduced_from in the JSON); "
+           "! did not complete in time (rate over finished jobs); "
+           "† no bulk API, measured the group idiom; § saturated: the worker could not keep up "
+           "with one job per 10 ms, so latency includes queueing; — not applicable or failed."]
+    for name, sysdoc in doc.get("systems", {}).items():
+        scen = sysdoc.get("scenarios", {})
+        best = _get("drain", "best", "worker")(scen)
+        line = f"- **{name}** {sysdoc.get('version', '?')}"
+        if best:
+            line += f"; best: `{best}`"
+        for key, val in sorted(_reduced(scen).items()):
+            line += f"; {key} ran {val[1]:,} jobs instead of {val[0]:,}"
+        crash = scen.get("crash", {})
+        if "lost" in crash:
+            line += (f"; crash: {crash['in_flight_at_kill']} in flight at kill, waited until "
+                     f"{crash.get('idle_s', 0):.0f}s idle (max {crash['window_s']:.0f}s)")
+        for scen_name, err in sysdoc.get("errors", {}).items():
+            line += f"; **{scen_name} failed**: {str(err).splitlines()[0][:160]}"
+        out.append(line)
+    return "\n".join(out)
+
+
+def _reduced(scen: dict[str, Any]) -> dict[str, tuple[int, int]]:
+    found: dict[str, tuple[int, int]] = {}
+
+    def walk(node: Any, key: str) -> None:
+        if isinstance(node, dict):
+            if "reduced_from" in node:
+                found[key] = (int(node["reduced_from"]), int(node.get("count", 0)))
+            for k, v in node.items():
+                walk(v, f"{key}.{k}" if key else k)
+    walk(scen, "")
+    return found
+
+
+def render(doc: dict[str, Any]) -> str:
+    """Everything printed at the end of a run."""
+    meta = doc.get("meta", {})
+    title = (f"Conveyor benchmark — {'quick' if meta.get('quick') else 'full'} run, "
+             f"{meta.get('cores', '?')} cores, redis {meta.get('redis_version', '?')}")
+    return "\n\n".join([f"### {title}", main_table(doc), ceiling_table(doc), notes(doc)])

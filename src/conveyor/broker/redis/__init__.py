@@ -1,0 +1,11 @@
+"""Redis backend: ``RedisBroker`` (standalone, Sentinel, Cluster), one Lua script per transition.
+
+Layout: ``broker.py`` (transitions), ``reads.py`` (inspection), ``side.py`` (documents, logs,
+events, counters), ``plumbing.py`` (shared base, error mapping), ``conn.py`` (URLs, pools,
+start-up checks), ``codec.py`` (job hash <-> Job), ``keys.py`` (the whole key schema),
+``scripts.py`` + ``lua/`` (the scripts). See docs/wire-format.md.
+"""
+
+from .broker import RedisBroker
+
+__all__ = ["RedisBroker"]

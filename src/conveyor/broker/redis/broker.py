@@ -1,0 +1,382 @@
+"""RedisBroker: the Broker protocol on Redis — every state change is ONE Lua script.
+
+Scripts live in ``lua/`` (one per transition), keys in ``keys.py``; see docs/wire-format.md and
+docs/architecture-redis.md. Highlights:
+
+* ``claim`` promotes due jobs and leases up to ``limit`` jobs of a queue in one script call
+  (state, attempts, lease deadline, fencing token ``"<n>:<queue>"``, started event); queues are
+  tried in the given order, the next only when the previous could not fill ``limit``.
+* ``complete`` and ``extend`` take batches: one script call per queue, pipelined.
+* Fencing tokens name their queue, so finishing calls need no lookup.
+* ``enqueue`` is one script call: atomic across queues on a standalone server; in Redis
+  Cluster a batch must stay within one queue (one slot), else ``ValidationError("jobs")``.
+* Idle workers block in ``wait_for_work`` on BLPOP of the queues' wake lists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ...config import Retention
+from ...core.job import Job, validate_queue_name
+from ...core.state import TERMINAL_STATES, JobState
+from ...errors import DecodeError, DuplicateJob, LeaseLost, ValidationError
+from ..base import Ack, Broker, EnqueueResult, Lease
+from . import codec
+from .codec import fmt_time
+from .keys import TERMINAL_SETS
+from .plumbing import guarded, token_queue
+from .reads import ReadsMixin
+from .scripts import Call
+from .side import SideMixin
+
+IDEMPOTENCY_GRACE = 60.0  # real-time slack on top of a key's logical TTL before Redis drops it
+PROMOTE_BATCH = 1000
+REAP_BATCH = 1000
+PURGE_BATCH = 1000
+
+
+class RedisBroker(ReadsMixin, SideMixin, Broker):
+    """Redis (standalone, Sentinel or Cluster) backend; build it with ``from_url``."""
+
+    has_server_clock = True
+
+    @classmethod
+    def from_url(cls, url: str, retention: Retention | None = None) -> RedisBroker:
+        """Broker for a ``redis[s]://``, ``redis+sentinel://`` or ``redis+cluster://`` URL."""
+        return cls(url, retention)
+
+    # ------------------------------------------------------------------ producers
+    @guarded
+    def enqueue(self, jobs: Sequence[Job], now: float) -> list[EnqueueResult]:
+        """Store all jobs or none (one script call); see ``Broker.enqueue``."""
+        if not jobs:
+            return []
+        groups: dict[str, list[int]] = {}
+        seen: set[str] = set()
+        for i, job in enumerate(jobs):
+            if job.id in seen:
+                raise DuplicateJob(job.id)
+            seen.add(job.id)
+            groups.setdefault(validate_queue_name(job.queue), []).append(i)
+        if len(groups) > 1 and self.cluster:
+            raise ValidationError(
+                "jobs", "in Redis Cluster one enqueue_many batch must target a single queue"
+                f" (atomicity is per queue); got {sorted(groups)}",
+            )  # fmt: skip
+        keys: list[str] = []
+        args: list[Any] = [fmt_time(now), self.retention.events_max, len(groups)]
+        for queue, idxs in groups.items():
+            keys += self.qkeys(queue)
+            args += [queue, len(idxs)]
+            for i in idxs:
+                args += codec.enqueue_args(jobs[i], now, IDEMPOTENCY_GRACE)
+        self.register(groups)
+        reply = self.runner.run("enqueue", keys, args)
+        if reply[0] == -1:
+            raise DuplicateJob(reply[1].decode())
+        order = [i for idxs in groups.values() for i in idxs]
+        results: list[EnqueueResult | None] = [None] * len(jobs)
+        for n, i in enumerate(order):
+            dup, job_id, state = reply[1 + 3 * n : 4 + 3 * n]
+            results[i] = EnqueueResult(job_id.decode(), bool(dup), JobState(state.decode()))
+            self.remember(job_id.decode(), jobs[i].queue)
+        if any(j.state is JobState.PENDING for j in jobs):
+            self.wake_all()
+        return [r for r in results if r is not None]
+
+    # ------------------------------------------------------------------ consumers
+    @guarded
+    def claim(
+        self, queues: Sequence[str], now: float, *, limit: int = 1,
+        visibility_timeout: float = 30.0, worker_id: str = "",
+    ) -> list[Lease]:  # fmt: skip
+        """Lease up to ``limit`` jobs, queues in the given order (one script call per queue)."""
+        leases: list[Lease] = []
+        at, deadline = fmt_time(now), fmt_time(now + visibility_timeout)
+        more = False
+        for queue in queues:
+            if len(leases) >= limit:
+                break
+            reply = self.runner.run("claim", self.qkeys(queue), [
+                queue, at, deadline, limit - len(leases), worker_id, self.retention.events_max,
+                PROMOTE_BATCH, self.retention.dead_letter_max,
+            ])  # fmt: skip
+            more = more or reply[0] == 1
+            for n in range(1, len(reply), 2):
+                job_id, fields = reply[n].decode(), codec.pairs(reply[n + 1])
+                lease = self._lease(queue, job_id, fields, now, visibility_timeout, worker_id)
+                if lease is not None:
+                    leases.append(lease)
+        if more:
+            self.wake_all()
+        return leases
+
+    def _lease(
+        self, queue: str, job_id: str, fields: dict[bytes, bytes], now: float, vt: float,
+        worker_id: str,
+    ) -> Lease | None:  # fmt: skip
+        token = fields.get(b"token", b"").decode()
+        try:
+            job = codec.job_from_hash(fields, queue)
+        except DecodeError as exc:
+            self._bury_undecodable(queue, job_id, token, fields, str(exc), worker_id, now)
+            return None
+        job.id = job_id
+        self.remember(job_id, queue)
+        return Lease(job, token, now + vt)
+
+    def _bury_undecodable(
+        self, queue: str, job_id: str, token: str, fields: dict[bytes, bytes], message: str,
+        worker_id: str, now: float,
+    ) -> None:  # fmt: skip
+        entry = codec.decode_error_entry(message, fields, worker_id, now)
+        entry_json, _, last_error, _ = codec.error_json(entry, now)
+        self.runner.run("fail", self.qkeys(queue), [
+            queue, job_id, token, fmt_time(now), entry_json, "1", last_error, "", "decode_error",
+            self.retention.dead_letter_max, self.retention.events_max,
+            codec.stub_payload(job_id, queue, fields),
+        ])  # fmt: skip
+
+    @guarded
+    def complete(self, acks: Sequence[Ack], now: float) -> list[bool]:
+        """Record successes: one script call per queue, pipelined; False for stale tokens."""
+        out = [False] * len(acks)
+        groups: dict[str, list[int]] = {}
+        for i, ack in enumerate(acks):
+            queue = token_queue(ack.token)
+            if queue is not None:
+                groups.setdefault(queue, []).append(i)
+        calls = []
+        at = fmt_time(now)
+        for queue, idxs in groups.items():
+            args: list[Any] = [queue, at, self.retention.completed_max, self.retention.events_max]
+            for i in idxs:
+                args += [acks[i].job_id, acks[i].token, codec.result_json(acks[i].result)]
+            calls.append(Call("complete", self.qkeys(queue), args))
+        for idxs, reply in zip(groups.values(), self.runner.run_many(calls), strict=True):
+            for i, ok in zip(idxs, reply, strict=True):
+                out[i] = ok == 1
+        return out
+
+    @guarded
+    def fail(
+        self, job_id: str, token: str, now: float, *, error: Mapping[str, Any],
+        retry_at: float | None,
+    ) -> JobState:  # fmt: skip
+        """Record a failed attempt; retry later or dead-letter. ``LeaseLost`` on a stale token."""
+        queue = token_queue(token)
+        if queue is None:
+            raise LeaseLost(job_id)
+        entry, has_attempt, last_error, kind = codec.error_json(error, now)
+        reply = self.runner.run("fail", self.qkeys(queue), [
+            queue, job_id, token, fmt_time(now), entry, "1" if has_attempt else "0", last_error,
+            "" if retry_at is None else fmt_time(retry_at), kind, self.retention.dead_letter_max,
+            self.retention.events_max, "",
+        ])  # fmt: skip
+        if reply[0] != 1:
+            raise LeaseLost(job_id)
+        return JobState(reply[1].decode())
+
+    @guarded
+    def release(
+        self, job_id: str, token: str, now: float, *, delay: float = 0.0, penalize: bool = True,
+        note: str = "released",
+    ) -> JobState:  # fmt: skip
+        """Give a leased job back (now, or after ``delay``). ``LeaseLost`` on a stale token."""
+        queue = token_queue(token)
+        if queue is None:
+            raise LeaseLost(job_id)
+        reply = self.runner.run("release", self.qkeys(queue), [
+            queue, job_id, token, fmt_time(now), fmt_time(now + delay) if delay > 0 else "",
+            "1" if penalize else "0", note, self.retention.events_max,
+        ])  # fmt: skip
+        if reply[0] != 1:
+            raise LeaseLost(job_id)
+        state = JobState(reply[1].decode())
+        if state is JobState.PENDING:
+            self.wake_all()
+        return state
+
+    @guarded
+    def extend(
+        self, leases: Sequence[tuple[str, str]], now: float, visibility_timeout: float
+    ) -> list[bool]:
+        """Push lease deadlines: one script call per queue, pipelined; False where lost."""
+        out = [False] * len(leases)
+        groups: dict[str, list[int]] = {}
+        for i, (_, token) in enumerate(leases):
+            queue = token_queue(token)
+            if queue is not None:
+                groups.setdefault(queue, []).append(i)
+        deadline = fmt_time(now + visibility_timeout)
+        calls = []
+        for queue, idxs in groups.items():
+            args: list[Any] = [deadline]
+            for i in idxs:
+                args += [leases[i][0], leases[i][1]]
+            calls.append(Call("extend", self.qkeys(queue), args))
+        for idxs, reply in zip(groups.values(), self.runner.run_many(calls), strict=True):
+            for i, ok in zip(idxs, reply, strict=True):
+                out[i] = ok == 1
+        return out
+
+    # ------------------------------------------------------------------ maintenance
+    @guarded
+    def promote_due(self, now: float, limit: int = 1000) -> int:
+        """Move due scheduled / retry_scheduled jobs to pending, queue by queue."""
+        moved = 0
+        for queue in self.known_queues():
+            if moved >= limit:
+                break
+            args = [fmt_time(now), limit - moved]
+            moved += int(self.runner.run("promote", self.qkeys(queue), args))
+        if moved:
+            self.wake_all()
+        return moved
+
+    @guarded
+    def reap_expired(self, now: float, *, max_lost: int = 3) -> int:
+        """Return expired leases to pending (poison pills: dead letter); drop old finished jobs."""
+        ret = self.retention
+        cut_done, cut_cancel = fmt_time(now - ret.completed_ttl), fmt_time(now - ret.cancelled_ttl)
+        queues = self.known_queues()
+        reaped = 0
+        while queues:
+            calls = [Call("reap", self.qkeys(q), [q, fmt_time(now), max_lost, REAP_BATCH,
+                          ret.events_max, ret.dead_letter_max, cut_done, cut_cancel])
+                     for q in queues]  # fmt: skip
+            replies = self.runner.run_many(calls)
+            reaped += sum(int(r[0]) for r in replies)
+            queues = [q for q, r in zip(queues, replies, strict=True) if r[1] == 1]
+        if reaped:
+            self.wake_all()
+        return reaped
+
+    # ------------------------------------------------------------------ admin
+    @guarded
+    def cancel(self, job_id: str, now: float) -> bool:
+        """Cancel a job that has not started."""
+        found = self.fetch(job_id)
+        if found is None:
+            return False
+        queue = found[0]
+        args = [queue, job_id, fmt_time(now), self.retention.events_max]
+        return bool(self.runner.run("cancel", self.qkeys(queue), args) == 1)
+
+    @guarded
+    def requeue(self, job_id: str, now: float) -> bool:
+        """Revive a dead-lettered or cancelled job with fresh attempts."""
+        found = self.fetch(job_id)
+        if found is None:
+            return False
+        queue = found[0]
+        args = [queue, job_id, fmt_time(now), self.retention.events_max]
+        ok = self.runner.run("requeue", self.qkeys(queue), args) == 1
+        if ok:
+            self.wake_all()
+        return bool(ok)
+
+    @guarded
+    def purge(
+        self, now: float, *, state: JobState = JobState.DEAD_LETTER,
+        older_than: float | None = None, queue: str | None = None,
+        ids: Sequence[str] | None = None,
+    ) -> int:  # fmt: skip
+        """Delete terminal jobs in ``state`` finished more than ``older_than`` s ago."""
+        if state not in TERMINAL_STATES:
+            raise ValueError("purge: only terminal states can be purged")
+        assert str(state) in TERMINAL_SETS
+        cutoff = "+inf" if older_than is None else fmt_time(now - older_than)
+        queues = [queue] if queue is not None else self.known_queues()
+        total = 0
+        for q in queues:
+            if ids is not None:
+                id_list = list(ids)
+                for start in range(0, len(id_list), PURGE_BATCH):
+                    chunk = id_list[start : start + PURGE_BATCH]
+                    args = [str(state), cutoff, PURGE_BATCH, *chunk]
+                    total += int(self.runner.run("purge", self.qkeys(q), args))
+                continue
+            while True:
+                n = int(self.runner.run("purge", self.qkeys(q), [str(state), cutoff, PURGE_BATCH]))
+                total += n
+                if n < PURGE_BATCH:
+                    break
+        return total
+
+    @guarded
+    def pause(self, queue: str) -> None:
+        """Stop handing out jobs of ``queue``."""
+        key = self.keys.queue_key(validate_queue_name(queue), "paused")
+        self.register([queue])
+        self.client.set(key, "1")
+
+    @guarded
+    def resume(self, queue: str) -> None:
+        """Undo ``pause`` and wake idle workers."""
+        wake = self.keys.queue_key(validate_queue_name(queue), "wake")
+        pipe = self.client.pipeline(transaction=False)
+        pipe.delete(self.keys.queue_key(queue, "paused"))
+        pipe.lpush(wake, "1")
+        pipe.ltrim(wake, 0, 15)
+        pipe.execute()
+        self.wake_all()
+
+    # ------------------------------------------------------------------ lifecycle
+    @guarded
+    def server_time(self) -> float | None:
+        """Redis ``TIME`` in epoch seconds."""
+        seconds, micros = self.client.time()
+        return int(seconds) + int(micros) / 1_000_000
+
+    @guarded
+    def wait_for_work(self, queues: Sequence[str], timeout: float) -> None:
+        """Block on BLPOP of the queues' wake lists until a job may be ready or ``timeout``."""
+        if timeout <= 0 or not queues:
+            return
+        wait = max(0.01, min(timeout, self._conn.socket_timeout - 1.0))
+        if not self.cluster:
+            keys = [self.keys.queue_key(q, "wake") for q in queues]
+        elif len(queues) == 1:
+            keys = [self.keys.queue_key(queues[0], "wake")]
+        else:
+            keys = [self.keys.global_wake]
+        popped = self.client.blpop(keys, timeout=wait)
+        if popped is not None:
+            # markers left while nobody waited are stale: this worker claims next anyway and
+            # passes the wake-up on (claim.lua) if more jobs remain
+            self.client.delete(popped[0])
+
+    @guarded
+    def flush_all(self) -> None:
+        """Delete every key of this broker's prefix (tests, demos)."""
+        batch: list[Any] = []
+        for key in self.client.scan_iter(match=self.keys.pattern(), count=1000):
+            batch.append(key)
+            if len(batch) >= 500:
+                self._unlink(batch)
+                batch = []
+        if batch:
+            self._unlink(batch)
+        self._where.clear()
+        self._conn.registered.clear()
+
+    def _unlink(self, keys: list[Any]) -> None:
+        if self.cluster:
+            pipe = self.client.pipeline(transaction=False)
+            for key in keys:
+                pipe.unlink(key)
+            pipe.execute()
+        else:
+            self.client.unlink(*keys)
+
+    def close(self) -> None:
+        """Release this broker's share of the process-wide connection pool."""
+        from . import conn
+
+        if getattr(self, "_closed", False):
+            return
+        self._closed = True
+        conn.release(self._conn)

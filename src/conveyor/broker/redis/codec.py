@@ -1,0 +1,224 @@
+"""Job <-> Redis hash: the immutable JSON envelope plus the mutable fields the scripts update.
+
+A job hash holds ``payload`` (the envelope written once at enqueue, ``core.serialization``) and
+mutable fields that override it when present: ``state``, ``attempts``, ``lost`` (integers),
+``run_at``, ``started_at``, ``finished_at``, ``lease_expires_at`` (epoch seconds),
+``result`` (JSON), ``last_error``, ``worker_id`` (text), ``errors`` and ``history`` (JSON Lines),
+and script bookkeeping: ``token``, ``rk`` (ready-set member), ``priority``, ``task``,
+``created_at``, ``raw`` (original bytes of an undecodable payload). Lua never parses payloads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import orjson
+
+from ...core.job import Job
+from ...core.serialization import ENVELOPE_VERSION, decode_value, encode_value
+from ...core.state import JobState
+from ...errors import DecodeError
+
+_REQUIRED = ("id", "task", "queue", "state")
+UNDECODABLE_TASK = "<undecodable>"
+
+
+def fmt_time(value: float) -> str:
+    """A time as stored and passed to scripts: the shortest exact repr of the float."""
+    return repr(float(value))
+
+
+def pairs(flat: Sequence[Any]) -> dict[bytes, bytes]:
+    """A flat HGETALL reply as a dict."""
+    it = iter(flat)
+    return dict(zip(it, it, strict=True))
+
+
+_OPTIONAL = ("timeout", "started_at", "finished_at", "last_error", "idempotency_key",
+             "worker_id", "lease_expires_at")  # fmt: skip
+
+
+def envelope(job: Job) -> bytes:
+    """The immutable envelope stored in ``payload``: required fields plus non-default ones."""
+    data: dict[str, Any] = {
+        "v": ENVELOPE_VERSION, "id": job.id, "task": job.task,
+        "args": encode_value(job.args, "args"), "kwargs": encode_value(job.kwargs, "kwargs"),
+        "queue": job.queue, "priority": job.priority, "state": str(job.state),
+        "max_attempts": job.max_attempts, "run_at": job.run_at, "created_at": job.created_at,
+    }  # fmt: skip
+    for name in _OPTIONAL:
+        value = getattr(job, name)
+        if value is not None:
+            data[name] = value
+    if job.idempotency_key is not None:
+        data["idempotency_ttl"] = job.idempotency_ttl
+    if job.metadata:
+        data["metadata"] = encode_value(job.metadata, "metadata")
+    if job.result is not None:
+        data["result"] = encode_value(job.result, "result")
+    for name in ("attempts", "lost", "errors", "history"):
+        if value := getattr(job, name):
+            data[name] = value
+    return orjson.dumps(data)
+
+
+def enqueue_args(job: Job, now: float, grace: float) -> list[Any]:
+    """The 10 ARGV fields of one job for enqueue.lua.
+
+    An idempotency key is valid until ``now + ttl`` (checked against the caller's clock); Redis
+    deletes it ``ttl + min(ttl, grace)`` real seconds after the enqueue, so keys cannot pile up.
+    """
+    payload = envelope(job)
+    key = job.idempotency_key or ""
+    exp = fmt_time(now + job.idempotency_ttl) if key else ""
+    px = int((job.idempotency_ttl + min(grace, job.idempotency_ttl)) * 1000) if key else 0
+    return [job.id, payload, str(job.state), job.priority, fmt_time(job.run_at),
+            fmt_time(job.created_at), job.task, key, exp, max(px, 1)]  # fmt: skip
+
+
+def result_json(result: Any) -> bytes:
+    """A handler's result as stored (typed-encoded JSON); None is stored as absent."""
+    if result is None:
+        return b""
+    return orjson.dumps(encode_value(result, "result"))
+
+
+def error_json(error: Mapping[str, Any], now: float) -> tuple[bytes, bool, str, str]:
+    """An ``errors`` entry (``at`` defaulted), whether it has ``attempt``, last_error, kind."""
+    entry = dict(error)
+    entry.setdefault("at", now)
+    has_attempt = "attempt" in entry
+    etype, message = entry.get("type") or "", entry.get("message") or ""
+    last_error = f"{etype}: {message}" if etype else str(message)
+    return orjson.dumps(entry, default=str), has_attempt, last_error, str(entry.get("kind") or "")
+
+
+def _lines(raw: bytes) -> list[Any]:
+    return [orjson.loads(line) for line in raw.split(b"\n") if line]
+
+
+_STATES = {state.value: state for state in JobState}
+
+
+def job_from_hash(fields: Mapping[bytes, bytes], queue: str) -> Job:
+    """Rebuild a Job from its hash; ``DecodeError`` if the payload or a field is malformed.
+
+    Same rules as ``core.serialization.job_from_dict`` (version, required fields, types), with
+    the mutable hash fields overriding the envelope; typed values are only decoded when the
+    JSON contains a ``"$`` key.
+    """
+    raw = fields.get(b"payload")
+    if raw is None:
+        raise DecodeError("job hash has no payload field")
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise DecodeError(f"not valid JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise DecodeError("envelope must be a JSON object")
+    if data.get("v") != ENVELOPE_VERSION:
+        raise DecodeError(f"unsupported envelope version {data.get('v')!r}")
+    missing = [name for name in _REQUIRED if name not in data]
+    if missing:
+        raise DecodeError(f"envelope is missing fields: {', '.join(missing)}")
+    try:
+        return _build(data, fields, queue, b'"$' in raw)
+    except DecodeError:
+        raise
+    except (TypeError, ValueError, AttributeError, KeyError, orjson.JSONDecodeError) as exc:
+        raise DecodeError(f"malformed job field: {exc!r}") from exc
+
+
+def _opt(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def _build(data: dict[str, Any], fields: Mapping[bytes, bytes], queue: str, typed: bool) -> Job:
+    get, field = data.get, fields.get
+    args, kwargs, metadata = get("args") or [], get("kwargs") or {}, get("metadata") or {}
+    result: Any = get("result")
+    if typed:
+        args, kwargs = decode_value(args), decode_value(kwargs)
+        metadata, result = decode_value(metadata), decode_value(result)
+    if (raw_result := field(b"result")) is not None:
+        result = orjson.loads(raw_result)
+        if b'"$' in raw_result:
+            result = decode_value(result)
+    state_raw = field(b"state")
+    state = _STATES[state_raw.decode() if state_raw is not None else data["state"]]
+    worker = field(b"worker_id")
+    errors, history = field(b"errors"), field(b"history")
+    lease = field(b"lease_expires_at") if state is JobState.ACTIVE else None
+    return Job(
+        id=str(data["id"]), task=str(data["task"]), args=list(args), kwargs=dict(kwargs),
+        queue=queue, priority=int(get("priority", 0)), state=state,
+        attempts=int(field(b"attempts") or get("attempts", 0)),
+        max_attempts=int(get("max_attempts", 4)), timeout=_opt(get("timeout")),
+        run_at=float(field(b"run_at") or get("run_at") or 0.0),
+        created_at=float(get("created_at") or 0.0),
+        started_at=_opt(field(b"started_at") or get("started_at")),
+        finished_at=_opt(field(b"finished_at") or get("finished_at")),
+        result=result,
+        last_error=(field(b"last_error") or b"").decode() or get("last_error"),
+        errors=_lines(errors) if errors is not None else list(get("errors") or []),
+        history=_lines(history) if history is not None else list(get("history") or []),
+        idempotency_key=get("idempotency_key"),
+        idempotency_ttl=float(get("idempotency_ttl") or 300.0), metadata=dict(metadata),
+        lost=int(field(b"lost") or get("lost", 0)),
+        worker_id=(worker.decode() or None) if worker is not None else get("worker_id"),
+        lease_expires_at=_opt(lease),
+    )  # fmt: skip
+
+
+def stub_payload(job_id: str, queue: str, fields: Mapping[bytes, bytes]) -> bytes:
+    """A minimal valid envelope replacing an undecodable one (the original goes to ``raw``)."""
+    task = fields.get(b"task", b"").decode("utf-8", "replace") or UNDECODABLE_TASK
+    return orjson.dumps({"v": ENVELOPE_VERSION, "id": job_id, "task": task, "queue": queue,
+                         "state": "dead_letter", "args": [], "kwargs": {}})  # fmt: skip
+
+
+def decode_error_entry(message: str, fields: Mapping[bytes, bytes], worker: str,
+                       now: float) -> dict[str, Any]:  # fmt: skip
+    """The ``errors`` entry recorded when a claimed job cannot be decoded."""
+    try:
+        attempt = int(fields.get(b"attempts", b"0"))
+    except ValueError:
+        attempt = 0
+    return {"attempt": attempt, "kind": "decode_error", "type": "DecodeError",
+            "message": message[:2000], "traceback": "", "worker": worker or None,
+            "at": now}  # fmt: skip
+
+
+_EVENT_FLOATS = ("at", "run_at")
+_EVENT_INTS = ("attempt", "lost")
+
+
+def event_from_fields(fields: Mapping[bytes, bytes], queue: str | None) -> dict[str, Any]:
+    """A stream entry as an event dict (job events are flat fields; others one JSON field).
+
+    Job events do not store their queue: it is the stream's, passed as ``queue``.
+    """
+    if b"event" in fields:
+        value = orjson.loads(fields[b"event"])
+        return value if isinstance(value, dict) else {"type": "unknown", "value": value}
+    event: dict[str, Any] = {k.decode(): v.decode("utf-8", "replace") for k, v in fields.items()}
+    if queue is not None:
+        event.setdefault("queue", queue)
+    for name in _EVENT_FLOATS:
+        if name in event:
+            event[name] = _number(event[name], float)
+    for name in _EVENT_INTS:
+        if name in event:
+            event[name] = _number(event[name], int)
+    return event
+
+
+def _number(text: str, kind: type) -> Any:
+    try:
+        return kind(text)
+    except ValueError:
+        try:
+            return kind(float(text))
+        except ValueError:
+            return text

@@ -1,0 +1,155 @@
+"""THE Redis key schema: every key Conveyor reads or writes is named here and nowhere else.
+
+All keys of one queue carry the hash tag ``{<queue>}`` so every Lua script touches exactly one
+Redis Cluster slot (queue names are validated: no braces, spaces or colons)::
+
+    <p>:{<q>}:job:<id>     HASH    one job: ``payload`` (immutable JSON envelope) + mutable fields
+    <p>:{<q>}:ready        ZSET    pending jobs; score = priority, member = "<seq:016x>:<id>"
+                                   (equal scores sort by member, so FIFO within a priority)
+    <p>:{<q>}:scheduled    ZSET    id -> run_at (scheduled: delayed enqueue / delayed release)
+    <p>:{<q>}:retry        ZSET    id -> run_at (retry_scheduled)
+    <p>:{<q>}:leases       ZSET    id -> lease deadline (active jobs)
+    <p>:{<q>}:completed    ZSET    id -> finished_at (retention by count and TTL)
+    <p>:{<q>}:dead         ZSET    id -> finished_at (dead_letter; capped per queue)
+    <p>:{<q>}:cancelled    ZSET    id -> finished_at (TTL)
+    <p>:{<q>}:seq          STRING  INCR counter: ready-order sequence and fencing tokens
+    <p>:{<q>}:events       STREAM  transition events of this queue (MAXLEN ~ events_max)
+    <p>:{<q>}:wake         LIST    wake-up markers for idle workers (BLPOP), at most 16
+    <p>:{<q>}:paused       STRING  exists while the queue is paused
+    <p>:{<q>}:idem:<key>   STRING  "<expires_at>|<job id>" (PX: logical TTL + grace)
+
+Global keys (never touched by a job script)::
+
+    <p>:queues             SET     every queue that ever held a job or was paused
+    <p>:events             STREAM  non-transition events (worker_up, ...; events_add)
+    <p>:wake               LIST    Cluster mode only: wake-up markers for multi-queue workers
+    <p>:doc:{<c>}          SET     names of the documents of collection <c>
+    <p>:doc:{<c>}:<name>   HASH    one document: field -> JSON value, plus meta fields
+    <p>:log:<name>         LIST    bounded log of JSON entries (oldest first)
+    <p>:ctr:<bucket>       HASH    counter name -> number, plus the logical expiry
+
+See docs/wire-format.md for the field-level format.
+"""
+
+from __future__ import annotations
+
+import re
+
+DEFAULT_PREFIX = "conveyor"
+
+#: Order of the per-queue keys passed as KEYS[1..13] to every job script (see lua/_lib.lua).
+QUEUE_KEY_SUFFIXES = (
+    "job:", "ready", "scheduled", "retry", "leases", "completed", "dead", "cancelled", "seq",
+    "events", "wake", "paused", "idem:",
+)  # fmt: skip
+KEYS_PER_QUEUE = len(QUEUE_KEY_SUFFIXES)
+
+#: Terminal state -> the suffix of the set that holds jobs in that state.
+TERMINAL_SETS = {"completed": "completed", "dead_letter": "dead", "cancelled": "cancelled"}
+
+#: Every state -> the per-queue ZSET that holds its jobs (its ZCARD is the count).
+STATE_SETS = {
+    "pending": "ready", "scheduled": "scheduled", "retry_scheduled": "retry", "active": "leases",
+    **TERMINAL_SETS,
+}  # fmt: skip
+
+_SAFE_COLLECTION = re.compile(r"^[A-Za-z0-9_.\-:]{1,200}$")
+
+
+class KeySchema:
+    """Builds key names for one prefix (default ``conveyor``)."""
+
+    def __init__(self, prefix: str = DEFAULT_PREFIX) -> None:
+        if not prefix or any(c in prefix for c in "{} \n"):
+            raise ValueError(f"invalid key prefix {prefix!r}")
+        self.prefix = prefix
+
+    # ------------------------------------------------------------------ per queue
+    def tag(self, queue: str) -> str:
+        """``<p>:{<queue>}:`` — the start of every key of ``queue``."""
+        return f"{self.prefix}:{{{queue}}}:"
+
+    def queue_keys(self, queue: str) -> list[str]:
+        """KEYS[1..13] of every job script, in ``QUEUE_KEY_SUFFIXES`` order."""
+        base = self.tag(queue)
+        return [base + suffix for suffix in QUEUE_KEY_SUFFIXES]
+
+    def queue_key(self, queue: str, suffix: str) -> str:
+        """One per-queue key (``suffix`` from ``QUEUE_KEY_SUFFIXES``)."""
+        return self.tag(queue) + suffix
+
+    def job(self, queue: str, job_id: str) -> str:
+        """The hash of one job."""
+        return f"{self.tag(queue)}job:{job_id}"
+
+    def state_set(self, queue: str, state: str) -> str:
+        """The ZSET holding the jobs of ``queue`` in ``state``."""
+        return self.tag(queue) + STATE_SETS[state]
+
+    def pattern(self) -> str:
+        """SCAN pattern matching every key of this prefix."""
+        return f"{_glob_escape(self.prefix)}:*"
+
+    # ------------------------------------------------------------------ global
+    @property
+    def queues(self) -> str:
+        """SET of known queue names."""
+        return f"{self.prefix}:queues"
+
+    @property
+    def events(self) -> str:
+        """STREAM of non-transition events."""
+        return f"{self.prefix}:events"
+
+    @property
+    def global_wake(self) -> str:
+        """LIST of wake-up markers used by multi-queue workers in Cluster mode."""
+        return f"{self.prefix}:wake"
+
+    def doc_index(self, collection: str) -> str:
+        """SET of document names of a collection."""
+        return f"{self.prefix}:doc:{{{_collection(collection)}}}"
+
+    def doc(self, collection: str, name: str) -> str:
+        """HASH of one document (same slot as its collection's index)."""
+        return f"{self.doc_index(collection)}:{name}"
+
+    def log(self, name: str) -> str:
+        """LIST of a bounded log."""
+        return f"{self.prefix}:log:{name}"
+
+    def counters(self, bucket: str) -> str:
+        """HASH of one counter bucket."""
+        return f"{self.prefix}:ctr:{bucket}"
+
+
+def _collection(name: str) -> str:
+    """Collection names go inside a hash tag: anything unusual is hex-encoded."""
+    if _SAFE_COLLECTION.match(name):
+        return name
+    return "x" + name.encode().hex()
+
+
+def _glob_escape(text: str) -> str:
+    return re.sub(r"([*?\[\]\\])", r"\\\1", text)
+
+
+def key_slot(key: str | bytes) -> int:
+    """The Redis Cluster slot of ``key`` (CRC16/XMODEM of the hash tag, mod 16384)."""
+    raw = key.encode() if isinstance(key, str) else key
+    start = raw.find(b"{")
+    if start != -1:
+        end = raw.find(b"}", start + 1)
+        if end > start + 1:
+            raw = raw[start + 1 : end]
+    return _crc16(raw) % 16384
+
+
+def _crc16(data: bytes) -> int:
+    crc = 0
+    for byte in data:
+        crc ^= byte << 8
+        for _ in range(8):
+            crc = ((crc << 1) ^ 0x1021) if crc & 0x8000 else crc << 1
+            crc &= 0xFFFF
+    return crc

@@ -1,0 +1,149 @@
+-- _lib.lua: helpers shared by every job script (scripts.py prepends this file to each script;
+-- it is never run on its own).
+--
+-- Every job script receives the 13 keys of ONE queue, in this order (keys.py QUEUE_KEY_SUFFIXES):
+--   KEYS[b+1]  <p>:{q}:job:       prefix of the job hashes (<p>:{q}:job:<id>)
+--   KEYS[b+2]  <p>:{q}:ready      ZSET score = priority, member = "<seq %016x>:<id>"
+--   KEYS[b+3]  <p>:{q}:scheduled  ZSET id -> run_at
+--   KEYS[b+4]  <p>:{q}:retry      ZSET id -> run_at
+--   KEYS[b+5]  <p>:{q}:leases     ZSET id -> lease deadline
+--   KEYS[b+6]  <p>:{q}:completed  ZSET id -> finished_at
+--   KEYS[b+7]  <p>:{q}:dead       ZSET id -> finished_at
+--   KEYS[b+8]  <p>:{q}:cancelled  ZSET id -> finished_at
+--   KEYS[b+9]  <p>:{q}:seq        STRING counter (ready order and fencing tokens)
+--   KEYS[b+10] <p>:{q}:events     STREAM (MAXLEN ~ events_max)
+--   KEYS[b+11] <p>:{q}:wake       LIST wake-up markers
+--   KEYS[b+12] <p>:{q}:paused     STRING, exists while paused
+--   KEYS[b+13] <p>:{q}:idem:      prefix of idempotency keys
+-- (b = 0, except in enqueue.lua which takes several groups of 13.) Job hashes and idempotency
+-- keys are built from the two prefixes, so they carry the same {q} hash tag and slot.
+--
+-- Times are never computed here: callers pass them as strings formatted by Python (repr of a
+-- float), which are stored verbatim, so no precision is lost. Mutable job fields that become
+-- None are deleted (HDEL); readers fall back to the value in the immutable payload.
+
+local WAKE_MAX = 16
+
+local function qkeys(b)
+  return {
+    job = KEYS[b + 1], ready = KEYS[b + 2], scheduled = KEYS[b + 3], retry = KEYS[b + 4],
+    leases = KEYS[b + 5], completed = KEYS[b + 6], dead = KEYS[b + 7],
+    cancelled = KEYS[b + 8], seq = KEYS[b + 9], events = KEYS[b + 10], wake = KEYS[b + 11],
+    paused = KEYS[b + 12], idem = KEYS[b + 13],
+  }
+end
+
+-- Type-safe reads: garbage planted under a job key (wrong type) must not abort a script.
+local function hmget(key, ...)
+  local r = redis.pcall('HMGET', key, ...)
+  if type(r) == 'table' and r.err then return nil end
+  return r
+end
+
+local function jstr(s)
+  if s == nil or s == false or s == '' then return 'null' end
+  return cjson.encode(s)
+end
+
+-- one event per transition; the queue is implied by the stream (readers add it)
+local function emit(q, maxlen, ...)
+  redis.call('XADD', q.events, 'MAXLEN', '~', maxlen, '*', ...)
+end
+
+-- bulk helpers: one command per 1000 arguments instead of one per job
+local function bulk(cmd, key, list)
+  for i = 1, #list, 1000 do
+    redis.call(cmd, key, unpack(list, i, math.min(i + 999, #list)))
+  end
+end
+
+local function wake(q)
+  redis.call('LPUSH', q.wake, '1')
+  redis.call('LTRIM', q.wake, 0, WAKE_MAX - 1)
+end
+
+local function member(seq, id)
+  return string.format('%016x', seq) .. ':' .. id
+end
+
+-- pending: append to the ready set behind every job of the same priority
+local function make_ready(q, id, prio)
+  local m = member(redis.call('INCR', q.seq), id)
+  redis.call('ZADD', q.ready, prio, m)
+  redis.call('HSET', q.job .. id, 'state', 'pending', 'rk', m)
+end
+
+-- ready members are "<16 hex digits>:<id>"; a bare id (hand-written producers) is tolerated
+local function member_id(member)
+  if string.len(member) > 17 and string.sub(member, 17, 17) == ':'
+      and string.find(string.sub(member, 1, 16), '^%x+$') then
+    return string.sub(member, 18)
+  end
+  return member
+end
+
+-- errors and history are JSON Lines (one JSON object per line); keep at most `max` lines
+local function append_line(key, field, line, max)
+  local cur = redis.call('HGET', key, field)
+  if not cur or cur == '' then cur = line else cur = cur .. '\n' .. line end
+  if max then
+    local _, breaks = string.gsub(cur, '\n', '\n')
+    while breaks + 1 > max do
+      local p = string.find(cur, '\n', 1, true)
+      cur = string.sub(cur, p + 1)
+      breaks = breaks - 1
+    end
+  end
+  redis.call('HSET', key, field, cur)
+end
+
+local function history(key, event, at, attempt, note, worker)
+  append_line(key, 'history', '{"event":' .. jstr(event) .. ',"at":' .. at .. ',"attempt":'
+    .. attempt .. ',"note":' .. (note and cjson.encode(note) or '""') .. ',"worker":'
+    .. jstr(worker) .. '}', 50)
+end
+
+-- drop the oldest entries of a terminal set beyond `cap` (cap < 0: no cap), with their jobs
+local function trim(q, set, cap)
+  if cap < 0 then return end
+  local excess = redis.call('ZCARD', set) - cap
+  while excess > 0 do
+    local gone = redis.call('ZPOPMIN', set, math.min(excess, 1000))
+    if #gone == 0 then return end
+    local keys = {}
+    for i = 1, #gone, 2 do keys[#keys + 1] = q.job .. gone[i] end
+    redis.call('DEL', unpack(keys))
+    excess = excess - #keys
+  end
+end
+
+-- record a terminal state in its set, then enforce the cap
+local function finish(q, set, id, at, cap)
+  redis.call('ZADD', set, at, id)
+  trim(q, set, cap)
+end
+
+-- scheduled / retry_scheduled jobs with run_at <= now become pending (bounded batch)
+local function promote(q, now, limit)
+  local moved = 0
+  for _, set in ipairs({q.scheduled, q.retry}) do
+    if moved >= limit then break end
+    local due = redis.call('ZRANGEBYSCORE', set, '-inf', now, 'LIMIT', 0, limit - moved)
+    for _, id in ipairs(due) do
+      redis.call('ZREM', set, id)
+      local key = q.job .. id
+      local kind = redis.call('TYPE', key).ok
+      if kind == 'hash' then
+        local f = redis.call('HMGET', key, 'state', 'priority')
+        if f[1] == 'scheduled' or f[1] == 'retry_scheduled' then
+          make_ready(q, id, tonumber(f[2]) or 0)
+          moved = moved + 1
+        end
+      elseif kind ~= 'none' then
+        redis.call('ZADD', q.ready, 0, id)  -- not a hash: claim dead-letters it
+        moved = moved + 1
+      end
+    end
+  end
+  return moved
+end

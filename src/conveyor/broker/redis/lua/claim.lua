@@ -1,0 +1,72 @@
+-- claim.lua: lease up to N ready jobs of one queue (transition: pending -> active).
+--
+-- One atomic step: promotion of due jobs first, then per job popped from the ready set: state
+-- active, attempts + 1, started_at, worker_id, lease deadline, a fresh fencing token
+-- ("<seq>:<queue>"), lease entry, "started" event. A paused queue is promoted but not served.
+-- Entries whose job is gone or no longer pending are dropped; a job key of the wrong type
+-- (garbage) is dead-lettered with kind decode_error (a string's value is kept in field "raw").
+-- Payloads are NOT decoded here: the client decodes and dead-letters undecodable ones at once
+-- (fail.lua with a stub payload), so a claim never hands out garbage and nothing loops.
+--
+-- KEYS: the 13 queue keys (_lib.lua)
+-- ARGV: [1] queue name  [2] now  [3] lease deadline (now + visibility_timeout)  [4] limit
+--       [5] worker id ("" = none)  [6] events_max  [7] promote limit  [8] dead_letter_max
+-- Returns: {more, id_1, hash_1, id_2, hash_2, ...}; more = 1 when ready jobs remain after
+--          this claim; each hash is the flat HGETALL of the job after the claim.
+local q = qkeys(0)
+local qname, now, deadline, limit, worker = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
+local maxlen = ARGV[6]
+
+local function bury_foreign(id, key, kind)
+  local raw = '<' .. kind .. '>'
+  if kind == 'string' then raw = redis.call('GET', key) end
+  redis.call('DEL', key)
+  local msg = 'job storage is a Redis ' .. kind .. ', not a hash'
+  redis.call('HSET', key, 'payload', '{"v":1,"id":' .. cjson.encode(id)
+    .. ',"task":"<undecodable>","queue":' .. cjson.encode(qname) .. ',"state":"dead_letter"}',
+    'raw', raw, 'state', 'dead_letter', 'finished_at', now, 'last_error', msg,
+    'errors', '{"attempt":0,"kind":"decode_error","type":"DecodeError","message":'
+      .. cjson.encode(msg) .. ',"traceback":"","worker":null,"at":' .. now .. '}')
+  finish(q, q.dead, id, now, tonumber(ARGV[8]))
+  emit(q, maxlen, 'type', 'dead_lettered', 'job_id', id, 'task', '', 'at', now,
+    'reason', 'decode_error')
+end
+
+promote(q, now, tonumber(ARGV[7]))
+if redis.call('EXISTS', q.paused) == 1 then return {0} end
+
+local out = {0}
+local leased = {}
+local claimed = 0
+while claimed < limit do
+  local popped = redis.call('ZPOPMIN', q.ready, limit - claimed)
+  if #popped == 0 then break end
+  local seq = redis.call('INCRBY', q.seq, #popped / 2) - #popped / 2
+  for i = 1, #popped, 2 do
+    seq = seq + 1
+    local id = member_id(popped[i])
+    local key = q.job .. id
+    local f = redis.pcall('HMGET', key, 'state', 'attempts', 'task')
+    if f.err then
+      bury_foreign(id, key, redis.call('TYPE', key).ok)
+    elseif f[1] == 'pending' then
+      local attempts = (tonumber(f[2]) or 0) + 1
+      redis.call('HSET', key, 'state', 'active', 'attempts', attempts, 'started_at', now,
+        'lease_expires_at', deadline, 'token', string.format('%d', seq) .. ':' .. qname,
+        'worker_id', worker)
+      leased[#leased + 1] = deadline
+      leased[#leased + 1] = id
+      emit(q, maxlen, 'type', 'started', 'job_id', id, 'task', f[3] or '', 'at', now,
+        'attempt', attempts, 'worker', worker)
+      out[#out + 1] = id
+      out[#out + 1] = redis.call('HGETALL', key)
+      claimed = claimed + 1
+    end
+  end
+end
+if #leased > 0 then bulk('ZADD', q.leases, leased) end
+if claimed > 0 and redis.call('ZCARD', q.ready) > 0 then
+  out[1] = 1
+  wake(q)
+end
+return out

@@ -1,0 +1,41 @@
+-- complete.lua: record a batch of successes of one queue (transition: active -> completed).
+--
+-- Per ack: the token must match the job's current token and the job must be active, else the
+-- ack is refused (0) and nothing changes. On success: state completed, result, finished_at,
+-- lease entry removed, "completed" event, completed-set entry; then the oldest completed jobs
+-- beyond completed_max are deleted (retention by count; by TTL in reap.lua). The stale token
+-- and lease_expires_at fields are left in the hash (ignored unless the job is active).
+--
+-- KEYS: the 13 queue keys (_lib.lua)
+-- ARGV: [1] queue name  [2] now  [3] completed_max  [4] events_max
+--       then per ack: id, token, result JSON ("" = null)
+-- Returns: {ok_1, ok_2, ...} with 1 = recorded, 0 = stale token / not active (LeaseLost)
+local q = qkeys(0)
+local now, maxlen = ARGV[2], ARGV[4]
+local out, ids, done = {}, {}, {}
+for i = 5, #ARGV, 3 do
+  local id, token, result = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  local key = q.job .. id
+  local f = redis.pcall('HMGET', key, 'state', 'token', 'attempts', 'task')
+  if not f.err and f[1] == 'active' and f[2] == token then
+    if result ~= '' then
+      redis.call('HSET', key, 'state', 'completed', 'finished_at', now, 'result', result)
+    else
+      redis.call('HSET', key, 'state', 'completed', 'finished_at', now)
+    end
+    emit(q, maxlen, 'type', 'completed', 'job_id', id, 'task', f[4] or '', 'at', now,
+      'attempt', f[3] or '0')
+    ids[#ids + 1] = id
+    done[#done + 1] = now
+    done[#done + 1] = id
+    out[#out + 1] = 1
+  else
+    out[#out + 1] = 0
+  end
+end
+if #ids > 0 then
+  bulk('ZREM', q.leases, ids)
+  bulk('ZADD', q.completed, done)
+  trim(q, q.completed, tonumber(ARGV[3]))
+end
+return out

@@ -1,0 +1,23 @@
+-- extend.lua: push the lease deadline of several jobs of one queue (no state change).
+--
+-- Per (id, token): the token must match and the job must be active, else 0 (lease lost).
+--
+-- KEYS: the 13 queue keys (_lib.lua)
+-- ARGV: [1] new deadline (now + visibility_timeout)  then pairs: id, token
+-- Returns: {ok_1, ok_2, ...} with 1 = extended, 0 = lease lost
+local q = qkeys(0)
+local deadline = ARGV[1]
+local out = {}
+for i = 2, #ARGV, 2 do
+  local id, token = ARGV[i], ARGV[i + 1]
+  local key = q.job .. id
+  local f = hmget(key, 'state', 'token')
+  if f and f[1] == 'active' and f[2] == token then
+    redis.call('HSET', key, 'lease_expires_at', deadline)
+    redis.call('ZADD', q.leases, deadline, id)
+    out[#out + 1] = 1
+  else
+    out[#out + 1] = 0
+  end
+end
+return out

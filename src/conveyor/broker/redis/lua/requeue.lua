@@ -1,0 +1,28 @@
+-- requeue.lua: revive a dead-lettered or cancelled job (transition: dead_letter | cancelled ->
+-- pending). attempts and lost are reset to 0, errors are kept, a "requeued" history entry
+-- records the attempts it had; the job goes behind the ready jobs of its priority.
+--
+-- KEYS: the 13 queue keys (_lib.lua)
+-- ARGV: [1] queue name  [2] id  [3] now  [4] events_max
+-- Returns: 1 requeued | 0 not found or not dead_letter / cancelled
+local q = qkeys(0)
+local qname, id, now = ARGV[1], ARGV[2], ARGV[3]
+local key = q.job .. id
+local f = hmget(key, 'state', 'attempts', 'priority', 'task')
+if not f then return 0 end
+if f[1] == 'dead_letter' then
+  redis.call('ZREM', q.dead, id)
+elseif f[1] == 'cancelled' then
+  redis.call('ZREM', q.cancelled, id)
+else
+  return 0
+end
+local attempts = f[2] or '0'
+history(key, 'requeued', now, attempts, 'after ' .. attempts .. ' attempts', nil)
+redis.call('HSET', key, 'attempts', 0, 'lost', 0, 'run_at', now)
+redis.call('HDEL', key, 'finished_at', 'result')
+make_ready(q, id, tonumber(f[3]) or 0)
+wake(q)
+emit(q, ARGV[4], 'type', 'requeued', 'job_id', id, 'task', f[4] or '',
+  'at', now)
+return 1

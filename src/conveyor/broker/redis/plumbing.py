@@ -1,0 +1,168 @@
+"""Shared plumbing of the Redis broker: connection, scripts, error mapping, queue lookups.
+
+``RedisBase`` is the base of the broker's parts (transitions in ``broker.py``, reads in
+``reads.py``, documents/logs/events/counters in ``side.py``). Every public method is wrapped by
+``guarded``, which turns connection trouble into ``BrokerUnavailable``.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, ParamSpec, TypeVar
+
+from redis.exceptions import BusyLoadingError, ClusterDownError, ReadOnlyError, TryAgainError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from ...config import Retention
+from ...core.job import Job, validate_queue_name
+from ...core.state import JobState
+from ...errors import BrokerUnavailable, DecodeError
+from . import codec, conn
+from .keys import KeySchema
+from .scripts import ScriptRunner
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_UNAVAILABLE = (RedisConnectionError, RedisTimeoutError, BusyLoadingError, ClusterDownError,
+                ReadOnlyError, TryAgainError)  # fmt: skip
+_QUEUE_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,100}$")
+_WHERE_MAX = 100_000
+
+
+def guarded(fn: Callable[P, R]) -> Callable[P, R]:
+    """Map redis-py connection, timeout, loading and failover errors to ``BrokerUnavailable``."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return fn(*args, **kwargs)
+        except _UNAVAILABLE as exc:
+            raise BrokerUnavailable(f"Redis is unavailable: {exc}") from exc
+
+    return wrapper
+
+
+def token_queue(token: str) -> str | None:
+    """The queue named in a fencing token ``"<n>:<queue>"``; None for anything malformed."""
+    if not isinstance(token, str):
+        return None
+    number, sep, queue = token.partition(":")
+    if not sep or not number.isdigit() or not _QUEUE_RE.match(queue):
+        return None
+    return queue
+
+
+class RedisBase:
+    """Connection, key schema, script runner and the queue registry."""
+
+    url: str
+    retention: Retention
+
+    def __init__(self, url: str, retention: Retention | None = None) -> None:
+        self.url = url
+        self.retention = retention or Retention()
+        self._conn = conn.acquire(url)
+        self.keys = KeySchema(self._conn.prefix)
+        self._runner: ScriptRunner | None = None
+        self._where: dict[str, str] = {}
+        self._known: set[str] = set()
+
+    # ------------------------------------------------------------------ plumbing
+    @property
+    def client(self) -> Any:
+        """The redis-py client (Cluster mode detected and start-up checks run on first use)."""
+        conn.ensure_ready(self._conn)
+        return self._conn.client
+
+    @property
+    def cluster(self) -> bool:
+        """True when talking to a Redis Cluster."""
+        conn.ensure_ready(self._conn)
+        return self._conn.cluster
+
+    @property
+    def runner(self) -> ScriptRunner:
+        """The script runner bound to the current client."""
+        client = self.client
+        if self._runner is None or self._runner.client is not client:
+            self._runner = ScriptRunner(client)
+        return self._runner
+
+    def qkeys(self, queue: str) -> list[str]:
+        """KEYS of a job script for ``queue`` (validated: it becomes a hash tag)."""
+        if queue not in self._known:
+            validate_queue_name(queue)
+            self._known.add(queue)
+        return self.keys.queue_keys(queue)
+
+    def remember(self, job_id: str, queue: str) -> None:
+        """Cache which queue a job lives in (ids never move between queues)."""
+        if len(self._where) >= _WHERE_MAX:
+            self._where.clear()
+        self._where[job_id] = queue
+
+    def known_queues(self) -> list[str]:
+        """Every registered queue, sorted."""
+        return sorted(q.decode() for q in self.client.smembers(self.keys.queues))
+
+    def register(self, queues: Iterable[str]) -> None:
+        """Add queues to the registry (once per process; ``flush_all`` resets it)."""
+        fresh = [q for q in queues if q not in self._conn.registered]
+        if fresh:
+            self.client.sadd(self.keys.queues, *fresh)
+            self._conn.registered.update(fresh)
+
+    def wake_all(self) -> None:
+        """Cluster mode: wake workers that block on the global marker (several queues)."""
+        if self.cluster:
+            pipe = self.client.pipeline(transaction=False)
+            pipe.lpush(self.keys.global_wake, "1")
+            pipe.ltrim(self.keys.global_wake, 0, 15)
+            pipe.execute()
+
+    # ------------------------------------------------------------------ reading jobs
+    def fetch(self, job_id: str) -> tuple[str, dict[bytes, bytes]] | None:
+        """(queue, hash) of a job, using the id cache, else looking in every queue."""
+        cached = self._where.get(job_id)
+        if cached is not None:
+            fields = self.client.hgetall(self.keys.job(cached, job_id))
+            if fields:
+                return cached, fields
+        queues = self.known_queues()
+        if not queues:
+            return None
+        pipe = self.client.pipeline(transaction=False)
+        for queue in queues:
+            pipe.hgetall(self.keys.job(queue, job_id))
+        for queue, fields in zip(queues, pipe.execute(), strict=True):
+            if fields:
+                self.remember(job_id, queue)
+                return queue, fields
+        return None
+
+    def fetch_many(self, items: Sequence[tuple[str, str]]) -> list[dict[bytes, bytes]]:
+        """Hashes of (queue, id) pairs in one pipeline (empty dict where gone)."""
+        if not items:
+            return []
+        pipe = self.client.pipeline(transaction=False)
+        for queue, job_id in items:
+            pipe.hgetall(self.keys.job(queue, job_id))
+        return list(pipe.execute())
+
+    @staticmethod
+    def decode_lenient(fields: dict[bytes, bytes], queue: str, job_id: str) -> Job:
+        """Decode a job hash; an undecodable one becomes a minimal Job that says so."""
+        try:
+            job = codec.job_from_hash(fields, queue)
+            job.id = job_id
+            return job
+        except DecodeError as exc:
+            state_raw = fields.get(b"state", b"pending").decode("utf-8", "replace")
+            state = JobState(state_raw) if state_raw in JobState._value2member_map_ else None
+            return Job(id=job_id, task=codec.UNDECODABLE_TASK, queue=queue,
+                       state=state or JobState.PENDING,
+                       last_error=f"undecodable job: {exc}")  # fmt: skip

@@ -1,0 +1,213 @@
+"""``conveyor scheduler APP`` (the tick loop) and ``conveyor schedules list|next|history|pause|
+resume|remove`` (inspect and manage the schedules stored in the broker)."""
+
+from __future__ import annotations
+
+import signal
+from datetime import datetime
+from types import FrameType
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import click
+
+from ..app import Conveyor
+from ..scheduler.models import Schedule, ScheduleNotFound
+from .common import (
+    app_option,
+    console,
+    emit_json,
+    json_option,
+    load_app,
+    open_app,
+    table,
+    url_option,
+)
+
+
+def _when(ts: float | None, tz: str = "UTC") -> str:
+    """An epoch time as a short wall-clock time in ``tz`` with its abbreviation (None: empty)."""
+    if ts is None:
+        return ""
+    return datetime.fromtimestamp(ts, ZoneInfo(tz)).strftime("%Y-%m-%d %H:%M:%S %Z")
+
+
+def _iso(ts: float, tz: str) -> str:
+    return datetime.fromtimestamp(ts, ZoneInfo(tz)).isoformat(timespec="seconds")
+
+
+def _iso_utc(ts: float | None) -> str | None:
+    return None if ts is None else _iso(ts, "UTC")
+
+
+def _app(app_target: str | None, url: str | None) -> Conveyor:
+    return open_app(app_target, url)
+
+
+def _get(app: Conveyor, name: str) -> Schedule:
+    try:
+        return app.schedules.get(name)
+    except ScheduleNotFound as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+@click.command("scheduler")
+@click.argument("app_target", metavar="APP")
+@click.option("--interval", type=click.FloatRange(min=0.01), default=0.5, show_default=True,
+              help="Seconds between passes (sooner when a schedule is due).")  # fmt: skip
+@click.option("--no-sync", is_flag=True, help="Do not upsert the schedules declared in APP.")
+def scheduler_command(app_target: str, interval: float, no_sync: bool) -> None:
+    """Run the scheduler of APP (module:attribute): fire schedules, promote due delayed jobs,
+    reap expired leases. Run as many as you like: each tick is enqueued exactly once."""
+    app = load_app(app_target)
+    scheduler = app.scheduler(interval=interval, sync=not no_sync)
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        scheduler.stop()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    console.print(f"[bold]conveyor scheduler[/] {scheduler.id} on {app.broker.url or 'broker'}",
+                  highlight=False)  # fmt: skip
+    scheduler.run()
+
+
+@click.group("schedules")
+def schedules_group() -> None:
+    """List and manage the schedules stored in the broker."""
+
+
+def _row(s: Schedule) -> dict[str, Any]:
+    return {
+        "name": s.name, "task": s.task, "cron": s.cron, "every": s.every, "tz": s.tz,
+        "queue": s.queue, "priority": s.priority, "args": s.args, "kwargs": s.kwargs,
+        "misfire": s.misfire, "max_backfill": s.max_backfill, "misfire_grace": s.misfire_grace,
+        "overlap": s.overlap, "paused": s.paused, "source": s.source,
+        "next_fire_at": s.next_fire_at, "next_fire": _iso_utc(s.next_fire_at),
+        "last_fire_at": s.last_fire_at, "last_fire": _iso_utc(s.last_fire_at),
+        "last_job_id": s.last_job_id,
+    }  # fmt: skip
+
+
+@schedules_group.command("list")
+@app_option
+@url_option
+@json_option
+def list_command(app_target: str | None, url: str | None, as_json: bool) -> None:
+    """Every stored schedule with its next and last run."""
+    schedules = _app(app_target, url).schedules.list()
+    if as_json:
+        emit_json([_row(s) for s in schedules])
+        return
+    rows = [(s.name, s.task, f"{s.expr} ({s.tz})", "paused" if s.paused else "active",
+             _when(s.next_fire_at, s.tz), _when(s.last_fire_at, s.tz),
+             f"misfire={s.misfire} overlap={s.overlap}") for s in schedules]  # fmt: skip
+    table("Schedules", ["name", "task", "when", "status", "next run", "last run", "policies"], rows)
+
+
+@schedules_group.command("next")
+@click.argument("name")
+@click.option("-n", "count", type=click.IntRange(1, 1000), default=10, show_default=True,
+              help="How many upcoming runs to show.")  # fmt: skip
+@app_option
+@url_option
+@json_option
+def next_command(name: str, count: int, app_target: str | None, url: str | None,
+                 as_json: bool) -> None:  # fmt: skip
+    """The next N run times of schedule NAME, in its time zone and in UTC."""
+    app = _app(app_target, url)
+    schedule = _get(app, name)
+    times = app.schedules.next_runs(name, count)
+    if as_json:
+        emit_json({"name": name, "tz": schedule.tz, "paused": schedule.paused,
+                   "next": [{"at": t, "local": _iso(t, schedule.tz), "utc": _iso_utc(t)}
+                            for t in times]})  # fmt: skip
+        return
+    title = f"Next runs of {name} ({schedule.expr}, {schedule.tz})"
+    if schedule.paused:
+        title += " — paused"
+    table(title, ["#", "local", "UTC"],
+          [(i, _when(t, schedule.tz), _when(t)) for i, t in enumerate(times, 1)])  # fmt: skip
+
+
+@schedules_group.command("history")
+@click.argument("name")
+@click.option("-n", "count", type=click.IntRange(1, 1000), default=20, show_default=True)
+@app_option
+@url_option
+@json_option
+def history_command(name: str, count: int, app_target: str | None, url: str | None,
+                    as_json: bool) -> None:  # fmt: skip
+    """Recent ticks of schedule NAME: fire time, job id, outcome (newest first)."""
+    app = _app(app_target, url)
+    entries = app.schedules.history(name, count)
+    if as_json:
+        emit_json(entries)
+        return
+    rows = [(_iso_utc(e.get("fire_at")), e.get("outcome"), e.get("job_id") or "",
+             _detail(e), e.get("scheduler")) for e in entries]  # fmt: skip
+    table(f"History of {name}", ["fire time (UTC)", "outcome", "job", "detail", "scheduler"], rows)
+
+
+def _detail(entry: dict[str, Any]) -> str:
+    if entry.get("missed"):
+        return f"{entry['missed']} missed through {_iso_utc(entry.get('through'))}"
+    if entry.get("running"):
+        return f"previous run {entry['running']} still running"
+    return str(entry.get("error") or "")
+
+
+def _set_paused(name: str, paused: bool, app_target: str | None, url: str | None,
+                as_json: bool) -> None:  # fmt: skip
+    app = _app(app_target, url)
+    try:
+        schedule = app.schedules.set_paused(name, paused)
+    except ScheduleNotFound as exc:
+        raise click.ClickException(str(exc)) from exc
+    if as_json:
+        emit_json(_row(schedule))
+    else:
+        click.echo(f"{name}: {'paused' if paused else 'resumed'}; next run "
+                   f"{_when(schedule.next_fire_at, schedule.tz)}")  # fmt: skip
+
+
+@schedules_group.command("pause")
+@click.argument("name")
+@app_option
+@url_option
+@json_option
+def pause_command(name: str, app_target: str | None, url: str | None, as_json: bool) -> None:
+    """Stop schedule NAME from firing until resumed."""
+    _set_paused(name, True, app_target, url, as_json)
+
+
+@schedules_group.command("resume")
+@click.argument("name")
+@app_option
+@url_option
+@json_option
+def resume_command(name: str, app_target: str | None, url: str | None, as_json: bool) -> None:
+    """Resume schedule NAME from its next tick (ticks missed while paused do not run)."""
+    _set_paused(name, False, app_target, url, as_json)
+
+
+@schedules_group.command("remove")
+@click.argument("name")
+@app_option
+@url_option
+@json_option
+def remove_command(name: str, app_target: str | None, url: str | None, as_json: bool) -> None:
+    """Delete schedule NAME (a schedule declared in code returns when a scheduler starts)."""
+    removed = _app(app_target, url).schedules.remove(name)
+    if as_json:
+        emit_json({"name": name, "removed": removed})
+    elif not removed:
+        raise click.ClickException(f"schedule {name!r} not found")
+    else:
+        click.echo(f"{name}: removed")
+
+
+def register(group: click.Group) -> None:
+    """Add ``scheduler`` and ``schedules`` to the ``conveyor`` command group."""
+    group.add_command(scheduler_command)
+    group.add_command(schedules_group)

@@ -1,0 +1,90 @@
+"""``conveyor worker APP``: run a supervisor and its worker processes (see docs/operations.md)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+import click
+
+from ..core.queues import parse_queues
+from ..errors import ValidationError
+from ..worker.child import ChildConfig
+from ..worker.logs import FORMATS, setup_logging
+from ..worker.supervisor import Supervisor
+from .common import load_app
+
+log = logging.getLogger("conveyor.supervisor")
+LEVELS = ("debug", "info", "warning", "error")
+
+
+@click.command("worker")
+@click.argument("app_target", metavar="APP")
+@click.option("-q", "--queues", default="default", show_default=True,
+              help="Queues to serve, with optional weights: high:5,default,low.")
+@click.option("-c", "--concurrency", type=click.IntRange(1, 10_000), default=8, show_default=True,
+              help="Jobs each worker process runs at once.")
+@click.option("-p", "--processes", type=click.IntRange(1, 1024), default=1, show_default=True,
+              help="Worker processes to run (each with --concurrency slots).")
+@click.option("--strict", is_flag=True,
+              help="Serve queues strictly in the given order (weights ignored).")
+@click.option("--visibility-timeout", type=click.FloatRange(min=1.0), default=None,
+              metavar="SECONDS", help="Lease length [default: CONVEYOR_VISIBILITY_TIMEOUT or 30].")
+@click.option("--shutdown-timeout", type=click.FloatRange(min=0.0), default=None,
+              metavar="SECONDS",
+              help="How long in-flight jobs may finish after SIGTERM [default: 30].")
+@click.option("--max-jobs-per-child", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Replace a worker process after it has run N jobs.")
+@click.option("--max-memory-per-child", type=click.FloatRange(min=1.0), default=None,
+              metavar="MB", help="Replace a worker process whose resident memory passes MB.")
+@click.option("--log-format", type=click.Choice(FORMATS), default="text", show_default=True,
+              help="text for people, json (one object per line) for log pipelines.")
+@click.option("--log-level", type=click.Choice(LEVELS), default="info", show_default=True)
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None, metavar="PORT",
+              help="Serve Prometheus metrics on this port (needs the dashboard extra).")
+@click.option("--metrics-host", default="0.0.0.0", show_default=True,
+              help="Address the metrics server listens on.")
+def worker_command(
+    app_target: str, queues: str, concurrency: int, processes: int, strict: bool,
+    visibility_timeout: float | None, shutdown_timeout: float | None,
+    max_jobs_per_child: int | None, max_memory_per_child: float | None, log_format: str,
+    log_level: str, metrics_port: int | None, metrics_host: str,
+) -> None:  # fmt: skip
+    """Run workers for APP (module:attribute). SIGTERM/SIGINT drain; a second one stops now."""
+    setup_logging(log_format, log_level)
+    try:
+        parse_queues(queues)
+    except ValidationError as exc:
+        raise click.BadParameter(str(exc), param_hint="--queues") from exc
+    app = load_app(app_target)
+    shutdown = app.settings.shutdown_timeout if shutdown_timeout is None else shutdown_timeout
+    config = ChildConfig(
+        app=app_target, queues=queues, concurrency=concurrency, strict=strict,
+        visibility_timeout=visibility_timeout, shutdown_timeout=shutdown,
+        max_jobs=max_jobs_per_child, log_format=log_format, log_level=log_level.upper(),
+        sys_path=[os.getcwd()], metrics=metrics_port is not None,
+    )  # fmt: skip
+    if metrics_port is not None:
+        start_metrics(app, metrics_port, metrics_host)
+    supervisor = Supervisor(config, processes, max_memory_mb=max_memory_per_child,
+                            shutdown_timeout=shutdown)  # fmt: skip
+    sys.exit(supervisor.run())
+
+
+def start_metrics(app: object, port: int, host: str) -> bool:
+    """Serve Prometheus metrics from this (supervisor) process, if monitoring is installed."""
+    try:
+        from ..monitoring.prometheus import start_metrics_server
+    except ImportError as exc:
+        log.warning("--metrics-port %d ignored: metrics are unavailable (%s); "
+                    "pip install 'conveyor-jobs[dashboard]'", port, exc)  # fmt: skip
+        return False
+    start_metrics_server(app, port, host)  # type: ignore[arg-type]
+    log.info("Prometheus metrics on http://%s:%d/metrics", host, port)
+    return True
+
+
+def register(group: click.Group) -> None:
+    """Add ``worker`` to the CLI."""
+    group.add_command(worker_command)

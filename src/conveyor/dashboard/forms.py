@@ -1,0 +1,190 @@
+"""HTML actions (POST): login/logout, pause/resume queues and schedules, cancel/retry/delete
+jobs, bulk retry/delete of dead letters by filter, acknowledge alerts.
+
+Each is wrapped by ``server.action`` (read-only refusal + CSRF check) and audited through
+``monitoring.actions.Operator``. Responses redirect back (``HX-Redirect`` for htmx).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import Route
+
+from ..monitoring.actions import Operator
+from ..monitoring.inspect import SEARCH_FIELDS
+from .security import SESSION_COOKIE, check_login, make_session
+from .server import action, client_of, dashboard_of, done
+from .views import safe_next
+
+
+def login(request: Request, data: dict[str, Any]) -> Response:
+    """Check the form's credentials; set the session cookie and go on, or show the form again."""
+    dash = dashboard_of(request)
+    config = dash.config
+    target = safe_next(data.get("next"))
+    user = check_login(
+        config,
+        str(data.get("username", "")),
+        str(data.get("password", "")),
+        str(data.get("token", "")),
+    )
+    if user is None:
+        Operator(dash.app, actor=str(data.get("username") or "?"), source=client_of(request)).audit(
+            "login", "dashboard", "refused"
+        )
+        return dash.page(
+            request,
+            "login.html",
+            status=401,
+            next=target,
+            error="Invalid credentials.",
+            has_password=bool(config.password),
+            has_token=bool(config.token),
+        )
+    Operator(dash.app, actor=user, source=client_of(request)).audit("login", "dashboard", "ok")
+    response = RedirectResponse(target, status_code=303)
+    secure = (
+        config.cookie_secure if config.cookie_secure is not None else request.url.scheme == "https"
+    )
+    response.set_cookie(
+        SESSION_COOKIE,
+        make_session(config, user, dash.app.now()),
+        max_age=int(config.session_ttl),
+        httponly=True,
+        samesite="strict",
+        secure=secure,
+        path="/",
+    )
+    return response
+
+
+def logout(request: Request, data: dict[str, Any]) -> Response:
+    """Forget the session cookie."""
+    response = RedirectResponse(
+        "/login" if dashboard_of(request).config.auth_enabled else "/", status_code=303
+    )
+    response.delete_cookie(SESSION_COOKIE, path="/")
+    return response
+
+
+def _back(data: dict[str, Any], default: str) -> str:
+    return safe_next(data.get("next") or default)
+
+
+def pause_queue(request: Request, data: dict[str, Any]) -> Response:
+    """Pause a queue."""
+    name = request.path_params["name"]
+    dashboard_of(request).operator(request).pause_queue(name)
+    return done(request, _back(data, "/"), f"Queue {name} paused.")
+
+
+def resume_queue(request: Request, data: dict[str, Any]) -> Response:
+    """Resume a queue."""
+    name = request.path_params["name"]
+    dashboard_of(request).operator(request).resume_queue(name)
+    return done(request, _back(data, "/"), f"Queue {name} resumed.")
+
+
+def _job_url(job_id: str) -> str:
+    return "/jobs/" + quote(job_id, safe="")
+
+
+def cancel_job(request: Request, data: dict[str, Any]) -> Response:
+    """Cancel a job that has not started."""
+    job_id = request.path_params["id"]
+    ok = dashboard_of(request).operator(request).cancel(job_id)
+    return done(
+        request,
+        _back(data, _job_url(job_id)),
+        "Job cancelled." if ok else "The job could not be cancelled (already running or finished).",
+    )
+
+
+def retry_job(request: Request, data: dict[str, Any]) -> Response:
+    """Requeue a dead-lettered or cancelled job."""
+    job_id = request.path_params["id"]
+    ok = dashboard_of(request).operator(request).retry(job_id)
+    return done(
+        request,
+        _back(data, _job_url(job_id)),
+        "Job requeued." if ok else "Only dead-lettered or cancelled jobs can be retried.",
+    )
+
+
+def delete_job(request: Request, data: dict[str, Any]) -> Response:
+    """Delete a finished job."""
+    job_id = request.path_params["id"]
+    ok = dashboard_of(request).operator(request).delete(job_id)
+    return done(
+        request,
+        _back(data, "/dead"),
+        "Job deleted." if ok else "Only finished jobs can be deleted.",
+    )
+
+
+def _filters(data: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in data.items() if k in SEARCH_FIELDS and k != "state" and v}
+
+
+def _dead_url(filters: dict[str, Any]) -> str:
+    return "/dead" + ("?" + urlencode(filters) if filters else "")
+
+
+def retry_dead(request: Request, data: dict[str, Any]) -> Response:
+    """Requeue every dead letter matching the form's filters."""
+    filters = _filters(data)
+    n = dashboard_of(request).operator(request).retry_dead(filters)
+    return done(request, _dead_url(filters), f"{n} dead letters requeued.")
+
+
+def delete_dead(request: Request, data: dict[str, Any]) -> Response:
+    """Delete every dead letter matching the form's filters."""
+    filters = _filters(data)
+    n = dashboard_of(request).operator(request).delete_dead(filters)
+    return done(request, _dead_url(filters), f"{n} dead letters deleted.")
+
+
+def pause_schedule(request: Request, data: dict[str, Any]) -> Response:
+    """Pause a schedule."""
+    name = request.path_params["name"]
+    dashboard_of(request).operator(request).pause_schedule(name)
+    return done(request, "/schedules", f"Schedule {name} paused.")
+
+
+def resume_schedule(request: Request, data: dict[str, Any]) -> Response:
+    """Resume a schedule."""
+    name = request.path_params["name"]
+    dashboard_of(request).operator(request).resume_schedule(name)
+    return done(request, "/schedules", f"Schedule {name} resumed.")
+
+
+def acknowledge(request: Request, data: dict[str, Any]) -> Response:
+    """Acknowledge a firing alert."""
+    key = request.path_params["key"]
+    ok = dashboard_of(request).operator(request).acknowledge(key)
+    return done(
+        request, _back(data, "/alerts"), "Alert acknowledged." if ok else "The alert is not firing."
+    )
+
+
+def routes() -> list[Route]:
+    """The POST routes of the HTML pages (all CSRF-checked)."""
+    post = ["POST"]
+    return [
+        Route("/login", action(login, allow_read_only=True), methods=post),
+        Route("/logout", action(logout, allow_read_only=True), methods=post),
+        Route("/queues/{name}/pause", action(pause_queue), methods=post),
+        Route("/queues/{name}/resume", action(resume_queue), methods=post),
+        Route("/jobs/{id:path}/cancel", action(cancel_job), methods=post),
+        Route("/jobs/{id:path}/retry", action(retry_job), methods=post),
+        Route("/jobs/{id:path}/delete", action(delete_job), methods=post),
+        Route("/dead/retry", action(retry_dead), methods=post),
+        Route("/dead/delete", action(delete_dead), methods=post),
+        Route("/schedules/{name}/pause", action(pause_schedule), methods=post),
+        Route("/schedules/{name}/resume", action(resume_schedule), methods=post),
+        Route("/alerts/{key:path}/acknowledge", action(acknowledge), methods=post),
+    ]

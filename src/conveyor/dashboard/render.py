@@ -1,0 +1,96 @@
+"""Template rendering: one Jinja2 environment with autoescaping and the display filters.
+
+Every value from a job (args, results, errors, names) reaches HTML through autoescaping, and
+long strings are truncated (``short``, ``pretty``) so a huge argument cannot flood a page.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+
+from ..monitoring.inspect import preview_args
+
+TEMPLATES = Path(__file__).parent / "templates"
+STATIC = Path(__file__).parent / "static"
+MAX_PRETTY = 20_000
+
+
+def ts(value: Any) -> str:
+    """Epoch seconds as ``YYYY-MM-DD HH:MM:SS`` UTC; empty for None."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return ""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(value))
+
+
+def ago(seconds: Any) -> str:
+    """A duration in seconds as ``45s``, ``3m``, ``2h``, ``4d``; ``—`` for None."""
+    if not isinstance(seconds, int | float) or isinstance(seconds, bool):
+        return "—"
+    s = max(0.0, float(seconds))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if s >= size:
+            return f"{s / size:.0f}{unit}"
+    return f"{s:.0f}s"
+
+
+def dur(seconds: Any) -> str:
+    """A short duration: ``12 ms``, ``1.20 s``; ``—`` for None."""
+    if not isinstance(seconds, int | float) or isinstance(seconds, bool):
+        return "—"
+    return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.2f} s"
+
+
+def pct(rate: Any) -> str:
+    """A 0..1 rate as a percentage; ``—`` for None."""
+    if not isinstance(rate, int | float) or isinstance(rate, bool):
+        return "—"
+    return f"{rate * 100:.1f}%"
+
+
+def short(value: Any, limit: int = 120) -> str:
+    """``str(value)`` cut to ``limit`` characters with an ellipsis."""
+    text = "" if value is None else str(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def pretty(value: Any, limit: int = MAX_PRETTY) -> str:
+    """Indented JSON (non-JSON types as strings), truncated to ``limit`` characters."""
+    try:
+        text = orjson.dumps(
+            value, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS, default=str
+        ).decode()
+    except TypeError:
+        text = repr(value)
+    if len(text) > limit:
+        return text[:limit] + f"\n… ({len(text) - limit} more characters not shown)"
+    return text
+
+
+def build_environment() -> Environment:
+    """The Jinja2 environment (autoescape on for every template)."""
+    env = Environment(
+        loader=FileSystemLoader(str(TEMPLATES)),
+        autoescape=select_autoescape(default=True, default_for_string=True),
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters.update(
+        ts=ts, ago=ago, dur=dur, pct=pct, short=short, pretty=pretty, argprev=preview_args
+    )
+    return env
+
+
+class Renderer:
+    """Renders whole pages and fragments (for htmx swaps and SSE)."""
+
+    def __init__(self) -> None:
+        self.env = build_environment()
+
+    def render(self, name: str, **context: Any) -> str:
+        """Render template ``name`` with ``context``."""
+        return self.env.get_template(name).render(**context)

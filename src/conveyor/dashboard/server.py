@@ -1,0 +1,381 @@
+"""The dashboard ASGI application: ``create_app(conveyor_app)`` and ``serve(...)``.
+
+A Starlette app with server-rendered pages (Jinja2 + vendored htmx), live updates over SSE,
+a JSON API under ``/api/v1`` with an OpenAPI document, and Prometheus ``/metrics``. One ASGI
+middleware applies the rules of ``security``: headers, rate limits, authentication and the
+cross-site check; ``action`` wraps every state-changing endpoint with the read-only and CSRF
+checks, so no write can skip them.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import MutableHeaders
+from starlette.requests import Request
+from starlette.responses import (
+    HTMLResponse,
+    JSONResponse,
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+)
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ..errors import ConveyorError, ValidationError
+from ..monitoring.actions import Operator
+from ..monitoring.inspect import Inspector
+from .render import STATIC, Renderer
+from .security import (
+    CSRF_COOKIE,
+    CSRF_FIELD,
+    CSRF_HEADER,
+    SECURITY_HEADERS,
+    DashboardConfig,
+    Identity,
+    RateLimiter,
+    authenticate,
+    check_bind,
+    cross_site,
+    csrf_token,
+    csrf_valid,
+    new_csrf_seed,
+)
+
+if TYPE_CHECKING:
+    from ..app import Conveyor
+
+log = logging.getLogger("conveyor.dashboard")
+SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
+PUBLIC_PATHS = ("/login", "/healthz")
+Handler = Callable[[Request, dict[str, Any]], Response]
+
+
+@dataclass
+class Dashboard:
+    """Shared state of one dashboard app (``request.app.state.dashboard``)."""
+
+    app: Conveyor
+    config: DashboardConfig
+    renderer: Renderer = field(default_factory=Renderer)
+    stopping: threading.Event = field(default_factory=threading.Event)
+
+    def __post_init__(self) -> None:
+        self.inspector = Inspector(self.app)
+        self.api_limiter = RateLimiter(self.config.rate_limit, self.config.rate_burst)
+        self.login_limiter = RateLimiter(
+            self.config.login_per_minute / 60.0, self.config.login_per_minute
+        )
+
+    def operator(self, request: Request) -> Operator:
+        """Audited actions on behalf of the requester."""
+        return Operator(self.app, actor=identity_of(request).user, source=client_of(request))
+
+    def page(
+        self, request: Request, template: str, status: int = 200, **context: Any
+    ) -> HTMLResponse:
+        """Render a full page with the common context (user, CSRF token, flags)."""
+        html = self.renderer.render(template, **self.context(request), **context)
+        return HTMLResponse(html, status_code=status, headers={"cache-control": "no-store"})
+
+    def context(self, request: Request) -> dict[str, Any]:
+        """Values every template may use."""
+        ident = identity_of(request)
+        return {
+            "request": request,
+            "user": ident.user,
+            "auth": self.config.auth_enabled,
+            "csrf": csrf_token(self.config, request.scope.get("conveyor.csrf_seed", "")),
+            "read_only": self.config.read_only,
+            "flash": request.query_params.get("flash", ""),
+            "path": request.url.path,
+            "live_interval": self.config.live_interval,
+        }
+
+
+def dashboard_of(request: Request) -> Dashboard:
+    """The Dashboard behind a request."""
+    dash: Dashboard = request.app.state.dashboard
+    return dash
+
+
+def identity_of(request: Request) -> Identity:
+    """The authenticated identity of a request (set by the security middleware)."""
+    ident = request.scope.get("conveyor.identity")
+    return ident if isinstance(ident, Identity) else Identity("anonymous", "none")
+
+
+def client_of(request: Request) -> str:
+    """The client's address (for rate limits and the audit log)."""
+    return request.client.host if request.client else ""
+
+
+def wants_json(request: Request) -> bool:
+    """API, metrics and live paths answer errors in JSON/plain text, not HTML."""
+    return request.url.path.startswith(("/api/", "/live/", "/metrics"))
+
+
+def error_response(request: Request, status: int, message: str, **extra: Any) -> Response:
+    """An error as JSON (API) or an HTML page."""
+    if wants_json(request) or not hasattr(request.app.state, "dashboard"):
+        return JSONResponse({"error": message, **extra}, status_code=status)
+    return dashboard_of(request).page(
+        request, "error.html", status=status, status_code=status, message=message
+    )
+
+
+async def read_body(request: Request) -> dict[str, Any]:
+    """The request body as a dict: JSON object or form fields (empty when there is none)."""
+    ctype = request.headers.get("content-type", "")
+    if "application/json" in ctype:
+        raw = await request.body()
+        if not raw:
+            return {}
+        try:
+            import orjson
+
+            data = orjson.loads(raw)
+        except ValueError as exc:
+            raise ValidationError("body", f"is not valid JSON: {exc}") from exc
+        if not isinstance(data, dict):
+            raise ValidationError("body", "must be a JSON object")
+        return data
+    if "form" in ctype:
+        form = await request.form()
+        return {k: v for k, v in form.items() if isinstance(v, str)}
+    return {}
+
+
+def action(
+    handler: Handler, *, allow_read_only: bool = False
+) -> Callable[[Request], Awaitable[Response]]:
+    """Wrap a state-changing endpoint: read-only refusal, CSRF check, then run in a thread."""
+
+    async def endpoint(request: Request) -> Response:
+        dash = dashboard_of(request)
+        if dash.config.read_only and not allow_read_only:
+            return error_response(request, 403, "the dashboard is in read-only mode")
+        data = await read_body(request)
+        if not identity_of(request).by_header:
+            presented = request.headers.get(CSRF_HEADER) or data.get(CSRF_FIELD)
+            seed = request.cookies.get(CSRF_COOKIE)
+            if not csrf_valid(dash.config, seed, presented if isinstance(presented, str) else None):
+                return error_response(
+                    request, 403, "CSRF token missing or invalid: reload the page"
+                )
+        data.pop(CSRF_FIELD, None)
+        return await run_in_threadpool(handler, request, data)
+
+    endpoint.__name__ = getattr(handler, "__name__", "action")
+    return endpoint
+
+
+def done(request: Request, target: str, flash: str = "") -> Response:
+    """After an HTML action: htmx gets ``HX-Redirect``, plain forms a 303 redirect."""
+    url = target + (("&" if "?" in target else "?") + "flash=" + quote(flash) if flash else "")
+    if request.headers.get("hx-request"):
+        return Response(status_code=204, headers={"HX-Redirect": url})
+    return RedirectResponse(url, status_code=303)
+
+
+class SecurityMiddleware:
+    """Headers, rate limits, authentication and cross-site refusal for every HTTP request."""
+
+    def __init__(self, app: ASGIApp, dash: Dashboard) -> None:
+        self.app = app
+        self.dash = dash
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope)
+        config = self.dash.config
+        seed = request.cookies.get(CSRF_COOKIE)
+        fresh_seed = None if seed else new_csrf_seed()
+        scope["conveyor.csrf_seed"] = seed or fresh_seed
+        response = self._refuse(request)
+        secure = (
+            config.cookie_secure
+            if config.cookie_secure is not None
+            else scope.get("scheme") == "https"
+        )
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                for key, value in SECURITY_HEADERS.items():
+                    headers.setdefault(key, value)
+                if fresh_seed:
+                    headers.append(
+                        "set-cookie",
+                        f"{CSRF_COOKIE}={fresh_seed}; Path=/; HttpOnly; "
+                        f"SameSite=Strict{'; Secure' if secure else ''}",
+                    )
+            await send(message)
+
+        if response is not None:
+            await response(scope, receive, send_with_headers)
+            return
+        await self.app(scope, receive, send_with_headers)
+
+    def _refuse(self, request: Request) -> Response | None:
+        """A refusal response, or None to let the request through (identity set on scope)."""
+        path = request.url.path
+        dash, client = self.dash, client_of(request)
+        if path == "/login" and request.method == "POST":
+            wait = dash.login_limiter.allow(f"login:{client}")
+            if wait:
+                return _too_many(wait)
+        ident = authenticate(dash.config, request.headers, request.cookies, dash.app.now())
+        public = path in PUBLIC_PATHS or path.startswith("/static/")
+        if ident is None and not public:
+            if request.headers.get("authorization"):
+                wait = dash.login_limiter.allow(f"login:{client}")
+                if wait:
+                    return _too_many(wait)
+            if wants_json(request) or request.method not in SAFE_METHODS:
+                return JSONResponse(
+                    {"error": "authentication required"},
+                    status_code=401,
+                    headers={"www-authenticate": 'Bearer realm="conveyor"'},
+                )
+            return RedirectResponse("/login?next=" + quote(path), status_code=303)
+        request.scope["conveyor.identity"] = ident or Identity("anonymous", "none")
+        if path.startswith("/api/"):
+            key = ident.user if ident is not None and ident.by_header else client
+            wait = dash.api_limiter.allow(f"api:{key}")
+            if wait:
+                return _too_many(wait)
+        if request.method not in SAFE_METHODS:
+            host = request.headers.get("host", "")
+            if cross_site(request.headers, request.url.scheme, host):
+                return JSONResponse({"error": "cross-site request refused"}, status_code=403)
+        return None
+
+
+def _too_many(wait: float) -> Response:
+    return JSONResponse(
+        {"error": "rate limit exceeded", "retry_after": round(wait, 3)},
+        status_code=429,
+        headers={"retry-after": str(max(1, round(wait)))},
+    )
+
+
+def _exception_handlers() -> Mapping[Any, Any]:
+    from ..errors import JobNotFound
+
+    def not_found(request: Request, exc: Exception) -> Response:
+        return error_response(request, 404, str(exc))
+
+    def invalid(request: Request, exc: Exception) -> Response:
+        field_name = getattr(exc, "field", None)
+        return error_response(request, 422, str(exc), field=field_name)
+
+    def conveyor_error(request: Request, exc: Exception) -> Response:
+        if isinstance(exc, LookupError):
+            return not_found(request, exc)
+        return error_response(request, 400, str(exc))
+
+    return {JobNotFound: not_found, ValidationError: invalid, ConveyorError: conveyor_error}
+
+
+def create_app(app: Conveyor, config: DashboardConfig | None = None, **overrides: Any) -> Starlette:
+    """The dashboard for ``app``; ``config`` defaults to ``DashboardConfig.from_env(...)``."""
+    from . import api, forms, live, views
+
+    cfg = config or DashboardConfig.from_env(**overrides)
+    dash = Dashboard(app, cfg)
+    routes = [
+        *views.routes(),
+        *forms.routes(),
+        *live.routes(),
+        *api.routes(),
+        Route("/healthz", lambda request: PlainTextResponse("ok")),
+        Mount("/static", StaticFiles(directory=str(STATIC)), name="static"),
+    ]
+    web = Starlette(routes=routes, exception_handlers=dict(_exception_handlers()))
+    web.state.dashboard = dash
+    web.add_middleware(SecurityMiddleware, dash=dash)
+    return web
+
+
+def serve(
+    app: Conveyor,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    config: DashboardConfig | None = None,
+    **overrides: Any,
+) -> None:
+    """Run the dashboard with uvicorn until interrupted (refuses unsafe binds)."""
+    import uvicorn
+
+    cfg = config or DashboardConfig.from_env(**overrides)
+    check_bind(host, cfg)
+    if not cfg.auth_enabled:
+        log.warning("dashboard running WITHOUT authentication on %s (loopback only)", host)
+    web = create_app(app, cfg)
+    uvicorn.run(web, host=host, port=port, log_level="warning", timeout_graceful_shutdown=2)
+
+
+class BackgroundServer:
+    """The dashboard served by uvicorn from a daemon thread (tests, ``conveyor demo``)."""
+
+    def __init__(self, app: Conveyor, host: str = "127.0.0.1", port: int = 0,
+                 config: DashboardConfig | None = None, **overrides: Any) -> None:  # fmt: skip
+        import uvicorn
+
+        cfg = config or DashboardConfig.from_env(**overrides)
+        check_bind(host, cfg)
+        self.web = create_app(app, cfg)
+        self.dashboard: Dashboard = self.web.state.dashboard
+        self.host = host
+        self._sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock.bind((host, port))
+        self.port = int(self._sock.getsockname()[1])
+        uv_config = uvicorn.Config(self.web, log_level="warning", timeout_graceful_shutdown=1,
+                                   lifespan="off")  # fmt: skip
+        self.server = uvicorn.Server(uv_config)
+        self._thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self._sock]},
+                                        name="conveyor-dashboard", daemon=True)  # fmt: skip
+
+    @property
+    def url(self) -> str:
+        """The base URL, e.g. ``http://127.0.0.1:8123``."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    def start(self, timeout: float = 10.0) -> BackgroundServer:
+        """Start serving; returns once the server accepts connections."""
+        self._thread.start()
+        deadline = time.monotonic() + timeout
+        while not self.server.started:
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                raise RuntimeError("the dashboard server did not start")
+            time.sleep(0.01)
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """End live streams and stop the server."""
+        self.dashboard.stopping.set()
+        self.server.should_exit = True
+        self._thread.join(timeout)
+        self._sock.close()
+
+
+def serve_in_thread(app: Conveyor, host: str = "127.0.0.1", port: int = 0,
+                    config: DashboardConfig | None = None, **overrides: Any) -> str:  # fmt: skip
+    """Serve the dashboard from a daemon thread until the process exits; returns its URL."""
+    return BackgroundServer(app, host, port, config, **overrides).start().url

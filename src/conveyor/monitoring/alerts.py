@@ -1,0 +1,363 @@
+"""Alerts: rules evaluated periodically, states stored in the broker, notifiers with a cooldown.
+
+``app.alerts`` is an ``AlertManager``. The scheduler process calls ``maybe_evaluate(now)`` on
+every tick (an evaluation happens at most once per ``interval``); ``evaluate(now)`` forces one.
+
+Each violation of a rule is an alert keyed ``<rule>:<subject>`` with a state document in the
+broker (collection ``alerts``), so every process — dashboard, CLI, several schedulers — sees
+the same state:
+
+* ``firing``        — the condition holds; notifiers were told (unless within the cooldown);
+* ``acknowledged``  — an operator acknowledged it; no reminders until it resolves;
+* ``resolved``      — the condition cleared; notifiers are told it resolved.
+
+Cooldown: at most one "firing" notification per alert per ``cooldown`` seconds, so a
+flapping condition does not page anyone twice. Transitions are compare-and-set on a version
+field: with several schedulers each transition is notified once.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ..errors import ValidationError
+from .rules import AlertContext, Rule, Violation, rule_from_dict
+
+if TYPE_CHECKING:
+    from ..app import Conveyor
+
+log = logging.getLogger("conveyor.alerts")
+COLLECTION = "alerts"
+STATES = ("firing", "acknowledged", "resolved")
+
+
+class Notifier(Protocol):
+    """Anything that can deliver an alert notification (a JSON-ready dict)."""
+
+    def notify(self, payload: Mapping[str, Any]) -> bool:
+        """Deliver one notification; True on success."""
+        ...
+
+
+class LogNotifier:
+    """Writes notifications to the ``conveyor.alerts`` logger (firing: WARNING)."""
+
+    def __init__(self, logger: logging.Logger | None = None) -> None:
+        self.logger = logger or log
+
+    def notify(self, payload: Mapping[str, Any]) -> bool:
+        """Log one line."""
+        level = logging.WARNING if payload.get("state") == "firing" else logging.INFO
+        self.logger.log(
+            level,
+            "alert %s %s: %s",
+            payload.get("alert"),
+            payload.get("state"),
+            payload.get("message"),
+        )
+        return True
+
+
+class WebhookNotifier:
+    """POSTs each notification as JSON to ``url``, retrying with backoff on errors and 5xx."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        retries: int = 3,
+        backoff: float = 0.5,
+        timeout: float = 5.0,
+        headers: Mapping[str, str] | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if not url.startswith(("http://", "https://")):
+            raise ValidationError("webhook", f"{url!r} must be an http:// or https:// URL")
+        self.url = url
+        self.retries = max(0, retries)
+        self.backoff = backoff
+        self.timeout = timeout
+        self.headers = dict(headers or {})
+        self.sleep = sleep
+
+    def notify(self, payload: Mapping[str, Any]) -> bool:
+        """POST with up to ``retries`` retries; False (and a logged error) when all fail."""
+        body = json.dumps(dict(payload), default=str).encode()
+        headers = {
+            "Content-Type": "application/json",
+            "User-Agent": "conveyor-alerts",
+            **self.headers,
+        }
+        for attempt in range(self.retries + 1):
+            request = urllib.request.Request(self.url, body, headers, method="POST")
+            try:
+                with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                    if response.status < 300:
+                        return True
+                    reason = f"HTTP {response.status}"
+            except urllib.error.HTTPError as exc:
+                reason = f"HTTP {exc.code}"
+                if 400 <= exc.code < 500 and exc.code != 429:
+                    break  # the receiver refused it: retrying will not help
+            except (urllib.error.URLError, OSError) as exc:
+                reason = str(exc)
+            if attempt < self.retries:
+                self.sleep(self.backoff * 2**attempt)
+        log.error("webhook %s failed for alert %s: %s", self.url, payload.get("alert"), reason)
+        return False
+
+
+@dataclass
+class AlertState:
+    """The stored state of one alert."""
+
+    key: str
+    rule: str
+    subject: str
+    state: str = "resolved"
+    severity: str = "warning"
+    message: str = ""
+    value: float = 0.0
+    since: float | None = None  # when it last started firing
+    updated_at: float = 0.0
+    resolved_at: float | None = None
+    acknowledged_at: float | None = None
+    acknowledged_by: str | None = None
+    last_notified_at: float | None = None
+    notified: bool = False  # the current firing was notified (not suppressed by the cooldown)
+    fired_count: int = 0
+    version: int = 0
+
+    @classmethod
+    def from_doc(cls, doc: Mapping[str, Any]) -> AlertState:
+        """Rebuild from a broker document (unknown fields ignored)."""
+        known = {k: v for k, v in doc.items() if k in cls.__dataclass_fields__}
+        return cls(**known)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return asdict(self)
+
+    @property
+    def active(self) -> bool:
+        """Firing or acknowledged."""
+        return self.state != "resolved"
+
+
+@dataclass
+class AlertManager:
+    """Rules, notifiers and the alert states of one app (see the module docstring)."""
+
+    app: Conveyor
+    rules: list[Rule] = field(default_factory=list)
+    notifiers: list[Notifier] = field(default_factory=list)
+    cooldown: float = 300.0
+    interval: float = 30.0
+    repeat_interval: float | None = None  # re-notify a still-firing alert this often
+    _last_eval: float | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.notifiers:
+            self.notifiers = [LogNotifier()]
+
+    # ------------------------------------------------------------------ configuration
+    def add_rule(self, rule: Rule | Mapping[str, Any]) -> Rule:
+        """Add a rule (an object or a config dict); names must be unique."""
+        built = rule if isinstance(rule, Rule) else rule_from_dict(rule)
+        if any(r.name == built.name for r in self.rules):
+            raise ValidationError("alerts.name", f"a rule named {built.name!r} already exists")
+        self.rules.append(built)
+        return built
+
+    def add_notifier(self, notifier: Notifier) -> None:
+        """Send notifications to one more notifier."""
+        self.notifiers.append(notifier)
+
+    def configure(self, config: Mapping[str, Any]) -> None:
+        """Apply ``{"rules": [...], "webhook": url, "cooldown": s, "interval": s}``."""
+        for rule in config.get("rules", []):
+            self.add_rule(rule)
+        hooks = config.get("webhook") or []
+        for url in [hooks] if isinstance(hooks, str) else hooks:
+            self.add_notifier(WebhookNotifier(str(url)))
+        for key in ("cooldown", "interval", "repeat_interval"):
+            if config.get(key) is not None:
+                setattr(self, key, float(config[key]))
+
+    def configure_from_env(self, environ: Mapping[str, str] | None = None) -> None:
+        """Read ``CONVEYOR_ALERTS`` (JSON, or ``@path`` to a JSON file) and
+        ``CONVEYOR_ALERT_WEBHOOK`` (a URL)."""
+        env = os.environ if environ is None else environ
+        raw = env.get("CONVEYOR_ALERTS")
+        if raw:
+            text = raw
+            if raw.startswith("@"):
+                with open(raw[1:], encoding="utf-8") as fh:
+                    text = fh.read()
+            try:
+                data = json.loads(text)
+            except ValueError as exc:
+                raise ValidationError("CONVEYOR_ALERTS", f"is not valid JSON: {exc}") from exc
+            self.configure({"rules": data} if isinstance(data, list) else data)
+        if env.get("CONVEYOR_ALERT_WEBHOOK"):
+            self.add_notifier(WebhookNotifier(env["CONVEYOR_ALERT_WEBHOOK"]))
+
+    # ------------------------------------------------------------------ reading
+    def states(self, include_resolved: bool = True) -> list[AlertState]:
+        """Every stored alert state, active ones first, newest first."""
+        docs = self.app.broker.doc_list(COLLECTION, self.app.now())
+        states = [AlertState.from_doc(d) for d in docs.values()]
+        if not include_resolved:
+            states = [s for s in states if s.active]
+        return sorted(states, key=lambda s: (s.state == "resolved", -(s.updated_at or 0)))
+
+    def firing(self) -> list[AlertState]:
+        """Alerts that are firing or acknowledged."""
+        return self.states(include_resolved=False)
+
+    def get(self, key: str) -> AlertState | None:
+        """One alert state, or None."""
+        doc = self.app.broker.doc_get(COLLECTION, key, self.app.now())
+        return None if doc is None else AlertState.from_doc(doc)
+
+    def acknowledge(self, key: str, by: str = "") -> bool:
+        """Acknowledge a firing alert (no reminders until it resolves); False if not firing."""
+        state = self.get(key)
+        if state is None or state.state != "firing":
+            return False
+        now = self.app.now()
+        return self.app.broker.doc_update_if(
+            COLLECTION,
+            key,
+            "version",
+            state.version,
+            {
+                "state": "acknowledged",
+                "acknowledged_at": now,
+                "acknowledged_by": by or None,
+                "updated_at": now,
+                "version": state.version + 1,
+            },
+            now,
+        )
+
+    # ------------------------------------------------------------------ evaluation
+    def maybe_evaluate(self, now: float | None = None) -> list[AlertState] | None:
+        """Evaluate if ``interval`` passed since the last evaluation in this process."""
+        at = self.app.now() if now is None else now
+        if self._last_eval is not None and at - self._last_eval < self.interval:
+            return None
+        return self.evaluate(at)
+
+    def evaluate(self, now: float | None = None) -> list[AlertState]:
+        """Check every rule once; return the alerts whose state changed."""
+        at = self.app.now() if now is None else now
+        self._last_eval = at
+        ctx = AlertContext(self.app, at)
+        stored = {s.key: s for s in self.states()}
+        changed: list[AlertState] = []
+        seen: set[str] = set()
+        for rule in self.rules:
+            try:
+                violations = rule.check(ctx)
+            except Exception:
+                log.exception("alert rule %s failed; skipped this round", rule.name)
+                seen.update(k for k, s in stored.items() if s.rule == rule.name)
+                continue
+            for v in violations:
+                key = f"{rule.name}:{v.subject}"
+                seen.add(key)
+                result = self._violating(rule, v, stored.get(key), at)
+                if result is not None:
+                    changed.append(result)
+        mine = {rule.name for rule in self.rules}  # other processes may run other rules
+        for key, state in stored.items():
+            if key not in seen and state.active and state.rule in mine:
+                result = self._cleared(state, at)
+                if result is not None:
+                    changed.append(result)
+        return changed
+
+    def _violating(
+        self, rule: Rule, v: Violation, old: AlertState | None, now: float
+    ) -> AlertState | None:
+        if old is None:
+            old = AlertState(key=f"{rule.name}:{v.subject}", rule=rule.name, subject=v.subject)
+            self.app.broker.doc_put(COLLECTION, old.key, old.to_dict(), now)
+        new = AlertState(**old.to_dict())
+        new.message, new.value, new.severity, new.updated_at = (
+            v.message,
+            v.value,
+            rule.severity,
+            now,
+        )
+        notify = None
+        if old.state == "resolved":
+            new.state, new.since, new.resolved_at = "firing", now, None
+            new.acknowledged_at = new.acknowledged_by = None
+            new.fired_count += 1
+            quiet = old.last_notified_at is not None and now - old.last_notified_at < self.cooldown
+            new.notified = not quiet
+            notify = None if quiet else "firing"
+        elif old.state == "firing" and self.repeat_interval is not None:
+            last = old.last_notified_at or old.since or now
+            if now - last >= max(self.repeat_interval, self.cooldown):
+                new.notified, notify = True, "firing"
+        if notify:
+            new.last_notified_at = now
+        changed = old.state != new.state
+        if not changed and not notify and (old.message, old.value) == (new.message, new.value):
+            return None
+        if not self._store(old, new, now):
+            return None
+        if notify:
+            self._notify(new, notify)
+        return new if changed or notify else None
+
+    def _cleared(self, old: AlertState, now: float) -> AlertState | None:
+        new = AlertState(**old.to_dict())
+        new.state, new.resolved_at, new.updated_at = "resolved", now, now
+        if not self._store(old, new, now):
+            return None
+        if old.notified:
+            self._notify(new, "resolved")
+        return new
+
+    def _store(self, old: AlertState, new: AlertState, now: float) -> bool:
+        new.version = old.version + 1
+        return self.app.broker.doc_update_if(
+            COLLECTION, old.key, "version", old.version, new.to_dict(), now
+        )
+
+    def _notify(self, state: AlertState, kind: str) -> None:
+        payload = {
+            "alert": state.key,
+            "rule": state.rule,
+            "subject": state.subject,
+            "state": kind,
+            "severity": state.severity,
+            "message": state.message,
+            "value": state.value,
+            "since": state.since,
+            "at": state.updated_at,
+        }
+        for notifier in self.notifiers:
+            try:
+                notifier.notify(payload)
+            except Exception:
+                log.exception("notifier %s failed", type(notifier).__name__)
+
+
+def build_manager(app: Conveyor, rules: Iterable[Rule] = ()) -> AlertManager:
+    """The manager ``app.alerts`` returns: configured from ``CONVEYOR_ALERTS`` and friends."""
+    manager = AlertManager(app, rules=list(rules))
+    manager.configure_from_env()
+    return manager

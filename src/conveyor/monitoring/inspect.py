@@ -1,0 +1,387 @@
+"""THE read API of the CLI and the dashboard: queues, workers, jobs, schedules, alerts, metrics.
+
+``Inspector(app)`` returns plain JSON-ready dicts (or a ``Page`` of jobs), so the CLI's
+``--json``, the HTTP API and the HTML templates all show the same data. Operator actions live
+next door in ``monitoring.actions``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from ..broker.base import Page
+from ..core.job import Job, validate_queue_name
+from ..core.state import JobState
+from ..errors import JobNotFound, ValidationError
+from .events import EventReader, job_events
+from .metrics import flush_local, read_counters, series, summarize
+from .prometheus import worker_queues
+
+if TYPE_CHECKING:
+    from ..app import Conveyor
+
+_RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw])$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+SEARCH_FIELDS = ("id", "state", "task", "queue", "since", "until", "error", "text")
+
+
+def parse_time(value: Any, now: float, field: str = "since") -> float | None:
+    """Epoch seconds from a number, an ISO 8601 string (naive = UTC) or an age like ``15m``."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool):
+        raise ValidationError(field, "must be a time, not a boolean")
+    if isinstance(value, int | float):
+        return float(value)
+    text = str(value).strip()
+    match = _RELATIVE.match(text)
+    if match:
+        return now - float(match.group(1)) * _UNITS[match.group(2)]
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise ValidationError(
+            field,
+            f"{text[:60]!r} is not an epoch number, an ISO 8601 time or an age like 30m / 2h / 1d",
+        ) from exc
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed.timestamp()
+
+
+def job_dict(job: Job, *, full: bool = True) -> dict[str, Any]:
+    """A job as a dict; ``full=False`` leaves out errors, history and result (list rows)."""
+    out = {f.name: getattr(job, f.name) for f in dataclasses.fields(Job)}
+    out["state"] = str(job.state)
+    if not full:
+        for key in ("errors", "history", "result", "metadata", "kwargs", "args"):
+            out.pop(key, None)
+        out["args_preview"] = preview_args(job)
+    return out
+
+
+def preview_args(job: Job, limit: int = 120) -> str:
+    """A short one-line rendering of a job's arguments."""
+    parts = [repr(a) for a in job.args] + [f"{k}={v!r}" for k, v in job.kwargs.items()]
+    text = ", ".join(parts)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def schedule_dict(schedule: Any) -> dict[str, Any]:
+    """A stored schedule as a dict with ``name``, ``expr``, ``next_run``, ``paused``, ..."""
+    if hasattr(schedule, "to_doc"):
+        doc = dict(schedule.to_doc())
+    elif dataclasses.is_dataclass(schedule) and not isinstance(schedule, type):
+        doc = dataclasses.asdict(schedule)
+    else:
+        doc = dict(schedule)
+    doc.setdefault("expr", getattr(schedule, "expr", doc.get("cron") or doc.get("every")))
+    doc["next_run"] = doc.get("next_fire_at", doc.get("next_run"))
+    doc["last_run"] = doc.get("last_fire_at", doc.get("last_run"))
+    doc["paused"] = bool(doc.get("paused"))
+    return doc
+
+
+def list_schedules(app: Conveyor) -> list[dict[str, Any]]:
+    """Every stored schedule as dicts (empty when the scheduler package is unavailable)."""
+    try:
+        return [schedule_dict(s) for s in app.list_schedules()]
+    except ImportError:
+        return []
+
+
+class Inspector:
+    """Read-only views over one app (see the module docstring)."""
+
+    def __init__(self, app: Conveyor) -> None:
+        self.app = app
+
+    # ------------------------------------------------------------------ queues and workers
+    def queues(self, minutes: int = 5) -> list[dict[str, Any]]:
+        """One row per queue: counts by state, paused, depth, oldest age, rates of ``minutes``."""
+        flush_local(self.app)
+        broker, now = self.app.broker, self.app.now()
+        counts = broker.counts()
+        paused = broker.paused_queues()
+        window = read_counters(broker, now, minutes, by="queue")
+        served: dict[str, int] = {}
+        for worker in self.app.workers():
+            for q in worker_queues(worker):
+                served[q] = served.get(q, 0) + 1
+        rows = []
+        for name in sorted(set(counts) | paused):
+            c = {s.value: counts.get(name, {}).get(s.value, 0) for s in JobState}
+            ready = broker.oldest_pending(name) if c["pending"] else None
+            s = summarize(window.get(name, {}), minutes)
+            rows.append(
+                {
+                    "name": name,
+                    "counts": c,
+                    "paused": name in paused,
+                    "depth": c["pending"],
+                    "oldest_pending_age": max(0.0, now - ready) if ready is not None else None,
+                    "dead_letters": c["dead_letter"],
+                    "workers": served.get(name, 0),
+                    "throughput_per_minute": s.throughput_per_minute,
+                    "failure_rate": s.failure_rate,
+                    "processed": s.processed,
+                    "failed": s.failed,
+                    "window_minutes": minutes,
+                }
+            )
+        return rows
+
+    def queue(self, name: str, minutes: int = 60) -> dict[str, Any]:
+        """One queue in detail: its row, metrics summary, per-task summaries, next jobs, series."""
+        validate_queue_name(name)
+        row = next((r for r in self.queues(minutes) if r["name"] == name), None)
+        if row is None:
+            raise ValidationError("queue", f"no queue named {name!r}")
+        broker, now = self.app.broker, self.app.now()
+        tasks = read_counters(broker, now, minutes, queue=name, by="task")
+        return {
+            **row,
+            "summary": summarize(tasks_total(tasks), minutes).to_dict(),
+            "tasks": {t: summarize(c, minutes).to_dict() for t, c in sorted(tasks.items())},
+            "next": [job_dict(j, full=False) for j in broker.peek(name, 10)],
+            "series": series(broker, now, minutes, queue=name),
+        }
+
+    def workers(self) -> list[dict[str, Any]]:
+        """Live workers with ``queues``, ``running`` job ids and ``heartbeat_age`` seconds."""
+        now = self.app.now()
+        out = []
+        for w in self.app.workers():
+            beat = _first_number(w, "heartbeat_at", "last_heartbeat", "seen_at", "updated_at")
+            running = w.get("running") or w.get("running_jobs") or w.get("jobs") or []
+            out.append(
+                {
+                    **w,
+                    "queues": worker_queues(w),
+                    "running": list(running),
+                    "heartbeat_age": None if beat is None else max(0.0, now - beat),
+                }
+            )
+        return out
+
+    def overview(self, minutes: int = 5) -> dict[str, Any]:
+        """Everything the front page shows: queues, workers, active alerts, totals."""
+        queues = self.queues(minutes)
+        totals = {s.value: sum(q["counts"][s.value] for q in queues) for s in JobState}
+        return {
+            "now": self.app.now(),
+            "queues": queues,
+            "workers": self.workers(),
+            "alerts": self.alerts(include_resolved=False),
+            "totals": totals,
+        }
+
+    # ------------------------------------------------------------------ jobs
+    def search(
+        self, filters: Mapping[str, Any] | None = None, *, page: int = 1, page_size: int = 50
+    ) -> Page:
+        """Jobs matching ``filters`` (``SEARCH_FIELDS``; empty values ignored), newest first."""
+        clean = clean_filters(filters or {}, self.app.now())
+        if isinstance(page, bool) or not isinstance(page, int) or page < 1:
+            raise ValidationError("page", "must be an integer >= 1")
+        if (
+            isinstance(page_size, bool)
+            or not isinstance(page_size, int)
+            or not 1 <= page_size <= 500
+        ):
+            raise ValidationError("page_size", "must be an integer 1..500")
+        return self.app.search(**clean, page=page, page_size=page_size)
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        """A job with everything known: args, result, errors (tracebacks) and a timeline."""
+        job = self.app.broker.get(job_id)
+        if job is None:
+            raise JobNotFound(job_id)
+        return {
+            **job_dict(job),
+            "timeline": timeline(job, [e.to_dict() for e in job_events(self.app.broker, job_id)]),
+        }
+
+    def dead_letters(
+        self, filters: Mapping[str, Any] | None = None, *, page: int = 1, page_size: int = 50
+    ) -> Page:
+        """Dead-lettered jobs matching ``filters``, newest first."""
+        return self.search(
+            {**(filters or {}), "state": "dead_letter"}, page=page, page_size=page_size
+        )
+
+    def matching_ids(self, filters: Mapping[str, Any], limit: int = 10_000) -> list[str]:
+        """Ids of every job matching ``filters`` (up to ``limit``), for bulk actions."""
+        ids: list[str] = []
+        page = 1
+        while len(ids) < limit:
+            result = self.search(filters, page=page, page_size=500)
+            ids.extend(j.id for j in result.items)
+            if page >= result.pages or not result.items:
+                break
+            page += 1
+        return list(dict.fromkeys(ids))[:limit]
+
+    # ------------------------------------------------------------------ schedules, alerts, events
+    def schedules(self, history: int = 10, next_runs: int = 3) -> list[dict[str, Any]]:
+        """Every schedule with its next runs and newest history entries."""
+        out = []
+        for doc in list_schedules(self.app):
+            out.append(
+                {
+                    **doc,
+                    "next_runs": self._next_runs(doc["name"], next_runs),
+                    "history": self._history(doc["name"], history),
+                }
+            )
+        return out
+
+    def _next_runs(self, name: str, n: int) -> list[float]:
+        try:
+            return [float(t) for t in self.app.schedules.next_runs(name, n)]
+        except Exception:  # a schedule removed meanwhile, or no registry support
+            return []
+
+    def _history(self, name: str, n: int) -> list[dict[str, Any]]:
+        try:
+            return list(self.app.schedules.history(name, n))
+        except Exception:
+            return []
+
+    def alerts(self, include_resolved: bool = True) -> list[dict[str, Any]]:
+        """Alert states (active first) as dicts."""
+        return [s.to_dict() for s in self.app.alerts.states(include_resolved)]
+
+    def alert_rules(self) -> list[dict[str, Any]]:
+        """The configured rules of this process."""
+        return [
+            {"name": r.name, "type": r.type, "severity": r.severity, "description": r.describe()}
+            for r in self.app.alerts.rules
+        ]
+
+    def metrics(
+        self, queue: str | None = None, task: str | None = None, minutes: int = 60
+    ) -> dict[str, Any]:
+        """Summary and per-minute series over the last ``minutes`` (1..1440)."""
+        if isinstance(minutes, bool) or not isinstance(minutes, int) or not 1 <= minutes <= 1440:
+            raise ValidationError("minutes", "must be an integer 1..1440")
+        flush_local(self.app)
+        broker, now = self.app.broker, self.app.now()
+        counters = read_counters(broker, now, minutes, queue=queue, task=task).get("", {})
+        return {
+            "queue": queue,
+            "task": task,
+            "summary": summarize(counters, minutes).to_dict(),
+            "series": series(broker, now, minutes, queue=queue, task=task),
+        }
+
+    def events(
+        self, after: str | None = None, limit: int = 100
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """Events after cursor ``after`` and the cursor to resume from."""
+        reader = EventReader(self.app.broker, after or None)
+        return [e.to_dict() for e in reader.read(max(1, min(limit, 1000)))], reader.cursor
+
+    def audit_log(self, limit: int = 100) -> list[dict[str, Any]]:
+        """Operator actions, newest first."""
+        from .actions import AUDIT_LOG
+
+        return self.app.broker.log_read(AUDIT_LOG, max(1, min(limit, 1000)))
+
+
+def tasks_total(tasks: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
+    """Sum per-task counters into one."""
+    total: dict[str, float] = {}
+    for values in tasks.values():
+        for key, amount in values.items():
+            total[key] = total.get(key, 0.0) + amount
+    return total
+
+
+def clean_filters(filters: Mapping[str, Any], now: float) -> dict[str, Any]:
+    """Validate search filters: known names only, empty values dropped, times parsed."""
+    out: dict[str, Any] = {}
+    for key, value in filters.items():
+        if key not in SEARCH_FIELDS:
+            raise ValidationError(key, f"unknown filter; use {', '.join(SEARCH_FIELDS)}")
+        if value is None or value == "":
+            continue
+        if key in ("since", "until"):
+            out[key] = parse_time(value, now, key)
+        elif key == "state":
+            try:
+                out[key] = JobState(str(value))
+            except ValueError as exc:
+                raise ValidationError(
+                    "state", f"must be one of {[s.value for s in JobState]}"
+                ) from exc
+        else:
+            if not isinstance(value, str) or len(value) > 500:
+                raise ValidationError(key, "must be a string of at most 500 characters")
+            out[key] = value
+    return out
+
+
+def timeline(job: Job, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The job's life, oldest first: stream events when complete, else rebuilt from the record."""
+    if events and events[0].get("type") == "enqueued":
+        return [
+            {"at": e.get("at"), "event": e.get("type"), "detail": _event_detail(e)} for e in events
+        ]
+    entries = [{"at": job.created_at, "event": "enqueued", "detail": f"queue {job.queue}"}]
+    entries += [
+        {
+            "at": e.get("at"),
+            "event": "failed",
+            "detail": f"attempt {e.get('attempt')}: {e.get('kind')} {e.get('type') or ''} "
+            f"{e.get('message') or ''}".strip(),
+        }
+        for e in job.errors
+    ]
+    entries += [
+        {"at": h.get("at"), "event": h.get("event"), "detail": h.get("note") or ""}
+        for h in job.history
+    ]
+    if job.started_at is not None:
+        entries.append(
+            {"at": job.started_at, "event": "started", "detail": f"attempt {job.attempts}"}
+        )
+    if job.finished_at is not None:
+        entries.append({"at": job.finished_at, "event": str(job.state), "detail": ""})
+    known = {(e["event"], round(_num(e["at"]), 3)) for e in entries}
+    for e in events:
+        if (e.get("type"), round(_num(e.get("at")), 3)) not in known:
+            entries.append({"at": e.get("at"), "event": e.get("type"), "detail": _event_detail(e)})
+    return sorted(entries, key=lambda e: _num(e["at"]))
+
+
+def _event_detail(event: Mapping[str, Any]) -> str:
+    skip = {"type", "at", "cursor", "job_id", "queue", "task"}
+    parts = []
+    for key, value in event.items():
+        if key in skip or value in (None, ""):
+            continue
+        if key.endswith(("_at", "run_at")) and isinstance(value, int | float):
+            value = datetime.fromtimestamp(value, UTC).strftime("%Y-%m-%d %H:%M:%S")
+        parts.append(f"{key}={value}")
+    return ", ".join(parts)
+
+
+def _first_number(doc: Mapping[str, Any], *keys: str) -> float | None:
+    for key in keys:
+        value = doc.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+    return None
+
+
+def _num(value: Any) -> float:
+    return float(value) if isinstance(value, int | float) else 0.0

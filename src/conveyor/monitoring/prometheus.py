@@ -1,0 +1,178 @@
+"""Prometheus exposition via prometheus-client: a custom collector that reads the broker.
+
+Every scrape reads live gauges (jobs by queue and state, paused queues, oldest pending age,
+dead letters, live workers per queue, firing alerts) and the cumulative counters and
+histograms that ``MetricsMiddleware`` stores, so any process — the dashboard's ``/metrics``
+or ``conveyor worker --metrics-port`` — exposes the same numbers for the whole system.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from ..core.state import JobState
+from .metrics import OUTCOMES, flush_local, histogram_buckets, read_totals
+
+if TYPE_CHECKING:
+    from ..app import Conveyor
+
+log = logging.getLogger("conveyor.metrics")
+
+
+class ConveyorCollector:
+    """A prometheus-client collector for one app (register it in a ``CollectorRegistry``)."""
+
+    def __init__(self, app: Conveyor) -> None:
+        self.app = app
+
+    def describe(self) -> list[Metric]:
+        """Nothing up front: the metrics are only known at scrape time."""
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        """Read the broker and yield every metric family."""
+        app = self.app
+        flush_local(app)
+        now = app.now()
+        broker = app.broker
+        counts = broker.counts()
+        paused = broker.paused_queues()
+        jobs = GaugeMetricFamily(
+            "conveyor_jobs", "Jobs stored, by queue and state.", labels=["queue", "state"]
+        )
+        paused_g = GaugeMetricFamily(
+            "conveyor_queue_paused", "1 when the queue is paused.", labels=["queue"]
+        )
+        depth = GaugeMetricFamily(
+            "conveyor_queue_depth", "Pending (ready) jobs per queue.", labels=["queue"]
+        )
+        oldest = GaugeMetricFamily(
+            "conveyor_queue_oldest_pending_age_seconds",
+            "Age of the oldest pending job since it became ready (0 when none).",
+            labels=["queue"],
+        )
+        dead = GaugeMetricFamily(
+            "conveyor_dead_letters", "Jobs in the dead-letter queue.", labels=["queue"]
+        )
+        for queue in sorted(counts):
+            for state in JobState:
+                jobs.add_metric([queue, state.value], counts[queue].get(state.value, 0))
+            paused_g.add_metric([queue], 1.0 if queue in paused else 0.0)
+            depth.add_metric([queue], counts[queue].get("pending", 0))
+            ready = broker.oldest_pending(queue)
+            oldest.add_metric([queue], max(0.0, now - ready) if ready is not None else 0.0)
+            dead.add_metric([queue], counts[queue].get("dead_letter", 0))
+        yield from (jobs, paused_g, depth, oldest, dead)
+        yield self._workers(list(counts))
+        yield from self._totals(now)
+        alerts = self._alerts()
+        if alerts is not None:
+            yield alerts
+
+    def _workers(self, queues: list[str]) -> Metric:
+        family = GaugeMetricFamily(
+            "conveyor_workers", "Live workers serving each queue.", labels=["queue"]
+        )
+        per_queue: dict[str, int] = dict.fromkeys(queues, 0)
+        for worker in self.app.workers():
+            for queue in worker_queues(worker):
+                per_queue[queue] = per_queue.get(queue, 0) + 1
+        for queue, n in sorted(per_queue.items()):
+            family.add_metric([queue], n)
+        return family
+
+    def _totals(self, now: float) -> Iterator[Metric]:
+        totals = read_totals(self.app.broker, now)
+        enq = CounterMetricFamily(
+            "conveyor_jobs_enqueued", "Jobs enqueued.", labels=["queue", "task"]
+        )
+        done = CounterMetricFamily(
+            "conveyor_jobs_processed",
+            "Job attempts finished, by outcome.",
+            labels=["queue", "task", "outcome"],
+        )
+        run = HistogramMetricFamily(
+            "conveyor_job_run_seconds", "Time a job attempt ran.", labels=["queue", "task"]
+        )
+        wait = HistogramMetricFamily(
+            "conveyor_job_wait_seconds",
+            "Time from ready to started (queueing delay).",
+            labels=["queue", "task"],
+        )
+        for group, values in sorted(totals.items()):
+            queue, _, task = group.partition("|")
+            enq.add_metric([queue, task], values.get("enqueued", 0.0))
+            for outcome in OUTCOMES:
+                done.add_metric([queue, task, outcome], values.get(outcome, 0.0))
+            if values.get("run_n"):
+                run.add_metric(
+                    [queue, task],
+                    list(histogram_buckets(values, "run")),
+                    values.get("run_sum", 0.0),
+                )
+            if values.get("wait_n"):
+                wait.add_metric(
+                    [queue, task],
+                    list(histogram_buckets(values, "wait")),
+                    values.get("wait_sum", 0.0),
+                )
+        yield from (enq, done, run, wait)
+
+    def _alerts(self) -> Metric | None:
+        try:
+            states = self.app.alerts.states()
+        except Exception:  # alerts are optional for a scrape
+            log.debug("alert states unavailable", exc_info=True)
+            return None
+        family = GaugeMetricFamily(
+            "conveyor_alerts_firing", "Alerts firing (unacknowledged).", labels=["rule"]
+        )
+        per_rule: dict[str, int] = {}
+        for state in states:
+            per_rule.setdefault(state.rule, 0)
+            if state.state == "firing":
+                per_rule[state.rule] += 1
+        for rule, n in sorted(per_rule.items()):
+            family.add_metric([rule], n)
+        return family
+
+
+def worker_queues(worker: dict[str, Any]) -> list[str]:
+    """Queue names a worker record serves (weights like ``high:5`` stripped)."""
+    raw = worker.get("queues") or []
+    if isinstance(raw, str):
+        raw = raw.split(",")
+    return [str(q).split(":", 1)[0].strip() for q in raw if str(q).strip()]
+
+
+def registry_for(app: Conveyor) -> CollectorRegistry:
+    """A fresh registry holding only this app's collector."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(ConveyorCollector(app))
+    return registry
+
+
+def exposition(app: Conveyor) -> tuple[bytes, str]:
+    """The text exposition of every metric and its content type."""
+    return generate_latest(registry_for(app)), CONTENT_TYPE_LATEST
+
+
+def start_metrics_server(app: Conveyor, port: int, addr: str = "127.0.0.1") -> Any:
+    """Serve ``/metrics`` on ``addr:port`` from a daemon thread (``worker --metrics-port``).
+
+    Returns what ``prometheus_client.start_http_server`` returns (server, thread).
+    """
+    from prometheus_client import start_http_server
+
+    return start_http_server(port, addr=addr, registry=registry_for(app))

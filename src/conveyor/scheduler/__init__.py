@@ -1,0 +1,13 @@
+"""Scheduling: cron and interval schedules stored in the broker, fired exactly once per tick.
+
+``ScheduleRegistry`` (``app.schedules``) declares and manages schedules; ``Scheduler``
+(``app.scheduler()``) promotes due delayed jobs, reaps expired leases and enqueues due ticks.
+Any number of schedulers may run at once: each tick has a deterministic job id, so they never
+double a run, and no leader is elected. See docs/scheduling.md.
+"""
+
+from .models import Schedule, ScheduleNotFound
+from .registry import ScheduleRegistry
+from .runner import Plan, Scheduler, plan_fires
+
+__all__ = ["Plan", "Schedule", "ScheduleNotFound", "ScheduleRegistry", "Scheduler", "plan_fires"]

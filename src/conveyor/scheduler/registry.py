@@ -1,0 +1,182 @@
+"""The schedule registry: declare schedules in code, manage stored schedules at run time.
+
+``app.cron(...)`` / ``app.every(...)`` decorate a function: it becomes a task (unless it already
+is one) and its schedule is remembered in ``declared``; every ``Scheduler`` upserts the declared
+schedules into the broker when it starts (``sync``). A changed timetable (``cron``, ``every``,
+``tz``) recomputes the next run; an unchanged one keeps its state (next run, pause, history).
+``app.schedule_cron(...)``, ``unschedule``, ``pause_schedule`` and ``resume_schedule`` act on the
+stored schedules directly, so every process sees them at once.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Callable, Mapping
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, TypeVar, cast
+
+import orjson
+
+from ..errors import ConveyorError, ValidationError
+from ..task import Task
+from .models import (
+    COLLECTION,
+    TIMING_FIELDS,
+    Schedule,
+    ScheduleNotFound,
+    build_schedule,
+    history_log,
+    validate_name,
+)
+
+if TYPE_CHECKING:
+    from ..app import Conveyor
+
+F = TypeVar("F", bound=Callable[..., Any])
+_CAS_ATTEMPTS = 20
+
+
+class ScheduleRegistry:
+    """Schedules of one app: code declarations plus the broker-stored set every process shares."""
+
+    def __init__(self, app: Conveyor) -> None:
+        self.app = app
+        #: Schedules declared in code with ``app.cron`` / ``app.every``, by name.
+        self.declared: dict[str, Schedule] = {}
+
+    # ------------------------------------------------------------------ declaring in code
+    def cron(self, expr: str, **options: Any) -> Callable[[F], F]:
+        """Decorator: run the function on a cron expression (``tz=``, ``name=``, ``args=``, ...)."""
+        return self._decorator(cron=expr, every=None, options=options)
+
+    def every(self, seconds: int | float | timedelta, **options: Any) -> Callable[[F], F]:
+        """Decorator: run the function every ``seconds`` (whole seconds >= 1, or a timedelta)."""
+        return self._decorator(cron=None, every=seconds, options=options)
+
+    def _decorator(
+        self, *, cron: str | None, every: int | float | timedelta | None,
+        options: Mapping[str, Any],
+    ) -> Callable[[F], F]:  # fmt: skip
+        opts = dict(options)
+        # Validate timing and options now, so a bad declaration fails at import time.
+        build_schedule(opts.get("name") or "probe", "probe", cron=cron, every=every,
+                       **_without(opts, "name"))  # fmt: skip
+
+        def decorate(fn: F) -> F:
+            task = fn if isinstance(fn, Task) else self.app.task(fn)
+            name = opts.get("name") or task.name
+            schedule = build_schedule(name, task.name, cron=cron, every=every, source="code",
+                                      **_without(opts, "name"))  # fmt: skip
+            known = self.declared.get(schedule.name)
+            if known is not None and known.definition() != schedule.definition():
+                raise ValidationError("name", f"schedule {name!r} is declared twice")
+            self.declared[schedule.name] = schedule
+            return cast(F, task)  # the decorator returns the Task (callable like ``fn``)
+
+        return decorate
+
+    def sync(self, now: float | None = None) -> builtins.list[Schedule]:
+        """Upsert every code-declared schedule into the broker (each scheduler does at start)."""
+        at = self.app.now() if now is None else now
+        return [self._upsert(schedule, at) for schedule in self.declared.values()]
+
+    # ------------------------------------------------------------------ run-time management
+    def schedule(
+        self, name: str, task: str | Task, expr: str | None = None, *,
+        every: int | float | timedelta | None = None, **options: Any,
+    ) -> Schedule:  # fmt: skip
+        """Create or replace a stored schedule now; returns it with its next run time.
+
+        Give ``expr`` (cron) or ``every=``. Replacing with the same timetable keeps its state.
+        """
+        task_name = task.name if isinstance(task, Task) else task
+        schedule = build_schedule(name, task_name, cron=expr, every=every, **options)
+        return self._upsert(schedule, self.app.now())
+
+    def remove(self, name: str) -> bool:
+        """Delete a stored schedule; True if it existed. Its history log is kept.
+
+        A schedule declared in code comes back the next time a scheduler starts.
+        """
+        return self.app.broker.doc_delete(COLLECTION, validate_name(name))
+
+    def list(self) -> builtins.list[Schedule]:
+        """Every stored schedule, sorted by name."""
+        docs = self.app.broker.doc_list(COLLECTION, self.app.now())
+        return [Schedule.from_doc(docs[name]) for name in sorted(docs)]
+
+    def get(self, name: str) -> Schedule:
+        """One stored schedule; ``ScheduleNotFound`` if there is none by that name."""
+        doc = self.app.broker.doc_get(COLLECTION, validate_name(name), self.app.now())
+        if doc is None:
+            raise ScheduleNotFound(name)
+        return Schedule.from_doc(doc)
+
+    def set_paused(self, name: str, paused: bool) -> Schedule:
+        """Pause or resume a schedule. Resuming does not fire the ticks missed while paused."""
+        for _ in range(_CAS_ATTEMPTS):
+            now = self.app.now()
+            current = self.get(name)
+            if current.paused == paused:
+                return current
+            changes: dict[str, Any] = {"paused": paused, "updated_at": now, "rev": current.rev + 1}
+            if not paused:
+                changes["next_fire_at"] = current.spec.next_after(now)
+            if self.app.broker.doc_update_if(COLLECTION, name, "rev", current.rev, changes, now):
+                return current.with_state(**changes)
+        raise ConveyorError(f"schedule {name!r}: too much contention, try again")
+
+    def history(self, name: str, limit: int = 50) -> builtins.list[dict[str, Any]]:
+        """The newest ``limit`` history entries of a schedule, newest first."""
+        return self.app.broker.log_read(history_log(validate_name(name)), limit)
+
+    def next_runs(self, name: str, n: int = 10) -> builtins.list[float]:
+        """The next ``n`` fire times of a stored schedule (epoch seconds), due ones included."""
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 1000:
+            raise ValidationError("n", "must be an integer 1..1000")
+        schedule = self.get(name)
+        spec = schedule.spec
+        first = None if schedule.paused else schedule.next_fire_at  # paused: from now on
+        times = [first if first is not None else spec.next_after(self.app.now())]
+        while len(times) < n:
+            times.append(spec.next_after(times[-1]))
+        return times
+
+    # ------------------------------------------------------------------ storage
+    def _upsert(self, schedule: Schedule, now: float) -> Schedule:
+        """Store ``schedule``: create it, or update its definition keeping its firing state."""
+        broker = self.app.broker
+        wanted = _normalized(schedule.definition())
+        for _ in range(_CAS_ATTEMPTS):
+            doc = broker.doc_get(COLLECTION, schedule.name, now)
+            if doc is None:
+                fresh = schedule.with_state(next_fire_at=schedule.spec.next_after(now),
+                                            created_at=now, updated_at=now, rev=1)  # fmt: skip
+                broker.doc_put(COLLECTION, schedule.name, fresh.to_doc(), now)
+                return fresh
+            current = Schedule.from_doc(doc)
+            stored = _normalized(current.definition())
+            if stored == wanted and current.source == schedule.source:
+                return current
+            changes: dict[str, Any] = {**wanted, "source": schedule.source, "updated_at": now,
+                                       "rev": current.rev + 1}  # fmt: skip
+            if any(stored[key] != wanted[key] for key in TIMING_FIELDS):
+                changes["next_fire_at"] = schedule.spec.next_after(now)
+            if broker.doc_update_if(COLLECTION, schedule.name, "rev", current.rev, changes, now):
+                return Schedule.from_doc({**doc, **changes})
+        raise ConveyorError(f"schedule {schedule.name!r}: too much contention, try again")
+
+
+def _without(options: Mapping[str, Any], key: str) -> dict[str, Any]:
+    return {k: v for k, v in options.items() if k != key}
+
+
+def _normalized(definition: Mapping[str, Any]) -> dict[str, Any]:
+    """The definition as it reads back from JSON storage (tuples become lists, ...)."""
+    try:
+        data: dict[str, Any] = orjson.loads(orjson.dumps(dict(definition)))
+    except TypeError as exc:
+        raise ValidationError(
+            "args", f"schedule arguments must be plain JSON values: {exc}"
+        ) from exc
+    return data

@@ -1,0 +1,349 @@
+"""The scheduler: one deterministic ``tick`` (promote, reap, fire schedules) and a loop around it.
+
+Any number of schedulers may run against one broker, with no leader. Each pass of a schedule:
+
+1. reads the stored schedule (its ``rev`` and ``next_fire_at``);
+2. computes the due fire times up to ``now`` and applies the misfire and overlap policies;
+3. enqueues each tick as a job with the deterministic id ``sched:{name}:{fire_ms}`` and the same
+   string as idempotency key (TTL of at least two periods), so a second scheduler enqueuing the
+   same tick gets ``DuplicateJob`` (recorded as ``duplicate``) instead of a second job;
+4. advances ``next_fire_at`` with a compare-and-set on ``rev`` (``Broker.doc_update_if``).
+
+Enqueue happens before the advance: a scheduler killed between the two leaves the tick due, and
+the next scheduler re-enqueues it under the same id, which dedups. So no tick is lost and none is
+doubled. Only the scheduler that wins the compare-and-set records skipped ticks in the history.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..core.cron import IntervalSpec, Spec
+from ..core.state import TERMINAL_STATES
+from ..errors import DuplicateJob, ValidationError
+from ..task import JobSpec
+from .models import COLLECTION, Schedule, history_entry, history_log, job_id_for
+
+if TYPE_CHECKING:
+    from ..app import Conveyor
+
+log = logging.getLogger("conveyor.scheduler")
+_PASS_LIMIT = 1000  # most ticks of one schedule handled in one pass; the rest next pass
+_COUNT_LIMIT = 1000  # most missed cron ticks counted for the history (a lower bound)
+_REAPER_DOC = ("maintenance", "reaper")
+_EPSILON = 0.001  # fire times are whole seconds; this steps just before one
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one pass does for a schedule: ticks to enqueue, ticks skipped as misfires, next."""
+
+    fires: list[float]
+    next_fire_at: float
+    missed: int = 0  # late ticks skipped by the misfire policy
+    missed_first: float | None = None
+    missed_last: float | None = None
+    missed_exact: bool = True  # False: ``missed`` is a lower bound (a very long cron outage)
+
+
+def plan_fires(schedule: Schedule, now: float) -> Plan | None:
+    """Due ticks of ``schedule`` at ``now`` (None if nothing is due), after the misfire policy.
+
+    A tick is *late* (a misfire) when ``now`` is more than ``misfire_grace`` seconds past it:
+    ``skip`` drops every late tick, ``run_once`` enqueues only the latest late tick, ``backfill``
+    the latest ``max_backfill`` late ticks. Ticks within the grace period always run.
+    """
+    spec = schedule.spec
+    first = schedule.next_fire_at
+    if first is None:
+        return Plan([], spec.next_after(now))
+    if first > now:
+        return None
+    cutoff = now - schedule.misfire_grace
+    late: list[float] = []
+    missed, exact = 0, True
+    missed_first = missed_last = None
+    if first > cutoff:
+        fires = [first, *spec.fires_between(first, now, _PASS_LIMIT - 1)]
+    else:
+        keep = {"skip": 0, "run_once": 1}.get(schedule.misfire, schedule.max_backfill)
+        late = _latest_fires(spec.previous_at_or_before, first, cutoff, keep)
+        counted = _count_fires(spec, first, cutoff)
+        exact = isinstance(spec, IntervalSpec) or counted < _COUNT_LIMIT
+        missed = counted - len(late)
+        if missed > 0:
+            missed_first = first
+            missed_last = spec.previous_at_or_before(late[0] - _EPSILON if late else cutoff)
+        fires = late + spec.fires_between(cutoff, now, _PASS_LIMIT)
+    if len(fires) >= _PASS_LIMIT:  # an enormous burst: finish it over the next passes
+        fires = fires[:_PASS_LIMIT]
+        return Plan(fires, spec.next_after(fires[-1]), missed, missed_first, missed_last, exact)
+    return Plan(fires, spec.next_after(now), missed, missed_first, missed_last, exact)
+
+
+def _count_fires(spec: Spec, first: float, end: float) -> int:
+    """How many fire times lie in ``[first, end]`` (``first`` is one); cron counts stop at
+    ``_COUNT_LIMIT`` so a long outage of a frequent schedule stays cheap."""
+    if isinstance(spec, IntervalSpec):
+        return int((end - first) // spec.seconds) + 1
+    return 1 + len(spec.fires_between(first, end, _COUNT_LIMIT - 1))
+
+
+def _latest_fires(
+    previous: Callable[[float], float | None], first: float, end: float, keep: int
+) -> list[float]:
+    """The latest ``keep`` fire times in ``[first, end]``, ascending."""
+    out: list[float] = []
+    t = previous(end)
+    while t is not None and t >= first and len(out) < keep:
+        out.append(t)
+        t = previous(t - _EPSILON)
+    out.reverse()
+    return out
+
+
+class Scheduler:
+    """Promotes due delayed jobs, reaps expired leases and fires schedules; safe to run many.
+
+    ``tick(now)`` is one deterministic pass (use it with ``FakeClock`` in tests); ``run()`` calls
+    it every ``interval`` seconds (sooner when a schedule is due) until ``stop()``.
+    """
+
+    def __init__(
+        self,
+        app: Conveyor,
+        *,
+        interval: float = 0.5,
+        reap_interval: float | None = None,
+        max_lost: int | None = None,
+        alert_interval: float = 5.0,
+        sync: bool = True,
+        id: str | None = None,
+    ) -> None:
+        if not interval > 0:
+            raise ValidationError("interval", "must be > 0 seconds")
+        self.app = app
+        self.broker = app.broker
+        self.interval = float(interval)
+        self.reap_interval = app.settings.reap_interval if reap_interval is None else reap_interval
+        self.max_lost = app.settings.max_lost if max_lost is None else max_lost
+        self.alert_interval = alert_interval
+        self.sync = sync
+        self.id = id or f"scheduler-{socket.gethostname()}-{os.getpid()}-{id_suffix()}"
+        self.enqueued = 0  # jobs enqueued by this scheduler since it was built
+        self.promoted = 0
+        self.reaped = 0
+        self._started = False
+        self._stopping = threading.Event()
+        self._last_reap = -1e18
+        self._last_alerts = -1e18
+        self._next_due: float | None = None
+        self._alert_hook: Callable[[float], Any] | bool | None = False  # False: not looked up
+        self._alert_gated = False
+
+    # ------------------------------------------------------------------ one pass
+    def start(self, now: float | None = None) -> None:
+        """Upsert the app's code-declared schedules (done once, by the first ``tick``)."""
+        if self.sync:
+            self.app.schedules.sync(self.app.now() if now is None else now)
+        self._started = True
+
+    def tick(self, now: float | None = None) -> int:
+        """One pass at ``now`` (default: the app's clock); returns how many jobs it enqueued."""
+        at = self.app.now() if now is None else now
+        if not self._started:
+            self.start(at)
+        self._promote(at)
+        self._reap(at)
+        enqueued = 0
+        next_due: float | None = None
+        docs = self.broker.doc_list(COLLECTION, at)
+        for name in sorted(docs):
+            try:
+                schedule = Schedule.from_doc(docs[name])
+                count, upcoming = self.fire(schedule, at)
+            except Exception:  # one broken schedule must not stop the others
+                log.exception("schedule %r: pass failed; retrying next tick", name)
+                continue
+            enqueued += count
+            if upcoming is not None and (next_due is None or upcoming < next_due):
+                next_due = upcoming
+        self._next_due = next_due
+        self._evaluate_alerts(at)
+        self.enqueued += enqueued
+        return enqueued
+
+    def fire(self, schedule: Schedule, now: float) -> tuple[int, float | None]:
+        """Fire one schedule's due ticks; returns (jobs enqueued, its next fire time or None)."""
+        if schedule.paused:
+            return 0, None
+        if schedule.next_fire_at is not None and schedule.next_fire_at > now:
+            return 0, schedule.next_fire_at  # the common case: nothing due, nothing parsed
+        plan = plan_fires(schedule, now)
+        if plan is None:
+            return 0, schedule.next_fire_at
+        entries: list[dict[str, Any]] = []  # what this scheduler did: always recorded
+        skips: list[dict[str, Any]] = []  # decisions: recorded by the compare-and-set winner
+        if plan.missed > 0 and plan.missed_first is not None:
+            extra: dict[str, Any] = {"missed": plan.missed, "through": plan.missed_last}
+            if not plan.missed_exact:
+                extra["missed_at_least"] = True
+            skips.append(
+                history_entry(plan.missed_first, None, "skipped-misfire", now, self.id, **extra)
+            )
+        last_job, last_fire, enqueued = schedule.last_job_id, schedule.last_fire_at, 0
+        for fire in plan.fires:
+            if schedule.overlap == "skip" and last_job and self._still_running(last_job):
+                skips.append(
+                    history_entry(fire, None, "skipped-overlap", now, self.id, running=last_job)
+                )
+                continue
+            outcome, job_id, extra = self._enqueue(schedule, fire, now)
+            entries.append(history_entry(fire, job_id, outcome, now, self.id, **extra))
+            if outcome in ("enqueued", "duplicate"):
+                last_job, last_fire = job_id, fire
+            enqueued += outcome == "enqueued"
+        changes = {
+            "next_fire_at": plan.next_fire_at,
+            "last_fire_at": last_fire,
+            "last_job_id": last_job,
+            "rev": schedule.rev + 1,
+        }
+        won = self.broker.doc_update_if(
+            COLLECTION, schedule.name, "rev", schedule.rev, changes, now
+        )
+        if won:
+            entries.extend(skips)
+        if entries:
+            entries.sort(key=lambda e: (e["fire_at"], e["outcome"]))
+            self.broker.log_append(
+                history_log(schedule.name), entries, self.app.settings.retention.history_max
+            )
+        return enqueued, plan.next_fire_at
+
+    def _enqueue(
+        self, schedule: Schedule, fire: float, now: float
+    ) -> tuple[str, str | None, dict[str, Any]]:
+        """Enqueue one tick under its deterministic id; (outcome, job id, extra history)."""
+        job_id = job_id_for(schedule.name, fire)
+        period = schedule.spec.next_after(fire) - fire
+        options: dict[str, Any] = {
+            "job_id": job_id,
+            "idempotency_key": job_id,
+            "idempotency_ttl": max(
+                self.app.settings.idempotency_ttl, 2 * period + schedule.misfire_grace
+            ),
+            "metadata": {"schedule": schedule.name, "fire_at": fire},
+        }
+        if schedule.queue is not None:
+            options["queue"] = schedule.queue
+        if schedule.priority is not None:
+            options["priority"] = schedule.priority
+        spec = JobSpec(schedule.task, tuple(schedule.args), dict(schedule.kwargs), options)
+        try:
+            handle = self.app.enqueue_many([spec])[0]
+        except DuplicateJob:
+            return "duplicate", job_id, {}
+        except ValidationError as exc:  # bad arguments or payload: record it, do not retry forever
+            log.error("schedule %r: tick %s not enqueued: %s", schedule.name, fire, exc)
+            return "error", None, {"error": str(exc)}
+        return ("duplicate" if handle.duplicate else "enqueued"), handle.id, {}
+
+    def _still_running(self, job_id: str) -> bool:
+        job = self.broker.get(job_id)
+        return job is not None and job.state not in TERMINAL_STATES
+
+    # ------------------------------------------------------------------ maintenance
+    def _promote(self, now: float) -> None:
+        for _ in range(100):  # bounded: a huge backlog is finished by the next ticks
+            moved = self.broker.promote_due(now, limit=1000)
+            self.promoted += moved
+            if moved < 1000:
+                return
+
+    def _reap(self, now: float) -> None:
+        """Reap expired leases: at most one effective pass per ``reap_interval`` over all
+        schedulers (a compare-and-set on a shared document elects the pass)."""
+        if now - self._last_reap < self.reap_interval:
+            return
+        self._last_reap = now
+        collection, name = _REAPER_DOC
+        doc = self.broker.doc_get(collection, name, now)
+        mark = {"at": now, "by": self.id}
+        if doc is None:
+            self.broker.doc_put(collection, name, mark, now)
+        else:
+            last = float(doc.get("at") or 0.0)
+            if now - last < self.reap_interval:  # another scheduler reaped: check again when due
+                self._last_reap = last
+                return
+            if not self.broker.doc_update_if(collection, name, "at", doc.get("at"), mark, now):
+                return
+        self.reaped += self.broker.reap_expired(now, max_lost=self.max_lost)
+
+    def _evaluate_alerts(self, now: float) -> None:
+        """Run the app's alert rules: ``app.alerts.maybe_evaluate(now)`` every tick (it keeps its
+        own interval), or ``app.alerts.evaluate(now)`` every ``alert_interval`` seconds."""
+        hook = self._find_alert_hook()
+        if hook is None:
+            return
+        if self._alert_gated and now - self._last_alerts < self.alert_interval:
+            return
+        self._last_alerts = now
+        try:
+            hook(now)
+        except Exception:
+            log.exception("alert evaluation failed")
+
+    def _find_alert_hook(self) -> Callable[[float], Any] | None:
+        if self._alert_hook is not False:
+            return self._alert_hook if callable(self._alert_hook) else None
+        self._alert_hook = None
+        try:
+            alerts = getattr(self.app, "alerts", None)  # built lazily by conveyor.monitoring
+        except Exception:  # e.g. a malformed CONVEYOR_ALERTS: say so once, keep scheduling
+            log.exception("alerts are not available; the scheduler will not evaluate them")
+            return None
+        for name in ("maybe_evaluate", "evaluate"):
+            found = getattr(alerts, name, None)
+            if callable(found):
+                hook: Callable[[float], Any] = found
+                self._alert_hook = hook
+                self._alert_gated = name == "evaluate"
+                return hook
+        return None
+
+    # ------------------------------------------------------------------ loop
+    def run(self) -> None:
+        """Tick until ``stop()``: every ``interval`` seconds, or sooner when a tick is due."""
+        self._stopping.clear()
+        log.info("scheduler %s started", self.id)
+        while not self._stopping.is_set():
+            try:
+                self.tick()
+            except Exception:
+                log.exception("scheduler tick failed; retrying")
+                self._stopping.wait(1.0)
+                continue
+            self._stopping.wait(self._sleep_time())
+        log.info("scheduler %s stopped", self.id)
+
+    def _sleep_time(self) -> float:
+        if self._next_due is None:
+            return self.interval
+        return min(self.interval, max(0.01, self._next_due - self.app.now()))
+
+    def stop(self) -> None:
+        """Ask ``run()`` to return after the current pass."""
+        self._stopping.set()
+
+
+def id_suffix() -> str:
+    """A short random suffix so schedulers in one process have distinct ids."""
+    return os.urandom(3).hex()

@@ -1,0 +1,241 @@
+"""Executors: where job code runs inside a worker process.
+
+* ``ThreadExecutor``: a pool of daemon threads (started lazily, at most ``concurrency``) for
+  plain functions. A timeout raises ``JobTimeout`` inside the job's thread.
+* ``AsyncioExecutor``: ONE event loop in one thread for ``async def`` tasks, so hundreds of
+  concurrent awaits cost no threads. A timeout cancels the job's asyncio task.
+* ``ProcessPool`` (``procpool.py``): warm child processes for ``executor="process"``; a timeout
+  kills the child, which is replaced.
+
+Executors never classify outcomes: they report ``(running, result, exc)`` to a ``Report``
+callback, and the worker turns that into an ``Outcome``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import queue
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from .running import LEFT, RUNNING, Running
+from .timeouts import clear_async_exception, inject_timeout
+
+log = logging.getLogger("conveyor.worker")
+
+#: ``report(running, result, exc, remote_traceback)``: called once per started job.
+Report = Callable[[Running, Any, BaseException | None, str | None], None]
+
+
+class Executor(Protocol):
+    """What the worker needs from an executor."""
+
+    def submit(self, runs: Sequence[Running]) -> None:
+        """Start (or queue) these jobs."""
+
+    def interrupt(self, run: Running) -> None:
+        """The job passed its deadline: stop it (it reports a timeout when it stops)."""
+
+    def abandon(self, run: Running) -> bool:
+        """It ignored the interruption: True if the worker process must be recycled."""
+
+    def shutdown(self) -> None:
+        """Stop accepting work and free resources (running jobs are not waited for)."""
+
+
+class ThreadExecutor:
+    """Daemon threads pulling jobs from a queue; grown on demand up to ``size``."""
+
+    def __init__(self, size: int, report: Report) -> None:
+        self.size = size
+        self._report = report
+        self._queue: queue.SimpleQueue[Running | None] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._idle = 0
+        self._lock = threading.Lock()
+
+    def submit(self, runs: Sequence[Running]) -> None:
+        """Queue the jobs, adding threads while there are fewer idle threads than jobs."""
+        with self._lock:
+            missing = min(len(runs) - self._idle, self.size - len(self._threads))
+            for _ in range(max(0, missing)):
+                name = f"conveyor-job-{len(self._threads) + 1}"
+                thread = threading.Thread(target=self._main, name=name, daemon=True)
+                self._threads.append(thread)
+                self._idle += 1
+                thread.start()
+            self._idle -= min(self._idle, len(runs))
+        for run in runs:
+            self._queue.put(run)
+
+    def _main(self) -> None:
+        while True:
+            run = self._queue.get()
+            if run is None:
+                return
+            if run.settled:  # released (shutdown) before it started
+                with self._lock:
+                    self._idle += 1
+                continue
+            try:
+                result, exc = self._call(run)
+                self._report(run, result, exc, None)
+            except BaseException:
+                log.exception("job thread: unexpected error around job %s", run.job.id)
+            finally:
+                with self._lock:
+                    self._idle += 1
+
+    @staticmethod
+    def _call(run: Running) -> tuple[Any, BaseException | None]:
+        task, job = run.task, run.job
+        assert task is not None
+        run.begin(threading.get_ident())
+        try:
+            try:
+                if task.is_async:
+                    result = asyncio.run(task.fn(*job.args, **job.kwargs))
+                else:
+                    result = task.fn(*job.args, **job.kwargs)
+            finally:
+                _leave(run)
+        except BaseException as exc:
+            _leave(run)
+            return None, exc
+        return result, None
+
+    def interrupt(self, run: Running) -> None:
+        """Raise ``JobTimeout`` inside the job's thread (at its next Python bytecode)."""
+        with run.lock:
+            if run.phase == RUNNING and run.thread_ident is not None and not run.interrupted:
+                run.interrupted = True
+                inject_timeout(run.thread_ident)
+            else:
+                run.interrupted = True
+
+    def abandon(self, run: Running) -> bool:
+        """A thread cannot be killed: the process must be recycled."""
+        return True
+
+    def shutdown(self) -> None:
+        """Let idle threads exit (busy daemon threads die with the process)."""
+        for _ in self._threads:
+            self._queue.put(None)
+
+
+def _leave(run: Running) -> None:
+    """The job's call returned: no more interruptions; drop one that is still pending."""
+    with run.lock:
+        if run.phase == LEFT:
+            return
+        run.phase = LEFT
+        if run.interrupted:
+            clear_async_exception()
+
+
+class AsyncioExecutor:
+    """One event loop in one daemon thread; each job is an asyncio task on it."""
+
+    def __init__(self, report: Report) -> None:
+        self._report = report
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._lock = threading.Lock()
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The executor's loop, started on first use."""
+        with self._lock:
+            if self._loop is None:
+                ready = threading.Event()
+                loop = asyncio.new_event_loop()
+
+                def main() -> None:
+                    asyncio.set_event_loop(loop)
+                    loop.call_soon(ready.set)
+                    loop.run_forever()
+
+                self._thread = threading.Thread(target=main, name="conveyor-asyncio", daemon=True)
+                self._thread.start()
+                ready.wait(10)
+                self._loop = loop
+            return self._loop
+
+    def submit(self, runs: Sequence[Running]) -> None:
+        """Start the jobs on the loop (one thread-safe call per batch)."""
+        self.loop.call_soon_threadsafe(self._start, list(runs))
+
+    def _start(self, runs: list[Running]) -> None:
+        for run in runs:
+            if run.settled:
+                continue
+            task = self.loop.create_task(self._run(run))
+            run.handle = task
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _run(self, run: Running) -> None:
+        task, job = run.task, run.job
+        assert task is not None
+        run.begin()
+        result: Any = None
+        error: BaseException | None = None
+        try:
+            result = await task.fn(*job.args, **job.kwargs)
+        except BaseException as exc:
+            error = exc
+        run.phase = LEFT
+        try:
+            self._report(run, result, error, None)
+        except Exception:
+            log.exception("asyncio executor: reporting job %s failed", job.id)
+
+    def interrupt(self, run: Running) -> None:
+        """Cancel the job's asyncio task."""
+        with run.lock:
+            run.interrupted = True
+        loop = self._loop
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):  # loop already closed
+                loop.call_soon_threadsafe(_cancel, run)
+
+    def abandon(self, run: Running) -> bool:
+        """A coroutine that ignores cancellation (or blocks the loop): recycle the process."""
+        return True
+
+    def shutdown(self) -> None:
+        """Cancel what is left and stop the loop."""
+        loop = self._loop
+        if loop is None:
+            return
+
+        def stop() -> None:
+            for task in list(self._tasks):
+                task.cancel()
+            loop.call_soon(loop.stop)
+
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(stop)
+        if self._thread is not None:
+            self._thread.join(2.0)
+
+
+def _cancel(run: Running) -> None:
+    handle = run.handle
+    if isinstance(handle, asyncio.Task) and not handle.done():
+        handle.cancel()
+
+
+def make_executor(kind: str, size: int, report: Report) -> Executor:
+    """The executor for ``kind`` (thread, asyncio or process) with ``size`` slots."""
+    if kind == "asyncio":
+        return AsyncioExecutor(report)
+    if kind == "process":
+        from .procpool import ProcessPool
+
+        return ProcessPool(size, report)
+    return ThreadExecutor(size, report)

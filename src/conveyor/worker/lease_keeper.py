@@ -1,0 +1,74 @@
+"""The lease keeper: one thread that extends ALL in-flight leases in one broker call.
+
+It runs every ``visibility_timeout / 3`` seconds, so a lease survives two failed rounds before it
+expires. Job code cannot block it (it is its own thread and never runs job code). When the broker
+answers False for a lease, the job was redelivered or finished elsewhere: the attempt is marked
+lost, which makes the worker discard its outcome, log it and emit ``on_lease_lost``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from ..broker.base import Broker
+from .running import Running
+
+log = logging.getLogger("conveyor.worker")
+
+
+class LeaseKeeper:
+    """Extends the leases returned by ``snapshot()`` every ``interval`` seconds."""
+
+    def __init__(
+        self,
+        broker: Broker,
+        now: Callable[[], float],
+        snapshot: Callable[[], list[Running]],
+        visibility_timeout: float,
+        on_lost: Callable[[Running], None],
+        interval: float | None = None,
+    ) -> None:
+        self.broker = broker
+        self._now = now
+        self._snapshot = snapshot
+        self.visibility_timeout = visibility_timeout
+        self.interval = interval if interval is not None else visibility_timeout / 3.0
+        self._on_lost = on_lost
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._main, name="conveyor-lease-keeper",
+                                        daemon=True)  # fmt: skip
+        self.rounds = 0
+
+    def start(self) -> None:
+        """Start the thread."""
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the thread (returns at once if it is mid-call)."""
+        self._stop.set()
+        self._thread.join(1.0)
+
+    def _main(self) -> None:
+        wait = self.interval
+        while not self._stop.wait(wait):
+            wait = self.interval if self.extend_once() else min(self.interval, 1.0)
+
+    def extend_once(self) -> bool:
+        """Extend every in-flight lease now; False if the broker call failed."""
+        runs = [r for r in self._snapshot() if not r.lost]
+        if not runs:
+            return True
+        try:
+            results = self.broker.extend([(r.job.id, r.token) for r in runs], self._now(),
+                                         self.visibility_timeout)  # fmt: skip
+        except Exception:
+            log.warning("lease keeper: extend failed; retrying soon", exc_info=True)
+            return False
+        self.rounds += 1
+        for run, ok in zip(runs, results, strict=True):
+            # A settled attempt is being recorded: the recorder sees the broker's answer itself.
+            if not ok and not run.settled:
+                self._on_lost(run)
+        return True

@@ -1,0 +1,312 @@
+"""A warm pool of child processes for ``executor="process"`` tasks: CPU-bound or must-be-killable.
+
+Children are started once (``spawn``: a fresh interpreter, safe in a threaded parent) and reused;
+each runs one job at a time. A job names its function by module and qualified name — the child
+imports the module and finds the function (unwrapping the ``Task`` the decorator left there), so
+tasks must live at module level. A timeout kills the child (SIGKILL) and a new one replaces it;
+a child that dies on its own (segfault, ``os._exit``) fails its job and is replaced too.
+
+One dispatcher thread in the worker hands queued jobs to idle children and reads results.
+Children exit when the worker dies (parent-death signal on Linux, and EOF on their pipe).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import importlib
+import logging
+import multiprocessing
+import os
+import pickle
+import signal
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Sequence
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+from .executors import Report
+from .running import LEFT, Running
+
+log = logging.getLogger("conveyor.worker")
+
+
+class ChildProcessDied(Exception):
+    """The child process running a job exited before sending a result."""
+
+
+class RemoteError(Exception):
+    """A job's exception that could not be sent back from the child as itself."""
+
+
+class _Slot:
+    """One child process and the job it runs."""
+
+    def __init__(self, ctx: Any, index: int) -> None:
+        self.index = index
+        self.conn, child_conn = ctx.Pipe(duplex=True)
+        self.proc = ctx.Process(target=child_main, args=(child_conn,), daemon=True,
+                                name=f"conveyor-proc-{index}")  # fmt: skip
+        self.proc.start()
+        child_conn.close()
+        self.ready = False
+        self.dead = False
+        self.respawn_at = 0.0
+        self.run: Running | None = None
+
+
+class ProcessPool:
+    """``size`` warm children; jobs beyond that wait (their timeout starts when they start)."""
+
+    def __init__(self, size: int, report: Report) -> None:
+        self.size = max(1, size)
+        self._report = report
+        self._ctx = multiprocessing.get_context("spawn")
+        self._pending: collections.deque[Running] = collections.deque()
+        self._slots: list[_Slot] = []
+        self._lock = threading.Lock()
+        self._wake_r, self._wake_w = self._ctx.Pipe(duplex=False)
+        self._stop = False
+        self._thread: threading.Thread | None = None
+        self._start_failures = 0  # children that died before they were ready, in a row
+
+    def start(self) -> None:
+        """Start the children and the dispatcher thread (idempotent)."""
+        with self._lock:
+            if self._thread is not None:
+                return
+            self._slots = [_Slot(self._ctx, i) for i in range(self.size)]
+            self._thread = threading.Thread(target=self._main, name="conveyor-procpool",
+                                            daemon=True)  # fmt: skip
+            self._thread.start()
+
+    def submit(self, runs: Sequence[Running]) -> None:
+        """Queue jobs for the next idle child."""
+        self.start()
+        with self._lock:
+            self._pending.extend(runs)
+        self._poke()
+
+    def interrupt(self, run: Running) -> None:
+        """Kill the child running ``run``; the dispatcher reports the timeout."""
+        with run.lock:
+            run.interrupted = True
+            slot = run.handle
+        if isinstance(slot, _Slot) and slot.run is run:
+            with contextlib.suppress(ProcessLookupError, OSError, AttributeError):
+                slot.proc.kill()
+
+    def abandon(self, run: Running) -> bool:
+        """Killing always works: nothing else to do, no recycle."""
+        self.interrupt(run)
+        return False
+
+    def shutdown(self) -> None:
+        """Kill every child and stop the dispatcher."""
+        self._stop = True
+        self._poke()
+        if self._thread is not None:
+            self._thread.join(2.0)
+        for slot in self._slots:
+            with contextlib.suppress(Exception):
+                slot.proc.kill()
+                slot.proc.join(1.0)
+
+    def pids(self) -> list[int]:
+        """Process ids of the current children."""
+        return [s.proc.pid for s in self._slots if s.proc.pid is not None and not s.dead]
+
+    def _poke(self) -> None:
+        with contextlib.suppress(OSError):
+            self._wake_w.send_bytes(b"x")
+
+    # ---------------------------------------------------------------- dispatcher thread
+    def _main(self) -> None:
+        while not self._stop:
+            try:
+                self._respawn_due()
+                self._assign()
+                self._wait_once()
+            except Exception:
+                log.exception("process pool dispatcher error")
+
+    def _assign(self) -> None:
+        with self._lock:
+            for slot in self._slots:
+                if not self._pending:
+                    return
+                if slot.ready and slot.run is None and not slot.dead:
+                    run = self._pending.popleft()
+                    if not run.settled:  # released (shutdown) while it waited
+                        self._send(slot, run)
+
+    def _send(self, slot: _Slot, run: Running) -> None:
+        task, job = run.task, run.job
+        assert task is not None
+        run.handle = slot
+        slot.run = run
+        run.begin()
+        fn = task.fn
+        msg = (job.id, fn.__module__, fn.__qualname__, task.is_async, job.args, job.kwargs)
+        # If the child died, its sentinel fires and the job is reported there.
+        with contextlib.suppress(OSError, ValueError):
+            slot.conn.send(msg)
+
+    def _wait_once(self) -> None:
+        objects: list[Any] = [self._wake_r]
+        timeout = 1.0
+        for slot in self._slots:
+            if slot.dead:
+                timeout = min(timeout, max(0.01, slot.respawn_at - time.monotonic()))
+            else:
+                objects.extend((slot.conn, slot.proc.sentinel))
+        for obj in wait(objects, timeout=timeout):
+            if obj is self._wake_r:
+                with contextlib.suppress(EOFError, OSError):
+                    while self._wake_r.poll():
+                        self._wake_r.recv_bytes()
+                continue
+            found = next((s for s in self._slots
+                          if not s.dead and obj in (s.conn, s.proc.sentinel)), None)  # fmt: skip
+            if found is None:
+                continue
+            slot = found
+            if obj is slot.conn:
+                self._receive(slot)
+            elif not slot.proc.is_alive() and not slot.dead:
+                self._replace(slot)
+
+    def _respawn_due(self) -> None:
+        for i, slot in enumerate(self._slots):
+            if slot.dead and not self._stop and time.monotonic() >= slot.respawn_at:
+                with self._lock:
+                    self._slots[i] = _Slot(self._ctx, i)
+
+    def _receive(self, slot: _Slot) -> None:
+        try:
+            msg = slot.conn.recv()
+        except (EOFError, OSError):
+            self._replace(slot)
+            return
+        if msg[0] == "ready":
+            slot.ready = True
+            return
+        run, slot.run = slot.run, None
+        if run is None:
+            return
+        run.phase = LEFT
+        if msg[0] == "ok":
+            self._report(run, msg[2], None, None)
+        else:
+            self._report(run, None, _exception_of(msg), msg[5])
+
+    def _replace(self, slot: _Slot) -> None:
+        """A child died: report its job, and start another one (backing off if none starts)."""
+        run, slot.run = slot.run, None
+        slot.proc.join(1.0)
+        code = slot.proc.exitcode
+        with contextlib.suppress(Exception):
+            slot.conn.close()
+        slot.dead = True
+        self._start_failures = 0 if slot.ready else self._start_failures + 1
+        failures = self._start_failures
+        backoff = min(30.0, 0.5 * 2 ** (failures - 1)) if failures else 0.0
+        slot.respawn_at = time.monotonic() + backoff
+        if failures >= 3:
+            log.error("process pool: %d children in a row died while starting (exit code %s); "
+                      "failing the queued process jobs", failures, code)  # fmt: skip
+            with self._lock:
+                queued, self._pending = list(self._pending), collections.deque()
+            for waiting in queued:
+                self._report(waiting, None, ChildProcessDied(
+                    f"the process pool cannot start a child (exit code {code})"), None)  # fmt: skip
+        if run is not None:
+            run.phase = LEFT
+            if not run.interrupted:
+                log.error("process executor child %s died (exit code %s) running job %s",
+                          slot.proc.pid, code, run.job.id)  # fmt: skip
+            self._report(run, None, ChildProcessDied(f"child process exited with code {code}"),
+                         None)  # fmt: skip
+
+
+def _exception_of(msg: tuple[Any, ...]) -> BaseException:
+    _, _, blob, type_name, message, _tb = msg
+    if blob is not None:
+        try:
+            exc = pickle.loads(blob)
+            if isinstance(exc, BaseException):
+                return exc
+        except Exception:
+            pass
+    return RemoteError(f"{type_name}: {message}")
+
+
+# -------------------------------------------------------------------- child side
+def child_main(conn: Connection) -> None:
+    """Loop in a child: receive a job, run it, send back the result or the exception."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the worker decides when children stop
+    _die_with_parent()
+    functions: dict[tuple[str, str], Any] = {}
+    conn.send(("ready", os.getpid()))
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError, KeyboardInterrupt):
+            return
+        job_id, module, qualname, is_async, args, kwargs = msg
+        try:
+            fn = functions.get((module, qualname))
+            if fn is None:
+                fn = functions[(module, qualname)] = _resolve(module, qualname)
+            if is_async:
+                import asyncio
+
+                result = asyncio.run(fn(*args, **kwargs))
+            else:
+                result = fn(*args, **kwargs)
+            reply: tuple[Any, ...] = ("ok", job_id, result)
+            pickle.dumps(result)
+        except BaseException as exc:
+            reply = ("err", job_id, _dump_exc(exc), type(exc).__name__, str(exc),
+                     "".join(traceback.format_exception(exc))[-4000:])  # fmt: skip
+        try:
+            conn.send(reply)
+        except (OSError, ValueError):
+            return
+
+
+def _resolve(module_name: str, qualname: str) -> Any:
+    """Find a task's function by module and qualified name (unwrapping a ``Task``)."""
+    if "<locals>" in qualname:
+        raise RuntimeError(f"{qualname} is not defined at module level: executor='process' "
+                           "tasks must be importable")  # fmt: skip
+    module = sys.modules.get(module_name) or importlib.import_module(module_name)
+    obj: Any = module
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return getattr(obj, "fn", obj)
+
+
+def _dump_exc(exc: BaseException) -> bytes | None:
+    try:
+        blob = pickle.dumps(exc)
+        pickle.loads(blob)
+        return blob
+    except Exception:
+        return None
+
+
+def _die_with_parent() -> None:
+    """Linux: get SIGKILL when the worker process dies (best effort)."""
+    if not sys.platform.startswith("linux"):
+        return
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        if os.getppid() == 1:
+            os._exit(0)

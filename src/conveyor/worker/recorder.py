@@ -1,0 +1,161 @@
+"""Write attempt outcomes to the broker: successes in ``complete`` batches, failures one by one.
+
+Then, per job: update the worker's counters, log ONE line (job id, task, queue, attempt, worker
+id, duration, outcome), and emit the middleware hooks (``on_retry`` / ``on_dead_letter`` /
+``on_lease_lost``, then ``after_process``). Broker errors are retried while the lease is still
+being extended (the lease keeper keeps extending jobs until they are recorded); an attempt whose
+lease was lost is never written — it belongs to another delivery now.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from ..broker.base import Ack
+from ..errors import LeaseLost
+from ..middleware import emit
+from .execute import Outcome
+from .running import Running
+
+if TYPE_CHECKING:
+    from .loop import Worker
+
+log = logging.getLogger("conveyor.worker")
+T = TypeVar("T")
+RETRY_FOR = 60.0  # seconds to keep retrying a broker write that errors
+BATCH = 500  # outcomes written per round (successes in one ``complete`` call)
+
+
+class Recorder:
+    """Records outcomes for one worker (thread-safe)."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        self.broker = worker.broker
+        self.middleware = worker.app.middleware
+        self._lock = threading.Lock()
+        self.processed = 0
+        self.failed = 0
+
+    def record(self, items: Sequence[tuple[Running, Outcome]], now: float) -> list[str]:
+        """Write a batch of outcomes; returns each one's name (``completed``, ``lease_lost``...)."""
+        names: dict[int, str] = {}
+        acks: list[tuple[int, Running, Outcome]] = []
+        for i, (run, outcome) in enumerate(items):
+            if run.lost:
+                names[i] = "lease_lost"
+            elif outcome.ok:
+                acks.append((i, run, outcome))
+            else:
+                names[i] = self._fail(run, outcome, now)
+        if acks:
+            batch = [Ack(r.job.id, r.token, o.result, r.job.queue) for _, r, o in acks]
+            results = self._retrying("complete", lambda: self.broker.complete(batch, now))
+            for (i, _, _), ok in zip(acks, results or [False] * len(acks), strict=True):
+                names[i] = "completed" if ok else "lease_lost"
+        out = []
+        for i, (run, outcome) in enumerate(items):
+            self.after(run, names[i], outcome)
+            out.append(names[i])
+        return out
+
+    def drain(self, done: queue.SimpleQueue[tuple[Running, Outcome] | None],
+              recorded: Callable[[list[Running]], None]) -> None:  # fmt: skip
+        """Recorder thread: write what ``done`` delivers, in batches, until it yields None."""
+        while True:
+            item = done.get()
+            stop = item is None
+            batch = [] if item is None else [item]
+            while not stop and len(batch) < BATCH:
+                try:
+                    more = done.get_nowait()
+                except queue.Empty:
+                    break
+                stop = more is None
+                if more is not None:
+                    batch.append(more)
+            if batch:
+                try:
+                    self.record(batch, self.worker.app.now())
+                except Exception:
+                    log.exception("recording %d outcome(s) failed", len(batch))
+                recorded([run for run, _ in batch])
+            if stop:
+                return
+
+    def _fail(self, run: Running, outcome: Outcome, now: float) -> str:
+        job, decision = run.job, outcome.decision
+        assert decision is not None
+        error = outcome.error_entry(job, now, self.worker.id)
+        try:
+            state = self._retrying("fail", lambda: self.broker.fail(
+                job.id, run.token, now, error=error, retry_at=decision.retry_at))  # fmt: skip
+        except LeaseLost:
+            return "lease_lost"
+        if state is None:
+            return "lease_lost"
+        if decision.retry_at is not None:
+            emit(self.middleware, "on_retry", self.worker, job, decision.retry_at)
+        else:
+            emit(self.middleware, "on_dead_letter", self.worker, job, str(decision.kind))
+        return str(state)
+
+    def _retrying(self, what: str, call: Callable[[], T]) -> T | None:
+        """Run a broker write, retrying transient errors for a while (LeaseLost propagates)."""
+        delay, give_up = 0.05, time.monotonic() + RETRY_FOR
+        while True:
+            try:
+                return call()
+            except LeaseLost:
+                raise
+            except Exception:
+                if time.monotonic() >= give_up or self.worker.hard_stopping:
+                    log.exception("broker %s failed; giving up (the lease will expire and the "
+                                  "job will be redelivered)", what)  # fmt: skip
+                    return None
+                log.warning("broker %s failed; retrying in %.2fs", what, delay, exc_info=True)
+                time.sleep(delay)
+                delay = min(2.0, delay * 2)
+
+    def after(self, run: Running, name: str, outcome: Outcome | None) -> None:
+        """Counters, the outcome log line, and the hooks, for a recorded (or released) job."""
+        job, duration = run.job, run.duration()
+        with self._lock:
+            if name == "completed":
+                self.processed += 1
+            elif name != "released":
+                self.failed += 1
+        if name == "lease_lost":
+            self.lease_lost(run)
+        error = outcome.error if outcome is not None else None
+        decision = outcome.decision if outcome is not None else None
+        detail = f" error={decision.exc_type}: {decision.message[:200]}" if decision else ""
+        level = logging.INFO if name in ("completed", "released") else logging.WARNING
+        if log.isEnabledFor(level):
+            fields: dict[str, Any] = {
+                "job_id": job.id, "task": job.task, "queue": job.queue, "attempt": job.attempts,
+                "worker": self.worker.id, "duration": round(duration, 6), "outcome": name,
+            }  # fmt: skip
+            if decision is not None:
+                fields.update(error_kind=str(decision.kind), error=decision.exc_type,
+                              message=decision.message[:500])  # fmt: skip
+            log.log(level, "job %s task=%s queue=%s attempt=%d worker=%s duration=%.3fs "
+                    "outcome=%s%s", job.id, job.task, job.queue, job.attempts, self.worker.id,
+                    duration, name, detail, extra={"job": fields})  # fmt: skip
+        emit(self.middleware, "after_process", self.worker, job, outcome=name, duration=duration,
+             error=error, reverse=True)  # fmt: skip
+
+    def lease_lost(self, run: Running) -> None:
+        """Log and announce a lost lease, once per attempt."""
+        with run.lock:
+            if run.lost_announced:
+                return
+            run.lost = run.lost_announced = True
+        log.warning("job %s (%s): lease lost; this attempt's outcome will be discarded",
+                    run.job.id, run.job.task)  # fmt: skip
+        emit(self.middleware, "on_lease_lost", self.worker, run.job)

@@ -1,0 +1,93 @@
+"""The worker registry: a heartbeat document per worker process, which expires when it dies.
+
+Every ``heartbeat_interval`` the worker writes ``broker.doc_put("workers", id, doc, now,
+ttl=2 * heartbeat_interval)`` with its id, host, pid, queues, concurrency, running job ids,
+start time, processed / failed counts and resident memory. ``app.workers()`` and
+``conveyor status`` read the collection; a worker killed with ``kill -9`` disappears within two
+intervals, and a clean exit deletes its document at once. ``worker_up`` / ``worker_down`` events
+go to the event stream.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ..broker.base import Broker
+
+log = logging.getLogger("conveyor.worker")
+COLLECTION = "workers"
+
+
+def rss_bytes(pid: int | None = None) -> int:
+    """Resident memory of a process (this one by default), in bytes; 0 if unknown."""
+    try:
+        with open(f"/proc/{pid or 'self'}/statm", "rb") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        if pid is not None:
+            return 0
+        import resource
+        import sys
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return int(peak if sys.platform == "darwin" else peak * 1024)
+
+
+class Heartbeat:
+    """Publishes ``describe()`` every ``interval`` seconds from its own thread."""
+
+    def __init__(
+        self,
+        broker: Broker,
+        worker_id: str,
+        now: Callable[[], float],
+        describe: Callable[[], Mapping[str, Any]],
+        interval: float,
+    ) -> None:
+        self.broker = broker
+        self.worker_id = worker_id
+        self._now = now
+        self._describe = describe
+        self.interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._main, name="conveyor-heartbeat", daemon=True)
+
+    def start(self) -> None:
+        """Publish the first record, announce ``worker_up`` and start beating."""
+        self.publish()
+        self._event("worker_up")
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop beating, delete the record and announce ``worker_down``."""
+        self._stop.set()
+        self._thread.join(2.0)
+        try:
+            self.broker.doc_delete(COLLECTION, self.worker_id)
+        except Exception:
+            log.warning("heartbeat: could not delete the worker record", exc_info=True)
+        self._event("worker_down")
+
+    def publish(self) -> None:
+        """Write the record now (errors are logged; the next beat retries)."""
+        try:
+            doc = dict(self._describe())
+            doc["heartbeat_at"] = now = self._now()
+            self.broker.doc_put(COLLECTION, self.worker_id, doc, now, ttl=2 * self.interval)
+        except Exception:
+            log.warning("heartbeat: could not publish the worker record", exc_info=True)
+
+    def _main(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.publish()
+
+    def _event(self, kind: str) -> None:
+        try:
+            self.broker.events_add([{"type": kind, "worker": self.worker_id, "at": self._now(),
+                                     "pid": os.getpid()}])  # fmt: skip
+        except Exception:
+            log.warning("heartbeat: could not record %s", kind, exc_info=True)

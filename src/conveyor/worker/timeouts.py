@@ -1,0 +1,118 @@
+"""Timeouts: the watchdog thread, and raising ``JobTimeout`` inside another thread.
+
+The watchdog sleeps until the nearest deadline of the in-flight jobs. At a job's deadline it asks
+the job's executor to interrupt it (thread: ``JobTimeout`` raised in the job's thread; asyncio:
+the task is cancelled; process: the child is killed). A job still running ``grace`` seconds later
+is *stuck*: its attempt is recorded as a timeout and, for thread and asyncio jobs, the worker
+process is recycled (a thread cannot be killed, and a coroutine that ignores cancellation may be
+blocking the whole loop).
+
+Raising in a thread uses ``PyThreadState_SetAsyncExc``: the exception arrives at the thread's
+next Python bytecode, so a job blocked inside one long C call (``time.sleep(600)``, a socket read
+without timeout) only notices when that call returns — hence the grace period and the recycle.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from ..errors import JobTimeout
+from .running import Running
+
+log = logging.getLogger("conveyor.worker")
+
+# Two prototypes of the same C function (PYFUNCTYPE: called with the GIL held): one passes an
+# exception type, the other NULL, which cancels a pending exception.
+_set_async_exc = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_ulong, ctypes.py_object)(
+    ("PyThreadState_SetAsyncExc", ctypes.pythonapi)
+)
+_clear_async_exc = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p)(
+    ("PyThreadState_SetAsyncExc", ctypes.pythonapi)
+)
+
+
+def inject_timeout(thread_ident: int) -> bool:
+    """Schedule ``JobTimeout`` to be raised in the thread ``thread_ident``; True if it exists."""
+    return bool(_set_async_exc(thread_ident, JobTimeout))
+
+
+def clear_async_exception() -> None:
+    """Drop an exception scheduled for the *current* thread that has not been raised yet."""
+    _clear_async_exc(threading.get_ident(), None)
+
+
+def timeout_error(run: Running) -> JobTimeout:
+    """The exception recorded for a job that ran past its deadline."""
+    return JobTimeout(f"job exceeded its timeout of {run.timeout:g}s")
+
+
+class Watchdog:
+    """A daemon thread that fires ``on_deadline`` and ``on_stuck`` for in-flight jobs."""
+
+    def __init__(
+        self,
+        snapshot: Callable[[], list[Running]],
+        on_deadline: Callable[[Running], None],
+        on_stuck: Callable[[Running], None],
+        grace: float,
+    ) -> None:
+        self._snapshot = snapshot
+        self._on_deadline = on_deadline
+        self._on_stuck = on_stuck
+        self.grace = grace
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._main, name="conveyor-watchdog", daemon=True)
+
+    def start(self) -> None:
+        """Start the thread."""
+        self._thread.start()
+
+    def poke(self) -> None:
+        """A job with a deadline started: recompute the next wake-up."""
+        self._wake.set()
+
+    def stop(self) -> None:
+        """Stop the thread."""
+        self._stop.set()
+        self._wake.set()
+        self._thread.join(2.0)
+
+    def check(self, now: float) -> float:
+        """One pass at monotonic time ``now``; returns when the next pass is due."""
+        next_at = now + 1.0
+        for run in self._snapshot():
+            if run.deadline is None or run.settled:
+                continue
+            if not run.interrupted:
+                if now >= run.deadline:
+                    log.warning("job %s (%s) passed its timeout of %gs: interrupting",
+                                run.job.id, run.job.task, run.timeout)  # fmt: skip
+                    self._call(self._on_deadline, run)
+                    next_at = min(next_at, now + self.grace)
+                else:
+                    next_at = min(next_at, run.deadline)
+            elif not run.stuck:
+                if now >= run.deadline + self.grace:
+                    run.stuck = True
+                    self._call(self._on_stuck, run)
+                else:
+                    next_at = min(next_at, run.deadline + self.grace)
+        return next_at
+
+    def _main(self) -> None:
+        while not self._stop.is_set():
+            self._wake.clear()
+            next_at = self.check(time.monotonic())
+            self._wake.wait(max(0.005, next_at - time.monotonic()))
+
+    @staticmethod
+    def _call(fn: Callable[[Running], None], run: Running) -> None:
+        try:
+            fn(run)
+        except Exception:
+            log.exception("watchdog: handling job %s failed", run.job.id)

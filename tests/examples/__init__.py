@@ -1,0 +1,1 @@
+"""Tests for the runnable recipes in examples/ (one per seed exercise)."""

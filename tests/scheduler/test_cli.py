@@ -1,0 +1,91 @@
+"""``conveyor schedules list|next|history|pause|resume|remove`` and ``conveyor scheduler``."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from conveyor import Conveyor
+from conveyor.cli.main import cli
+from tests.support.backends import BACKENDS
+
+pytestmark = pytest.mark.skipif("sqlite" not in BACKENDS, reason="needs the SQLite backend")
+
+
+@pytest.fixture
+def url(tmp_path: Path) -> Iterator[str]:
+    """A SQLite file holding two schedules, one in New York time."""
+    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    app = Conveyor(url)
+    app.schedule_cron("nightly", "reports.nightly", "30 2 * * *", tz="America/New_York")
+    app.schedule_cron("beat", "reports.beat", every=60, overlap="skip")
+    app.close()
+    yield url
+
+
+def run(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+    return result.exit_code, result.output
+
+
+def test_list_json_and_table(url: str) -> None:
+    code, out = run("schedules", "list", "--url", url, "--json")
+    assert code == 0
+    rows = json.loads(out)
+    assert [r["name"] for r in rows] == ["beat", "nightly"]
+    assert rows[1]["cron"] == "30 2 * * *" and rows[1]["tz"] == "America/New_York"
+    assert rows[0]["every"] == 60 and rows[0]["overlap"] == "skip"
+    code, out = run("schedules", "list", "--url", url)
+    assert code == 0 and "nightly" in out and "beat" in out and "paused" not in out
+
+
+def test_next_shows_local_and_utc_times(url: str) -> None:
+    code, out = run("schedules", "next", "nightly", "-n", "3", "--url", url, "--json")
+    assert code == 0
+    data = json.loads(out)
+    assert len(data["next"]) == 3
+    assert all("T02:30:00" in r["local"] or "T03:00:00" in r["local"] for r in data["next"])
+    code, out = run("schedules", "next", "nightly", "--url", url)
+    assert code == 0 and "Next runs of nightly" in out
+
+
+def test_pause_resume_remove(url: str) -> None:
+    assert run("schedules", "pause", "beat", "--url", url)[0] == 0
+    assert Conveyor(url).schedules.get("beat").paused
+    code, out = run("schedules", "resume", "beat", "--url", url, "--json")
+    assert code == 0 and json.loads(out)["paused"] is False
+    code, out = run("schedules", "remove", "beat", "--url", url)
+    assert code == 0 and "removed" in out
+    assert [s.name for s in Conveyor(url).list_schedules()] == ["nightly"]
+
+
+def test_unknown_schedule_is_a_clear_error(url: str) -> None:
+    for command in ("pause", "resume", "remove", "next"):
+        code, out = run("schedules", command, "nope", "--url", url)
+        assert code != 0 and "'nope' not found" in out, (command, out)
+
+
+def test_bad_input_exits_non_zero(url: str) -> None:
+    code, out = run("schedules", "next", "nightly", "-n", "0", "--url", url)
+    assert code == 2 and "-n" in out
+    code, out = run("scheduler", "not-a-target")
+    assert code == 2 and "module:attribute" in out
+    code, out = run("scheduler", "no_such_module_xyz:app")
+    assert code == 2 and "cannot import" in out
+
+
+def test_history(url: str) -> None:
+    app = Conveyor(url)
+    schedule = app.schedules.get("beat")
+    assert schedule.next_fire_at is not None
+    app.scheduler().fire(schedule, schedule.next_fire_at)
+    code, out = run("schedules", "history", "beat", "--url", url, "--json")
+    assert code == 0
+    (entry,) = json.loads(out)
+    assert entry["outcome"] == "enqueued" and entry["job_id"].startswith("sched:beat:")
+    code, out = run("schedules", "history", "beat", "--url", url)
+    assert code == 0 and "enqueued" in out

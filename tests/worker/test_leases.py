@@ -1,0 +1,112 @@
+"""Leases: the keeper extends every in-flight lease in ONE call; a lost lease discards the
+attempt's outcome; successes are acknowledged in coalesced ``complete`` batches."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from conveyor import Conveyor, JobState, Middleware
+from tests.worker.conftest import running, wait_until
+
+
+class Hooks(Middleware):
+    """Records every worker hook call."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, Any]] = []
+
+    def before_process(self, worker: Any, job: Any) -> None:
+        self.calls.append(("before_process", job.id))
+
+    def after_process(self, worker: Any, job: Any, *, outcome: str, duration: float,
+                      error: BaseException | None) -> None:  # fmt: skip
+        self.calls.append(("after_process", (job.id, outcome)))
+
+    def on_lease_lost(self, worker: Any, job: Any) -> None:
+        self.calls.append(("on_lease_lost", job.id))
+
+
+def test_keeper_extends_all_leases_in_one_call(
+    live_app: Conveyor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app = live_app
+    calls: list[int] = []
+    real_extend = app.broker.extend
+
+    def extend(leases: Sequence[tuple[str, str]], now: float, vt: float) -> list[bool]:
+        calls.append(len(leases))
+        return real_extend(leases, now, vt)
+
+    monkeypatch.setattr(app.broker, "extend", extend)
+    gate = threading.Event()
+
+    @app.task
+    def hold() -> None:
+        gate.wait(10)
+
+    jobs = [hold.enqueue() for _ in range(4)]
+    with running(app, concurrency=4, visibility_timeout=0.6):  # keeper every 0.2 s
+        wait_until(lambda: calls.count(4) >= 5, timeout=5)  # > 1 s: leases outlived 0.6 s
+        app.worker().maintain(app.now(), force=True)  # a reaper elsewhere finds nothing expired
+        assert all(j.refresh().state is JobState.ACTIVE and j.lost == 0 for j in jobs)
+        gate.set()
+        wait_until(lambda: all(j.refresh().state is JobState.COMPLETED for j in jobs))
+    assert all(j.attempts == 1 for j in jobs)
+
+
+def test_lost_lease_discards_the_outcome(live_app: Conveyor) -> None:
+    app = live_app
+    hooks = Hooks()
+    app.middleware.append(hooks)
+    gate = threading.Event()
+
+    @app.task
+    def hold() -> str:
+        gate.wait(10)
+        return "late"
+
+    job = hold.enqueue()
+    with running(app, visibility_timeout=0.6):
+        wait_until(lambda: job.refresh().state is JobState.ACTIVE)
+        # Another process's reaper decides the lease expired (as if this worker had stalled).
+        app.broker.reap_expired(app.now() + 60, max_lost=5)
+        assert job.refresh().state is JobState.PENDING
+        other = app.dequeue("default", visibility_timeout=30)  # someone else owns it now
+        assert other is not None
+        wait_until(lambda: ("on_lease_lost", job.id) in hooks.calls, timeout=3)
+        gate.set()
+        wait_until(lambda: ("after_process", (job.id, "lease_lost")) in hooks.calls)
+    snap = job.refresh()
+    assert snap.state is JobState.ACTIVE and snap.result is None  # the late result was dropped
+    other.ack("mine")
+    assert job.refresh().result == "mine"
+
+
+def test_successes_are_acknowledged_in_batches(
+    live_app: Conveyor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app = live_app
+    sizes: list[int] = []
+    real_complete = app.broker.complete
+
+    def complete(acks: Sequence[Any], now: float) -> list[bool]:
+        sizes.append(len(acks))
+        time.sleep(0.05)  # a slow broker: completions pile up meanwhile
+        return real_complete(acks, now)
+
+    monkeypatch.setattr(app.broker, "complete", complete)
+
+    @app.task
+    def quick(i: int) -> int:
+        return i
+
+    jobs = app.enqueue_many([quick.spec(i) for i in range(60)])
+    with running(app, concurrency=20) as worker:
+        wait_until(lambda: worker.processed == 60, timeout=10)
+    assert sum(sizes) == 60 and len(sizes) < 30 and max(sizes) > 1, sizes
+    assert [j.refresh().result for j in jobs] == list(range(60))
