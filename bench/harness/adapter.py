@@ -18,6 +18,7 @@ client/task module whose task body calls :func:`bench.peer_tasks.body.run_sync` 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -111,7 +112,10 @@ class Adapter(ABC):
         """The worker command line (and env knobs) of ``mode``, for the results file."""
         argv = [Path(a).name if i == 0 else a for i, a in enumerate(self.worker_command(mode))]
         env = " ".join(f"{k}={v}" for k, v in sorted(self.worker_env(mode).items()))
-        return (env + " " if env else "") + " ".join(argv)
+        text = (env + " " if env else "") + " ".join(argv)
+        return text.replace(self.redis_url, f"redis://127.0.0.1:PORT/{self.db}").replace(
+            str(self.ctx.repo), "."
+        )
 
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -129,27 +133,30 @@ class Adapter(ABC):
         self.last_output = out
         env = self._env() | self.worker_env(mode) | {"BENCH_LOG": str(job_log)}
         with open(out, "wb") as fh:
-            return subprocess.Popen(self.worker_command(mode), cwd=self.ctx.repo, env=env,
-                                    stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
+            return subprocess.Popen(
+                self.worker_command(mode),
+                cwd=self.ctx.repo,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
 
     def _tree(self, proc: subprocess.Popen[bytes]) -> list[int]:
         try:
             import psutil
+
             return [p.pid for p in psutil.Process(proc.pid).children(recursive=True)]
         except Exception:
             return []
 
     def _signal_all(self, proc: subprocess.Popen[bytes], sig: int, pids: list[int]) -> None:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, sig)  # the worker's own session/process group
-        except ProcessLookupError:
-            pass
         for pid in pids:  # descendants that left the group, if any
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
 
     def stop_worker(self, proc: subprocess.Popen[bytes], grace: float = 5.0) -> None:
         """SIGTERM the worker's process group, SIGKILL whatever is left after ``grace``."""
@@ -158,10 +165,8 @@ class Adapter(ABC):
             return
         pids = self._tree(proc)
         self._signal_all(proc, signal.SIGTERM, [])
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(grace)
-        except subprocess.TimeoutExpired:
-            pass
         self._signal_all(proc, signal.SIGKILL, pids)
         proc.wait()
 
@@ -173,14 +178,13 @@ class Adapter(ABC):
     def worker_rss(self, proc: subprocess.Popen[bytes]) -> tuple[int, int]:
         """(total RSS in bytes, number of processes) of the worker's whole process tree."""
         import psutil
+
         root = psutil.Process(proc.pid)
         procs = [root, *root.children(recursive=True)]
         total = 0
         for p in procs:
-            try:
+            with contextlib.suppress(psutil.NoSuchProcess):
                 total += p.memory_info().rss
-            except psutil.NoSuchProcess:
-                pass
         return total, len(procs)
 
     def worker_output_tail(self, chars: int = 1500) -> str:
@@ -191,38 +195,65 @@ class Adapter(ABC):
 
     # ----------------------------------------------------------------- producer
     def _produce(self, op: str, *extra: str, timeout: float = 900) -> dict[str, object]:
-        cmd = [str(self.python), "-m", "bench.harness.producer", "--client", self.client_module,
-               "--url", self.redis_url, "--op", op, *extra]
-        run = subprocess.run(cmd, cwd=self.ctx.repo, env=self._env(), capture_output=True,
-                             text=True, timeout=timeout)
+        cmd = [
+            str(self.python),
+            "-m",
+            "bench.harness.producer",
+            "--client",
+            self.client_module,
+            "--url",
+            self.redis_url,
+            "--op",
+            op,
+            *extra,
+        ]
+        run = subprocess.run(
+            cmd, cwd=self.ctx.repo, env=self._env(), capture_output=True, text=True, timeout=timeout
+        )
         if run.returncode != 0:
             raise RuntimeError(f"producer {op} failed ({run.returncode}): {run.stderr[-1500:]}")
         result: dict[str, object] = json.loads(run.stdout.strip().splitlines()[-1])
         return result
 
     def _producer_result(self, raw: dict[str, object], api: str) -> ProducerResult:
-        return ProducerResult(count=int(str(raw["count"])), elapsed=float(str(raw["elapsed"])),
-                              rate=float(str(raw["rate"])), api=api)
+        return ProducerResult(
+            count=int(str(raw["count"])),
+            elapsed=float(str(raw["elapsed"])),
+            rate=float(str(raw["rate"])),
+            api=api,
+        )
 
     def enqueue_one(self, count: int, *, start: int = 0, sleep_s: float = 0.0) -> ProducerResult:
         """Enqueue ``count`` jobs numbered ``start..`` with one call each, from one process."""
-        raw = self._produce("one", "--count", str(count), "--start", str(start),
-                            "--sleep", str(sleep_s))
+        raw = self._produce(
+            "one", "--count", str(count), "--start", str(start), "--sleep", str(sleep_s)
+        )
         return self._producer_result(raw, "one call per job")
 
-    def enqueue_bulk(self, count: int, *, start: int = 0, sleep_s: float = 0.0,
-                     batch: int = 1000) -> ProducerResult | None:
+    def enqueue_bulk(
+        self, count: int, *, start: int = 0, sleep_s: float = 0.0, batch: int = 1000
+    ) -> ProducerResult | None:
         """Enqueue with the system's bulk API in batches; ``None`` if it has no bulk API."""
         if self.bulk_api is None:
             return None
-        raw = self._produce("bulk", "--count", str(count), "--start", str(start),
-                            "--sleep", str(sleep_s), "--batch", str(batch))
+        raw = self._produce(
+            "bulk",
+            "--count",
+            str(count),
+            "--start",
+            str(start),
+            "--sleep",
+            str(sleep_s),
+            "--batch",
+            str(batch),
+        )
         return self._producer_result(raw, self.bulk_api)
 
     def enqueue_paced(self, count: int, interval: float, *, start: int = 0) -> ProducerResult:
         """Enqueue one job every ``interval`` seconds, each carrying its enqueue time."""
-        raw = self._produce("paced", "--count", str(count), "--start", str(start),
-                            "--interval", str(interval))
+        raw = self._produce(
+            "paced", "--count", str(count), "--start", str(start), "--interval", str(interval)
+        )
         return self._producer_result(raw, "paced")
 
     def prefill(self, count: int, *, start: int = 0, sleep_s: float = 0.0) -> ProducerResult:
@@ -231,9 +262,15 @@ class Adapter(ABC):
         return res if res is not None else self.enqueue_one(count, start=start, sleep_s=sleep_s)
 
     # ----------------------------------------------------------------- waiting, cleanup
-    def wait_drained(self, log: JobLog, expected: range, timeout: float, *,
-                     stall: float | None = 30.0,
-                     proc: subprocess.Popen[bytes] | None = None) -> bool:
+    def wait_drained(
+        self,
+        log: JobLog,
+        expected: range,
+        timeout: float,
+        *,
+        stall: float | None = 30.0,
+        proc: subprocess.Popen[bytes] | None = None,
+    ) -> bool:
         """Wait until every job number in ``expected`` has finished (per the job log)."""
         return log.wait_for(expected, timeout, stall=stall, proc=proc)
 

@@ -69,8 +69,15 @@ class JobLog:
         """How many of ``expected`` have finished at least once."""
         return sum(1 for n in expected if self.finishes.get(n, 0) > 0)
 
-    def wait_for(self, expected: range, timeout: float, *, stall: float | None = None,
-                 proc: subprocess.Popen[bytes] | None = None, poll_every: float = 0.05) -> bool:
+    def wait_for(
+        self,
+        expected: range,
+        timeout: float,
+        *,
+        stall: float | None = None,
+        proc: subprocess.Popen[bytes] | None = None,
+        poll_every: float = 0.05,
+    ) -> bool:
         """Block until every job in ``expected`` finished; False on timeout or stall.
 
         ``stall``: give up early when nothing new was logged for that many seconds.
@@ -113,8 +120,11 @@ class JobLog:
 
     def pickup_latencies(self, expected: Iterable[int]) -> list[float]:
         """Sorted first-start minus enqueue time, in seconds, for jobs that started."""
-        return sorted(self.starts[n][0] - self.enqueued_at[n]
-                      for n in expected if self.starts.get(n) and n in self.enqueued_at)
+        return sorted(
+            self.starts[n][0] - self.enqueued_at[n]
+            for n in expected
+            if self.starts.get(n) and n in self.enqueued_at
+        )
 
 
 def percentile(sorted_values: list[float], q: float) -> float:

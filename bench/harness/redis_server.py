@@ -116,11 +116,32 @@ def start_redis(binary: str = "redis-server", wait: float = 10.0) -> RedisServer
         raise RuntimeError("redis-server not found: apt-get install -y redis-server")
     workdir = Path(tempfile.mkdtemp(prefix="conveyor-bench-redis-"))
     port = free_port()
-    cmd = [exe, "--bind", HOST, "--port", str(port), "--save", "", "--appendonly", "no",
-           "--dir", str(workdir), "--logfile", str(workdir / "redis.log"),
-           "--daemonize", "no", "--databases", "16"]
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.STDOUT, start_new_session=True)
+    cmd = [
+        exe,
+        "--bind",
+        HOST,
+        "--port",
+        str(port),
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--dir",
+        str(workdir),
+        "--logfile",
+        str(workdir / "redis.log"),
+        "--daemonize",
+        "no",
+        "--databases",
+        "16",
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     server = RedisServer(port=port, pid=proc.pid, workdir=workdir, proc=proc)
     deadline = time.monotonic() + wait
     while time.monotonic() < deadline:
@@ -165,8 +186,9 @@ def parse_benchmark(output: str) -> dict[str, float]:
     return result
 
 
-def redis_ceiling(port: int, requests: int = 100_000,
-                  binary: str = "redis-benchmark") -> dict[str, dict[str, float]]:
+def redis_ceiling(
+    port: int, requests: int = 100_000, binary: str = "redis-benchmark"
+) -> dict[str, dict[str, float]]:
     """Raw Redis throughput on this machine: SET, LPUSH, RPOP unpipelined and with -P 16.
 
     Runs ``redis-benchmark -h 127.0.0.1 -p PORT -q -t set,lpush,rpop -n REQUESTS [-P 16]``
@@ -178,8 +200,19 @@ def redis_ceiling(port: int, requests: int = 100_000,
         raise RuntimeError("redis-benchmark not found (it ships with redis-server / redis-tools)")
     out: dict[str, dict[str, float]] = {}
     for label, extra in (("unpipelined", []), ("pipelined_16", ["-P", "16"])):
-        cmd = [exe, "-h", HOST, "-p", str(port), "-q", "-t", "set,lpush,rpop",
-               "-n", str(requests), *extra]
+        cmd = [
+            exe,
+            "-h",
+            HOST,
+            "-p",
+            str(port),
+            "-q",
+            "-t",
+            "set,lpush,rpop",
+            "-n",
+            str(requests),
+            *extra,
+        ]
         run = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=True)
         out[label] = parse_benchmark(run.stdout)
     redis_command(port, "FLUSHALL")

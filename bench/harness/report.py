@@ -22,6 +22,7 @@ def _get(*path: str) -> Getter:
                 return None
             cur = cur[key]
         return cur
+
     return get
 
 
@@ -77,7 +78,7 @@ def _marks(node: Any, path: tuple[str, ...]) -> str:
 
 
 def main_table(doc: dict[str, Any]) -> str:
-    """The metrics × systems markdown table."""
+    """The metrics x systems markdown table."""
     systems: dict[str, Any] = doc.get("systems", {})
     names = list(systems)
     peers = [n for n in names if n != "conveyor"]
@@ -91,17 +92,25 @@ def main_table(doc: dict[str, Any]) -> str:
             node = _parent(*path)(systems[n].get("scenarios", {}))
             cells.append(_fmt(vals[n], dec) + (_marks(node, path) if vals[n] is not None else ""))
         if with_ratio:
-            peer_vals = [(vals[p], p) for p in peers if vals[p] is not None]
-            best = (max if higher else min)(peer_vals) if peer_vals else None
-            conv = vals["conveyor"]
-            if best is None or conv is None:
-                cells += [best[1] if best else "—", "—"]
-            elif best[0] == 0:
-                cells += [best[1], "=" if conv == 0 else "∞"]
-            else:
-                cells += [best[1], f"{conv / best[0]:.2f}×"]
+            cells += _ratio_cells(vals, peers, higher)
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _ratio_cells(vals: dict[str, float | None], peers: list[str], higher: bool) -> list[str]:
+    """["best peer", "conveyor ÷ best peer"] cells for one metric."""
+    peer_vals = [(v, p) for p in peers if (v := vals[p]) is not None]
+    conv = vals.get("conveyor")
+    if not peer_vals:
+        return ["—", "—"]
+    best_val, best_name = (max if higher else min)(peer_vals)
+    ties = [p for v, p in peer_vals if v == best_val]
+    who = best_name if len(ties) == 1 else ("all" if len(ties) == len(peers) else ", ".join(ties))
+    if conv is None:
+        return [who, "—"]
+    if best_val == 0:
+        return [who, "=" if conv == 0 else "∞"]
+    return [who, f"{conv / best_val:.2f}x"]
 
 
 def ceiling_table(doc: dict[str, Any]) -> str:
@@ -122,10 +131,12 @@ def ceiling_table(doc: dict[str, Any]) -> str:
 
 def notes(doc: dict[str, Any]) -> str:
     """Versions, worker command lines, reduced counts and errors, as a bullet list."""
-    out = ["* reduced job count for a slow system (see reduced_from in the JSON); "
-           "! did not complete in time (rate over finished jobs); "
-           "† no bulk API, measured the group idiom; § saturated: the worker could not keep up "
-           "with one job per 10 ms, so latency includes queueing; — not applicable or failed."]
+    out = [
+        "* reduced job count for a slow system (see reduced_from in the JSON); "
+        "! did not complete in time (rate over finished jobs); "
+        "† no bulk API, measured the group idiom; § saturated: the worker could not keep up "
+        "with one job per 10 ms, so latency includes queueing; — not applicable or failed."
+    ]
     for name, sysdoc in doc.get("systems", {}).items():
         scen = sysdoc.get("scenarios", {})
         best = _get("drain", "best", "worker")(scen)
@@ -136,8 +147,10 @@ def notes(doc: dict[str, Any]) -> str:
             line += f"; {key} ran {val[1]:,} jobs instead of {val[0]:,}"
         crash = scen.get("crash", {})
         if "lost" in crash:
-            line += (f"; crash: {crash['in_flight_at_kill']} in flight at kill, waited until "
-                     f"{crash.get('idle_s', 0):.0f}s idle (max {crash['window_s']:.0f}s)")
+            line += (
+                f"; crash: {crash['in_flight_at_kill']} in flight at kill, waited until "
+                f"{crash.get('idle_s', 0):.0f}s idle (max {crash['window_s']:.0f}s)"
+            )
         for scen_name, err in sysdoc.get("errors", {}).items():
             line += f"; **{scen_name} failed**: {str(err).splitlines()[0][:160]}"
         out.append(line)
@@ -153,13 +166,63 @@ def _reduced(scen: dict[str, Any]) -> dict[str, tuple[int, int]]:
                 found[key] = (int(node["reduced_from"]), int(node.get("count", 0)))
             for k, v in node.items():
                 walk(v, f"{key}.{k}" if key else k)
+
     walk(scen, "")
     return found
+
+
+def tune_table(doc: dict[str, Any]) -> str:
+    """Drain rates of every candidate worker setting, when the ``tune`` scenario ran."""
+    lines: list[str] = []
+    for name, sysdoc in doc.get("systems", {}).items():
+        tune = (sysdoc.get("scenarios") or {}).get("tune")
+        if not tune:
+            continue
+        if not lines:
+            lines = [
+                "| system | mode | drain jobs/s (median) | rounds | worker |",
+                "|---|---|---|---|---|",
+            ]
+        for mode, res in tune.items():
+            rounds = ", ".join(_fmt(_num(r), 0) for r in res.get("rates", []))
+            lines.append(
+                f"| {name} | {mode} | {_fmt(_num(res.get('rate')), 0)} | {rounds} | "
+                f"`{res.get('worker', '')}` |"
+            )
+    return "\n".join(lines)
+
+
+def load_warning(doc: dict[str, Any]) -> str:
+    """A warning when other work was running on the machine during the measurements."""
+    cores = doc.get("meta", {}).get("cores") or 1
+    busy = {}
+    for name, sysdoc in doc.get("systems", {}).items():
+        loads = (sysdoc.get("loadavg_1min") or {}).values()
+        if loads and max(loads) > cores + 1:  # the benchmark itself accounts for ~1-2
+            busy[name] = max(loads)
+    if not busy:
+        return ""
+    listed = ", ".join(f"{n} {v:.1f}" for n, v in busy.items())
+    return (
+        f"**Warning:** the 1-minute load average (which includes the benchmark's own ~1-2) "
+        f"exceeded {cores + 1} on {cores} cores while measuring ({listed}): other processes "
+        f"competed for the CPU, so those figures are noisy. Re-run on a quiet machine."
+    )
 
 
 def render(doc: dict[str, Any]) -> str:
     """Everything printed at the end of a run."""
     meta = doc.get("meta", {})
-    title = (f"Conveyor benchmark — {'quick' if meta.get('quick') else 'full'} run, "
-             f"{meta.get('cores', '?')} cores, redis {meta.get('redis_version', '?')}")
-    return "\n\n".join([f"### {title}", main_table(doc), ceiling_table(doc), notes(doc)])
+    title = (
+        f"Conveyor benchmark — {'quick' if meta.get('quick') else 'full'} run, "
+        f"{meta.get('cores', '?')} cores, redis {meta.get('redis_version', '?')}"
+    )
+    parts = [
+        f"### {title}",
+        main_table(doc),
+        tune_table(doc),
+        ceiling_table(doc),
+        notes(doc),
+        load_warning(doc),
+    ]
+    return "\n\n".join(p for p in parts if p)

@@ -12,6 +12,7 @@ prints markdown tables.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import datetime as dt
 import json
@@ -57,23 +58,40 @@ def write_json(doc: dict[str, Any], out: Path) -> None:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """The command-line interface."""
-    p = argparse.ArgumentParser(prog="python -m bench.harness", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--systems", default="",
-                   help=f"comma list from {','.join(SYSTEMS)} (default: all with an adapter)")
-    p.add_argument("--scenarios", default=",".join(DEFAULT_SCENARIOS),
-                   help=f"comma list from {','.join(SCENARIOS)} (tune: try every candidate "
-                        f"worker setting; not run by default)")
+    p = argparse.ArgumentParser(
+        prog="python -m bench.harness",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--systems",
+        default="",
+        help=f"comma list from {','.join(SYSTEMS)} (default: all with an adapter)",
+    )
+    p.add_argument(
+        "--scenarios",
+        default=",".join(DEFAULT_SCENARIOS),
+        help=f"comma list from {','.join(SCENARIOS)} (tune: try every candidate "
+        f"worker setting; not run by default)",
+    )
     p.add_argument("--quick", action="store_true", help="smaller counts (drain 5,000 ...)")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="results JSON path")
-    p.add_argument("--merge", action="store_true",
-                   help="update the systems/scenarios run into an existing --out file "
-                        "(e.g. re-run only conveyor and compare with stored peer results)")
+    p.add_argument(
+        "--merge",
+        action="store_true",
+        help="update the systems/scenarios run into an existing --out file "
+        "(e.g. re-run only conveyor and compare with stored peer results)",
+    )
     p.add_argument("--no-ceiling", action="store_true", help="skip redis-benchmark")
-    p.add_argument("--crash-window", type=float, default=None,
-                   help="seconds the second worker gets to finish the crash-check jobs")
-    p.add_argument("--keep-workdir", action="store_true",
-                   help="keep job logs and worker output (printed path)")
+    p.add_argument(
+        "--crash-window",
+        type=float,
+        default=None,
+        help="seconds the second worker gets to finish the crash-check jobs",
+    )
+    p.add_argument(
+        "--keep-workdir", action="store_true", help="keep job logs and worker output (printed path)"
+    )
     p.add_argument("--table-only", action="store_true", help="print the tables of --out and exit")
     return p.parse_args(argv)
 
@@ -81,8 +99,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def run_system(name: str, ctx: BenchContext, scenarios: list[str], sizes: Any) -> dict[str, Any]:
     """Run ``scenarios`` for one system; failures are recorded, never fatal."""
     adapter = load_adapter(name)(ctx)
-    sysdoc: dict[str, Any] = {"db": adapter.db, "python": str(adapter.python.relative_to(ctx.repo)),
-                              "scenarios": {}, "errors": {}}
+    sysdoc: dict[str, Any] = {
+        "db": adapter.db,
+        "python": str(adapter.python.relative_to(ctx.repo)),
+        "scenarios": {},
+        "errors": {},
+    }
     t0 = time.monotonic()
     try:
         sysdoc["version"] = adapter.version()
@@ -91,8 +113,10 @@ def run_system(name: str, ctx: BenchContext, scenarios: list[str], sizes: Any) -
         print(f"[{name}] cannot run its interpreter: {exc}", flush=True)
         return sysdoc
     sysdoc["modes"] = {m: adapter.describe_mode(m) for m in ("default", "best", "io")}
+    sysdoc["loadavg_1min"] = {}
     for scen in scenarios:
         t_s = time.monotonic()
+        sysdoc["loadavg_1min"][scen] = round(os.getloadavg()[0], 2)
         print(f"[{name}] {scen} ...", end=" ", flush=True)
         try:
             res = SCENARIOS[scen](adapter, sizes)
@@ -105,10 +129,8 @@ def run_system(name: str, ctx: BenchContext, scenarios: list[str], sizes: Any) -
             traceback.print_exc(limit=3)
             if tail:
                 print("--- last worker output ---\n" + tail, flush=True)
-            try:
+            with contextlib.suppress(Exception):
                 adapter.flush()
-            except Exception:
-                pass
     sysdoc["seconds"] = time.monotonic() - t0
     return sysdoc
 
@@ -117,8 +139,11 @@ def _summary(res: dict[str, Any]) -> str:
     keys = ("rate", "p50_ms", "p99_ms", "rss_mb", "lost", "duplicated", "skipped")
     parts = []
     for label, node in [("", res), *[(k + ":", v) for k, v in res.items() if isinstance(v, dict)]]:
-        got = [f"{k}={v:,.1f}" if isinstance(v, float) else f"{k}={v}"
-               for k, v in node.items() if k in keys]
+        got = [
+            f"{k}={v:,.1f}" if isinstance(v, float) else f"{k}={v}"
+            for k, v in node.items()
+            if k in keys
+        ]
         if got:
             parts.append(label + " ".join(got))
     return "  ".join(parts)
@@ -148,12 +173,21 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="conveyor-bench-"))
     redis = start_redis()
     started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-    doc["meta"] = {"started": started, "quick": args.quick, "sizes": dataclasses.asdict(sizes),
-                   "cores": os.cpu_count(), "platform": platform.platform(),
-                   "harness_python": sys.version.split()[0], "redis_version": redis.version(),
-                   "systems_run": names, "scenarios_run": scenarios}
-    print(f"redis-server {doc['meta']['redis_version']} on 127.0.0.1:{redis.port}; "
-          f"scratch {workdir}", flush=True)
+    doc["meta"] = {
+        "started": started,
+        "quick": args.quick,
+        "sizes": dataclasses.asdict(sizes),
+        "cores": os.cpu_count(),
+        "platform": platform.platform(),
+        "harness_python": sys.version.split()[0],
+        "redis_version": redis.version(),
+        "systems_run": names,
+        "scenarios_run": scenarios,
+    }
+    print(
+        f"redis-server {doc['meta']['redis_version']} on 127.0.0.1:{redis.port}; scratch {workdir}",
+        flush=True,
+    )
     try:
         if not args.no_ceiling:
             print("[redis] ceiling (redis-benchmark) ...", end=" ", flush=True)

@@ -7,6 +7,7 @@ and stops every worker it started. Job numbers ``>= WARMUP`` are warm-up jobs (e
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -27,6 +28,7 @@ class Sizes:
     bulk_batch: int = 1_000
     drain: int = 20_000
     tune: int = 5_000
+    tune_repeat: int = 3
     latency: int = 300
     latency_interval: float = 0.010
     io: int = 5_000
@@ -34,14 +36,13 @@ class Sizes:
     crash: int = 200
     crash_sleep: float = 0.050
     crash_kill_after: float = 1.0
-    crash_window: float = 120.0
-    crash_idle: float = 30.0
+    crash_window: float = 60.0
+    crash_idle: float = 15.0
     rss_idle: float = 3.0
 
 
 FULL = Sizes()
-QUICK = Sizes(enqueue=2_000, bulk=5_000, drain=5_000, tune=2_000, io=1_000,
-              crash_window=60.0, crash_idle=15.0)
+QUICK = Sizes(enqueue=2_000, bulk=5_000, drain=5_000, tune=2_000, io=1_000)
 
 Result = dict[str, Any]
 
@@ -70,24 +71,27 @@ def _warm_up(adapter: Adapter, log: JobLog, proc: Any, timeout: float = 60.0) ->
 
 def enqueue(adapter: Adapter, sizes: Sizes) -> Result:
     """Enqueue rate: one call per job, one producer process, no worker running."""
+    n, extra = _sized(adapter, "enqueue", sizes.enqueue)
     adapter.flush()
-    res = adapter.enqueue_one(sizes.enqueue)
+    res = adapter.enqueue_one(n)
     adapter.flush()
-    return asdict(res)
+    return asdict(res) | extra
 
 
 def bulk(adapter: Adapter, sizes: Sizes) -> Result:
     """Bulk enqueue rate with the system's bulk API (batches of ``bulk_batch``)."""
+    n, extra = _sized(adapter, "bulk", sizes.bulk)
     adapter.flush()
-    res = adapter.enqueue_bulk(sizes.bulk, batch=sizes.bulk_batch)
+    res = adapter.enqueue_bulk(n, batch=sizes.bulk_batch)
     adapter.flush()
     if res is None:
         return {"skipped": "no bulk API"}
-    return asdict(res) | {"batch": sizes.bulk_batch}
+    return asdict(res) | {"batch": sizes.bulk_batch} | extra
 
 
-def drain_mode(adapter: Adapter, mode: str, count: int, *, sleep_s: float = 0.0,
-               timeout: float = 900.0) -> Result:
+def drain_mode(
+    adapter: Adapter, mode: str, count: int, *, sleep_s: float = 0.0, timeout: float = 900.0
+) -> Result:
     """Queue ``count`` jobs, start one worker in ``mode``, time first start -> last finish."""
     adapter.flush()
     adapter.prefill(count, sleep_s=sleep_s)
@@ -103,10 +107,16 @@ def drain_mode(adapter: Adapter, mode: str, count: int, *, sleep_s: float = 0.0,
     span = log.span(range(count))
     dups = log.duplicated(range(count))
     out: Result = {
-        "mode": mode, "worker": adapter.describe_mode(mode), "count": count,
-        "finished": done, "complete": complete, "span_s": span, "rate": _rate(done, span),
+        "mode": mode,
+        "worker": adapter.describe_mode(mode),
+        "count": count,
+        "finished": done,
+        "complete": complete,
+        "span_s": span,
+        "rate": _rate(done, span),
         "wall_s_incl_startup": (log.last_finish or t_spawn) - t_spawn,
-        "duplicated": len(dups), "duplicated_sample": dups[:10],
+        "duplicated": len(dups),
+        "duplicated_sample": dups[:10],
     }
     adapter.flush()
     return out
@@ -122,12 +132,27 @@ def drain(adapter: Adapter, sizes: Sizes) -> Result:
 
 
 def tune(adapter: Adapter, sizes: Sizes) -> Result:
-    """Drain rate of every candidate setting (to choose ``best``); not in the default run."""
-    out: Result = {}
-    for mode in ("default", "best", *adapter.tuning_modes):
-        n, extra = _sized(adapter, f"drain:{mode}", sizes.tune)
-        out[mode] = drain_mode(adapter, mode, n) | extra
-    return out
+    """Drain rate of every candidate setting, ``tune_repeat`` interleaved rounds, median kept.
+
+    Used to choose each adapter's ``best`` mode; not part of the default run.
+    """
+    modes = ("default", "best", *adapter.tuning_modes)
+    n, extra = _sized(adapter, "tune", sizes.tune)
+    rates: dict[str, list[float]] = {m: [] for m in modes}
+    for _ in range(sizes.tune_repeat):
+        for mode in modes:
+            rates[mode].append(drain_mode(adapter, mode, n)["rate"])
+    return {
+        m: {
+            "mode": m,
+            "worker": adapter.describe_mode(m),
+            "count": n,
+            "rate": statistics.median(r),
+            "rates": r,
+        }
+        | extra
+        for m, r in rates.items()
+    }
 
 
 def latency_mode(adapter: Adapter, mode: str, sizes: Sizes) -> Result:
@@ -144,14 +169,21 @@ def latency_mode(adapter: Adapter, mode: str, sizes: Sizes) -> Result:
         adapter.stop_worker(proc)
     lat = log.pickup_latencies(range(sizes.latency))
     last_enq = max(log.enqueued_at.get(n, 0.0) for n in range(sizes.latency))
-    last_start = max((ts[0] for n, ts in log.starts.items() if n < sizes.latency and ts),
-                     default=math.nan)
+    last_start = max(
+        (ts[0] for n, ts in log.starts.items() if n < sizes.latency and ts), default=math.nan
+    )
     adapter.flush()
     return {
-        "mode": mode, "worker": adapter.describe_mode(mode), "count": sizes.latency,
-        "interval_ms": sizes.latency_interval * 1000, "complete": complete, "measured": len(lat),
-        "p50_ms": percentile(lat, 50) * 1000, "p90_ms": percentile(lat, 90) * 1000,
-        "p99_ms": percentile(lat, 99) * 1000, "max_ms": (lat[-1] * 1000) if lat else math.nan,
+        "mode": mode,
+        "worker": adapter.describe_mode(mode),
+        "count": sizes.latency,
+        "interval_ms": sizes.latency_interval * 1000,
+        "complete": complete,
+        "measured": len(lat),
+        "p50_ms": percentile(lat, 50) * 1000,
+        "p90_ms": percentile(lat, 90) * 1000,
+        "p99_ms": percentile(lat, 99) * 1000,
+        "max_ms": (lat[-1] * 1000) if lat else math.nan,
         "producer_elapsed_s": prod.elapsed,
         # the worker could not keep up with one job per interval: latency includes queueing
         "saturated": bool(last_start - last_enq > 1.0),
@@ -168,8 +200,15 @@ def io(adapter: Adapter, sizes: Sizes) -> Result:
     n, extra = _sized(adapter, "io", sizes.io)
     res = drain_mode(adapter, "io", n, sleep_s=sizes.io_sleep)
     ideal = adapter.io_concurrency / sizes.io_sleep
-    return res | extra | {"concurrency": adapter.io_concurrency, "sleep_ms": sizes.io_sleep * 1000,
-                          "ideal_rate": ideal}
+    return (
+        res
+        | extra
+        | {
+            "concurrency": adapter.io_concurrency,
+            "sleep_ms": sizes.io_sleep * 1000,
+            "ideal_rate": ideal,
+        }
+    )
 
 
 def rss(adapter: Adapter, sizes: Sizes) -> Result:
@@ -185,8 +224,12 @@ def rss(adapter: Adapter, sizes: Sizes) -> Result:
             total, nproc = adapter.worker_rss(proc)
         finally:
             adapter.stop_worker(proc)
-        out[mode] = {"mode": mode, "worker": adapter.describe_mode(mode),
-                     "rss_mb": total / 2**20, "processes": nproc}
+        out[mode] = {
+            "mode": mode,
+            "worker": adapter.describe_mode(mode),
+            "rss_mb": total / 2**20,
+            "processes": nproc,
+        }
     adapter.flush()
     return out
 
@@ -221,8 +264,9 @@ def crash(adapter: Adapter, sizes: Sizes) -> Result:
     t_restart = time.monotonic()
     proc2 = adapter.start_worker("default", log.path)
     try:
-        complete = adapter.wait_drained(log, range(count), sizes.crash_window,
-                                        stall=sizes.crash_idle, proc=proc2)
+        complete = adapter.wait_drained(
+            log, range(count), sizes.crash_window, stall=sizes.crash_idle, proc=proc2
+        )
         recovered_in = time.monotonic() - t_restart
     finally:
         adapter.stop_worker(proc2)
@@ -231,18 +275,32 @@ def crash(adapter: Adapter, sizes: Sizes) -> Result:
     twice = [n for n in range(count) if log.finishes.get(n, 0) > 1]
     adapter.flush()
     return {
-        "count": count, "job_ms": sizes.crash_sleep * 1000, "worker": adapter.describe_mode("default"),
-        "kill_after_first_start_s": sizes.crash_kill_after, "window_s": sizes.crash_window,
+        "count": count,
+        "job_ms": sizes.crash_sleep * 1000,
+        "worker": adapter.describe_mode("default"),
+        "kill_after_first_start_s": sizes.crash_kill_after,
+        "window_s": sizes.crash_window,
         "idle_s": sizes.crash_idle,
-        "started_before_kill": started_before, "finished_before_kill": finished_before,
-        "in_flight_at_kill": in_flight, "lost": len(lost), "duplicated": len(dups),
-        "finished_twice": len(twice), "lost_sample": lost[:10], "duplicated_sample": dups[:10],
+        "started_before_kill": started_before,
+        "finished_before_kill": finished_before,
+        "in_flight_at_kill": in_flight,
+        "lost": len(lost),
+        "duplicated": len(dups),
+        "finished_twice": len(twice),
+        "lost_sample": lost[:10],
+        "duplicated_sample": dups[:10],
         "all_done_s_after_restart": recovered_in if complete else None,
     }
 
 
 SCENARIOS: dict[str, Callable[[Adapter, Sizes], Result]] = {
-    "enqueue": enqueue, "bulk": bulk, "drain": drain, "latency": latency, "io": io,
-    "rss": rss, "crash": crash, "tune": tune,
+    "enqueue": enqueue,
+    "bulk": bulk,
+    "drain": drain,
+    "latency": latency,
+    "io": io,
+    "rss": rss,
+    "crash": crash,
+    "tune": tune,
 }
 DEFAULT_SCENARIOS = ("enqueue", "bulk", "drain", "latency", "io", "rss", "crash")

@@ -50,4 +50,3 @@ class Client:
 def make_client(redis_url: str) -> Client:
     """Entry point used by :mod:`bench.harness.producer`."""
     return Client(redis_url)
-

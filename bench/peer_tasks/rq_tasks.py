@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from redis import Redis
 from rq import Queue
 
 from bench.peer_tasks.body import run_sync
+from redis import Redis
 
 QUEUE = "bench"
 

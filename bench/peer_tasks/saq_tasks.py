@@ -17,7 +17,9 @@ REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/5")
 queue = Queue.from_url(REDIS_URL, name="bench")
 
 
-async def bench_job(ctx: dict[str, Any], *, n: int, sleep_s: float = 0.0, t_enq: float = 0.0) -> None:
+async def bench_job(
+    ctx: dict[str, Any], *, n: int, sleep_s: float = 0.0, t_enq: float = 0.0
+) -> None:
     """The shared job body (SAQ passes job arguments as keywords)."""
     await run_async(n, sleep_s, t_enq)
 

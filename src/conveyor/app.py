@@ -11,7 +11,7 @@ import logging
 import os
 import random
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from .broker.base import Broker, Page, SearchQuery
 from .broker.factory import broker_from_url
@@ -82,6 +82,27 @@ class Conveyor:
         return self.clock.now()
 
     # ------------------------------------------------------------------ tasks
+    @overload
+    def task(self, fn: Callable[..., Any], /) -> Task: ...
+
+    @overload
+    def task(
+        self,
+        fn: None = None,
+        *,
+        name: str | None = None,
+        queue: str = "default",
+        priority: int = 0,
+        timeout: float | None = None,
+        max_attempts: int | None = None,
+        max_retries: int | None = None,
+        backoff: Backoff | None = None,
+        retry_on: tuple[type[BaseException], ...] = (Exception,),
+        dead_on: tuple[type[BaseException], ...] = (),
+        executor: Executor = "auto",
+        idempotency_ttl: float | None = None,
+    ) -> Callable[[Callable[..., Any]], Task]: ...
+
     def task(
         self,
         fn: Callable[..., Any] | None = None,
@@ -97,7 +118,7 @@ class Conveyor:
         dead_on: tuple[type[BaseException], ...] = (),
         executor: Executor = "auto",
         idempotency_ttl: float | None = None,
-    ) -> Any:
+    ) -> Task | Callable[[Callable[..., Any]], Task]:
         """Register a function as a task: ``@app.task`` or ``@app.task(queue="high", ...)``."""
 
         def register(func: Callable[..., Any]) -> Task:
@@ -161,8 +182,7 @@ class Conveyor:
         delay = opts.get("delay") or 0.0
         run_at = opts.get("run_at")
         run_at = float(run_at) if run_at is not None else now + float(delay)
-        queue = validate_queue_name(opts["queue"] if "queue" in opts else
-                                    (task.queue if task else "default"))  # fmt: skip
+        queue = validate_queue_name(opts.get("queue", task.queue if task else "default"))
         priority = validate_priority(opts.get("priority", task.priority if task else 0))
         default_attempts = task.max_attempts if task else 4
         ttl = opts.get("idempotency_ttl")

@@ -87,6 +87,7 @@ class DemoRun:
     jobs: list[Job] = field(default_factory=list)
     schedule_jobs: int = 0
     seconds: float = 0.0
+    started_at: float = 0.0  # app clock
 
 
 def demo_specs(app: Conveyor, n: int) -> list[tuple[JobSpec, str]]:
@@ -109,7 +110,7 @@ def demo_specs(app: Conveyor, n: int) -> list[tuple[JobSpec, str]]:
 def run_demo(app: Conveyor, n: int, on_progress: Callable[[int, int], None],
              deadline: float = 50.0) -> DemoRun:  # fmt: skip
     """Enqueue, run a worker and the scheduler until every demo job is finished."""
-    run = DemoRun()
+    run = DemoRun(started_at=app.now() - 2.5)  # a tick due just before the start counts
     specs = demo_specs(app, n)
     started = time.monotonic()
     for job, (_, kind) in zip(app.enqueue_many([s for s, _ in specs]), specs, strict=True):
@@ -138,15 +139,16 @@ def _wait_until_done(app: Conveyor, run: DemoRun, on_progress: Callable[[int, in
         jobs = [j for j in (app.broker.get(i) for i in ids) if j is not None]
         done = sum(1 for j in jobs if j.state in TERMINAL_STATES)
         on_progress(done, len(ids))
-        run.schedule_jobs = _schedule_runs(app)
+        run.schedule_jobs = _schedule_runs(app, run.started_at)
         if (done == len(ids) and run.schedule_jobs > 0) or time.monotonic() > deadline:
             run.jobs = jobs
             return
         time.sleep(0.1)
 
 
-def _schedule_runs(app: Conveyor) -> int:
-    page = app.search(task="demo.heartbeat", state=JobState.COMPLETED, page_size=1)
+def _schedule_runs(app: Conveyor, since: float) -> int:
+    """Schedule runs completed during this demo (the file may hold earlier demos' jobs)."""
+    page = app.search(task="demo.heartbeat", state=JobState.COMPLETED, since=since, page_size=1)
     return page.total
 
 

@@ -53,7 +53,7 @@ def test_payload_over_one_mib(app: Conveyor) -> None:
 
 
 def test_unknown_url_scheme() -> None:
-    with pytest.raises(ValidationError, match="url.*unknown scheme 'ftp'"):
+    with pytest.raises(ValidationError, match=r"url.*unknown scheme 'ftp'"):
         Conveyor("ftp://example")
     with pytest.raises(ValidationError, match="url"):
         Conveyor("no-scheme-here")
@@ -61,12 +61,18 @@ def test_unknown_url_scheme() -> None:
 
 def test_task_decorator_validates() -> None:
     app = Conveyor("memory://")
+
+    def job() -> None:
+        """A valid task function."""
+
     with pytest.raises(ValidationError, match="max_attempts"):
-        app.task(max_attempts=0)(lambda: None)
+        app.task(max_attempts=0)(job)
     with pytest.raises(ValidationError, match="queue"):
-        app.task(queue="bad queue")(lambda: None)
+        app.task(queue="bad queue")(job)
     with pytest.raises(ValidationError, match="executor"):
-        app.task(executor="gpu")(lambda: None)  # type: ignore[arg-type]
+        app.task(executor="gpu")(job)  # type: ignore[arg-type]
+    with pytest.raises(ValidationError, match="task"):
+        app.task(lambda: None)
 
 
 def test_hostile_jobs_dead_letter_and_the_worker_survives(app: Conveyor) -> None:

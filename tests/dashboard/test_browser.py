@@ -102,9 +102,14 @@ def session(browser: Any, server: BackgroundServer) -> Iterator[Any]:
 
 @pytest.fixture
 def page(session: Any) -> Iterator[Any]:
+    """A new tab of the logged-in session; fails the test on any console error (CSP, JS)."""
     p = session.new_page()
+    errors: list[str] = []
+    p.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    p.on("pageerror", lambda exc: errors.append(str(exc)))
     yield p
     p.close()
+    assert not [e for e in errors if "403" not in e], errors
 
 
 def api_post(server: BackgroundServer, path: str, body: dict[str, Any] | None = None) -> Any:
@@ -216,6 +221,8 @@ def test_screenshots_of_the_main_pages(browser: Any, tmp_path: Path) -> None:
         login_page.screenshot(path=str(target / "dashboard-login.png"))
         login_page.close()
         page = login(browser, srv.url)
+        errors: list[str] = []
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
         dead = app.dead_letters(queue="reports", limit=1)[0].id
         shots = {
             "overview": "/",
@@ -233,8 +240,11 @@ def test_screenshots_of_the_main_pages(browser: Any, tmp_path: Path) -> None:
                 page.wait_for_timeout(500)
             if name == "job":
                 page.click("#job-history details summary")
-            page.screenshot(path=str(target / f"dashboard-{name}.png"), full_page=True)
+            page.screenshot(
+                path=str(target / f"dashboard-{name}.png"), full_page=name in ("overview", "job")
+            )
         page.context.close()
+        assert errors == []  # no CSP violation or script error on any page
     finally:
         srv.stop()
         stop()

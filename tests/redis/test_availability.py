@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import random
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -79,3 +81,39 @@ def test_aof_always_kill_minus_nine_loses_no_acknowledged_job(
     assert broker.counts()["default"][str(JobState.COMPLETED)] == 300
     assert all(broker.get(i).state is JobState.COMPLETED for i in ids)  # type: ignore[union-attr]
     broker.close()
+
+
+def test_running_worker_survives_an_outage_and_resumes(
+    make_server: Callable[..., Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    server = make_server()
+    app = Conveyor(server.url)
+    done: list[int] = []
+
+    @app.task
+    def note(i: int) -> None:
+        done.append(i)
+
+    worker = app.worker(queues=["default"], concurrency=2)
+    runner = threading.Thread(target=worker.run, daemon=True)
+    runner.start()
+    app.enqueue("note", args=[1])
+    _until(lambda: done == [1], "the first job ran")
+    with caplog.at_level(logging.WARNING):
+        server.stop()
+        _until(lambda: any(r.levelno >= logging.WARNING and r.name.startswith("conveyor.worker")
+                           for r in caplog.records), "the worker noticed the outage")  # fmt: skip
+    server.start()
+    app.enqueue("note", args=[2])
+    _until(lambda: done == [1, 2], "the worker resumed after Redis came back", timeout=20)
+    assert runner.is_alive()
+    worker.stop(timeout=5)
+    runner.join(10)
+    app.close()
+
+
+def _until(condition: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.02)

@@ -7,8 +7,8 @@ from typing import Any
 
 import orjson
 import pytest
-import redis
 
+import redis
 from conveyor import Conveyor, FakeClock, JobState, ValidationError
 from conveyor.broker.redis import RedisBroker
 from conveyor.core.job import Job
@@ -32,8 +32,9 @@ GARBAGE: dict[str, Any] = {
 
 def _plant(client: redis.Redis, job_id: str, payload: bytes, seq: int, **fields: Any) -> None:
     member = f"{seq:016x}:{job_id}"
-    client.hset(f"conveyor:{{default}}:job:{job_id}",
-                mapping={"payload": payload, "state": "pending", "rk": member, **fields})  # fmt: skip
+    mapping = {"state": "pending", "rk": member, **fields}
+    client.hset(f"conveyor:{{default}}:job:{job_id}", mapping=mapping)
+    client.hset("conveyor:{default}:payloads", job_id, payload)
     client.zadd("conveyor:{default}:ready", {member: 0})
 
 
@@ -66,6 +67,7 @@ def test_garbage_goes_to_dead_letter_and_the_worker_carries_on(redis_server: Any
         assert job.state is JobState.DEAD_LETTER, job_id
         assert job.errors[-1]["kind"] == "decode_error", job_id
     assert client.hget("conveyor:{default}:job:not-json", "raw") == GARBAGE["not-json"]
+    assert client.hget("conveyor:{default}:job:empty", "raw") == b""
     assert client.hget("conveyor:{default}:job:wrong-type", "raw") == b"a plain string, not a hash"
     counts = broker.counts()["default"]
     assert counts["dead_letter"] == len(GARBAGE) + 2 and counts["pending"] == 0

@@ -100,8 +100,12 @@ def test_idle_worker_wakes_on_enqueue_in_cluster_mode(cluster_app: Conveyor) -> 
         for key in ("conveyor:wake", "conveyor:{emails}:wake", "conveyor:{billing}:wake"):
             client.delete(key)  # no stale markers: the waiter must really block
         woke: list[float] = []
-        waiter = threading.Thread(target=lambda qs=queues: (broker.wait_for_work(qs, 5.0),
-                                                            woke.append(time.monotonic())))  # fmt: skip
+
+        def wait(qs: list[str] = queues, out: list[float] = woke) -> None:
+            broker.wait_for_work(qs, 5.0)
+            out.append(time.monotonic())
+
+        waiter = threading.Thread(target=wait)
         waiter.start()
         _wait_until_blocked(cluster_app)
         sent = time.monotonic()
@@ -127,3 +131,20 @@ def test_plain_redis_url_autodetects_cluster_mode(redis_cluster: Any) -> None:
     assert broker.cluster
     broker.flush_all()
     broker.close()
+
+
+def test_noscript_recovery_on_every_node(cluster_app: Conveyor) -> None:
+    import redis
+
+    for q in QUEUES:
+        cluster_app.enqueue("t", queue=q)
+    for node in cluster_app.broker.client.get_primaries():  # type: ignore[attr-defined]
+        redis.Redis(port=node.port).script_flush()
+    leases = cluster_app.broker.claim(QUEUES, cluster_app.now(), limit=10)
+    assert sorted(lease.job.queue for lease in leases) == sorted(QUEUES)
+    for node in cluster_app.broker.client.get_primaries():  # type: ignore[attr-defined]
+        redis.Redis(port=node.port).script_flush()
+    from conveyor.broker.base import Ack
+
+    acks = [Ack(lease.id, lease.token) for lease in leases]
+    assert cluster_app.broker.complete(acks, cluster_app.now()) == [True] * len(QUEUES)

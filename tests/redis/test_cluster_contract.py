@@ -1,24 +1,27 @@
 """The whole contract suite again, on a real 3-node Redis Cluster.
 
-The contract modules are imported so pytest collects their tests here; this module's ``broker``
-fixture (a flushed cluster broker) replaces the parametrized one from tests/conftest.py.
+Every ``tests/contract/test_*.py`` module is imported and its tests are placed in this module,
+so pytest collects them here (new contract modules join automatically); this module's
+``broker`` fixture (a flushed cluster broker) replaces the parametrized one of tests/conftest.py.
 """
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+import tests.contract
 from conveyor.broker.base import Broker
 from conveyor.broker.redis import RedisBroker
-from tests.contract.test_admin import *  # noqa: F403
-from tests.contract.test_bad_input import *  # noqa: F403
-from tests.contract.test_enqueue_claim import *  # noqa: F403
-from tests.contract.test_leases import *  # noqa: F403
-from tests.contract.test_outcomes import *  # noqa: F403
-from tests.contract.test_side_stores import *  # noqa: F403
+
+for _info in pkgutil.iter_modules(tests.contract.__path__):
+    if _info.name.startswith("test_"):
+        _module = importlib.import_module(f"tests.contract.{_info.name}")
+        globals().update({k: v for k, v in vars(_module).items() if k.startswith("test_")})
 
 
 @pytest.fixture

@@ -40,7 +40,7 @@ def test_ten_threads_claim_each_job_exactly_once(rbroker: RedisBroker) -> None:
                 claimed[n].extend(lease.id for lease in leases)
                 acks = [Ack(lease.id, lease.token) for lease in leases]
                 assert rbroker.complete(acks, T0) == [True] * len(acks)
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=claimer, args=(n,)) for n in range(THREADS)]

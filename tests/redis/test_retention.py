@@ -8,7 +8,6 @@ from collections.abc import Callable
 from typing import Any
 
 import redis
-
 from conveyor.broker.base import Ack
 from conveyor.broker.redis import RedisBroker
 from conveyor.core.ids import new_ulid

@@ -8,8 +8,7 @@ from importlib import resources
 from typing import Any
 
 import redis
-
-from conveyor.broker.base import Ack
+from conveyor.broker.base import Ack, SearchQuery
 from conveyor.broker.redis import RedisBroker
 from conveyor.broker.redis.keys import key_slot
 from conveyor.broker.redis.scripts import SCRIPT_NAMES, ScriptRunner
@@ -84,14 +83,17 @@ def test_every_script_call_touches_one_slot(rbroker: RedisBroker) -> None:
     b.requeue(leases[1].id, T0)
     b.purge(T0, queue="default")
     b.oldest_pending("default")
+    assert b.search(SearchQuery(task="t", text="zzz")).total == 0
     b.doc_put("c", "d", {"x": 1}, T0)
     b.doc_update_if("c", "d", "x", 1, {"x": 2}, T0)
     used = {name for name, _ in recorder.seen}
     assert used == set(SCRIPT_NAMES), set(SCRIPT_NAMES) - used
     for name, keys in recorder.seen:
-        # enqueue takes one group of 13 keys per queue: a multi-queue batch on a standalone
+        # enqueue takes one group of 14 keys per queue: a multi-queue batch on a standalone
         # server is one atomic script; Redis Cluster only ever gets one group (test_cluster.py)
-        groups = [keys[i : i + 13] for i in range(0, len(keys), 13)] if name == "enqueue" else [keys]
+        groups = (
+            [keys[i : i + 14] for i in range(0, len(keys), 14)] if name == "enqueue" else [keys]
+        )
         for group in groups:
             assert len({key_slot(k) for k in group}) == 1, (name, group)
     # and every key in the database sits in the slot of its hash tag

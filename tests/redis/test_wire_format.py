@@ -22,11 +22,14 @@ ID=$JOB_ID
 NOW=$($R TIME | paste -sd. -)
 SEQ=$($R INCR "conveyor:{$Q}:seq")
 RK=$(printf '%016x:%s' "$SEQ" "$ID")
-PAYLOAD=$(printf '{"v":1,"id":"%s","task":"add","args":[2,3],"kwargs":{},"queue":"%s","state":"pending","max_attempts":3,"created_at":%s,"run_at":%s}' "$ID" "$Q" "$NOW" "$NOW")
+F='{"v":1,"id":"%s","queue":"%s","state":"pending","task":"add","args":[2,3],'
+F="$F"'"kwargs":{},"max_attempts":3,"created_at":%s,"run_at":%s}'
+PAYLOAD=$(printf "$F" "$ID" "$Q" "$NOW" "$NOW")
 $R SADD conveyor:queues "$Q" > /dev/null
 $R > /dev/null <<EOF
 MULTI
-HSET "conveyor:{$Q}:job:$ID" payload '$PAYLOAD' state pending priority 0 task add created_at $NOW run_at $NOW rk $RK
+HSET "conveyor:{$Q}:payloads" $ID '$PAYLOAD'
+HSET "conveyor:{$Q}:job:$ID" state pending priority 0 task add created_at $NOW run_at $NOW rk $RK
 ZADD "conveyor:{$Q}:ready" 0 $RK
 LPUSH "conveyor:{$Q}:wake" 1
 EXEC

@@ -51,9 +51,10 @@ def free_port(cluster: bool = False) -> int:
     raise RuntimeError("no free port found")
 
 
-def cli(port: int, *args: str, timeout: float = 10.0) -> str:
+def cli(port: int, *args: str, timeout: float = 10.0, tls: bool = False) -> str:
     """Run ``redis-cli -p port args...`` and return its stdout (raises on a non-zero exit)."""
-    out = subprocess.run([REDIS_CLI, "-h", "127.0.0.1", "-p", str(port), *args],
+    extra = ["--tls", "--insecure"] if tls else []
+    out = subprocess.run([REDIS_CLI, "-h", "127.0.0.1", "-p", str(port), *extra, *args],
                          capture_output=True, text=True, timeout=timeout, check=True)  # fmt: skip
     return out.stdout
 
@@ -63,7 +64,7 @@ class RedisServer:
 
     def __init__(
         self, directory: Path, *, port: int | None = None, aof: bool = False,
-        extra: Sequence[str] = (), cluster: bool = False,
+        extra: Sequence[str] = (), cluster: bool = False, tls: bool = False,
     ) -> None:  # fmt: skip
         self.dir = Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -71,11 +72,14 @@ class RedisServer:
         self.aof = aof
         self.extra = list(extra)
         self.cluster = cluster
+        self.tls = tls
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
-        """The URL a broker connects to."""
+        """The URL a broker connects to (``rediss://`` without certificate checks for TLS)."""
+        if self.tls:
+            return f"rediss://127.0.0.1:{self.port}/0?ssl_cert_reqs=none"
         return f"redis://127.0.0.1:{self.port}/0"
 
     @property
@@ -85,7 +89,9 @@ class RedisServer:
 
     def args(self) -> list[str]:
         """The command line."""
-        argv = [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1",
+        port = ["--port", "0", "--tls-port", str(self.port), *self._tls_files()] if self.tls \
+            else ["--port", str(self.port)]  # fmt: skip
+        argv = [REDIS_SERVER, *port, "--bind", "127.0.0.1",
                 "--dir", str(self.dir), "--daemonize", "no", "--save", "",
                 "--logfile", str(self.dir / "redis.log"), "--protected-mode", "no"]  # fmt: skip
         if self.aof:
@@ -98,6 +104,16 @@ class RedisServer:
                      "--cluster-node-timeout", "5000"]  # fmt: skip
         return argv + self.extra
 
+    def _tls_files(self) -> list[str]:
+        """A self-signed certificate (made with openssl on first use); clients need no cert."""
+        cert, key = self.dir / "cert.pem", self.dir / "key.pem"
+        if not cert.exists():
+            subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days",
+                            "1", "-subj", "/CN=127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+                           capture_output=True, check=True, timeout=60)  # fmt: skip
+        return ["--tls-cert-file", str(cert), "--tls-key-file", str(key), "--tls-ca-cert-file",
+                str(cert), "--tls-auth-clients", "no"]  # fmt: skip
+
     def start(self, timeout: float = 10.0) -> RedisServer:
         """Start the process and wait until it answers PING (and has loaded its data)."""
         self.proc = subprocess.Popen(self.args(), stdout=subprocess.DEVNULL,
@@ -108,7 +124,7 @@ class RedisServer:
                 log = (self.dir / "redis.log").read_text(errors="replace")[-2000:]
                 raise RuntimeError(f"redis-server exited with {self.proc.returncode}: {log}")
             with contextlib.suppress(subprocess.SubprocessError, OSError):
-                if cli(self.port, "PING", timeout=2).strip() == "PONG":
+                if cli(self.port, "PING", timeout=2, tls=self.tls).strip() == "PONG":
                     return self
             if time.monotonic() > deadline:
                 self.stop()
@@ -140,6 +156,43 @@ class RedisServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class RedisSentinel:
+    """One ``redis-server --sentinel`` process monitoring a master as ``mymaster``."""
+
+    def __init__(self, directory: Path, master_port: int, name: str = "mymaster") -> None:
+        self.dir = Path(directory)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.name = name
+        self.master_port = master_port
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float = 10.0) -> RedisSentinel:
+        """Write the config, start the sentinel, wait until it knows the master."""
+        conf = self.dir / "sentinel.conf"
+        monitor = f"sentinel monitor {self.name} 127.0.0.1 {self.master_port} 1"
+        conf.write_text(f"port {self.port}\nbind 127.0.0.1\ndir {self.dir}\n{monitor}\n")
+        quiet = subprocess.DEVNULL
+        self.proc = subprocess.Popen([REDIS_SERVER, str(conf), "--sentinel"], stdout=quiet,
+                                     stderr=quiet)  # fmt: skip
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with contextlib.suppress(subprocess.SubprocessError, OSError):
+                reply = cli(self.port, "SENTINEL", "get-master-addr-by-name", self.name, timeout=2)
+                if str(self.master_port) in reply:
+                    return self
+            time.sleep(0.02)
+        self.stop()
+        raise RuntimeError("sentinel did not start")
+
+    def stop(self) -> None:
+        """Stop the sentinel by pid."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(10)
+        self.proc = None
 
 
 class RedisCluster:

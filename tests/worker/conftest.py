@@ -87,8 +87,8 @@ def env(shared_url: str, tmp_path: Path) -> Iterator[dict[str, Any]]:
     app = Conveyor(shared_url, settings=Settings(heartbeat_interval=0.5))
     started: list[WorkerProcess] = []
 
-    def worker(*args: str, **extra_env: str) -> WorkerProcess:
-        proc = WorkerProcess(shared_url, tmp_path, *args, env=extra_env)
+    def worker(*args: str, command: list[str] | None = None, **extra_env: str) -> WorkerProcess:
+        proc = WorkerProcess(shared_url, tmp_path, *args, env=extra_env, command=command)
         started.append(proc)
         return proc
 

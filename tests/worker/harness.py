@@ -44,15 +44,16 @@ class Marks:
 
 
 class WorkerProcess:
-    """``conveyor worker APP ...`` as a real process group leader (the supervisor)."""
+    """``conveyor worker APP ...`` (or ``command``) as a real process: the supervisor."""
 
-    def __init__(self, url: str, tmp: Path, *args: str, env: dict[str, str] | None = None) -> None:
+    def __init__(self, url: str, tmp: Path, *args: str, env: dict[str, str] | None = None,
+                 command: list[str] | None = None) -> None:  # fmt: skip
         self.log_path = tmp / f"worker-{time.monotonic_ns()}.err"
         environ = {**os.environ, **FAST_ENV, "CONVEYOR_URL": url,
                    "WORKER_TEST_LOG": str(tmp / "marks.jsonl"), **(env or {})}  # fmt: skip
         environ["PYTHONPATH"] = str(REPO) + os.pathsep + environ.get("PYTHONPATH", "")
         with open(self.log_path, "wb") as err:
-            self.proc = subprocess.Popen([CONVEYOR, "worker", APP, *args], cwd=REPO,
+            self.proc = subprocess.Popen(command or [CONVEYOR, "worker", APP, *args], cwd=REPO,
                                          env=environ, stdin=subprocess.DEVNULL, stdout=err,
                                          stderr=err)  # fmt: skip
 

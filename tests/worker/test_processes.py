@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 from typing import Any
 
@@ -53,12 +54,16 @@ def test_unfinished_jobs_are_released_and_run_by_the_next_worker(env: dict[str, 
 
 
 def test_second_signal_releases_and_exits_now(env: dict[str, Any]) -> None:
+    """Also the programmatic entry point: ``app.worker(processes=2).run()`` supervises too."""
     app, marks = env["app"], env["marks"]
-    w = env["worker"]("--shutdown-timeout", "60")
+    code = ("import sys; from tests.worker.apps.jobs import app; "
+            "sys.exit(app.worker(processes=2, shutdown_timeout=60).run())")  # fmt: skip
+    w = env["worker"](command=[sys.executable, "-c", code])
+    wait_until(lambda: len(app.workers()) == 2, timeout=15)
     job = app.enqueue("once_slow", args=["n", 60])
     wait_until(lambda: marks.of("n"), timeout=15)
     w.signal(signal.SIGTERM)
-    wait_until(lambda: "worker: SIGTERM: draining" in w.output(), timeout=5)
+    wait_until(lambda: w.output().count("worker: SIGTERM: draining") == 2, timeout=5)
     began = time.monotonic()
     w.signal(signal.SIGTERM)
     assert w.wait(timeout=5) == 0

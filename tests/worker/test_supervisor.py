@@ -45,12 +45,32 @@ def test_processes_registry_restart_and_pause_resume(env: dict[str, Any]) -> Non
     victim = records[0]["pid"]
     os.kill(victim, signal.SIGKILL)
     wait_until(lambda: len(w.child_pids()) == 3, timeout=5)
-    live = lambda: {r["pid"] for r in app.workers()}  # noqa: E731
+    def live() -> set[int]:
+        return {r["pid"] for r in app.workers()}
+
     wait_until(lambda: len(live()) == 2 and victim not in live(), timeout=5)
     assert live() <= set(w.child_pids())
-    w.signal(signal.SIGTERM)
-    assert w.wait(timeout=10) == 0
-    assert app.workers() == []
+    # SIGHUP recycles every worker process; the supervisor stays.
+    w.signal(signal.SIGHUP)
+    wait_until(lambda: len(w.child_pids()) == 5, timeout=10)
+    wait_until(lambda: live() == set(w.child_pids()[3:]), timeout=5)
+    # A supervisor killed with -9: its worker processes notice, drain and leave the registry.
+    orphans = w.child_pids()[3:]
+    os.kill(w.pid, signal.SIGKILL)
+    wait_until(lambda: app.workers() == [], timeout=5)
+    wait_until(lambda: not any(_alive(pid) for pid in orphans), timeout=5)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as fh:  # a zombie (exited, not reaped) is not alive
+            return fh.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
 
 
 def test_max_jobs_per_child_recycles(env: dict[str, Any]) -> None:
@@ -112,6 +132,7 @@ def _get(url: str) -> str | None:
     (["tests.worker.apps.jobs:app", "--concurrency", "0"], "concurrency"),
     (["tests.worker.apps.jobs:app", "--log-format", "xml"], "log-format"),
     (["tests.worker.apps.jobs:missing"], "not a Conveyor app"),
+    (["tests.worker.apps.memory_app:app"], "memory://"),
 ])  # fmt: skip
 def test_cli_refuses_bad_input(args: list[str], message: str, tmp_path: Any,
                                monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip

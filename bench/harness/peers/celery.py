@@ -3,7 +3,8 @@
 default: ``celery worker -c 1`` (prefork pool, one child: one process does the work; CLI
 defaults otherwise: prefetch multiplier 4, gossip/mingle/heartbeat on).
 best: ``--pool solo`` (the job runs in the consumer process) with prefetch multiplier 64 and
-gossip/mingle/heartbeat off. io: ``--pool threads -c 100``.
+gossip/mingle/heartbeat off (tried: solo with prefetch 16/64/256, prefork -c 1 and threads -c 4
+with prefetch 64). io: ``--pool threads -c 100``.
 """
 
 from __future__ import annotations
@@ -23,15 +24,35 @@ class CeleryAdapter(Adapter):
     db = 1
     client_module = "bench.peer_tasks.celery_tasks"
     bulk_api = "group().apply_async() (no bulk API; publishes one message per job)"
+    count_caps: ClassVar[dict[str, int]] = {
+        "enqueue": 5000,
+        "bulk": 5000,
+        "drain:default": 5000,
+        "drain:best": 10000,
+    }
     tuning_modes: ClassVar[tuple[str, ...]] = (
-        "solo-p4", "solo-p16", "prefork1-p64", "threads4-p64")
+        "solo-p16",
+        "solo-p256",
+        "prefork1-p64",
+        "threads4-p64",
+    )
 
     def worker_command(self, mode: str) -> list[str]:
-        base = [self.bin("celery"), "-A", self.client_module, "worker", "-Q", "bench",
-                "-n", f"bench{self._spawned}@%h", "--loglevel", "WARNING"]
+        base = [
+            self.bin("celery"),
+            "-A",
+            self.client_module,
+            "worker",
+            "-Q",
+            "bench",
+            "-n",
+            f"bench{self._spawned}@%h",
+            "--loglevel",
+            "WARNING",
+        ]
         if mode == "default":
             return [*base, "-c", "1"]
-        if mode in ("best", "solo-p4", "solo-p16"):
+        if mode in ("best", "solo-p16", "solo-p256"):
             return [*base, "--pool", "solo", *_QUIET]
         if mode == "prefork1-p64":
             return [*base, "-c", "1", *_QUIET]
@@ -42,5 +63,11 @@ class CeleryAdapter(Adapter):
         raise ValueError(f"celery: unknown mode {mode!r}")
 
     def worker_env(self, mode: str) -> dict[str, str]:
-        prefetch = {"best": "64", "solo-p16": "16", "prefork1-p64": "64", "threads4-p64": "64"}
+        prefetch = {
+            "best": "64",
+            "solo-p16": "16",
+            "solo-p256": "256",
+            "prefork1-p64": "64",
+            "threads4-p64": "64",
+        }
         return {"BENCH_CELERY_PREFETCH": prefetch[mode]} if mode in prefetch else {}

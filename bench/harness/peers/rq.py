@@ -1,9 +1,9 @@
 """RQ 3 on Redis.
 
 default: ``rq worker`` (forks a work horse per job). best: ``SimpleWorker`` (runs jobs in
-the worker process), quiet logging, results not kept. io: RQ runs one job at a time per worker
-process (concurrency means ``worker-pool``, i.e. more processes), so the I/O scenario runs a
-``SimpleWorker`` at concurrency 1 on fewer jobs.
+the worker process), quiet logging, results not kept (the SimpleWorker is what matters).
+io: RQ runs one job at a time per worker process (concurrency means ``worker-pool``, i.e. more
+processes), so the I/O scenario runs a ``SimpleWorker`` at concurrency 1 on fewer jobs.
 """
 
 from __future__ import annotations
@@ -22,7 +22,12 @@ class RQAdapter(Adapter):
     client_module = "bench.peer_tasks.rq_tasks"
     bulk_api = "Queue.enqueue_many (one pipeline per batch)"
     io_concurrency = 1
-    count_caps: ClassVar[dict[str, int]] = {"drain:default": 2000, "io": 500}
+    count_caps: ClassVar[dict[str, int]] = {
+        "drain:default": 1000,
+        "drain:best": 3000,
+        "io": 300,
+        "tune": 500,
+    }
     tuning_modes: ClassVar[tuple[str, ...]] = ("simple", "simple-quiet")
 
     def worker_command(self, mode: str) -> list[str]:

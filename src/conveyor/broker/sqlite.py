@@ -14,6 +14,7 @@ import itertools
 import secrets
 import sqlite3
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -28,18 +29,23 @@ from .base import Ack, Broker, EnqueueResult, Lease, Page, SearchQuery
 from .sqlite_store import SqliteStore, Tx
 
 _DELAYED = (JobState.SCHEDULED, JobState.RETRY_SCHEDULED)
-_COLS = "rid, id, queue, task, state, priority, run_at, created_at, finished_at, last_error,"
+_COLS = ("rid, id, queue, task, state, priority, run_at, created_at, finished_at, last_error,"
+         " payload")  # the row layout _Rec reads
 _SAVE = ("UPDATE jobs SET state = ?, seq = COALESCE(?, seq), run_at = ?, due_at = ?, lease_at = ?,"
          " token = ?, finished_at = ?, last_error = ?, payload = ?, corrupt = COALESCE(corrupt, ?)"
          " WHERE rid = ?")  # fmt: skip
 _INSERT = ("INSERT INTO jobs (id, queue, task, state, priority, seq, run_at, created_at, due_at,"
            " finished_at, payload) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")  # fmt: skip
+_LIVE_KEY = "SELECT job_id FROM idem WHERE queue = ? AND key = ? AND expires_at > ?"
 _FINISHED = "queue = ? AND state = ? AND finished_at IS NOT NULL"
 _READY = "queue = ? AND state = 'pending' ORDER BY priority, seq LIMIT ?"
-_SEARCH = {"id": "id >= :id AND substr(id, 1, length(:id)) = :id", "state": "state = :state",
+_SEARCH = {"id": "id >= :id AND id < :id || char(1114111)", "state": "state = :state",
            "task": "task = :task", "queue": "queue = :queue", "since": "created_at >= :since",
            "until": "created_at < :until", "error": "cv_icontains(last_error, :error)",
-           "text": "cv_text(payload, :text)"}  # an index serves state, task, queue and time
+           "text": "cv_text(payload, :text)"}  # indexed: id (prefix), state, task, queue, time
+_COUNTED = ("state", "queue")
+_COUNTED_TOTAL = ("SELECT COALESCE(SUM(n), 0) FROM counts WHERE queue != '' AND state ="
+                  " COALESCE(:state, state) AND queue = COALESCE(:queue, queue)")
 _BLANK: dict[str, Any] = {"args": [], "kwargs": {}, "metadata": {}, "result": None}
 _KEEP = object()  # "result unchanged": the stored encoded result passes through
 
@@ -72,8 +78,9 @@ class _Rec:
     def payload(self) -> bytes:
         """The envelope of the (changed) job; undecoded parts pass through as stored."""
         job, data = self.job, self.data
-        if data is None:
-            return orjson.dumps(job_to_dict(job))
+        if data is None:  # corrupt: the stored bytes stay until the job is dead-lettered
+            return orjson.dumps(job_to_dict(job)) if job.state is JobState.DEAD_LETTER else \
+                self.corrupt or b""  # fmt: skip
         saved = job.args, job.kwargs, job.metadata, job.result
         job.args, job.kwargs, job.metadata = [], {}, {}
         job.result = None if saved[3] is _KEEP else saved[3]
@@ -91,7 +98,7 @@ class SqliteBroker(SqliteStore, Broker):
     """The Broker protocol on one SQLite file (see module docstring)."""
 
     def _rows(self, tx: Tx, where: str, params: Sequence[Any], full: bool = False) -> list[_Rec]:
-        sql = f"SELECT {_COLS} payload FROM jobs WHERE {where}"
+        sql = f"SELECT {_COLS} FROM jobs WHERE {where}"
         return [_Rec(row, full) for row in tx.conn.execute(sql, params)]
 
     def _leased(self, tx: Tx, job_id: str, token: str) -> _Rec | None:
@@ -144,7 +151,8 @@ class SqliteBroker(SqliteStore, Broker):
                 if job.id in taken or job.id in fresh:
                     raise DuplicateJob(job.id)
                 key = (job.queue, job.idempotency_key) if job.idempotency_key else None
-                existing = self._live_key(c, key, now) or batch_keys.get(key) if key else None
+                live = c.execute(_LIVE_KEY, (*key, now)).fetchone() if key else None
+                existing = live[0] if live else batch_keys.get(key) if key else None
                 if existing is not None:
                     row = c.execute("SELECT state FROM jobs WHERE id = ?", (existing,)).fetchone()
                     state = JobState(row[0]) if row else job.state
@@ -154,28 +162,23 @@ class SqliteBroker(SqliteStore, Broker):
                     batch_keys[key] = job.id
                 fresh[job.id] = job
                 results.append(EnqueueResult(job.id, False, job.state))
-                tx.count(job.queue, None, str(job.state))
                 tx.emit("enqueued", job, now, state=str(job.state))
+            new = list(fresh.values())
+            for (queue, name), n in Counter((j.queue, str(j.state)) for j in new).items():
+                tx.count(queue, None, name, n)
+            seq0 = tx.bump("seq", len(new)) - len(new)  # one range of places for the batch
             c.executemany(_INSERT, [(
-                j.id, j.queue, j.task, str(j.state), j.priority, tx.next_seq(), j.run_at,
-                j.created_at, j.run_at if j.state in _DELAYED else None,
+                j.id, j.queue, j.task, str(j.state), j.priority, seq0 + i, j.run_at, j.created_at,
+                j.run_at if j.state in _DELAYED else None,
                 j.finished_at if j.state in TERMINAL_STATES else None,
-                orjson.dumps(job_to_dict(j))) for j in fresh.values()])  # fmt: skip
-            keyed = [j for j in fresh.values() if j.idempotency_key]
+                orjson.dumps(job_to_dict(j))) for i, j in enumerate(new, 1)])  # fmt: skip
+            keyed = [j for j in new if j.idempotency_key]
             c.executemany("INSERT OR REPLACE INTO idem (queue, key, job_id, expires_at) VALUES"
                           " (?, ?, ?, ?)", [(j.queue, j.idempotency_key, j.id,
                                              now + j.idempotency_ttl) for j in keyed])  # fmt: skip
             c.executemany("INSERT OR IGNORE INTO queues (name) VALUES (?)",
-                          [(q,) for q in sorted({j.queue for j in fresh.values()})])  # fmt: skip
+                          [(q,) for q in sorted({j.queue for j in new})])  # fmt: skip
             return results
-
-    @staticmethod
-    def _live_key(c: sqlite3.Connection, key: tuple[str, str], now: float) -> str | None:
-        row = c.execute("SELECT job_id, expires_at FROM idem WHERE queue = ? AND key = ?",
-                        key).fetchone()  # fmt: skip
-        if row is not None and row[1] <= now:
-            c.execute("DELETE FROM idem WHERE queue = ? AND key = ?", key)
-        return str(row[0]) if row is not None and row[1] > now else None
 
     def claim(
         self, queues: Sequence[str], now: float, *, limit: int = 1,
@@ -306,7 +309,7 @@ class SqliteBroker(SqliteStore, Broker):
 
     def get(self, job_id: str) -> Job | None:
         """A fresh snapshot, or None (a corrupt row reads as a stub built from its columns)."""
-        sql = f"SELECT {_COLS} payload FROM jobs WHERE id = ?"
+        sql = f"SELECT {_COLS} FROM jobs WHERE id = ?"
         row = self._conn().execute(sql, (job_id,)).fetchone()
         return None if row is None else _Rec(row, True).job
 
@@ -346,18 +349,9 @@ class SqliteBroker(SqliteStore, Broker):
                                     (q, str(state), cutoff, id_list, id_list))
                        for q in names if queue is None or q == queue)  # fmt: skip
 
-    def counts(self) -> dict[str, dict[str, int]]:
-        """Jobs per queue per state, from the ``counts`` table (no scan of ``jobs``)."""
-        c = self._conn()
-        out = {r[0]: dict.fromkeys(map(str, JobState), 0) for r in c.execute(
-            "SELECT name FROM queues")}  # fmt: skip
-        for queue, state, n in c.execute("SELECT queue, state, n FROM counts WHERE queue != ''"):
-            out.setdefault(queue, dict.fromkeys(map(str, JobState), 0))[state] = n
-        return out
-
     def peek(self, queue: str, n: int = 10) -> list[Job]:
         """The next ``n`` ready jobs of ``queue`` in claim order."""
-        sql = f"SELECT {_COLS} payload FROM jobs WHERE {_READY}"
+        sql = f"SELECT {_COLS} FROM jobs WHERE {_READY}"
         return [_Rec(row, True).job for row in self._conn().execute(sql, (queue, n))]
 
     def search(self, query: SearchQuery) -> Page:
@@ -369,10 +363,12 @@ class SqliteBroker(SqliteStore, Broker):
              "text": q.text.lower().encode() if q.text else None,
              "limit": q.page_size, "offset": (max(1, q.page) - 1) * q.page_size}  # fmt: skip
         where = " AND ".join(sql for key, sql in _SEARCH.items() if p[key] is not None) or "1"
-        c = self._conn()
-        total = c.execute(f"SELECT COUNT(*) FROM jobs WHERE {where}", p).fetchone()[0]
-        rows = c.execute(f"SELECT {_COLS} payload FROM jobs WHERE {where}"
-                         " ORDER BY created_at DESC, id DESC LIMIT :limit OFFSET :offset", p)
+        c, only_counts = self._conn(), all(p[k] is None for k in _SEARCH if k not in _COUNTED)
+        total = c.execute(_COUNTED_TOTAL if only_counts else  # no filter beyond state / queue
+                          f"SELECT COUNT(*) FROM jobs WHERE {where}", p).fetchone()[0]  # fmt: skip
+        order = "+created_at" if p["id"] else "created_at"  # "+": let the id index drive
+        rows = c.execute(f"SELECT {_COLS} FROM jobs WHERE {where} ORDER BY {order} DESC,"
+                         " id DESC LIMIT :limit OFFSET :offset", p)  # fmt: skip
         return Page([_Rec(r, True).job for r in rows], int(total), q.page, q.page_size)
 
     def oldest_pending(self, queue: str) -> float | None:

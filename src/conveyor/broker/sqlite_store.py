@@ -24,6 +24,7 @@ import orjson
 
 from ..config import Retention
 from ..core.job import Job
+from ..core.state import JobState
 from ..errors import BrokerUnavailable, ValidationError
 
 SCHEMA_VERSION = 1
@@ -103,10 +104,10 @@ class Tx:
         """The next placement number: order of becoming ready / delayed / claimed / finished."""
         return self.bump("seq")
 
-    def count(self, queue: str, old: str | None, new: str | None) -> None:
-        """Record a job moving between states (None: inserted / deleted) for ``counts``."""
+    def count(self, queue: str, old: str | None, new: str | None, n: int = 1) -> None:
+        """Record ``n`` jobs moving between states (None: inserted / deleted) for ``counts``."""
         if old != new:
-            for state, step in ((old, -1), (new, 1)):
+            for state, step in ((old, -n), (new, n)):
                 if state is not None:
                     self.deltas[queue, state] = self.deltas.get((queue, state), 0) + step
 
@@ -254,8 +255,8 @@ class SqliteStore:
         rest, _, query = url.split("://", 1)[-1].partition("?")
         opts = {k: v[-1] for k, v in parse_qs(query).items()}
         if not rest.startswith("/") or len(rest) < 2 or set(opts) - {"synchronous"}:
-            raise ValidationError("url", f"{url!r}: use sqlite:///relative.db or"
-                                  " sqlite:////abs/path.db (option: ?synchronous=full)")  # fmt: skip
+            raise ValidationError("url", f"{url!r}: use sqlite:///relative.db or sqlite:////abs/"
+                                  "path.db (option: ?synchronous=full)")  # fmt: skip
         return cls(unquote(rest[1:]), retention, synchronous=opts.get("synchronous", "NORMAL"),
                    url=url)  # fmt: skip
 
@@ -278,6 +279,15 @@ class SqliteStore:
         """Every queue that has held a job or been paused, sorted."""
         return [r[0] for r in self._conn().execute("SELECT name FROM queues ORDER BY name")]
 
+    def counts(self) -> dict[str, dict[str, int]]:
+        """Jobs per queue per state, from the ``counts`` table (no scan of ``jobs``)."""
+        c = self._conn()
+        out = {r[0]: dict.fromkeys(map(str, JobState), 0) for r in c.execute(
+            "SELECT name FROM queues")}  # fmt: skip
+        for queue, state, n in c.execute("SELECT queue, state, n FROM counts WHERE queue != ''"):
+            out.setdefault(queue, dict.fromkeys(map(str, JobState), 0))[state] = n
+        return out
+
     def _housekeep_side(self, tx: Tx, now: float) -> None:
         """Drop expired idempotency keys, documents and counter buckets; return free pages."""
         for table in ("idem", "docs", "counters"):
@@ -286,16 +296,13 @@ class SqliteStore:
         if free > 4096:  # keep 1024 free pages for reuse, give the rest back to the OS
             tx.conn.execute(f"PRAGMA incremental_vacuum({free - 1024})").fetchall()
 
-    def doc_put(
-        self, collection: str, name: str, doc: Mapping[str, Any], now: float,
-        ttl: float | None = None,
-    ) -> None:  # fmt: skip
+    def doc_put(self, collection: str, name: str, doc: Mapping[str, Any], now: float,
+                ttl: float | None = None) -> None:  # fmt: skip
         """Create or replace a document (see ``Broker.doc_put``)."""
         with self._write() as tx:
-            tx.conn.execute(
-                "INSERT OR REPLACE INTO docs (collection, name, body, expires_at) VALUES (?,?,?,?)",
-                (collection, name, orjson.dumps(dict(doc)), None if ttl is None else now + ttl),
-            )
+            tx.conn.execute("INSERT OR REPLACE INTO docs (collection, name, body, expires_at)"
+                            " VALUES (?, ?, ?, ?)", (collection, name, orjson.dumps(dict(doc)),
+                            None if ttl is None else now + ttl))  # fmt: skip
 
     _LIVE_DOC = ("SELECT name, body FROM docs WHERE collection = ? AND (? IS NULL OR name = ?)"
                  " AND (expires_at IS NULL OR expires_at > ?)")  # fmt: skip
@@ -316,10 +323,8 @@ class SqliteStore:
             sql = "DELETE FROM docs WHERE collection = ? AND name = ?"
             return int(tx.conn.execute(sql, (collection, name)).rowcount) > 0
 
-    def doc_update_if(
-        self, collection: str, name: str, field: str, expected: Any,
-        changes: Mapping[str, Any], now: float,
-    ) -> bool:  # fmt: skip
+    def doc_update_if(self, collection: str, name: str, field: str, expected: Any,
+                      changes: Mapping[str, Any], now: float) -> bool:  # fmt: skip
         """Merge ``changes`` into a live document if ``doc[field] == expected`` (atomic)."""
         with self._write() as tx:
             row = tx.conn.execute(self._LIVE_DOC, (collection, name, name, now)).fetchone()
@@ -336,11 +341,9 @@ class SqliteStore:
         with self._write() as tx:
             tx.conn.executemany("INSERT INTO logs (name, body) VALUES (?, ?)",
                                 [(name, orjson.dumps(dict(e))) for e in entries])  # fmt: skip
-            tx.conn.execute(
-                "DELETE FROM logs WHERE name = ? AND seq <= COALESCE((SELECT seq FROM logs"
-                " WHERE name = ? ORDER BY seq DESC LIMIT 1 OFFSET ?), -1)",
-                (name, name, max(cap, 0)),
-            )
+            tx.conn.execute("DELETE FROM logs WHERE name = ? AND seq <= COALESCE((SELECT seq FROM"
+                            " logs WHERE name = ? ORDER BY seq DESC LIMIT 1 OFFSET ?), -1)",
+                            (name, name, max(cap, 0)))  # fmt: skip
 
     def log_read(self, name: str, limit: int = 100) -> list[dict[str, Any]]:
         """The newest ``limit`` entries of a log, newest first."""
@@ -352,9 +355,8 @@ class SqliteStore:
         with self._write() as tx:
             tx.events.extend(dict(e) for e in events)
 
-    def events_read(
-        self, after: str | None = None, limit: int = 100
-    ) -> tuple[list[dict[str, Any]], str]:
+    def events_read(self, after: str | None = None, limit: int = 100
+                    ) -> tuple[list[dict[str, Any]], str]:  # fmt: skip
         """Events numbered after cursor ``after``, oldest first, and the cursor to resume at."""
         start = int(after) if after else 0
         out: list[dict[str, Any]] = []
@@ -379,10 +381,8 @@ class SqliteStore:
             values: dict[str, float] = {} if row is None else orjson.loads(row[0])
             for key, amount in increments.items():
                 values[key] = values.get(key, 0.0) + amount
-            tx.conn.execute(
-                "INSERT OR REPLACE INTO counters (bucket, body, expires_at) VALUES (?, ?, ?)",
-                (bucket, orjson.dumps(values), now + ttl),
-            )
+            tx.conn.execute("INSERT OR REPLACE INTO counters (bucket, body, expires_at) VALUES"
+                            " (?, ?, ?)", (bucket, orjson.dumps(values), now + ttl))  # fmt: skip
 
     def counters_get(self, buckets: Sequence[str], now: float) -> dict[str, dict[str, float]]:
         """The counters of each live bucket."""

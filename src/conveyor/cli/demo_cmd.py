@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import Any
 
 import click
@@ -22,6 +23,9 @@ from .common import console, emit_json, table
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def demo(url: str | None, n_jobs: int, dashboard: bool, port: int, as_json: bool) -> None:
     """Enqueue sample jobs, run a worker and the scheduler, and summarise the outcome."""
+    if not logging.getLogger().isEnabledFor(logging.DEBUG):
+        # One line per retry would drown the progress bar; the summary reports them instead.
+        logging.getLogger("conveyor").setLevel(logging.ERROR)
     app = build_demo_app(url)
     shown_url = url or DEMO_URL
     if dashboard:
@@ -38,7 +42,8 @@ def demo(url: str | None, n_jobs: int, dashboard: bool, port: int, as_json: bool
     else:
         _print_summary(summary, shown_url)
     app.close()
-    if summary.unfinished:
+    if summary.unfinished or not summary.completed or not summary.schedule_runs:
+        click.echo("error: the demo did not finish every job within its deadline", err=True)
         raise SystemExit(1)
 
 

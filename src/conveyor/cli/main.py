@@ -50,3 +50,7 @@ def main() -> None:
     except ConveyorError as exc:
         click.echo(f"error: {exc}", err=True)
         raise SystemExit(2) from exc
+
+
+if __name__ == "__main__":
+    main()

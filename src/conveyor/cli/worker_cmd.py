@@ -58,6 +58,9 @@ def worker_command(
     except ValidationError as exc:
         raise click.BadParameter(str(exc), param_hint="--queues") from exc
     app = load_app(app_target)
+    if app.broker.url.startswith("memory:"):
+        raise click.UsageError("the app uses memory://, which worker processes cannot share; "
+                               "use sqlite:///jobs.db or redis://")  # fmt: skip
     shutdown = app.settings.shutdown_timeout if shutdown_timeout is None else shutdown_timeout
     config = ChildConfig(
         app=app_target, queues=queues, concurrency=concurrency, strict=strict,

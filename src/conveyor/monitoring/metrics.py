@@ -21,6 +21,7 @@ import atexit
 import bisect
 import logging
 import threading
+import time
 import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass
@@ -148,19 +149,19 @@ class MetricsMiddleware(Middleware):
                 self._timer.daemon = True
                 self._timer.start()
 
-    def flush(self) -> None:
-        """Write every buffered increment to the broker now."""
+    def flush(self, *, quiet: bool = False) -> None:
+        """Write every buffered increment to the broker now (``quiet``: no traceback on error)."""
         with self._lock:
-            self._flush_locked()
+            self._flush_locked(quiet)
 
-    def _flush_locked(self) -> None:
+    def _flush_locked(self, quiet: bool = False) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
         pending, self._pending = self._pending, {}
         broker = self._broker
-        if not pending or broker is None:
-            return
+        if not pending or broker is None or getattr(broker, "_closed", False):
+            return  # nothing to write, or the app was closed: drop rather than reconnect
         totals: dict[str, float] = {}
         try:
             for bucket, values in sorted(pending.items()):
@@ -169,7 +170,8 @@ class MetricsMiddleware(Middleware):
                     totals[key] = totals.get(key, 0.0) + amount
             broker.counters_add(TOTALS_BUCKET, totals, self._now, TOTALS_TTL)
         except Exception:  # a metrics write must never break a worker
-            log.warning("could not write metrics to the broker", exc_info=True)
+            log.log(logging.DEBUG if quiet else logging.WARNING,
+                    "could not write metrics to the broker", exc_info=not quiet)  # fmt: skip
 
 
 _LIVE: weakref.WeakSet[MetricsMiddleware] = weakref.WeakSet()
@@ -177,8 +179,12 @@ _LIVE: weakref.WeakSet[MetricsMiddleware] = weakref.WeakSet()
 
 @atexit.register
 def _flush_all_at_exit() -> None:  # pragma: no cover - runs at interpreter exit
+    # Best effort within a small budget: a broker that is already gone must not stall exit.
+    deadline = time.monotonic() + 2.0
     for mw in list(_LIVE):
-        mw.flush()
+        if time.monotonic() > deadline:
+            break
+        mw.flush(quiet=True)
 
 
 def flush_local(app: Conveyor) -> None:

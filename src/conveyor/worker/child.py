@@ -13,6 +13,7 @@ import dataclasses
 import importlib
 import logging
 import os
+import signal
 import sys
 import threading
 from dataclasses import dataclass, field
@@ -102,6 +103,9 @@ def main(argv: list[str] | None = None) -> None:
     from .logs import setup_logging
     from .loop import EXIT_STUCK
 
+    early: list[int] = []  # a stop signal before the worker runs: exit cleanly, do not die
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, frame: early.append(signum))
     args = sys.argv[1:] if argv is None else argv
     config = ChildConfig.from_json(args[0])
     setup_logging(config.log_format, config.log_level)
@@ -120,6 +124,9 @@ def main(argv: list[str] | None = None) -> None:
                         shutdown_timeout=config.shutdown_timeout)  # fmt: skip
     threading.Thread(target=_watch_parent, args=(worker, os.getppid()), daemon=True,
                      name="conveyor-parent-watch").start()  # fmt: skip
+    if early:
+        log.info("stop signal during start-up: exiting")
+        sys.exit(0)
     code = worker.run()
     try:
         app.close()

@@ -29,13 +29,12 @@ from typing import TYPE_CHECKING, Any
 from ..broker.base import Lease
 from ..core.ids import new_ulid
 from ..core.queues import QueueSelector, parse_queues
-from ..errors import LeaseLost
 from ..middleware import emit
 from .execute import Outcome, call_inline, outcome_of_call, precheck, reported
 from .executors import Executor, make_executor
 from .lease_keeper import LeaseKeeper
 from .recorder import Recorder
-from .registry import Heartbeat, rss_bytes
+from .registry import Heartbeat, describe
 from .running import Running, choose_executor, effective_timeout
 from .shutdown import stop_on_signals
 from .timeouts import Watchdog
@@ -83,9 +82,12 @@ class Worker:
         self._finished = threading.Event()
         self._finished.set()
         self._cv = threading.Condition()
-        self._inflight: dict[str, Running] = {}
+        self._inflight: dict[str, Running] = {}  # claimed and not yet recorded, by token
+        self._busy = 0  # of those, still executing: the slots in use
         self._done: queue.SimpleQueue[tuple[Running, Outcome] | None] = queue.SimpleQueue()
         self._executors: dict[str, Executor] = {}
+        self._run_thread: int | None = None
+        self._claim_errors = 0
 
     @property
     def queues(self) -> list[str]:
@@ -168,23 +170,25 @@ class Worker:
         self._stopping.clear()
         self._hard.clear()
         self._finished.clear()
+        self._busy = 0
+        self._run_thread = threading.get_ident()
         self.exit_code = EXIT_OK
         self.started_at = self.app.now()
-        helpers = self._start_helpers()
-        emit(self.app.middleware, "on_worker_start", self)
-        log.info("worker %s: queues=%s concurrency=%d visibility_timeout=%gs", self.id,
-                 ",".join(self.queues), self.concurrency, self.visibility_timeout)  # fmt: skip
-        try:
-            signals = stop_on_signals(self) if self.handle_signals else contextlib.nullcontext()
-            with signals:
+        signals = stop_on_signals(self) if self.handle_signals else contextlib.nullcontext()
+        with signals:  # first: a signal during start-up must drain, not kill
+            helpers = self._start_helpers()
+            emit(self.app.middleware, "on_worker_start", self)
+            log.info("worker %s: queues=%s concurrency=%d visibility_timeout=%gs", self.id,
+                     ",".join(self.queues), self.concurrency, self.visibility_timeout)  # fmt: skip
+            try:
                 self._claim_loop()
                 self._drain()
-        finally:
-            self._stop_helpers(helpers)
-            emit(self.app.middleware, "on_worker_stop", self)
-            log.info("worker %s stopped: processed=%d failed=%d exit_code=%d", self.id,
-                     self.processed, self.failed, self.exit_code)  # fmt: skip
-            self._finished.set()
+            finally:
+                self._stop_helpers(helpers)
+                emit(self.app.middleware, "on_worker_stop", self)
+                log.info("worker %s stopped: processed=%d failed=%d exit_code=%d", self.id,
+                         self.processed, self.failed, self.exit_code)  # fmt: skip
+                self._finished.set()
         return self.exit_code
 
     def stop(self, timeout: float | None = None, *, wait: bool = True) -> None:
@@ -197,7 +201,7 @@ class Worker:
         self._stopping.set()
         with self._cv:
             self._cv.notify_all()
-        if wait:
+        if wait and threading.get_ident() != self._run_thread:
             self._finished.wait(self.shutdown_timeout + 5.0)
 
     def stop_now(self, code: int | None = None) -> None:
@@ -212,14 +216,14 @@ class Worker:
         with self._cv:
             return list(self._inflight.values())
 
+    @property
+    def draining(self) -> bool:
+        """True once asked to stop (no new claims)."""
+        return self._stopping.is_set()
+
     def describe(self) -> dict[str, Any]:
         """This worker's registry record."""
-        return {"id": self.id, "host": socket.gethostname(), "pid": os.getpid(),
-                "queues": self.queues, "concurrency": self.concurrency,
-                "running": [r.job.id for r in self.running_jobs()],
-                "started_at": self.started_at, "processed": self.processed,
-                "failed": self.failed, "rss": rss_bytes(),
-                "state": "draining" if self._stopping.is_set() else "running"}  # fmt: skip
+        return describe(self)
 
     # ------------------------------------------------------------------ claim loop
     def _claim_loop(self) -> None:
@@ -227,9 +231,9 @@ class Worker:
         while not self._stopping.is_set():
             self._maintain_safely()
             with self._cv:
-                while len(self._inflight) >= self.concurrency and not self._stopping.is_set():
+                while self._full() and not self._stopping.is_set():
                     self._cv.wait(0.5)
-                free = self.concurrency - len(self._inflight)
+                free = self.concurrency - self._busy
                 if self.max_jobs:  # never start more than the job limit allows
                     free = min(free, self.max_jobs - self.processed - self.failed
                                - len(self._inflight))  # fmt: skip
@@ -247,6 +251,11 @@ class Worker:
             if time.monotonic() - began < 0.005:  # a backend that cannot block: do not spin
                 self._stopping.wait(min(poll, 0.05))
 
+    def _full(self) -> bool:
+        # A slot frees when its job finishes; the ack is written meanwhile. Finished but not
+        # yet recorded jobs are capped too, so a slow broker slows claiming down.
+        return self._busy >= self.concurrency or len(self._inflight) >= 2 * self.concurrency
+
     def _maintain_safely(self) -> None:
         try:
             self.maintain(self.app.now())
@@ -255,13 +264,20 @@ class Worker:
 
     def _claim(self, free: int) -> list[Lease]:
         try:
-            return self.broker.claim(self.selector.order(), self.app.now(), limit=free,
-                                     worker_id=self.id,
-                                     visibility_timeout=self.visibility_timeout)  # fmt: skip
+            leases = self.broker.claim(self.selector.order(), self.app.now(), limit=free,
+                                       worker_id=self.id,
+                                       visibility_timeout=self.visibility_timeout)  # fmt: skip
         except Exception:
-            log.exception("claim failed; backing off")
-            self._stopping.wait(1.0)
+            self._claim_errors += 1
+            delay = min(10.0, 0.5 * 2 ** (self._claim_errors - 1))
+            log.warning("claim failed (%d in a row); retrying in %.1fs", self._claim_errors,
+                        delay, exc_info=self._claim_errors == 1)  # fmt: skip
+            self._stopping.wait(delay)
             return []
+        if self._claim_errors:
+            log.info("claiming works again after %d failure(s)", self._claim_errors)
+            self._claim_errors = 0
+        return leases
 
     def _dispatch(self, leases: list[Lease]) -> None:
         groups: dict[str, list[Running]] = {}
@@ -272,6 +288,7 @@ class Worker:
             run = Running(lease, task, kind, effective_timeout(task, lease.job))
             with self._cv:
                 self._inflight[run.token] = run
+                self._busy += rejected is None
             if rejected is not None:
                 run.settle()
                 self._done.put((run, rejected))
@@ -301,6 +318,12 @@ class Worker:
         if not run.settle():
             return
         self._done.put((run, reported(run, result, exc, tb, self.app.now(), self.app.rng)))
+        self._slot_freed()
+
+    def _slot_freed(self) -> None:
+        with self._cv:
+            self._busy -= 1
+            self._cv.notify_all()
 
     def _recorded(self, runs: list[Running]) -> None:
         """The recorder thread wrote these outcomes: free their slots (or stop at the limit)."""
@@ -326,6 +349,7 @@ class Worker:
                   self.app.settings.timeout_grace)  # fmt: skip
         if run.settle():
             self._done.put((run, reported(run, None, None, None, self.app.now(), self.app.rng)))
+            self._slot_freed()
         self.stop_now(EXIT_STUCK)
 
     # ------------------------------------------------------------------ start / stop
@@ -360,21 +384,9 @@ class Worker:
                 self._cv.wait(min(0.1, max(0.0, deadline - time.monotonic())))
         for run in self.running_jobs():
             if run.settle():
-                self._release(run)
-
-    def _release(self, run: Running) -> None:
-        try:
-            self.broker.release(run.job.id, run.token, self.app.now(), penalize=False,
-                                note=f"worker shutdown ({self.id})")  # fmt: skip
-            name = "released"
-        except LeaseLost:
-            name = "lease_lost"
-        except Exception:
-            log.exception("releasing job %s failed (its lease will expire)", run.job.id)
-            name = "lease_lost"
-        with self._cv:
-            self._inflight.pop(run.token, None)
-        self.recorder.after(run, name, None)
+                self.recorder.release(run, f"worker shutdown ({self.id})")
+                with self._cv:
+                    self._inflight.pop(run.token, None)
 
     def _stop_helpers(self, helpers: list[Any]) -> None:
         recorder, *others = helpers

@@ -1,13 +1,16 @@
 """A warm pool of child processes for ``executor="process"`` tasks: CPU-bound or must-be-killable.
 
-Children are started once (``spawn``: a fresh interpreter, safe in a threaded parent) and reused;
-each runs one job at a time. A job names its function by module and qualified name — the child
+Children are started once and reused; each runs one job at a time. They are forked by
+multiprocessing's ``forkserver`` (a small single-threaded server process, so forking is safe
+in a threaded worker and a replacement child starts in milliseconds; ``spawn`` where there is
+no forkserver). A job names its function by module and qualified name — the child
 imports the module and finds the function (unwrapping the ``Task`` the decorator left there), so
 tasks must live at module level. A timeout kills the child (SIGKILL) and a new one replaces it;
 a child that dies on its own (segfault, ``os._exit``) fails its job and is replaced too.
 
 One dispatcher thread in the worker hands queued jobs to idle children and reads results.
-Children exit when the worker dies (parent-death signal on Linux, and EOF on their pipe).
+Children exit when the worker dies (the forkserver exits with it; each child has a
+parent-death signal on Linux, and sees EOF on its pipe).
 """
 
 from __future__ import annotations
@@ -64,11 +67,12 @@ class ProcessPool:
     def __init__(self, size: int, report: Report) -> None:
         self.size = max(1, size)
         self._report = report
-        self._ctx = multiprocessing.get_context("spawn")
+        self._ctx = _context()
         self._pending: collections.deque[Running] = collections.deque()
         self._slots: list[_Slot] = []
         self._lock = threading.Lock()
-        self._wake_r, self._wake_w = self._ctx.Pipe(duplex=False)
+        pipe: tuple[Connection, Connection] = self._ctx.Pipe(duplex=False)
+        self._wake_r, self._wake_w = pipe
         self._stop = False
         self._thread: threading.Thread | None = None
         self._start_failures = 0  # children that died before they were ready, in a row
@@ -310,3 +314,13 @@ def _die_with_parent() -> None:
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
         if os.getppid() == 1:
             os._exit(0)
+
+
+def _context() -> Any:
+    """``forkserver`` where available: one clean server process forks each child quickly (and
+    safely, unlike ``fork`` in a threaded worker); ``spawn`` elsewhere."""
+    if "forkserver" in multiprocessing.get_all_start_methods():
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload([__name__])
+        return ctx
+    return multiprocessing.get_context("spawn")

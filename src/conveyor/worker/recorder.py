@@ -147,8 +147,23 @@ class Recorder:
             log.log(level, "job %s task=%s queue=%s attempt=%d worker=%s duration=%.3fs "
                     "outcome=%s%s", job.id, job.task, job.queue, job.attempts, self.worker.id,
                     duration, name, detail, extra={"job": fields})  # fmt: skip
-        emit(self.middleware, "after_process", self.worker, job, outcome=name, duration=duration,
-             error=error, reverse=True)  # fmt: skip
+        if name != "released":  # a released job did not finish: no after_process
+            emit(self.middleware, "after_process", self.worker, job, outcome=name,
+                 duration=duration, error=error, reverse=True)  # fmt: skip
+
+    def release(self, run: Running, note: str) -> str:
+        """Give an unfinished job back without an attempt penalty (shutdown); log it."""
+        try:
+            self.broker.release(run.job.id, run.token, self.worker.app.now(), penalize=False,
+                                note=note)  # fmt: skip
+            name = "released"
+        except LeaseLost:
+            name = "lease_lost"
+        except Exception:
+            log.exception("releasing job %s failed (its lease will expire)", run.job.id)
+            name = "lease_lost"
+        self.after(run, name, None)
+        return name
 
     def lease_lost(self, run: Running) -> None:
         """Log and announce a lost lease, once per attempt."""

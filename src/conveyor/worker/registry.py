@@ -12,11 +12,15 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..broker.base import Broker
+
+if TYPE_CHECKING:
+    from .loop import Worker
 
 log = logging.getLogger("conveyor.worker")
 COLLECTION = "workers"
@@ -35,6 +39,16 @@ def rss_bytes(pid: int | None = None) -> int:
 
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         return int(peak if sys.platform == "darwin" else peak * 1024)
+
+
+def describe(worker: Worker) -> dict[str, Any]:
+    """The registry record of a running worker."""
+    return {"id": worker.id, "host": socket.gethostname(), "pid": os.getpid(),
+            "queues": worker.queues, "concurrency": worker.concurrency,
+            "running": [r.job.id for r in worker.running_jobs()],
+            "started_at": worker.started_at, "processed": worker.processed,
+            "failed": worker.failed, "rss": rss_bytes(),
+            "state": "draining" if worker.draining else "running"}  # fmt: skip
 
 
 class Heartbeat:

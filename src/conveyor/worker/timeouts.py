@@ -86,7 +86,10 @@ class Watchdog:
         """One pass at monotonic time ``now``; returns when the next pass is due."""
         next_at = now + 1.0
         for run in self._snapshot():
-            if run.deadline is None or run.settled:
+            if run.settled or run.timeout is None:
+                continue
+            if run.deadline is None:  # handed to its executor, not started yet: look again soon
+                next_at = min(next_at, now + 0.05)
                 continue
             if not run.interrupted:
                 if now >= run.deadline:

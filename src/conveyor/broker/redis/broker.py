@@ -26,6 +26,7 @@ from ..base import Ack, Broker, EnqueueResult, Lease
 from . import codec
 from .codec import fmt_time
 from .keys import TERMINAL_SETS
+from .lifecycle import LifecycleMixin
 from .plumbing import guarded, token_queue
 from .reads import ReadsMixin
 from .scripts import Call
@@ -37,7 +38,7 @@ REAP_BATCH = 1000
 PURGE_BATCH = 1000
 
 
-class RedisBroker(ReadsMixin, SideMixin, Broker):
+class RedisBroker(ReadsMixin, SideMixin, LifecycleMixin, Broker):
     """Redis (standalone, Sentinel or Cluster) backend; build it with ``from_url``."""
 
     has_server_clock = True
@@ -97,34 +98,36 @@ class RedisBroker(ReadsMixin, SideMixin, Broker):
         at, deadline = fmt_time(now), fmt_time(now + visibility_timeout)
         more = False
         for queue in queues:
-            if len(leases) >= limit:
-                break
-            reply = self.runner.run("claim", self.qkeys(queue), [
-                queue, at, deadline, limit - len(leases), worker_id, self.retention.events_max,
-                PROMOTE_BATCH, self.retention.dead_letter_max,
-            ])  # fmt: skip
-            more = more or reply[0] == 1
-            for n in range(1, len(reply), 2):
-                job_id, fields = reply[n].decode(), codec.pairs(reply[n + 1])
-                lease = self._lease(queue, job_id, fields, now, visibility_timeout, worker_id)
-                if lease is not None:
-                    leases.append(lease)
+            while len(leases) < limit:
+                reply = self.runner.run("claim", self.qkeys(queue), [
+                    queue, at, deadline, limit - len(leases), worker_id,
+                    self.retention.events_max, PROMOTE_BATCH, self.retention.dead_letter_max,
+                ])  # fmt: skip
+                more = more or reply[0] == 1
+                buried = 0
+                for item in reply[1:]:
+                    lease = self._lease(queue, item, now, visibility_timeout, worker_id)
+                    if lease is None:
+                        buried += 1
+                    else:
+                        leases.append(lease)
+                if not buried:  # the queue gave what it had; undecodable jobs: claim again
+                    break
         if more:
             self.wake_all()
         return leases
 
     def _lease(
-        self, queue: str, job_id: str, fields: dict[bytes, bytes], now: float, vt: float,
-        worker_id: str,
-    ) -> Lease | None:  # fmt: skip
-        token = fields.get(b"token", b"").decode()
+        self, queue: str, item: list[Any], now: float, vt: float, worker_id: str
+    ) -> Lease | None:
+        token = item[2].decode()
         try:
-            job = codec.job_from_hash(fields, queue)
+            job = codec.claimed_job(item, queue, now, now + vt, worker_id)
         except DecodeError as exc:
+            job_id, fields = codec.claimed_fields(item, "", "", worker_id)
             self._bury_undecodable(queue, job_id, token, fields, str(exc), worker_id, now)
             return None
-        job.id = job_id
-        self.remember(job_id, queue)
+        self.remember(job.id, queue)
         return Lease(job, token, now + vt)
 
     def _bury_undecodable(
@@ -323,60 +326,3 @@ class RedisBroker(ReadsMixin, SideMixin, Broker):
         pipe.ltrim(wake, 0, 15)
         pipe.execute()
         self.wake_all()
-
-    # ------------------------------------------------------------------ lifecycle
-    @guarded
-    def server_time(self) -> float | None:
-        """Redis ``TIME`` in epoch seconds."""
-        seconds, micros = self.client.time()
-        return int(seconds) + int(micros) / 1_000_000
-
-    @guarded
-    def wait_for_work(self, queues: Sequence[str], timeout: float) -> None:
-        """Block on BLPOP of the queues' wake lists until a job may be ready or ``timeout``."""
-        if timeout <= 0 or not queues:
-            return
-        wait = max(0.01, min(timeout, self._conn.socket_timeout - 1.0))
-        if not self.cluster:
-            keys = [self.keys.queue_key(q, "wake") for q in queues]
-        elif len(queues) == 1:
-            keys = [self.keys.queue_key(queues[0], "wake")]
-        else:
-            keys = [self.keys.global_wake]
-        popped = self.client.blpop(keys, timeout=wait)
-        if popped is not None:
-            # markers left while nobody waited are stale: this worker claims next anyway and
-            # passes the wake-up on (claim.lua) if more jobs remain
-            self.client.delete(popped[0])
-
-    @guarded
-    def flush_all(self) -> None:
-        """Delete every key of this broker's prefix (tests, demos)."""
-        batch: list[Any] = []
-        for key in self.client.scan_iter(match=self.keys.pattern(), count=1000):
-            batch.append(key)
-            if len(batch) >= 500:
-                self._unlink(batch)
-                batch = []
-        if batch:
-            self._unlink(batch)
-        self._where.clear()
-        self._conn.registered.clear()
-
-    def _unlink(self, keys: list[Any]) -> None:
-        if self.cluster:
-            pipe = self.client.pipeline(transaction=False)
-            for key in keys:
-                pipe.unlink(key)
-            pipe.execute()
-        else:
-            self.client.unlink(*keys)
-
-    def close(self) -> None:
-        """Release this broker's share of the process-wide connection pool."""
-        from . import conn
-
-        if getattr(self, "_closed", False):
-            return
-        self._closed = True
-        conn.release(self._conn)

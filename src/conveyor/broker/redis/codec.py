@@ -10,6 +10,7 @@ and script bookkeeping: ``token``, ``rk`` (ready-set member), ``priority``, ``ta
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -63,6 +64,24 @@ def envelope(job: Job) -> bytes:
     return orjson.dumps(data)
 
 
+_CLAIMED = (b"payload", b"run_at", b"lost", b"errors", b"history", b"last_error")
+
+
+def claimed_fields(
+    item: Sequence[Any], started: str, deadline: str, worker_id: str
+) -> tuple[str, dict[bytes, bytes]]:
+    """(id, job hash fields) from one job of claim.lua's reply (nil fields left out)."""
+    fields = {name: value for name, value in zip(_CLAIMED, item[3:], strict=False)
+              if value is not None}  # fmt: skip
+    fields[b"state"] = b"active"
+    fields[b"attempts"] = str(item[1]).encode()
+    fields[b"token"] = item[2]
+    fields[b"started_at"] = started.encode()
+    fields[b"lease_expires_at"] = deadline.encode()
+    fields[b"worker_id"] = worker_id.encode()
+    return item[0].decode(), fields
+
+
 def enqueue_args(job: Job, now: float, grace: float) -> list[Any]:
     """The 10 ARGV fields of one job for enqueue.lua.
 
@@ -109,8 +128,20 @@ def job_from_hash(fields: Mapping[bytes, bytes], queue: str) -> Job:
     JSON contains a ``"$`` key.
     """
     raw = fields.get(b"payload")
+    data = _envelope(raw)
+    typed = raw is not None and b'"$' in raw
+    try:
+        return _build(data, fields, queue, typed)
+    except DecodeError:
+        raise
+    except (TypeError, ValueError, AttributeError, KeyError, orjson.JSONDecodeError) as exc:
+        raise DecodeError(f"malformed job field: {exc!r}") from exc
+
+
+def _envelope(raw: bytes | None) -> dict[str, Any]:
+    """Parse and check an envelope: JSON object, version 1, required fields, known state."""
     if raw is None:
-        raise DecodeError("job hash has no payload field")
+        raise DecodeError("the job has no payload")
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
@@ -122,10 +153,42 @@ def job_from_hash(fields: Mapping[bytes, bytes], queue: str) -> Job:
     missing = [name for name in _REQUIRED if name not in data]
     if missing:
         raise DecodeError(f"envelope is missing fields: {', '.join(missing)}")
+    if data["state"] not in _STATES:
+        raise DecodeError(f"unknown state {data['state']!r} in the envelope")
+    return data
+
+
+def claimed_job(item: Sequence[Any], queue: str, now: float, expires: float, worker_id: str) -> Job:
+    """The Job of one entry of claim.lua's reply (fast path; ``DecodeError`` if malformed).
+
+    ``item`` is ``[id, attempts, token, payload, run_at, lost, errors, history, last_error]``.
+    """
+    raw = item[3]
+    data = _envelope(raw)
     try:
-        return _build(data, fields, queue, b'"$' in raw)
-    except DecodeError:
-        raise
+        get = data.get
+        args, kwargs, metadata = get("args") or [], get("kwargs") or {}, get("metadata") or {}
+        if b'"$' in raw:
+            args, kwargs, metadata = (
+                decode_value(args),
+                decode_value(kwargs),
+                decode_value(metadata),
+            )
+        run_at, lost, errors, history, last_error = item[4:9]
+        return Job(
+            id=item[0].decode(), task=str(data["task"]), args=list(args), kwargs=dict(kwargs),
+            queue=queue, priority=int(get("priority", 0)), state=JobState.ACTIVE,
+            attempts=int(item[1]), max_attempts=int(get("max_attempts", 4)),
+            timeout=_opt(get("timeout")), run_at=float(run_at or get("run_at") or 0.0),
+            created_at=float(get("created_at") or 0.0), started_at=now,
+            last_error=last_error.decode() if last_error else get("last_error"),
+            errors=_lines(errors) if errors else list(get("errors") or []),
+            history=_lines(history) if history else list(get("history") or []),
+            idempotency_key=get("idempotency_key"),
+            idempotency_ttl=float(get("idempotency_ttl") or 300.0), metadata=dict(metadata),
+            lost=int(lost or get("lost", 0)), worker_id=worker_id or None,
+            lease_expires_at=expires,
+        )  # fmt: skip
     except (TypeError, ValueError, AttributeError, KeyError, orjson.JSONDecodeError) as exc:
         raise DecodeError(f"malformed job field: {exc!r}") from exc
 
@@ -169,6 +232,34 @@ def _build(data: dict[str, Any], fields: Mapping[bytes, bytes], queue: str, type
         worker_id=(worker.decode() or None) if worker is not None else get("worker_id"),
         lease_expires_at=_opt(lease),
     )  # fmt: skip
+
+
+def salvage(fields: Mapping[bytes, bytes], queue: str, job_id: str, problem: str) -> Job:
+    """Best effort for a job hash that does not decode: every field that parses is kept."""
+    job = Job(id=job_id, task=UNDECODABLE_TASK, queue=queue, last_error=f"undecodable: {problem}")
+    try:
+        data = orjson.loads(fields.get(b"payload") or b"null")
+        if isinstance(data, dict) and isinstance(data.get("task"), str):
+            job.task = data["task"]
+    except orjson.JSONDecodeError:
+        pass
+    state = fields.get(b"state", b"").decode("utf-8", "replace")
+    job.state = _STATES.get(state, JobState.DEAD_LETTER if state else JobState.PENDING)
+    for name, convert in (("attempts", int), ("lost", int), ("run_at", float),
+                          ("created_at", float), ("finished_at", float)):  # fmt: skip
+        with contextlib.suppress(KeyError, ValueError):
+            setattr(job, name, convert(fields[name.encode()]))
+    for name in ("errors", "history"):
+        entries = []
+        for line in fields.get(name.encode(), b"").split(b"\n"):
+            try:
+                entries.append(orjson.loads(line))
+            except orjson.JSONDecodeError:
+                continue
+        setattr(job, name, entries)
+    if last := fields.get(b"last_error"):
+        job.last_error = last.decode("utf-8", "replace")
+    return job
 
 
 def stub_payload(job_id: str, queue: str, fields: Mapping[bytes, bytes]) -> bytes:

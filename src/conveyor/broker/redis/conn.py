@@ -191,19 +191,27 @@ def ensure_ready(conn: Connection) -> None:
     with conn.lock:
         if conn.checked:
             return
-        if not conn.cluster:
-            cluster_info = conn.client.info("cluster")
-            if str(cluster_info.get("cluster_enabled", 0)) == "1":
-                old = conn.client
-                kwargs = old.connection_pool.connection_kwargs
-                host, port = kwargs.get("host", "localhost"), kwargs.get("port", 6379)
-                names = ("username", "password", "socket_timeout", "socket_connect_timeout")
-                opts = {k: kwargs[k] for k in names if k in kwargs}
-                conn.client = redis.RedisCluster(host=host, port=port, **_cluster_opts(opts, {}))
-                conn.cluster = True
-                old.close()
+        if not conn.cluster and str(conn.client.info("cluster").get("cluster_enabled")) == "1":
+            _switch_to_cluster(conn)
         run_checks(conn)
         conn.checked = True
+
+
+_KEPT = ("username", "password", "socket_timeout", "socket_connect_timeout", "ssl_cert_reqs",
+         "ssl_ca_certs", "ssl_certfile", "ssl_keyfile")  # fmt: skip
+
+
+def _switch_to_cluster(conn: Connection) -> None:
+    """A plain URL pointed at a cluster node: replace the client by a Cluster client."""
+    old = conn.client
+    kwargs = old.connection_pool.connection_kwargs
+    opts = {k: kwargs[k] for k in _KEPT if k in kwargs}
+    if conn.url.lower().startswith("rediss://"):
+        opts["ssl"] = True
+    host, port = kwargs.get("host", "localhost"), kwargs.get("port", 6379)
+    conn.client = redis.RedisCluster(host=host, port=port, **_cluster_opts(opts, {}))
+    conn.cluster = True
+    old.close()
 
 
 def run_checks(conn: Connection) -> None:

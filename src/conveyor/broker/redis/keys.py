@@ -3,7 +3,8 @@
 All keys of one queue carry the hash tag ``{<queue>}`` so every Lua script touches exactly one
 Redis Cluster slot (queue names are validated: no braces, spaces or colons)::
 
-    <p>:{<q>}:job:<id>     HASH    one job: ``payload`` (immutable JSON envelope) + mutable fields
+    <p>:{<q>}:job:<id>     HASH    one job's mutable fields (small values: stays a listpack)
+    <p>:{<q>}:payloads     HASH    id -> the job's immutable JSON envelope
     <p>:{<q>}:ready        ZSET    pending jobs; score = priority, member = "<seq:016x>:<id>"
                                    (equal scores sort by member, so FIFO within a priority)
     <p>:{<q>}:scheduled    ZSET    id -> run_at (scheduled: delayed enqueue / delayed release)
@@ -37,10 +38,10 @@ import re
 
 DEFAULT_PREFIX = "conveyor"
 
-#: Order of the per-queue keys passed as KEYS[1..13] to every job script (see lua/_lib.lua).
+#: Order of the per-queue keys passed as KEYS[1..14] to every job script (see lua/_lib.lua).
 QUEUE_KEY_SUFFIXES = (
     "job:", "ready", "scheduled", "retry", "leases", "completed", "dead", "cancelled", "seq",
-    "events", "wake", "paused", "idem:",
+    "events", "wake", "paused", "idem:", "payloads",
 )  # fmt: skip
 KEYS_PER_QUEUE = len(QUEUE_KEY_SUFFIXES)
 
@@ -70,7 +71,7 @@ class KeySchema:
         return f"{self.prefix}:{{{queue}}}:"
 
     def queue_keys(self, queue: str) -> list[str]:
-        """KEYS[1..13] of every job script, in ``QUEUE_KEY_SUFFIXES`` order."""
+        """KEYS[1..14] of every job script, in ``QUEUE_KEY_SUFFIXES`` order."""
         base = self.tag(queue)
         return [base + suffix for suffix in QUEUE_KEY_SUFFIXES]
 

@@ -18,7 +18,6 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ...config import Retention
 from ...core.job import Job, validate_queue_name
-from ...core.state import JobState
 from ...errors import BrokerUnavailable, DecodeError
 from . import codec, conn
 from .keys import KeySchema
@@ -129,40 +128,42 @@ class RedisBase:
         """(queue, hash) of a job, using the id cache, else looking in every queue."""
         cached = self._where.get(job_id)
         if cached is not None:
-            fields = self.client.hgetall(self.keys.job(cached, job_id))
+            fields = self.fetch_many([(cached, job_id)])[0]
             if fields:
                 return cached, fields
         queues = self.known_queues()
-        if not queues:
-            return None
-        pipe = self.client.pipeline(transaction=False)
-        for queue in queues:
-            pipe.hgetall(self.keys.job(queue, job_id))
-        for queue, fields in zip(queues, pipe.execute(), strict=True):
+        for queue, fields in zip(queues, self.fetch_many([(q, job_id) for q in queues]),
+                                 strict=True):  # fmt: skip
             if fields:
                 self.remember(job_id, queue)
                 return queue, fields
         return None
 
     def fetch_many(self, items: Sequence[tuple[str, str]]) -> list[dict[bytes, bytes]]:
-        """Hashes of (queue, id) pairs in one pipeline (empty dict where gone)."""
+        """Job hashes (with ``payload`` added) of (queue, id) pairs in one pipeline.
+
+        An empty dict where the job does not exist.
+        """
         if not items:
             return []
         pipe = self.client.pipeline(transaction=False)
         for queue, job_id in items:
             pipe.hgetall(self.keys.job(queue, job_id))
-        return list(pipe.execute())
+            pipe.hget(self.keys.queue_key(queue, "payloads"), job_id)
+        replies = pipe.execute()
+        out = []
+        for fields, payload in zip(replies[::2], replies[1::2], strict=True):
+            if fields and payload is not None:
+                fields[b"payload"] = payload
+            out.append(fields)
+        return out
 
     @staticmethod
     def decode_lenient(fields: dict[bytes, bytes], queue: str, job_id: str) -> Job:
-        """Decode a job hash; an undecodable one becomes a minimal Job that says so."""
+        """Decode a job hash; an undecodable one becomes a salvaged Job that says so."""
         try:
             job = codec.job_from_hash(fields, queue)
-            job.id = job_id
-            return job
         except DecodeError as exc:
-            state_raw = fields.get(b"state", b"pending").decode("utf-8", "replace")
-            state = JobState(state_raw) if state_raw in JobState._value2member_map_ else None
-            return Job(id=job_id, task=codec.UNDECODABLE_TASK, queue=queue,
-                       state=state or JobState.PENDING,
-                       last_error=f"undecodable job: {exc}")  # fmt: skip
+            return codec.salvage(fields, queue, job_id, str(exc))
+        job.id = job_id
+        return job

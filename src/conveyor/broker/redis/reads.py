@@ -8,17 +8,21 @@ first and decodes only the requested page (full decode only for the ``text`` fil
 
 from __future__ import annotations
 
-from typing import Any
-
 from ...core.job import Job, validate_queue_name
 from ...core.state import JobState
 from ..base import Page, SearchQuery
 from ..memory import _matches
 from .keys import STATE_SETS
 from .plumbing import RedisBase, guarded
+from .scripts import Call
 
 OLDEST_SCAN_MAX = 1000
+SEARCH_CHUNK = 5000  # jobs looked at per search.lua call (bounds each call's Redis time)
 _STATES = list(JobState)
+
+
+def _num(value: float | None) -> str:
+    return "" if value is None else repr(float(value))
 
 
 def member_id(member: bytes) -> str:
@@ -85,61 +89,43 @@ class ReadsMixin(RedisBase):
 
     @guarded
     def search(self, query: SearchQuery) -> Page:
-        """Jobs matching every filter, newest first, one page."""
-        candidates = self._candidates(query)
+        """Jobs matching every filter, newest first, one page (filtering runs in search.lua)."""
+        queues = [query.queue] if query.queue else self.known_queues()
+        states = [query.state] if query.state else _STATES
+        plan = [(q, STATE_SETS[str(s)]) for q in queues for s in states]
+        if not plan:
+            return Page([], 0, query.page, query.page_size)
         pipe = self.client.pipeline(transaction=False)
-        for queue, job_id in candidates:
-            pipe.hmget(self.keys.job(queue, job_id), "created_at", "task", "last_error")
+        for queue, suffix in plan:
+            pipe.zcard(self.keys.queue_key(queue, suffix))
+        sizes = pipe.execute()
+        filters = [query.id or "", query.task or "", _num(query.since), _num(query.until),
+                   (query.error or "").lower(), (query.text or "").lower()]  # fmt: skip
+        chunks = [(q, suffix, start) for (q, suffix), size in zip(plan, sizes, strict=True)
+                  for start in range(0, int(size), SEARCH_CHUNK)]  # fmt: skip
+        calls = [Call("search", self.qkeys(q), [suffix, start, SEARCH_CHUNK, *filters])
+                 for q, suffix, start in chunks]  # fmt: skip
         hits: list[tuple[float, str, str]] = []
-        needs_full: list[tuple[str, str]] = []
-        for (queue, job_id), (created, task, error) in zip(candidates, pipe.execute(), strict=True):
-            if created is None or task is None or query.text:
-                needs_full.append((queue, job_id))
-                continue
-            if self._quick_match(query, float(created), task.decode(), error):
-                hits.append((float(created), job_id, queue))
-        if needs_full:
-            for (queue, job_id), fields in zip(
-                needs_full, self.fetch_many(needs_full), strict=True
-            ):
-                job = self.decode_lenient(fields, queue, job_id) if fields else None
-                if job is not None and _matches(job, query):
-                    hits.append((job.created_at, job_id, queue))
+        for (queue, _, _), reply in zip(chunks, self.runner.run_many(calls), strict=True):
+            for n in range(1, len(reply), 2):
+                hits.append((float(reply[n + 1]), reply[n].decode(), queue))
+        if query.text:
+            hits = self._exact_text(hits, query)
         hits.sort(reverse=True)
         start = (max(1, query.page) - 1) * query.page_size
         window = hits[start : start + query.page_size]
         hashes = self.fetch_many([(q, i) for _, i, q in window])
-        items = [
-            self.decode_lenient(h, q, i) for (_, i, q), h in zip(window, hashes, strict=True) if h
-        ]
+        items = [self.decode_lenient(h, q, i) for (_, i, q), h in zip(window, hashes, strict=True)
+                 if h]  # fmt: skip
         return Page(items, len(hits), query.page, query.page_size)
 
-    def _candidates(self, query: SearchQuery) -> list[tuple[str, str]]:
-        queues = [query.queue] if query.queue else self.known_queues()
-        states = [query.state] if query.state else _STATES
-        plan = [(q, s) for q in queues for s in states]
-        pipe = self.client.pipeline(transaction=False)
-        for queue, state in plan:
-            pipe.zrange(self.keys.state_set(queue, str(state)), 0, -1)
-        out: list[tuple[str, str]] = []
-        for (queue, state), members in zip(plan, pipe.execute(), strict=True):
-            ready = STATE_SETS[str(state)] == "ready"
-            for m in members:
-                job_id = member_id(m) if ready else m.decode()
-                if not query.id or job_id.startswith(query.id):
-                    out.append((queue, job_id))
+    def _exact_text(
+        self, hits: list[tuple[float, str, str]], query: SearchQuery
+    ) -> list[tuple[float, str, str]]:
+        """The text filter exactly as the memory broker applies it (args/kwargs only)."""
+        hashes = self.fetch_many([(q, i) for _, i, q in hits])
+        out = []
+        for hit, fields in zip(hits, hashes, strict=True):
+            if fields and _matches(self.decode_lenient(fields, hit[2], hit[1]), query):
+                out.append(hit)
         return out
-
-    @staticmethod
-    def _quick_match(query: SearchQuery, created: float, task: str, error: Any) -> bool:
-        if query.task and task != query.task:
-            return False
-        if query.since is not None and created < query.since:
-            return False
-        if query.until is not None and created >= query.until:
-            return False
-        if query.error:
-            text = error.decode("utf-8", "replace") if error else ""
-            if query.error.lower() not in text.lower():
-                return False
-        return True

@@ -20,7 +20,7 @@ from redis.exceptions import NoScriptError
 _STANDALONE = frozenset({"doc_cas"})
 SCRIPT_NAMES = (
     "enqueue", "claim", "complete", "fail", "release", "extend", "promote", "reap", "cancel",
-    "requeue", "purge", "oldest", "doc_cas",
+    "requeue", "purge", "oldest", "search", "doc_cas",
 )  # fmt: skip
 
 

@@ -1,8 +1,8 @@
 -- _lib.lua: helpers shared by every job script (scripts.py prepends this file to each script;
 -- it is never run on its own).
 --
--- Every job script receives the 13 keys of ONE queue, in this order (keys.py QUEUE_KEY_SUFFIXES):
---   KEYS[b+1]  <p>:{q}:job:       prefix of the job hashes (<p>:{q}:job:<id>)
+-- Every job script receives the 14 keys of ONE queue, in this order (keys.py QUEUE_KEY_SUFFIXES):
+--   KEYS[b+1]  <p>:{q}:job:       prefix of the job hashes (<p>:{q}:job:<id>): mutable fields
 --   KEYS[b+2]  <p>:{q}:ready      ZSET score = priority, member = "<seq %016x>:<id>"
 --   KEYS[b+3]  <p>:{q}:scheduled  ZSET id -> run_at
 --   KEYS[b+4]  <p>:{q}:retry      ZSET id -> run_at
@@ -15,12 +15,15 @@
 --   KEYS[b+11] <p>:{q}:wake       LIST wake-up markers
 --   KEYS[b+12] <p>:{q}:paused     STRING, exists while paused
 --   KEYS[b+13] <p>:{q}:idem:      prefix of idempotency keys
--- (b = 0, except in enqueue.lua which takes several groups of 13.) Job hashes and idempotency
+--   KEYS[b+14] <p>:{q}:payloads   HASH id -> immutable JSON envelope (kept out of the job hash
+--                                 so that hash holds only small values and stays a listpack)
+-- (b = 0, except in enqueue.lua which takes several groups of 14.) Job hashes and idempotency
 -- keys are built from the two prefixes, so they carry the same {q} hash tag and slot.
 --
 -- Times are never computed here: callers pass them as strings formatted by Python (repr of a
 -- float), which are stored verbatim, so no precision is lost. Mutable job fields that become
 -- None are deleted (HDEL); readers fall back to the value in the immutable payload.
+-- A job is deleted with drop_jobs (job hash + payload entry).
 
 local WAKE_MAX = 16
 
@@ -29,7 +32,7 @@ local function qkeys(b)
     job = KEYS[b + 1], ready = KEYS[b + 2], scheduled = KEYS[b + 3], retry = KEYS[b + 4],
     leases = KEYS[b + 5], completed = KEYS[b + 6], dead = KEYS[b + 7],
     cancelled = KEYS[b + 8], seq = KEYS[b + 9], events = KEYS[b + 10], wake = KEYS[b + 11],
-    paused = KEYS[b + 12], idem = KEYS[b + 13],
+    paused = KEYS[b + 12], idem = KEYS[b + 13], payloads = KEYS[b + 14],
   }
 end
 
@@ -103,6 +106,15 @@ local function history(key, event, at, attempt, note, worker)
     .. jstr(worker) .. '}', 50)
 end
 
+-- delete jobs for good: their hashes and payloads (ids: at most 1000)
+local function drop_jobs(q, ids)
+  if #ids == 0 then return end
+  local keys = {}
+  for i, id in ipairs(ids) do keys[i] = q.job .. id end
+  redis.call('DEL', unpack(keys))
+  redis.call('HDEL', q.payloads, unpack(ids))
+end
+
 -- drop the oldest entries of a terminal set beyond `cap` (cap < 0: no cap), with their jobs
 local function trim(q, set, cap)
   if cap < 0 then return end
@@ -110,10 +122,10 @@ local function trim(q, set, cap)
   while excess > 0 do
     local gone = redis.call('ZPOPMIN', set, math.min(excess, 1000))
     if #gone == 0 then return end
-    local keys = {}
-    for i = 1, #gone, 2 do keys[#keys + 1] = q.job .. gone[i] end
-    redis.call('DEL', unpack(keys))
-    excess = excess - #keys
+    local ids = {}
+    for i = 1, #gone, 2 do ids[#ids + 1] = gone[i] end
+    drop_jobs(q, ids)
+    excess = excess - #ids
   end
 end
 

@@ -1,7 +1,7 @@
 -- cancel.lua: cancel a job that has not started
 -- (transition: scheduled | pending | retry_scheduled -> cancelled).
 --
--- KEYS: the 13 queue keys (_lib.lua)
+-- KEYS: the 14 queue keys (_lib.lua)
 -- ARGV: [1] queue name  [2] id  [3] now  [4] events_max
 -- Returns: 1 cancelled | 0 not found or not cancellable (active or terminal)
 local q = qkeys(0)

@@ -8,11 +8,13 @@
 -- Payloads are NOT decoded here: the client decodes and dead-letters undecodable ones at once
 -- (fail.lua with a stub payload), so a claim never hands out garbage and nothing loops.
 --
--- KEYS: the 13 queue keys (_lib.lua)
+-- KEYS: the 14 queue keys (_lib.lua)
 -- ARGV: [1] queue name  [2] now  [3] lease deadline (now + visibility_timeout)  [4] limit
 --       [5] worker id ("" = none)  [6] events_max  [7] promote limit  [8] dead_letter_max
--- Returns: {more, id_1, hash_1, id_2, hash_2, ...}; more = 1 when ready jobs remain after
---          this claim; each hash is the flat HGETALL of the job after the claim.
+-- Returns: {more, job_1, job_2, ...}; more = 1 when ready jobs remain after this claim;
+--          job = {id, attempts, token, payload, run_at, lost, errors, history, last_error}
+--          (the other fields are known to the caller: state active, started_at = now,
+--          lease_expires_at = deadline, worker_id)
 local q = qkeys(0)
 local qname, now, deadline, limit, worker = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
 local maxlen = ARGV[6]
@@ -22,9 +24,9 @@ local function bury_foreign(id, key, kind)
   if kind == 'string' then raw = redis.call('GET', key) end
   redis.call('DEL', key)
   local msg = 'job storage is a Redis ' .. kind .. ', not a hash'
-  redis.call('HSET', key, 'payload', '{"v":1,"id":' .. cjson.encode(id)
-    .. ',"task":"<undecodable>","queue":' .. cjson.encode(qname) .. ',"state":"dead_letter"}',
-    'raw', raw, 'state', 'dead_letter', 'finished_at', now, 'last_error', msg,
+  redis.call('HSET', q.payloads, id, '{"v":1,"id":' .. cjson.encode(id)
+    .. ',"task":"<undecodable>","queue":' .. cjson.encode(qname) .. ',"state":"dead_letter"}')
+  redis.call('HSET', key, 'raw', raw, 'state', 'dead_letter', 'finished_at', now, 'last_error', msg,
     'errors', '{"attempt":0,"kind":"decode_error","type":"DecodeError","message":'
       .. cjson.encode(msg) .. ',"traceback":"","worker":null,"at":' .. now .. '}')
   finish(q, q.dead, id, now, tonumber(ARGV[8]))
@@ -46,20 +48,21 @@ while claimed < limit do
     seq = seq + 1
     local id = member_id(popped[i])
     local key = q.job .. id
-    local f = redis.pcall('HMGET', key, 'state', 'attempts', 'task')
+    local f = redis.pcall('HMGET', key, 'state', 'attempts', 'task', 'run_at', 'lost', 'errors',
+      'history', 'last_error')
     if f.err then
       bury_foreign(id, key, redis.call('TYPE', key).ok)
     elseif f[1] == 'pending' then
       local attempts = (tonumber(f[2]) or 0) + 1
+      local token = string.format('%d', seq) .. ':' .. qname
       redis.call('HSET', key, 'state', 'active', 'attempts', attempts, 'started_at', now,
-        'lease_expires_at', deadline, 'token', string.format('%d', seq) .. ':' .. qname,
-        'worker_id', worker)
+        'lease_expires_at', deadline, 'token', token, 'worker_id', worker)
       leased[#leased + 1] = deadline
       leased[#leased + 1] = id
       emit(q, maxlen, 'type', 'started', 'job_id', id, 'task', f[3] or '', 'at', now,
         'attempt', attempts, 'worker', worker)
-      out[#out + 1] = id
-      out[#out + 1] = redis.call('HGETALL', key)
+      out[#out + 1] = {id, attempts, token, redis.call('HGET', q.payloads, id), f[4], f[5], f[6],
+        f[7], f[8]}
       claimed = claimed + 1
     end
   end

@@ -6,7 +6,7 @@
 -- beyond completed_max are deleted (retention by count; by TTL in reap.lua). The stale token
 -- and lease_expires_at fields are left in the hash (ignored unless the job is active).
 --
--- KEYS: the 13 queue keys (_lib.lua)
+-- KEYS: the 14 queue keys (_lib.lua)
 -- ARGV: [1] queue name  [2] now  [3] completed_max  [4] events_max
 --       then per ack: id, token, result JSON ("" = null)
 -- Returns: {ok_1, ok_2, ...} with 1 = recorded, 0 = stale token / not active (LeaseLost)

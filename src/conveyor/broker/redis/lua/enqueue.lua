@@ -1,6 +1,6 @@
 -- enqueue.lua: store new jobs, all or none (transition: (new) -> pending | scheduled).
 --
--- KEYS: G groups of the 13 queue keys (see _lib.lua), one group per queue of the batch.
+-- KEYS: G groups of the 14 queue keys (see _lib.lua), one group per queue of the batch.
 --       Redis Cluster: always exactly one group (one slot); a standalone server takes several,
 --       which makes a multi-queue enqueue_many one atomic script.
 -- ARGV: [1] now  [2] events_max  [3] G
@@ -18,7 +18,7 @@ local nnow = tonumber(now)
 local plan = {}
 local pos = 4
 for g = 1, groups do
-  local q = qkeys((g - 1) * 13)
+  local q = qkeys((g - 1) * 14)
   local n = tonumber(ARGV[pos + 1])
   local first = pos + 2
   local batch_keys = {}
@@ -51,7 +51,7 @@ local out = {1}
 pos = 4
 local gi = 0
 for g = 1, groups do
-  local q = qkeys((g - 1) * 13)
+  local q = qkeys((g - 1) * 14)
   local n = tonumber(ARGV[pos + 1])
   pos = pos + 2 + n * 10
   local fresh = 0
@@ -60,7 +60,7 @@ for g = 1, groups do
   end
   local seq = 0
   if fresh > 0 then seq = redis.call('INCRBY', q.seq, fresh) - fresh end
-  local ready, scheduled = {}, {}
+  local ready, scheduled, payloads = {}, {}, {}
   for _ = 1, n do
     gi = gi + 1
     local a, dup = plan[gi][2], plan[gi][3]
@@ -76,14 +76,16 @@ for g = 1, groups do
         local m = member(seq, id)
         ready[#ready + 1] = ARGV[a + 3]
         ready[#ready + 1] = m
-        redis.call('HSET', key, 'payload', ARGV[a + 1], 'state', state, 'priority', ARGV[a + 3],
-          'run_at', ARGV[a + 4], 'created_at', ARGV[a + 5], 'task', ARGV[a + 6], 'rk', m)
+        redis.call('HSET', key, 'state', state, 'priority', ARGV[a + 3], 'run_at', ARGV[a + 4],
+          'created_at', ARGV[a + 5], 'task', ARGV[a + 6], 'rk', m)
       else
         scheduled[#scheduled + 1] = ARGV[a + 4]
         scheduled[#scheduled + 1] = id
-        redis.call('HSET', key, 'payload', ARGV[a + 1], 'state', state, 'priority', ARGV[a + 3],
-          'run_at', ARGV[a + 4], 'created_at', ARGV[a + 5], 'task', ARGV[a + 6])
+        redis.call('HSET', key, 'state', state, 'priority', ARGV[a + 3], 'run_at', ARGV[a + 4],
+          'created_at', ARGV[a + 5], 'task', ARGV[a + 6])
       end
+      payloads[#payloads + 1] = id
+      payloads[#payloads + 1] = ARGV[a + 1]
       if ARGV[a + 7] ~= '' then
         redis.call('SET', q.idem .. ARGV[a + 7], ARGV[a + 8] .. '|' .. id, 'PX', ARGV[a + 9])
       end
@@ -97,5 +99,6 @@ for g = 1, groups do
     wake(q)
   end
   if #scheduled > 0 then bulk('ZADD', q.scheduled, scheduled) end
+  if #payloads > 0 then bulk('HSET', q.payloads, payloads) end
 end
 return out

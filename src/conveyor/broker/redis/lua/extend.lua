@@ -2,7 +2,7 @@
 --
 -- Per (id, token): the token must match and the job must be active, else 0 (lease lost).
 --
--- KEYS: the 13 queue keys (_lib.lua)
+-- KEYS: the 14 queue keys (_lib.lua)
 -- ARGV: [1] new deadline (now + visibility_timeout)  then pairs: id, token
 -- Returns: {ok_1, ok_2, ...} with 1 = extended, 0 = lease lost
 local q = qkeys(0)

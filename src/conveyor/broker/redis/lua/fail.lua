@@ -6,7 +6,7 @@
 -- at dead_letter_max). A non-empty stub payload replaces an undecodable payload, whose bytes
 -- are kept in field "raw" (used for kind decode_error right after a claim).
 --
--- KEYS: the 13 queue keys (_lib.lua)
+-- KEYS: the 14 queue keys (_lib.lua)
 -- ARGV: [1] queue name  [2] id  [3] token  [4] now  [5] error entry JSON object
 --       [6] "1" if the entry has "attempt", else "0"  [7] last_error  [8] retry_at ("" = dead)
 --       [9] error kind (dead_lettered reason)  [10] dead_letter_max  [11] events_max
@@ -28,7 +28,8 @@ redis.call('HSET', key, 'last_error', ARGV[7])
 redis.call('HDEL', key, 'lease_expires_at', 'token')
 redis.call('ZREM', q.leases, id)
 if ARGV[12] ~= '' then
-  redis.call('HSET', key, 'raw', redis.call('HGET', key, 'payload') or '', 'payload', ARGV[12])
+  redis.call('HSET', key, 'raw', redis.call('HGET', q.payloads, id) or '')
+  redis.call('HSET', q.payloads, id, ARGV[12])
 end
 local task = f[4] or ''
 emit(q, maxlen, 'type', 'failed', 'job_id', id, 'task', task, 'at', now,

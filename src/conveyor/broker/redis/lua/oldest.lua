@@ -2,7 +2,7 @@
 -- Read-only. Exact up to `scan_max` pending jobs; above that it looks at the head of every
 -- priority band (FIFO order within a band approximates ready-time order).
 --
--- KEYS: the 13 queue keys (_lib.lua)
+-- KEYS: the 14 queue keys (_lib.lua)
 -- ARGV: [1] scan_max
 -- Returns: the time as a string, or false (nil) when no job is pending
 local q = qkeys(0)

@@ -1,7 +1,7 @@
 -- promote.lua: make due delayed jobs of one queue ready
 -- (transition: scheduled | retry_scheduled -> pending when run_at <= now).
 --
--- KEYS: the 13 queue keys (_lib.lua)
+-- KEYS: the 14 queue keys (_lib.lua)
 -- ARGV: [1] now  [2] limit
 -- Returns: the number of jobs promoted (wakes idle workers when > 0)
 local q = qkeys(0)

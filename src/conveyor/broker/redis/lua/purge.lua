@@ -1,7 +1,7 @@
 -- purge.lua: delete terminal jobs of one queue finished at or before a cutoff
 -- (completed, dead_letter or cancelled; no state change for any other job).
 --
--- KEYS: the 13 queue keys (_lib.lua)
+-- KEYS: the 14 queue keys (_lib.lua)
 -- ARGV: [1] state ("completed" | "dead_letter" | "cancelled")  [2] cutoff ("+inf" = all)
 --       [3] batch limit  then optional job ids (only these are considered)
 -- Returns: the number of jobs deleted (== limit: call again for the rest)
@@ -20,8 +20,8 @@ if #ARGV > 3 then
 else
   doomed = redis.call('ZRANGEBYSCORE', set, '-inf', cutoff, 'LIMIT', 0, tonumber(ARGV[3]))
 end
-for _, id in ipairs(doomed) do
-  redis.call('DEL', q.job .. id)
-  redis.call('ZREM', set, id)
+if #doomed > 0 then
+  drop_jobs(q, doomed)
+  redis.call('ZREM', set, unpack(doomed))
 end
 return #doomed

@@ -6,7 +6,7 @@
 -- Safe to run concurrently from many processes: a lease is only reaped while its job is
 -- active and its deadline <= now.
 --
--- KEYS: the 13 queue keys (_lib.lua)
+-- KEYS: the 14 queue keys (_lib.lua)
 -- ARGV: [1] queue name  [2] now  [3] max_lost  [4] batch limit  [5] events_max
 --       [6] dead_letter_max  [7] completed cutoff (now - completed_ttl)
 --       [8] cancelled cutoff (now - cancelled_ttl)
@@ -43,9 +43,9 @@ for _, id in ipairs(expired) do
 end
 for _, pair in ipairs({{q.completed, ARGV[7]}, {q.cancelled, ARGV[8]}}) do
   local old = redis.call('ZRANGEBYSCORE', pair[1], '-inf', pair[2], 'LIMIT', 0, 1000)
-  for _, id in ipairs(old) do
-    redis.call('DEL', q.job .. id)
-    redis.call('ZREM', pair[1], id)
+  if #old > 0 then
+    drop_jobs(q, old)
+    redis.call('ZREM', pair[1], unpack(old))
   end
 end
 local more = 0

@@ -5,7 +5,7 @@
 -- adjustment, the releasing worker). Without a delay the job is pending at once, behind the
 -- jobs of its priority; with one it is scheduled until run_at.
 --
--- KEYS: the 13 queue keys (_lib.lua)
+-- KEYS: the 14 queue keys (_lib.lua)
 -- ARGV: [1] queue name  [2] id  [3] token  [4] now  [5] run_at ("" = ready now)
 --       [6] penalize "1"/"0"  [7] note  [8] events_max
 -- Returns: {1, new_state} | {-2} stale token or not active (LeaseLost)

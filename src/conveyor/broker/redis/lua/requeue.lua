@@ -2,7 +2,7 @@
 -- pending). attempts and lost are reset to 0, errors are kept, a "requeued" history entry
 -- records the attempts it had; the job goes behind the ready jobs of its priority.
 --
--- KEYS: the 13 queue keys (_lib.lua)
+-- KEYS: the 14 queue keys (_lib.lua)
 -- ARGV: [1] queue name  [2] id  [3] now  [4] events_max
 -- Returns: 1 requeued | 0 not found or not dead_letter / cancelled
 local q = qkeys(0)

@@ -1,0 +1,44 @@
+-- search.lua: filter one state set of one queue for search (read-only, no state change).
+--
+-- Looks at the members [offset, offset + count) of one state set and returns the jobs that
+-- pass every given filter, with their created_at, so the client can sort newest first and
+-- fetch only one page. The text filter is a prefilter (lower-cased substring of the envelope);
+-- the client checks it exactly on the few jobs that pass.
+--
+-- KEYS: the 14 queue keys (_lib.lua)
+-- ARGV: [1] set ("ready" | "scheduled" | "retry" | "leases" | "completed" | "dead" |
+--       "cancelled")  [2] offset  [3] count  [4] id prefix  [5] task  [6] since  [7] until
+--       [8] error substring (lower case)  [9] text substring (lower case); "" = no filter
+-- Returns: {scanned, id_1, created_at_1, id_2, created_at_2, ...}
+local q = qkeys(0)
+local set = q[ARGV[1]]
+if not set then return redis.error_reply('search: unknown set ' .. ARGV[1]) end
+local offset, count = tonumber(ARGV[2]), tonumber(ARGV[3])
+local prefix, task, err, text = ARGV[4], ARGV[5], ARGV[8], ARGV[9]
+local since, before = tonumber(ARGV[6]), tonumber(ARGV[7])
+local members = redis.call('ZRANGE', set, offset, offset + count - 1)
+local out = {#members}
+for _, m in ipairs(members) do
+  local id = m
+  if ARGV[1] == 'ready' then id = member_id(m) end
+  local ok = prefix == '' or string.sub(id, 1, #prefix) == prefix
+  local f = ok and hmget(q.job .. id, 'created_at', 'task', 'last_error')
+  if f then
+    local created = tonumber(f[1]) or 0
+    if task ~= '' and f[2] ~= task then ok = false end
+    if ok and since and created < since then ok = false end
+    if ok and before and created >= before then ok = false end
+    if ok and err ~= '' and not string.find(string.lower(f[3] or ''), err, 1, true) then
+      ok = false
+    end
+    if ok and text ~= '' then
+      local payload = redis.call('HGET', q.payloads, id) or ''
+      ok = string.find(string.lower(payload), text, 1, true) ~= nil
+    end
+    if ok then
+      out[#out + 1] = id
+      out[#out + 1] = f[1] or '0'
+    end
+  end
+end
+return out

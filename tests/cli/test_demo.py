@@ -1,0 +1,31 @@
+"""`conveyor demo`: the newcomer's path finishes, and its summary adds up (real SQLite file)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+
+def test_demo_runs_on_sqlite_and_summary_adds_up(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'demo.db'}"
+    proc = subprocess.run([sys.executable, "-m", "conveyor.cli.main", "demo", "--url", url,
+                           "--jobs", "60", "--json"], capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert summary["total"] == 60 and summary["unfinished"] == 0
+    assert summary["completed"] + summary["dead_lettered"] == 60
+    # the fixed mix: every 10th job (i % 10 == 3) fails permanently, flaky ones retry then pass
+    assert summary["dead_lettered"] == 6
+    assert summary["dead_reasons"] == {"PermanentError: card declined": 6}
+    assert summary["retried_then_completed"] >= 1 and summary["delayed_completed"] >= 1
+    assert summary["schedule_runs"] >= 1
+    assert 0 < summary["p50_ms"] <= summary["p95_ms"]
+
+
+def test_demo_rejects_bad_job_count() -> None:
+    proc = subprocess.run([sys.executable, "-m", "conveyor.cli.main", "demo", "--jobs", "0"],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert proc.returncode == 2 and "--jobs" in proc.stderr

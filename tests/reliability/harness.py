@@ -1,0 +1,397 @@
+"""Jepsen-style accounting for the reliability suite: real worker processes, a paced producer,
+an append-only execution ledger outside the broker, and a checker that compares the three.
+
+* ``Workers`` — one ``conveyor worker tests.reliability.ledger_app:app`` supervisor (its own
+  process group, its own working directory, which also marks every process it starts).
+* ``Producer`` — a thread that enqueues numbered jobs at a steady rate and records, per job,
+  whether the enqueue returned (``ok``) or raised (``fail``: indeterminate — it may or may not
+  have been stored). Job ids are deterministic (``job-<n>``), so indeterminate ones can be found.
+* ``Ledger`` — reads the ``start``/``done`` lines the handlers appended.
+* ``Nemesis`` — remembers what was killed (pid, time, the jobs it held at that moment).
+* ``check`` — lost, duplicated, explained; the numbers go to ``RELIABILITY_RESULTS`` (JSON lines)
+  when that variable names a file, and are printed (``pytest -s``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import signal
+import subprocess
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from conveyor import Conveyor, JobState
+from conveyor.config import Retention, Settings
+from tests.worker.harness import CONVEYOR, FAST_ENV, REPO
+
+APP = "tests.reliability.ledger_app:app"
+QUEUE = "default"
+#: completed jobs are kept (not trimmed by retention) so the checker can read every one
+KEEP = {"CONVEYOR_RETENTION_COMPLETED_MAX": "1000000", "CONVEYOR_RETENTION_EVENTS_MAX": "2000"}
+
+
+def wait_until(pred: Callable[[], Any], timeout: float, what: str, interval: float = 0.05) -> Any:
+    """Poll ``pred`` until it returns something truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = pred()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+def checker_app(url: str) -> Conveyor:
+    """An app for the test process (enqueue, inspect) that keeps every completed job."""
+    retention = Retention(completed_max=1_000_000, events_max=2000)
+    return Conveyor(url, settings=Settings(retention=retention))
+
+
+# ---------------------------------------------------------------------- processes
+def _alive(pid: int) -> bool:
+    """Running and not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+def marked_pids(marker: str) -> list[int]:
+    """Live processes whose command line contains ``marker`` (a test's private directory)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                cmdline = fh.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if marker in cmdline and _alive(int(entry)):
+            out.append(int(entry))
+    return out
+
+
+class Workers:
+    """A ``conveyor worker`` supervisor and its worker processes, started for one test.
+
+    It runs in ``tmp/<name>``; that path is in every worker process's command line (the child
+    config carries the supervisor's cwd), which is how teardown finds them all, even orphans.
+    """
+
+    def __init__(self, url: str, tmp: Path, name: str, *args: str, env: dict[str, str]) -> None:
+        self.dir = tmp / name
+        self.dir.mkdir(parents=True, exist_ok=False)
+        self.log_path = self.dir / "worker.log"
+        environ = {**os.environ, **FAST_ENV, **KEEP, "CONVEYOR_URL": url, **env}
+        environ["PYTHONPATH"] = str(REPO) + os.pathsep + environ.get("PYTHONPATH", "")
+        with open(self.log_path, "wb") as out:
+            self.proc = subprocess.Popen([CONVEYOR, "worker", APP, *args], cwd=self.dir,
+                                         env=environ, stdin=subprocess.DEVNULL, stdout=out,
+                                         stderr=out, start_new_session=True)  # fmt: skip
+
+    @property
+    def pid(self) -> int:
+        """The supervisor's pid."""
+        return self.proc.pid
+
+    def output(self) -> str:
+        """Everything the supervisor and its worker processes logged so far."""
+        return self.log_path.read_text(errors="replace")
+
+    def children(self) -> list[int]:
+        """Every worker process the supervisor started, oldest first."""
+        pids = []
+        for line in self.output().splitlines():
+            if "conveyor.supervisor: worker process" in line and "started (slot" in line:
+                pids.append(int(line.split("worker process ")[1].split()[0]))
+        return pids
+
+    def live_children(self) -> list[int]:
+        """Worker processes that run now and have announced themselves (claiming)."""
+        text = self.output()
+        return [p for p in self.children() if f":{p}:" in text and _alive(p)]
+
+    def wait_ready(self, count: int, timeout: float = 30.0) -> list[int]:
+        """Until ``count`` worker processes run and logged their start line."""
+        return wait_until(lambda: len(self.live_children()) >= count and self.live_children(),
+                          timeout, f"{count} worker processes")  # fmt: skip
+
+    def signal(self, sig: int = signal.SIGTERM) -> None:
+        """Signal the supervisor (it forwards SIGTERM/SIGINT to its worker processes)."""
+        self.proc.send_signal(sig)
+
+    def wait(self, timeout: float) -> int:
+        """The supervisor's exit code."""
+        return self.proc.wait(timeout)
+
+    def close(self) -> None:
+        """Kill whatever is left (test teardown; safe to call twice)."""
+        for pid in marked_pids(str(self.dir)):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        if self.proc.poll() is None:
+            self.proc.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(10)
+
+
+# ---------------------------------------------------------------------- producer
+class Producer(threading.Thread):
+    """Enqueue ``jobs`` ([(n, task, args)]) at ``rate`` per second from a thread, in bursts of
+    ``burst`` jobs (enqueued one by one, as fast as the broker takes them)."""
+
+    def __init__(self, url: str, jobs: list[tuple[int, str, list[Any]]], rate: float,
+                 burst: int = 1) -> None:  # fmt: skip
+        super().__init__(name="reliability-producer", daemon=True)
+        self.url, self.jobs, self.rate, self.burst = url, jobs, rate, max(1, burst)
+        self.ok: dict[int, str] = {}  # n -> job id: the enqueue returned
+        self.failed: dict[int, str] = {}  # n -> job id: the enqueue raised (indeterminate)
+        self.errors: list[str] = []
+        self.started_at = self.finished_at = 0.0
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        app = checker_app(self.url)
+        self.started_at = began = time.monotonic()
+        try:
+            for i, (n, task, args) in enumerate(self.jobs):
+                if self._halt.is_set():
+                    break
+                delay = began + (i - i % self.burst) / self.rate - time.monotonic()
+                if delay > 0:
+                    self._halt.wait(delay)
+                job_id = f"job-{n}"
+                try:
+                    app.enqueue(task, args=args, job_id=job_id)
+                except Exception as exc:  # indeterminate: it may have been stored
+                    self.failed[n] = job_id
+                    self.errors.append(f"{n}: {type(exc).__name__}: {exc}")
+                else:
+                    self.ok[n] = job_id
+        finally:
+            self.finished_at = time.monotonic()
+            app.close()
+
+    def stop(self) -> None:
+        """Stop enqueuing (the thread ends after its current call)."""
+        self._halt.set()
+
+    @property
+    def attempted(self) -> int:
+        """Enqueues that returned or raised so far."""
+        return len(self.ok) + len(self.failed)
+
+
+def short_jobs(count: int, seed: int, low: float = 0.005, high: float = 0.020,
+               first: int = 0) -> list[tuple[int, str, list[Any]]]:  # fmt: skip
+    """``count`` ``work`` jobs of ``low``..``high`` seconds each (seeded)."""
+    rng = random.Random(seed)
+    return [(n, "work", [n, round(rng.uniform(low, high), 4)]) for n in range(first, first + count)]
+
+
+# ---------------------------------------------------------------------- ledger
+@dataclass(frozen=True)
+class Line:
+    """One ledger line."""
+
+    event: str
+    n: int
+    pid: int
+    t: float
+
+
+class Ledger:
+    """The handlers' append-only execution log."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def read(self) -> list[Line]:
+        """Every complete line, in the order written."""
+        if not self.path.exists():
+            return []
+        out = []
+        for raw in self.path.read_bytes().splitlines():
+            parts = raw.split()
+            if len(parts) == 4:
+                out.append(Line(parts[0].decode(), int(parts[1]), int(parts[2]), float(parts[3])))
+        return out
+
+    def starts(self) -> dict[int, list[Line]]:
+        """Start lines by job number, in order."""
+        out: dict[int, list[Line]] = defaultdict(list)
+        for line in self.read():
+            if line.event == "start":
+                out[line.n].append(line)
+        return out
+
+    def done(self) -> dict[int, list[Line]]:
+        """Done lines by job number, in order."""
+        out: dict[int, list[Line]] = defaultdict(list)
+        for line in self.read():
+            if line.event == "done":
+                out[line.n].append(line)
+        return out
+
+
+# ---------------------------------------------------------------------- nemesis
+@dataclass
+class Kill:
+    """One fault: what was killed, when, and which jobs it held at that moment."""
+
+    pid: int
+    at: float  # time.time()
+    held: set[str]  # ids of jobs leased to this process when it died
+
+
+def leased_to(app: Conveyor, pid: int) -> set[str]:
+    """Ids of the active jobs whose lease belongs to worker process ``pid``."""
+    held: set[str] = set()
+    page = 1
+    while True:
+        result = app.search(state=JobState.ACTIVE, page=page, page_size=1000)
+        held |= {j.id for j in result.items if j.worker_id and f":{pid}:" in j.worker_id}
+        if page >= result.pages:
+            return held
+        page += 1
+
+
+def kill_worker(app: Conveyor, pid: int) -> Kill:
+    """SIGKILL worker process ``pid`` and record the leases it held (they can no longer change:
+    the process is gone and the leases only move when they expire)."""
+    at = time.time()
+    os.kill(pid, signal.SIGKILL)
+    return Kill(pid, at, leased_to(app, pid))
+
+
+def sleep_until(deadline: float, alive: Callable[[], None] | None = None) -> None:
+    """Wait for a point of the fault schedule (monotonic), calling ``alive`` every 50 ms."""
+    while (left := deadline - time.monotonic()) > 0:
+        time.sleep(min(0.05, left))
+        if alive is not None:
+            alive()
+
+
+# ---------------------------------------------------------------------- checker
+def counts(app: Conveyor) -> dict[str, int]:
+    """Job counts by state in the test queue."""
+    return dict(app.broker.counts().get(QUEUE, {}))
+
+
+def wait_settled(app: Conveyor, expected_completed: int, timeout: float, *,
+                 dead: int = 0) -> dict[str, int]:  # fmt: skip
+    """Until ``expected_completed`` jobs are completed and ``dead`` dead-lettered, and nothing is
+    pending, scheduled, retrying or active."""
+
+    def settled() -> dict[str, int] | None:
+        c = counts(app)
+        busy = sum(c.get(s, 0) for s in ("pending", "scheduled", "retry_scheduled", "active"))
+        done = c.get("completed", 0) >= expected_completed and c.get("dead_letter", 0) >= dead
+        return c if done and not busy else None
+
+    try:
+        return wait_until(settled, timeout, "every job to finish", interval=0.2)  # type: ignore[no-any-return]
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; counts now: {counts(app)}") from None
+
+
+@dataclass
+class Report:
+    """What the checker found."""
+
+    name: str
+    enqueued: int  # enqueues that returned
+    indeterminate: int  # enqueues that raised
+    recovered: int  # of those, stored anyway and completed
+    executions: int  # start lines
+    completed: int
+    lost: list[int]
+    duplicates: list[int]
+    unexplained: list[int]
+    kills: int
+    held_at_kills: int
+    seconds: float
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def summary(self) -> dict[str, Any]:
+        """The numbers, for the log and docs/reliability.md."""
+        return {"test": self.name, "jobs": self.enqueued, "indeterminate": self.indeterminate,
+                "recovered": self.recovered, "executions": self.executions,
+                "completed": self.completed, "kills": self.kills,
+                "held_at_kills": self.held_at_kills, "lost": len(self.lost),
+                "duplicates": len(self.duplicates), "unexplained": len(self.unexplained),
+                "seconds": round(self.seconds, 1), **self.extra}  # fmt: skip
+
+    def publish(self) -> None:
+        """Print the summary and append it to ``$RELIABILITY_RESULTS`` if set."""
+        line = json.dumps(self.summary())
+        print(f"\nRELIABILITY {line}")
+        target = os.environ.get("RELIABILITY_RESULTS")
+        if target:
+            with open(target, "a") as fh:
+                fh.write(line + "\n")
+
+
+def check(
+    name: str, app: Conveyor, producer: Producer, ledger: Ledger, kills: Iterable[Kill],
+    began: float, *, explained: Callable[[str, Line], bool] | None = None,
+    exclude: Iterable[int] = (),
+) -> Report:  # fmt: skip
+    """Compare what was enqueued, what ran (the ledger) and what the broker says.
+
+    * lost: an enqueue that returned whose job has no ``done`` line or is not ``completed``;
+    * duplicate: a job with more than one ``start`` line;
+    * explained: every start but the last was made by a process that was then killed while it
+      held that job's lease, or ``explained(job_id, start_line)`` says why it ran again (a
+      lease handed back on shutdown, a Redis restart).
+    """
+    kills = list(kills)
+    skip = set(exclude)
+    starts, done = ledger.starts(), ledger.done()
+    holders: dict[str, set[int]] = defaultdict(set)
+    for kill in kills:
+        for job_id in kill.held:
+            holders[job_id].add(kill.pid)
+    lost, completed = [], 0
+    for n, job_id in sorted(producer.ok.items()):
+        if n in skip:
+            continue
+        job = app.broker.get(job_id)
+        if not done.get(n) or job is None or job.state is not JobState.COMPLETED:
+            lost.append(n)
+        else:
+            completed += 1
+    recovered = 0
+    for n, job_id in producer.failed.items():
+        job = app.broker.get(job_id)
+        if job is not None:
+            assert job.state is JobState.COMPLETED, f"indeterminate {job_id} is {job.state}"
+            recovered += 1
+    duplicates, unexplained = [], []
+    for n, lines in sorted(starts.items()):
+        if n in skip or len(lines) < 2:
+            continue
+        duplicates.append(n)
+        job_id = f"job-{n}"
+        for line in lines[:-1]:
+            by_kill = line.pid in holders.get(job_id, set())
+            if not (by_kill or (explained is not None and explained(job_id, line))):
+                unexplained.append(n)
+                break
+    return Report(name=name, enqueued=len(producer.ok), indeterminate=len(producer.failed),
+                  recovered=recovered, executions=sum(len(v) for v in starts.values()),
+                  completed=completed, lost=lost, duplicates=duplicates,
+                  unexplained=unexplained, kills=len(kills),
+                  held_at_kills=sum(len(k.held) for k in kills),
+                  seconds=time.monotonic() - began)  # fmt: skip
