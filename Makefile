@@ -15,10 +15,10 @@ test: setup       ## full test suite (pytest's exit code, incl. 5 = no tests, is
 	$(PY) -m pytest -q
 
 lint: setup       ## style and strict typing
-	$(VENV)/bin/ruff check src tests
+	$(VENV)/bin/ruff check src tests examples bench
 	$(VENV)/bin/mypy --strict src/
 
 check: lint test  ## THE test command: setup, ruff, mypy --strict, pytest
 
-bench: setup      ## benchmarks (bench/run.py when present, else the CLI's own)
-	if [ -f bench/run.py ]; then $(PY) bench/run.py; else $(VENV)/bin/conveyor bench; fi
+bench: setup      ## side-by-side benchmarks against the peers (bench/README.md); ARGS=--quick etc.
+	bash bench/run.sh $(ARGS)

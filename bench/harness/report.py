@@ -145,6 +145,10 @@ def notes(doc: dict[str, Any]) -> str:
             line += f"; best: `{best}`"
         for key, val in sorted(_reduced(scen).items()):
             line += f"; {key} ran {val[1]:,} jobs instead of {val[0]:,}"
+        for key in ("drain.default", "drain.best", "io"):
+            node = _get(*key.split("."))(scen)
+            if isinstance(node, dict) and node.get("duplicated"):
+                line += f"; {key}: {node['duplicated']} job(s) ran twice without any crash"
         crash = scen.get("crash", {})
         if "lost" in crash:
             line += (
@@ -193,6 +197,19 @@ def tune_table(doc: dict[str, Any]) -> str:
 
 
 def load_warning(doc: dict[str, Any]) -> str:
+    """Warnings: other work competing for the CPU; quick and full runs merged in one table."""
+    kinds = {n: s.get("quick") for n, s in doc.get("systems", {}).items() if "quick" in s}
+    mixed = ""
+    if len(set(kinds.values())) > 1:
+        quick = ", ".join(n for n, q in kinds.items() if q)
+        mixed = (
+            f"**Warning:** merged results mix --quick ({quick}) and full-size runs; "
+            "rates are comparable only roughly.\n\n"
+        )
+    return mixed + _cpu_warning(doc)
+
+
+def _cpu_warning(doc: dict[str, Any]) -> str:
     """A warning when other work was running on the machine during the measurements."""
     cores = doc.get("meta", {}).get("cores") or 1
     busy = {}

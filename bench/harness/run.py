@@ -200,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         ctx = BenchContext(repo=REPO, redis=redis, workdir=workdir)
         for name in names:
             sysdoc = run_system(name, ctx, scenarios, sizes)
+            sysdoc["quick"] = args.quick
             if args.merge and name in doc["systems"]:
                 old = doc["systems"][name]
                 old_scen = old.get("scenarios", {}) | sysdoc["scenarios"]

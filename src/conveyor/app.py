@@ -21,7 +21,7 @@ from .core.clock import Clock, SystemClock
 from .core.ids import new_ulid
 from .core.job import Job, validate_priority, validate_queue_name, validate_task_name
 from .core.lifecycle import initial_state
-from .core.serialization import encode_job
+from .core.serialization import encode_envelope
 from .core.state import JobState
 from .errors import JobNotFound, ValidationError
 from .handles import Delivery, JobHandle
@@ -36,6 +36,10 @@ if TYPE_CHECKING:
     from .worker.loop import Worker
 
 log = logging.getLogger("conveyor")
+#: Task and queue names that passed validation (enqueue checks each name once per process).
+_VALID_TASKS: set[str] = set()
+_VALID_QUEUES: set[str] = set()
+_VALID_MAX = 10_000
 F = TypeVar("F", bound=Callable[..., Any])
 _default_url_logged = False
 
@@ -147,8 +151,9 @@ class Conveyor:
         if kwargs is not None and not isinstance(kwargs, dict):
             raise ValidationError("kwargs", f"must be a dict, got {type(kwargs).__name__}")
         name = task.name if isinstance(task, Task) else task
-        spec = JobSpec(name, tuple(args or ()), dict(kwargs or {}), check_options(options))
-        return self.enqueue_many([spec])[0]
+        spec = JobSpec(name, tuple(args or ()), dict(kwargs or {}),
+                       check_options(options) if options else {})  # fmt: skip
+        return self.enqueue_many((spec,))[0]
 
     def enqueue_many(self, specs: Iterable[JobSpec]) -> list[JobHandle]:
         """Store every job or none (atomic), returning their handles in order."""
@@ -156,14 +161,24 @@ class Conveyor:
         jobs = [self.build_job(spec, now) for spec in specs]
         if not jobs:
             return []
+        limit = self.settings.max_payload_bytes
+        middleware = self.middleware
+        before = [mw for mw in middleware if _overrides(mw, "before_enqueue")]
+        payloads = []
         for job in jobs:
-            for mw in self.middleware:
+            for mw in before:
                 mw.before_enqueue(self, job)
-            encode_job(job, self.settings.max_payload_bytes)  # validates and size-checks
-        results = self.broker.enqueue(jobs, now)
+            payloads.append(encode_envelope(job, limit))  # validated, size-checked, encoded once
+        results = self.broker.enqueue(jobs, now, payloads)
+        metrics = [mw for mw in middleware if type(mw) is MetricsMiddleware]
+        after = [mw for mw in middleware if _overrides(mw, "after_enqueue")
+                 and type(mw) is not MetricsMiddleware]  # fmt: skip
+        for mw in metrics:  # one buffered update per batch instead of one per job
+            mw.count_enqueued(self, jobs, results, now)
         handles = []
         for job, res in zip(jobs, results, strict=True):
-            emit(self.middleware, "after_enqueue", self, job, res.duplicate)
+            if after:
+                emit(after, "after_enqueue", self, job, res.duplicate)
             if res.duplicate:
                 existing = self.broker.get(res.id) or job
                 handles.append(JobHandle.bind(existing, self, duplicate=True))
@@ -176,9 +191,24 @@ class Conveyor:
         if not isinstance(spec, JobSpec):
             kind = type(spec).__name__
             raise ValidationError("jobs", f"enqueue_many takes JobSpec items, got {kind}")
-        name = validate_task_name(spec.task)
+        name = spec.task
+        if name not in _VALID_TASKS:
+            _remember_valid(_VALID_TASKS, validate_task_name(name))
         task = self.tasks.get(name)
         opts = spec.options
+        if not opts:  # the common case: every value comes from the task or the settings
+            queue = task.queue if task else "default"
+            if queue not in _VALID_QUEUES:
+                _remember_valid(_VALID_QUEUES, validate_queue_name(queue))
+            ttl = task.idempotency_ttl if task is not None else None
+            return Job(
+                id=new_ulid(now, self.id_rng), task=name, args=list(spec.args),
+                kwargs=dict(spec.kwargs), queue=queue,
+                priority=validate_priority(task.priority if task else 0),
+                state=JobState.PENDING, max_attempts=task.max_attempts if task else 4,
+                timeout=task.timeout if task else None, run_at=now, created_at=now,
+                idempotency_ttl=float(self.settings.idempotency_ttl if ttl is None else ttl),
+            )  # fmt: skip
         delay = opts.get("delay") or 0.0
         run_at = opts.get("run_at")
         run_at = float(run_at) if run_at is not None else now + float(delay)
@@ -358,6 +388,17 @@ class Conveyor:
     def close(self) -> None:
         """Close the broker's connections."""
         self.broker.close()
+
+
+def _remember_valid(names: set[str], name: str) -> None:
+    if len(names) >= _VALID_MAX:
+        names.clear()
+    names.add(name)
+
+
+def _overrides(mw: Middleware, hook: str) -> bool:
+    """True when ``mw`` implements ``hook`` (the base class's hooks do nothing)."""
+    return getattr(type(mw), hook, None) is not getattr(Middleware, hook)
 
 
 def _default_clock(broker: Broker) -> Clock:

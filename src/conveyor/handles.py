@@ -28,8 +28,14 @@ class JobHandle(Job):
     @classmethod
     def bind(cls, job: Job, app: Conveyor, duplicate: bool = False) -> JobHandle:
         """Wrap a broker snapshot."""
-        values = {name: getattr(job, name) for name in _JOB_FIELDS}
-        return cls(**values, duplicate=duplicate, _app=app)
+        handle = cls.__new__(cls)  # a field-by-field copy without __init__'s keyword parsing
+        state = handle.__dict__
+        source = job.__dict__
+        for name in _JOB_FIELDS:
+            state[name] = source[name]
+        state["duplicate"] = duplicate
+        state["_app"] = app
+        return handle
 
     def refresh(self) -> JobHandle:
         """Re-read every field from the broker (in place) and return self."""

@@ -84,6 +84,12 @@ def start_redis(tmp_path: Path) -> Iterator[StartRedis]:
         server.stop()
 
 
+@pytest.fixture
+def redis_url(start_redis: StartRedis) -> str:
+    """A private Redis (AOF, ``appendfsync everysec``) for the Redis-only scenarios."""
+    return str(start_redis(extra=EVERYSEC).url)
+
+
 @pytest.fixture(params=["redis", "sqlite"])
 def shared_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """A broker URL several processes share: a private Redis (AOF, ``appendfsync everysec``, the

@@ -3,11 +3,13 @@ an append-only execution ledger outside the broker, and a checker that compares 
 
 * ``Workers`` — one ``conveyor worker tests.reliability.ledger_app:app`` supervisor (its own
   process group, its own working directory, which also marks every process it starts).
-* ``Producer`` — a thread that enqueues numbered jobs at a steady rate and records, per job,
-  whether the enqueue returned (``ok``) or raised (``fail``: indeterminate — it may or may not
-  have been stored). Job ids are deterministic (``job-<n>``), so indeterminate ones can be found.
+* ``Producer`` — a thread that enqueues numbered jobs at a steady rate (or in bursts) and
+  records, per job, whether the enqueue returned (``ok``) or raised (``failed``: indeterminate —
+  it may or may not have been stored). Job ids are deterministic (``job-<n>``), so
+  indeterminate ones can be found.
 * ``Ledger`` — reads the ``start``/``done`` lines the handlers appended.
-* ``Nemesis`` — remembers what was killed (pid, time, the jobs it held at that moment).
+* ``kill_worker`` — the nemesis: SIGKILL a worker process and record a ``Kill`` (pid, time, the
+  jobs whose lease it held at that moment).
 * ``check`` — lost, duplicated, explained; the numbers go to ``RELIABILITY_RESULTS`` (JSON lines)
   when that variable names a file, and are printed (``pytest -s``).
 """
@@ -30,6 +32,7 @@ from typing import Any
 
 from conveyor import Conveyor, JobState
 from conveyor.config import Retention, Settings
+from conveyor.worker.supervisor import CRASH_WINDOW
 from tests.worker.harness import CONVEYOR, FAST_ENV, REPO
 
 APP = "tests.reliability.ledger_app:app"
@@ -64,6 +67,18 @@ def _alive(pid: int) -> bool:
             return fh.read().rsplit(")", 1)[-1].split()[0] != "Z"
     except (FileNotFoundError, ProcessLookupError):
         return False
+
+
+def process_age(pid: int) -> float:
+    """Seconds since process ``pid`` started (0 if it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            started = int(fh.read().rsplit(")", 1)[-1].split()[19])
+        with open("/proc/uptime") as fh:
+            uptime = float(fh.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0.0
+    return max(0.0, uptime - started / os.sysconf("SC_CLK_TCK"))
 
 
 def marked_pids(marker: str) -> list[int]:
@@ -124,8 +139,21 @@ class Workers:
 
     def wait_ready(self, count: int, timeout: float = 30.0) -> list[int]:
         """Until ``count`` worker processes run and logged their start line."""
-        return wait_until(lambda: len(self.live_children()) >= count and self.live_children(),
-                          timeout, f"{count} worker processes")  # fmt: skip
+
+        def ready() -> list[int] | None:
+            live = self.live_children()
+            return live if len(live) >= count else None
+
+        pids: list[int] = wait_until(ready, timeout, f"{count} worker processes")
+        return pids
+
+    def pick_victim(self, rng: random.Random, settled: float = CRASH_WINDOW) -> int:
+        """A random live worker process, preferring those older than ``settled`` seconds: the
+        supervisor backs off restarting a slot whose process keeps dying young (crash-loop
+        protection), so killing only young processes would starve the pool in a long run."""
+        live = sorted(self.wait_ready(1))
+        old = [pid for pid in live if process_age(pid) >= settled]
+        return rng.choice(old or live)
 
     def signal(self, sig: int = signal.SIGTERM) -> None:
         """Signal the supervisor (it forwards SIGTERM/SIGINT to its worker processes)."""
@@ -136,12 +164,14 @@ class Workers:
         return self.proc.wait(timeout)
 
     def close(self) -> None:
-        """Kill whatever is left (test teardown; safe to call twice)."""
-        for pid in marked_pids(str(self.dir)):
+        """Kill whatever is left (test teardown; safe to call twice): the supervisor's process
+        group, then every worker process (each runs in a group of its own) by its pid."""
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+        for pid in marked_pids(f'"{self.dir}"'):  # as it appears in the child's JSON config
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
-        if self.proc.poll() is None:
-            self.proc.kill()
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(10)
 
@@ -335,12 +365,17 @@ class Report:
 
     def publish(self) -> None:
         """Print the summary and append it to ``$RELIABILITY_RESULTS`` if set."""
-        line = json.dumps(self.summary())
-        print(f"\nRELIABILITY {line}")
-        target = os.environ.get("RELIABILITY_RESULTS")
-        if target:
-            with open(target, "a") as fh:
-                fh.write(line + "\n")
+        publish(self.summary())
+
+
+def publish(numbers: dict[str, Any]) -> None:
+    """Print one result line and append it to ``$RELIABILITY_RESULTS`` if set."""
+    line = json.dumps(numbers)
+    print(f"\nRELIABILITY {line}")
+    target = os.environ.get("RELIABILITY_RESULTS")
+    if target:
+        with open(target, "a") as fh:
+            fh.write(line + "\n")
 
 
 def check(
@@ -373,7 +408,7 @@ def check(
         else:
             completed += 1
     recovered = 0
-    for n, job_id in producer.failed.items():
+    for job_id in producer.failed.values():
         job = app.broker.get(job_id)
         if job is not None:
             assert job.state is JobState.COMPLETED, f"indeterminate {job_id} is {job.state}"
@@ -389,9 +424,9 @@ def check(
             if not (by_kill or (explained is not None and explained(job_id, line))):
                 unexplained.append(n)
                 break
-    return Report(name=name, enqueued=len(producer.ok), indeterminate=len(producer.failed),
-                  recovered=recovered, executions=sum(len(v) for v in starts.values()),
-                  completed=completed, lost=lost, duplicates=duplicates,
-                  unexplained=unexplained, kills=len(kills),
+    return Report(name=name, enqueued=len(set(producer.ok) - skip),
+                  indeterminate=len(producer.failed), recovered=recovered,
+                  executions=sum(len(v) for v in starts.values()), completed=completed,
+                  lost=lost, duplicates=duplicates, unexplained=unexplained, kills=len(kills),
                   held_at_kills=sum(len(k.held) for k in kills),
                   seconds=time.monotonic() - began)  # fmt: skip

@@ -53,9 +53,10 @@ def worker_kills(
     nemesis: list[Kill] = []
     for i in range(kills):
         sleep_until(began + every * i)
-        wait_until(lambda: producer.attempted >= i * burst + burst // 3 or not producer.is_alive(),
+        target = i * burst + burst // 3
+        wait_until(lambda t=target: producer.attempted >= t or not producer.is_alive(),  # type: ignore[misc]
                    30, "the next burst", interval=0.002)  # fmt: skip
-        victim = rng.choice(sorted(workers.wait_ready(1)))
+        victim = workers.pick_victim(rng)
         nemesis.append(kill_worker(app, victim))
     producer.join(timeout=120)
     assert not producer.is_alive() and not producer.failed, producer.errors[:5]
@@ -84,4 +85,4 @@ def test_r1_worker_kills_soak(shared_url: str, ledger: Ledger,
                               start_workers: StartWorkers) -> None:  # fmt: skip
     backend = shared_url.split(":", 1)[0]
     worker_kills(f"R1 worker kills soak ({backend})", shared_url, ledger, start_workers,
-                 jobs=20_000, kills=60, seed=7)  # fmt: skip
+                 jobs=20_000, kills=60, processes=8, seed=7)  # fmt: skip

@@ -121,3 +121,15 @@ def test_thread_job_ignoring_its_timeout_recycles_the_process(env: dict[str, Any
     assert len(w.child_pids()) == 2
     w.signal(signal.SIGTERM)
     assert w.wait(timeout=8) == 0
+
+
+def test_no_supervisor_runs_in_one_process_and_drains_on_sigterm(env: dict[str, Any]) -> None:
+    """``--no-supervisor``: the CLI process is the worker (no child), SIGTERM still drains."""
+    app, marks = env["app"], env["marks"]
+    w = env["worker"]("-c", "2", "--no-supervisor", "--shutdown-timeout", "10")
+    job = app.enqueue("sleeper", args=["solo", 0.5])
+    wait_until(lambda: len(marks.of("solo")) == 1, timeout=15)
+    assert marks.of("solo")[0]["pid"] == w.pid, "the job must run in the CLI process itself"
+    w.signal(signal.SIGTERM)
+    assert w.wait(timeout=8) == 0
+    assert job.refresh().state is JobState.COMPLETED

@@ -36,10 +36,12 @@ def load_adapter(name: str) -> type[Adapter]:
 def available() -> list[str]:
     """Names whose adapter module can be imported (Conveyor's may not exist yet)."""
     names = []
-    for name in SYSTEMS:
+    for name, target in SYSTEMS.items():
         try:
             load_adapter(name)
-        except ModuleNotFoundError:
+        except ModuleNotFoundError as exc:
+            if exc.name != target.partition(":")[0]:
+                raise  # the adapter exists but imports something missing: say so
             continue
         names.append(name)
     return names

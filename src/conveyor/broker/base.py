@@ -112,13 +112,18 @@ class Broker(abc.ABC):
 
     # ----------------------------------------------------------------- producers
     @abc.abstractmethod
-    def enqueue(self, jobs: Sequence[Job], now: float) -> list[EnqueueResult]:
+    def enqueue(
+        self, jobs: Sequence[Job], now: float, payloads: Sequence[bytes] | None = None
+    ) -> list[EnqueueResult]:
         """Store new jobs atomically (all or none), in order.
 
         Each job arrives fully built (id, state ``pending`` or ``scheduled``, run_at,
         created_at). A job whose ``idempotency_key`` matches a live key of the same queue is not
         stored: its result carries the existing id and ``duplicate=True``. An explicit id that
         already exists raises ``DuplicateJob`` and nothing of the batch is stored.
+        ``payloads``, when given, are the jobs' envelopes already encoded by the caller with
+        ``core.serialization.encode_envelope`` (one per job, validated and size-checked): a
+        backend stores them instead of encoding each job again.
         """
 
     # ----------------------------------------------------------------- consumers

@@ -18,16 +18,17 @@ import orjson
 from ..config import Retention
 from ..core import lifecycle
 from ..core.job import Job
-from ..core.serialization import dumps, encode_value, job_from_dict, job_to_dict
+from ..core.serialization import decode_job, job_from_dict, job_to_dict
 from ..core.state import TERMINAL_STATES, JobState
 from ..errors import DuplicateJob, LeaseLost
 from .base import Ack, Broker, EnqueueResult, Lease, Page, SearchQuery
-from .memstore import SideStore
+from .filters import matches
+from .memstore import SideStore, SideStoreMixin
 
 _DELAYED = (JobState.SCHEDULED, JobState.RETRY_SCHEDULED)
 
 
-class MemoryBroker(Broker):
+class MemoryBroker(SideStoreMixin, Broker):
     """All state in dicts and heaps behind one lock."""
 
     def __init__(self, retention: Retention | None = None, url: str = "memory://") -> None:
@@ -100,14 +101,16 @@ class MemoryBroker(Broker):
         return job_from_dict(orjson.loads(orjson.dumps(job_to_dict(job))))
 
     # ------------------------------------------------------------------ producers
-    def enqueue(self, jobs: Sequence[Job], now: float) -> list[EnqueueResult]:
+    def enqueue(
+        self, jobs: Sequence[Job], now: float, payloads: Sequence[bytes] | None = None
+    ) -> list[EnqueueResult]:
         """Store all jobs or none; see ``Broker.enqueue``."""
         with self._lock:
             results: list[EnqueueResult] = []
-            fresh: list[Job] = []
+            fresh: list[tuple[Job, bytes | None]] = []
             seen_ids: set[str] = set()
             batch_keys: dict[tuple[str, str], str] = {}
-            for job in jobs:
+            for i, job in enumerate(jobs):
                 if job.id in self._jobs or job.id in seen_ids:
                     raise DuplicateJob(job.id)
                 key = (job.queue, job.idempotency_key) if job.idempotency_key else None
@@ -121,10 +124,10 @@ class MemoryBroker(Broker):
                 if key:
                     batch_keys[key] = job.id
                 seen_ids.add(job.id)
-                fresh.append(job)
+                fresh.append((job, None if payloads is None else payloads[i]))
                 results.append(EnqueueResult(job.id, False, job.state))
-            for job in fresh:
-                stored = self._snap(job)
+            for job, payload in fresh:
+                stored = self._snap(job) if payload is None else decode_job(payload)
                 self._jobs[job.id] = stored
                 self._known_queues.add(job.queue)
                 if job.idempotency_key:
@@ -381,7 +384,7 @@ class MemoryBroker(Broker):
     def search(self, query: SearchQuery) -> Page:
         """Filter, sort newest first, paginate."""
         with self._lock:
-            hits = [j for j in self._jobs.values() if _matches(j, query)]
+            hits = [j for j in self._jobs.values() if matches(j, query)]
             hits.sort(key=lambda j: (j.created_at, j.id), reverse=True)
             start = (max(1, query.page) - 1) * query.page_size
             items = [self._snap(j) for j in hits[start : start + query.page_size]]
@@ -394,67 +397,6 @@ class MemoryBroker(Broker):
                      if j.queue == queue and j.state is JobState.PENDING]  # fmt: skip
             return min(times) if times else None
 
-    # ------------------------------------------------------------------ side stores
-    def doc_put(self, collection: str, name: str, doc: Mapping[str, Any], now: float,
-                ttl: float | None = None) -> None:  # fmt: skip
-        """See Broker.doc_put."""
-        with self._lock:
-            self._side.doc_put(collection, name, doc, now, ttl)
-
-    def doc_get(self, collection: str, name: str, now: float) -> dict[str, Any] | None:
-        """See Broker.doc_get."""
-        with self._lock:
-            return self._side.doc_get(collection, name, now)
-
-    def doc_list(self, collection: str, now: float) -> dict[str, dict[str, Any]]:
-        """See Broker.doc_list."""
-        with self._lock:
-            return self._side.doc_list(collection, now)
-
-    def doc_delete(self, collection: str, name: str) -> bool:
-        """See Broker.doc_delete."""
-        with self._lock:
-            return self._side.doc_delete(collection, name)
-
-    def doc_update_if(self, collection: str, name: str, field: str, expected: Any,
-                      changes: Mapping[str, Any], now: float) -> bool:  # fmt: skip
-        """See Broker.doc_update_if."""
-        with self._lock:
-            return self._side.doc_update_if(collection, name, field, expected, changes, now)
-
-    def log_append(self, name: str, entries: Sequence[Mapping[str, Any]], cap: int) -> None:
-        """See Broker.log_append."""
-        with self._lock:
-            self._side.log_append(name, entries, cap)
-
-    def log_read(self, name: str, limit: int = 100) -> list[dict[str, Any]]:
-        """See Broker.log_read."""
-        with self._lock:
-            return self._side.log_read(name, limit)
-
-    def events_add(self, events: Sequence[Mapping[str, Any]]) -> None:
-        """See Broker.events_add."""
-        with self._lock:
-            for event in events:
-                self._side.emit(event)
-
-    def events_read(self, after: str | None = None, limit: int = 100
-                    ) -> tuple[list[dict[str, Any]], str]:  # fmt: skip
-        """See Broker.events_read."""
-        with self._lock:
-            return self._side.events_read(after, limit)
-
-    def counters_add(self, bucket: str, increments: Mapping[str, float], now: float,
-                     ttl: float) -> None:  # fmt: skip
-        """See Broker.counters_add."""
-        with self._lock:
-            self._side.counters_add(bucket, increments, now, ttl)
-
-    def counters_get(self, buckets: Sequence[str], now: float) -> dict[str, dict[str, float]]:
-        """See Broker.counters_get."""
-        with self._lock:
-            return self._side.counters_get(buckets, now)
-
     def wait_for_work(self, queues: Sequence[str], timeout: float) -> None:
         """Wait on the condition that enqueue and resume notify."""
         with self._wake:
@@ -464,24 +406,3 @@ class MemoryBroker(Broker):
         """Forget everything."""
         with self._lock:
             self.__init__(self.retention, self.url)  # type: ignore[misc]
-
-
-def _matches(job: Job, q: SearchQuery) -> bool:
-    """True when ``job`` passes every filter of ``q`` (shared by backends that filter in Python)."""
-    if q.id and not job.id.startswith(q.id):
-        return False
-    if (q.state and job.state != q.state) or (q.task and job.task != q.task):
-        return False
-    if q.queue and job.queue != q.queue:
-        return False
-    if (q.since is not None and job.created_at < q.since) or (
-        q.until is not None and job.created_at >= q.until
-    ):
-        return False
-    if q.error and q.error.lower() not in (job.last_error or "").lower():
-        return False
-    if q.text:
-        blob = dumps([encode_value(job.args, "args"), encode_value(job.kwargs, "kwargs")])
-        if q.text.lower().encode() not in blob.lower():
-            return False
-    return True

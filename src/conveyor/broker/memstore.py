@@ -1,12 +1,14 @@
 """In-process side stores for the memory broker: documents, logs, events, counters.
 
-Kept apart from ``memory.py`` so the job-transition logic reads on its own. Not thread-safe by
-itself: the memory broker calls these under its lock.
+Kept apart from ``memory.py`` so the job-transition logic reads on its own. ``SideStore`` is not
+thread-safe by itself; ``SideStoreMixin`` gives the broker its protocol methods, each taking the
+broker's lock.
 """
 
 from __future__ import annotations
 
 import copy
+import threading
 from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -104,3 +106,70 @@ class SideStore:
             if item is not None and item[1] > now:
                 out[bucket] = dict(item[0])
         return out
+
+
+class SideStoreMixin:
+    """The Broker side-store methods, delegating to ``self._side`` under ``self._lock``."""
+
+    _lock: threading.RLock
+    _side: SideStore
+
+    def doc_put(self, collection: str, name: str, doc: Mapping[str, Any], now: float,
+                ttl: float | None = None) -> None:  # fmt: skip
+        """See Broker.doc_put."""
+        with self._lock:
+            self._side.doc_put(collection, name, doc, now, ttl)
+
+    def doc_get(self, collection: str, name: str, now: float) -> dict[str, Any] | None:
+        """See Broker.doc_get."""
+        with self._lock:
+            return self._side.doc_get(collection, name, now)
+
+    def doc_list(self, collection: str, now: float) -> dict[str, dict[str, Any]]:
+        """See Broker.doc_list."""
+        with self._lock:
+            return self._side.doc_list(collection, now)
+
+    def doc_delete(self, collection: str, name: str) -> bool:
+        """See Broker.doc_delete."""
+        with self._lock:
+            return self._side.doc_delete(collection, name)
+
+    def doc_update_if(self, collection: str, name: str, field: str, expected: Any,
+                      changes: Mapping[str, Any], now: float) -> bool:  # fmt: skip
+        """See Broker.doc_update_if."""
+        with self._lock:
+            return self._side.doc_update_if(collection, name, field, expected, changes, now)
+
+    def log_append(self, name: str, entries: Sequence[Mapping[str, Any]], cap: int) -> None:
+        """See Broker.log_append."""
+        with self._lock:
+            self._side.log_append(name, entries, cap)
+
+    def log_read(self, name: str, limit: int = 100) -> list[dict[str, Any]]:
+        """See Broker.log_read."""
+        with self._lock:
+            return self._side.log_read(name, limit)
+
+    def events_add(self, events: Sequence[Mapping[str, Any]]) -> None:
+        """See Broker.events_add."""
+        with self._lock:
+            for event in events:
+                self._side.emit(event)
+
+    def events_read(self, after: str | None = None, limit: int = 100
+                    ) -> tuple[list[dict[str, Any]], str]:  # fmt: skip
+        """See Broker.events_read."""
+        with self._lock:
+            return self._side.events_read(after, limit)
+
+    def counters_add(self, bucket: str, increments: Mapping[str, float], now: float,
+                     ttl: float) -> None:  # fmt: skip
+        """See Broker.counters_add."""
+        with self._lock:
+            self._side.counters_add(bucket, increments, now, ttl)
+
+    def counters_get(self, buckets: Sequence[str], now: float) -> dict[str, dict[str, float]]:
+        """See Broker.counters_get."""
+        with self._lock:
+            return self._side.counters_get(buckets, now)

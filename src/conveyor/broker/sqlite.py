@@ -137,7 +137,9 @@ class SqliteBroker(SqliteStore, Broker):
                              " ORDER BY seq LIMIT ?)", (queue, state, excess))  # fmt: skip
         super()._before_commit(tx)
 
-    def enqueue(self, jobs: Sequence[Job], now: float) -> list[EnqueueResult]:
+    def enqueue(
+        self, jobs: Sequence[Job], now: float, payloads: Sequence[bytes] | None = None
+    ) -> list[EnqueueResult]:
         """Store all jobs or none, in one transaction; see ``Broker.enqueue``."""
         with self._write() as tx:
             c = tx.conn
@@ -145,9 +147,9 @@ class SqliteBroker(SqliteStore, Broker):
             sql = "SELECT id FROM jobs WHERE id IN (SELECT value FROM json_each(?))"
             taken = {r[0] for r in c.execute(sql, (ids,))}
             results: list[EnqueueResult] = []
-            fresh: dict[str, Job] = {}
+            fresh: dict[str, tuple[Job, bytes | None]] = {}
             batch_keys: dict[tuple[str, str], str] = {}
-            for job in jobs:
+            for i, job in enumerate(jobs):
                 if job.id in taken or job.id in fresh:
                     raise DuplicateJob(job.id)
                 key = (job.queue, job.idempotency_key) if job.idempotency_key else None
@@ -160,10 +162,10 @@ class SqliteBroker(SqliteStore, Broker):
                     continue
                 if key:
                     batch_keys[key] = job.id
-                fresh[job.id] = job
+                fresh[job.id] = (job, None if payloads is None else payloads[i])
                 results.append(EnqueueResult(job.id, False, job.state))
                 tx.emit("enqueued", job, now, state=str(job.state))
-            new = list(fresh.values())
+            new = [job for job, _ in fresh.values()]
             for (queue, name), n in Counter((j.queue, str(j.state)) for j in new).items():
                 tx.count(queue, None, name, n)
             seq0 = tx.bump("seq", len(new)) - len(new)  # one range of places for the batch
@@ -171,7 +173,8 @@ class SqliteBroker(SqliteStore, Broker):
                 j.id, j.queue, j.task, str(j.state), j.priority, seq0 + i, j.run_at, j.created_at,
                 j.run_at if j.state in _DELAYED else None,
                 j.finished_at if j.state in TERMINAL_STATES else None,
-                orjson.dumps(job_to_dict(j))) for i, j in enumerate(new, 1)])  # fmt: skip
+                p if p is not None else orjson.dumps(job_to_dict(j)))
+                for i, (j, p) in enumerate(fresh.values(), 1)])  # fmt: skip
             keyed = [j for j in new if j.idempotency_key]
             c.executemany("INSERT OR REPLACE INTO idem (queue, key, job_id, expires_at) VALUES"
                           " (?, ?, ?, ?)", [(j.queue, j.idempotency_key, j.id,

@@ -45,11 +45,14 @@ LEVELS = ("debug", "info", "warning", "error")
               help="Serve Prometheus metrics on this port (needs the dashboard extra).")
 @click.option("--metrics-host", default="0.0.0.0", show_default=True,
               help="Address the metrics server listens on.")
+@click.option("--no-supervisor", is_flag=True,
+              help="Run the one worker in this process (smallest footprint; no restarts or "
+                   "recycling: leave that to systemd/Kubernetes). Needs --processes 1.")
 def worker_command(
     app_target: str, queues: str, concurrency: int, processes: int, strict: bool,
     visibility_timeout: float | None, shutdown_timeout: float | None,
     max_jobs_per_child: int | None, max_memory_per_child: float | None, log_format: str,
-    log_level: str, metrics_port: int | None, metrics_host: str,
+    log_level: str, metrics_port: int | None, metrics_host: str, no_supervisor: bool,
 ) -> None:  # fmt: skip
     """Run workers for APP (module:attribute). SIGTERM/SIGINT drain; a second one stops now."""
     setup_logging(log_format, log_level)
@@ -70,6 +73,13 @@ def worker_command(
     )  # fmt: skip
     if metrics_port is not None:
         start_metrics(app, metrics_port, metrics_host)
+    if no_supervisor:
+        if processes != 1 or max_memory_per_child is not None:
+            raise click.UsageError("--no-supervisor runs one process: it cannot be combined "
+                                   "with --processes > 1 or --max-memory-per-child")  # fmt: skip
+        from ..worker.child import run_worker_process
+
+        run_worker_process(config, supervised=False)
     supervisor = Supervisor(config, processes, max_memory_mb=max_memory_per_child,
                             shutdown_timeout=shutdown)  # fmt: skip
     sys.exit(supervisor.run())

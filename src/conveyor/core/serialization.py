@@ -142,6 +142,89 @@ def job_to_dict(job: Job) -> dict[str, Any]:
     }
 
 
+_INT_MIN, _INT_END = -(2**63), 2**64
+
+
+def _plain(values: Any) -> bool:
+    """True when every item is a JSON scalar that encodes as itself (no copy needed)."""
+    for v in values:
+        kind = type(v)
+        if kind is str or kind is bool or v is None:
+            continue
+        if kind is int:
+            if _INT_MIN <= v < _INT_END:
+                continue
+            return False
+        if kind is float and v - v == 0.0:  # finite: NaN and infinities give NaN
+            continue
+        return False
+    return True
+
+
+def encode_args(args: Any, path: str = "args") -> Any:
+    """``encode_value`` for a list or tuple, with a fast path for flat JSON scalars."""
+    if type(args) in (list, tuple) and _plain(args):
+        return args
+    return encode_value(args, path)
+
+
+def encode_kwargs(kwargs: Any, path: str = "kwargs") -> Any:
+    """``encode_value`` for a dict, with a fast path for str keys and flat JSON scalars."""
+    if type(kwargs) is not dict:
+        return encode_value(kwargs, path)
+    if not kwargs or (
+        (len(kwargs) != 1 or next(iter(kwargs)) not in _TAGS)
+        and all(type(k) is str for k in kwargs)
+        and _plain(kwargs.values())
+    ):
+        return kwargs
+    return encode_value(kwargs, path)
+
+
+_OPTIONAL = ("timeout", "started_at", "finished_at", "last_error", "idempotency_key",
+             "worker_id", "lease_expires_at")  # fmt: skip
+_DEFAULT_TTL = 300.0
+
+
+def envelope_dict(job: Job) -> dict[str, Any]:
+    """The compact envelope of ``job``: required fields plus the ones that differ from defaults.
+
+    Decodes (``job_from_dict``) to the same Job as ``job_to_dict``; it is what brokers store.
+    """
+    data: dict[str, Any] = {
+        "v": ENVELOPE_VERSION, "id": job.id, "task": job.task,
+        "args": encode_args(job.args), "kwargs": encode_kwargs(job.kwargs),
+        "queue": job.queue, "priority": job.priority, "state": job.state,  # orjson: enum value
+        "max_attempts": job.max_attempts, "run_at": job.run_at, "created_at": job.created_at,
+    }  # fmt: skip
+    for name in _OPTIONAL:
+        value = getattr(job, name)
+        if value is not None:
+            data[name] = value
+    if job.idempotency_key is not None or job.idempotency_ttl != _DEFAULT_TTL:
+        data["idempotency_ttl"] = job.idempotency_ttl
+    if job.metadata:
+        data["metadata"] = encode_value(job.metadata, "metadata")
+    if job.result is not None:
+        data["result"] = encode_value(job.result, "result")
+    for name in ("attempts", "lost", "errors", "history"):
+        if value := getattr(job, name):
+            data[name] = value
+    return data
+
+
+def encode_envelope(job: Job, limit: int = MAX_PAYLOAD_BYTES) -> bytes:
+    """The compact envelope bytes (validated); ``PayloadTooLarge`` over ``limit``.
+
+    ``Conveyor.enqueue_many`` encodes each job once with this and hands the bytes to the
+    broker, which stores them as they are.
+    """
+    data = orjson.dumps(envelope_dict(job))
+    if len(data) > limit:
+        raise PayloadTooLarge(len(data), limit)
+    return data
+
+
 def encode_job(job: Job, limit: int = MAX_PAYLOAD_BYTES) -> bytes:
     """Serialise ``job`` to envelope bytes; raise ``PayloadTooLarge`` over ``limit``."""
     data = orjson.dumps(job_to_dict(job))

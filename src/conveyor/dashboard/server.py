@@ -303,6 +303,8 @@ def create_app(app: Conveyor, config: DashboardConfig | None = None, **overrides
         *live.routes(),
         *api.routes(),
         Route("/healthz", lambda request: PlainTextResponse("ok")),
+        # Browsers ask for /favicon.ico on their own; answer it rather than log a 404.
+        Route("/favicon.ico", lambda request: RedirectResponse("/static/favicon.svg", 301)),
         Mount("/static", StaticFiles(directory=str(STATIC)), name="static"),
     ]
     web = Starlette(routes=routes, exception_handlers=dict(_exception_handlers()))

@@ -23,7 +23,7 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -96,6 +96,49 @@ def job_increments(job: Job, outcome: str, run_seconds: float | None) -> dict[st
     return inc
 
 
+_BOUNDS = len(HISTOGRAM_BOUNDS) + 1  # histogram buckets, +Inf included
+_bisect = bisect.bisect_left
+
+
+class _Tally:
+    """The increments of one (minute, queue, task), kept as numbers until the next flush.
+
+    ``after_process`` runs once per job on a busy worker: it adds to these fields instead of
+    building the named counters (``job_increments``) job by job; ``items`` names them at flush.
+    """
+
+    __slots__ = ("outcomes", "run_b", "run_n", "run_sum", "wait_b", "wait_n", "wait_sum")
+
+    def __init__(self) -> None:
+        self.outcomes: dict[str, int] = {}
+        self.run_n = self.wait_n = 0
+        self.run_sum = self.wait_sum = 0.0
+        self.run_b = [0] * _BOUNDS
+        self.wait_b = [0] * _BOUNDS
+
+    def items(self) -> Iterator[tuple[str, float]]:
+        processed = failed = 0
+        for name, n in self.outcomes.items():
+            if name == "enqueued":
+                yield name, float(n)
+                continue
+            processed += n
+            failed += n if name in FAILED_OUTCOMES else 0
+            yield name, float(n)
+        if processed:
+            yield "processed", float(processed)
+        if failed:
+            yield "failed", float(failed)
+        for prefix, count, total, buckets in (("run", self.run_n, self.run_sum, self.run_b),
+                                              ("wait", self.wait_n, self.wait_sum, self.wait_b)):
+            if count:
+                yield f"{prefix}_n", float(count)
+                yield f"{prefix}_sum", total
+                for i, n in enumerate(buckets):
+                    if n:
+                        yield f"{prefix}_b{i}", float(n)
+
+
 class MetricsMiddleware(Middleware):
     """Counts enqueues and outcomes into per-minute broker buckets (buffered, thread-safe)."""
 
@@ -103,6 +146,7 @@ class MetricsMiddleware(Middleware):
         self.flush_interval = flush_interval
         self._lock = threading.Lock()
         self._pending: dict[str, dict[str, float]] = {}
+        self._tallies: dict[tuple[int, str, str], _Tally] = {}
         self._broker: Broker | None = None
         self._now = 0.0
         self._timer: threading.Timer | None = None
@@ -114,15 +158,60 @@ class MetricsMiddleware(Middleware):
         if not duplicate:
             self.add(app.broker, app.now(), job.queue, job.task, {"enqueued": 1.0})
 
+    def count_enqueued(self, app: Any, jobs: Sequence[Job], results: Sequence[Any],
+                       now: float) -> None:  # fmt: skip
+        """``after_enqueue`` for a whole ``enqueue_many`` batch (``results``: EnqueueResult)."""
+        with self._lock:
+            self._use(app.broker, now)
+            minute = int(now // 60)
+            tallies = self._tallies
+            for job, res in zip(jobs, results, strict=True):
+                if res.duplicate:
+                    continue
+                key = (minute, job.queue, job.task)
+                tally = tallies.get(key)
+                if tally is None:
+                    tally = tallies[key] = _Tally()
+                outcomes = tally.outcomes
+                outcomes["enqueued"] = outcomes.get("enqueued", 0) + 1
+            self._schedule()
+
     def after_process(
         self, worker: Any, job: Job, *, outcome: str, duration: float, error: BaseException | None
     ) -> None:
-        """Count the outcome and record run and wait times."""
+        """Count the outcome and record run and wait times (same counters as job_increments)."""
         now = worker.app.now()
         run = duration if duration > 0 else None
-        if run is None and job.started_at is not None:
-            run = max(0.0, now - job.started_at)
-        self.add(worker.app.broker, now, job.queue, job.task, job_increments(job, outcome, run))
+        started = job.started_at
+        if run is None and started is not None:
+            run = max(0.0, now - started)
+        with self._lock:
+            broker = worker.app.broker
+            if self._broker is not broker:
+                self._use(broker, now)
+            elif now > self._now:
+                self._now = now
+            key = (int(now // 60), job.queue, job.task)
+            tally = self._tallies.get(key)
+            if tally is None:
+                tally = self._tallies[key] = _Tally()
+            outcomes = tally.outcomes
+            outcomes[outcome] = outcomes.get(outcome, 0) + 1
+            if run is not None and outcome != "lease_lost":
+                tally.run_n += 1
+                tally.run_sum += run
+                tally.run_b[_bisect(HISTOGRAM_BOUNDS, run)] += 1
+            if started is not None:
+                ready = job.run_at or 0.0
+                created = job.created_at or 0.0
+                wait = started - (ready if ready > created else created)
+                if wait < 0.0:
+                    wait = 0.0
+                tally.wait_n += 1
+                tally.wait_sum += wait
+                tally.wait_b[_bisect(HISTOGRAM_BOUNDS, wait)] += 1
+            if self._timer is None or self.flush_interval <= 0:
+                self._schedule()
 
     def on_worker_stop(self, worker: Any) -> None:
         """Write what is buffered before the worker exits."""
@@ -135,30 +224,49 @@ class MetricsMiddleware(Middleware):
         """Buffer increments for the minute of ``now``; flushed within ``flush_interval``."""
         prefix = f"{queue}|{task}|"
         with self._lock:
-            if self._broker is not None and self._broker is not broker:
-                self._flush_locked()
-            self._broker = broker
-            self._now = max(self._now, now)
+            self._use(broker, now)
             bucket = self._pending.setdefault(bucket_name(minute_of(now)), {})
             for name, amount in increments.items():
                 bucket[prefix + name] = bucket.get(prefix + name, 0.0) + amount
-            if self.flush_interval <= 0:
-                self._flush_locked()
-            elif self._timer is None:
-                self._timer = threading.Timer(self.flush_interval, self.flush)
-                self._timer.daemon = True
-                self._timer.start()
+            self._schedule()
+
+    def _use(self, broker: Broker, now: float) -> None:
+        """Lock held: buffer for ``broker`` (what was buffered for another one is written)."""
+        if self._broker is not None and self._broker is not broker:
+            self._flush_locked()
+        self._broker = broker
+        self._now = max(self._now, now)
+
+    def _schedule(self) -> None:
+        """Lock held: flush now (``flush_interval <= 0``) or start the flush timer."""
+        if self.flush_interval <= 0:
+            self._flush_locked()
+        elif self._timer is None:
+            self._timer = threading.Timer(self.flush_interval, self.flush)
+            self._timer.daemon = True
+            self._timer.start()
 
     def flush(self, *, quiet: bool = False) -> None:
         """Write every buffered increment to the broker now (``quiet``: no traceback on error)."""
         with self._lock:
             self._flush_locked(quiet)
 
+    def _collect(self) -> dict[str, dict[str, float]]:
+        """Lock held: take the buffered increments as ``{bucket: {counter: amount}}``."""
+        pending, self._pending = self._pending, {}
+        tallies, self._tallies = self._tallies, {}
+        for (minute, queue, task), tally in tallies.items():
+            bucket = pending.setdefault(bucket_name(minute), {})
+            prefix = f"{queue}|{task}|"
+            for name, amount in tally.items():
+                bucket[prefix + name] = bucket.get(prefix + name, 0.0) + amount
+        return pending
+
     def _flush_locked(self, quiet: bool = False) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        pending, self._pending = self._pending, {}
+        pending = self._collect()
         broker = self._broker
         if not pending or broker is None or getattr(broker, "_closed", False):
             return  # nothing to write, or the app was closed: drop rather than reconnect

@@ -99,15 +99,23 @@ def _watch_parent(worker: Any, parent: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point of a worker process."""
+    """Entry point of a worker process started by the supervisor."""
+    args = sys.argv[1:] if argv is None else argv
+    run_worker_process(ChildConfig.from_json(args[0]), supervised=True)
+
+
+def run_worker_process(config: ChildConfig, supervised: bool) -> None:
+    """Run one worker in this process until it stops, then exit with its code.
+
+    ``supervised=False`` (``conveyor worker --no-supervisor``) skips the parent watch: nobody
+    restarts this process, so a stuck job's exit code is left to the process manager.
+    """
     from .logs import setup_logging
     from .loop import EXIT_STUCK
 
     early: list[int] = []  # a stop signal before the worker runs: exit cleanly, do not die
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, frame: early.append(signum))
-    args = sys.argv[1:] if argv is None else argv
-    config = ChildConfig.from_json(args[0])
     setup_logging(config.log_format, config.log_level)
     for path in reversed(config.sys_path):
         if path not in sys.path:
@@ -122,8 +130,9 @@ def main(argv: list[str] | None = None) -> None:
     worker = app.worker(config.queues, concurrency=config.concurrency, strict=config.strict,
                         visibility_timeout=config.visibility_timeout, max_jobs=config.max_jobs,
                         shutdown_timeout=config.shutdown_timeout)  # fmt: skip
-    threading.Thread(target=_watch_parent, args=(worker, os.getppid()), daemon=True,
-                     name="conveyor-parent-watch").start()  # fmt: skip
+    if supervised:
+        threading.Thread(target=_watch_parent, args=(worker, os.getppid()), daemon=True,
+                         name="conveyor-parent-watch").start()  # fmt: skip
     if early:
         log.info("stop signal during start-up: exiting")
         sys.exit(0)

@@ -8,10 +8,9 @@ Two ways to drive it:
   each job to its executor (thread pool, one asyncio loop, or a warm process pool); a recorder
   thread writes outcomes (successes coalesced into batch ``complete`` calls); a lease keeper
   extends all in-flight leases in one call every ``visibility_timeout / 3``; a watchdog enforces
-  timeouts; a heartbeat keeps the worker registry entry alive. ``stop()`` (or SIGTERM/SIGINT when
-  run in the main thread) drains; ``stop_now()`` (or a second signal) releases at once.
-  ``run()`` returns an exit code: ``EXIT_OK``, ``EXIT_RECYCLE`` (job limit reached) or
-  ``EXIT_STUCK`` (a job ignored its timeout, so the process must be replaced).
+  timeouts; a heartbeat keeps the worker registry entry alive. ``stop()`` (or SIGTERM/SIGINT in
+  the main thread) drains; ``stop_now()`` (or a second signal) releases at once. ``run()``
+  returns ``EXIT_OK``, ``EXIT_RECYCLE`` (job limit) or ``EXIT_STUCK`` (a job ignored its timeout).
 """
 
 from __future__ import annotations
@@ -33,7 +32,7 @@ from ..middleware import emit
 from .execute import Outcome, call_inline, outcome_of_call, precheck, reported
 from .executors import Executor, make_executor
 from .lease_keeper import LeaseKeeper
-from .recorder import Recorder
+from .recorder import JOIN_TIMEOUT, Recorder
 from .registry import Heartbeat, describe
 from .running import Running, choose_executor, effective_timeout
 from .shutdown import stop_on_signals
@@ -354,9 +353,7 @@ class Worker:
 
     # ------------------------------------------------------------------ start / stop
     def _start_helpers(self) -> list[Any]:
-        recorder = threading.Thread(target=self.recorder.drain, args=(self._done, self._recorded),
-                                    name="conveyor-recorder", daemon=True)  # fmt: skip
-        recorder.start()
+        recorder = self.recorder.start(self._done, self._recorded)
         self._watchdog = Watchdog(self.running_jobs, self._on_deadline, self._on_stuck,
                                   self.app.settings.timeout_grace)  # fmt: skip
         keeper = LeaseKeeper(self.broker, self.app.now, self.running_jobs,
@@ -391,7 +388,7 @@ class Worker:
     def _stop_helpers(self, helpers: list[Any]) -> None:
         recorder, *others = helpers
         self._done.put(None)
-        recorder.join(RETRY_JOIN)
+        recorder.join(JOIN_TIMEOUT)
         for helper in others:
             helper.stop()
         for ex in self._executors.values():
@@ -400,6 +397,3 @@ class Worker:
             except Exception:
                 log.exception("executor shutdown failed")
         self._executors.clear()
-
-
-RETRY_JOIN = 70.0  # the recorder may be retrying a broker write (recorder.RETRY_FOR)

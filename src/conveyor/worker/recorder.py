@@ -29,6 +29,7 @@ log = logging.getLogger("conveyor.worker")
 T = TypeVar("T")
 RETRY_FOR = 60.0  # seconds to keep retrying a broker write that errors
 BATCH = 500  # outcomes written per round (successes in one ``complete`` call)
+JOIN_TIMEOUT = RETRY_FOR + 10.0  # how long a stopping worker waits for the recorder thread
 
 
 class Recorder:
@@ -63,6 +64,14 @@ class Recorder:
             self.after(run, names[i], outcome)
             out.append(names[i])
         return out
+
+    def start(self, done: queue.SimpleQueue[tuple[Running, Outcome] | None],
+              recorded: Callable[[list[Running]], None]) -> threading.Thread:  # fmt: skip
+        """Start the recorder thread (``drain``); put None in ``done`` to stop it."""
+        thread = threading.Thread(target=self.drain, args=(done, recorded), daemon=True,
+                                  name="conveyor-recorder")  # fmt: skip
+        thread.start()
+        return thread
 
     def drain(self, done: queue.SimpleQueue[tuple[Running, Outcome] | None],
               recorded: Callable[[list[Running]], None]) -> None:  # fmt: skip

@@ -27,7 +27,7 @@ from . import codec
 from .codec import fmt_time
 from .keys import TERMINAL_SETS
 from .lifecycle import LifecycleMixin
-from .plumbing import guarded, token_queue
+from .plumbing import WHERE_MAX, guarded, token_queue
 from .reads import ReadsMixin
 from .scripts import Call
 from .side import SideMixin
@@ -36,6 +36,8 @@ IDEMPOTENCY_GRACE = 60.0  # real-time slack on top of a key's logical TTL before
 PROMOTE_BATCH = 1000
 REAP_BATCH = 1000
 PURGE_BATCH = 1000
+_STATES = {state.value.encode(): state for state in JobState}
+_NO_RESULT = EnqueueResult("", False, JobState.PENDING)
 
 
 class RedisBroker(ReadsMixin, SideMixin, LifecycleMixin, Broker):
@@ -50,17 +52,26 @@ class RedisBroker(ReadsMixin, SideMixin, LifecycleMixin, Broker):
 
     # ------------------------------------------------------------------ producers
     @guarded
-    def enqueue(self, jobs: Sequence[Job], now: float) -> list[EnqueueResult]:
+    def enqueue(
+        self, jobs: Sequence[Job], now: float, payloads: Sequence[bytes] | None = None
+    ) -> list[EnqueueResult]:
         """Store all jobs or none (one script call); see ``Broker.enqueue``."""
         if not jobs:
             return []
+        if payloads is not None and len(payloads) != len(jobs):
+            raise ValueError("enqueue: one payload per job")
         groups: dict[str, list[int]] = {}
         seen: set[str] = set()
         for i, job in enumerate(jobs):
             if job.id in seen:
                 raise DuplicateJob(job.id)
             seen.add(job.id)
-            groups.setdefault(validate_queue_name(job.queue), []).append(i)
+            queue = job.queue
+            idxs = groups.get(queue)
+            if idxs is None:
+                groups[validate_queue_name(queue)] = [i]
+            else:
+                idxs.append(i)
         if len(groups) > 1 and self.cluster:
             raise ValidationError(
                 "jobs", "in Redis Cluster one enqueue_many batch must target a single queue"
@@ -68,24 +79,34 @@ class RedisBroker(ReadsMixin, SideMixin, LifecycleMixin, Broker):
             )  # fmt: skip
         keys: list[str] = []
         args: list[Any] = [fmt_time(now), self.retention.events_max, len(groups)]
+        grace = IDEMPOTENCY_GRACE
         for queue, idxs in groups.items():
             keys += self.qkeys(queue)
             args += [queue, len(idxs)]
             for i in idxs:
-                args += codec.enqueue_args(jobs[i], now, IDEMPOTENCY_GRACE)
+                payload = None if payloads is None else payloads[i]
+                args += codec.enqueue_args(jobs[i], now, grace, payload)
         self.register(groups)
         reply = self.runner.run("enqueue", keys, args)
         if reply[0] == -1:
             raise DuplicateJob(reply[1].decode())
-        order = [i for idxs in groups.values() for i in idxs]
-        results: list[EnqueueResult | None] = [None] * len(jobs)
-        for n, i in enumerate(order):
-            dup, job_id, state = reply[1 + 3 * n : 4 + 3 * n]
-            results[i] = EnqueueResult(job_id.decode(), bool(dup), JobState(state.decode()))
-            self.remember(job_id.decode(), jobs[i].queue)
-        if any(j.state is JobState.PENDING for j in jobs):
+        results: list[EnqueueResult] = [_NO_RESULT] * len(jobs)
+        n = 1
+        where = self._where
+        if len(where) + len(jobs) >= WHERE_MAX:
+            where.clear()
+        pending = False
+        for queue, idxs in groups.items():
+            for i in idxs:
+                dup, raw_id, raw_state = reply[n], reply[n + 1], reply[n + 2]
+                n += 3
+                job_id, state = raw_id.decode(), _STATES[raw_state]
+                results[i] = EnqueueResult(job_id, dup == 1, state)
+                where[job_id] = queue
+                pending = pending or state is JobState.PENDING
+        if pending and self.cluster:
             self.wake_all()
-        return [r for r in results if r is not None]
+        return results
 
     # ------------------------------------------------------------------ consumers
     @guarded

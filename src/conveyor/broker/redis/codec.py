@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 
 from ...core.job import Job
-from ...core.serialization import ENVELOPE_VERSION, decode_value, encode_value
+from ...core.serialization import ENVELOPE_VERSION, decode_value, encode_value, envelope_dict
 from ...core.state import JobState
 from ...errors import DecodeError
 
@@ -36,32 +36,9 @@ def pairs(flat: Sequence[Any]) -> dict[bytes, bytes]:
     return dict(zip(it, it, strict=True))
 
 
-_OPTIONAL = ("timeout", "started_at", "finished_at", "last_error", "idempotency_key",
-             "worker_id", "lease_expires_at")  # fmt: skip
-
-
 def envelope(job: Job) -> bytes:
-    """The immutable envelope stored in ``payload``: required fields plus non-default ones."""
-    data: dict[str, Any] = {
-        "v": ENVELOPE_VERSION, "id": job.id, "task": job.task,
-        "args": encode_value(job.args, "args"), "kwargs": encode_value(job.kwargs, "kwargs"),
-        "queue": job.queue, "priority": job.priority, "state": str(job.state),
-        "max_attempts": job.max_attempts, "run_at": job.run_at, "created_at": job.created_at,
-    }  # fmt: skip
-    for name in _OPTIONAL:
-        value = getattr(job, name)
-        if value is not None:
-            data[name] = value
-    if job.idempotency_key is not None:
-        data["idempotency_ttl"] = job.idempotency_ttl
-    if job.metadata:
-        data["metadata"] = encode_value(job.metadata, "metadata")
-    if job.result is not None:
-        data["result"] = encode_value(job.result, "result")
-    for name in ("attempts", "lost", "errors", "history"):
-        if value := getattr(job, name):
-            data[name] = value
-    return orjson.dumps(data)
+    """The immutable envelope stored in ``payloads``: ``core.serialization.encode_envelope``."""
+    return orjson.dumps(envelope_dict(job))
 
 
 _CLAIMED = (b"payload", b"run_at", b"lost", b"errors", b"history", b"last_error")
@@ -82,16 +59,20 @@ def claimed_fields(
     return item[0].decode(), fields
 
 
-def enqueue_args(job: Job, now: float, grace: float) -> list[Any]:
-    """The 10 ARGV fields of one job for enqueue.lua.
+def enqueue_args(job: Job, now: float, grace: float, payload: bytes | None = None) -> list[Any]:
+    """The 10 ARGV fields of one job for enqueue.lua (``payload``: its envelope, if encoded).
 
     An idempotency key is valid until ``now + ttl`` (checked against the caller's clock); Redis
     deletes it ``ttl + min(ttl, grace)`` real seconds after the enqueue, so keys cannot pile up.
     """
-    payload = envelope(job)
-    key = job.idempotency_key or ""
-    exp = fmt_time(now + job.idempotency_ttl) if key else ""
-    px = int((job.idempotency_ttl + min(grace, job.idempotency_ttl)) * 1000) if key else 0
+    if payload is None:
+        payload = envelope(job)
+    key = job.idempotency_key
+    if not key:
+        return [job.id, payload, str(job.state), job.priority, repr(float(job.run_at)),
+                repr(float(job.created_at)), job.task, "", "", 1]  # fmt: skip
+    exp = fmt_time(now + job.idempotency_ttl)
+    px = int((job.idempotency_ttl + min(grace, job.idempotency_ttl)) * 1000)
     return [job.id, payload, str(job.state), job.priority, fmt_time(job.run_at),
             fmt_time(job.created_at), job.task, key, exp, max(px, 1)]  # fmt: skip
 
@@ -303,6 +284,38 @@ def event_from_fields(fields: Mapping[bytes, bytes], queue: str | None) -> dict[
         if name in event:
             event[name] = _number(event[name], int)
     return event
+
+
+def events_from_entry(fields: Mapping[bytes, bytes], queue: str | None) -> list[dict[str, Any]]:
+    """The events of one stream entry: usually one; a batch entry (field ``jobs``, written by
+    ``emit_many`` in ``_lib.lua``) stands for one event per job of one script call."""
+    raw = fields.get(b"jobs")
+    if raw is None:
+        return [event_from_fields(fields, queue)]
+    try:
+        columns = fields.get(b"fields", b"").decode().split()
+        values = orjson.loads(raw)
+        if not columns or not isinstance(values, list) or len(values) % len(columns):
+            raise ValueError("malformed batch entry")
+    except (ValueError, UnicodeDecodeError):
+        return [event_from_fields(fields, queue)]
+    shared = event_from_fields({k: v for k, v in fields.items() if k not in _BATCH_FIELDS},
+                               queue)  # fmt: skip
+    width = len(columns)
+    out = []
+    for start in range(0, len(values), width):
+        event = dict(shared)
+        for name, value in zip(columns, values[start : start + width], strict=True):
+            if name in _EVENT_INTS:
+                value = _number(str(value), int)
+            elif not isinstance(value, str):
+                value = str(value)
+            event[name] = value
+        out.append(event)
+    return out
+
+
+_BATCH_FIELDS = (b"jobs", b"fields")
 
 
 def _number(text: str, kind: type) -> Any:

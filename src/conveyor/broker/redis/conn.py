@@ -52,6 +52,7 @@ class Connection:
     checked: bool = False
     registered: set[str] = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    runner: Any = None  # the ScriptRunner of ``client`` (shared by the brokers of this URL)
 
 
 _SHARED: dict[tuple[int, str], Connection] = {}
@@ -78,6 +79,8 @@ def release(conn: Connection) -> None:
             return
         _SHARED.pop((os.getpid(), conn.url), None)
     try:
+        if conn.runner is not None:
+            conn.runner.close()
         conn.client.close()
     except Exception:  # pragma: no cover - closing a broken client
         log.debug("closing redis client failed", exc_info=True)

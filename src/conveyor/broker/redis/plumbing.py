@@ -29,7 +29,7 @@ R = TypeVar("R")
 _UNAVAILABLE = (RedisConnectionError, RedisTimeoutError, BusyLoadingError, ClusterDownError,
                 ReadOnlyError, TryAgainError)  # fmt: skip
 _QUEUE_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,100}$")
-_WHERE_MAX = 100_000
+WHERE_MAX = 100_000
 
 
 def guarded(fn: Callable[P, R]) -> Callable[P, R]:
@@ -87,9 +87,16 @@ class RedisBase:
     def runner(self) -> ScriptRunner:
         """The script runner bound to the current client."""
         client = self.client
-        if self._runner is None or self._runner.client is not client:
-            self._runner = ScriptRunner(client)
-        return self._runner
+        runner = self._runner
+        if runner is None or runner.client is not client:
+            shared = self._conn
+            with shared.lock:
+                if shared.runner is None or shared.runner.client is not client:
+                    if shared.runner is not None:
+                        shared.runner.close()
+                    shared.runner = ScriptRunner(client)
+                runner = self._runner = shared.runner
+        return runner
 
     def qkeys(self, queue: str) -> list[str]:
         """KEYS of a job script for ``queue`` (validated: it becomes a hash tag)."""
@@ -100,7 +107,7 @@ class RedisBase:
 
     def remember(self, job_id: str, queue: str) -> None:
         """Cache which queue a job lives in (ids never move between queues)."""
-        if len(self._where) >= _WHERE_MAX:
+        if len(self._where) >= WHERE_MAX:
             self._where.clear()
         self._where[job_id] = queue
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from ...core.job import Job, validate_queue_name
 from ...core.state import JobState
 from ..base import Page, SearchQuery
-from ..memory import _matches
+from ..filters import matches
 from .keys import STATE_SETS
 from .plumbing import RedisBase, guarded
 from .scripts import Call
@@ -126,6 +126,6 @@ class ReadsMixin(RedisBase):
         hashes = self.fetch_many([(q, i) for _, i, q in hits])
         out = []
         for hit, fields in zip(hits, hashes, strict=True):
-            if fields and _matches(self.decode_lenient(fields, hit[2], hit[1]), query):
+            if fields and matches(self.decode_lenient(fields, hit[2], hit[1]), query):
                 out.append(hit)
         return out

@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from .codec import event_from_fields, fmt_time
+from .codec import events_from_entry, fmt_time
 from .plumbing import RedisBase, guarded
 
 _SORTED = orjson.OPT_SORT_KEYS
@@ -163,24 +163,38 @@ class SideMixin(RedisBase):
     def events_read(
         self, after: str | None = None, limit: int = 100
     ) -> tuple[list[dict[str, Any]], str]:
-        """Events after ``after``, oldest first, merged over every stream; and the next cursor."""
+        """Events after ``after``, oldest first, merged over every stream; and the next cursor.
+
+        A cursor position is a stream entry id, or ``<entry id>/<k>`` when a read stopped at
+        event ``k`` (from 0) of a batch entry (``codec.events_from_entry``).
+        """
         state = _parse_cursor(after)
         names = [_GLOBAL, *self.known_queues()]
         keys = [self.keys.events if n == _GLOBAL else self.keys.queue_key(n, "events")
                 for n in names]  # fmt: skip
         pipe = self.client.pipeline(transaction=False)
         for name, key in zip(names, keys, strict=True):
-            start = f"({state[name]}" if name in state else "-"
+            entry, inside, _ = state.get(name, "").partition("/")
+            start = "-" if not entry else entry if inside else f"({entry}"
             pipe.xrange(key, min=start, max="+", count=max(1, limit))
         merged = []
         for name, entries in zip(names, pipe.execute(), strict=True):
+            entry, inside, sub = state.get(name, "").partition("/")
+            seen = int(sub) if inside and sub.isdigit() else -1
+            queue = None if name == _GLOBAL else name
             for entry_id, fields in entries:
-                merged.append((_entry_key(entry_id), name, entry_id.decode(), fields))
-        merged.sort(key=lambda item: (item[0], item[1]))
+                eid = entry_id.decode()
+                events = events_from_entry(fields, queue)
+                last = len(events) - 1
+                order = _entry_key(entry_id)
+                for k, event in enumerate(events):
+                    if k <= seen and eid == entry:
+                        continue
+                    merged.append((order, name, k, eid if k == last else f"{eid}/{k}", event))
+        merged.sort(key=lambda item: (item[0], item[1], item[2]))
         out = []
-        for _, name, entry_id, fields in merged[: max(0, limit)]:
-            state[name] = entry_id
-            event = event_from_fields(fields, None if name == _GLOBAL else name)
+        for _, name, _, position, event in merged[: max(0, limit)]:
+            state[name] = position
             event["cursor"] = _cursor(state)
             out.append(event)
         return out, _cursor(state)

@@ -53,6 +53,49 @@ local function emit(q, maxlen, ...)
   redis.call('XADD', q.events, 'MAXLEN', '~', maxlen, '*', ...)
 end
 
+-- the events of one script call that moves several jobs alike (enqueued, started, completed):
+-- ONE stream entry instead of one per job. `rows` is flat, `#columns` values per job, the first
+-- two being job_id and task. One job: the usual flat entry (type job_id task at <columns...>
+-- <shared...>). Several: type at <shared...> fields "<columns joined by spaces>" jobs <JSON
+-- array of the rows, flat>; events_read turns it back into one event per job. The cap scales
+-- with the entry's size (MAXLEN ~ events_max / jobs), so the stream keeps ~events_max events.
+local function emit_many(q, maxlen, kind, at, shared, columns, rows)
+  local width = #columns
+  local n = #rows / width
+  if n < 1 then return end
+  local args = {'XADD', q.events, 'MAXLEN', '~', maxlen, '*', 'type', kind}
+  if n == 1 then
+    args[9], args[10], args[11], args[12] = columns[1], rows[1], columns[2], rows[2]
+    args[13], args[14] = 'at', at
+    for i = 3, width do
+      args[#args + 1] = columns[i]
+      args[#args + 1] = rows[i]
+    end
+  else
+    local cap = tonumber(maxlen)
+    if cap and cap > 0 then args[5] = math.max(1, math.floor(cap / n)) end
+    args[9], args[10] = 'at', at
+  end
+  for i = 1, #shared do args[#args + 1] = shared[i] end
+  if n > 1 then
+    args[#args + 1] = 'fields'
+    args[#args + 1] = table.concat(columns, ' ')
+    args[#args + 1] = 'jobs'
+    args[#args + 1] = cjson.encode(rows)
+  end
+  redis.call(unpack(args))
+end
+
+-- HMGET of many fields of one hash, 1000 per command; false where absent
+local function hmget_many(key, fields)
+  local out = {}
+  for i = 1, #fields, 1000 do
+    local part = redis.call('HMGET', key, unpack(fields, i, math.min(i + 999, #fields)))
+    for j = 1, #part do out[#out + 1] = part[j] end
+  end
+  return out
+end
+
 -- bulk helpers: one command per 1000 arguments instead of one per job
 local function bulk(cmd, key, list)
   for i = 1, #list, 1000 do

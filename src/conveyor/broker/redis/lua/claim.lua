@@ -2,7 +2,8 @@
 --
 -- One atomic step: promotion of due jobs first, then per job popped from the ready set: state
 -- active, attempts + 1, started_at, worker_id, lease deadline, a fresh fencing token
--- ("<seq>:<queue>"), lease entry, "started" event. A paused queue is promoted but not served.
+-- ("<seq>:<queue>"), lease entry, "started" event (one stream entry for all the jobs of the
+-- call: emit_many in _lib.lua). A paused queue is promoted but not served.
 -- Entries whose job is gone or no longer pending are dropped; a job key of the wrong type
 -- (garbage) is dead-lettered with kind decode_error (a string's value is kept in field "raw").
 -- Payloads are NOT decoded here: the client decodes and dead-letters undecodable ones at once
@@ -38,7 +39,7 @@ promote(q, now, tonumber(ARGV[7]))
 if redis.call('EXISTS', q.paused) == 1 then return {0} end
 
 local out = {0}
-local leased = {}
+local leased, ids, rows = {}, {}, {}
 local claimed = 0
 while claimed < limit do
   local popped = redis.call('ZPOPMIN', q.ready, limit - claimed)
@@ -59,15 +60,21 @@ while claimed < limit do
         'lease_expires_at', deadline, 'token', token, 'worker_id', worker)
       leased[#leased + 1] = deadline
       leased[#leased + 1] = id
-      emit(q, maxlen, 'type', 'started', 'job_id', id, 'task', f[3] or '', 'at', now,
-        'attempt', attempts, 'worker', worker)
-      out[#out + 1] = {id, attempts, token, redis.call('HGET', q.payloads, id), f[4], f[5], f[6],
-        f[7], f[8]}
+      ids[#ids + 1] = id
+      rows[#rows + 1] = id
+      rows[#rows + 1] = f[3] or ''
+      rows[#rows + 1] = attempts
+      out[#out + 1] = {id, attempts, token, false, f[4], f[5], f[6], f[7], f[8]}
       claimed = claimed + 1
     end
   end
 end
-if #leased > 0 then bulk('ZADD', q.leases, leased) end
+if #leased > 0 then
+  bulk('ZADD', q.leases, leased)
+  local payloads = hmget_many(q.payloads, ids)
+  for i = 1, #ids do out[i + 1][4] = payloads[i] end
+  emit_many(q, maxlen, 'started', now, {'worker', worker}, {'job_id', 'task', 'attempt'}, rows)
+end
 if claimed > 0 and redis.call('ZCARD', q.ready) > 0 then
   out[1] = 1
   wake(q)

@@ -2,9 +2,10 @@
 --
 -- Per ack: the token must match the job's current token and the job must be active, else the
 -- ack is refused (0) and nothing changes. On success: state completed, result, finished_at,
--- lease entry removed, "completed" event, completed-set entry; then the oldest completed jobs
--- beyond completed_max are deleted (retention by count; by TTL in reap.lua). The stale token
--- and lease_expires_at fields are left in the hash (ignored unless the job is active).
+-- lease entry removed, "completed" event (one stream entry for the batch: emit_many in
+-- _lib.lua), completed-set entry; then the oldest completed jobs beyond completed_max are
+-- deleted (retention by count; by TTL in reap.lua). The stale token and lease_expires_at
+-- fields are left in the hash (ignored unless the job is active).
 --
 -- KEYS: the 14 queue keys (_lib.lua)
 -- ARGV: [1] queue name  [2] now  [3] completed_max  [4] events_max
@@ -12,7 +13,7 @@
 -- Returns: {ok_1, ok_2, ...} with 1 = recorded, 0 = stale token / not active (LeaseLost)
 local q = qkeys(0)
 local now, maxlen = ARGV[2], ARGV[4]
-local out, ids, done = {}, {}, {}
+local out, ids, done, rows = {}, {}, {}, {}
 for i = 5, #ARGV, 3 do
   local id, token, result = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local key = q.job .. id
@@ -23,8 +24,9 @@ for i = 5, #ARGV, 3 do
     else
       redis.call('HSET', key, 'state', 'completed', 'finished_at', now)
     end
-    emit(q, maxlen, 'type', 'completed', 'job_id', id, 'task', f[4] or '', 'at', now,
-      'attempt', f[3] or '0')
+    rows[#rows + 1] = id
+    rows[#rows + 1] = f[4] or ''
+    rows[#rows + 1] = tonumber(f[3]) or 0
     ids[#ids + 1] = id
     done[#done + 1] = now
     done[#done + 1] = id
@@ -34,6 +36,7 @@ for i = 5, #ARGV, 3 do
   end
 end
 if #ids > 0 then
+  emit_many(q, maxlen, 'completed', now, {}, {'job_id', 'task', 'attempt'}, rows)
   bulk('ZREM', q.leases, ids)
   bulk('ZADD', q.completed, done)
   trim(q, q.completed, tonumber(ARGV[3]))

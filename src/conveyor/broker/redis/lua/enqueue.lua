@@ -1,5 +1,8 @@
 -- enqueue.lua: store new jobs, all or none (transition: (new) -> pending | scheduled).
 --
+-- Per group (queue): one EXISTS per 1000 ids, the job hashes, then the ready / scheduled sets
+-- and payloads in bulk, and the "enqueued" events as one stream entry (emit_many in _lib.lua).
+--
 -- KEYS: G groups of the 14 queue keys (see _lib.lua), one group per queue of the batch.
 --       Redis Cluster: always exactly one group (one slot); a standalone server takes several,
 --       which makes a multi-queue enqueue_many one atomic script.
@@ -21,7 +24,7 @@ for g = 1, groups do
   local q = qkeys((g - 1) * 14)
   local n = tonumber(ARGV[pos + 1])
   local first = pos + 2
-  local batch_keys = {}
+  local batch_keys, fresh_keys = {}, {}
   for j = 0, n - 1 do
     local a = first + j * 10
     local id, key = ARGV[a], ARGV[a + 7]
@@ -38,10 +41,21 @@ for g = 1, groups do
       end
     end
     if not dup then
-      if redis.call('EXISTS', q.job .. id) == 1 then return {-1, id} end
+      fresh_keys[#fresh_keys + 1] = q.job .. id
       if key ~= '' then batch_keys[key] = id end
     end
     plan[#plan + 1] = {q, a, dup}
+  end
+  -- refuse ids that exist: one EXISTS per 1000 jobs; only a hit looks for the first one
+  for i = 1, #fresh_keys, 1000 do
+    local last = math.min(i + 999, #fresh_keys)
+    if redis.call('EXISTS', unpack(fresh_keys, i, last)) > 0 then
+      for j = i, last do
+        if redis.call('EXISTS', fresh_keys[j]) == 1 then
+          return {-1, string.sub(fresh_keys[j], #q.job + 1)}
+        end
+      end
+    end
   end
   pos = first + n * 10
 end
@@ -60,7 +74,7 @@ for g = 1, groups do
   end
   local seq = 0
   if fresh > 0 then seq = redis.call('INCRBY', q.seq, fresh) - fresh end
-  local ready, scheduled, payloads = {}, {}, {}
+  local ready, scheduled, payloads, rows = {}, {}, {}, {}
   for _ = 1, n do
     gi = gi + 1
     local a, dup = plan[gi][2], plan[gi][3]
@@ -89,8 +103,9 @@ for g = 1, groups do
       if ARGV[a + 7] ~= '' then
         redis.call('SET', q.idem .. ARGV[a + 7], ARGV[a + 8] .. '|' .. id, 'PX', ARGV[a + 9])
       end
-      emit(q, maxlen, 'type', 'enqueued', 'job_id', id, 'task', ARGV[a + 6], 'at', now,
-        'state', state)
+      rows[#rows + 1] = id
+      rows[#rows + 1] = ARGV[a + 6]
+      rows[#rows + 1] = state
       out[#out + 1] = 0; out[#out + 1] = id; out[#out + 1] = state
     end
   end
@@ -100,5 +115,6 @@ for g = 1, groups do
   end
   if #scheduled > 0 then bulk('ZADD', q.scheduled, scheduled) end
   if #payloads > 0 then bulk('HSET', q.payloads, payloads) end
+  emit_many(q, maxlen, 'enqueued', now, {}, {'job_id', 'task', 'state'}, rows)
 end
 return out

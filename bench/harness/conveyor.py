@@ -1,0 +1,41 @@
+"""Conveyor on Redis, run from the project's own virtualenv.
+
+default: ``conveyor worker`` with its defaults (1 process, concurrency 8, INFO log line per job).
+best: quiet logging (one log line per job is the largest per-job cost after Redis itself), the
+worker in the CLI process (``--no-supervisor``, no supervisor process) and concurrency tuned with
+the ``tune`` scenario. io: the asyncio executor, concurrency 100, same flags.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from bench.harness.adapter import Adapter
+
+_CONCURRENCY = {"best": 16, "c4": 4, "c8": 8, "c32": 32, "c64": 64}
+
+
+class ConveyorAdapter(Adapter):
+    """Conveyor's CLI worker: batched Lua claims sized to free slots, coalesced acks."""
+
+    name = "conveyor"
+    package = "conveyor-jobs"
+    db = 0
+    venv = ".venv"
+    client_module = "bench.peer_tasks.conveyor_tasks"
+    bulk_api = "app.enqueue_many (one atomic Lua call per batch)"
+    tuning_modes: ClassVar[tuple[str, ...]] = ("c4", "c8", "c32", "c64")
+
+    def worker_command(self, mode: str) -> list[str]:
+        base = [self.bin("conveyor"), "worker", f"{self.client_module}:app"]
+        if mode == "default":
+            return base
+        quiet = ["--log-level", "warning", "--no-supervisor"]
+        if mode == "io":
+            return [*base, "--concurrency", "100", *quiet]
+        if mode in _CONCURRENCY:
+            return [*base, "--concurrency", str(_CONCURRENCY[mode]), *quiet]
+        raise ValueError(f"conveyor: unknown mode {mode!r}")
+
+    def worker_env(self, mode: str) -> dict[str, str]:
+        return {"BENCH_CONVEYOR_ASYNC": "1"} if mode == "io" else {}
