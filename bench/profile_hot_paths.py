@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import pstats
 import sys
 import tempfile
@@ -26,11 +27,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.support.redis_proc import RedisServer  # noqa: E402
+from tests.support.redis_proc import RedisServer
 
-from conveyor import Conveyor  # noqa: E402
-from conveyor.broker.base import Ack  # noqa: E402
-from conveyor.task import JobSpec  # noqa: E402
+from conveyor import Conveyor
+from conveyor.broker.base import Ack
+from conveyor.task import JobSpec
 
 
 def _server_cpu(client: Any) -> float:
@@ -52,20 +53,25 @@ class Meter:
         self.client, self.name, self.n = client, name, n
 
     def __enter__(self) -> Meter:
-        self.client.config_resetstat()
-        self.s0 = _server_cpu(self.client)
+        if self.client is not None:
+            self.client.config_resetstat()
+            self.s0 = _server_cpu(self.client)
         self.c0, self.w0 = time.process_time(), time.perf_counter()
         return self
 
     def __exit__(self, *exc: object) -> None:
         wall = time.perf_counter() - self.w0
         cpu = time.process_time() - self.c0
-        server = _server_cpu(self.client) - self.s0
-        stats = _commandstats(self.client)
         n = self.n
         print(f"{self.name:8s} n={n:6d}  {n / wall:9.0f} jobs/s wall   "
-              f"client {cpu / n * 1e6:6.1f} us/job   server {server / n * 1e6:6.1f} us/job   "
-              f"(wall {wall / n * 1e6:6.1f} us/job)")  # fmt: skip
+              f"client {cpu / n * 1e6:6.1f} us/job   (wall {wall / n * 1e6:6.1f} us/job)",
+              end="")  # fmt: skip
+        if self.client is None:
+            print()
+            return
+        server = _server_cpu(self.client) - self.s0
+        stats = _commandstats(self.client)
+        print(f"   server {server / n * 1e6:6.1f} us/job")
         top = sorted(stats.items(), key=lambda kv: -kv[1][1])[:8]
         print("          server usec/job by command: " + ", ".join(
             f"{name} {usec / n:.1f} ({calls / n:.2f}/job)" for name, (calls, usec) in top
@@ -77,9 +83,19 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=5000)
     ap.add_argument("--batch", type=int, default=200, help="claim limit in the drain phase")
     ap.add_argument("--profile", choices=("enqueue", "bulk", "drain"), default=None)
-    ap.add_argument("--url", default=None, help="use this Redis instead of a private one")
+    ap.add_argument("--url", default=None,
+                    help="a Redis URL instead of a private server, or sqlite (a temp file),"
+                    " or memory://")  # fmt: skip
     ap.add_argument("--phases", default="enqueue,bulk,drain")
+    ap.add_argument("--gc", choices=("on", "off", "freeze"), default="on",
+                    help="freeze: gc.freeze() after start-up (what a worker could do)")
+    ap.add_argument("--inflight", type=int, default=0,
+                    help="drain: keep this many claimed jobs alive (a worker's in-flight set)")
     opts = ap.parse_args()
+    if opts.gc == "off":
+        gc.disable()
+    elif opts.gc == "freeze":
+        gc.freeze()
     phases = opts.phases.split(",")
     with tempfile.TemporaryDirectory() as tmp:
         server = None
@@ -87,14 +103,17 @@ def main() -> None:
         if url is None:
             server = RedisServer(Path(tmp)).start()
             url = server.url
+        elif url == "sqlite":
+            url = f"sqlite:///{tmp}/profile.db"
         try:
-            run(url, opts.n, opts.batch, opts.profile, phases)
+            run(url, opts.n, opts.batch, opts.profile, phases, opts.inflight)
         finally:
             if server is not None:
                 server.stop()
 
 
-def run(url: str, n: int, batch: int, profile: str | None, phases: list[str]) -> None:
+def run(url: str, n: int, batch: int, profile: str | None, phases: list[str],
+        inflight: int = 0) -> None:
     app = Conveyor(url)
 
     @app.task(name="noop")
@@ -102,7 +121,7 @@ def run(url: str, n: int, batch: int, profile: str | None, phases: list[str]) ->
         return None
 
     broker: Any = app.broker
-    client = broker.client
+    client = broker.client if url.startswith("redis") else None
     app.broker.flush_all()
     app.enqueue("noop", args=[0, 0.0, time.time()])  # warm up: scripts loaded, clock synced
     app.broker.flush_all()
@@ -121,7 +140,7 @@ def run(url: str, n: int, batch: int, profile: str | None, phases: list[str]) ->
             prof.disable()
         app.broker.flush_all()
     if "bulk" in phases or "drain" in phases:
-        total = n * 4 if "drain" in phases else n * 4
+        total = n * 4
         with Meter(client, "bulk", total):
             maybe("bulk")
             for start in range(0, total, 1000):
@@ -131,6 +150,7 @@ def run(url: str, n: int, batch: int, profile: str | None, phases: list[str]) ->
     if "drain" in phases:
         worker: Any = _FakeWorker(app)
         done = 0
+        keep: list[Any] = []
         with Meter(client, "drain", total):
             maybe("drain")
             mw = app.middleware
@@ -153,6 +173,9 @@ def run(url: str, n: int, batch: int, profile: str | None, phases: list[str]) ->
                                         error=None)  # fmt: skip
                 ok = broker.complete(acks, app.now())
                 done += sum(ok)
+                if inflight:  # objects that stay alive a while, as in a worker
+                    keep.extend(leases)
+                    del keep[: max(0, len(keep) - inflight)]
             prof.disable()
         assert done == total, (done, total)
     if profile:

@@ -12,7 +12,7 @@ from typing import ClassVar
 
 from bench.harness.adapter import Adapter
 
-_CONCURRENCY = {"best": 16, "c4": 4, "c8": 8, "c32": 32, "c64": 64}
+_CONCURRENCY = {"best": 1024, "c16": 16, "c64": 64, "c256": 256, "c512": 512, "c1024": 1024}
 
 
 class ConveyorAdapter(Adapter):
@@ -24,7 +24,7 @@ class ConveyorAdapter(Adapter):
     venv = ".venv"
     client_module = "bench.peer_tasks.conveyor_tasks"
     bulk_api = "app.enqueue_many (one atomic Lua call per batch)"
-    tuning_modes: ClassVar[tuple[str, ...]] = ("c4", "c8", "c32", "c64")
+    tuning_modes: ClassVar[tuple[str, ...]] = ("c16", "c64", "c256", "c512", "c1024")
 
     def worker_command(self, mode: str) -> list[str]:
         base = [self.bin("conveyor"), "worker", f"{self.client_module}:app"]

@@ -19,7 +19,13 @@ from .config import DEFAULT_URL, Settings
 from .core.backoff import Backoff
 from .core.clock import Clock, SystemClock
 from .core.ids import new_ulid
-from .core.job import Job, validate_priority, validate_queue_name, validate_task_name
+from .core.job import (
+    DEFAULT_MAX_ATTEMPTS,
+    Job,
+    validate_priority,
+    validate_queue_name,
+    validate_task_name,
+)
 from .core.lifecycle import initial_state
 from .core.serialization import encode_envelope
 from .core.state import JobState
@@ -201,14 +207,20 @@ class Conveyor:
             if queue not in _VALID_QUEUES:
                 _remember_valid(_VALID_QUEUES, validate_queue_name(queue))
             ttl = task.idempotency_ttl if task is not None else None
-            return Job(
-                id=new_ulid(now, self.id_rng), task=name, args=list(spec.args),
-                kwargs=dict(spec.kwargs), queue=queue,
-                priority=validate_priority(task.priority if task else 0),
-                state=JobState.PENDING, max_attempts=task.max_attempts if task else 4,
-                timeout=task.timeout if task else None, run_at=now, created_at=now,
-                idempotency_ttl=float(self.settings.idempotency_ttl if ttl is None else ttl),
-            )  # fmt: skip
+            job = _new_job(Job)  # every field set here: Job(...) without __init__'s overhead
+            job.__dict__ = {
+                "id": new_ulid(now, self.id_rng), "task": name, "args": list(spec.args),
+                "kwargs": dict(spec.kwargs), "queue": queue,
+                "priority": validate_priority(task.priority if task else 0),
+                "state": JobState.PENDING, "attempts": 0,
+                "max_attempts": task.max_attempts if task else DEFAULT_MAX_ATTEMPTS,
+                "timeout": task.timeout if task else None, "run_at": now, "created_at": now,
+                "started_at": None, "finished_at": None, "result": None, "last_error": None,
+                "errors": [], "history": [], "idempotency_key": None,
+                "idempotency_ttl": float(self.settings.idempotency_ttl if ttl is None else ttl),
+                "metadata": {}, "lost": 0, "worker_id": None, "lease_expires_at": None,
+            }  # fmt: skip
+            return job
         delay = opts.get("delay") or 0.0
         run_at = opts.get("run_at")
         run_at = float(run_at) if run_at is not None else now + float(delay)
@@ -388,6 +400,9 @@ class Conveyor:
     def close(self) -> None:
         """Close the broker's connections."""
         self.broker.close()
+
+
+_new_job = object.__new__
 
 
 def _remember_valid(names: set[str], name: str) -> None:

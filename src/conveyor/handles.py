@@ -28,13 +28,11 @@ class JobHandle(Job):
     @classmethod
     def bind(cls, job: Job, app: Conveyor, duplicate: bool = False) -> JobHandle:
         """Wrap a broker snapshot."""
-        handle = cls.__new__(cls)  # a field-by-field copy without __init__'s keyword parsing
-        state = handle.__dict__
-        source = job.__dict__
-        for name in _JOB_FIELDS:
-            state[name] = source[name]
+        handle = cls.__new__(cls)  # a shallow copy of the fields, without __init__'s overhead
+        state = dict(job.__dict__)
         state["duplicate"] = duplicate
         state["_app"] = app
+        handle.__dict__ = state
         return handle
 
     def refresh(self) -> JobHandle:

@@ -11,8 +11,10 @@ from .common import console, emit_json, table
 
 
 @click.command("bench")
-@click.option("--url", default=None, envvar="CONVEYOR_URL",
-              help="Broker URL to measure (default: CONVEYOR_URL or sqlite:///conveyor.db).")  # fmt: skip
+@click.option(
+    "--url", default=None, envvar="CONVEYOR_URL",
+    help="Broker URL to measure (default: CONVEYOR_URL or sqlite:///conveyor.db).",
+)  # fmt: skip
 @click.option("--jobs", default=5000, show_default=True, type=click.IntRange(100, 1_000_000),
               help="Jobs for the single-enqueue pass (bulk uses twice as many).")  # fmt: skip
 @click.option("--concurrency", default=16, show_default=True, type=click.IntRange(1, 1000))

@@ -191,24 +191,26 @@ def envelope_dict(job: Job) -> dict[str, Any]:
 
     Decodes (``job_from_dict``) to the same Job as ``job_to_dict``; it is what brokers store.
     """
+    f = job.__dict__  # plain reads of the dataclass fields (this runs once per enqueued job)
     data: dict[str, Any] = {
-        "v": ENVELOPE_VERSION, "id": job.id, "task": job.task,
-        "args": encode_args(job.args), "kwargs": encode_kwargs(job.kwargs),
-        "queue": job.queue, "priority": job.priority, "state": job.state,  # orjson: enum value
-        "max_attempts": job.max_attempts, "run_at": job.run_at, "created_at": job.created_at,
+        "v": ENVELOPE_VERSION, "id": f["id"], "task": f["task"],
+        "args": encode_args(f["args"]), "kwargs": encode_kwargs(f["kwargs"]),
+        "queue": f["queue"], "priority": f["priority"],
+        "state": f["state"],  # a JobState: orjson writes its value
+        "max_attempts": f["max_attempts"], "run_at": f["run_at"], "created_at": f["created_at"],
     }  # fmt: skip
     for name in _OPTIONAL:
-        value = getattr(job, name)
+        value = f[name]
         if value is not None:
             data[name] = value
-    if job.idempotency_key is not None or job.idempotency_ttl != _DEFAULT_TTL:
-        data["idempotency_ttl"] = job.idempotency_ttl
-    if job.metadata:
-        data["metadata"] = encode_value(job.metadata, "metadata")
-    if job.result is not None:
-        data["result"] = encode_value(job.result, "result")
+    if f["idempotency_key"] is not None or f["idempotency_ttl"] != _DEFAULT_TTL:
+        data["idempotency_ttl"] = f["idempotency_ttl"]
+    if f["metadata"]:
+        data["metadata"] = encode_value(f["metadata"], "metadata")
+    if f["result"] is not None:
+        data["result"] = encode_value(f["result"], "result")
     for name in ("attempts", "lost", "errors", "history"):
-        if value := getattr(job, name):
+        if value := f[name]:
             data[name] = value
     return data
 

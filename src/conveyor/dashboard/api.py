@@ -21,7 +21,7 @@ from ..errors import ValidationError
 from ..monitoring.actions import ENQUEUE_OPTIONS
 from ..monitoring.inspect import SEARCH_FIELDS, job_dict
 from .security import csrf_token
-from .server import action, dashboard_of
+from .server import action, dashboard_of, int_param
 
 PREFIX = "/api/v1"
 
@@ -35,19 +35,6 @@ def json_response(data: Any, status: int = 200) -> Response:
         media_type="application/json",
         headers={"cache-control": "no-store"},
     )
-
-
-def _int(request: Request, name: str, default: int, low: int, high: int) -> int:
-    raw = request.query_params.get(name)
-    if raw in (None, ""):
-        return default
-    try:
-        value = int(raw)
-    except ValueError as exc:
-        raise ValidationError(name, "must be an integer") from exc
-    if not low <= value <= high:
-        raise ValidationError(name, f"must be between {low} and {high}")
-    return value
 
 
 def _filters(source: Any, skip_state: bool = False) -> dict[str, Any]:
@@ -71,17 +58,18 @@ def _page(result: Any) -> dict[str, Any]:
 # ---------------------------------------------------------------------- reads
 def get_overview(request: Request, data: dict[str, Any]) -> Any:
     """Queues, workers, active alerts and totals."""
-    return dashboard_of(request).inspector.overview(_int(request, "minutes", 5, 1, 1440))
+    return dashboard_of(request).inspector.overview(int_param(request, "minutes", 5, 1, 1440))
 
 
 def get_queues(request: Request, data: dict[str, Any]) -> Any:
     """Every queue with counts, depth, oldest age and rates."""
-    return {"queues": dashboard_of(request).inspector.queues(_int(request, "minutes", 5, 1, 1440))}
+    minutes = int_param(request, "minutes", 5, 1, 1440)
+    return {"queues": dashboard_of(request).inspector.queues(minutes)}
 
 
 def get_queue(request: Request, data: dict[str, Any]) -> Any:
     """One queue with metrics, per-task summaries and the next jobs."""
-    minutes = _int(request, "minutes", 60, 1, 1440)
+    minutes = int_param(request, "minutes", 60, 1, 1440)
     return dashboard_of(request).inspector.queue(request.path_params["name"], minutes)
 
 
@@ -92,8 +80,8 @@ def get_workers(request: Request, data: dict[str, Any]) -> Any:
 
 def get_jobs(request: Request, data: dict[str, Any]) -> Any:
     """Search jobs (filters as query parameters), newest first."""
-    page = _int(request, "page", 1, 1, 1_000_000)
-    size = _int(request, "page_size", 50, 1, 500)
+    page = int_param(request, "page", 1, 1, 1_000_000)
+    size = int_param(request, "page_size", 50, 1, 500)
     result = dashboard_of(request).inspector.search(
         _filters(request.query_params), page=page, page_size=size
     )
@@ -107,8 +95,8 @@ def get_job(request: Request, data: dict[str, Any]) -> Any:
 
 def get_dead(request: Request, data: dict[str, Any]) -> Any:
     """Dead letters (filters as query parameters), newest first."""
-    page = _int(request, "page", 1, 1, 1_000_000)
-    size = _int(request, "page_size", 50, 1, 500)
+    page = int_param(request, "page", 1, 1, 1_000_000)
+    size = int_param(request, "page_size", 50, 1, 500)
     filters = _filters(request.query_params, skip_state=True)
     return _page(dashboard_of(request).inspector.dead_letters(filters, page=page, page_size=size))
 
@@ -128,23 +116,22 @@ def get_metrics(request: Request, data: dict[str, Any]) -> Any:
     """Throughput, failure rate and percentiles over the last ``minutes``."""
     q = request.query_params
     return dashboard_of(request).inspector.metrics(
-        q.get("queue") or None, q.get("task") or None, _int(request, "minutes", 60, 1, 1440)
+        q.get("queue") or None, q.get("task") or None, int_param(request, "minutes", 60, 1, 1440)
     )
 
 
 def get_events(request: Request, data: dict[str, Any]) -> Any:
     """Events after ``after`` (a cursor) and the cursor to pass next time."""
     events, cursor = dashboard_of(request).inspector.events(
-        request.query_params.get("after") or None, _int(request, "limit", 100, 1, 1000)
+        request.query_params.get("after") or None, int_param(request, "limit", 100, 1, 1000)
     )
     return {"events": events, "cursor": cursor}
 
 
 def get_audit(request: Request, data: dict[str, Any]) -> Any:
     """Operator actions, newest first."""
-    return {
-        "entries": dashboard_of(request).inspector.audit_log(_int(request, "limit", 100, 1, 1000))
-    }
+    limit = int_param(request, "limit", 100, 1, 1000)
+    return {"entries": dashboard_of(request).inspector.audit_log(limit)}
 
 
 def get_csrf(request: Request, data: dict[str, Any]) -> Any:

@@ -381,3 +381,17 @@ def serve_in_thread(app: Conveyor, host: str = "127.0.0.1", port: int = 0,
                     config: DashboardConfig | None = None, **overrides: Any) -> str:  # fmt: skip
     """Serve the dashboard from a daemon thread until the process exits; returns its URL."""
     return BackgroundServer(app, host, port, config, **overrides).start().url
+
+
+def int_param(request: Request, name: str, default: int, low: int, high: int) -> int:
+    """An integer query parameter within bounds (422 on garbage)."""
+    raw = request.query_params.get(name)
+    if raw in (None, ""):
+        return default
+    try:
+        value = int(raw)
+    except ValueError as exc:
+        raise ValidationError(name, "must be an integer") from exc
+    if not low <= value <= high:
+        raise ValidationError(name, f"must be between {low} and {high}")
+    return value

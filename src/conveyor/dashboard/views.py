@@ -12,10 +12,9 @@ from starlette.routing import Route
 
 from ..broker.base import Page
 from ..core.state import JobState
-from ..errors import ValidationError
 from ..monitoring.inspect import SEARCH_FIELDS
 from ..monitoring.prometheus import exposition
-from .server import dashboard_of, identity_of
+from .server import dashboard_of, identity_of, int_param
 
 PAGE_SIZE = 50
 
@@ -30,20 +29,6 @@ def filters_of(request: Request, *, dead: bool = False) -> dict[str, str]:
         if value:
             out[key] = value
     return out
-
-
-def int_param(request: Request, name: str, default: int, low: int, high: int) -> int:
-    """An integer query parameter within bounds (422 on garbage)."""
-    raw = request.query_params.get(name)
-    if raw in (None, ""):
-        return default
-    try:
-        value = int(raw)
-    except ValueError as exc:
-        raise ValidationError(name, "must be an integer") from exc
-    if not low <= value <= high:
-        raise ValidationError(name, f"must be between {low} and {high}")
-    return value
 
 
 def pager(request: Request, page: Page, filters: dict[str, str]) -> dict[str, Any]:

@@ -116,7 +116,9 @@ class RedisBroker(ReadsMixin, SideMixin, LifecycleMixin, Broker):
     ) -> list[Lease]:  # fmt: skip
         """Lease up to ``limit`` jobs, queues in the given order (one script call per queue)."""
         leases: list[Lease] = []
-        at, deadline = fmt_time(now), fmt_time(now + visibility_timeout)
+        expires = now + visibility_timeout
+        at, deadline = fmt_time(now), fmt_time(expires)
+        claimed_job = codec.claimed_job
         more = False
         for queue in queues:
             while len(leases) < limit:
@@ -126,30 +128,30 @@ class RedisBroker(ReadsMixin, SideMixin, LifecycleMixin, Broker):
                 ])  # fmt: skip
                 more = more or reply[0] == 1
                 buried = 0
+                where = self._where
+                if len(where) + len(reply) >= WHERE_MAX:
+                    where.clear()
                 for item in reply[1:]:
-                    lease = self._lease(queue, item, now, visibility_timeout, worker_id)
-                    if lease is None:
+                    try:
+                        job = claimed_job(item, queue, now, expires, worker_id)
+                    except DecodeError as exc:
+                        self._bury_claimed(queue, item, str(exc), worker_id, now)
                         buried += 1
-                    else:
-                        leases.append(lease)
+                        continue
+                    where[job.id] = queue  # remember(): get() finds the job's queue at once
+                    leases.append(Lease(job, item[2].decode(), expires))
                 if not buried:  # the queue gave what it had; undecodable jobs: claim again
                     break
         if more:
             self.wake_all()
         return leases
 
-    def _lease(
-        self, queue: str, item: list[Any], now: float, vt: float, worker_id: str
-    ) -> Lease | None:
-        token = item[2].decode()
-        try:
-            job = codec.claimed_job(item, queue, now, now + vt, worker_id)
-        except DecodeError as exc:
-            job_id, fields = codec.claimed_fields(item, "", "", worker_id)
-            self._bury_undecodable(queue, job_id, token, fields, str(exc), worker_id, now)
-            return None
-        self.remember(job.id, queue)
-        return Lease(job, token, now + vt)
+    def _bury_claimed(
+        self, queue: str, item: list[Any], message: str, worker_id: str, now: float
+    ) -> None:
+        """A claimed job whose payload does not decode: dead-letter it at once (decode_error)."""
+        job_id, fields = codec.claimed_fields(item, "", "", worker_id)
+        self._bury_undecodable(queue, job_id, item[2].decode(), fields, message, worker_id, now)
 
     def _bury_undecodable(
         self, queue: str, job_id: str, token: str, fields: dict[bytes, bytes], message: str,
@@ -171,13 +173,20 @@ class RedisBroker(ReadsMixin, SideMixin, LifecycleMixin, Broker):
         for i, ack in enumerate(acks):
             queue = token_queue(ack.token)
             if queue is not None:
-                groups.setdefault(queue, []).append(i)
+                idxs = groups.get(queue)
+                if idxs is None:
+                    groups[queue] = [i]
+                else:
+                    idxs.append(i)
         calls = []
         at = fmt_time(now)
+        result_json = codec.result_json
         for queue, idxs in groups.items():
             args: list[Any] = [queue, at, self.retention.completed_max, self.retention.events_max]
             for i in idxs:
-                args += [acks[i].job_id, acks[i].token, codec.result_json(acks[i].result)]
+                ack = acks[i]
+                result = b"" if ack.result is None else result_json(ack.result)
+                args += (ack.job_id, ack.token, result)
             calls.append(Call("complete", self.qkeys(queue), args))
         for idxs, reply in zip(groups.values(), self.runner.run_many(calls), strict=True):
             for i, ok in zip(idxs, reply, strict=True):

@@ -127,12 +127,12 @@ def _envelope(raw: bytes | None) -> dict[str, Any]:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise DecodeError(f"not valid JSON: {exc}") from exc
-    if not isinstance(data, dict):
+    if type(data) is not dict:
         raise DecodeError("envelope must be a JSON object")
     if data.get("v") != ENVELOPE_VERSION:
         raise DecodeError(f"unsupported envelope version {data.get('v')!r}")
-    missing = [name for name in _REQUIRED if name not in data]
-    if missing:
+    if "id" not in data or "task" not in data or "queue" not in data or "state" not in data:
+        missing = [name for name in _REQUIRED if name not in data]
         raise DecodeError(f"envelope is missing fields: {', '.join(missing)}")
     if data["state"] not in _STATES:
         raise DecodeError(f"unknown state {data['state']!r} in the envelope")
@@ -143,6 +143,7 @@ def claimed_job(item: Sequence[Any], queue: str, now: float, expires: float, wor
     """The Job of one entry of claim.lua's reply (fast path; ``DecodeError`` if malformed).
 
     ``item`` is ``[id, attempts, token, payload, run_at, lost, errors, history, last_error]``.
+    The Job is filled in directly (no ``__init__``): this runs once per claimed job.
     """
     raw = item[3]
     data = _envelope(raw)
@@ -150,28 +151,38 @@ def claimed_job(item: Sequence[Any], queue: str, now: float, expires: float, wor
         get = data.get
         args, kwargs, metadata = get("args") or [], get("kwargs") or {}, get("metadata") or {}
         if b'"$' in raw:
-            args, kwargs, metadata = (
-                decode_value(args),
-                decode_value(kwargs),
-                decode_value(metadata),
-            )
+            args, kwargs = decode_value(args), decode_value(kwargs)
+            metadata = decode_value(metadata)
         run_at, lost, errors, history, last_error = item[4:9]
-        return Job(
-            id=item[0].decode(), task=str(data["task"]), args=list(args), kwargs=dict(kwargs),
-            queue=queue, priority=int(get("priority", 0)), state=JobState.ACTIVE,
-            attempts=int(item[1]), max_attempts=int(get("max_attempts", 4)),
-            timeout=_opt(get("timeout")), run_at=float(run_at or get("run_at") or 0.0),
-            created_at=float(get("created_at") or 0.0), started_at=now,
-            last_error=last_error.decode() if last_error else get("last_error"),
-            errors=_lines(errors) if errors else list(get("errors") or []),
-            history=_lines(history) if history else list(get("history") or []),
-            idempotency_key=get("idempotency_key"),
-            idempotency_ttl=float(get("idempotency_ttl") or 300.0), metadata=dict(metadata),
-            lost=int(lost or get("lost", 0)), worker_id=worker_id or None,
-            lease_expires_at=expires,
-        )  # fmt: skip
+        task, priority, max_attempts = data["task"], get("priority", 0), get("max_attempts", 4)
+        timeout, ttl = get("timeout"), get("idempotency_ttl")
+        job = _new_job(Job)
+        job.__dict__ = {
+            "id": item[0].decode(), "task": task if type(task) is str else str(task),
+            "args": args if type(args) is list else list(args),  # orjson's lists are fresh
+            "kwargs": kwargs if type(kwargs) is dict else dict(kwargs), "queue": queue,
+            "priority": priority if type(priority) is int else int(priority),
+            "state": JobState.ACTIVE, "attempts": int(item[1]),
+            "max_attempts": max_attempts if type(max_attempts) is int else int(max_attempts),
+            "timeout": None if timeout is None else float(timeout),
+            "run_at": float(run_at or get("run_at") or 0.0),
+            "created_at": float(get("created_at") or 0.0), "started_at": now,
+            "finished_at": None, "result": None,
+            "last_error": last_error.decode() if last_error else get("last_error"),
+            "errors": _lines(errors) if errors else list(get("errors") or ()),
+            "history": _lines(history) if history else list(get("history") or ()),
+            "idempotency_key": get("idempotency_key"),
+            "idempotency_ttl": float(ttl) if ttl else 300.0,
+            "metadata": metadata if type(metadata) is dict else dict(metadata),
+            "lost": int(lost or get("lost", 0)), "worker_id": worker_id or None,
+            "lease_expires_at": expires,
+        }  # fmt: skip
+        return job
     except (TypeError, ValueError, AttributeError, KeyError, orjson.JSONDecodeError) as exc:
         raise DecodeError(f"malformed job field: {exc!r}") from exc
+
+
+_new_job = object.__new__
 
 
 def _opt(value: Any) -> float | None:

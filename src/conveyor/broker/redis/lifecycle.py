@@ -41,16 +41,33 @@ class LifecycleMixin(RedisBase):
     def _block(self, queues: Sequence[str], timeout: float) -> None:
         wait = max(0.01, min(timeout, self._conn.socket_timeout - 1.0))
         if not self.cluster:
-            keys = [self.keys.queue_key(q, "wake") for q in queues]
+            names = list(queues)
         elif len(queues) == 1:
-            keys = [self.keys.queue_key(queues[0], "wake")]
+            names = [queues[0]]
         else:
-            keys = [self.keys.global_wake]
-        popped = self.client.blpop(keys, timeout=wait)
-        if popped is not None:
-            # markers left while nobody waited are stale: this worker claims next anyway and
-            # passes the wake-up on (claim.lua) if more jobs remain
-            self.client.delete(popped[0])
+            names = []
+        keys = [self.keys.queue_key(q, "wake") for q in names] or [self.keys.global_wake]
+        queue_of = {key.encode(): q for key, q in zip(keys, names, strict=False)}
+        deadline = time.monotonic() + wait
+        while True:
+            popped = self.client.blpop(keys, timeout=wait)
+            if popped is None:
+                return
+            # markers left while nobody waited are stale: drop them all; this worker claims
+            # next anyway and passes the wake-up on (claim.lua) if more jobs remain
+            queue = queue_of.get(popped[0])
+            pipe = self.client.pipeline(transaction=False)
+            pipe.delete(popped[0])
+            if queue is not None:
+                pipe.zcard(self.keys.queue_key(queue, "ready"))
+            replies = pipe.execute()
+            if queue is None or replies[1] > 0:
+                return
+            # a stale marker (its jobs were claimed already): returning now would make the
+            # caller claim nothing and, seeing a wait that did not block, back off; wait on
+            wait = deadline - time.monotonic()
+            if wait < 0.01:
+                return
 
     @guarded
     def flush_all(self) -> None:

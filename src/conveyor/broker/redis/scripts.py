@@ -22,13 +22,21 @@ import hashlib
 import os
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
+
+_hiredis_pack: Callable[[tuple[Any, ...]], bytes] | None
+try:
+    from hiredis import pack_command as _pack_command
+
+    _hiredis_pack = _pack_command
+except ImportError:  # pragma: no cover - hiredis is a dependency; redis-py packs without it
+    _hiredis_pack = None
 
 #: Scripts that are not job transitions and do not get the shared prelude.
 _STANDALONE = frozenset({"doc_cas"})
@@ -163,6 +171,10 @@ class FastLane:
         self.pool = pool
         self._idle: deque[Any] = deque()
         self._pid = os.getpid()
+        kwargs = getattr(pool, "connection_kwargs", {})
+        utf8 = str(kwargs.get("encoding", "utf-8")).lower().replace("_", "-") in ("utf-8", "utf8")
+        # hiredis packs str as UTF-8, exactly like redis-py with its default encoding
+        self._pack: Any = _hiredis_pack if _hiredis_pack is not None and utf8 else None
 
     def _take(self) -> Any:
         if self._pid != os.getpid():  # forked: the parent's sockets are not ours to use
@@ -184,10 +196,15 @@ class FastLane:
         conn = self._take()
         healthy = False
         try:
-            if len(commands) == 1:
-                conn.send_packed_command(conn.pack_command(*commands[0]), check_health=False)
+            pack = self._pack
+            if pack is not None:
+                data = [pack(tuple(commands[0]))] if len(commands) == 1 else \
+                    [b"".join([pack(tuple(command)) for command in commands])]  # fmt: skip
+            elif len(commands) == 1:
+                data = conn.pack_command(*commands[0])
             else:
-                conn.send_packed_command(conn.pack_commands(commands), check_health=False)
+                data = conn.pack_commands(commands)
+            conn.send_packed_command(data, check_health=False)
             replies: list[Any] = []
             for _ in commands:
                 try:

@@ -103,9 +103,9 @@ local function bulk(cmd, key, list)
   end
 end
 
+-- a wake-up marker for idle workers (BLPOP), unless WAKE_MAX are already waiting
 local function wake(q)
-  redis.call('LPUSH', q.wake, '1')
-  redis.call('LTRIM', q.wake, 0, WAKE_MAX - 1)
+  if redis.call('LLEN', q.wake) < WAKE_MAX then redis.call('LPUSH', q.wake, '1') end
 end
 
 local function member(seq, id)
@@ -121,8 +121,7 @@ end
 
 -- ready members are "<16 hex digits>:<id>"; a bare id (hand-written producers) is tolerated
 local function member_id(member)
-  if string.len(member) > 17 and string.sub(member, 17, 17) == ':'
-      and string.find(string.sub(member, 1, 16), '^%x+$') then
+  if string.find(member, '^%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x:.') then
     return string.sub(member, 18)
   end
   return member
