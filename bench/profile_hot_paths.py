@@ -31,6 +31,7 @@ from tests.support.redis_proc import RedisServer
 
 from conveyor import Conveyor
 from conveyor.broker.base import Ack
+from conveyor.monitoring.metrics import flush_local
 from conveyor.task import JobSpec
 
 
@@ -182,6 +183,7 @@ def run(url: str, n: int, batch: int, profile: str | None, phases: list[str],
         stats = pstats.Stats(prof)
         stats.sort_stats("tottime").print_stats(25)
         stats.sort_stats("cumulative").print_stats(25)
+    flush_local(app)  # write buffered metrics now, not from the timer after the files are gone
     app.broker.flush_all()
     app.close()
 

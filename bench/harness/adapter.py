@@ -78,6 +78,9 @@ class Adapter(ABC):
     tuning_modes: ClassVar[tuple[str, ...]] = ()
     #: Concurrency used in ``io`` mode (100 unless the system cannot run jobs concurrently).
     io_concurrency: ClassVar[int] = 100
+    #: Worker mode of the crash check. A system whose recovery needs a setting shorter than the
+    #: harness's idle window (a lease or visibility timeout) names a mode here; its doc says why.
+    crash_mode: ClassVar[str] = "default"
 
     def __init__(self, ctx: BenchContext) -> None:
         self.ctx = ctx

@@ -24,12 +24,17 @@ class ConveyorAdapter(Adapter):
     venv = ".venv"
     client_module = "bench.peer_tasks.conveyor_tasks"
     bulk_api = "app.enqueue_many (one atomic Lua call per batch)"
+    crash_mode = "crash"
     tuning_modes: ClassVar[tuple[str, ...]] = ("c16", "c64", "c256", "c512", "c1024")
 
     def worker_command(self, mode: str) -> list[str]:
         base = [self.bin("conveyor"), "worker", f"{self.client_module}:app"]
         if mode == "default":
             return base
+        if mode == "crash":
+            # Defaults except the lease: jobs of a killed worker come back when their lease
+            # expires (30 s by default), later than the harness's 15 s idle window.
+            return [*base, "--visibility-timeout", "5"]
         quiet = ["--log-level", "warning", "--no-supervisor"]
         if mode == "io":
             return [*base, "--concurrency", "100", *quiet]

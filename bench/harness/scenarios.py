@@ -246,7 +246,7 @@ def crash(adapter: Adapter, sizes: Sizes) -> Result:
     adapter.flush()
     adapter.prefill(count, sleep_s=sizes.crash_sleep)
     log = _log(adapter, "crash")
-    proc = adapter.start_worker("default", log.path)
+    proc = adapter.start_worker(adapter.crash_mode, log.path)
     try:
         deadline = time.monotonic() + 60
         while log.first_start is None and time.monotonic() < deadline and proc.poll() is None:
@@ -262,7 +262,7 @@ def crash(adapter: Adapter, sizes: Sizes) -> Result:
     finished_before = log.finished(range(count))
     in_flight = started_before - finished_before
     t_restart = time.monotonic()
-    proc2 = adapter.start_worker("default", log.path)
+    proc2 = adapter.start_worker(adapter.crash_mode, log.path)
     try:
         complete = adapter.wait_drained(
             log, range(count), sizes.crash_window, stall=sizes.crash_idle, proc=proc2

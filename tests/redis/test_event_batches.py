@@ -1,4 +1,4 @@
-"""Batch stream entries: one XADD per enqueue / claim / complete call, read back job by job."""
+"""Batch stream entries (one XADD per enqueue / claim / complete call) and stale wake markers."""
 
 from __future__ import annotations
 
@@ -74,3 +74,18 @@ def test_batch_entries_count_their_events_against_the_cap(redis_server: Any) -> 
     entries = client.xlen("conveyor:{default}:events")
     assert entries * 50 <= 200 + 50 * 8, entries  # ~events_max events (MAXLEN ~ is approximate)
     broker.close()
+
+
+def test_a_stale_wake_marker_does_not_end_the_wait(rbroker: RedisBroker) -> None:
+    import time
+
+    client = redis.Redis.from_url(rbroker.url)
+    client.lpush("conveyor:{default}:wake", "1")  # left by a job another worker already took
+    began = time.monotonic()
+    rbroker.wait_for_work(["default"], 0.3)
+    assert time.monotonic() - began >= 0.25
+    assert client.llen("conveyor:{default}:wake") == 0
+    rbroker.enqueue(_jobs(1), T0)  # a real wake-up returns at once
+    began = time.monotonic()
+    rbroker.wait_for_work(["default"], 5.0)
+    assert time.monotonic() - began < 1.0
