@@ -95,13 +95,13 @@ def test_four_workers_and_two_producers_run_every_job_once(tmp_path: Path, db_pa
 
 
 BLOCKING_WORKER = """
-    import sys, time
+    import os, sys, time
     from conveyor import Conveyor
     app = Conveyor(f"sqlite:///{sys.argv[1]}")
 
     @app.task(name="block")
     def block(n: int) -> None:
-        print(f"running {n}", flush=True)
+        os.write(1, f"running {n}\\n".encode())  # one write: 4 threads' lines never interleave
         time.sleep(600)
 
     app.worker(queues=["default"], concurrency=4, visibility_timeout=float(sys.argv[2]),
