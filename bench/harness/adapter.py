@@ -81,6 +81,8 @@ class Adapter(ABC):
     #: Worker mode of the crash check. A system whose recovery needs a setting shorter than the
     #: harness's idle window (a lease or visibility timeout) names a mode here; its doc says why.
     crash_mode: ClassVar[str] = "default"
+    #: Scenarios this system can run (``None``: all). Others are recorded as skipped.
+    supported_scenarios: ClassVar[tuple[str, ...] | None] = None
 
     def __init__(self, ctx: BenchContext) -> None:
         self.ctx = ctx

@@ -77,10 +77,16 @@ def _marks(node: Any, path: tuple[str, ...]) -> str:
     return marks
 
 
+#: Conveyor on its embedded backends (absolute figures, shown in their own table).
+BACKENDS = ("conveyor-sqlite", "conveyor-memory")
+
+
 def main_table(doc: dict[str, Any]) -> str:
-    """The metrics x systems markdown table."""
-    systems: dict[str, Any] = doc.get("systems", {})
+    """The metrics x systems markdown table (every system on the harness's Redis)."""
+    systems = {n: s for n, s in doc.get("systems", {}).items() if n not in BACKENDS}
     names = list(systems)
+    if not names:
+        return ""
     peers = [n for n in names if n != "conveyor"]
     with_ratio = "conveyor" in names and bool(peers)
     head = ["metric", *names] + (["best peer", "conveyor ÷ best peer"] if with_ratio else [])
@@ -111,6 +117,25 @@ def _ratio_cells(vals: dict[str, float | None], peers: list[str], higher: bool) 
     if best_val == 0:
         return [who, "=" if conv == 0 else "∞"]
     return [who, f"{conv / best_val:.2f}x"]
+
+
+def backends_table(doc: dict[str, Any]) -> str:
+    """Conveyor on Redis, SQLite and memory side by side (no peers; absolute figures)."""
+    systems: dict[str, Any] = doc.get("systems", {})
+    names = [n for n in ("conveyor", *BACKENDS) if n in systems]
+    if not any(n in BACKENDS for n in names):
+        return ""
+    head = ["metric", *[n.replace("conveyor-", "conveyor on ") for n in names]]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for label, path, _, dec in METRICS:
+        cells = [label]
+        for n in names:
+            scen = systems[n].get("scenarios", {})
+            val = _num(_get(*path)(scen))
+            cells.append(_fmt(val, dec) + (_marks(_parent(*path)(scen), path) if val else ""))
+        if any(c != "—" for c in cells[1:]):
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def ceiling_table(doc: dict[str, Any]) -> str:
@@ -237,6 +262,7 @@ def render(doc: dict[str, Any]) -> str:
     parts = [
         f"### {title}",
         main_table(doc),
+        backends_table(doc),
         tune_table(doc),
         ceiling_table(doc),
         notes(doc),

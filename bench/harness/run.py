@@ -118,6 +118,10 @@ def run_system(name: str, ctx: BenchContext, scenarios: list[str], sizes: Any) -
         t_s = time.monotonic()
         sysdoc["loadavg_1min"][scen] = round(os.getloadavg()[0], 2)
         print(f"[{name}] {scen} ...", end=" ", flush=True)
+        if adapter.supported_scenarios is not None and scen not in adapter.supported_scenarios:
+            sysdoc["scenarios"][scen] = {"skipped": f"{name} cannot run {scen}"}
+            print("skipped (not applicable)", flush=True)
+            continue
         try:
             res = SCENARIOS[scen](adapter, sizes)
             sysdoc["scenarios"][scen] = res

@@ -13,6 +13,8 @@ from bench.harness.adapter import Adapter
 
 SYSTEMS: dict[str, str] = {
     "conveyor": "bench.harness.conveyor:ConveyorAdapter",
+    "conveyor-sqlite": "bench.harness.conveyor_backends:ConveyorSqliteAdapter",
+    "conveyor-memory": "bench.harness.conveyor_backends:ConveyorMemoryAdapter",
     "celery": "bench.harness.peers.celery:CeleryAdapter",
     "rq": "bench.harness.peers.rq:RQAdapter",
     "dramatiq": "bench.harness.peers.dramatiq:DramatiqAdapter",
@@ -21,7 +23,9 @@ SYSTEMS: dict[str, str] = {
     "huey": "bench.harness.peers.huey:HueyAdapter",
 }
 
-PEERS = tuple(name for name in SYSTEMS if name != "conveyor")
+PEERS = tuple(name for name in SYSTEMS if not name.startswith("conveyor"))
+#: Conveyor on its embedded backends: absolute figures, no peers to compare with.
+BACKENDS = ("conveyor-sqlite", "conveyor-memory")
 
 
 def load_adapter(name: str) -> type[Adapter]:
