@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import secrets
+import sqlite3
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -35,6 +36,16 @@ _INSERT = ("INSERT INTO jobs (id, queue, task, state, priority, seq, run_at, cre
            " finished_at, payload) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")  # fmt: skip
 _LIVE_KEY = "SELECT job_id FROM idem WHERE queue = ? AND key = ? AND expires_at > ?"
 _FINISHED = "queue = ? AND state = ? AND finished_at IS NOT NULL"
+
+
+def _first_repeat(ids: Sequence[str]) -> str:
+    """The first id that appears a second time."""
+    seen: set[str] = set()
+    for job_id in ids:
+        if job_id in seen:
+            return job_id
+        seen.add(job_id)
+    raise ValueError("no repeated id")
 
 
 class SqliteBroker(SqliteReads, Broker):
@@ -83,41 +94,39 @@ class SqliteBroker(SqliteReads, Broker):
     def enqueue(
         self, jobs: Sequence[Job], now: float, payloads: Sequence[bytes] | None = None
     ) -> list[EnqueueResult]:
-        """Store all jobs or none, in one transaction; see ``Broker.enqueue``."""
+        """Store all jobs or none, in one transaction; see ``Broker.enqueue``.
+
+        Without idempotency keys (the bulk case) no row is read first: the UNIQUE index on
+        ``id`` rejects a taken id during the INSERT, which rolls the whole batch back.
+        """
         with self._write() as tx:
-            c = tx.conn
-            ids = orjson.dumps([job.id for job in jobs]).decode()
-            sql = "SELECT id FROM jobs WHERE id IN (SELECT value FROM json_each(?))"
-            taken = {r[0] for r in c.execute(sql, (ids,))}
-            results: list[EnqueueResult] = []
-            fresh: dict[str, tuple[Job, bytes | None]] = {}
-            batch_keys: dict[tuple[str, str], str] = {}
-            for i, job in enumerate(jobs):
-                if job.id in taken or job.id in fresh:
-                    raise DuplicateJob(job.id)
-                key = (job.queue, job.idempotency_key) if job.idempotency_key else None
-                live = c.execute(_LIVE_KEY, (*key, now)).fetchone() if key else None
-                existing = live[0] if live else batch_keys.get(key) if key else None
-                if existing is not None:
-                    row = c.execute("SELECT state FROM jobs WHERE id = ?", (existing,)).fetchone()
-                    state = JobState(row[0]) if row else job.state
-                    results.append(EnqueueResult(existing, True, state))
-                    continue
-                if key:
-                    batch_keys[key] = job.id
-                fresh[job.id] = (job, None if payloads is None else payloads[i])
-                results.append(EnqueueResult(job.id, False, job.state))
-                tx.emit("enqueued", job, now, state=str(job.state))
+            if any(job.idempotency_key for job in jobs):
+                results, fresh = self._screen(tx, jobs, now, payloads)
+            else:
+                blobs: Sequence[bytes | None] = payloads or [None] * len(jobs)
+                fresh = {j.id: (j, p) for j, p in zip(jobs, blobs, strict=True)}
+                if len(fresh) != len(jobs):  # an id twice in the batch: report the first
+                    raise DuplicateJob(_first_repeat([j.id for j in jobs]))
+                results = [EnqueueResult(j.id, False, j.state) for j in jobs]
             new = [job for job, _ in fresh.values()]
+            tx.events.extend({"type": "enqueued", "job_id": j.id, "queue": j.queue, "task": j.task,
+                              "at": now, "state": str(j.state)} for j in new)  # fmt: skip
             for (queue, name), n in Counter((j.queue, str(j.state)) for j in new).items():
                 tx.count(queue, None, name, n)
             seq0 = tx.bump("seq", len(new)) - len(new)  # one range of places for the batch
-            c.executemany(_INSERT, [(
-                j.id, j.queue, j.task, str(j.state), j.priority, seq0 + i, j.run_at, j.created_at,
-                j.run_at if j.state in _DELAYED else None,
-                j.finished_at if j.state in TERMINAL_STATES else None,
-                p if p is not None else orjson.dumps(job_to_dict(j)))
-                for i, (j, p) in enumerate(fresh.values(), 1)])  # fmt: skip
+            c, before = tx.conn, tx.conn.total_changes
+            try:
+                c.executemany(_INSERT, [(
+                    j.id, j.queue, j.task, str(j.state), j.priority, seq0 + i, j.run_at,
+                    j.created_at, j.run_at if j.state in _DELAYED else None,
+                    j.finished_at if j.state in TERMINAL_STATES else None,
+                    p if p is not None else orjson.dumps(job_to_dict(j)))
+                    for i, (j, p) in enumerate(fresh.values(), 1)])  # fmt: skip
+            except sqlite3.IntegrityError:  # executemany stops at the first rejected row
+                job = new[c.total_changes - before]
+                if c.execute("SELECT 1 FROM jobs WHERE id = ?", (job.id,)).fetchone():
+                    raise DuplicateJob(job.id) from None
+                raise
             keyed = [j for j in new if j.idempotency_key]
             c.executemany("INSERT OR REPLACE INTO idem (queue, key, job_id, expires_at) VALUES"
                           " (?, ?, ?, ?)", [(j.queue, j.idempotency_key, j.id,
@@ -125,6 +134,34 @@ class SqliteBroker(SqliteReads, Broker):
             c.executemany("INSERT OR IGNORE INTO queues (name) VALUES (?)",
                           [(q,) for q in sorted({j.queue for j in new})])  # fmt: skip
             return results
+
+    def _screen(
+        self, tx: Tx, jobs: Sequence[Job], now: float, payloads: Sequence[bytes] | None
+    ) -> tuple[list[EnqueueResult], dict[str, tuple[Job, bytes | None]]]:
+        """Idempotency keys: the result of each job and the jobs to insert (in order)."""
+        c = tx.conn
+        ids = orjson.dumps([job.id for job in jobs]).decode()
+        sql = "SELECT id FROM jobs WHERE id IN (SELECT value FROM json_each(?))"
+        taken = {r[0] for r in c.execute(sql, (ids,))}
+        results: list[EnqueueResult] = []
+        fresh: dict[str, tuple[Job, bytes | None]] = {}
+        batch_keys: dict[tuple[str, str], str] = {}
+        for i, job in enumerate(jobs):
+            if job.id in taken or job.id in fresh:
+                raise DuplicateJob(job.id)
+            key = (job.queue, job.idempotency_key) if job.idempotency_key else None
+            live = c.execute(_LIVE_KEY, (*key, now)).fetchone() if key else None
+            existing = live[0] if live else batch_keys.get(key) if key else None
+            if existing is not None:
+                row = c.execute("SELECT state FROM jobs WHERE id = ?", (existing,)).fetchone()
+                state = JobState(row[0]) if row else job.state
+                results.append(EnqueueResult(existing, True, state))
+                continue
+            if key:
+                batch_keys[key] = job.id
+            fresh[job.id] = (job, None if payloads is None else payloads[i])
+            results.append(EnqueueResult(job.id, False, job.state))
+        return results, fresh
 
     def claim(
         self, queues: Sequence[str], now: float, *, limit: int = 1,
