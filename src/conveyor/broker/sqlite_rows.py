@@ -1,0 +1,134 @@
+"""Job rows of the SQLite backend: decoding a row (``_Rec``) and the read-only queries (get,
+peek, search, oldest pending, waiting for work). Reads run outside transactions (WAL readers
+never block the writer), each through ``SqliteStore._read``. Transitions live in ``sqlite.py``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+
+from ..core.job import Job
+from ..core.serialization import job_from_dict, job_to_dict
+from ..core.state import JobState
+from ..errors import DecodeError
+from .base import Page, SearchQuery
+from .sqlite_side import SqliteSideStores
+
+COLS = ("rid, id, queue, task, state, priority, run_at, created_at, finished_at, last_error,"
+        " payload")  # the row layout Rec reads
+READY = "queue = ? AND state = 'pending' ORDER BY priority, seq LIMIT ?"
+_SEARCH = {"id": "id >= :id AND id < :id || char(1114111)", "state": "state = :state",
+           "task": "task = :task", "queue": "queue = :queue", "since": "created_at >= :since",
+           "until": "created_at < :until", "error": "cv_icontains(last_error, :error)",
+           "text": "cv_text(payload, :text)"}  # indexed: id (prefix), state, task, queue, time
+_COUNTED = ("state", "queue")
+_COUNTED_TOTAL = ("SELECT COALESCE(SUM(n), 0) FROM counts WHERE queue != '' AND state ="
+                  " COALESCE(:state, state) AND queue = COALESCE(:queue, queue)")
+_BLANK: dict[str, Any] = {"args": [], "kwargs": {}, "metadata": {}, "result": None}
+_KEEP = object()  # "result unchanged": the stored encoded result passes through
+
+
+class Rec:
+    """A job row: the Job (a stub from the columns if the payload is corrupt), its envelope dict,
+    the original bytes of a corrupt payload, and the state the row had (for ``counts``)."""
+
+    __slots__ = ("corrupt", "data", "job", "rid", "state")
+
+    def __init__(self, row: tuple[Any, ...], full: bool) -> None:
+        self.rid, self.state, raw = row[0], row[4], row[10]
+        self.corrupt: bytes | None = None
+        self.data: dict[str, Any] | None = None
+        try:
+            data = orjson.loads(raw)
+            if not isinstance(data, dict):
+                raise DecodeError("envelope must be a JSON object")
+            self.job = job_from_dict(data if full else {**data, **_BLANK})
+            if (self.job.id, self.job.queue, str(self.job.state)) != (row[1], row[2], row[4]):
+                raise DecodeError("envelope does not match its row (id, queue or state)")
+            self.data, self.job.result = data, self.job.result if full else _KEEP
+        except (DecodeError, orjson.JSONDecodeError, TypeError) as exc:
+            self.job = Job(id=row[1], task=row[3], queue=row[2], priority=row[5],
+                           state=JobState(row[4]), run_at=row[6], created_at=row[7],
+                           finished_at=row[8], last_error=row[9] or f"decode_error: {exc}",
+                           metadata={"decode_error": str(exc)})  # fmt: skip
+            self.corrupt = raw if isinstance(raw, bytes) else str(raw).encode()
+
+    def payload(self) -> bytes:
+        """The envelope of the (changed) job; undecoded parts pass through as stored."""
+        job, data = self.job, self.data
+        if data is None:  # corrupt: the stored bytes stay until the job is dead-lettered
+            return orjson.dumps(job_to_dict(job)) if job.state is JobState.DEAD_LETTER else \
+                self.corrupt or b""  # fmt: skip
+        saved = job.args, job.kwargs, job.metadata, job.result
+        job.args, job.kwargs, job.metadata = [], {}, {}
+        job.result = None if saved[3] is _KEEP else saved[3]
+        try:
+            out = job_to_dict(job)
+        finally:
+            job.args, job.kwargs, job.metadata, job.result = saved
+        out.update(args=data.get("args"), kwargs=data.get("kwargs"), metadata=data.get("metadata"))
+        if saved[3] is _KEEP:
+            out["result"] = data.get("result")
+        return orjson.dumps(out)
+
+
+class SqliteReads(SqliteSideStores):
+    """The read-only job queries of ``SqliteBroker``."""
+
+    def get(self, job_id: str) -> Job | None:
+        """A fresh snapshot, or None (a corrupt row reads as a stub built from its columns)."""
+        sql = f"SELECT {COLS} FROM jobs WHERE id = ?"
+        rows = self._read(sql, (job_id,))
+        return Rec(rows[0], True).job if rows else None
+
+    def peek(self, queue: str, n: int = 10) -> list[Job]:
+        """The next ``n`` ready jobs of ``queue`` in claim order."""
+        sql = f"SELECT {COLS} FROM jobs WHERE {READY}"
+        return [Rec(row, True).job for row in self._read(sql, (queue, n))]
+
+    def search(self, query: SearchQuery) -> Page:
+        """Filter in SQL (an index narrows first), newest first, one page."""
+        q = query
+        p = {"id": q.id or None, "state": str(q.state) if q.state else None, "task": q.task or None,
+             "queue": q.queue or None, "since": q.since, "until": q.until,
+             "error": q.error.lower() if q.error else None,
+             "text": q.text.lower().encode() if q.text else None,
+             "limit": q.page_size, "offset": (max(1, q.page) - 1) * q.page_size}  # fmt: skip
+        where = " AND ".join(sql for key, sql in _SEARCH.items() if p[key] is not None) or "1"
+        only_counts = all(p[k] is None for k in _SEARCH if k not in _COUNTED)
+        total = self._read(_COUNTED_TOTAL if only_counts else  # no filter beyond state / queue
+                           f"SELECT COUNT(*) FROM jobs WHERE {where}", p)[0][0]  # fmt: skip
+        order = "+created_at" if p["id"] else "created_at"  # "+": let the id index drive
+        rows = self._read(f"SELECT {COLS} FROM jobs WHERE {where} ORDER BY {order} DESC,"
+                          " id DESC LIMIT :limit OFFSET :offset", p)  # fmt: skip
+        return Page([Rec(r, True).job for r in rows], int(total), q.page, q.page_size)
+
+    def oldest_pending(self, queue: str) -> float | None:
+        """Ready time (run_at, or created_at when run_at is 0) of the oldest pending job."""
+        sql = "SELECT MIN({}) FROM jobs WHERE queue = ? AND state = 'pending' AND run_at {} 0"
+        found = [self._read(sql.format(col, op), (queue,))[0][0]
+                 for col, op in (("run_at", "!="), ("created_at", "="))]  # fmt: skip
+        return min((float(t) for t in found if t is not None), default=None)
+
+    def wait_for_work(self, queues: Sequence[str], timeout: float) -> None:
+        """Return when a ready job may exist in ``queues``, or after ``timeout`` s.
+
+        Polls ``PRAGMA data_version`` (it changes when another connection commits) every 50 ms
+        and only then looks for pending jobs: no busy loop, at most ~50 ms of added latency.
+        """
+        deadline, version_sql = time.monotonic() + timeout, "PRAGMA data_version"
+        version = self._read(version_sql)[0][0]
+        while not self._has_ready(queues):
+            while version == (version := self._read(version_sql)[0][0]):
+                if (remaining := deadline - time.monotonic()) <= 0:
+                    return
+                time.sleep(min(remaining, 0.05))
+
+    def _has_ready(self, queues: Sequence[str]) -> bool:
+        paused = {r[0] for r in self._read("SELECT name FROM queues WHERE paused = 1")}
+        sql = "SELECT 1 FROM jobs WHERE queue = ? AND state = 'pending' LIMIT 1"
+        return any(self._read(sql, (q,)) for q in queues if q not in paused)

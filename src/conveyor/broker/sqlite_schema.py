@@ -1,0 +1,95 @@
+"""Schema of the SQLite backend, its version (``PRAGMA user_version``) and the migrations.
+
+A new file gets ``SCHEMA`` and the current ``SCHEMA_VERSION``. An older file is migrated in
+place, inside the opening ``BEGIN IMMEDIATE`` transaction (all or nothing; concurrent openers
+wait for the lock, then see the new version). A newer or unknown version is refused with an
+error naming the rule. Rationale of every table and index: docs/architecture-sqlite.md.
+
+Version history:
+
+* 1 — the first schema; the four search indexes carried ``id`` as a tie-breaker
+  (``(created_at, id)``, ``(state, created_at, id)``, ...).
+* 2 — the search indexes are ``(created_at)``, ``(state, created_at)``, ``(queue, created_at)``,
+  ``(task, created_at)``: the 26-character id is no longer copied into four b-trees on every
+  insert (bulk enqueue is bounded by index maintenance). Ties on ``created_at`` are ordered by
+  ``id`` with a small sort of just the tied rows. Migration 1 → 2 drops and rebuilds those four
+  indexes (a few seconds per million jobs; the rows are untouched).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+SCHEMA_VERSION = 2
+
+#: The search indexes of the current version (also the target of the 1 → 2 migration).
+SEARCH_INDEXES = """
+CREATE INDEX jobs_created ON jobs (created_at);
+CREATE INDEX jobs_state_created ON jobs (state, created_at);
+CREATE INDEX jobs_queue_created ON jobs (queue, created_at);
+CREATE INDEX jobs_task_created ON jobs (task, created_at)"""
+
+SCHEMA = """
+CREATE TABLE jobs (rid INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, queue TEXT NOT NULL,
+  task TEXT NOT NULL, state TEXT NOT NULL, priority INTEGER NOT NULL, seq INTEGER NOT NULL,
+  run_at REAL NOT NULL, created_at REAL NOT NULL, finished_at REAL, due_at REAL, lease_at REAL,
+  token TEXT, last_error TEXT, payload BLOB NOT NULL, corrupt BLOB);
+CREATE INDEX jobs_ready ON jobs (queue, priority, seq, run_at) WHERE state = 'pending';
+CREATE INDEX jobs_due ON jobs (due_at, seq) WHERE due_at IS NOT NULL;
+CREATE INDEX jobs_finished ON jobs (queue, state, seq, finished_at) WHERE finished_at IS NOT NULL;
+CREATE TABLE counts (queue TEXT NOT NULL, state TEXT NOT NULL, n INTEGER NOT NULL,
+  PRIMARY KEY (queue, state)) WITHOUT ROWID;
+INSERT INTO counts (queue, state, n) VALUES ('', 'seq', 0), ('', 'event', 0);
+CREATE TABLE queues (name TEXT PRIMARY KEY, paused INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID;
+CREATE TABLE idem (queue TEXT NOT NULL, key TEXT NOT NULL, job_id TEXT NOT NULL,
+  expires_at REAL NOT NULL, PRIMARY KEY (queue, key)) WITHOUT ROWID;
+CREATE INDEX idem_expiry ON idem (expires_at);
+CREATE TABLE docs (collection TEXT NOT NULL, name TEXT NOT NULL, body BLOB NOT NULL,
+  expires_at REAL, PRIMARY KEY (collection, name)) WITHOUT ROWID;
+CREATE INDEX docs_expiry ON docs (expires_at) WHERE expires_at IS NOT NULL;
+CREATE TABLE logs (seq INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT NOT NULL, body BLOB);
+CREATE INDEX logs_name ON logs (name, seq);
+CREATE TABLE events (last INTEGER PRIMARY KEY, n INTEGER NOT NULL, body BLOB NOT NULL);
+CREATE TABLE counters (bucket TEXT PRIMARY KEY, body BLOB NOT NULL, expires_at REAL NOT NULL)
+  WITHOUT ROWID;
+CREATE INDEX counters_expiry ON counters (expires_at);""" + SEARCH_INDEXES
+
+#: ``MIGRATIONS[v]`` turns a version ``v`` file into version ``v + 1``.
+MIGRATIONS: dict[int, str] = {
+    1: "DROP INDEX IF EXISTS jobs_created;\nDROP INDEX IF EXISTS jobs_state_created;\n"
+       "DROP INDEX IF EXISTS jobs_queue_created;\nDROP INDEX IF EXISTS jobs_task_created;"
+       + SEARCH_INDEXES,
+}  # fmt: skip
+
+
+class SchemaError(RuntimeError):
+    """The file's schema version cannot be used by this version of Conveyor."""
+
+
+def ensure_schema(conn: sqlite3.Connection, path: str) -> int:
+    """Create or migrate the schema; the caller holds a ``BEGIN IMMEDIATE`` transaction.
+
+    Returns the version found before (0 for a new file). Raises ``SchemaError`` for a version
+    newer than ``SCHEMA_VERSION`` (written by a newer Conveyor) or one with no migration.
+    """
+    found = version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+    if version == 0:
+        _run(conn, SCHEMA)
+    elif version != SCHEMA_VERSION and version not in MIGRATIONS:
+        raise SchemaError(
+            f"{path}: unknown schema version {version} (this Conveyor reads versions 1 to"
+            f" {SCHEMA_VERSION} and migrates older files forward; a newer version was written"
+            " by a newer Conveyor: upgrade it, or use another file)")  # fmt: skip
+    while 0 < version < SCHEMA_VERSION:
+        _run(conn, MIGRATIONS[version])
+        version += 1
+    if found != SCHEMA_VERSION:
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+    return found
+
+
+def _run(conn: sqlite3.Connection, script: str) -> None:
+    """Execute ``;``-separated statements one by one (``executescript`` would COMMIT)."""
+    for statement in script.split(";\n"):
+        if statement.strip():
+            conn.execute(statement)

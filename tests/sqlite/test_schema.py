@@ -1,0 +1,77 @@
+"""Schema versions: a new file gets the current one, an older file is migrated in place (rows
+untouched), a newer or unknown one is refused with an error naming the rule."""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+
+import pytest
+
+from conveyor.broker.base import SearchQuery
+from conveyor.broker.sqlite import SqliteBroker
+from conveyor.broker.sqlite_schema import SCHEMA_VERSION
+from conveyor.core.ids import new_ulid
+from conveyor.core.job import Job
+from conveyor.core.state import JobState
+from conveyor.errors import BrokerUnavailable
+
+from .conftest import T0
+
+V1_SEARCH_INDEXES = {  # the version 1 search indexes, as version 1 created them
+    "jobs_created": "(created_at, id)", "jobs_state_created": "(state, created_at, id)",
+    "jobs_queue_created": "(queue, created_at, id)", "jobs_task_created": "(task, created_at, id)",
+}  # fmt: skip
+V2_COLUMNS = {"jobs_created": ["created_at"], "jobs_state_created": ["state", "created_at"],
+              "jobs_queue_created": ["queue", "created_at"],
+              "jobs_task_created": ["task", "created_at"]}  # fmt: skip
+
+
+def _columns(conn: sqlite3.Connection) -> dict[str, list[str]]:
+    return {name: [r[2] for r in conn.execute(f"PRAGMA index_info({name})")] for name in V2_COLUMNS}
+
+
+def _make_v1(path: str, n: int) -> list[str]:
+    """A file as version 1 left it: v1 search indexes, user_version 1, ``n`` jobs."""
+    rng, broker = random.Random(2), SqliteBroker(path)
+    jobs = [Job(id=new_ulid(T0 + i, rng), task=f"t{i % 2}", args=[i], run_at=T0 + i,
+                created_at=T0 + i) for i in range(n)]  # fmt: skip
+    broker.enqueue(jobs, T0)
+    broker.close()
+    with sqlite3.connect(path) as conn:
+        for name, cols in V1_SEARCH_INDEXES.items():
+            conn.execute(f"DROP INDEX {name}")
+            conn.execute(f"CREATE INDEX {name} ON jobs {cols}")
+        conn.execute("PRAGMA user_version = 1")
+    return [j.id for j in jobs]
+
+
+def test_new_file_gets_the_current_version(db_path: str) -> None:
+    broker = SqliteBroker(db_path)
+    conn = broker._conn()
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+    assert _columns(conn) == V2_COLUMNS
+    broker.close()
+
+
+def test_version_1_file_is_migrated_in_place(db_path: str) -> None:
+    ids = _make_v1(db_path, 50)
+    broker = SqliteBroker(db_path)
+    conn = broker._conn()
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    assert _columns(conn) == V2_COLUMNS
+    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    page = broker.search(SearchQuery(task="t1", page_size=100))
+    assert [j.id for j in page.items] == ids[1::2][::-1] and page.total == 25
+    assert broker.counts()["default"][str(JobState.PENDING)] == 50
+    broker.close()
+    SqliteBroker(db_path).close()  # a second open finds version 2: nothing to do
+
+
+@pytest.mark.parametrize("version", [3, 99, -1])
+def test_newer_or_unknown_versions_are_refused(db_path: str, version: int) -> None:
+    SqliteBroker(db_path).close()
+    with sqlite3.connect(db_path) as conn:
+        conn.execute(f"PRAGMA user_version = {version}")
+    with pytest.raises(BrokerUnavailable, match=f"schema version {version} .*newer Conveyor"):
+        SqliteBroker(db_path)
