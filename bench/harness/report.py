@@ -11,6 +11,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from bench.harness.peers import BACKENDS
+
 Getter = Callable[[dict[str, Any]], Any]
 
 
@@ -75,10 +77,6 @@ def _marks(node: Any, path: tuple[str, ...]) -> str:
         if path[0] == "io" and node.get("concurrency", 100) != 100:
             marks += f" (c={node['concurrency']})"
     return marks
-
-
-#: Conveyor on its embedded backends (absolute figures, shown in their own table).
-BACKENDS = ("conveyor-sqlite", "conveyor-memory")
 
 
 def main_table(doc: dict[str, Any]) -> str:
