@@ -1,4 +1,4 @@
-"""The supervisor: the process ``conveyor worker`` runs. It owns N worker processes.
+"""The supervisor: the process ``conveyor worker`` becomes. It owns N worker processes.
 
 * Starts ``processes`` children (``python -m conveyor.worker.child``), each in its own process
   group so a terminal's Ctrl-C reaches only the supervisor, which forwards it once.
@@ -12,26 +12,31 @@
   alive ``shutdown_timeout + 10`` s after the first signal are killed. Exits 0.
 * SIGHUP: recycles every child gracefully (e.g. after deploying new code).
 Children notice a dead supervisor (``kill -9``) within a second and drain themselves.
+
+**Lean by design.** ``conveyor worker`` parses its options, checks the app, then *execs*
+``python -m conveyor.worker.supervisor OPTIONS CHILD_CONFIG`` (same pid), so the process that
+stays resident never imported click, rich, the broker client or the app: this module imports
+the standard library only (no ``typing``, ``dataclasses`` or ``subprocess`` at run time), plus
+``procutil`` and ``logs``. ``tests/worker/test_footprint.py`` guards that.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import signal
-import subprocess
 import sys
 import time
-from dataclasses import dataclass
-from types import FrameType
-from typing import TYPE_CHECKING
 
-from .child import ChildConfig
-from .loop import EXIT_OK, EXIT_RECYCLE, EXIT_STUCK
-from .registry import rss_bytes
+from .logs import setup_logging
+from .procutil import EXIT_OK, EXIT_RECYCLE, EXIT_STUCK, rss_bytes
 
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs this process ~0.6 MB
 if TYPE_CHECKING:
+    from types import FrameType
+
     from .loop import Worker
 
 log = logging.getLogger("conveyor.supervisor")
@@ -40,31 +45,61 @@ CRASH_WINDOW = 10.0  # a child that dies sooner than this after start counts as 
 MAX_BACKOFF = 30.0
 
 
-@dataclass
+class _Proc:
+    """A spawned worker process: its pid and, once reaped, its exit code (``-N``: signal N)."""
+
+    __slots__ = ("pid", "returncode")
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        """Reap the process if it has exited; its exit code, or None while it runs."""
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:  # reaped elsewhere (e.g. a SIGCHLD handler): unknown code
+                self.returncode = 255
+                return self.returncode
+            if pid == 0:
+                return None
+            self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+
 class _Child:
     """One supervised worker process slot."""
 
-    index: int
-    proc: subprocess.Popen[bytes] | None = None
-    started: float = 0.0
-    term_sent_at: float | None = None
-    crashes: int = 0
-    restart_at: float = 0.0
+    __slots__ = ("crashes", "index", "proc", "restart_at", "started", "term_sent_at")
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.proc: _Proc | None = None
+        self.started = 0.0
+        self.term_sent_at: float | None = None
+        self.crashes = 0
+        self.restart_at = 0.0
 
 
 class Supervisor:
-    """Run ``processes`` worker processes until signalled; see the module docstring."""
+    """Run ``processes`` worker processes until signalled; see the module docstring.
+
+    ``child_config`` is a ``ChildConfig`` as JSON (``ChildConfig.to_json()``), passed verbatim
+    to every ``python -m conveyor.worker.child``.
+    """
 
     def __init__(
         self,
-        config: ChildConfig,
+        child_config: str,
         processes: int = 1,
         *,
         max_memory_mb: float | None = None,
         shutdown_timeout: float = 30.0,
         python: str | None = None,
     ) -> None:
-        self.config = config
+        self.child_config = child_config
+        self.app = str(json.loads(child_config).get("app", "?"))
         self.children = [_Child(i) for i in range(max(1, processes))]
         self.max_memory = int(max_memory_mb * 1024 * 1024) if max_memory_mb else None
         self.shutdown_timeout = shutdown_timeout
@@ -83,7 +118,7 @@ class Supervisor:
         previous = {sig: signal.signal(sig, self._on_signal)
                     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}  # fmt: skip
         log.info("supervisor %d: starting %d worker process(es) for %s", os.getpid(),
-                 len(self.children), self.config.app)  # fmt: skip
+                 len(self.children), self.app)  # fmt: skip
         try:
             for child in self.children:
                 self._spawn(child)
@@ -137,11 +172,19 @@ class Supervisor:
 
     # ------------------------------------------------------------------ children
     def _spawn(self, child: _Child) -> None:
-        cmd = [self.python, "-m", "conveyor.worker.child", self.config.to_json()]
-        child.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, process_group=0)
+        argv = [self.python, "-m", "conveyor.worker.child", self.child_config]
+        # posix_spawn, not subprocess.Popen: subprocess (+ locale, selectors) would cost this
+        # process ~1 MB. stdin from /dev/null, own process group, default SIGPIPE/SIGXFSZ (as
+        # Popen's restore_signals); descriptors are close-on-exec by default (PEP 446).
+        pid = os.posix_spawn(
+            self.python, argv, os.environ, setpgroup=0,
+            file_actions=[(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)],
+            setsigdef=(signal.SIGPIPE, signal.SIGXFSZ),
+        )  # fmt: skip
+        child.proc = _Proc(pid)
         child.started = time.monotonic()
         child.term_sent_at = None
-        log.info("worker process %d started (slot %d)", child.proc.pid, child.index)
+        log.info("worker process %d started (slot %d)", pid, child.index)
 
     def _check(self, child: _Child) -> None:
         proc = child.proc
@@ -201,10 +244,31 @@ class Supervisor:
                 os.kill(child.proc.pid, sig)
 
 
+def options_json(processes: int, max_memory_mb: float | None, shutdown_timeout: float,
+                 log_format: str, log_level: str) -> str:  # fmt: skip
+    """The OPTIONS argument of ``python -m conveyor.worker.supervisor OPTIONS CHILD_CONFIG``."""
+    return json.dumps({"processes": processes, "max_memory_mb": max_memory_mb,
+                       "shutdown_timeout": shutdown_timeout, "log_format": log_format,
+                       "log_level": log_level})  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the supervisor process: ``OPTIONS`` (``options_json()``), ``CHILD_CONFIG``."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 2:
+        sys.exit("usage: python -m conveyor.worker.supervisor OPTIONS_JSON CHILD_CONFIG_JSON")
+    opts = json.loads(args[0])
+    setup_logging(opts.get("log_format", "text"), opts.get("log_level", "info"))
+    supervisor = Supervisor(args[1], int(opts.get("processes", 1)),
+                            max_memory_mb=opts.get("max_memory_mb"),
+                            shutdown_timeout=float(opts.get("shutdown_timeout", 30.0)))  # fmt: skip
+    sys.exit(supervisor.run())
+
+
 def supervise(worker: Worker) -> int:
     """Run ``worker.processes`` copies of a programmatic worker under a supervisor."""
     from ..errors import ValidationError
-    from .child import find_app_ref
+    from .child import ChildConfig, find_app_ref
 
     ref = find_app_ref(worker.app)
     if ref is None:
@@ -215,4 +279,9 @@ def supervise(worker: Worker) -> int:
                          strict=worker.selector.strict, max_jobs=worker.max_jobs,
                          visibility_timeout=worker.visibility_timeout, sys_path=list(sys.path),
                          shutdown_timeout=worker.shutdown_timeout)  # fmt: skip
-    return Supervisor(config, worker.processes, shutdown_timeout=worker.shutdown_timeout).run()
+    return Supervisor(config.to_json(), worker.processes,
+                      shutdown_timeout=worker.shutdown_timeout).run()
+
+
+if __name__ == "__main__":
+    main()
