@@ -20,7 +20,7 @@ from ..core.queues import parse_queues
 from ..errors import ValidationError
 from ..worker.child import ChildConfig
 from ..worker.logs import FORMATS, setup_logging
-from ..worker.supervisor import Supervisor, options_json
+from ..worker.supervisor import Supervisor, options_args
 from .common import load_app
 
 if TYPE_CHECKING:
@@ -89,16 +89,17 @@ def worker_command(
         _close_quietly(app)
         if no_supervisor:
             _exec("-m", "conveyor.worker.child", "--unsupervised", config.to_json())
-        options = options_json(processes, max_memory_per_child, shutdown, log_format, log_level)
-        _exec("-m", "conveyor.worker.supervisor", options, config.to_json())
+        options = options_args(processes, max_memory_per_child, shutdown, log_format, log_level,
+                               app_target)  # fmt: skip
+        _exec("-m", "conveyor.worker.supervisor", *options, config.to_json())
     if metrics_port is not None:
         start_metrics(app, metrics_port, metrics_host)
     if no_supervisor:
         from ..worker.child import run_worker_process
 
         run_worker_process(config, supervised=False)
-    supervisor = Supervisor(config.to_json(), processes, max_memory_mb=max_memory_per_child,
-                            shutdown_timeout=shutdown)  # fmt: skip
+    supervisor = Supervisor(config.to_json(), processes, app=app_target,
+                            max_memory_mb=max_memory_per_child, shutdown_timeout=shutdown)
     sys.exit(supervisor.run())
 
 
