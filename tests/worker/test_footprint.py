@@ -109,3 +109,20 @@ def _cmdline(pid: int) -> str:
             return fh.read().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
         return ""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args", [(), ("--no-supervisor",)])
+def test_exec_opt_out_keeps_the_cli_process(args: tuple[str, ...], tmp_path: Path) -> None:
+    """``CONVEYOR_WORKER_EXEC=0`` (as under a debugger or profiler): the CLI process stays and
+    supervises (or works) itself."""
+    w = WorkerProcess(f"sqlite:///{tmp_path / 'jobs.db'}", tmp_path, "-c", "2", *args,
+                      env={"CONVEYOR_WORKER_EXEC": "0"})  # fmt: skip
+    try:
+        w.wait_ready()
+        assert " worker tests.worker.apps.jobs:app" in _cmdline(w.pid)
+        assert ("started (slot 0)" in w.output()) is not bool(args)
+        w.signal(signal.SIGTERM)
+        assert w.wait(timeout=10) == 0
+    finally:
+        w.close()

@@ -4,7 +4,8 @@ This process parses the options and checks the app, then *execs* a lean process 
 (same pid, so signals and process managers see no difference): ``python -m
 conveyor.worker.supervisor`` by default, ``python -m conveyor.worker.child --unsupervised`` with
 ``--no-supervisor``. Neither carries click, rich or this process's copy of the app, which keeps
-idle memory low. With ``--metrics-port`` this process stays: it serves the metrics itself.
+idle memory low. With ``--metrics-port`` this process stays: it serves the metrics itself; so it
+does under a debugger, profiler or coverage, and with ``CONVEYOR_WORKER_EXEC=0``.
 """
 
 from __future__ import annotations
@@ -85,7 +86,7 @@ def worker_command(
     if no_supervisor and (processes != 1 or max_memory_per_child is not None):
         raise click.UsageError("--no-supervisor runs one process: it cannot be combined "
                                "with --processes > 1 or --max-memory-per-child")  # fmt: skip
-    if metrics_port is None and sys.executable:
+    if metrics_port is None and _may_exec():
         _close_quietly(app)
         if no_supervisor:
             _exec("-m", "conveyor.worker.child", "--unsupervised", config.to_json())
@@ -101,6 +102,13 @@ def worker_command(
     supervisor = Supervisor(config.to_json(), processes, app=app_target,
                             max_memory_mb=max_memory_per_child, shutdown_timeout=shutdown)
     sys.exit(supervisor.run())
+
+
+def _may_exec() -> bool:
+    """Exec the lean process unless something watches this one (a debugger, profiler or
+    coverage: it would not follow the exec) or ``CONVEYOR_WORKER_EXEC=0`` asks not to."""
+    watched = sys.gettrace() is not None or sys.getprofile() is not None
+    return bool(sys.executable) and not watched and os.environ.get("CONVEYOR_WORKER_EXEC") != "0"
 
 
 def _close_quietly(app: Conveyor) -> None:
