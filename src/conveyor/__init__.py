@@ -1,31 +1,54 @@
 """Conveyor: background jobs for Python that are never lost.
 
 Public names only; see DESIGN.md and docs/ for the semantics.
+
+The names load on first use (PEP 562 ``__getattr__``): ``from conveyor import Conveyor`` works
+as always, while a process that only needs a submodule (the lean supervisor process runs
+``python -m conveyor.worker.supervisor``) does not pay for the app, the broker and ``typing``.
 """
 
-from .app import Conveyor
-from .broker.base import Broker, Page
-from .core.backoff import Backoff
-from .core.clock import Clock, FakeClock, SystemClock
-from .core.job import ErrorKind, Job
-from .core.state import JobState
-from .errors import (
-    BrokerUnavailable,
-    ConveyorError,
-    DuplicateJob,
-    IllegalTransition,
-    JobNotFound,
-    JobTimeout,
-    LeaseLost,
-    PayloadTooLarge,
-    PermanentError,
-    Retry,
-    UnknownTask,
-    ValidationError,
-)
-from .handles import Delivery, JobHandle
-from .middleware import Middleware
-from .task import JobSpec, Task
+from __future__ import annotations
+
+import importlib
+
+TYPE_CHECKING = False  # not typing's: importing typing would defeat the lazy loading
+if TYPE_CHECKING:
+    from .app import Conveyor
+    from .broker.base import Broker, Page
+    from .core.backoff import Backoff
+    from .core.clock import Clock, FakeClock, SystemClock
+    from .core.job import ErrorKind, Job
+    from .core.state import JobState
+    from .errors import (
+        BrokerUnavailable,
+        ConveyorError,
+        DuplicateJob,
+        IllegalTransition,
+        JobNotFound,
+        JobTimeout,
+        LeaseLost,
+        PayloadTooLarge,
+        PermanentError,
+        Retry,
+        UnknownTask,
+        ValidationError,
+    )
+    from .handles import Delivery, JobHandle
+    from .middleware import Middleware
+    from .task import JobSpec, Task
+
+# public name -> submodule that defines it
+_EXPORTS = {
+    "Conveyor": ".app", "Broker": ".broker.base", "Page": ".broker.base",
+    "Backoff": ".core.backoff", "Clock": ".core.clock", "FakeClock": ".core.clock",
+    "SystemClock": ".core.clock", "ErrorKind": ".core.job", "Job": ".core.job",
+    "JobState": ".core.state", "BrokerUnavailable": ".errors", "ConveyorError": ".errors",
+    "DuplicateJob": ".errors", "IllegalTransition": ".errors", "JobNotFound": ".errors",
+    "JobTimeout": ".errors", "LeaseLost": ".errors", "PayloadTooLarge": ".errors",
+    "PermanentError": ".errors", "Retry": ".errors", "UnknownTask": ".errors",
+    "ValidationError": ".errors", "Delivery": ".handles", "JobHandle": ".handles",
+    "Middleware": ".middleware", "JobSpec": ".task", "Task": ".task",
+}  # fmt: skip
 
 __all__ = [
     "Backoff", "Broker", "BrokerUnavailable", "Clock", "Conveyor", "ConveyorError", "Delivery",
@@ -34,3 +57,18 @@ __all__ = [
     "PayloadTooLarge", "PermanentError", "Retry", "SystemClock", "Task", "UnknownTask",
     "ValidationError",
 ]  # fmt: skip
+
+
+def __getattr__(name: str) -> object:
+    """Import the submodule defining the public ``name`` on first access (PEP 562)."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    """Module attributes plus the lazily loaded public names."""
+    return sorted({*globals(), *__all__})

@@ -1,4 +1,8 @@
-"""Helpers every CLI command shares: loading ``APP``, opening an app from ``--url``, output."""
+"""Helpers every CLI command shares: loading ``APP``, opening an app from ``--url``, output.
+
+rich loads on first use (``console`` is created by the module ``__getattr__``): ``conveyor
+worker`` only parses options and checks the app before it execs the worker, and never prints.
+"""
 
 from __future__ import annotations
 
@@ -6,17 +10,35 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import orjson
-from rich.console import Console
-from rich.table import Table
 
 from ..app import Conveyor
 from ..errors import ConveyorError
 
-console = Console()
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    console: Console
+
+
+def get_console() -> Console:
+    """The shared rich console, created (and rich imported) on first use."""
+    value = globals().get("console")
+    if value is None:
+        from rich.console import Console
+
+        globals()["console"] = value = Console()
+    return value
+
+
+def __getattr__(name: str) -> Any:
+    """``from .common import console`` creates the console on first use (PEP 562)."""
+    if name == "console":
+        return get_console()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def load_app(target: str) -> Conveyor:
@@ -54,12 +76,14 @@ def emit_json(data: Any) -> None:
 
 def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
     """Print a rich table."""
+    from rich.table import Table
+
     t = Table(title=title)
     for col in columns:
         t.add_column(col)
     for row in rows:
         t.add_row(*("" if v is None else str(v) for v in row))
-    console.print(t)
+    get_console().print(t)
 
 
 app_option = click.option("--app", "app_target", default=None, metavar="APP",

@@ -1,10 +1,19 @@
-"""``conveyor worker APP``: run a supervisor and its worker processes (see docs/operations.md)."""
+"""``conveyor worker APP``: run a supervisor and its worker processes (see docs/operations.md).
+
+This process parses the options and checks the app, then *execs* a lean process in its place
+(same pid, so signals and process managers see no difference): ``python -m
+conveyor.worker.supervisor`` by default, ``python -m conveyor.worker.child --unsupervised`` with
+``--no-supervisor``. Neither carries click, rich or this process's copy of the app, which keeps
+idle memory low. With ``--metrics-port`` this process stays: it serves the metrics itself; so it
+does under a debugger, profiler or coverage, and with ``CONVEYOR_WORKER_EXEC=0``.
+"""
 
 from __future__ import annotations
 
 import logging
 import os
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
@@ -12,8 +21,11 @@ from ..core.queues import parse_queues
 from ..errors import ValidationError
 from ..worker.child import ChildConfig
 from ..worker.logs import FORMATS, setup_logging
-from ..worker.supervisor import Supervisor
+from ..worker.supervisor import Supervisor, options_args
 from .common import load_app
+
+if TYPE_CHECKING:
+    from ..app import Conveyor
 
 log = logging.getLogger("conveyor.supervisor")
 LEVELS = ("debug", "info", "warning", "error")
@@ -71,18 +83,47 @@ def worker_command(
         max_jobs=max_jobs_per_child, log_format=log_format, log_level=log_level.upper(),
         sys_path=[os.getcwd()], metrics=metrics_port is not None,
     )  # fmt: skip
+    if no_supervisor and (processes != 1 or max_memory_per_child is not None):
+        raise click.UsageError("--no-supervisor runs one process: it cannot be combined "
+                               "with --processes > 1 or --max-memory-per-child")  # fmt: skip
+    if metrics_port is None and _may_exec():
+        _close_quietly(app)
+        if no_supervisor:
+            _exec("-m", "conveyor.worker.child", "--unsupervised", config.to_json())
+        options = options_args(processes, max_memory_per_child, shutdown, log_format, log_level,
+                               app_target)  # fmt: skip
+        _exec("-m", "conveyor.worker.supervisor", *options, config.to_json())
     if metrics_port is not None:
         start_metrics(app, metrics_port, metrics_host)
     if no_supervisor:
-        if processes != 1 or max_memory_per_child is not None:
-            raise click.UsageError("--no-supervisor runs one process: it cannot be combined "
-                                   "with --processes > 1 or --max-memory-per-child")  # fmt: skip
         from ..worker.child import run_worker_process
 
         run_worker_process(config, supervised=False)
-    supervisor = Supervisor(config, processes, max_memory_mb=max_memory_per_child,
-                            shutdown_timeout=shutdown)  # fmt: skip
+    supervisor = Supervisor(config.to_json(), processes, app=app_target,
+                            max_memory_mb=max_memory_per_child, shutdown_timeout=shutdown)
     sys.exit(supervisor.run())
+
+
+def _may_exec() -> bool:
+    """Exec the lean process unless something watches this one (a debugger, profiler or
+    coverage: it would not follow the exec) or ``CONVEYOR_WORKER_EXEC=0`` asks not to."""
+    watched = sys.gettrace() is not None or sys.getprofile() is not None
+    return bool(sys.executable) and not watched and os.environ.get("CONVEYOR_WORKER_EXEC") != "0"
+
+
+def _close_quietly(app: Conveyor) -> None:
+    try:
+        app.close()
+    except Exception:
+        log.debug("closing the app before exec failed", exc_info=True)
+
+
+def _exec(*args: str) -> None:
+    """Replace this process by ``python ARGS`` (same pid, stdio and environment)."""
+    logging.shutdown()  # flush every handler before the image goes away
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, [sys.executable, *args])
 
 
 def start_metrics(app: object, port: int, host: str) -> bool:

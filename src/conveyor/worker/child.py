@@ -1,6 +1,8 @@
-"""One worker process, as started by the supervisor: ``python -m conveyor.worker.child CONFIG``.
+"""One worker process: ``python -m conveyor.worker.child [--unsupervised] CONFIG``.
 
-``CONFIG`` is a JSON ``ChildConfig``. The process imports the app (``module:attribute``), runs a
+The supervisor starts it as ``python -m conveyor.worker.child CONFIG``; ``conveyor worker
+--no-supervisor`` execs ``... --unsupervised CONFIG`` (same pid, no parent watch). ``CONFIG`` is
+a JSON ``ChildConfig``. The process imports the app (``module:attribute``), runs a
 ``Worker`` in its main thread (so SIGTERM/SIGINT drain it), stops gracefully if its parent dies,
 and exits with the worker's code: 0 (stopped), 3 (recycle: job limit reached) or 4 (a job
 ignored its timeout; the supervisor starts a fresh process). It imports neither click nor rich,
@@ -99,9 +101,10 @@ def _watch_parent(worker: Any, parent: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point of a worker process started by the supervisor."""
+    """Entry point of a worker process: ``[--unsupervised] CONFIG``."""
     args = sys.argv[1:] if argv is None else argv
-    run_worker_process(ChildConfig.from_json(args[0]), supervised=True)
+    supervised = args[0] != "--unsupervised"
+    run_worker_process(ChildConfig.from_json(args[-1]), supervised=supervised)
 
 
 def run_worker_process(config: ChildConfig, supervised: bool) -> None:
@@ -111,7 +114,7 @@ def run_worker_process(config: ChildConfig, supervised: bool) -> None:
     restarts this process, so a stuck job's exit code is left to the process manager.
     """
     from .logs import setup_logging
-    from .loop import EXIT_STUCK
+    from .procutil import EXIT_APP, EXIT_STUCK
 
     early: list[int] = []  # a stop signal before the worker runs: exit cleanly, do not die
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -124,7 +127,7 @@ def run_worker_process(config: ChildConfig, supervised: bool) -> None:
         app = load_app_ref(config.app)
     except Exception:
         log.exception("cannot load the app %r", config.app)
-        sys.exit(2)
+        sys.exit(EXIT_APP)
     if config.metrics:
         _add_metrics_middleware(app)
     worker = app.worker(config.queues, concurrency=config.concurrency, strict=config.strict,

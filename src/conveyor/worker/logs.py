@@ -11,9 +11,10 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from typing import Any, TextIO
 
-import orjson
+TYPE_CHECKING = False  # not typing's: the lean supervisor process imports this module
+if TYPE_CHECKING:
+    from typing import Any, TextIO
 
 FORMATS = ("text", "json")
 TEXT_FORMAT = "%(asctime)s %(levelname)-7s [%(process)d] %(name)s: %(message)s"
@@ -24,6 +25,8 @@ class JsonFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         """Render ``record`` as a JSON line."""
+        import orjson  # here, not at the top: a text-logging supervisor never loads it
+
         data: dict[str, Any] = {
             "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
             + f".{int(record.msecs):03d}Z",

@@ -32,6 +32,9 @@ from ..middleware import emit
 from .execute import Outcome, call_inline, outcome_of_call, precheck, reported
 from .executors import Executor, make_executor
 from .lease_keeper import LeaseKeeper
+from .procutil import EXIT_OK as EXIT_OK  # re-exported: callers import the codes from here
+from .procutil import EXIT_RECYCLE as EXIT_RECYCLE
+from .procutil import EXIT_STUCK as EXIT_STUCK
 from .recorder import JOIN_TIMEOUT, Recorder
 from .registry import Heartbeat, describe
 from .running import Running, choose_executor, effective_timeout
@@ -42,7 +45,6 @@ if TYPE_CHECKING:
     from ..app import Conveyor
 
 log = logging.getLogger("conveyor.worker")
-EXIT_OK, EXIT_RECYCLE, EXIT_STUCK = 0, 3, 4
 
 
 class Worker:

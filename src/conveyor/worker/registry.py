@@ -18,27 +18,13 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..broker.base import Broker
+from .procutil import rss_bytes
 
 if TYPE_CHECKING:
     from .loop import Worker
 
 log = logging.getLogger("conveyor.worker")
 COLLECTION = "workers"
-
-
-def rss_bytes(pid: int | None = None) -> int:
-    """Resident memory of a process (this one by default), in bytes; 0 if unknown."""
-    try:
-        with open(f"/proc/{pid or 'self'}/statm", "rb") as fh:
-            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        if pid is not None:
-            return 0
-        import resource
-        import sys
-
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        return int(peak if sys.platform == "darwin" else peak * 1024)
 
 
 def describe(worker: Worker) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The supervisor: the process ``conveyor worker`` runs. It owns N worker processes.
+"""The supervisor: the process ``conveyor worker`` becomes. It owns N worker processes.
 
 * Starts ``processes`` children (``python -m conveyor.worker.child``), each in its own process
   group so a terminal's Ctrl-C reaches only the supervisor, which forwards it once.
@@ -12,59 +12,104 @@
   alive ``shutdown_timeout + 10`` s after the first signal are killed. Exits 0.
 * SIGHUP: recycles every child gracefully (e.g. after deploying new code).
 Children notice a dead supervisor (``kill -9``) within a second and drain themselves.
+
+**Lean by design.** ``conveyor worker`` parses its options, checks the app, then *execs*
+``python -m conveyor.worker.supervisor [OPTIONS] CHILD_CONFIG`` (same pid), so the process that
+stays resident never imported click, rich, the broker client or the app. This module imports a
+few standard modules only (no ``typing``, ``dataclasses``, ``subprocess``, ``logging`` or
+``json``: ~9.7 MB resident instead of ~11.5 MB) plus ``procutil`` and ``leanlog``, which writes
+the same log lines as ``conveyor.worker.logs``. ``tests/worker/test_footprint.py`` guards that.
+In-process use (``supervise()``, ``conveyor worker --metrics-port``) logs through ``logging``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import signal
-import subprocess
 import sys
 import time
-from dataclasses import dataclass
-from types import FrameType
-from typing import TYPE_CHECKING
 
-from .child import ChildConfig
-from .loop import EXIT_OK, EXIT_RECYCLE, EXIT_STUCK
-from .registry import rss_bytes
+from .leanlog import LeanLogger
+from .procutil import EXIT_OK, EXIT_RECYCLE, EXIT_STUCK, rss_bytes
 
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs this process ~0.6 MB
 if TYPE_CHECKING:
+    from logging import Logger
+    from types import FrameType
+
     from .loop import Worker
 
-log = logging.getLogger("conveyor.supervisor")
+LOGGER = "conveyor.supervisor"
+INFO, ERROR = 20, 40  # logging's levels
 KILL_MARGIN = 10.0  # seconds past shutdown_timeout before a child is killed
 CRASH_WINDOW = 10.0  # a child that dies sooner than this after start counts as crash-looping
 MAX_BACKOFF = 30.0
 
 
-@dataclass
+class _Proc:
+    """A spawned worker process: its pid and, once reaped, its exit code (``-N``: signal N)."""
+
+    __slots__ = ("pid", "returncode")
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        """Reap the process if it has exited; its exit code, or None while it runs."""
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:  # reaped elsewhere (e.g. a SIGCHLD handler): unknown code
+                self.returncode = 255
+                return self.returncode
+            if pid == 0:
+                return None
+            self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+
 class _Child:
     """One supervised worker process slot."""
 
-    index: int
-    proc: subprocess.Popen[bytes] | None = None
-    started: float = 0.0
-    term_sent_at: float | None = None
-    crashes: int = 0
-    restart_at: float = 0.0
+    __slots__ = ("crashes", "index", "proc", "restart_at", "started", "term_sent_at")
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.proc: _Proc | None = None
+        self.started = 0.0
+        self.term_sent_at: float | None = None
+        self.crashes = 0
+        self.restart_at = 0.0
 
 
 class Supervisor:
-    """Run ``processes`` worker processes until signalled; see the module docstring."""
+    """Run ``processes`` worker processes until signalled; see the module docstring.
+
+    ``child_config`` is a ``ChildConfig`` as JSON (``ChildConfig.to_json()``), passed verbatim
+    to every ``python -m conveyor.worker.child``; ``app`` names it in the log. ``log`` defaults
+    to the ``conveyor.supervisor`` logger of the ``logging`` package.
+    """
 
     def __init__(
         self,
-        config: ChildConfig,
+        child_config: str,
         processes: int = 1,
         *,
+        app: str = "the app",
         max_memory_mb: float | None = None,
         shutdown_timeout: float = 30.0,
         python: str | None = None,
+        log: Logger | LeanLogger | None = None,
     ) -> None:
-        self.config = config
+        if log is None:
+            import logging
+
+            log = logging.getLogger(LOGGER)
+        self.log = log
+        self.child_config = child_config
+        self.app = app
         self.children = [_Child(i) for i in range(max(1, processes))]
         self.max_memory = int(max_memory_mb * 1024 * 1024) if max_memory_mb else None
         self.shutdown_timeout = shutdown_timeout
@@ -82,8 +127,8 @@ class Supervisor:
         """Supervise until every child has exited after a stop signal; returns the exit code."""
         previous = {sig: signal.signal(sig, self._on_signal)
                     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}  # fmt: skip
-        log.info("supervisor %d: starting %d worker process(es) for %s", os.getpid(),
-                 len(self.children), self.config.app)  # fmt: skip
+        self.log.info("supervisor %d: starting %d worker process(es) for %s", os.getpid(),
+                 len(self.children), self.app)  # fmt: skip
         try:
             for child in self.children:
                 self._spawn(child)
@@ -101,7 +146,7 @@ class Supervisor:
         finally:
             for sig, old in previous.items():
                 signal.signal(sig, old)
-        log.info("supervisor %d: all worker processes stopped", os.getpid())
+        self.log.info("supervisor %d: all worker processes stopped", os.getpid())
         return 0
 
     # ------------------------------------------------------------------ signals
@@ -114,34 +159,43 @@ class Supervisor:
     def _handle_signals(self) -> None:
         if self._hup and not self.signals:
             self._hup = False
-            log.warning("SIGHUP: recycling every worker process")
+            self.log.warning("SIGHUP: recycling every worker process")
             for child in self.children:
                 self._terminate(child)
         while self._forwarded < self.signals:
             self._forwarded += 1
             if self._forwarded == 1:
                 self._stop_at = time.monotonic() + self.shutdown_timeout + KILL_MARGIN
-                log.warning("stop signal: worker processes drain for up to %gs; send it "
+                self.log.warning("stop signal: worker processes drain for up to %gs; send it "
                             "again to release their jobs and exit now",
                             self.shutdown_timeout)  # fmt: skip
             elif self._forwarded == 2:
-                log.warning("second stop signal: worker processes release their jobs now")
+                self.log.warning("second stop signal: worker processes release their jobs now")
             for child in self.children:
                 self._send(child, signal.SIGTERM)
         if self._stop_at is not None and time.monotonic() >= self._stop_at:
             for child in self.children:
                 if child.proc is not None and child.proc.poll() is None:
-                    log.error("worker process %d did not stop in time: killing it", child.proc.pid)
+                    self.log.error("worker process %d did not stop in time: killing it",
+                                   child.proc.pid)
                     self._send(child, signal.SIGKILL)
             self._stop_at = None
 
     # ------------------------------------------------------------------ children
     def _spawn(self, child: _Child) -> None:
-        cmd = [self.python, "-m", "conveyor.worker.child", self.config.to_json()]
-        child.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, process_group=0)
+        argv = [self.python, "-m", "conveyor.worker.child", self.child_config]
+        # posix_spawn, not subprocess.Popen: subprocess (+ locale, selectors) would cost this
+        # process ~1 MB. stdin from /dev/null, own process group, default SIGPIPE/SIGXFSZ (as
+        # Popen's restore_signals); descriptors are close-on-exec by default (PEP 446).
+        pid = os.posix_spawn(
+            self.python, argv, os.environ, setpgroup=0,
+            file_actions=[(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)],
+            setsigdef=(signal.SIGPIPE, signal.SIGXFSZ),
+        )  # fmt: skip
+        child.proc = _Proc(pid)
         child.started = time.monotonic()
         child.term_sent_at = None
-        log.info("worker process %d started (slot %d)", child.proc.pid, child.index)
+        self.log.info("worker process %d started (slot %d)", pid, child.index)
 
     def _check(self, child: _Child) -> None:
         proc = child.proc
@@ -152,14 +206,15 @@ class Supervisor:
         if child.term_sent_at is not None and not self.signals:
             limit = self.shutdown_timeout + KILL_MARGIN
             if time.monotonic() - child.term_sent_at > limit and proc.poll() is None:
-                log.error("worker process %d did not recycle in %gs: killing it", proc.pid, limit)
+                self.log.error("worker process %d did not recycle in %gs: killing it",
+                               proc.pid, limit)
                 self._send(child, signal.SIGKILL)
         code = proc.poll()
         if code is None:
             return
         child.proc = None
         if self.signals:
-            log.info("worker process %d exited (code %d)", proc.pid, code)
+            self.log.info("worker process %d exited (code %d)", proc.pid, code)
             return
         lived = time.monotonic() - child.started
         planned = code in (EXIT_RECYCLE, EXIT_STUCK) or (code == EXIT_OK and child.term_sent_at)
@@ -172,7 +227,7 @@ class Supervisor:
         reason = {EXIT_RECYCLE: "job limit reached", EXIT_STUCK: "a job ignored its timeout",
                   EXIT_OK: "recycled"}.get(code, "crashed")  # fmt: skip
         delay = f" in {child.restart_at - time.monotonic():.1f}s" if child.restart_at else ""
-        log.log(logging.INFO if planned else logging.ERROR,
+        self.log.log(INFO if planned else ERROR,
                 "worker process %d exited with code %d (%s) after %.1fs: restarting%s",
                 proc.pid, code, reason, lived, delay)  # fmt: skip
         if not child.restart_at:
@@ -185,7 +240,7 @@ class Supervisor:
                 continue
             rss = rss_bytes(child.proc.pid)
             if rss > self.max_memory:
-                log.warning("worker process %d uses %.0f MB (limit %.0f MB): recycling it",
+                self.log.warning("worker process %d uses %.0f MB (limit %.0f MB): recycling it",
                             child.proc.pid, rss / 2**20, self.max_memory / 2**20)  # fmt: skip
                 self._terminate(child)
 
@@ -201,10 +256,35 @@ class Supervisor:
                 os.kill(child.proc.pid, sig)
 
 
+def options_args(processes: int, max_memory_mb: float | None, shutdown_timeout: float,
+                 log_format: str, log_level: str, app: str) -> list[str]:  # fmt: skip
+    """The OPTIONS of ``python -m conveyor.worker.supervisor [OPTIONS] CHILD_CONFIG``."""
+    args = ["--processes", str(processes), "--shutdown-timeout", repr(shutdown_timeout),
+            "--log-format", log_format, "--log-level", log_level, "--app", app]  # fmt: skip
+    if max_memory_mb is not None:
+        args += ["--max-memory-mb", repr(max_memory_mb)]
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the supervisor process: ``[OPTIONS] CHILD_CONFIG`` (``options_args()``)."""
+    args = sys.argv[1:] if argv is None else argv
+    if not args or len(args) % 2 != 1 or not all(a.startswith("--") for a in args[:-1:2]):
+        sys.exit("usage: python -m conveyor.worker.supervisor [--OPTION VALUE ...] CHILD_CONFIG")
+    opts = {key[2:]: value for key, value in zip(args[:-1:2], args[1:-1:2], strict=True)}
+    log = LeanLogger(LOGGER, opts.get("log-format", "text"), opts.get("log-level", "info"))
+    memory = opts.get("max-memory-mb")
+    supervisor = Supervisor(args[-1], int(opts.get("processes", "1")), app=opts.get("app", "?"),
+                            max_memory_mb=float(memory) if memory else None,
+                            shutdown_timeout=float(opts.get("shutdown-timeout", "30")),
+                            log=log)  # fmt: skip
+    sys.exit(supervisor.run())
+
+
 def supervise(worker: Worker) -> int:
     """Run ``worker.processes`` copies of a programmatic worker under a supervisor."""
     from ..errors import ValidationError
-    from .child import find_app_ref
+    from .child import ChildConfig, find_app_ref
 
     ref = find_app_ref(worker.app)
     if ref is None:
@@ -215,4 +295,9 @@ def supervise(worker: Worker) -> int:
                          strict=worker.selector.strict, max_jobs=worker.max_jobs,
                          visibility_timeout=worker.visibility_timeout, sys_path=list(sys.path),
                          shutdown_timeout=worker.shutdown_timeout)  # fmt: skip
-    return Supervisor(config, worker.processes, shutdown_timeout=worker.shutdown_timeout).run()
+    return Supervisor(config.to_json(), worker.processes, app=ref,
+                      shutdown_timeout=worker.shutdown_timeout).run()
+
+
+if __name__ == "__main__":
+    main()

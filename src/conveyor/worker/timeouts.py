@@ -14,35 +14,42 @@ without timeout) only notices when that call returns — hence the grace period 
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 from ..errors import JobTimeout
 from .running import Running
 
 log = logging.getLogger("conveyor.worker")
 
-# Two prototypes of the same C function (PYFUNCTYPE: called with the GIL held): one passes an
-# exception type, the other NULL, which cancels a pending exception.
-_set_async_exc = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_ulong, ctypes.py_object)(
-    ("PyThreadState_SetAsyncExc", ctypes.pythonapi)
-)
-_clear_async_exc = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p)(
-    ("PyThreadState_SetAsyncExc", ctypes.pythonapi)
-)
+_async_exc: tuple[Any, Any] | None = None
+
+
+def _async_exc_functions() -> tuple[Any, Any]:
+    """Two prototypes of ``PyThreadState_SetAsyncExc`` (PYFUNCTYPE: called with the GIL held):
+    one passes an exception type, the other NULL, which cancels a pending exception. Built on
+    first use: ctypes costs an idle worker ~0.3 MB and is only needed once a job times out."""
+    global _async_exc
+    if _async_exc is None:
+        import ctypes
+
+        api = ("PyThreadState_SetAsyncExc", ctypes.pythonapi)
+        _async_exc = (ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_ulong, ctypes.py_object)(api),
+                      ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p)(api))
+    return _async_exc
 
 
 def inject_timeout(thread_ident: int) -> bool:
     """Schedule ``JobTimeout`` to be raised in the thread ``thread_ident``; True if it exists."""
-    return bool(_set_async_exc(thread_ident, JobTimeout))
+    return bool(_async_exc_functions()[0](thread_ident, JobTimeout))
 
 
 def clear_async_exception() -> None:
     """Drop an exception scheduled for the *current* thread that has not been raised yet."""
-    _clear_async_exc(threading.get_ident(), None)
+    _async_exc_functions()[1](threading.get_ident(), None)
 
 
 def timeout_error(run: Running) -> JobTimeout:

@@ -1,0 +1,31 @@
+"""Process-level facts shared by the supervisor and worker processes: exit codes and RSS.
+
+Standard library only (``os``, ``sys`` and, as a fallback, ``resource``), because the lean
+supervisor process (``python -m conveyor.worker.supervisor``) imports it: nothing here may pull
+in the worker, the broker or ``typing``.
+"""
+
+from __future__ import annotations
+
+import os
+
+# Exit codes of a worker process (``Worker.run()`` returns them; the supervisor reads them).
+EXIT_OK = 0  # stopped (signal, stop(), or a memory recycle the supervisor asked for)
+EXIT_APP = 2  # the app cannot be imported
+EXIT_RECYCLE = 3  # --max-jobs-per-child reached: start a fresh process
+EXIT_STUCK = 4  # a job ignored its timeout: start a fresh process
+
+
+def rss_bytes(pid: int | None = None) -> int:
+    """Resident memory of a process (this one by default), in bytes; 0 if unknown."""
+    try:
+        with open(f"/proc/{pid or 'self'}/statm", "rb") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        if pid is not None:
+            return 0
+        import resource
+        import sys
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return int(peak if sys.platform == "darwin" else peak * 1024)
