@@ -25,7 +25,7 @@ def test_mixed_records_and_duplicates_map_back_in_order(rbroker: RedisBroker) ->
         Job(id="b1", task="t", queue="b", run_at=T0, created_at=T0, idempotency_key="k1"),
         Job(id="a2", task="u", queue="a", run_at=T0, created_at=T0, priority=5),
         Job(id="b2", task="t", queue="b", run_at=T0 + 60, created_at=T0,
-            state=JobState.SCHEDULED),  # fmt: skip
+            state=JobState.SCHEDULED),
         Job(id="a3", task="t", queue="a", run_at=T0, created_at=T0),
         Job(id="b3", task="t", queue="b", run_at=T0, created_at=T0, idempotency_key="k2"),
         Job(id="b4", task="t", queue="b", run_at=T0, created_at=T0, idempotency_key="k2"),
