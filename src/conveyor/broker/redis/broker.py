@@ -84,30 +84,38 @@ class RedisBroker(ReadsMixin, SideMixin, LifecycleMixin, Broker):
         if payloads is not None and len(payloads) != len(jobs):
             raise ValueError("enqueue: one payload per job")
         groups: dict[str, list[int]] = {}
-        seen: set[str] = set()
-        for i, job in enumerate(jobs):
-            if job.id in seen:
-                raise DuplicateJob(job.id)
-            seen.add(job.id)
-            queue = job.queue
-            idxs = groups.get(queue)
-            if idxs is None:
-                groups[validate_queue_name(queue)] = [i]
-            else:
-                idxs.append(i)
-        if len(groups) > 1 and self.cluster:
-            raise ValidationError(
-                "jobs", "in Redis Cluster one enqueue_many batch must target a single queue"
-                f" (atomicity is per queue); got {sorted(groups)}",
-            )  # fmt: skip
+        if len(jobs) == 1:
+            groups[jobs[0].queue] = [0]
+        else:
+            seen: set[str] = set()
+            for i, job in enumerate(jobs):
+                if job.id in seen:
+                    raise DuplicateJob(job.id)
+                seen.add(job.id)
+                idxs = groups.get(job.queue)
+                if idxs is None:
+                    groups[job.queue] = [i]
+                else:
+                    idxs.append(i)
         keys: list[str] = []
         args: list[Any] = [fmt_time(now), self.retention.events_max, len(groups)]
         order: list[int] = []  # batch position in ARGV order -> index in ``jobs``
         for queue, idxs in groups.items():
-            keys += self.qkeys(queue)
-            order += idxs
-            args += _group_args(queue, [jobs[i] for i in idxs],
-                                None if payloads is None else [payloads[i] for i in idxs], now)
+            keys += self.qkeys(queue)  # validates the queue name
+            if len(groups) == 1:
+                order = idxs
+                args += _group_args(queue, jobs, payloads, now)
+            else:
+                order += idxs
+                args += _group_args(queue, [jobs[i] for i in idxs],
+                                    None if payloads is None else [payloads[i] for i in idxs],
+                                    now)  # fmt: skip
+        cluster = self.cluster
+        if len(groups) > 1 and cluster:
+            raise ValidationError(
+                "jobs", "in Redis Cluster one enqueue_many batch must target a single queue"
+                f" (atomicity is per queue); got {sorted(groups)}",
+            )  # fmt: skip
         self.register(groups)
         reply = self.runner.run("enqueue", keys, args)
         if reply[0] == -1:
@@ -125,7 +133,7 @@ class RedisBroker(ReadsMixin, SideMixin, LifecycleMixin, Broker):
                 res = results[i]
                 where[res.id] = queue
                 pending = pending or res.state is JobState.PENDING
-        if pending and self.cluster:
+        if pending and cluster:
             self.wake_all()
         return results
 
