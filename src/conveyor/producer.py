@@ -61,29 +61,35 @@ class Producer:
         now = app.now()
         defaults: dict[str, tuple[Any, ...]] = {}
         jobs: list[JobHandle] = []
-        plain: list[bool] = []
+        plain: list[tuple[Any, ...] | None] = []  # the task defaults of a job without options
         for spec in specs:
             if type(spec) is not JobSpec and not isinstance(spec, JobSpec):
                 kind = type(spec).__name__
                 raise ValidationError("jobs", f"enqueue_many takes JobSpec items, got {kind}")
             if spec.options:
                 jobs.append(JobHandle.bind(self.build_job(spec, now), app))
-                plain.append(False)
+                plain.append(None)
             else:
                 d = defaults.get(spec.task)
                 if d is None:
                     d = defaults[spec.task] = self._defaults(spec.task)
                 jobs.append(self._plain(d, spec.args, spec.kwargs, now))
-                plain.append(True)
+                plain.append(d)
         return self.store(jobs, plain, now)
 
     def enqueue_one(self, name: str, args: Any, kwargs: Any) -> JobHandle:
         """``app.enqueue`` without options: one job, no ``JobSpec``."""
         now = self.app.now()
-        return self.store([self._plain(self._defaults(name), args, kwargs, now)], [True], now)[0]
+        d = self._defaults(name)
+        return self.store([self._plain(d, args, kwargs, now)], [d], now)[0]
 
-    def store(self, jobs: list[JobHandle], plain: list[bool], now: float) -> list[JobHandle]:
-        """Run the enqueue middleware, encode once, store in one broker call, bind results."""
+    def store(
+        self, jobs: list[JobHandle], plain: list[tuple[Any, ...] | None], now: float
+    ) -> list[JobHandle]:
+        """Run the enqueue middleware, encode once, store in one broker call, bind results.
+
+        ``plain[i]``: the task defaults job ``i`` was built from without options, else None.
+        """
         if not jobs:
             return []
         app = self.app
@@ -98,8 +104,8 @@ class Producer:
                 payloads.append(encode_envelope(job, limit))
         else:
             encode = self.envelopes.encode
-            payloads = [encode(job) if p else encode_envelope(job, limit)
-                        for job, p in zip(jobs, plain, strict=True)]  # fmt: skip
+            payloads = [encode(job, d) if d is not None else encode_envelope(job, limit)
+                        for job, d in zip(jobs, plain, strict=True)]  # fmt: skip
         results = app.broker.enqueue(jobs, now, payloads)
         for mw in middleware:  # one buffered update per batch instead of one per job
             if type(mw) is MetricsMiddleware:
@@ -118,7 +124,10 @@ class Producer:
         return handles
 
     def _defaults(self, name: str) -> tuple[Any, ...]:
-        """(name, queue, priority, max_attempts, timeout, idempotency_ttl) of a task's jobs."""
+        """(name, queue, priority, max_attempts, timeout, idempotency_ttl) of a task's jobs.
+
+        The same tuple names the job's envelope template (``PlainEnvelopes.encode``).
+        """
         if name not in _VALID_TASKS:
             _remember_valid(_VALID_TASKS, validate_task_name(name))
         app = self.app

@@ -319,13 +319,12 @@ class PlainEnvelopes:
     def __init__(self, limit: int = MAX_PAYLOAD_BYTES) -> None:
         self.limit = limit
         self._parts: dict[tuple[Any, ...], tuple[bytes, ...]] = {}
+        self._last_at: tuple[float, bytes] = (float("nan"), b"")
 
-    def _template(self, job: Job) -> tuple[bytes, ...]:
-        f = job.__dict__
-        key = (f["task"], f["queue"], f["priority"], f["max_attempts"], f["timeout"],
-               f["idempotency_ttl"])  # fmt: skip
+    def _template(self, job: Job, key: tuple[Any, ...]) -> tuple[bytes, ...]:
         parts = self._parts.get(key)
         if parts is None:
+            f = job.__dict__
             sample = Job(id=_MARK_ID, task=f["task"], queue=f["queue"], priority=f["priority"],
                          max_attempts=f["max_attempts"], timeout=f["timeout"],
                          idempotency_ttl=f["idempotency_ttl"])  # fmt: skip
@@ -343,11 +342,22 @@ class PlainEnvelopes:
             self._parts[key] = parts
         return parts
 
-    def encode(self, job: Job) -> bytes:
-        """The envelope of ``job`` (a fresh pending job: run_at == created_at, no options)."""
+    def encode(self, job: Job, key: tuple[Any, ...] | None = None) -> bytes:
+        """The envelope of ``job`` (a fresh pending job: run_at == created_at, no options).
+
+        ``key``: the job's (task, queue, priority, max_attempts, timeout, idempotency_ttl) if
+        the caller has it at hand (it names the template).
+        """
         f = job.__dict__
-        head, p_args, p_kwargs, p_run, p_created, tail = self._template(job)
-        at = orjson.dumps(f["run_at"])
+        if key is None:
+            key = (f["task"], f["queue"], f["priority"], f["max_attempts"], f["timeout"],
+                   f["idempotency_ttl"])  # fmt: skip
+        head, p_args, p_kwargs, p_run, p_created, tail = self._template(job, key)
+        run_at = f["run_at"]
+        last = self._last_at  # one (time, bytes) pair: jobs of a batch share their time
+        if last[0] != run_at:
+            last = self._last_at = (run_at, orjson.dumps(run_at))
+        at = last[1]
         data = b"".join((head, orjson.dumps(f["id"]), p_args, orjson.dumps(encode_args(f["args"])),
                          p_kwargs, orjson.dumps(encode_kwargs(f["kwargs"])), p_run, at,
                          p_created, at, tail))  # fmt: skip

@@ -24,12 +24,14 @@ local now, maxlen, groups = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local nnow = tonumber(now)
 
 -- phase 1: parse, decide duplicates, refuse existing ids (nothing written yet).
--- Flat arrays instead of a table per job: at[k] = ARGV index of job k's id, full[k], dup[k].
-local at, full, dup = {}, {}, {}
+-- Flat arrays instead of a table per job: at[k] = ARGV index of job k's id, full[k], dup[k],
+-- jk[k] = its job key (new jobs only).
+local at, full, dup, jk, qs = {}, {}, {}, {}, {}
 local pos = 4
 local k = 0
 for g = 1, groups do
   local q = qkeys((g - 1) * 14)
+  qs[g] = q
   local n = tonumber(ARGV[pos + 1])
   pos = pos + 7
   local batch_keys, fresh_keys = {}, {}
@@ -59,7 +61,11 @@ for g = 1, groups do
       pos = pos + 3
     end
     dup[k] = d
-    if not d then fresh_keys[#fresh_keys + 1] = q.job .. id end
+    if not d then
+      local key = q.job .. id
+      jk[k] = key
+      fresh_keys[#fresh_keys + 1] = key
+    end
   end
   -- refuse ids that exist: one EXISTS per 1000 jobs; only a hit looks for the first one
   for i = 1, #fresh_keys, 1000 do
@@ -79,7 +85,7 @@ local out = {1}
 pos = 4
 k = 0
 for g = 1, groups do
-  local q = qkeys((g - 1) * 14)
+  local q = qs[g]
   local n = tonumber(ARGV[pos + 1])
   local dstate, dprio, drun, dcreated, dtask = ARGV[pos + 2], ARGV[pos + 3], ARGV[pos + 4],
     ARGV[pos + 5], ARGV[pos + 6]
@@ -110,10 +116,10 @@ for g = 1, groups do
       if type(existing) ~= 'string' then existing = state end
       out[#out + 1] = k; out[#out + 1] = d; out[#out + 1] = existing
     else
-      local key = q.job .. id
+      local key = jk[k]
       if state == 'pending' then
         seq = seq + 1
-        local m = member(seq, id)
+        local m = string.format('%016x:%s', seq, id)  -- member(seq, id), inlined
         ready[#ready + 1] = prio
         ready[#ready + 1] = m
         redis.call('HSET', key, 'state', state, 'priority', prio, 'run_at', run_at,
