@@ -50,8 +50,9 @@ def _group_args(
     first = jobs[0]
     state, prio, run_at, created, task = (first.state, first.priority, first.run_at,
                                           first.created_at, first.task)  # fmt: skip
-    args: list[Any] = [queue, len(jobs), str(state), prio, fmt_time(run_at), fmt_time(created),
-                       task]  # fmt: skip
+    at = fmt_time(run_at)
+    args: list[Any] = [queue, len(jobs), str(state), prio, at,
+                       at if created == run_at else fmt_time(created), task]  # fmt: skip
     envelope = codec.envelope
     for i, job in enumerate(jobs):
         payload = envelope(job) if payloads is None else payloads[i]
