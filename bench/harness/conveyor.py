@@ -3,7 +3,9 @@
 default: ``conveyor worker`` with its defaults (1 process, concurrency 8, INFO log line per job).
 best: quiet logging (one log line per job is the largest per-job cost after Redis itself), the
 worker in the CLI process (``--no-supervisor``, no supervisor process) and concurrency tuned with
-the ``tune`` scenario. io: the asyncio executor, concurrency 100, same flags.
+the ``tune`` scenario. io: the asyncio executor, concurrency 100, same flags. crash: defaults,
+like every peer (a killed worker's jobs come back when their 10 s lease expires; the reaper runs
+every 2 s), inside the harness's 15 s idle window.
 """
 
 from __future__ import annotations
@@ -24,17 +26,12 @@ class ConveyorAdapter(Adapter):
     venv = ".venv"
     client_module = "bench.peer_tasks.conveyor_tasks"
     bulk_api = "app.enqueue_many (one atomic Lua call per batch)"
-    crash_mode = "crash"
     tuning_modes: ClassVar[tuple[str, ...]] = ("c16", "c64", "c256", "c512", "c1024")
 
     def worker_command(self, mode: str) -> list[str]:
         base = [self.bin("conveyor"), "worker", f"{self.client_module}:app"]
         if mode == "default":
             return base
-        if mode == "crash":
-            # Defaults except the lease: jobs of a killed worker come back when their lease
-            # expires (30 s by default), later than the harness's 15 s idle window.
-            return [*base, "--visibility-timeout", "5"]
         quiet = ["--log-level", "warning", "--no-supervisor"]
         if mode == "io":
             return [*base, "--concurrency", "100", *quiet]

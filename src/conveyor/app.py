@@ -18,21 +18,14 @@ from .broker.factory import broker_from_url
 from .config import DEFAULT_URL, Settings
 from .core.backoff import Backoff
 from .core.clock import Clock, SystemClock
-from .core.ids import new_ulid
-from .core.job import (
-    DEFAULT_MAX_ATTEMPTS,
-    Job,
-    validate_priority,
-    validate_queue_name,
-    validate_task_name,
-)
-from .core.lifecycle import initial_state
-from .core.serialization import encode_envelope
+from .core.ids import IdRandom
+from .core.job import Job, validate_queue_name
 from .core.state import JobState
 from .errors import JobNotFound, ValidationError
 from .handles import Delivery, JobHandle
-from .middleware import Middleware, emit
+from .middleware import Middleware
 from .monitoring.metrics import MetricsMiddleware
+from .producer import Producer
 from .task import Executor, JobSpec, Task, build_task, check_options
 
 if TYPE_CHECKING:
@@ -42,10 +35,6 @@ if TYPE_CHECKING:
     from .worker.loop import Worker
 
 log = logging.getLogger("conveyor")
-#: Task and queue names that passed validation (enqueue checks each name once per process).
-_VALID_TASKS: set[str] = set()
-_VALID_QUEUES: set[str] = set()
-_VALID_MAX = 10_000
 F = TypeVar("F", bound=Callable[..., Any])
 _default_url_logged = False
 
@@ -70,11 +59,12 @@ class Conveyor:
         self.clock: Clock = clock or _default_clock(self.broker)
         self.rng = rng or random.Random()
         # Ids draw from their own source so that ``rng`` (backoff jitter) stays exact in tests.
-        self.id_rng: random.Random = random.SystemRandom()
+        self.id_rng: random.Random = IdRandom()
         self.tasks: dict[str, Task] = {}
         self.middleware: list[Middleware] = list(middleware)
         self.middleware.append(MetricsMiddleware())
         self._schedules: ScheduleRegistry | None = None
+        self._producer = Producer(self)
         self._last_reap = float("-inf")
 
     def _resolve_url(self, url: str | None) -> str:
@@ -157,96 +147,18 @@ class Conveyor:
         if kwargs is not None and not isinstance(kwargs, dict):
             raise ValidationError("kwargs", f"must be a dict, got {type(kwargs).__name__}")
         name = task.name if isinstance(task, Task) else task
-        spec = JobSpec(name, tuple(args or ()), dict(kwargs or {}),
-                       check_options(options) if options else {})  # fmt: skip
+        if not options:
+            return self._producer.enqueue_one(name, args, kwargs)
+        spec = JobSpec(name, tuple(args or ()), dict(kwargs or {}), check_options(options))
         return self.enqueue_many((spec,))[0]
 
     def enqueue_many(self, specs: Iterable[JobSpec]) -> list[JobHandle]:
         """Store every job or none (atomic), returning their handles in order."""
-        now = self.now()
-        jobs = [self.build_job(spec, now) for spec in specs]
-        if not jobs:
-            return []
-        limit = self.settings.max_payload_bytes
-        middleware = self.middleware
-        before = [mw for mw in middleware if _overrides(mw, "before_enqueue")]
-        payloads = []
-        for job in jobs:
-            for mw in before:
-                mw.before_enqueue(self, job)
-            payloads.append(encode_envelope(job, limit))  # validated, size-checked, encoded once
-        results = self.broker.enqueue(jobs, now, payloads)
-        metrics = [mw for mw in middleware if type(mw) is MetricsMiddleware]
-        after = [mw for mw in middleware if _overrides(mw, "after_enqueue")
-                 and type(mw) is not MetricsMiddleware]  # fmt: skip
-        for mw in metrics:  # one buffered update per batch instead of one per job
-            mw.count_enqueued(self, jobs, results, now)
-        handles = []
-        for job, res in zip(jobs, results, strict=True):
-            if after:
-                emit(after, "after_enqueue", self, job, res.duplicate)
-            if res.duplicate:
-                existing = self.broker.get(res.id) or job
-                handles.append(JobHandle.bind(existing, self, duplicate=True))
-            else:
-                handles.append(JobHandle.bind(job, self))
-        return handles
+        return self._producer.enqueue_many(specs)
 
     def build_job(self, spec: JobSpec, now: float) -> Job:
         """Validate a spec and build the Job record it describes (not stored)."""
-        if not isinstance(spec, JobSpec):
-            kind = type(spec).__name__
-            raise ValidationError("jobs", f"enqueue_many takes JobSpec items, got {kind}")
-        name = spec.task
-        if name not in _VALID_TASKS:
-            _remember_valid(_VALID_TASKS, validate_task_name(name))
-        task = self.tasks.get(name)
-        opts = spec.options
-        if not opts:  # the common case: every value comes from the task or the settings
-            queue = task.queue if task else "default"
-            if queue not in _VALID_QUEUES:
-                _remember_valid(_VALID_QUEUES, validate_queue_name(queue))
-            ttl = task.idempotency_ttl if task is not None else None
-            job = _new_job(Job)  # every field set here: Job(...) without __init__'s overhead
-            job.__dict__ = {
-                "id": new_ulid(now, self.id_rng), "task": name, "args": list(spec.args),
-                "kwargs": dict(spec.kwargs), "queue": queue,
-                "priority": validate_priority(task.priority if task else 0),
-                "state": JobState.PENDING, "attempts": 0,
-                "max_attempts": task.max_attempts if task else DEFAULT_MAX_ATTEMPTS,
-                "timeout": task.timeout if task else None, "run_at": now, "created_at": now,
-                "started_at": None, "finished_at": None, "result": None, "last_error": None,
-                "errors": [], "history": [], "idempotency_key": None,
-                "idempotency_ttl": float(self.settings.idempotency_ttl if ttl is None else ttl),
-                "metadata": {}, "lost": 0, "worker_id": None, "lease_expires_at": None,
-            }  # fmt: skip
-            return job
-        delay = opts.get("delay") or 0.0
-        run_at = opts.get("run_at")
-        run_at = float(run_at) if run_at is not None else now + float(delay)
-        queue = validate_queue_name(opts.get("queue", task.queue if task else "default"))
-        priority = validate_priority(opts.get("priority", task.priority if task else 0))
-        default_attempts = task.max_attempts if task else 4
-        ttl = opts.get("idempotency_ttl")
-        if ttl is None and task is not None:
-            ttl = task.idempotency_ttl
-        ttl = self.settings.idempotency_ttl if ttl is None else ttl
-        key = opts.get("idempotency_key")
-        if key is not None and (not isinstance(key, str) or not key or len(key) > 200):
-            raise ValidationError("idempotency_key", "must be a non-empty string of <= 200 chars")
-        job_id = opts.get("job_id") or new_ulid(now, self.id_rng)
-        if not isinstance(job_id, str) or not job_id.strip() or len(job_id) > 200:
-            raise ValidationError("job_id", "must be a non-empty string of <= 200 characters")
-        metadata = opts.get("metadata") or {}
-        if not isinstance(metadata, dict):
-            raise ValidationError("metadata", "must be a dict")
-        return Job(
-            id=job_id, task=name, args=list(spec.args), kwargs=dict(spec.kwargs), queue=queue,
-            priority=priority, state=initial_state(run_at, now),
-            max_attempts=opts.get("max_attempts") or default_attempts,
-            timeout=opts.get("timeout", task.timeout if task else None), run_at=run_at,
-            created_at=now, idempotency_key=key, idempotency_ttl=float(ttl), metadata=metadata,
-        )  # fmt: skip
+        return self._producer.build_job(spec, now)
 
     # ------------------------------------------------------------------ inspection
     def get_job(self, job_id: str) -> JobHandle:
@@ -400,20 +312,6 @@ class Conveyor:
     def close(self) -> None:
         """Close the broker's connections."""
         self.broker.close()
-
-
-_new_job = object.__new__
-
-
-def _remember_valid(names: set[str], name: str) -> None:
-    if len(names) >= _VALID_MAX:
-        names.clear()
-    names.add(name)
-
-
-def _overrides(mw: Middleware, hook: str) -> bool:
-    """True when ``mw`` implements ``hook`` (the base class's hooks do nothing)."""
-    return getattr(type(mw), hook, None) is not getattr(Middleware, hook)
 
 
 def _default_clock(broker: Broker) -> Clock:

@@ -32,12 +32,14 @@ class Settings:
     """Runtime configuration shared by the app, workers and the scheduler."""
 
     url: str | None = None  # None: CONVEYOR_URL, else DEFAULT_URL
-    visibility_timeout: float = 30.0  # lease length; the keeper extends every third of it
+    # lease length; a worker's keeper extends its leases every third of it, so a dead worker's
+    # jobs come back within visibility_timeout + reap_interval (docs/reliability.md)
+    visibility_timeout: float = 10.0
     max_lost: int = 3  # lost deliveries before a job is a poison pill (dead_letter)
     idempotency_ttl: float = 300.0
     max_payload_bytes: int = 1024 * 1024
     poll_interval: float = 0.5  # idle wait between claims when the backend cannot wake us
-    reap_interval: float = 5.0  # at most one effective reaper pass per interval
+    reap_interval: float = 2.0  # at most one effective reaper pass per interval
     heartbeat_interval: float = 5.0  # worker registry refresh; entries expire after 2x
     shutdown_timeout: float = 30.0
     timeout_grace: float = 5.0  # seconds a thread job may ignore its timeout before recycle

@@ -29,7 +29,7 @@ import abc
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..core.job import Job
 from ..core.state import JobState
@@ -40,9 +40,12 @@ EVENT_TYPES = (
 )  # fmt: skip
 
 
-@dataclass(frozen=True)
-class EnqueueResult:
-    """Outcome of storing one job: its id, and whether an idempotency key matched."""
+class EnqueueResult(NamedTuple):
+    """Outcome of storing one job: its id, and whether an idempotency key matched.
+
+    A named tuple (immutable, about 5x cheaper to build than a frozen dataclass: one per
+    enqueued job).
+    """
 
     id: str
     duplicate: bool

@@ -37,7 +37,31 @@ PROMOTE_BATCH = 1000
 REAP_BATCH = 1000
 PURGE_BATCH = 1000
 _STATES = {state.value.encode(): state for state in JobState}
-_NO_RESULT = EnqueueResult("", False, JobState.PENDING)
+
+
+def _group_args(
+    queue: str, jobs: Sequence[Job], payloads: Sequence[bytes] | None, now: float
+) -> list[Any]:
+    """One group of enqueue.lua's ARGV: queue, n, the group defaults, then the job records.
+
+    A job that matches the defaults (those of the group's first job) and has no idempotency key
+    is sent as a short record (id, payload, ""), the others in full (see enqueue.lua).
+    """
+    first = jobs[0]
+    state, prio, run_at, created, task = (first.state, first.priority, first.run_at,
+                                          first.created_at, first.task)  # fmt: skip
+    at = fmt_time(run_at)
+    args: list[Any] = [queue, len(jobs), str(state), prio, at,
+                       at if created == run_at else fmt_time(created), task]  # fmt: skip
+    envelope = codec.envelope
+    for i, job in enumerate(jobs):
+        payload = envelope(job) if payloads is None else payloads[i]
+        if (not job.idempotency_key and job.state == state and job.priority == prio
+                and job.run_at == run_at and job.created_at == created and job.task == task):
+            args += (job.id, payload, "")
+        else:
+            args += (job.id, payload, "f", *codec.enqueue_fields(job, now, IDEMPOTENCY_GRACE))
+    return args
 
 
 class RedisBroker(ReadsMixin, SideMixin, LifecycleMixin, Broker):
@@ -61,50 +85,56 @@ class RedisBroker(ReadsMixin, SideMixin, LifecycleMixin, Broker):
         if payloads is not None and len(payloads) != len(jobs):
             raise ValueError("enqueue: one payload per job")
         groups: dict[str, list[int]] = {}
-        seen: set[str] = set()
-        for i, job in enumerate(jobs):
-            if job.id in seen:
-                raise DuplicateJob(job.id)
-            seen.add(job.id)
-            queue = job.queue
-            idxs = groups.get(queue)
-            if idxs is None:
-                groups[validate_queue_name(queue)] = [i]
+        if len(jobs) == 1:
+            groups[jobs[0].queue] = [0]
+        else:
+            seen: set[str] = set()
+            for i, job in enumerate(jobs):
+                if job.id in seen:
+                    raise DuplicateJob(job.id)
+                seen.add(job.id)
+                idxs = groups.get(job.queue)
+                if idxs is None:
+                    groups[job.queue] = [i]
+                else:
+                    idxs.append(i)
+        keys: list[str] = []
+        args: list[Any] = [fmt_time(now), self.retention.events_max, len(groups)]
+        order: list[int] = []  # batch position in ARGV order -> index in ``jobs``
+        for queue, idxs in groups.items():
+            keys += self.qkeys(queue)  # validates the queue name
+            if len(groups) == 1:
+                order = idxs
+                args += _group_args(queue, jobs, payloads, now)
             else:
-                idxs.append(i)
-        if len(groups) > 1 and self.cluster:
+                order += idxs
+                args += _group_args(queue, [jobs[i] for i in idxs],
+                                    None if payloads is None else [payloads[i] for i in idxs],
+                                    now)  # fmt: skip
+        cluster = self.cluster
+        if len(groups) > 1 and cluster:
             raise ValidationError(
                 "jobs", "in Redis Cluster one enqueue_many batch must target a single queue"
                 f" (atomicity is per queue); got {sorted(groups)}",
             )  # fmt: skip
-        keys: list[str] = []
-        args: list[Any] = [fmt_time(now), self.retention.events_max, len(groups)]
-        grace = IDEMPOTENCY_GRACE
-        for queue, idxs in groups.items():
-            keys += self.qkeys(queue)
-            args += [queue, len(idxs)]
-            for i in idxs:
-                payload = None if payloads is None else payloads[i]
-                args += codec.enqueue_args(jobs[i], now, grace, payload)
         self.register(groups)
         reply = self.runner.run("enqueue", keys, args)
         if reply[0] == -1:
             raise DuplicateJob(reply[1].decode())
-        results: list[EnqueueResult] = [_NO_RESULT] * len(jobs)
-        n = 1
+        results = [EnqueueResult(job.id, False, job.state) for job in jobs]
+        for n in range(1, len(reply), 3):  # only jobs whose idempotency key matched
+            results[order[reply[n] - 1]] = EnqueueResult(reply[n + 1].decode(), True,
+                                                         _STATES[reply[n + 2]])  # fmt: skip
         where = self._where
         if len(where) + len(jobs) >= WHERE_MAX:
             where.clear()
         pending = False
         for queue, idxs in groups.items():
             for i in idxs:
-                dup, raw_id, raw_state = reply[n], reply[n + 1], reply[n + 2]
-                n += 3
-                job_id, state = raw_id.decode(), _STATES[raw_state]
-                results[i] = EnqueueResult(job_id, dup == 1, state)
-                where[job_id] = queue
-                pending = pending or state is JobState.PENDING
-        if pending and self.cluster:
+                res = results[i]
+                where[res.id] = queue
+                pending = pending or res.state is JobState.PENDING
+        if pending and cluster:
             self.wake_all()
         return results
 

@@ -59,22 +59,21 @@ def claimed_fields(
     return item[0].decode(), fields
 
 
-def enqueue_args(job: Job, now: float, grace: float, payload: bytes | None = None) -> list[Any]:
-    """The 10 ARGV fields of one job for enqueue.lua (``payload``: its envelope, if encoded).
+def enqueue_fields(job: Job, now: float, grace: float) -> list[Any]:
+    """The 8 values of a "full" job record of enqueue.lua after its id, payload and "f".
 
+    state, priority, run_at, created_at, task, idempotency key ("" = none), key expiry, key PX.
     An idempotency key is valid until ``now + ttl`` (checked against the caller's clock); Redis
     deletes it ``ttl + min(ttl, grace)`` real seconds after the enqueue, so keys cannot pile up.
     """
-    if payload is None:
-        payload = envelope(job)
     key = job.idempotency_key
     if not key:
-        return [job.id, payload, str(job.state), job.priority, repr(float(job.run_at)),
-                repr(float(job.created_at)), job.task, "", "", 1]  # fmt: skip
+        return [str(job.state), job.priority, fmt_time(job.run_at), fmt_time(job.created_at),
+                job.task, "", "", 1]  # fmt: skip
     exp = fmt_time(now + job.idempotency_ttl)
     px = int((job.idempotency_ttl + min(grace, job.idempotency_ttl)) * 1000)
-    return [job.id, payload, str(job.state), job.priority, fmt_time(job.run_at),
-            fmt_time(job.created_at), job.task, key, exp, max(px, 1)]  # fmt: skip
+    return [str(job.state), job.priority, fmt_time(job.run_at), fmt_time(job.created_at),
+            job.task, key, exp, max(px, 1)]  # fmt: skip
 
 
 def result_json(result: Any) -> bytes:

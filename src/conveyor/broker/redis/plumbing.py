@@ -77,7 +77,7 @@ class RedisBase:
         self.keys = KeySchema(self._conn.prefix)
         self._runner: ScriptRunner | None = None
         self._where: dict[str, str] = {}
-        self._known: set[str] = set()
+        self._qkeys: dict[str, tuple[str, ...]] = {}
 
     # ------------------------------------------------------------------ plumbing
     @property
@@ -107,12 +107,15 @@ class RedisBase:
                 runner = self._runner = shared.runner
         return runner
 
-    def qkeys(self, queue: str) -> list[str]:
-        """KEYS of a job script for ``queue`` (validated: it becomes a hash tag)."""
-        if queue not in self._known:
+    def qkeys(self, queue: str) -> tuple[str, ...]:
+        """KEYS of a job script for ``queue`` (validated: it becomes a hash tag); cached."""
+        keys = self._qkeys.get(queue)
+        if keys is None:
             validate_queue_name(queue)
-            self._known.add(queue)
-        return self.keys.queue_keys(queue)
+            if len(self._qkeys) >= 10_000:
+                self._qkeys.clear()
+            keys = self._qkeys[queue] = tuple(self.keys.queue_keys(queue))
+        return keys
 
     def remember(self, job_id: str, queue: str) -> None:
         """Cache which queue a job lives in (ids never move between queues)."""

@@ -2,49 +2,70 @@
 --
 -- Per group (queue): one EXISTS per 1000 ids, the job hashes, then the ready / scheduled sets
 -- and payloads in bulk, and the "enqueued" events as one stream entry (emit_many in _lib.lua).
+-- Per job this costs one HSET of its own; everything else is one command per group.
 --
 -- KEYS: G groups of the 14 queue keys (see _lib.lua), one group per queue of the batch.
 --       Redis Cluster: always exactly one group (one slot); a standalone server takes several,
 --       which makes a multi-queue enqueue_many one atomic script.
 -- ARGV: [1] now  [2] events_max  [3] G
---       then per group: queue name, n, and n x 10 job fields:
---         id, payload (JSON envelope), state ("pending"|"scheduled"), priority, run_at,
---         created_at, task, idempotency key ("" = none), key expiry (now + ttl), key PX ms
+--       then per group: queue name, n, and the group's defaults
+--         state ("pending"|"scheduled"), priority, run_at, created_at, task
+--       then n job records, each one of
+--         short (3 values): id, payload (JSON envelope), ""  -- the group defaults apply, no key
+--         full (11 values): id, payload, "f", state, priority, run_at, created_at, task,
+--                           idempotency key ("" = none), key expiry (now + ttl), key PX ms
 -- Returns:
 --   {-1, id}  a job with this id already exists in its queue: nothing was stored
---   {1, dup_1, id_1, state_1, dup_2, ...}  per job: dup 1 when an idempotency key matched
---             (id/state are then the existing job's), else 0 with the new job's id and state
+--   {1, i_1, id_1, state_1, i_2, ...}  one triple per job NOT stored because its idempotency
+--             key matched: i = its position in the batch (1-based, in ARGV order), and the
+--             existing job's id and state. Every other job was stored with the id and state
+--             it was sent with.
 local now, maxlen, groups = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local nnow = tonumber(now)
 
--- phase 1: decide duplicates, refuse existing ids (nothing written yet)
-local plan = {}
+-- phase 1: parse, decide duplicates, refuse existing ids (nothing written yet).
+-- Flat arrays instead of a table per job: at[k] = ARGV index of job k's id, full[k], dup[k],
+-- jk[k] = its job key (new jobs only).
+local at, full, dup, jk, qs = {}, {}, {}, {}, {}
 local pos = 4
+local k = 0
 for g = 1, groups do
   local q = qkeys((g - 1) * 14)
+  qs[g] = q
   local n = tonumber(ARGV[pos + 1])
-  local first = pos + 2
+  pos = pos + 7
   local batch_keys, fresh_keys = {}, {}
-  for j = 0, n - 1 do
-    local a = first + j * 10
-    local id, key = ARGV[a], ARGV[a + 7]
-    local dup = false
-    if key ~= '' then
-      dup = batch_keys[key] or false
-      if not dup then
-        local v = redis.call('GET', q.idem .. key)
-        if v then
-          local bar = string.find(v, '|', 1, true)
-          local exp = bar and tonumber(string.sub(v, 1, bar - 1))
-          if exp and exp > nnow then dup = string.sub(v, bar + 1) end
+  for _ = 1, n do
+    k = k + 1
+    at[k] = pos
+    local id = ARGV[pos]
+    local d = false
+    if ARGV[pos + 2] == 'f' then
+      full[k] = true
+      local key = ARGV[pos + 8]
+      if key ~= '' then
+        d = batch_keys[key] or false
+        if not d then
+          local v = redis.call('GET', q.idem .. key)
+          if v then
+            local bar = string.find(v, '|', 1, true)
+            local exp = bar and tonumber(string.sub(v, 1, bar - 1))
+            if exp and exp > nnow then d = string.sub(v, bar + 1) end
+          end
         end
+        if not d then batch_keys[key] = id end
       end
+      pos = pos + 11
+    else
+      full[k] = false
+      pos = pos + 3
     end
-    if not dup then
-      fresh_keys[#fresh_keys + 1] = q.job .. id
-      if key ~= '' then batch_keys[key] = id end
+    dup[k] = d
+    if not d then
+      local key = q.job .. id
+      jk[k] = key
+      fresh_keys[#fresh_keys + 1] = key
     end
-    plan[#plan + 1] = {q, a, dup}
   end
   -- refuse ids that exist: one EXISTS per 1000 jobs; only a hit looks for the first one
   for i = 1, #fresh_keys, 1000 do
@@ -57,57 +78,68 @@ for g = 1, groups do
       end
     end
   end
-  pos = first + n * 10
 end
 
--- phase 2: write (ready-set and scheduled-set entries are added in bulk per group)
+-- phase 2: write (ready-set, scheduled-set and payload entries are added in bulk per group)
 local out = {1}
 pos = 4
-local gi = 0
+k = 0
 for g = 1, groups do
-  local q = qkeys((g - 1) * 14)
+  local q = qs[g]
   local n = tonumber(ARGV[pos + 1])
-  pos = pos + 2 + n * 10
+  local dstate, dprio, drun, dcreated, dtask = ARGV[pos + 2], ARGV[pos + 3], ARGV[pos + 4],
+    ARGV[pos + 5], ARGV[pos + 6]
+  pos = pos + 7
   local fresh = 0
-  for j = 1, n do
-    if not plan[gi + j][3] and ARGV[plan[gi + j][2] + 2] == 'pending' then fresh = fresh + 1 end
+  for j = k + 1, k + n do
+    if not dup[j] then
+      local state = dstate
+      if full[j] then state = ARGV[at[j] + 3] end
+      if state == 'pending' then fresh = fresh + 1 end
+    end
   end
   local seq = 0
   if fresh > 0 then seq = redis.call('INCRBY', q.seq, fresh) - fresh end
   local ready, scheduled, payloads, rows = {}, {}, {}, {}
   for _ = 1, n do
-    gi = gi + 1
-    local a, dup = plan[gi][2], plan[gi][3]
-    local id, state = ARGV[a], ARGV[a + 2]
-    if dup then
-      local existing = redis.pcall('HGET', q.job .. dup, 'state')
+    k = k + 1
+    local a = at[k]
+    local id = ARGV[a]
+    local state, prio, run_at, created, task = dstate, dprio, drun, dcreated, dtask
+    if full[k] then
+      state, prio, run_at, created, task = ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6],
+        ARGV[a + 7]
+    end
+    local d = dup[k]
+    if d then
+      local existing = redis.pcall('HGET', q.job .. d, 'state')
       if type(existing) ~= 'string' then existing = state end
-      out[#out + 1] = 1; out[#out + 1] = dup; out[#out + 1] = existing
+      out[#out + 1] = k; out[#out + 1] = d; out[#out + 1] = existing
     else
-      local key = q.job .. id
+      local key = jk[k]
       if state == 'pending' then
         seq = seq + 1
-        local m = member(seq, id)
-        ready[#ready + 1] = ARGV[a + 3]
+        local m = string.format('%016x:%s', seq, id)  -- member(seq, id), inlined
+        ready[#ready + 1] = prio
         ready[#ready + 1] = m
-        redis.call('HSET', key, 'state', state, 'priority', ARGV[a + 3], 'run_at', ARGV[a + 4],
-          'created_at', ARGV[a + 5], 'task', ARGV[a + 6], 'rk', m)
+        redis.call('HSET', key, 'state', state, 'priority', prio, 'run_at', run_at,
+          'created_at', created, 'task', task, 'rk', m)
       else
-        scheduled[#scheduled + 1] = ARGV[a + 4]
+        scheduled[#scheduled + 1] = run_at
         scheduled[#scheduled + 1] = id
-        redis.call('HSET', key, 'state', state, 'priority', ARGV[a + 3], 'run_at', ARGV[a + 4],
-          'created_at', ARGV[a + 5], 'task', ARGV[a + 6])
+        redis.call('HSET', key, 'state', state, 'priority', prio, 'run_at', run_at,
+          'created_at', created, 'task', task)
       end
       payloads[#payloads + 1] = id
       payloads[#payloads + 1] = ARGV[a + 1]
-      if ARGV[a + 7] ~= '' then
-        redis.call('SET', q.idem .. ARGV[a + 7], ARGV[a + 8] .. '|' .. id, 'PX', ARGV[a + 9])
+      if full[k] and ARGV[a + 8] ~= '' then
+        redis.call('SET', q.idem .. ARGV[a + 8], ARGV[a + 9] .. '|' .. id, 'PX', ARGV[a + 10])
       end
       rows[#rows + 1] = id
-      rows[#rows + 1] = ARGV[a + 6]
+      rows[#rows + 1] = task
       rows[#rows + 1] = state
-      out[#out + 1] = 0; out[#out + 1] = id; out[#out + 1] = state
     end
+    if full[k] then pos = pos + 11 else pos = pos + 3 end
   end
   if #ready > 0 then
     bulk('ZADD', q.ready, ready)

@@ -1,0 +1,214 @@
+"""The enqueue path of ``Conveyor``: build jobs from specs, encode them once, store, bind handles.
+
+This is a producer's hot path (one call per job, or ``enqueue_many`` batches), so the common
+case — a job without per-call options — takes a lean road:
+
+* the job is built directly as the ``JobHandle`` that is returned (no ``Job`` plus a copy), with
+  the task's defaults resolved once per task and batch;
+* its envelope comes from ``core.serialization.PlainEnvelopes`` (a byte template per task, the
+  same bytes as ``encode_envelope``) unless a middleware implements ``before_enqueue`` (which
+  may change the job, so every job is then encoded in full);
+* ids come from ``core.ids.IdRandom`` (buffered ``os.urandom``).
+
+Jobs with options (``queue=``, ``delay=``, ``idempotency_key=``, ...) are validated and built
+by ``build_job`` and encoded with ``encode_envelope``. Either way the broker receives fully
+built jobs and their encoded envelopes in ONE ``Broker.enqueue`` call (atomic: all or none).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from .core.ids import new_ulid
+from .core.job import (
+    DEFAULT_MAX_ATTEMPTS,
+    Job,
+    validate_priority,
+    validate_queue_name,
+    validate_task_name,
+)
+from .core.lifecycle import initial_state
+from .core.serialization import PlainEnvelopes, encode_envelope
+from .core.state import JobState
+from .errors import ValidationError
+from .handles import JobHandle
+from .middleware import Middleware, emit
+from .monitoring.metrics import MetricsMiddleware
+from .task import JobSpec
+
+if TYPE_CHECKING:
+    from .app import Conveyor
+
+#: Task and queue names that passed validation (enqueue checks each name once per process).
+_VALID_TASKS: set[str] = set()
+_VALID_QUEUES: set[str] = set()
+_VALID_MAX = 10_000
+_PENDING = JobState.PENDING
+_new = object.__new__
+
+
+class Producer:
+    """Builds, encodes and stores jobs for one app (``app.enqueue`` / ``app.enqueue_many``)."""
+
+    def __init__(self, app: Conveyor) -> None:
+        self.app = app
+        self.envelopes = PlainEnvelopes(app.settings.max_payload_bytes)
+
+    def enqueue_many(self, specs: Iterable[JobSpec]) -> list[JobHandle]:
+        """Store every job or none (atomic), returning their handles in order."""
+        app = self.app
+        now = app.now()
+        defaults: dict[str, tuple[Any, ...]] = {}
+        jobs: list[JobHandle] = []
+        plain: list[tuple[Any, ...] | None] = []  # the task defaults of a job without options
+        for spec in specs:
+            if type(spec) is not JobSpec and not isinstance(spec, JobSpec):
+                kind = type(spec).__name__
+                raise ValidationError("jobs", f"enqueue_many takes JobSpec items, got {kind}")
+            if spec.options:
+                jobs.append(JobHandle.bind(self.build_job(spec, now), app))
+                plain.append(None)
+            else:
+                d = defaults.get(spec.task)
+                if d is None:
+                    d = defaults[spec.task] = self._defaults(spec.task)
+                jobs.append(self._plain(d, spec.args, spec.kwargs, now))
+                plain.append(d)
+        return self.store(jobs, plain, now)
+
+    def enqueue_one(self, name: str, args: Any, kwargs: Any) -> JobHandle:
+        """``app.enqueue`` without options: one job, no ``JobSpec``."""
+        now = self.app.now()
+        d = self._defaults(name)
+        return self.store([self._plain(d, args, kwargs, now)], [d], now)[0]
+
+    def store(
+        self, jobs: list[JobHandle], plain: list[tuple[Any, ...] | None], now: float
+    ) -> list[JobHandle]:
+        """Run the enqueue middleware, encode once, store in one broker call, bind results.
+
+        ``plain[i]``: the task defaults job ``i`` was built from without options, else None.
+        """
+        if not jobs:
+            return []
+        app = self.app
+        middleware = app.middleware
+        before = [mw for mw in middleware if _overrides(mw, "before_enqueue")]
+        limit = app.settings.max_payload_bytes
+        if before:
+            payloads = []
+            for job in jobs:
+                for mw in before:
+                    mw.before_enqueue(app, job)
+                payloads.append(encode_envelope(job, limit))
+        else:
+            encode = self.envelopes.encode
+            payloads = [encode(job, d) if d is not None else encode_envelope(job, limit)
+                        for job, d in zip(jobs, plain, strict=True)]  # fmt: skip
+        results = app.broker.enqueue(jobs, now, payloads)
+        for mw in middleware:  # one buffered update per batch instead of one per job
+            if type(mw) is MetricsMiddleware:
+                mw.count_enqueued(app, jobs, results, now)
+        after = [mw for mw in middleware if type(mw) is not MetricsMiddleware
+                 and _overrides(mw, "after_enqueue")]  # fmt: skip
+        handles = jobs
+        for i, (job, res) in enumerate(zip(jobs, results, strict=True)):
+            if after:
+                emit(after, "after_enqueue", app, job, res.duplicate)
+            if res.duplicate:
+                if handles is jobs:
+                    handles = list(jobs)
+                existing = app.broker.get(res.id) or job
+                handles[i] = JobHandle.bind(existing, app, duplicate=True)
+        return handles
+
+    def _defaults(self, name: str) -> tuple[Any, ...]:
+        """(name, queue, priority, max_attempts, timeout, idempotency_ttl) of a task's jobs.
+
+        The same tuple names the job's envelope template (``PlainEnvelopes.encode``).
+        """
+        if name not in _VALID_TASKS:
+            _remember_valid(_VALID_TASKS, validate_task_name(name))
+        app = self.app
+        task = app.tasks.get(name)
+        queue = task.queue if task else "default"
+        if queue not in _VALID_QUEUES:
+            _remember_valid(_VALID_QUEUES, validate_queue_name(queue))
+        ttl = task.idempotency_ttl if task is not None else None
+        return (name, queue, validate_priority(task.priority if task else 0),
+                task.max_attempts if task else DEFAULT_MAX_ATTEMPTS,
+                task.timeout if task else None,
+                float(app.settings.idempotency_ttl if ttl is None else ttl))  # fmt: skip
+
+    def _plain(self, d: tuple[Any, ...], args: Any, kwargs: Any, now: float) -> JobHandle:
+        """A pending job with the task's defaults, built as the handle that will be returned."""
+        name, queue, priority, max_attempts, timeout, ttl = d
+        handle = _new(JobHandle)  # every field set here: no __init__ / default_factory overhead
+        handle.__dict__ = {
+            "id": new_ulid(now, self.app.id_rng), "task": name,
+            "args": list(args) if args else [], "kwargs": dict(kwargs) if kwargs else {},
+            "queue": queue, "priority": priority, "state": _PENDING, "attempts": 0,
+            "max_attempts": max_attempts, "timeout": timeout, "run_at": now,
+            "created_at": now, "started_at": None, "finished_at": None, "result": None,
+            "last_error": None, "errors": [], "history": [], "idempotency_key": None,
+            "idempotency_ttl": ttl, "metadata": {}, "lost": 0, "worker_id": None,
+            "lease_expires_at": None, "duplicate": False, "_app": self.app,
+        }  # fmt: skip
+        return handle
+
+    def build_job(self, spec: JobSpec, now: float) -> Job:
+        """Validate a spec (with options) and build the Job record it describes (not stored)."""
+        if not isinstance(spec, JobSpec):
+            kind = type(spec).__name__
+            raise ValidationError("jobs", f"enqueue_many takes JobSpec items, got {kind}")
+        name = spec.task
+        if not spec.options:
+            d = self._defaults(name)
+            job = _new(Job)
+            fields = dict(self._plain(d, spec.args, spec.kwargs, now).__dict__)
+            del fields["duplicate"], fields["_app"]
+            job.__dict__ = fields
+            return job
+        if name not in _VALID_TASKS:
+            _remember_valid(_VALID_TASKS, validate_task_name(name))
+        app = self.app
+        task = app.tasks.get(name)
+        opts = spec.options
+        delay = opts.get("delay") or 0.0
+        run_at = opts.get("run_at")
+        run_at = float(run_at) if run_at is not None else now + float(delay)
+        queue = validate_queue_name(opts.get("queue", task.queue if task else "default"))
+        priority = validate_priority(opts.get("priority", task.priority if task else 0))
+        default_attempts = task.max_attempts if task else DEFAULT_MAX_ATTEMPTS
+        ttl = opts.get("idempotency_ttl")
+        if ttl is None and task is not None:
+            ttl = task.idempotency_ttl
+        ttl = app.settings.idempotency_ttl if ttl is None else ttl
+        key = opts.get("idempotency_key")
+        if key is not None and (not isinstance(key, str) or not key or len(key) > 200):
+            raise ValidationError("idempotency_key", "must be a non-empty string of <= 200 chars")
+        job_id = opts.get("job_id") or new_ulid(now, app.id_rng)
+        if not isinstance(job_id, str) or not job_id.strip() or len(job_id) > 200:
+            raise ValidationError("job_id", "must be a non-empty string of <= 200 characters")
+        metadata = opts.get("metadata") or {}
+        if not isinstance(metadata, dict):
+            raise ValidationError("metadata", "must be a dict")
+        return Job(
+            id=job_id, task=name, args=list(spec.args), kwargs=dict(spec.kwargs), queue=queue,
+            priority=priority, state=initial_state(run_at, now),
+            max_attempts=opts.get("max_attempts") or default_attempts,
+            timeout=opts.get("timeout", task.timeout if task else None), run_at=run_at,
+            created_at=now, idempotency_key=key, idempotency_ttl=float(ttl), metadata=metadata,
+        )  # fmt: skip
+
+
+def _remember_valid(names: set[str], name: str) -> None:
+    if len(names) >= _VALID_MAX:
+        names.clear()
+    names.add(name)
+
+
+def _overrides(mw: Middleware, hook: str) -> bool:
+    """True when ``mw`` implements ``hook`` (the base class's hooks do nothing)."""
+    return getattr(type(mw), hook, None) is not getattr(Middleware, hook)
