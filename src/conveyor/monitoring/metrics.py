@@ -180,36 +180,60 @@ class MetricsMiddleware(Middleware):
         self, worker: Any, job: Job, *, outcome: str, duration: float, error: BaseException | None
     ) -> None:
         """Count the outcome and record run and wait times (same counters as job_increments)."""
+        self._count(worker, [job], [duration], outcome)
+
+    def after_process_batch(
+        self, worker: Any, jobs: Sequence[Job], durations: Sequence[float]
+    ) -> None:
+        """``after_process(outcome="completed")`` for a batch of jobs, under one lock."""
+        if type(self).after_process is not MetricsMiddleware.after_process:
+            for job, duration in zip(jobs, durations, strict=True):  # a subclass's own hook
+                self.after_process(worker, job, outcome="completed", duration=duration,
+                                   error=None)  # fmt: skip
+            return
+        self._count(worker, jobs, durations, "completed")
+
+    def _count(
+        self, worker: Any, jobs: Sequence[Job], durations: Sequence[float], outcome: str
+    ) -> None:
         now = worker.app.now()
-        run = duration if duration > 0 else None
-        started = job.started_at
-        if run is None and started is not None:
-            run = max(0.0, now - started)
+        minute = int(now // 60)
         with self._lock:
             broker = worker.app.broker
             if self._broker is not broker:
                 self._use(broker, now)
             elif now > self._now:
                 self._now = now
-            key = (int(now // 60), job.queue, job.task)
-            tally = self._tallies.get(key)
-            if tally is None:
-                tally = self._tallies[key] = _Tally()
-            outcomes = tally.outcomes
-            outcomes[outcome] = outcomes.get(outcome, 0) + 1
-            if run is not None and outcome != "lease_lost":
-                tally.run_n += 1
-                tally.run_sum += run
-                tally.run_b[_bisect(HISTOGRAM_BOUNDS, run)] += 1
-            if started is not None:
-                ready = job.run_at or 0.0
-                created = job.created_at or 0.0
-                wait = started - (ready if ready > created else created)
-                if wait < 0.0:
-                    wait = 0.0
-                tally.wait_n += 1
-                tally.wait_sum += wait
-                tally.wait_b[_bisect(HISTOGRAM_BOUNDS, wait)] += 1
+            tallies = self._tallies
+            tally: _Tally | None = None
+            tally_key: tuple[int, str, str] | None = None
+            for job, duration in zip(jobs, durations, strict=True):
+                key = (minute, job.queue, job.task)
+                if key != tally_key:
+                    tally_key = key
+                    tally = tallies.get(key)
+                    if tally is None:
+                        tally = tallies[key] = _Tally()
+                assert tally is not None
+                run = duration if duration > 0 else None
+                started = job.started_at
+                if run is None and started is not None:
+                    run = max(0.0, now - started)
+                outcomes = tally.outcomes
+                outcomes[outcome] = outcomes.get(outcome, 0) + 1
+                if run is not None and outcome != "lease_lost":
+                    tally.run_n += 1
+                    tally.run_sum += run
+                    tally.run_b[_bisect(HISTOGRAM_BOUNDS, run)] += 1
+                if started is not None:
+                    ready = job.run_at or 0.0
+                    created = job.created_at or 0.0
+                    wait = started - (ready if ready > created else created)
+                    if wait < 0.0:
+                        wait = 0.0
+                    tally.wait_n += 1
+                    tally.wait_sum += wait
+                    tally.wait_b[_bisect(HISTOGRAM_BOUNDS, wait)] += 1
             if self._timer is None or self.flush_interval <= 0:
                 self._schedule()
 
