@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 QUEUED, RUNNING, LEFT = "queued", "running", "left"
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Running:
     """One claimed job: lease, task, executor, timing and the flags its helpers set."""
 
