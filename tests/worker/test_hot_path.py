@@ -133,6 +133,17 @@ def test_wait_claimable_returns_free_slots_and_honours_stop() -> None:
     assert slots.wait_claimable(stop) == 0  # stopping: returns without waiting
 
 
+def test_claims_are_capped_so_the_first_jobs_start_early() -> None:
+    import threading
+
+    from conveyor.worker.slots import MIN_BATCH
+
+    slots, _ = _slots(1024)
+    assert slots.wait_claimable(threading.Event()) == 256  # a quarter per claim
+    slots, _ = _slots(100)
+    assert slots.wait_claimable(threading.Event()) == MIN_BATCH
+
+
 def test_idle_backoff_only_after_repeated_fast_empty_wakeups() -> None:
     from conveyor.worker.slots import IdleBackoff
 

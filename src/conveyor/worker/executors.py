@@ -166,6 +166,9 @@ class ThreadExecutor:
 
 def _leave(run: Running) -> None:
     """The job's call returned: no more interruptions; drop one that is still pending."""
+    if run.timeout is None:  # never interrupted: no lock needed
+        run.phase = LEFT
+        return
     with run.lock:
         if run.phase == LEFT:
             return
@@ -208,13 +211,13 @@ class AsyncioExecutor:
         self.loop.call_soon_threadsafe(self._start, list(runs))
 
     def _start(self, runs: list[Running]) -> None:
+        create_task, add, run_job = self.loop.create_task, self._tasks.add, self._run
         for run in runs:
             if run.settled:
                 continue
-            task = self.loop.create_task(self._run(run))
+            task = create_task(run_job(run))
             run.handle = task
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            add(task)  # dropped by _run itself when it ends (no done callback per job)
 
     async def _run(self, run: Running) -> None:
         task, job = run.task, run.job
@@ -227,6 +230,7 @@ class AsyncioExecutor:
         except BaseException as exc:
             error = exc
         run.phase = LEFT
+        self._tasks.discard(run.handle)
         try:
             self._report(run, result, error, None)
         except Exception:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .running import Running
 
+MIN_BATCH = 32  # claim batches are at most max(threshold, MIN_BATCH) jobs
 LINGER = 0.002  # seconds a free slot may wait for company before it is claimed alone
 WAIT_CAP = 0.5  # the claim loop re-checks at least this often (stop flags, max_jobs)
 
@@ -36,9 +37,11 @@ class Slots:
     ) -> None:  # fmt: skip
         self.concurrency = concurrency
         self.threshold = max(1, concurrency // 4)
+        self.batch = max(self.threshold, MIN_BATCH)
         self.linger = linger
         self._clock = clock
-        self.cv = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()  # hot paths take it directly; the Condition shares it
+        self.cv = threading.Condition(self._lock)
         self.inflight: dict[str, Running] = {}  # claimed and not yet recorded, by token
         self.busy = 0  # of those, still executing: the slots in use
         self._free_since: float | None = None  # when the oldest free, unclaimed slot freed
@@ -60,7 +63,12 @@ class Slots:
 
     # ------------------------------------------------------------------ claim loop side
     def wait_claimable(self, stopping: threading.Event) -> int:
-        """Block until a claim is worth making (or ``stopping``); return the free slot count."""
+        """Block until a claim is worth making (or ``stopping``); return how many to claim.
+
+        That is the free slot count, at most ``batch``: a claim's round trip grows with its
+        size, so many free slots are filled by several claims in a row, and the first jobs
+        start while the next claim is on its way (instead of all waiting for one big claim).
+        """
         with self.cv:
             while not stopping.is_set():
                 now = self._clock()
@@ -77,11 +85,11 @@ class Slots:
                 finally:
                     self._waiting = False
             self._free_since = None
-            return self.concurrency - self.busy
+            return min(self.concurrency - self.busy, self.batch)
 
     def claimed(self, runs: list[Running], busy: int) -> None:
         """Register claimed attempts; ``busy`` of them occupy a slot (the rest were refused)."""
-        with self.cv:
+        with self._lock:
             inflight = self.inflight
             for run in runs:
                 inflight[run.token] = run
@@ -95,7 +103,7 @@ class Slots:
     # ------------------------------------------------------------------ executor side
     def freed(self, n: int = 1) -> None:
         """``n`` jobs finished executing: their slots are free."""
-        with self.cv:
+        with self._lock:
             self.busy -= n
             if self._free_since is None:
                 self._free_since = self._clock()
@@ -106,7 +114,7 @@ class Slots:
 
     def recorded(self, runs: list[Running]) -> None:
         """These attempts' outcomes were written: they are no longer in flight."""
-        with self.cv:
+        with self._lock:
             was_capped = len(self.inflight) >= 2 * self.concurrency
             inflight = self.inflight
             for run in runs:
