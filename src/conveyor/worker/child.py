@@ -33,7 +33,7 @@ class ChildConfig:
 
     app: str  # module:attribute
     queues: str = "default"
-    concurrency: int = 8
+    concurrency: int = 32
     strict: bool = False
     visibility_timeout: float | None = None
     shutdown_timeout: float | None = None
