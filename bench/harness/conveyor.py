@@ -1,6 +1,7 @@
 """Conveyor on Redis, run from the project's own virtualenv.
 
-default: ``conveyor worker`` with its defaults (1 process, concurrency 8, INFO log line per job).
+default: ``conveyor worker`` with its defaults (supervisor + 1 process, concurrency 32, log level
+info: failures only, successes are logged at DEBUG).
 best: quiet logging (one log line per job is the largest per-job cost after Redis itself), the
 worker in the CLI process (``--no-supervisor``, no supervisor process) and concurrency tuned with
 the ``tune`` scenario. io: the asyncio executor, concurrency 100, same flags. crash: defaults,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -17,6 +17,8 @@ if TYPE_CHECKING:
     from .app import Conveyor
     from .handles import JobHandle
 
+#: Distinct argument shapes remembered per task by ``Task.check_arguments``.
+SHAPE_CACHE_MAX = 256
 Executor = Literal["auto", "thread", "asyncio", "process", "inline"]
 _OPTION_NAMES = frozenset({
     "job_id", "queue", "priority", "idempotency_key", "idempotency_ttl", "delay", "run_at",
@@ -82,6 +84,8 @@ class Task:
             self.signature: inspect.Signature | None = inspect.signature(self.fn)
         except (TypeError, ValueError):
             self.signature = None
+        # check_arguments' verdicts by argument shape; see there
+        self._shapes: dict[tuple[int, tuple[str, ...]], str | None] = {}
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the function directly, in this process (no job)."""
@@ -112,15 +116,29 @@ class Task:
         """Enqueue to run at an aware datetime."""
         return self.options(run_at=when).enqueue(*args, **kwargs)
 
-    def check_arguments(self, args: list[Any], kwargs: dict[str, Any]) -> str | None:
-        """None if ``args``/``kwargs`` fit the function's signature, else the reason."""
+    def check_arguments(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str | None:
+        """None if ``args``/``kwargs`` fit the function's signature, else the reason.
+
+        ``Signature.bind`` only looks at how many positional arguments there are and at the
+        keyword names in their order, never at values, so its verdict (and message) is cached
+        per such shape: a worker binds once per shape, not once per job.
+        """
         if self.signature is None:
             return None
+        shape = (len(args), tuple(kwargs))
+        try:
+            return self._shapes[shape]
+        except KeyError:
+            pass
         try:
             self.signature.bind(*args, **kwargs)
+            reason: str | None = None
         except TypeError as exc:
-            return str(exc)
-        return None
+            reason = str(exc)
+        if len(self._shapes) >= SHAPE_CACHE_MAX:  # shapes are few; never grow without bound
+            self._shapes.clear()
+        self._shapes[shape] = reason
+        return reason
 
 
 @dataclass(frozen=True)

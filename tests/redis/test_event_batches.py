@@ -76,15 +76,20 @@ def test_batch_entries_count_their_events_against_the_cap(redis_server: Any) -> 
     broker.close()
 
 
-def test_a_stale_wake_marker_does_not_end_the_wait(rbroker: RedisBroker) -> None:
+def test_a_stale_wake_marker_ends_one_wait_and_the_claim_drops_the_rest(
+    rbroker: RedisBroker,
+) -> None:
     import time
 
     client = redis.Redis.from_url(rbroker.url)
-    client.lpush("conveyor:{default}:wake", "1")  # left by a job another worker already took
+    for _ in range(3):  # left by jobs another worker already took
+        client.lpush("conveyor:{default}:wake", "1")
+    rbroker.wait_for_work(["default"], 5.0)  # returns at once: the caller's claim decides
+    assert rbroker.claim(["default"], T0, limit=10) == []
+    assert client.llen("conveyor:{default}:wake") == 0  # the claim dropped the stale markers
     began = time.monotonic()
-    rbroker.wait_for_work(["default"], 0.3)
+    rbroker.wait_for_work(["default"], 0.3)  # so the next wait blocks
     assert time.monotonic() - began >= 0.25
-    assert client.llen("conveyor:{default}:wake") == 0
     rbroker.enqueue(_jobs(1), T0)  # a real wake-up returns at once
     began = time.monotonic()
     rbroker.wait_for_work(["default"], 5.0)

@@ -196,10 +196,11 @@ def test_job_limit_ends_the_worker_with_the_recycle_code(live_app: Conveyor) -> 
     assert 4 <= worker.processed < 10
 
 
-def test_json_outcome_lines(live_app: Conveyor, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("level", ["DEBUG", "INFO"])
+def test_json_outcome_lines(live_app: Conveyor, level: str) -> None:
     app = live_app
     stream = io.StringIO()
-    setup_logging("json", "INFO", stream=stream)
+    setup_logging("json", level, stream=stream)
     try:
         @app.task(max_attempts=1)
         def bad() -> None:
@@ -217,8 +218,13 @@ def test_json_outcome_lines(live_app: Conveyor, monkeypatch: pytest.MonkeyPatch)
         logging.getLogger("conveyor").propagate = True
     lines = [json.loads(line) for line in stream.getvalue().splitlines()]
     outcomes = {d["job_id"]: d for d in lines if "outcome" in d}
-    assert outcomes[ok.id]["outcome"] == "completed" and outcomes[ok.id]["task"] == "good"
     assert outcomes[ko.id]["outcome"] == "dead_letter" and outcomes[ko.id]["error"] == "ValueError"
+    assert outcomes[ko.id]["level"] == "warning"
+    if level == "INFO":  # successes are logged at DEBUG (docs/operations.md)
+        assert ok.id not in outcomes
+        return
+    assert outcomes[ok.id]["outcome"] == "completed" and outcomes[ok.id]["task"] == "good"
+    assert outcomes[ok.id]["level"] == "debug"
     for key in ("queue", "attempt", "worker", "duration", "ts", "level", "pid"):
         assert key in outcomes[ok.id]
     assert outcomes[ok.id]["worker"] == worker.id and outcomes[ok.id]["attempt"] == 1

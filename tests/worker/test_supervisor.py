@@ -102,8 +102,8 @@ def test_max_memory_per_child_recycles(env: dict[str, Any]) -> None:
 def test_json_logs_and_metrics_endpoint(env: dict[str, Any]) -> None:
     app = env["app"]
     port = free_port()
-    w = env["worker"]("--log-format", "json", "--metrics-port", str(port),
-                      "--metrics-host", "127.0.0.1")  # fmt: skip
+    w = env["worker"]("--log-format", "json", "--log-level", "debug", "--metrics-port",
+                      str(port), "--metrics-host", "127.0.0.1")  # fmt: skip
     job = app.enqueue("sleeper", args=["j", 0.0])
     wait_until(lambda: job.refresh().state is JobState.COMPLETED, timeout=15)
     line = wait_until(lambda: next((json.loads(x) for x in w.output().splitlines()

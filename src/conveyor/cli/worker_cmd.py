@@ -35,7 +35,7 @@ LEVELS = ("debug", "info", "warning", "error")
 @click.argument("app_target", metavar="APP")
 @click.option("-q", "--queues", default="default", show_default=True,
               help="Queues to serve, with optional weights: high:5,default,low.")
-@click.option("-c", "--concurrency", type=click.IntRange(1, 10_000), default=8, show_default=True,
+@click.option("-c", "--concurrency", type=click.IntRange(1, 10_000), default=32, show_default=True,
               help="Jobs each worker process runs at once.")
 @click.option("-p", "--processes", type=click.IntRange(1, 1024), default=1, show_default=True,
               help="Worker processes to run (each with --concurrency slots).")

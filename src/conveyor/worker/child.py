@@ -35,7 +35,7 @@ class ChildConfig:
 
     app: str  # module:attribute
     queues: str = "default"
-    concurrency: int = 8
+    concurrency: int = 32
     strict: bool = False
     visibility_timeout: float | None = None
     shutdown_timeout: float | None = None

@@ -11,7 +11,7 @@ import asyncio
 import dataclasses
 import random
 import traceback
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +19,7 @@ from ..core.job import ErrorKind, Job
 from ..core.retry import Decision, RetryPolicy, decide
 from ..core.serialization import encode_value
 from ..errors import ValidationError
+from ..middleware import Middleware
 from .timeouts import timeout_error
 
 if TYPE_CHECKING:
@@ -42,6 +43,16 @@ class Outcome:
         return {"attempt": job.attempts, "kind": str(d.kind), "type": d.exc_type,
                 "message": d.message[:2000], "traceback": d.traceback, "worker": worker_id,
                 "at": now}  # fmt: skip
+
+
+#: The outcome of a job that returned None: shared, nothing to check or classify.
+OK = Outcome(True)
+
+
+def hooked(middleware: Sequence[Middleware], hook: str) -> list[Middleware]:
+    """The middleware that implement ``hook`` (the base class's hooks do nothing)."""
+    base = getattr(Middleware, hook)
+    return [mw for mw in middleware if getattr(type(mw), hook, None) is not base]
 
 
 def permanent(kind: ErrorKind, exc_type: str, message: str) -> Outcome:

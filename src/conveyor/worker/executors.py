@@ -1,7 +1,8 @@
 """Executors: where job code runs inside a worker process.
 
 * ``ThreadExecutor``: a pool of daemon threads (started lazily, at most ``concurrency``) for
-  plain functions. A timeout raises ``JobTimeout`` inside the job's thread.
+  plain functions; short jobs run back to back on one thread, blocking ones spread out. A
+  timeout raises ``JobTimeout`` inside the job's thread.
 * ``AsyncioExecutor``: ONE event loop in one thread for ``async def`` tasks, so hundreds of
   concurrent awaits cost no threads. A timeout cancels the job's asyncio task.
 * ``ProcessPool`` (``procpool.py``): warm child processes for ``executor="process"``; a timeout
@@ -16,8 +17,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import queue
 import threading
+from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -47,47 +48,81 @@ class Executor(Protocol):
 
 
 class ThreadExecutor:
-    """Daemon threads pulling jobs from a queue; grown on demand up to ``size``."""
+    """Up to ``size`` daemon threads taking jobs from one deque, each running them back to back.
+
+    ``submit`` wakes ONE parked thread (or starts one). A thread that takes a job while more
+    are queued wakes one more, unless a woken thread is already on its way. So a burst of short
+    jobs runs back to back on the thread holding the GIL (one wake-up per burst, not per job),
+    while jobs that block (I/O, sleep) release the GIL and let the next thread start the next
+    job at once: every queued job gets a thread as soon as the running ones block.
+    """
 
     def __init__(self, size: int, report: Report) -> None:
         self.size = size
         self._report = report
-        self._queue: queue.SimpleQueue[Running | None] = queue.SimpleQueue()
-        self._threads: list[threading.Thread] = []
-        self._idle = 0
+        self._jobs: deque[Running] = deque()
         self._lock = threading.Lock()
+        self._parked: list[threading.Lock] = []  # idle threads, each blocked on its own gate
+        self._threads: list[threading.Thread] = []
+        self._waking = 0  # threads woken (or started) that have not looked at the deque yet
+        self._closed = False
 
     def submit(self, runs: Sequence[Running]) -> None:
-        """Queue the jobs, adding threads while there are fewer idle threads than jobs."""
-        with self._lock:
-            missing = min(len(runs) - self._idle, self.size - len(self._threads))
-            for _ in range(max(0, missing)):
-                name = f"conveyor-job-{len(self._threads) + 1}"
-                thread = threading.Thread(target=self._main, name=name, daemon=True)
-                self._threads.append(thread)
-                self._idle += 1
-                thread.start()
-            self._idle -= min(self._idle, len(runs))
-        for run in runs:
-            self._queue.put(run)
+        """Queue the jobs and make sure a thread is coming for them."""
+        self._jobs.extend(runs)
+        if runs:
+            self._wake_one()
 
-    def _main(self) -> None:
-        while True:
-            run = self._queue.get()
-            if run is None:
+    def _wake_one(self) -> None:
+        with self._lock:
+            if self._closed:
                 return
-            if run.settled:  # released (shutdown) before it started
+            if self._parked:
+                self._waking += 1
+                self._parked.pop().release()
+            elif len(self._threads) < self.size:
+                self._waking += 1
+                gate = threading.Lock()
+                gate.acquire()
+                name = f"conveyor-job-{len(self._threads) + 1}"
+                thread = threading.Thread(target=self._main, args=(gate,), name=name,
+                                          daemon=True)  # fmt: skip
+                self._threads.append(thread)
+                thread.start()
+            # else every thread is busy or about to look at the deque: one of them takes it
+
+    def _main(self, gate: threading.Lock) -> None:
+        jobs, report, call = self._jobs, self._report, self._call
+        woken = True
+        while True:
+            try:
+                run = jobs.popleft()
+            except IndexError:
                 with self._lock:
-                    self._idle += 1
+                    if woken:
+                        self._waking -= 1
+                        woken = False
+                    if jobs:
+                        continue
+                    if self._closed:
+                        return
+                    self._parked.append(gate)
+                gate.acquire()  # parked until _wake_one (or shutdown) releases the gate
+                woken = True
+                continue
+            if woken:
+                with self._lock:
+                    self._waking -= 1
+                woken = False
+            if jobs and not self._waking:
+                self._wake_one()  # more are queued: one more thread, in case this one blocks
+            if run.settled:  # released (shutdown) before it started
                 continue
             try:
-                result, exc = self._call(run)
-                self._report(run, result, exc, None)
+                result, exc = call(run)
+                report(run, result, exc, None)
             except BaseException:
                 log.exception("job thread: unexpected error around job %s", run.job.id)
-            finally:
-                with self._lock:
-                    self._idle += 1
 
     @staticmethod
     def _call(run: Running) -> tuple[Any, BaseException | None]:
@@ -122,12 +157,18 @@ class ThreadExecutor:
 
     def shutdown(self) -> None:
         """Let idle threads exit (busy daemon threads die with the process)."""
-        for _ in self._threads:
-            self._queue.put(None)
+        with self._lock:
+            self._closed = True
+            parked, self._parked = self._parked, []
+        for gate in parked:
+            gate.release()
 
 
 def _leave(run: Running) -> None:
     """The job's call returned: no more interruptions; drop one that is still pending."""
+    if run.timeout is None:  # never interrupted: no lock needed
+        run.phase = LEFT
+        return
     with run.lock:
         if run.phase == LEFT:
             return
@@ -170,13 +211,13 @@ class AsyncioExecutor:
         self.loop.call_soon_threadsafe(self._start, list(runs))
 
     def _start(self, runs: list[Running]) -> None:
+        create_task, add, run_job = self.loop.create_task, self._tasks.add, self._run
         for run in runs:
             if run.settled:
                 continue
-            task = self.loop.create_task(self._run(run))
+            task = create_task(run_job(run))
             run.handle = task
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            add(task)  # dropped by _run itself when it ends (no done callback per job)
 
     async def _run(self, run: Running) -> None:
         task, job = run.task, run.job
@@ -189,6 +230,7 @@ class AsyncioExecutor:
         except BaseException as exc:
             error = exc
         run.phase = LEFT
+        self._tasks.discard(run.handle)
         try:
             self._report(run, result, error, None)
         except Exception:

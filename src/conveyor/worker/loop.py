@@ -4,18 +4,20 @@ Two ways to drive it:
 
 * ``process_next(now)`` / ``run_until_idle(now)``: one job at a time, inline, on the caller's
   thread, with time passed in — deterministic tests and simulations.
-* ``run()``: the production loop. This thread claims (never more jobs than free slots) and hands
-  each job to its executor (thread pool, one asyncio loop, or a warm process pool); a recorder
-  thread writes outcomes (successes coalesced into batch ``complete`` calls); a lease keeper
-  extends all in-flight leases in one call every ``visibility_timeout / 3``; a watchdog enforces
-  timeouts; a heartbeat keeps the worker registry entry alive. ``stop()`` (or SIGTERM/SIGINT in
-  the main thread) drains; ``stop_now()`` (or a second signal) releases at once. ``run()``
-  returns ``EXIT_OK``, ``EXIT_RECYCLE`` (job limit) or ``EXIT_STUCK`` (a job ignored its timeout).
+* ``run()``: the production loop. This thread claims (in batches, never more jobs than free
+  slots: ``slots.py``) and hands each job to its executor (thread pool, one asyncio loop, or a
+  warm process pool); a recorder thread writes outcomes (successes coalesced into batch
+  ``complete`` calls); a lease keeper extends all in-flight leases in one call every
+  ``visibility_timeout / 3``; a watchdog enforces timeouts; a heartbeat keeps the worker
+  registry entry alive. ``stop()`` (or SIGTERM/SIGINT in the main thread) drains; ``stop_now()``
+  (or a second signal) releases at once. ``run()`` returns ``EXIT_OK``, ``EXIT_RECYCLE`` (job
+  limit) or ``EXIT_STUCK`` (a job ignored its timeout).
 """
 
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import os
 import queue
@@ -29,20 +31,21 @@ from ..broker.base import Lease
 from ..core.ids import new_ulid
 from ..core.queues import QueueSelector, parse_queues
 from ..middleware import emit
-from .execute import Outcome, call_inline, outcome_of_call, precheck, reported
+from .execute import OK, Outcome, call_inline, hooked, outcome_of_call, precheck, reported
 from .executors import Executor, make_executor
-from .lease_keeper import LeaseKeeper
+from .helpers import start_helpers, stop_helpers
 from .procutil import EXIT_OK as EXIT_OK  # re-exported: callers import the codes from here
 from .procutil import EXIT_RECYCLE as EXIT_RECYCLE
 from .procutil import EXIT_STUCK as EXIT_STUCK
-from .recorder import JOIN_TIMEOUT, Recorder
-from .registry import Heartbeat, describe
+from .recorder import Recorder
+from .registry import describe
 from .running import Running, choose_executor, effective_timeout
 from .shutdown import stop_on_signals
-from .timeouts import Watchdog
+from .slots import IdleBackoff, Slots
 
 if TYPE_CHECKING:
     from ..app import Conveyor
+    from .timeouts import Watchdog
 
 log = logging.getLogger("conveyor.worker")
 
@@ -82,11 +85,10 @@ class Worker:
         self._hard = threading.Event()
         self._finished = threading.Event()
         self._finished.set()
-        self._cv = threading.Condition()
-        self._inflight: dict[str, Running] = {}  # claimed and not yet recorded, by token
-        self._busy = 0  # of those, still executing: the slots in use
+        self._slots = Slots(self.concurrency)
         self._done: queue.SimpleQueue[tuple[Running, Outcome] | None] = queue.SimpleQueue()
         self._executors: dict[str, Executor] = {}
+        self._watchdog: Watchdog | None = None
         self._run_thread: int | None = None
         self._claim_errors = 0
 
@@ -171,13 +173,15 @@ class Worker:
         self._stopping.clear()
         self._hard.clear()
         self._finished.clear()
-        self._busy = 0
+        self._slots = Slots(self.concurrency)
         self._run_thread = threading.get_ident()
         self.exit_code = EXIT_OK
         self.started_at = self.app.now()
+        gc.collect()
+        gc.freeze()  # the app, its imports and tasks: never traversed by the collector again
         signals = stop_on_signals(self) if self.handle_signals else contextlib.nullcontext()
         with signals:  # first: a signal during start-up must drain, not kill
-            helpers = self._start_helpers()
+            helpers = start_helpers(self)
             emit(self.app.middleware, "on_worker_start", self)
             log.info("worker %s: queues=%s concurrency=%d visibility_timeout=%gs", self.id,
                      ",".join(self.queues), self.concurrency, self.visibility_timeout)  # fmt: skip
@@ -185,7 +189,7 @@ class Worker:
                 self._claim_loop()
                 self._drain()
             finally:
-                self._stop_helpers(helpers)
+                stop_helpers(self, helpers)
                 emit(self.app.middleware, "on_worker_stop", self)
                 log.info("worker %s stopped: processed=%d failed=%d exit_code=%d", self.id,
                          self.processed, self.failed, self.exit_code)  # fmt: skip
@@ -200,8 +204,7 @@ class Worker:
         if timeout is not None:
             self.shutdown_timeout = timeout
         self._stopping.set()
-        with self._cv:
-            self._cv.notify_all()
+        self._slots.wake()
         if wait and threading.get_ident() != self._run_thread:
             self._finished.wait(self.shutdown_timeout + 5.0)
 
@@ -214,8 +217,7 @@ class Worker:
 
     def running_jobs(self) -> list[Running]:
         """The in-flight attempts (a snapshot)."""
-        with self._cv:
-            return list(self._inflight.values())
+        return self._slots.snapshot()
 
     @property
     def draining(self) -> bool:
@@ -228,34 +230,30 @@ class Worker:
 
     # ------------------------------------------------------------------ claim loop
     def _claim_loop(self) -> None:
-        poll = self.app.settings.poll_interval
-        while not self._stopping.is_set():
+        backoff = IdleBackoff(self.app.settings.poll_interval)
+        slots, stopping = self._slots, self._stopping
+        while not stopping.is_set():
             self._maintain_safely()
-            with self._cv:
-                while self._full() and not self._stopping.is_set():
-                    self._cv.wait(0.5)
-                free = self.concurrency - self._busy
-                if self.max_jobs:  # never start more than the job limit allows
-                    free = min(free, self.max_jobs - self.processed - self.failed
-                               - len(self._inflight))  # fmt: skip
-            if free <= 0:
-                self._stopping.wait(0.05)
-                continue
-            if self._stopping.is_set():
+            free = slots.wait_claimable(stopping)
+            if self.max_jobs:  # never start more than the job limit allows
+                free = min(free, self.max_jobs - self.processed - self.failed
+                           - len(slots.inflight))  # fmt: skip
+                if free <= 0:
+                    stopping.wait(0.05)
+                    continue
+            if stopping.is_set():
                 break
             leases = self._claim(free)
             if leases:
+                backoff.claimed()
                 self._dispatch(leases)
+                time.sleep(0)  # yield the GIL to the job threads just woken (~0.1 ms pickup)
                 continue
             began = time.monotonic()
-            self.broker.wait_for_work(self.selector.names, poll)
-            if time.monotonic() - began < 0.005:  # a backend that cannot block: do not spin
-                self._stopping.wait(min(poll, 0.05))
-
-    def _full(self) -> bool:
-        # A slot frees when its job finishes; the ack is written meanwhile. Finished but not
-        # yet recorded jobs are capped too, so a slow broker slows claiming down.
-        return self._busy >= self.concurrency or len(self._inflight) >= 2 * self.concurrency
+            self.broker.wait_for_work(self.selector.names, backoff.poll_interval)
+            delay = backoff.delay_after_wait(time.monotonic() - began)
+            if delay:  # fast, empty wake-ups repeat: a backend that cannot block, do not spin
+                stopping.wait(delay)
 
     def _maintain_safely(self) -> None:
         try:
@@ -281,29 +279,42 @@ class Worker:
         return leases
 
     def _dispatch(self, leases: list[Lease]) -> None:
-        groups: dict[str, list[Running]] = {}
+        tasks, runs, refused = self.app.tasks, [], []
         for lease in leases:
-            task = self.app.tasks.get(lease.job.task)
-            rejected = precheck(task, lease.job)
-            kind = "none" if rejected is not None or task is None else choose_executor(task)
-            run = Running(lease, task, kind, effective_timeout(task, lease.job))
-            with self._cv:
-                self._inflight[run.token] = run
-                self._busy += rejected is None
-            if rejected is not None:
-                run.settle()
-                self._done.put((run, rejected))
-                continue
-            emit(self.app.middleware, "before_process", self, lease.job)
-            groups.setdefault(kind, []).append(run)
-        for kind, runs in groups.items():
+            job = lease.job
+            task = tasks.get(job.task)
+            rejected = precheck(task, job)
+            if rejected is None and task is not None:
+                runs.append(Running(lease, task, choose_executor(task),
+                                    effective_timeout(task, job)))  # fmt: skip
+            else:
+                assert rejected is not None
+                runs.append(Running(lease, task, "none", None))
+                refused.append((runs[-1], rejected))
+        self._slots.claimed(runs, len(runs) - len(refused))
+        for run, outcome in refused:
+            run.settle()
+            self._done.put((run, outcome))
+        if refused:
+            runs = [r for r in runs if r.executor != "none"]
+        before = hooked(self.app.middleware, "before_process")
+        groups: dict[str, list[Running]] = {}
+        for run in runs:
+            if before:
+                emit(before, "before_process", self, run.job)
+            group = groups.get(run.executor)
+            if group is None:
+                groups[run.executor] = [run]
+            else:
+                group.append(run)
+        for kind, group in groups.items():
             try:
-                self._executor(kind).submit(runs)
+                self._executor(kind).submit(group)
             except Exception as exc:  # e.g. the process pool cannot start
-                log.exception("cannot start %d job(s) on the %s executor", len(runs), kind)
-                for run in runs:
+                log.exception("cannot start %d job(s) on the %s executor", len(group), kind)
+                for run in group:
                     self._report(run, None, exc, None)
-        if any(r.timeout for runs in groups.values() for r in runs):
+        if self._watchdog is not None and any(r.timeout for r in runs):
             self._watchdog.poke()
 
     def _executor(self, kind: str) -> Executor:
@@ -318,13 +329,12 @@ class Worker:
         """Executors call this once per job; the first decision for an attempt wins."""
         if not run.settle():
             return
-        self._done.put((run, reported(run, result, exc, tb, self.app.now(), self.app.rng)))
-        self._slot_freed()
-
-    def _slot_freed(self) -> None:
-        with self._cv:
-            self._busy -= 1
-            self._cv.notify_all()
+        if result is None and exc is None and not run.interrupted:
+            outcome = OK  # the common case: no result to check, nothing to classify
+        else:
+            outcome = reported(run, result, exc, tb, self.app.now(), self.app.rng)
+        self._done.put((run, outcome))
+        self._slots.freed()
 
     def _recorded(self, runs: list[Running]) -> None:
         """The recorder thread wrote these outcomes: free their slots (or stop at the limit)."""
@@ -333,10 +343,7 @@ class Worker:
             log.info("worker %s: %d jobs done (limit %d): recycling", self.id, done, self.max_jobs)
             self.exit_code = EXIT_RECYCLE
             self._stopping.set()
-        with self._cv:
-            for run in runs:
-                self._inflight.pop(run.token, None)
-            self._cv.notify_all()
+        self._slots.recorded(runs)
 
     # ------------------------------------------------------------------ timeouts, leases
     def _on_deadline(self, run: Running) -> None:
@@ -350,52 +357,17 @@ class Worker:
                   self.app.settings.timeout_grace)  # fmt: skip
         if run.settle():
             self._done.put((run, reported(run, None, None, None, self.app.now(), self.app.rng)))
-            self._slot_freed()
+            self._slots.freed()
         self.stop_now(EXIT_STUCK)
 
     # ------------------------------------------------------------------ start / stop
-    def _start_helpers(self) -> list[Any]:
-        recorder = self.recorder.start(self._done, self._recorded)
-        self._watchdog = Watchdog(self.running_jobs, self._on_deadline, self._on_stuck,
-                                  self.app.settings.timeout_grace)  # fmt: skip
-        keeper = LeaseKeeper(self.broker, self.app.now, self.running_jobs,
-                             self.visibility_timeout, self.recorder.lease_lost)  # fmt: skip
-        helpers: list[Any] = [recorder, self._watchdog, keeper]
-        if self.heartbeat:
-            helpers.append(Heartbeat(self.broker, self.id, self.app.now, self.describe,
-                                     self.app.settings.heartbeat_interval))  # fmt: skip
-        for helper in helpers[1:]:
-            helper.start()
-        if any(t.executor == "process" for t in self.app.tasks.values()):
-            try:
-                self._executor("process").submit([])  # warm the pool before the first job
-            except Exception:
-                log.exception("cannot start the process pool")
-        return helpers
-
     def _drain(self) -> None:
-        deadline = time.monotonic() + self.shutdown_timeout
-        with self._cv:
-            if self._inflight and not self._hard.is_set():
-                log.info("worker %s: waiting up to %gs for %d in-flight job(s)", self.id,
-                         self.shutdown_timeout, len(self._inflight))  # fmt: skip
-            while self._inflight and not self._hard.is_set() and time.monotonic() < deadline:
-                self._cv.wait(min(0.1, max(0.0, deadline - time.monotonic())))
+        slots = self._slots
+        if slots.inflight and not self._hard.is_set():
+            log.info("worker %s: waiting up to %gs for %d in-flight job(s)", self.id,
+                     self.shutdown_timeout, len(slots.inflight))  # fmt: skip
+        slots.wait_empty(time.monotonic() + self.shutdown_timeout, self._hard)
         for run in self.running_jobs():
             if run.settle():
                 self.recorder.release(run, f"worker shutdown ({self.id})")
-                with self._cv:
-                    self._inflight.pop(run.token, None)
-
-    def _stop_helpers(self, helpers: list[Any]) -> None:
-        recorder, *others = helpers
-        self._done.put(None)
-        recorder.join(JOIN_TIMEOUT)
-        for helper in others:
-            helper.stop()
-        for ex in self._executors.values():
-            try:
-                ex.shutdown()
-            except Exception:
-                log.exception("executor shutdown failed")
-        self._executors.clear()
+                slots.drop(run)

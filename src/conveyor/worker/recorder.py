@@ -1,10 +1,15 @@
 """Write attempt outcomes to the broker: successes in ``complete`` batches, failures one by one.
 
 Then, per job: update the worker's counters, log ONE line (job id, task, queue, attempt, worker
-id, duration, outcome), and emit the middleware hooks (``on_retry`` / ``on_dead_letter`` /
-``on_lease_lost``, then ``after_process``). Broker errors are retried while the lease is still
-being extended (the lease keeper keeps extending jobs until they are recorded); an attempt whose
-lease was lost is never written — it belongs to another delivery now.
+id, duration, outcome: DEBUG for successes, INFO for shutdown releases, WARNING for failures),
+and emit the middleware hooks (``on_retry`` / ``on_dead_letter`` / ``on_lease_lost``, then
+``after_process``). Completed jobs are handled per batch: one counter update, and middleware
+with an ``after_process_batch(worker, jobs, durations)`` method (``MetricsMiddleware``) get
+one call for the whole batch instead of one ``after_process`` per job.
+
+Broker errors are retried while the lease is still being extended (the lease keeper keeps
+extending jobs until they are recorded); an attempt whose lease was lost is never written — it
+belongs to another delivery now.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ..broker.base import Ack
 from ..errors import LeaseLost
 from ..middleware import emit
-from .execute import Outcome
+from .execute import Outcome, hooked
 from .running import Running
 
 if TYPE_CHECKING:
@@ -45,25 +50,55 @@ class Recorder:
 
     def record(self, items: Sequence[tuple[Running, Outcome]], now: float) -> list[str]:
         """Write a batch of outcomes; returns each one's name (``completed``, ``lease_lost``...)."""
-        names: dict[int, str] = {}
-        acks: list[tuple[int, Running, Outcome]] = []
+        names = [""] * len(items)
+        acks: list[int] = []
         for i, (run, outcome) in enumerate(items):
             if run.lost:
                 names[i] = "lease_lost"
             elif outcome.ok:
-                acks.append((i, run, outcome))
+                acks.append(i)
             else:
                 names[i] = self._fail(run, outcome, now)
         if acks:
-            batch = [Ack(r.job.id, r.token, o.result, r.job.queue) for _, r, o in acks]
+            batch = [Ack(r.job.id, r.token, o.result, r.job.queue)
+                     for r, o in (items[i] for i in acks)]  # fmt: skip
             results = self._retrying("complete", lambda: self.broker.complete(batch, now))
-            for (i, _, _), ok in zip(acks, results or [False] * len(acks), strict=True):
+            for i, ok in zip(acks, results or [False] * len(acks), strict=True):
                 names[i] = "completed" if ok else "lease_lost"
-        out = []
+        completed = [items[i][0] for i in acks if names[i] == "completed"]
+        if completed:
+            self.completed(completed)
         for i, (run, outcome) in enumerate(items):
-            self.after(run, names[i], outcome)
-            out.append(names[i])
-        return out
+            if names[i] != "completed":
+                self.after(run, names[i], outcome)
+        return names
+
+    def completed(self, runs: Sequence[Running]) -> None:
+        """``after`` for a batch of completed jobs: one counter update, batched metrics."""
+        with self._lock:
+            self.processed += len(runs)
+        durations = [run.duration() for run in runs]
+        if log.isEnabledFor(logging.DEBUG):
+            wid = self.worker.id
+            for run, duration in zip(runs, durations, strict=True):
+                job = run.job
+                fields = {"job_id": job.id, "task": job.task, "queue": job.queue,
+                          "attempt": job.attempts, "worker": wid,
+                          "duration": round(duration, 6), "outcome": "completed"}  # fmt: skip
+                log.debug("job %s task=%s queue=%s attempt=%d worker=%s duration=%.3fs "
+                          "outcome=completed", job.id, job.task, job.queue, job.attempts, wid,
+                          duration, extra={"job": fields})  # fmt: skip
+        for mw in reversed(hooked(self.middleware, "after_process")):
+            batch = getattr(mw, "after_process_batch", None)
+            if batch is not None:
+                try:
+                    batch(self.worker, [run.job for run in runs], durations)
+                except Exception:
+                    log.exception("middleware %s.after_process_batch failed", type(mw).__name__)
+                continue
+            for run, duration in zip(runs, durations, strict=True):
+                emit([mw], "after_process", self.worker, run.job, outcome="completed",
+                     duration=duration, error=None)  # fmt: skip
 
     def start(self, done: queue.SimpleQueue[tuple[Running, Outcome] | None],
               recorded: Callable[[list[Running]], None]) -> threading.Thread:  # fmt: skip
@@ -144,7 +179,8 @@ class Recorder:
         error = outcome.error if outcome is not None else None
         decision = outcome.decision if outcome is not None else None
         detail = f" error={decision.exc_type}: {decision.message[:200]}" if decision else ""
-        level = logging.INFO if name in ("completed", "released") else logging.WARNING
+        level = (logging.DEBUG if name == "completed"
+                 else logging.INFO if name == "released" else logging.WARNING)  # fmt: skip
         if log.isEnabledFor(level):
             fields: dict[str, Any] = {
                 "job_id": job.id, "task": job.task, "queue": job.queue, "attempt": job.attempts,

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -21,43 +20,49 @@ if TYPE_CHECKING:
 QUEUED, RUNNING, LEFT = "queued", "running", "left"
 
 
-@dataclass(eq=False)
 class Running:
     """One claimed job: lease, task, executor, timing and the flags its helpers set."""
 
-    lease: Lease
-    task: Task | None
-    executor: str  # "thread" | "asyncio" | "process" | "none" (rejected before running)
-    timeout: float | None
-    claimed: float = field(default_factory=time.monotonic)
-    started: float | None = None  # monotonic time the job really began
-    deadline: float | None = None  # monotonic; None when the job has no timeout
-    phase: str = QUEUED
-    interrupted: bool = False  # the timeout fired and the executor was told to stop it
-    stuck: bool = False  # it ignored the interruption past the grace period
-    lost: bool = False  # the broker said the lease is gone; outcome will be discarded
-    lost_announced: bool = False  # the lease-lost warning and hook happened
-    settled: bool = False  # an outcome (or a release) was decided; later ones are ignored
-    thread_ident: int | None = None
-    handle: Any = None  # executor-specific (asyncio task, process slot)
-    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    __slots__ = ("claimed", "deadline", "executor", "handle", "interrupted", "job", "lease",
+                 "lock", "lost", "lost_announced", "phase", "settled", "started", "stuck",
+                 "task", "thread_ident", "timeout", "token")  # fmt: skip
 
-    @property
-    def job(self) -> Job:
-        """The job snapshot taken when it was claimed."""
-        return self.lease.job
+    def __init__(
+        self, lease: Lease, task: Task | None, executor: str, timeout: float | None
+    ) -> None:
+        self.lease = lease
+        self.job: Job = lease.job  # the job snapshot taken when it was claimed
+        self.token: str = lease.token  # the fencing token of this attempt
+        self.task = task
+        self.executor = executor  # "thread" | "asyncio" | "process" | "none" (refused)
+        self.timeout = timeout
+        self.claimed = time.monotonic()
+        self.started: float | None = None  # monotonic time the job really began
+        self.deadline: float | None = None  # monotonic; None when the job has no timeout
+        self.phase = QUEUED
+        self.interrupted = False  # the timeout fired and the executor was told to stop it
+        self.stuck = False  # it ignored the interruption past the grace period
+        self.lost = False  # the broker said the lease is gone; outcome will be discarded
+        self.lost_announced = False  # the lease-lost warning and hook happened
+        self.settled = False  # an outcome (or a release) was decided; later ones are ignored
+        self.thread_ident: int | None = None
+        self.handle: Any = None  # executor-specific (asyncio task, process slot)
+        self.lock = threading.Lock()
 
-    @property
-    def token(self) -> str:
-        """The fencing token of this attempt."""
-        return self.lease.token
+    def __repr__(self) -> str:
+        return (f"Running(job={self.job.id!r}, executor={self.executor!r}, "
+                f"phase={self.phase!r}, settled={self.settled!r})")  # fmt: skip
 
     def begin(self, thread_ident: int | None = None) -> None:
         """Mark the start of execution; the timeout clock starts now."""
+        if self.timeout is None:  # nobody interrupts it: no lock needed
+            self.started = time.monotonic()
+            self.thread_ident = thread_ident
+            self.phase = RUNNING
+            return
         with self.lock:
             self.started = time.monotonic()
-            if self.timeout is not None:
-                self.deadline = self.started + self.timeout
+            self.deadline = self.started + self.timeout
             self.thread_ident = thread_ident
             self.phase = RUNNING
 

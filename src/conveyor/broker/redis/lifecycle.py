@@ -25,6 +25,9 @@ class LifecycleMixin(RedisBase):
     def wait_for_work(self, queues: Sequence[str], timeout: float) -> None:
         """Block on BLPOP of the queues' wake lists until a job may be ready or ``timeout``.
 
+        Returns as soon as a marker is popped, without checking that its job is still ready
+        (that would cost a round trip on every pickup): the caller's claim decides.
+
         While Redis is unreachable this sleeps for ``timeout`` instead of raising: waiting is
         all it promises, and the caller's next claim reports the outage (and backs off).
         """
@@ -47,27 +50,12 @@ class LifecycleMixin(RedisBase):
         else:
             names = []
         keys = [self.keys.queue_key(q, "wake") for q in names] or [self.keys.global_wake]
-        queue_of = {key.encode(): q for key, q in zip(keys, names, strict=False)}
-        deadline = time.monotonic() + wait
-        while True:
-            popped = self.client.blpop(keys, timeout=wait)
-            if popped is None:
-                return
-            # markers left while nobody waited are stale: drop them all; this worker claims
-            # next anyway and passes the wake-up on (claim.lua) if more jobs remain
-            queue = queue_of.get(popped[0])
-            pipe = self.client.pipeline(transaction=False)
-            pipe.delete(popped[0])
-            if queue is not None:
-                pipe.zcard(self.keys.queue_key(queue, "ready"))
-            replies = pipe.execute()
-            if queue is None or replies[1] > 0:
-                return
-            # a stale marker (its jobs were claimed already): returning now would make the
-            # caller claim nothing and, seeing a wait that did not block, back off; wait on
-            wait = deadline - time.monotonic()
-            if wait < 0.01:
-                return
+        # A popped marker ends the wait at once: the caller claims next, and claim.lua drops the
+        # queue's other markers. A stale one (its job was claimed while nobody waited) costs one
+        # empty claim, after which the list is empty and the next wait blocks.
+        popped = self.client.blpop(keys, timeout=wait)
+        if popped is not None and not names:  # the global list: no claim.lua drops its markers
+            self.client.delete(popped[0])
 
     @guarded
     def flush_all(self) -> None:

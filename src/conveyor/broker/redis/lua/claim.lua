@@ -3,7 +3,8 @@
 -- One atomic step: promotion of due jobs first, then per job popped from the ready set: state
 -- active, attempts + 1, started_at, worker_id, lease deadline, a fresh fencing token
 -- ("<seq>:<queue>"), lease entry, "started" event (one stream entry for all the jobs of the
--- call: emit_many in _lib.lua). A paused queue is promoted but not served.
+-- call: emit_many in _lib.lua). A paused queue is promoted but not served. The queue's wake
+-- markers are dropped (a worker woken by one claims right away; wait_for_work does not check).
 -- Entries whose job is gone or no longer pending are dropped; a job key of the wrong type
 -- (garbage) is dead-lettered with kind decode_error (a string's value is kept in field "raw").
 -- Payloads are NOT decoded here: the client decodes and dead-letters undecodable ones at once
@@ -36,6 +37,9 @@ local function bury_foreign(id, key, kind)
 end
 
 promote(q, now, tonumber(ARGV[7]))
+-- this claim serves every marker left so far (stale ones included); if it leaves ready jobs
+-- behind it pushes one again below, for the next idle worker
+redis.call('DEL', q.wake)
 if redis.call('EXISTS', q.paused) == 1 then return {0} end
 
 local out = {0}
