@@ -178,10 +178,8 @@ def notes(doc: dict[str, Any]) -> str:
                 f"; crash: {crash['in_flight_at_kill']} in flight at kill, waited until "
                 f"{crash.get('idle_s', 0):.0f}s idle (max {crash['window_s']:.0f}s)"
             )
-            if crash.get("worker") and crash.get("worker") != _get("drain", "default", "worker")(
-                scen
-            ):
-                line += f" with `{crash['worker']}`"
+            if crash.get("mode", "default") != "default":
+                line += f" with `{crash.get('worker')}`"
         for scen_name, err in sysdoc.get("errors", {}).items():
             line += f"; **{scen_name} failed**: {str(err).splitlines()[0][:160]}"
         out.append(line)

@@ -278,6 +278,7 @@ def crash(adapter: Adapter, sizes: Sizes) -> Result:
         "count": count,
         "job_ms": sizes.crash_sleep * 1000,
         "worker": adapter.describe_mode(adapter.crash_mode),
+        "mode": adapter.crash_mode,
         "kill_after_first_start_s": sizes.crash_kill_after,
         "window_s": sizes.crash_window,
         "idle_s": sizes.crash_idle,
