@@ -17,7 +17,10 @@ from typing import ClassVar
 
 from bench.harness.adapter import Adapter
 
-_CONCURRENCY = {"best": 1024, "c16": 16, "c64": 64, "c256": 256, "c512": 512, "c1024": 1024}
+_CONCURRENCY = {
+    "best": 2048, "c16": 16, "c64": 64, "c256": 256, "c512": 512, "c1024": 1024, "c2048": 2048,
+    "c4096": 4096,
+}  # fmt: skip
 
 
 class ConveyorAdapter(Adapter):
@@ -29,7 +32,7 @@ class ConveyorAdapter(Adapter):
     venv = ".venv"
     client_module = "bench.peer_tasks.conveyor_tasks"
     bulk_api = "app.enqueue_many (one atomic Lua call per batch)"
-    tuning_modes: ClassVar[tuple[str, ...]] = ("c16", "c64", "c256", "c512", "c1024")
+    tuning_modes: ClassVar[tuple[str, ...]] = ("c64", "c256", "c1024", "c2048", "c4096")
     crash_mode = "crash"
 
     def worker_command(self, mode: str) -> list[str]:
