@@ -1,0 +1,59 @@
+"""Hostile data shared by every test that checks Conveyor survives what users and attackers send.
+
+Job data (arguments, errors, names, ids) is hostile: it must never stop a queue, break a CLI table,
+a page or a log line. Tests import these values instead of inventing their own, so every backend
+and every page sees the same set.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def deep_list(depth: int) -> Any:
+    """A list nested ``depth`` levels deep (orjson refuses > 255, json's recursion limit ~1000)."""
+    value: Any = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def deep_json_text(depth: int) -> str:
+    """Valid JSON text nesting ``depth`` levels deep, built without recursion."""
+    return "[" * depth + "]" * depth
+
+
+#: Values that are valid Python but cannot be stored as Conveyor's JSON (orjson) payloads.
+UNENCODABLE: dict[str, Any] = {
+    "lone_surrogate": "name-\udcff.txt",  # os.listdir on a non-UTF-8 file name
+    "deep_nesting": deep_list(600),
+    "int_over_64_bits": 2**64,
+    "nan": float("nan"),
+    "infinity": float("inf"),
+    "object": object(),
+}
+
+#: Strings that must be shown as text, never interpreted (markup, control characters, paths).
+HOSTILE_TEXT: dict[str, str] = {
+    "markup": '<script>alert("x")</script><img src=x onerror=alert(1)>',
+    "newline": "first line\nforged: log line",
+    "carriage_return": "ok\r\x1b[2J\x1b[31mred",
+    "rich_markup": "[bold red]not a style[/]",
+    "path_traversal": "zz/../../jobs/victim-1",
+    "long": "x" * 5000,
+    "unicode": "名前 🚀 \u202eevil",
+}
+
+#: Names (queue, task) that must be refused: a trailing newline used to slip past `$` regexes.
+BAD_NAMES: dict[str, str] = {
+    "trailing_newline": "default\n",
+    "embedded_newline": "de\nfault",
+    "slash": "a/b",
+    "empty": "",
+}
+
+#: Host headers a DNS-rebinding page would send to a dashboard bound on loopback.
+FOREIGN_HOSTS: tuple[str, ...] = ("rebind.attacker.example", "evil.example:80", "10.0.0.1")
+
+#: A request body larger than any endpoint should read (64 MiB).
+HUGE_BODY_BYTES = 64 * 1024 * 1024
