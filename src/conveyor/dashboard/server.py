@@ -36,12 +36,22 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ..errors import ConveyorError, ValidationError
 from ..monitoring.actions import Operator
 from ..monitoring.inspect import Inspector
+from .hardening import (
+    BodyLimit,
+    BodyTooLarge,
+    SegmentPaths,
+    SessionStore,
+    check_hosts,
+    trusted_hosts,
+    uvicorn_options,
+)
 from .render import STATIC, Renderer
 from .security import (
     CSRF_COOKIE,
     CSRF_FIELD,
     CSRF_HEADER,
     SECURITY_HEADERS,
+    SESSION_COOKIE,
     DashboardConfig,
     Identity,
     RateLimiter,
@@ -73,6 +83,7 @@ class Dashboard:
 
     def __post_init__(self) -> None:
         self.inspector = Inspector(self.app)
+        self.sessions = SessionStore(self.app, self.config)
         self.api_limiter = RateLimiter(self.config.rate_limit, self.config.rate_burst)
         self.login_limiter = RateLimiter(
             self.config.login_per_minute / 60.0, self.config.login_per_minute
@@ -201,11 +212,22 @@ class SecurityMiddleware:
             await self.app(scope, receive, send)
             return
         request = Request(scope)
-        config = self.dash.config
+        config, dash = self.dash.config, self.dash
         seed = request.cookies.get(CSRF_COOKIE)
         fresh_seed = None if seed else new_csrf_seed()
         scope["conveyor.csrf_seed"] = seed or fresh_seed
-        response = self._refuse(request)
+        ident = authenticate(config, request.headers, request.cookies, dash.app.now(), _never)
+        if request.cookies.get(SESSION_COOKIE) and (ident is None or ident.via == "none"):
+            # A signed session cookie counts only while its server-side record lives.
+            ident = await run_in_threadpool(
+                authenticate,
+                config,
+                request.headers,
+                request.cookies,
+                dash.app.now(),
+                dash.sessions.alive,
+            )
+        response = self._refuse(request, ident)
         secure = (
             config.cookie_secure
             if config.cookie_secure is not None
@@ -230,7 +252,7 @@ class SecurityMiddleware:
             return
         await self.app(scope, receive, send_with_headers)
 
-    def _refuse(self, request: Request) -> Response | None:
+    def _refuse(self, request: Request, ident: Identity | None) -> Response | None:
         """A refusal response, or None to let the request through (identity set on scope)."""
         path = request.url.path
         dash, client = self.dash, client_of(request)
@@ -238,7 +260,6 @@ class SecurityMiddleware:
             wait = dash.login_limiter.allow(f"login:{client}")
             if wait:
                 return _too_many(wait)
-        ident = authenticate(dash.config, request.headers, request.cookies, dash.app.now())
         public = path in PUBLIC_PATHS or path.startswith("/static/")
         if ident is None and not public:
             if request.headers.get("authorization"):
@@ -265,6 +286,11 @@ class SecurityMiddleware:
         return None
 
 
+def _never(sid: str) -> bool:
+    """Session check for the first, broker-free pass of authentication."""
+    return False
+
+
 def _too_many(wait: float) -> Response:
     return JSONResponse(
         {"error": "rate limit exceeded", "retry_after": round(wait, 3)},
@@ -279,6 +305,9 @@ def _exception_handlers() -> Mapping[Any, Any]:
     def not_found(request: Request, exc: Exception) -> Response:
         return error_response(request, 404, str(exc))
 
+    def too_large(request: Request, exc: Exception) -> Response:
+        return JSONResponse({"error": str(exc), "field": "body"}, status_code=413)
+
     def invalid(request: Request, exc: Exception) -> Response:
         field_name = getattr(exc, "field", None)
         return error_response(request, 422, str(exc), field=field_name)
@@ -288,11 +317,25 @@ def _exception_handlers() -> Mapping[Any, Any]:
             return not_found(request, exc)
         return error_response(request, 400, str(exc))
 
-    return {JobNotFound: not_found, ValidationError: invalid, ConveyorError: conveyor_error}
+    return {
+        JobNotFound: not_found,
+        BodyTooLarge: too_large,
+        ValidationError: invalid,
+        ConveyorError: conveyor_error,
+    }
 
 
-def create_app(app: Conveyor, config: DashboardConfig | None = None, **overrides: Any) -> Starlette:
-    """The dashboard for ``app``; ``config`` defaults to ``DashboardConfig.from_env(...)``."""
+def create_app(
+    app: Conveyor,
+    config: DashboardConfig | None = None,
+    *,
+    host: str = "127.0.0.1",
+    **overrides: Any,
+) -> Starlette:
+    """The dashboard for ``app`` served on address ``host`` (the Host header check uses it);
+    ``config`` defaults to ``DashboardConfig.from_env(...)``."""
+    from starlette.middleware.trustedhost import TrustedHostMiddleware
+
     from . import api, forms, live, views
 
     cfg = config or DashboardConfig.from_env(**overrides)
@@ -309,7 +352,12 @@ def create_app(app: Conveyor, config: DashboardConfig | None = None, **overrides
     ]
     web = Starlette(routes=routes, exception_handlers=dict(_exception_handlers()))
     web.state.dashboard = dash
+    # Outermost last: Host check, then ids as segments, body cap, then authentication.
     web.add_middleware(SecurityMiddleware, dash=dash)
+    web.add_middleware(BodyLimit, config=cfg)
+    web.add_middleware(SegmentPaths)
+    allowed = trusted_hosts(host, cfg)
+    web.add_middleware(TrustedHostMiddleware, allowed_hosts=allowed, www_redirect=False)
     return web
 
 
@@ -325,10 +373,12 @@ def serve(
 
     cfg = config or DashboardConfig.from_env(**overrides)
     check_bind(host, cfg)
+    check_hosts(host, cfg)
     if not cfg.auth_enabled:
         log.warning("dashboard running WITHOUT authentication on %s (loopback only)", host)
-    web = create_app(app, cfg)
-    uvicorn.run(web, host=host, port=port, log_level="warning", timeout_graceful_shutdown=2)
+    web = create_app(app, cfg, host=host)
+    uvicorn.run(web, host=host, port=port, log_level="warning", timeout_graceful_shutdown=2,
+                **uvicorn_options(cfg))  # fmt: skip
 
 
 class BackgroundServer:
@@ -340,7 +390,8 @@ class BackgroundServer:
 
         cfg = config or DashboardConfig.from_env(**overrides)
         check_bind(host, cfg)
-        self.web = create_app(app, cfg)
+        check_hosts(host, cfg)
+        self.web = create_app(app, cfg, host=host)
         self.dashboard: Dashboard = self.web.state.dashboard
         self.host = host
         self._sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
@@ -348,7 +399,7 @@ class BackgroundServer:
         self._sock.bind((host, port))
         self.port = int(self._sock.getsockname()[1])
         uv_config = uvicorn.Config(self.web, log_level="warning", timeout_graceful_shutdown=1,
-                                   lifespan="off")  # fmt: skip
+                                   lifespan="off", **uvicorn_options(cfg))  # fmt: skip
         self.server = uvicorn.Server(uv_config)
         self._thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self._sock]},
                                         name="conveyor-dashboard", daemon=True)  # fmt: skip
