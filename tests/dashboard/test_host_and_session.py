@@ -142,3 +142,29 @@ def test_logout_reaches_every_dashboard_of_the_broker(dash_app: Conveyor) -> Non
     assert two.get("/", follow_redirects=False).status_code == 200
     one.post("/logout", data={"csrf_token": token}, follow_redirects=False)
     assert two.get("/", follow_redirects=False).status_code == 303
+
+
+def run_cli(monkeypatch: pytest.MonkeyPatch, env: dict[str, str], *args: str) -> Any:
+    from click.testing import CliRunner
+
+    from conveyor.cli.main import cli
+
+    for var in ("TOKEN", "USERNAME", "PASSWORD", "ALLOWED_HOSTS", "FORWARDED_ALLOW_IPS"):
+        monkeypatch.delenv(f"CONVEYOR_DASHBOARD_{var}", raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    return CliRunner().invoke(cli, ["dashboard", "--url", "memory://", *args])
+
+
+def test_the_command_line_refuses_blank_credentials_and_bad_hosts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    blank = run_cli(monkeypatch, {"CONVEYOR_DASHBOARD_TOKEN": "    "})
+    assert blank.exit_code == 2 and "CONVEYOR_DASHBOARD_TOKEN" in blank.output
+    token = {"CONVEYOR_DASHBOARD_TOKEN": TOKEN}
+    wildcard = run_cli(monkeypatch, token, "--host", "0.0.0.0")
+    assert wildcard.exit_code == 2 and "--allowed-host" in wildcard.output
+    bad = run_cli(monkeypatch, token, "--allowed-host", "evil/host")
+    assert bad.exit_code == 2 and "allowed_hosts" in bad.output
+    proxies = run_cli(monkeypatch, token, "--forwarded-allow-ips", "10.0.0.1,not-an-ip")
+    assert proxies.exit_code == 2 and "forwarded_allow_ips" in proxies.output
