@@ -187,6 +187,7 @@ def test_delete_a_dead_letter_whose_id_climbs_out_of_its_path(
     page.click(f'tr[data-job="{hostile}"] a')
     page.wait_for_url(re.compile(r"/jobs/zz%2F\.\.%2F\.\.%2Fjobs%2Fvictim-1$"))
     expect(page.locator("#job-state")).to_have_text("dead_letter")
+    page.wait_for_function(SSE_OPEN, timeout=5000)  # /live/job/<one segment> streams
     page.goto(server.url + "/dead?queue=hostile")
     page.once("dialog", lambda dialog: dialog.accept())
     with page.expect_response(lambda r: r.request.method == "POST") as posted:
