@@ -20,6 +20,7 @@ import pytest
 from conveyor import Conveyor
 from conveyor.dashboard.security import DashboardConfig
 from conveyor.dashboard.server import BackgroundServer
+from tests.support.hostile import HOSTILE_TEXT
 
 from .conftest import AUTH, PASSWORD, TOKEN, USER, register_tasks
 
@@ -168,6 +169,35 @@ def test_retry_a_dead_letter_from_the_ui_and_see_it_complete(
         thread.join(10)
     audit = live_app.broker.log_read("audit", 20)
     assert any(e["action"] == "job.retry" and e["actor"] == USER for e in audit)
+
+
+def test_delete_a_dead_letter_whose_id_climbs_out_of_its_path(
+    page: Any, server: BackgroundServer, live_app: Conveyor
+) -> None:
+    """The id ``zz/../../jobs/victim-1`` once made the delete button delete ``victim-1``."""
+    expect = playwright_sync.expect
+    hostile = HOSTILE_TEXT["path_traversal"]
+    victim = hostile.rsplit("/", 1)[1]
+    live_app.enqueue("add", [1, 2], queue="hostile", job_id=victim)
+    live_app.enqueue("boom", [hostile], queue="hostile", job_id=hostile)
+    live_app.worker(["hostile"], handle_signals=False, heartbeat=False).run_until_idle()
+    assert live_app.get_job(hostile).state == "dead_letter"
+    assert live_app.get_job(victim).state == "completed"
+    page.goto(server.url + "/dead?queue=hostile")
+    page.click(f'tr[data-job="{hostile}"] a')
+    page.wait_for_url(re.compile(r"/jobs/zz%2F\.\.%2F\.\.%2Fjobs%2Fvictim-1$"))
+    expect(page.locator("#job-state")).to_have_text("dead_letter")
+    page.wait_for_function(SSE_OPEN, timeout=5000)  # /live/job/<one segment> streams
+    page.goto(server.url + "/dead?queue=hostile")
+    page.once("dialog", lambda dialog: dialog.accept())
+    with page.expect_response(lambda r: r.request.method == "POST") as posted:
+        page.click(f'tr[data-job="{hostile}"] button.delete')
+    assert posted.value.status == 204
+    assert "/jobs/zz%2F..%2F..%2Fjobs%2Fvictim-1/delete" in posted.value.url
+    page.wait_for_url(re.compile(r"/dead"))
+    expect(page.locator(f'tr[data-job="{hostile}"]')).to_have_count(0)
+    assert live_app.broker.get(hostile) is None
+    assert live_app.get_job(victim).state == "completed"
 
 
 def test_request_without_csrf_token_is_refused(

@@ -7,6 +7,7 @@ and the OpenAPI document (``/api/v1/openapi.json``) are both built from.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -309,10 +310,11 @@ def _writer(
 
 
 def routes() -> list[Route]:
-    """Starlette routes for every operation (ids and keys may contain ``/`` and ``:``)."""
+    """Starlette routes for every operation; each parameter is ONE path segment, quoted
+    (ids may contain ``/`` and ``..``: ``%2F`` stays inside the segment)."""
     out = []
     for op in OPERATIONS:
-        path = PREFIX + op.path.replace("{id}", "{id:path}").replace("{key}", "{key:path}")
+        path = PREFIX + re.sub(r"{(\w+)}", r"{\1:segment}", op.path)
         endpoint = action(_writer(op.handler)) if op.write else _reader(op.handler)
         out.append(Route(path, endpoint, methods=[op.method]))
     return out

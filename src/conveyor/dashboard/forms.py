@@ -8,7 +8,7 @@ Each is wrapped by ``server.action`` (read-only refusal + CSRF check) and audite
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import urlencode
 
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
@@ -16,7 +16,8 @@ from starlette.routing import Route
 
 from ..monitoring.actions import Operator
 from ..monitoring.inspect import SEARCH_FIELDS
-from .security import SESSION_COOKIE, check_login, make_session
+from .hardening import segment
+from .security import SESSION_COOKIE, check_login
 from .server import action, client_of, dashboard_of, done
 from .views import safe_next
 
@@ -52,7 +53,7 @@ def login(request: Request, data: dict[str, Any]) -> Response:
     )
     response.set_cookie(
         SESSION_COOKIE,
-        make_session(config, user, dash.app.now()),
+        dash.sessions.open(user),
         max_age=int(config.session_ttl),
         httponly=True,
         samesite="strict",
@@ -63,10 +64,10 @@ def login(request: Request, data: dict[str, Any]) -> Response:
 
 
 def logout(request: Request, data: dict[str, Any]) -> Response:
-    """Forget the session cookie."""
-    response = RedirectResponse(
-        "/login" if dashboard_of(request).config.auth_enabled else "/", status_code=303
-    )
+    """End the session on the server (its cookie is refused from now on) and drop the cookie."""
+    dash = dashboard_of(request)
+    dash.sessions.close(request.cookies.get(SESSION_COOKIE, ""))
+    response = RedirectResponse("/login" if dash.config.auth_enabled else "/", status_code=303)
     response.delete_cookie(SESSION_COOKIE, path="/")
     return response
 
@@ -90,7 +91,7 @@ def resume_queue(request: Request, data: dict[str, Any]) -> Response:
 
 
 def _job_url(job_id: str) -> str:
-    return "/jobs/" + quote(job_id, safe="")
+    return "/jobs/" + segment(job_id)
 
 
 def cancel_job(request: Request, data: dict[str, Any]) -> Response:
@@ -177,14 +178,14 @@ def routes() -> list[Route]:
     return [
         Route("/login", action(login, allow_read_only=True), methods=post),
         Route("/logout", action(logout, allow_read_only=True), methods=post),
-        Route("/queues/{name}/pause", action(pause_queue), methods=post),
-        Route("/queues/{name}/resume", action(resume_queue), methods=post),
-        Route("/jobs/{id:path}/cancel", action(cancel_job), methods=post),
-        Route("/jobs/{id:path}/retry", action(retry_job), methods=post),
-        Route("/jobs/{id:path}/delete", action(delete_job), methods=post),
+        Route("/queues/{name:segment}/pause", action(pause_queue), methods=post),
+        Route("/queues/{name:segment}/resume", action(resume_queue), methods=post),
+        Route("/jobs/{id:segment}/cancel", action(cancel_job), methods=post),
+        Route("/jobs/{id:segment}/retry", action(retry_job), methods=post),
+        Route("/jobs/{id:segment}/delete", action(delete_job), methods=post),
         Route("/dead/retry", action(retry_dead), methods=post),
         Route("/dead/delete", action(delete_dead), methods=post),
-        Route("/schedules/{name}/pause", action(pause_schedule), methods=post),
-        Route("/schedules/{name}/resume", action(resume_schedule), methods=post),
-        Route("/alerts/{key:path}/acknowledge", action(acknowledge), methods=post),
+        Route("/schedules/{name:segment}/pause", action(pause_schedule), methods=post),
+        Route("/schedules/{name:segment}/resume", action(resume_schedule), methods=post),
+        Route("/alerts/{key:segment}/acknowledge", action(acknowledge), methods=post),
     ]

@@ -123,6 +123,6 @@ def routes() -> list[Route]:
     """The SSE routes."""
     return [
         Route("/live/overview", live("overview")),
-        Route("/live/queue/{name}", live("queue")),
-        Route("/live/job/{id:path}", live("job")),
+        Route("/live/queue/{name:segment}", live("queue")),
+        Route("/live/job/{id:segment}", live("job")),
     ]

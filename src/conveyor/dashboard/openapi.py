@@ -70,7 +70,9 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     },
     "Error": {"type": "object", "properties": {"error": _STR, "field": _STR}},
 }
+_SEGMENT = "Percent-encoded as ONE path segment: a `/` in an id is sent as `%2F`."
 _RESPONSES = {
+    "400": {"description": "Host header is not the dashboard's address or an allowed host."},
     "401": {"description": "Authentication required."},
     "403": {"description": "CSRF token missing, cross-site request, or read-only mode."},
     "404": {"description": "Not found."},
@@ -78,6 +80,7 @@ _RESPONSES = {
         "description": "Invalid input (the body names the field).",
         "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
     },
+    "413": {"description": "Request body over the API limit (2 MiB by default)."},
     "429": {"description": "Rate limit exceeded (see Retry-After)."},
 }
 
@@ -87,7 +90,7 @@ def document(operations: Sequence[Operation], prefix: str) -> dict[str, Any]:
     paths: dict[str, dict[str, Any]] = {}
     for op in operations:
         params = [
-            {"name": n, "in": "path", "required": True, "schema": _STR}
+            {"name": n, "in": "path", "required": True, "schema": _STR, "description": _SEGMENT}
             for n in re.findall(r"{(\w+)}", op.path)
         ]
         params += [{"name": n, "in": "query", **PARAMETERS[n]} for n in op.query]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import orjson
 from jinja2 import Environment, FileSystemLoader, select_autoescape
@@ -71,6 +72,11 @@ def pretty(value: Any, limit: int = MAX_PRETTY) -> str:
     return text
 
 
+def seg(value: Any) -> str:
+    """A value quoted as ONE URL path segment (``/`` -> ``%2F``): ids may hold ``/`` and ``..``."""
+    return quote("" if value is None else str(value), safe="")
+
+
 def build_environment() -> Environment:
     """The Jinja2 environment (autoescape on for every template)."""
     env = Environment(
@@ -80,7 +86,7 @@ def build_environment() -> Environment:
         lstrip_blocks=True,
     )
     env.filters.update(
-        ts=ts, ago=ago, dur=dur, pct=pct, short=short, pretty=pretty, argprev=preview_args
+        ts=ts, ago=ago, dur=dur, pct=pct, short=short, pretty=pretty, argprev=preview_args, seg=seg
     )
     return env
 

@@ -13,6 +13,7 @@ Rules (see docs/monitoring.md):
   when it lacks the CSRF token (``X-CSRF-Token`` header or ``csrf_token`` form field) bound to
   the ``conveyor_csrf`` cookie.
 * Token buckets limit requests per client on the API and on login attempts.
+* Host headers, body sizes, forwarded headers and server-side sessions: ``hardening``.
 """
 
 from __future__ import annotations
@@ -24,10 +25,11 @@ import hmac
 import ipaddress
 import json
 import os
+import re
 import secrets
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -51,6 +53,9 @@ SECURITY_HEADERS = {
 }
 MIN_TOKEN = 16
 MIN_PASSWORD = 8
+MAX_BODY = 64 * 1024  # forms and log-in: a few fields
+MAX_API_BODY = 2 * 1024 * 1024  # API JSON: a 1 MiB payload (the enqueue cap) plus its envelope
+_HOST_RE = re.compile(r"\*|(\*\.)?[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*\.?|\[[0-9A-Fa-f:.]+\]")
 
 
 @dataclass(frozen=True)
@@ -68,16 +73,31 @@ class DashboardConfig:
     rate_burst: int = 100
     login_per_minute: int = 10
     live_interval: float = 0.3  # seconds between live (SSE) refreshes
+    # Host header names accepted besides the bound address (``*.example.com``, ``*`` for any).
+    allowed_hosts: tuple[str, ...] = ()
+    # Proxies whose X-Forwarded-For / -Proto are trusted (IPs, networks or ``*``); none by default.
+    forwarded_allow_ips: tuple[str, ...] = ()
+    max_body: int = MAX_BODY  # bytes a page form or the log-in may send (413 beyond)
+    max_api_body: int = MAX_API_BODY  # bytes an /api/ request may send (413 beyond)
 
     def __post_init__(self) -> None:
-        if self.token is not None and len(self.token) < MIN_TOKEN:
-            raise ValidationError("token", f"must be at least {MIN_TOKEN} characters")
-        if self.password is not None and len(self.password) < MIN_PASSWORD:
-            raise ValidationError("password", f"must be at least {MIN_PASSWORD} characters")
+        _check_secret("token", self.token, MIN_TOKEN)
+        _check_secret("password", self.password, MIN_PASSWORD)
+        name = self.username
+        if name is not None and (not name.strip() or name != name.strip()):
+            raise ValidationError("username", "must not be blank or start/end with whitespace")
         if self.password is not None and not self.username:
             object.__setattr__(self, "username", "admin")
         if self.username is not None and self.password is None:
             raise ValidationError("password", "a username needs a password (there is no default)")
+        object.__setattr__(self, "allowed_hosts", tuple(_host_name(h) for h in self.allowed_hosts))
+        object.__setattr__(
+            self, "forwarded_allow_ips", tuple(_proxy(p) for p in self.forwarded_allow_ips)
+        )
+        for name in ("max_body", "max_api_body"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1024:
+                raise ValidationError(name, "must be an integer of at least 1024 bytes")
 
     @property
     def auth_enabled(self) -> bool:
@@ -92,9 +112,18 @@ class DashboardConfig:
         env = os.environ if environ is None else environ
         values: dict[str, Any] = {}
         for name in ("token", "username", "password"):
-            raw = env.get(f"CONVEYOR_DASHBOARD_{name.upper()}")
+            var = f"CONVEYOR_DASHBOARD_{name.upper()}"
+            raw = env.get(var)
+            if raw and not raw.strip():  # set but blank: a mistake, never "no credentials"
+                raise ValidationError(
+                    var, "is blank (whitespace only): set a real value or unset it"
+                )
             if raw:
                 values[name] = raw
+        for name in ("allowed_hosts", "forwarded_allow_ips"):
+            raw = env.get(f"CONVEYOR_DASHBOARD_{name.upper()}", "")
+            if raw.strip():
+                values[name] = split_list(raw)
         if env.get("CONVEYOR_DASHBOARD_SECRET"):
             values["secret"] = env["CONVEYOR_DASHBOARD_SECRET"].encode()
         if env.get("CONVEYOR_DASHBOARD_READ_ONLY", "").lower() in ("1", "true", "yes"):
@@ -105,7 +134,60 @@ class DashboardConfig:
             except ValueError as exc:
                 raise ValidationError("CONVEYOR_DASHBOARD_RATE_LIMIT", "must be a number") from exc
         values.update({k: v for k, v in overrides.items() if v is not None})
-        return replace(cls(), **values) if values else cls()
+        try:
+            return replace(cls(), **values) if values else cls()
+        except ValidationError as exc:  # name the variable the value came from
+            var = f"CONVEYOR_DASHBOARD_{exc.field.upper()}"
+            if exc.field in overrides or var not in env:
+                raise
+            raise ValidationError(var, exc.rule) from exc
+
+
+def split_list(raw: str) -> tuple[str, ...]:
+    """``"a, b,,c"`` -> ``("a", "b", "c")``: comma-separated settings."""
+    return tuple(part.strip() for part in raw.split(",") if part.strip())
+
+
+def _check_secret(name: str, value: str | None, minimum: int) -> None:
+    """A token or password: no blank value, no padding, ``minimum`` real characters."""
+    if value is None:
+        return
+    if not value.strip():
+        raise ValidationError(name, "must not be blank (whitespace only)")
+    if value != value.strip():
+        raise ValidationError(name, "must not start or end with whitespace")
+    if len(value) < minimum:
+        raise ValidationError(name, f"must be at least {minimum} characters")
+
+
+def _host_name(value: str) -> str:
+    """An allowed Host name, port dropped (``name``, ``*.domain``, ``*``, IP or ``[IPv6]``)."""
+    text = str(value).strip().lower()
+    if text.count(":") == 1:  # name:port or IPv4:port
+        text = text.partition(":")[0]
+    elif ":" in text and not text.startswith("["):
+        text = f"[{text}]"  # bare IPv6
+    elif text.startswith("[") and "]:" in text:
+        text = text.partition("]:")[0] + "]"
+    if not _HOST_RE.fullmatch(text):
+        raise ValidationError(
+            "allowed_hosts", f"{str(value)[:80]!r} is not a host name, '*.domain', '*' or an IP"
+        )
+    return text.rstrip(".")
+
+
+def _proxy(value: str) -> str:
+    """A trusted proxy: an IP address, a network (``10.0.0.0/8``) or ``*``."""
+    text = str(value).strip()
+    if text == "*":
+        return text
+    try:
+        ipaddress.ip_network(text, strict=False)
+    except ValueError as exc:
+        raise ValidationError(
+            "forwarded_allow_ips", f"{text[:80]!r} is not an IP address, a network or '*'"
+        ) from exc
+    return text
 
 
 def is_loopback(host: str) -> bool:
@@ -146,9 +228,16 @@ def _eq(a: str, b: str | None) -> bool:
 
 
 def authenticate(
-    config: DashboardConfig, headers: Mapping[str, str], cookies: Mapping[str, str], now: float
+    config: DashboardConfig,
+    headers: Mapping[str, str],
+    cookies: Mapping[str, str],
+    now: float,
+    alive: Callable[[str], bool] = lambda sid: True,
 ) -> Identity | None:
-    """The identity of a request, or None when auth is on and nothing valid was presented."""
+    """The identity of a request, or None when auth is on and nothing valid was presented.
+
+    ``alive(session_id)`` says whether the server still knows a session (logout ends it).
+    """
     auth = headers.get("authorization", "")
     scheme, _, value = auth.partition(" ")
     if scheme.lower() == "bearer" and config.token and _eq(value.strip(), config.token):
@@ -163,8 +252,8 @@ def authenticate(
     if auth:
         return None if config.auth_enabled else Identity("local", "none")
     session = read_session(config, cookies.get(SESSION_COOKIE, ""), now)
-    if session is not None:
-        return Identity(session, "cookie")
+    if session is not None and alive(session[1]):
+        return Identity(session[0], "cookie")
     return None if config.auth_enabled else Identity("local", "none")
 
 
@@ -190,17 +279,20 @@ def _unb64(text: str) -> bytes:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
-def make_session(config: DashboardConfig, user: str, now: float) -> str:
-    """A signed session cookie value for ``user``, valid ``session_ttl`` seconds."""
-    body = _b64(
-        json.dumps({"u": user, "exp": now + config.session_ttl, "n": secrets.token_hex(8)}).encode()
-    )
+def new_session_id() -> str:
+    """A fresh random session id (the server-side record's name)."""
+    return secrets.token_hex(16)
+
+
+def make_session(config: DashboardConfig, user: str, now: float, sid: str) -> str:
+    """A signed session cookie value for ``user`` and session ``sid``, valid ``session_ttl``."""
+    body = _b64(json.dumps({"u": user, "exp": now + config.session_ttl, "n": sid}).encode())
     sig = _b64(hmac.new(config.secret, body.encode(), hashlib.sha256).digest())
     return f"{body}.{sig}"
 
 
-def read_session(config: DashboardConfig, value: str, now: float) -> str | None:
-    """The user of a valid, unexpired session cookie, else None."""
+def read_session(config: DashboardConfig, value: str, now: float) -> tuple[str, str] | None:
+    """``(user, session id)`` of a validly signed, unexpired session cookie, else None."""
     body, _, sig = value.partition(".")
     if not body or not sig:
         return None
@@ -213,8 +305,10 @@ def read_session(config: DashboardConfig, value: str, now: float) -> str | None:
         return None
     if not isinstance(data, dict) or float(data.get("exp", 0)) < now:
         return None
-    user = data.get("u")
-    return user if isinstance(user, str) and user else None
+    user, sid = data.get("u"), data.get("n")
+    if isinstance(user, str) and user and isinstance(sid, str) and sid:
+        return user, sid
+    return None
 
 
 def new_csrf_seed() -> str:

@@ -1,10 +1,10 @@
 """The dashboard ASGI application: ``create_app(conveyor_app)`` and ``serve(...)``.
 
 A Starlette app with server-rendered pages (Jinja2 + vendored htmx), live updates over SSE,
-a JSON API under ``/api/v1`` with an OpenAPI document, and Prometheus ``/metrics``. One ASGI
-middleware applies the rules of ``security``: headers, rate limits, authentication and the
-cross-site check; ``action`` wraps every state-changing endpoint with the read-only and CSRF
-checks, so no write can skip them.
+a JSON API under ``/api/v1`` with an OpenAPI document, and Prometheus ``/metrics``. Middlewares,
+outermost first: the Host check, ids as path segments and the body cap (``hardening``), then
+headers, rate limits, authentication and the cross-site check (``middleware``); ``action`` wraps
+every state-changing endpoint with the read-only and CSRF checks, so no write can skip them.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from urllib.parse import quote
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
-from starlette.datastructures import MutableHeaders
 from starlette.requests import Request
 from starlette.responses import (
     HTMLResponse,
@@ -31,26 +30,30 @@ from starlette.responses import (
 )
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import ConveyorError, ValidationError
 from ..monitoring.actions import Operator
 from ..monitoring.inspect import Inspector
+from .hardening import (
+    BodyLimit,
+    BodyTooLarge,
+    SegmentPaths,
+    SessionStore,
+    check_hosts,
+    trusted_hosts,
+    uvicorn_options,
+)
 from .render import STATIC, Renderer
 from .security import (
     CSRF_COOKIE,
     CSRF_FIELD,
     CSRF_HEADER,
-    SECURITY_HEADERS,
     DashboardConfig,
     Identity,
     RateLimiter,
-    authenticate,
     check_bind,
-    cross_site,
     csrf_token,
     csrf_valid,
-    new_csrf_seed,
 )
 
 if TYPE_CHECKING:
@@ -73,6 +76,7 @@ class Dashboard:
 
     def __post_init__(self) -> None:
         self.inspector = Inspector(self.app)
+        self.sessions = SessionStore(self.app, self.config)
         self.api_limiter = RateLimiter(self.config.rate_limit, self.config.rate_burst)
         self.login_limiter = RateLimiter(
             self.config.login_per_minute / 60.0, self.config.login_per_minute
@@ -189,95 +193,14 @@ def done(request: Request, target: str, flash: str = "") -> Response:
     return RedirectResponse(url, status_code=303)
 
 
-class SecurityMiddleware:
-    """Headers, rate limits, authentication and cross-site refusal for every HTTP request."""
-
-    def __init__(self, app: ASGIApp, dash: Dashboard) -> None:
-        self.app = app
-        self.dash = dash
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        request = Request(scope)
-        config = self.dash.config
-        seed = request.cookies.get(CSRF_COOKIE)
-        fresh_seed = None if seed else new_csrf_seed()
-        scope["conveyor.csrf_seed"] = seed or fresh_seed
-        response = self._refuse(request)
-        secure = (
-            config.cookie_secure
-            if config.cookie_secure is not None
-            else scope.get("scheme") == "https"
-        )
-
-        async def send_with_headers(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                headers = MutableHeaders(scope=message)
-                for key, value in SECURITY_HEADERS.items():
-                    headers.setdefault(key, value)
-                if fresh_seed:
-                    headers.append(
-                        "set-cookie",
-                        f"{CSRF_COOKIE}={fresh_seed}; Path=/; HttpOnly; "
-                        f"SameSite=Strict{'; Secure' if secure else ''}",
-                    )
-            await send(message)
-
-        if response is not None:
-            await response(scope, receive, send_with_headers)
-            return
-        await self.app(scope, receive, send_with_headers)
-
-    def _refuse(self, request: Request) -> Response | None:
-        """A refusal response, or None to let the request through (identity set on scope)."""
-        path = request.url.path
-        dash, client = self.dash, client_of(request)
-        if path == "/login" and request.method == "POST":
-            wait = dash.login_limiter.allow(f"login:{client}")
-            if wait:
-                return _too_many(wait)
-        ident = authenticate(dash.config, request.headers, request.cookies, dash.app.now())
-        public = path in PUBLIC_PATHS or path.startswith("/static/")
-        if ident is None and not public:
-            if request.headers.get("authorization"):
-                wait = dash.login_limiter.allow(f"login:{client}")
-                if wait:
-                    return _too_many(wait)
-            if wants_json(request) or request.method not in SAFE_METHODS:
-                return JSONResponse(
-                    {"error": "authentication required"},
-                    status_code=401,
-                    headers={"www-authenticate": 'Bearer realm="conveyor"'},
-                )
-            return RedirectResponse("/login?next=" + quote(path), status_code=303)
-        request.scope["conveyor.identity"] = ident or Identity("anonymous", "none")
-        if path.startswith("/api/"):
-            key = ident.user if ident is not None and ident.by_header else client
-            wait = dash.api_limiter.allow(f"api:{key}")
-            if wait:
-                return _too_many(wait)
-        if request.method not in SAFE_METHODS:
-            host = request.headers.get("host", "")
-            if cross_site(request.headers, request.url.scheme, host):
-                return JSONResponse({"error": "cross-site request refused"}, status_code=403)
-        return None
-
-
-def _too_many(wait: float) -> Response:
-    return JSONResponse(
-        {"error": "rate limit exceeded", "retry_after": round(wait, 3)},
-        status_code=429,
-        headers={"retry-after": str(max(1, round(wait)))},
-    )
-
-
 def _exception_handlers() -> Mapping[Any, Any]:
     from ..errors import JobNotFound
 
     def not_found(request: Request, exc: Exception) -> Response:
         return error_response(request, 404, str(exc))
+
+    def too_large(request: Request, exc: Exception) -> Response:
+        return JSONResponse({"error": str(exc), "field": "body"}, status_code=413)
 
     def invalid(request: Request, exc: Exception) -> Response:
         field_name = getattr(exc, "field", None)
@@ -288,12 +211,27 @@ def _exception_handlers() -> Mapping[Any, Any]:
             return not_found(request, exc)
         return error_response(request, 400, str(exc))
 
-    return {JobNotFound: not_found, ValidationError: invalid, ConveyorError: conveyor_error}
+    return {
+        JobNotFound: not_found,
+        BodyTooLarge: too_large,
+        ValidationError: invalid,
+        ConveyorError: conveyor_error,
+    }
 
 
-def create_app(app: Conveyor, config: DashboardConfig | None = None, **overrides: Any) -> Starlette:
-    """The dashboard for ``app``; ``config`` defaults to ``DashboardConfig.from_env(...)``."""
+def create_app(
+    app: Conveyor,
+    config: DashboardConfig | None = None,
+    *,
+    host: str = "127.0.0.1",
+    **overrides: Any,
+) -> Starlette:
+    """The dashboard for ``app`` served on address ``host`` (the Host header check uses it);
+    ``config`` defaults to ``DashboardConfig.from_env(...)``."""
+    from starlette.middleware.trustedhost import TrustedHostMiddleware
+
     from . import api, forms, live, views
+    from .middleware import SecurityMiddleware
 
     cfg = config or DashboardConfig.from_env(**overrides)
     dash = Dashboard(app, cfg)
@@ -309,7 +247,12 @@ def create_app(app: Conveyor, config: DashboardConfig | None = None, **overrides
     ]
     web = Starlette(routes=routes, exception_handlers=dict(_exception_handlers()))
     web.state.dashboard = dash
+    # Outermost last: Host check, then ids as segments, body cap, then authentication.
     web.add_middleware(SecurityMiddleware, dash=dash)
+    web.add_middleware(BodyLimit, config=cfg)
+    web.add_middleware(SegmentPaths)
+    allowed = trusted_hosts(host, cfg)
+    web.add_middleware(TrustedHostMiddleware, allowed_hosts=allowed, www_redirect=False)
     return web
 
 
@@ -325,10 +268,12 @@ def serve(
 
     cfg = config or DashboardConfig.from_env(**overrides)
     check_bind(host, cfg)
+    check_hosts(host, cfg)
     if not cfg.auth_enabled:
         log.warning("dashboard running WITHOUT authentication on %s (loopback only)", host)
-    web = create_app(app, cfg)
-    uvicorn.run(web, host=host, port=port, log_level="warning", timeout_graceful_shutdown=2)
+    web = create_app(app, cfg, host=host)
+    uvicorn.run(web, host=host, port=port, log_level="warning", timeout_graceful_shutdown=2,
+                **uvicorn_options(cfg))  # fmt: skip
 
 
 class BackgroundServer:
@@ -340,7 +285,8 @@ class BackgroundServer:
 
         cfg = config or DashboardConfig.from_env(**overrides)
         check_bind(host, cfg)
-        self.web = create_app(app, cfg)
+        check_hosts(host, cfg)
+        self.web = create_app(app, cfg, host=host)
         self.dashboard: Dashboard = self.web.state.dashboard
         self.host = host
         self._sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
@@ -348,7 +294,7 @@ class BackgroundServer:
         self._sock.bind((host, port))
         self.port = int(self._sock.getsockname()[1])
         uv_config = uvicorn.Config(self.web, log_level="warning", timeout_graceful_shutdown=1,
-                                   lifespan="off")  # fmt: skip
+                                   lifespan="off", **uvicorn_options(cfg))  # fmt: skip
         self.server = uvicorn.Server(uv_config)
         self._thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self._sock]},
                                         name="conveyor-dashboard", daemon=True)  # fmt: skip

@@ -161,9 +161,9 @@ def routes() -> list[Route]:
     """The GET routes of the HTML pages."""
     return [
         Route("/", overview),
-        Route("/queues/{name}", queue),
+        Route("/queues/{name:segment}", queue),
         Route("/jobs", jobs),
-        Route("/jobs/{id:path}", job),
+        Route("/jobs/{id:segment}", job),
         Route("/dead", dead),
         Route("/schedules", schedules),
         Route("/alerts", alerts),

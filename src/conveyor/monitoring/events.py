@@ -9,12 +9,14 @@ resumable cursor, so a consumer that restarts with the saved cursor misses nothi
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
 from ..broker.base import Broker
+from ..errors import ValidationError
 
 _BASE_FIELDS = ("type", "job_id", "queue", "task", "at", "cursor")
 
@@ -85,12 +87,29 @@ class Event:
         return out
 
 
+#: The shapes of the cursors brokers hand out: a sequence number (memory, SQLite) or, on Redis,
+#: ``<stream>@<entry id>[/<k>]`` items joined by commas. Anything else is refused up front.
+_CURSOR_ITEM = r"[^,@\s]{1,200}@\d{1,19}-\d{1,19}(?:/\d{1,9})?"
+_CURSOR_RE = re.compile(rf"\d{{1,18}}|{_CURSOR_ITEM}(?:,{_CURSOR_ITEM})*")
+
+
+def check_cursor(cursor: object, field: str = "after") -> str | None:
+    """``cursor`` if it has the shape of an event cursor (None/empty: from the start)."""
+    if cursor is None or cursor == "":
+        return None
+    if not isinstance(cursor, str) or len(cursor) > 20_000 or not _CURSOR_RE.fullmatch(cursor):
+        raise ValidationError(
+            field, "is not an event cursor (pass back the `cursor` you were given)"
+        )
+    return cursor
+
+
 class EventReader:
     """Follows the event stream from a cursor; ``cursor`` is what to save to resume later."""
 
     def __init__(self, broker: Broker, cursor: str | None = None) -> None:
         self.broker = broker
-        self.cursor = cursor
+        self.cursor = check_cursor(cursor, "cursor")
 
     def read(self, limit: int = 100) -> list[Event]:
         """The next events after the cursor (oldest first), advancing the cursor past them."""

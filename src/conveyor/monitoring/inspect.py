@@ -8,16 +8,17 @@ next door in ``monitoring.actions``.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from ..broker.base import Page
-from ..core.job import Job, validate_queue_name
+from ..core.job import Job, validate_queue_name, validate_task_name
 from ..core.state import JobState
 from ..errors import JobNotFound, ValidationError
-from .events import EventReader, job_events
+from .events import EventReader, check_cursor, job_events
 from .metrics import flush_local, read_counters, series, summarize
 from .prometheus import worker_queues
 
@@ -36,15 +37,16 @@ def parse_time(value: Any, now: float, field: str = "since") -> float | None:
     if isinstance(value, bool):
         raise ValidationError(field, "must be a time, not a boolean")
     if isinstance(value, int | float):
-        return float(value)
+        return _finite(float(value), field)
     text = str(value).strip()
     match = _RELATIVE.match(text)
     if match:
-        return now - float(match.group(1)) * _UNITS[match.group(2)]
+        return _finite(now - float(match.group(1)) * _UNITS[match.group(2)], field)
     try:
-        return float(text)
-    except ValueError:
-        pass
+        return _finite(float(text), field)
+    except ValueError as exc:
+        if isinstance(exc, ValidationError):
+            raise
     try:
         parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError as exc:
@@ -55,6 +57,13 @@ def parse_time(value: Any, now: float, field: str = "since") -> float | None:
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)
     return parsed.timestamp()
+
+
+def _finite(value: float, field: str) -> float:
+    """``value`` unless NaN or infinite (a time filter must compare with real times)."""
+    if not math.isfinite(value):
+        raise ValidationError(field, "must be a finite time")
+    return value
 
 
 def job_dict(job: Job, *, full: bool = True) -> dict[str, Any]:
@@ -273,6 +282,10 @@ class Inspector:
         """Summary and per-minute series over the last ``minutes`` (1..1440)."""
         if isinstance(minutes, bool) or not isinstance(minutes, int) or not 1 <= minutes <= 1440:
             raise ValidationError("minutes", "must be an integer 1..1440")
+        if queue is not None:
+            validate_queue_name(queue)
+        if task is not None:
+            validate_task_name(task)
         flush_local(self.app)
         broker, now = self.app.broker, self.app.now()
         counters = read_counters(broker, now, minutes, queue=queue, task=task).get("", {})
@@ -287,8 +300,12 @@ class Inspector:
         self, after: str | None = None, limit: int = 100
     ) -> tuple[list[dict[str, Any]], str | None]:
         """Events after cursor ``after`` and the cursor to resume from."""
-        reader = EventReader(self.app.broker, after or None)
-        return [e.to_dict() for e in reader.read(max(1, min(limit, 1000)))], reader.cursor
+        reader = EventReader(self.app.broker, check_cursor(after, "after"))
+        try:
+            events = reader.read(max(1, min(limit, 1000)))
+        except (ValueError, OverflowError) as exc:  # a cursor of another backend's shape
+            raise ValidationError("after", "is not a cursor of this broker's event stream") from exc
+        return [e.to_dict() for e in events], reader.cursor
 
     def audit_log(self, limit: int = 100) -> list[dict[str, Any]]:
         """Operator actions, newest first."""
@@ -316,6 +333,10 @@ def clean_filters(filters: Mapping[str, Any], now: float) -> dict[str, Any]:
             continue
         if key in ("since", "until"):
             out[key] = parse_time(value, now, key)
+        elif key == "queue":
+            out[key] = validate_queue_name(value)
+        elif key == "task":
+            out[key] = validate_task_name(value)
         elif key == "state":
             try:
                 out[key] = JobState(str(value))
