@@ -29,6 +29,9 @@ class ErrorKind(StrEnum):
     DECODE_ERROR = "decode_error"  # stored bytes are not a valid envelope
     UNKNOWN_TASK = "unknown_task"
     BAD_ARGUMENTS = "bad_arguments"  # args do not fit the function's signature
+    # the handler returned, but its value could not be stored (not JSON, too big): the job is
+    # completed WITHOUT its result (its work happened; re-running it would repeat side effects)
+    RESULT_ERROR = "result_error"
 
 
 @dataclass

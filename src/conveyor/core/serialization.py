@@ -33,6 +33,7 @@ from .state import JobState
 
 ENVELOPE_VERSION = 1
 MAX_PAYLOAD_BYTES = 1024 * 1024
+MAX_RESULT_BYTES = 1024 * 1024  # default cap on a stored result (Settings.max_result_bytes)
 _TAGS = ("$dt", "$date", "$dec", "$uuid", "$b64", "$map")
 _REQUIRED = ("id", "task", "queue", "state")
 
@@ -80,6 +81,28 @@ def _encode_dict(value: dict[Any, Any], path: str) -> dict[str, Any]:
     if len(out) == 1 and next(iter(out)) in _TAGS:
         return {"$map": out}
     return out
+
+
+def result_problem(result: Any, limit: int = MAX_RESULT_BYTES) -> str | None:
+    """Why a handler's ``result`` cannot be stored (None when it can).
+
+    Runs the full encoding (typed values, then orjson) so a result that passes can never make
+    the broker's ``complete`` fail: lone surrogates, nesting over 255 levels, and values over
+    ``limit`` bytes once encoded are all caught here, before anything is written.
+    """
+    if result is None:
+        return None
+    try:
+        size = len(orjson.dumps(encode_value(result, "result")))
+    except ValidationError as exc:
+        return str(exc)
+    except RecursionError:
+        return "result: nests too deeply to be encoded as JSON (at most 255 levels)"
+    except (TypeError, ValueError) as exc:  # orjson.JSONEncodeError is a TypeError
+        return f"result: cannot be encoded as JSON ({exc})"
+    if size > limit:
+        return f"result: encoded result is {size} bytes, the limit is {limit} bytes"
+    return None
 
 
 def decode_value(value: Any) -> Any:

@@ -22,9 +22,11 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..broker.base import Ack
+from ..core.job import ErrorKind
+from ..core.serialization import result_problem
 from ..errors import LeaseLost
 from ..middleware import emit
-from .execute import Outcome, hooked
+from .execute import Outcome, hooked, safe_text
 from .running import Running
 
 if TYPE_CHECKING:
@@ -35,6 +37,9 @@ T = TypeVar("T")
 RETRY_FOR = 60.0  # seconds to keep retrying a broker write that errors
 BATCH = 500  # outcomes written per round (successes in one ``complete`` call)
 JOIN_TIMEOUT = RETRY_FOR + 10.0  # how long a stopping worker waits for the recorder thread
+#: errors that come from the data, not the broker's health: retrying cannot help
+#: (orjson.JSONEncodeError is a TypeError; ValidationError and DecodeError are ValueErrors)
+DETERMINISTIC: tuple[type[Exception], ...] = (TypeError, ValueError, RecursionError)
 
 
 class Recorder:
@@ -60,9 +65,8 @@ class Recorder:
             else:
                 names[i] = self._fail(run, outcome, now)
         if acks:
-            batch = [Ack(r.job.id, r.token, o.result, r.job.queue)
-                     for r, o in (items[i] for i in acks)]  # fmt: skip
-            results = self._retrying("complete", lambda: self.broker.complete(batch, now))
+            batch = [self._ack(*items[i], now) for i in acks]
+            results = self._complete(batch, now)
             for i, ok in zip(acks, results or [False] * len(acks), strict=True):
                 names[i] = "completed" if ok else "lease_lost"
         completed = [items[i][0] for i in acks if names[i] == "completed"]
@@ -72,6 +76,55 @@ class Recorder:
             if names[i] != "completed":
                 self.after(run, names[i], outcome)
         return names
+
+    def _ack(self, run: Running, outcome: Outcome, now: float) -> Ack:
+        """The ``Ack`` of a success; a result that cannot be stored is dropped with a note.
+
+        The result is fully encoded here, per job, so a bad one can never make the batch's
+        ``complete`` fail: it is completed WITHOUT the result and a ``result_error`` entry says
+        why (the handler's work happened: dead-lettering or re-running it would repeat it).
+        """
+        job, result = run.job, outcome.result
+        if result is None:
+            return Ack(job.id, run.token, None, job.queue)
+        problem = result_problem(result, self.worker.app.settings.max_result_bytes)
+        if problem is None:
+            return Ack(job.id, run.token, result, job.queue)
+        return self._dropped(run, problem, now)
+
+    def _dropped(self, run: Running, problem: str, now: float) -> Ack:
+        """An ``Ack`` without the result, noting ``problem`` in the job's ``errors``."""
+        job = run.job
+        log.warning("job %s (%s): result not stored, the job completes without it: %s",
+                    job.id, job.task, problem[:500])  # fmt: skip
+        error = {"attempt": job.attempts, "kind": str(ErrorKind.RESULT_ERROR),
+                 "type": "ValidationError", "message": safe_text(problem[:2000]),
+                 "traceback": "", "worker": self.worker.id, "at": now}  # fmt: skip
+        return Ack(job.id, run.token, None, job.queue, error)
+
+    def _complete(self, batch: list[Ack], now: float) -> list[bool] | None:
+        """``complete`` with retries; a deterministic error (a value the broker cannot encode)
+        is never retried: the batch is split so it touches only the job that caused it, and
+        that job is completed without its result."""
+        try:
+            return self._retrying("complete", lambda: self.broker.complete(batch, now))
+        except DETERMINISTIC as exc:
+            if len(batch) > 1:
+                out: list[bool] = []
+                for ack in batch:
+                    out.extend(self._complete([ack], now) or [False])
+                return out
+            ack = batch[0]
+            if ack.result is None and ack.error is None:
+                log.exception("broker complete failed for job %s; giving up", ack.job_id)
+                return None
+            log.warning("broker complete refused job %s's result: %s", ack.job_id, exc)
+            run_error = {"kind": str(ErrorKind.RESULT_ERROR), "type": type(exc).__name__,
+                         "message": safe_text(f"result: {exc}"[:2000]), "traceback": "",
+                         "worker": self.worker.id, "at": now}  # fmt: skip
+            if ack.error is not None:  # even the note failed: store the bare minimum
+                run_error["message"] = "result: could not be stored"
+            return self._complete([Ack(ack.job_id, ack.token, None, ack.queue, run_error)], now)
 
     def completed(self, runs: Sequence[Running]) -> None:
         """``after`` for a batch of completed jobs: one counter update, batched metrics."""
@@ -141,6 +194,9 @@ class Recorder:
                 job.id, run.token, now, error=error, retry_at=decision.retry_at))  # fmt: skip
         except LeaseLost:
             return "lease_lost"
+        except DETERMINISTIC:
+            log.exception("broker fail refused job %s's error entry", job.id)
+            return "lease_lost"
         if state is None:
             return "lease_lost"
         if decision.retry_at is not None:
@@ -156,6 +212,8 @@ class Recorder:
             try:
                 return call()
             except LeaseLost:
+                raise
+            except DETERMINISTIC:
                 raise
             except Exception:
                 if time.monotonic() >= give_up or self.worker.hard_stopping:
