@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from conveyor import Conveyor, JobState, PayloadTooLarge, ValidationError
+from tests.support.hostile import UNENCODABLE
 
 
 def assert_nothing_stored(app: Conveyor) -> None:
@@ -95,3 +96,16 @@ def test_hostile_jobs_dead_letter_and_the_worker_survives(app: Conveyor) -> None
     assert good.refresh().state is JobState.COMPLETED
     assert script.refresh().state is JobState.COMPLETED
     assert ran == ["victim <script>alert(1)</script>", "victim 7"]
+
+
+@pytest.mark.parametrize("name", sorted(UNENCODABLE))
+def test_low_level_ack_refuses_a_result_that_cannot_be_stored(app: Conveyor, name: str) -> None:
+    """``Delivery.ack(result)``: ValidationError naming ``result``; the lease stays usable."""
+    job = app.enqueue("t")
+    delivery = app.dequeue("default")
+    assert delivery is not None
+    with pytest.raises(ValidationError, match=r"^result"):
+        delivery.ack(UNENCODABLE[name])
+    assert job.refresh().state is JobState.ACTIVE
+    delivery.ack("fine")
+    assert job.refresh().result == "fine"
