@@ -28,7 +28,7 @@ R = TypeVar("R")
 
 _UNAVAILABLE = (RedisConnectionError, RedisTimeoutError, BusyLoadingError, ClusterDownError,
                 ReadOnlyError, TryAgainError)  # fmt: skip
-_QUEUE_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,100}$")
+_QUEUE_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,100}\Z")  # \Z: "$" would accept a final "\n"
 WHERE_MAX = 100_000
 
 
