@@ -104,3 +104,35 @@ def test_error_message_with_a_lone_surrogate_is_stored(broker: Broker) -> None:
     with running(app, concurrency=2):
         wait_until(lambda: job.refresh().state is JobState.DEAD_LETTER, timeout=10)
     assert "name-\\udcff.txt" in job.errors[-1]["message"]
+
+
+def test_a_broker_refusal_is_split_to_the_job_that_caused_it(
+    broker: Broker, monkeypatch: Any
+) -> None:
+    """Defence in depth: if a result the check let through still makes ``complete`` raise a
+    deterministic error, the batch is split, never retried as a whole, and only that job is
+    completed without its result."""
+    if type(broker).__name__ == "MemoryBroker":  # stores Python objects: nothing to refuse
+        return
+    import conveyor.worker.recorder as recorder
+
+    monkeypatch.setattr(recorder, "result_problem", lambda result, limit: None)
+    app = make_app(broker)
+    runs: Counter[str] = Counter()
+
+    @app.task
+    def echo(i: int) -> Any:
+        runs[str(i)] += 1
+        return UNENCODABLE["lone_surrogate"] if i == 3 else i
+
+    jobs = [echo.enqueue(i) for i in range(8)]
+    with running(app, concurrency=8):
+        wait_until(lambda: all(j.refresh().state is JobState.COMPLETED for j in jobs), timeout=15)
+        time.sleep(0.3)
+    assert all(count == 1 for count in runs.values()) and len(runs) == 8, runs
+    for i, job in enumerate(jobs):
+        job.refresh()
+        if i == 3:
+            assert job.result is None and job.errors[0]["kind"] == "result_error", job.errors
+        else:
+            assert job.result == i and job.errors == []
