@@ -38,6 +38,9 @@ class Settings:
     max_lost: int = 3  # lost deliveries before a job is a poison pill (dead_letter)
     idempotency_ttl: float = 300.0
     max_payload_bytes: int = 1024 * 1024
+    # a handler's encoded result over this is not stored: the job completes without it and a
+    # ``result_error`` entry says why (docs/operations.md)
+    max_result_bytes: int = 1024 * 1024
     poll_interval: float = 0.5  # idle wait between claims when the backend cannot wake us
     reap_interval: float = 2.0  # at most one effective reaper pass per interval
     heartbeat_interval: float = 5.0  # worker registry refresh; entries expire after 2x

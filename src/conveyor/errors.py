@@ -3,7 +3,7 @@
 Two families live here:
 
 * errors Conveyor raises to callers (``ValidationError``, ``PayloadTooLarge``, ``UnknownTask``,
-  ``LeaseLost``, ``BrokerUnavailable``, ``IllegalTransition``, ``DuplicateJob``);
+  ``LeaseLost``, ``BrokerUnavailable``, ``StorageFull``, ``IllegalTransition``, ``DuplicateJob``);
 * exceptions a *handler* raises to steer the retry policy (``Retry``, ``PermanentError``).
 """
 
@@ -96,3 +96,14 @@ class Retry(Exception):
 
 class JobTimeout(Exception):
     """Raised inside a job (or recorded for it) when it runs past its timeout."""
+
+
+# ---------------------------------------------------------------------- storage refusals (issue 13)
+class StorageFull(ConveyorError):
+    """The backend refuses writes for lack of room: Redis out of memory (``maxmemory`` with
+    ``noeviction``), a full disk, or a read-only database file.
+
+    Not a ``BrokerUnavailable``: retrying at once does not help; free memory or disk space (let
+    workers drain, raise ``maxmemory``, fix the file's permissions). Workers still retry their
+    own writes while their leases last, since draining frees room.
+    """

@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 from .broker.base import Ack, Lease
 from .core.job import Job
+from .core.serialization import result_problem
 from .core.state import JobState
-from .errors import JobNotFound, LeaseLost
+from .errors import JobNotFound, LeaseLost, ValidationError
 
 if TYPE_CHECKING:
     from .app import Conveyor
@@ -70,7 +71,15 @@ class Delivery:
         return self._lease.job.attempts
 
     def ack(self, result: Any = None) -> None:
-        """Mark the job completed; raise ``LeaseLost`` if the lease expired meanwhile."""
+        """Mark the job completed; raise ``LeaseLost`` if the lease expired meanwhile.
+
+        A ``result`` that cannot be stored (not JSON, over ``max_result_bytes``) raises
+        ``ValidationError`` and changes nothing: the lease is still yours to ack again.
+        """
+        problem = result_problem(result, self._app.settings.max_result_bytes)
+        if problem is not None:
+            field, _, rule = problem.partition(": ")
+            raise ValidationError(field, rule)
         ack = Ack(self.id, self.token, result, self._lease.job.queue)
         if not self._app.broker.complete([ack], self._app.now())[0]:
             raise LeaseLost(self.id)

@@ -5,7 +5,7 @@ case — a job without per-call options — takes a lean road:
 
 * the job is built directly as the ``JobHandle`` that is returned (no ``Job`` plus a copy), with
   the task's defaults resolved once per task and batch;
-* its envelope comes from ``core.serialization.PlainEnvelopes`` (a byte template per task, the
+* its envelope comes from ``core.envelopes.PlainEnvelopes`` (a byte template per task, the
   same bytes as ``encode_envelope``) unless a middleware implements ``before_enqueue`` (which
   may change the job, so every job is then encoded in full);
 * ids come from ``core.ids.IdRandom`` (buffered ``os.urandom``).
@@ -20,22 +20,24 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from .core.envelopes import PlainEnvelopes
 from .core.ids import new_ulid
 from .core.job import (
     DEFAULT_MAX_ATTEMPTS,
     Job,
+    validate_identifier,
     validate_priority,
     validate_queue_name,
     validate_task_name,
 )
 from .core.lifecycle import initial_state
-from .core.serialization import PlainEnvelopes, encode_envelope
+from .core.serialization import encode_envelope
 from .core.state import JobState
 from .errors import ValidationError
 from .handles import JobHandle
 from .middleware import Middleware, emit
 from .monitoring.metrics import MetricsMiddleware
-from .task import JobSpec
+from .task import JobSpec, check_options
 
 if TYPE_CHECKING:
     from .app import Conveyor
@@ -174,7 +176,7 @@ class Producer:
             _remember_valid(_VALID_TASKS, validate_task_name(name))
         app = self.app
         task = app.tasks.get(name)
-        opts = spec.options
+        opts = check_options(spec.options)  # JobSpecs built by hand skip enqueue()'s check
         delay = opts.get("delay") or 0.0
         run_at = opts.get("run_at")
         run_at = float(run_at) if run_at is not None else now + float(delay)
@@ -186,11 +188,13 @@ class Producer:
             ttl = task.idempotency_ttl
         ttl = app.settings.idempotency_ttl if ttl is None else ttl
         key = opts.get("idempotency_key")
-        if key is not None and (not isinstance(key, str) or not key or len(key) > 200):
-            raise ValidationError("idempotency_key", "must be a non-empty string of <= 200 chars")
-        job_id = opts.get("job_id") or new_ulid(now, app.id_rng)
-        if not isinstance(job_id, str) or not job_id.strip() or len(job_id) > 200:
-            raise ValidationError("job_id", "must be a non-empty string of <= 200 characters")
+        if key is not None:
+            validate_identifier(key, "idempotency_key")
+        job_id = opts.get("job_id")
+        if job_id is None:
+            job_id = new_ulid(now, app.id_rng)
+        else:
+            validate_identifier(job_id, "job_id", slash=False)
         metadata = opts.get("metadata") or {}
         if not isinstance(metadata, dict):
             raise ValidationError("metadata", "must be a dict")

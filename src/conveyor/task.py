@@ -36,13 +36,28 @@ def check_options(options: Mapping[str, Any]) -> dict[str, Any]:
         out["max_attempts"] = max_attempts_from(None, out.pop("max_retries"))
     if out.get("max_attempts") is not None:
         validate_max_attempts(out["max_attempts"])
-    if isinstance(out.get("run_at"), dt.datetime):
-        out["run_at"] = datetime_to_epoch(out["run_at"], "run_at")
+    run_at = out.get("run_at")
+    if isinstance(run_at, dt.datetime):
+        out["run_at"] = datetime_to_epoch(run_at, "run_at")
+    elif run_at is not None:
+        out["run_at"] = validate_time(run_at, "run_at")
     if out.get("delay") is not None:
         validate_non_negative(out["delay"], "delay")
+    if out.get("idempotency_ttl") is not None:
+        validate_non_negative(out["idempotency_ttl"], "idempotency_ttl")
     if out.get("timeout") is not None:
         validate_non_negative(out["timeout"], "timeout")
     return out
+
+
+def validate_time(value: object, field_name: str) -> float:
+    """Epoch seconds given as a finite number (NaN and infinity are refused)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValidationError(field_name, "must be a timezone-aware datetime or epoch seconds, "
+                              f"got {type(value).__name__}")  # fmt: skip
+    if value != value or value in (float("inf"), float("-inf")):
+        raise ValidationError(field_name, f"must be a finite number, got {value!r}")
+    return float(value)
 
 
 def datetime_to_epoch(when: dt.datetime, field_name: str) -> float:
@@ -202,5 +217,6 @@ def build_task(
         timeout=None if timeout is None else validate_non_negative(timeout, "timeout"),
         policy=policy,
         executor=executor,
-        idempotency_ttl=idempotency_ttl,
-    )
+        idempotency_ttl=(None if idempotency_ttl is None
+                         else validate_non_negative(idempotency_ttl, "idempotency_ttl")),
+    )  # fmt: skip

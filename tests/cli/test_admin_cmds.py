@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from click.testing import CliRunner
 
 from conveyor import Conveyor
+from conveyor.cli.main import cli
 
 from .conftest import run, run_json
 
@@ -97,3 +99,28 @@ def test_commands_have_help() -> None:
     for command in ("enqueue", "queues", "pause", "resume", "dashboard"):
         result = run(command, "--help")
         assert result.exit_code == 0 and "Usage:" in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [
+        (["add", "--args", '["name-\\udcff.txt"]'], "--args"),  # orjson refuses the escape
+        (["add", "--args", "[" + "[" * 600 + "]" * 600 + "]"], "args"),
+        (["add", "--kwargs", '{"k": ' + "[" * 300 + "]" * 300 + "}"], "kwargs"),
+        (["add", "--max-attempts", str(2**64)], "max_attempts"),
+        (["add", "--job-id", "name-\udcff"], "job_id"),  # argv bytes that are not UTF-8
+        (["add", "--idempotency-key", "k\udcff"], "idempotency_key"),
+        (["add", "--job-id", "id\n"], "job_id"),
+        (["add", "--queue", "default\n"], "queue"),
+        (["add\n"], "task"),
+    ],
+)
+def test_enqueue_hostile_input_is_a_clean_error(
+    cli_app: tuple[Conveyor, str], args: list[str], field: str
+) -> None:
+    """Issue 13: a ValidationError naming the field, exit code 2, no traceback, nothing stored."""
+    app, target = cli_app
+    result = CliRunner().invoke(cli, ["enqueue", *args, "--app", target])
+    assert result.exit_code == 2, (result.output, result.exception)
+    assert f"'{field}'" in result.output and "Traceback" not in result.output, result.output
+    assert app.search().total == 0

@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 
 from conveyor import Conveyor, JobState, PayloadTooLarge, ValidationError
+from conveyor.monitoring.actions import Operator
+from tests.support.hostile import BAD_NAMES, UNENCODABLE, deep_list
 
 
 def assert_nothing_stored(app: Conveyor) -> None:
@@ -95,3 +97,111 @@ def test_hostile_jobs_dead_letter_and_the_worker_survives(app: Conveyor) -> None
     assert good.refresh().state is JobState.COMPLETED
     assert script.refresh().state is JobState.COMPLETED
     assert ran == ["victim <script>alert(1)</script>", "victim 7"]
+
+
+@pytest.mark.parametrize("name", sorted(UNENCODABLE))
+def test_low_level_ack_refuses_a_result_that_cannot_be_stored(app: Conveyor, name: str) -> None:
+    """``Delivery.ack(result)``: ValidationError naming ``result``; the lease stays usable."""
+    job = app.enqueue("t")
+    delivery = app.dequeue("default")
+    assert delivery is not None
+    with pytest.raises(ValidationError, match=r"^result"):
+        delivery.ack(UNENCODABLE[name])
+    assert job.refresh().state is JobState.ACTIVE
+    delivery.ack("fine")
+    assert job.refresh().result == "fine"
+
+
+# ---------------------------------------------------------------------- issue 13: hostile input
+# Every field that holds a name or an id refuses what BAD_NAMES holds (a trailing newline used to
+# slip past "$" in the regexes); idempotency keys never appear in paths, so "/" is fine there.
+NAME_FIELDS = ["queue", "task", "job_id", "idempotency_key"]
+
+
+@pytest.mark.parametrize("field", NAME_FIELDS)
+@pytest.mark.parametrize("bad", sorted(BAD_NAMES))
+def test_bad_names_are_refused(app: Conveyor, field: str, bad: str) -> None:
+    if field == "idempotency_key" and bad == "slash":
+        pytest.skip("'/' is allowed in idempotency keys")
+    value = BAD_NAMES[bad]
+    with pytest.raises(ValidationError) as info:
+        if field == "task":
+            app.enqueue(value)
+        else:
+            app.enqueue("t", **{field: value})
+    assert info.value.field == field, str(info.value)
+    assert_nothing_stored(app)
+
+
+@pytest.mark.parametrize("bad", sorted(BAD_NAMES))
+def test_bad_schedule_names_are_refused(app: Conveyor, bad: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        app.schedule_cron(BAD_NAMES[bad], "t", "* * * * *")
+    assert info.value.field == "name"
+    assert app.list_schedules() == []
+
+
+@pytest.mark.parametrize("bad", sorted(BAD_NAMES))
+def test_bad_queue_names_refused_by_task_and_admin_calls(app: Conveyor, bad: str) -> None:
+    def job() -> None:
+        """A valid task function."""
+
+    with pytest.raises(ValidationError, match="queue"):
+        app.task(queue=BAD_NAMES[bad])(job)
+    with pytest.raises(ValidationError, match="queue"):
+        Operator(app, "test").pause_queue(BAD_NAMES[bad])
+
+
+SURROGATE = UNENCODABLE["lone_surrogate"]
+HOSTILE_OPTIONS: list[tuple[dict[str, Any], str]] = [
+    ({"run_at": float("nan")}, "run_at"),
+    ({"run_at": float("inf")}, "run_at"),
+    ({"run_at": float("-inf")}, "run_at"),
+    ({"run_at": "tomorrow"}, "run_at"),
+    ({"delay": float("nan")}, "delay"),
+    ({"idempotency_ttl": -1}, "idempotency_ttl"),
+    ({"idempotency_ttl": "300"}, "idempotency_ttl"),
+    ({"idempotency_ttl": float("nan")}, "idempotency_ttl"),
+    ({"max_attempts": 2**64}, "max_attempts"),
+    ({"max_attempts": 10**7}, "max_attempts"),
+    ({"args": [SURROGATE]}, "args[0]"),
+    ({"args": ["ok", {"k": [SURROGATE]}]}, "args[1]['k'][0]"),
+    ({"kwargs": {"name": SURROGATE}}, "kwargs['name']"),
+    ({"kwargs": {SURROGATE: 1}}, "kwargs"),
+    ({"args": [deep_list(300)]}, "args"),
+    ({"args": [deep_list(600)]}, "args"),
+    ({"kwargs": {"tree": deep_list(600)}}, "kwargs"),
+    ({"args": [2**64]}, "args[0]"),
+    ({"metadata": {"m": SURROGATE}}, "metadata"),
+    ({"metadata": {"m": deep_list(600)}}, "metadata"),
+    ({"job_id": SURROGATE}, "job_id"),
+    ({"idempotency_key": SURROGATE}, "idempotency_key"),
+    ({"queue": SURROGATE}, "queue"),
+]
+
+
+@pytest.mark.parametrize(("kwargs", "field"), HOSTILE_OPTIONS,
+                         ids=[f"{f}-{i}" for i, (_, f) in enumerate(HOSTILE_OPTIONS)])  # fmt: skip
+def test_values_that_cannot_be_stored_are_refused(app: Conveyor, kwargs: dict[str, Any],
+                                                  field: str) -> None:  # fmt: skip
+    """A ValidationError naming the field (never a bare TypeError / RecursionError), nothing
+    stored — with options (the validated path) and, for args/kwargs, without (the fast path)."""
+    with pytest.raises(ValidationError) as info:
+        app.enqueue("t", **kwargs)
+    assert info.value.field.startswith(field), str(info.value)
+    if set(kwargs) <= {"args", "kwargs"}:
+        with pytest.raises(ValidationError) as info:
+            app.enqueue("t", **kwargs, priority=1)
+        assert info.value.field.startswith(field), str(info.value)
+    assert_nothing_stored(app)
+
+
+def test_a_bad_job_in_a_batch_stores_nothing(app: Conveyor) -> None:
+    from conveyor.task import JobSpec
+
+    bad_id = JobSpec("t", options={"job_id": "x\n"})
+    specs = [JobSpec("t", (1,)), JobSpec("t", (SURROGATE,)), bad_id]
+    for bad in specs[1:]:
+        with pytest.raises(ValidationError):
+            app.enqueue_many([specs[0], bad])
+    assert_nothing_stored(app)

@@ -151,11 +151,32 @@ def test_async_task_runs_inline(app: Conveyor) -> None:
     assert job.refresh().result == 42
 
 
-def test_unserialisable_result_is_a_permanent_failure(app: Conveyor) -> None:
+def test_unserialisable_result_completes_without_it(app: Conveyor) -> None:
+    """The work happened: the job is completed (never re-run) and the dropped result noted."""
+
     @app.task
     def weird() -> object:
         return object()
 
     job = weird.enqueue()
-    app.worker().run_until_idle()
-    assert job.refresh().state is JobState.DEAD_LETTER
+    assert app.worker().run_until_idle() == 1
+    job.refresh()
+    assert (job.state, job.result, job.attempts) == (JobState.COMPLETED, None, 1)
+    assert job.errors[-1]["kind"] == "result_error" and "object" in job.errors[-1]["message"]
+    assert job.last_error is not None and job.last_error.startswith("ValidationError: result")
+    assert app.worker().run_until_idle() == 0
+
+
+def test_complete_with_an_error_entry(app: Conveyor) -> None:
+    """``Ack.error``: the completion appends the entry and sets last_error, atomically."""
+    from conveyor.broker.base import Ack
+
+    job = app.enqueue("t")
+    lease = app.broker.claim(["default"], app.now(), limit=1, worker_id="w")[0]
+    note = {"kind": "result_error", "type": "ValidationError", "message": "result: too big",
+            "traceback": "", "worker": "w", "at": app.now()}  # fmt: skip
+    assert app.broker.complete([Ack(job.id, lease.token, None, "default", note)], app.now())
+    job.refresh()
+    assert job.state is JobState.COMPLETED and job.result is None
+    assert job.errors == [{**note, "attempt": 1}]
+    assert job.last_error == "ValidationError: result: too big"

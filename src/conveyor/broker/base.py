@@ -74,6 +74,9 @@ class Ack:
     token: str
     result: Any = None
     queue: str = ""
+    #: an ``errors`` entry to append while completing (kind ``result_error``: the handler's
+    #: return value could not be stored, so ``result`` is None); it also sets ``last_error``
+    error: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)

@@ -186,7 +186,7 @@ class MemoryBroker(SideStoreMixin, Broker):
                 except LeaseLost:
                     out.append(False)
                     continue
-                lifecycle.complete(job, now, ack.result)
+                lifecycle.complete(job, now, ack.result, ack.error)
                 self._emit("completed", job, now, attempt=job.attempts)
                 self._finish(job)
                 out.append(True)

@@ -204,7 +204,7 @@ class SqliteBroker(SqliteReads, Broker):
             for ack in acks:
                 rec = self._leased(tx, ack.job_id, ack.token)
                 if rec is not None:
-                    lifecycle.complete(rec.job, now, ack.result)
+                    lifecycle.complete(rec.job, now, ack.result, ack.error)
                     self._save(tx, rec)
                     tx.emit("completed", rec.job, now, attempt=rec.job.attempts)
                 out.append(rec is not None)

@@ -25,7 +25,7 @@ import orjson
 from ..config import Retention
 from ..core.job import Job
 from ..core.state import JobState
-from ..errors import BrokerUnavailable, ValidationError
+from ..errors import BrokerUnavailable, ConveyorError, StorageFull, ValidationError
 from .sqlite_schema import SchemaError, ensure_schema
 
 EVENT_CHUNK = 500  # events per row of ``events``
@@ -96,6 +96,22 @@ class _Slot:
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn, self.lock, self.closed = conn, threading.RLock(), False
         self.thread = weakref.ref(threading.current_thread())
+
+
+_FULL, _READONLY = sqlite3.SQLITE_FULL, sqlite3.SQLITE_READONLY
+
+
+def storage_error(path: str, exc: sqlite3.OperationalError) -> ConveyorError:
+    """The Conveyor error for a refused write: ``StorageFull`` for a full disk or database and
+    a read-only file (retrying at once cannot help), else ``BrokerUnavailable`` (locked, busy:
+    transient)."""
+    code = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF  # primary result code
+    text = str(exc)
+    if code == _FULL or "full" in text:
+        return StorageFull(f"SQLite {path}: the database or disk is full ({text})")
+    if code == _READONLY or "readonly" in text:
+        return StorageFull(f"SQLite {path} is read-only, writes are refused ({text})")
+    return BrokerUnavailable(f"SQLite {path}: {text}")
 
 
 class SqliteStore:
@@ -172,6 +188,8 @@ class SqliteStore:
         slot = self._acquire()
         try:
             return slot.conn.execute(sql, params).fetchall()
+        except sqlite3.OperationalError as exc:
+            raise storage_error(self.path, exc) from exc
         finally:
             slot.lock.release()
 
@@ -182,9 +200,9 @@ class SqliteStore:
                 conn.execute("PRAGMA auto_vacuum = INCREMENTAL")  # only effective on a new file
                 mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
                 break
-            except sqlite3.OperationalError:
+            except sqlite3.OperationalError as exc:
                 if time.monotonic() > deadline:
-                    raise
+                    raise storage_error(self.path, exc) from exc
                 time.sleep(0.01)
         if str(mode).lower() != "wal":
             raise BrokerUnavailable(f"{self.path}: cannot switch to WAL mode (got {mode})")
@@ -203,15 +221,17 @@ class SqliteStore:
             try:
                 conn.execute("BEGIN IMMEDIATE")
             except sqlite3.OperationalError as exc:
-                raise BrokerUnavailable(f"SQLite {self.path}: {exc}") from exc
+                raise storage_error(self.path, exc) from exc
             tx = Tx(conn)
             try:
                 yield tx
                 self._before_commit(tx)
                 conn.execute("COMMIT")
-            except BaseException:
+            except BaseException as exc:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
+                if isinstance(exc, sqlite3.OperationalError):  # full, read-only, locked
+                    raise storage_error(self.path, exc) from exc
                 raise
         finally:
             slot.lock.release()

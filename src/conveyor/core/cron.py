@@ -50,7 +50,7 @@ _ALIASES = {
 }
 _FIELDS = (("minute", 0, 59), ("hour", 0, 23), ("day", 1, 31), ("month", 1, 12), ("weekday", 0, 7))
 _RANDOM_TOKEN = re.compile(r"(?<![a-z])[rh](?![a-z])")  # croniter's R / H, not "mar" or "thu"
-_EQUAL_RANGE = re.compile(r"^(\w+)-\1(?:/\d+)?$")  # "5-5", "sun-sun/2": croniter widens these
+_EQUAL_RANGE = re.compile(r"^(\w+)-\1(?:/\d+)?\Z")  # "5-5", "sun-sun/2": croniter widens these
 _PROBE_START = datetime(2000, 1, 1)  # fixed, so validation never depends on the real date
 # croniter raises ValueError subclasses; the rest are caught defensively on hostile input:
 _CRONITER_ERRORS = (ValueError, LookupError, TypeError, OverflowError)

@@ -10,9 +10,14 @@ from typing import Any
 from ..errors import ValidationError
 from .state import JobState
 
-QUEUE_NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,100}$")
-TASK_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]*(?:[.:][A-Za-z_][A-Za-z0-9_\-]*)*$")
+# Every validation pattern ends in \Z, never $: "$" also matches before a final "\n", and a
+# queue named "default\n" was accepted but never served (issue 13).
+QUEUE_NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,100}\Z")
+TASK_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]*(?:[.:][A-Za-z_][A-Za-z0-9_\-]*)*\Z")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 MAX_TASK_NAME = 200
+MAX_ID = 200  # job ids and idempotency keys
+MAX_ATTEMPTS_LIMIT = 1_000_000  # far beyond any retry policy; keeps the value a small integer
 MAX_HISTORY = 50
 DEFAULT_MAX_ATTEMPTS = 4
 DEFAULT_IDEMPOTENCY_TTL = 300.0
@@ -29,6 +34,9 @@ class ErrorKind(StrEnum):
     DECODE_ERROR = "decode_error"  # stored bytes are not a valid envelope
     UNKNOWN_TASK = "unknown_task"
     BAD_ARGUMENTS = "bad_arguments"  # args do not fit the function's signature
+    # the handler returned, but its value could not be stored (not JSON, too big): the job is
+    # completed WITHOUT its result (its work happened; re-running it would repeat side effects)
+    RESULT_ERROR = "result_error"
 
 
 @dataclass
@@ -130,10 +138,40 @@ def validate_priority(priority: object) -> int:
 
 
 def validate_max_attempts(max_attempts: object) -> int:
-    """Return ``max_attempts`` if it is an int >= 1, else raise."""
+    """Return ``max_attempts`` if it is an int from 1 to ``MAX_ATTEMPTS_LIMIT``, else raise."""
     if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
         raise ValidationError("max_attempts", f"must be an integer >= 1, got {max_attempts!r}")
+    if max_attempts > MAX_ATTEMPTS_LIMIT:
+        raise ValidationError("max_attempts",
+                              f"must be <= {MAX_ATTEMPTS_LIMIT}, got {max_attempts}")  # fmt: skip
     return max_attempts
+
+
+def is_utf8(text: str) -> bool:
+    """False for strings Python holds but UTF-8 cannot encode (lone surrogates)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def validate_identifier(value: object, field_name: str, *, slash: bool = True) -> str:
+    """Return ``value`` if it is a usable job id / idempotency key, else raise.
+
+    Non-blank text of at most ``MAX_ID`` characters, valid UTF-8, with no control characters
+    (a newline in an id forges log lines and table rows); ``slash=False`` also refuses ``/``
+    (job ids appear as one path segment in URLs).
+    """
+    if not isinstance(value, str) or not value.strip() or len(value) > MAX_ID:
+        raise ValidationError(field_name, f"must be a non-empty string of <= {MAX_ID} characters")
+    if _CONTROL.search(value):
+        raise ValidationError(field_name, "must not contain control characters (newlines, tabs)")
+    if not slash and "/" in value:
+        raise ValidationError(field_name, "must not contain '/'")
+    if not is_utf8(value):
+        raise ValidationError(field_name, "must be valid UTF-8 text (no lone surrogates)")
+    return value
 
 
 def validate_non_negative(value: object, field_name: str) -> float:

@@ -28,10 +28,12 @@ def claim(job: Job, now: float, visibility_timeout: float, worker_id: str) -> No
     job.lease_expires_at = now + visibility_timeout
 
 
-def complete(job: Job, now: float, result: Any) -> None:
-    """active → completed with ``result``."""
+def complete(job: Job, now: float, result: Any, error: Mapping[str, Any] | None = None) -> None:
+    """active → completed with ``result``; ``error`` (a dropped result's note) joins ``errors``."""
     job.state = transition(job.state, Event.COMPLETE)
     job.result = result
+    if error is not None:
+        _append_error(job, now, error)
     job.finished_at = now
     job.lease_expires_at = None
 
@@ -40,17 +42,22 @@ def fail(job: Job, now: float, error: Mapping[str, Any], retry_at: float | None)
     """active → retry_scheduled (at ``retry_at``) or dead_letter (``retry_at`` None)."""
     event = Event.BURY if retry_at is None else Event.FAIL_RETRY
     job.state = transition(job.state, event)
+    _append_error(job, now, error)
+    job.lease_expires_at = None
+    if retry_at is None:
+        job.finished_at = now
+    else:
+        job.run_at = retry_at
+
+
+def _append_error(job: Job, now: float, error: Mapping[str, Any]) -> None:
+    """Append an ``errors`` entry (attempt and time defaulted) and set ``last_error``."""
     entry = dict(error)
     entry.setdefault("attempt", job.attempts)
     entry.setdefault("at", now)
     job.errors.append(entry)
     etype, message = entry.get("type") or "", entry.get("message") or ""
     job.last_error = f"{etype}: {message}" if etype else str(message)
-    job.lease_expires_at = None
-    if retry_at is None:
-        job.finished_at = now
-    else:
-        job.run_at = retry_at
 
 
 def release(job: Job, now: float, delay: float, penalize: bool, note: str) -> None:

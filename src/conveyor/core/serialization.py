@@ -28,11 +28,12 @@ from typing import Any
 import orjson
 
 from ..errors import DecodeError, PayloadTooLarge, ValidationError
-from .job import Job
+from .job import Job, is_utf8
 from .state import JobState
 
 ENVELOPE_VERSION = 1
 MAX_PAYLOAD_BYTES = 1024 * 1024
+MAX_RESULT_BYTES = 1024 * 1024  # default cap on a stored result (Settings.max_result_bytes)
 _TAGS = ("$dt", "$date", "$dec", "$uuid", "$b64", "$map")
 _REQUIRED = ("id", "task", "queue", "state")
 
@@ -80,6 +81,28 @@ def _encode_dict(value: dict[Any, Any], path: str) -> dict[str, Any]:
     if len(out) == 1 and next(iter(out)) in _TAGS:
         return {"$map": out}
     return out
+
+
+def result_problem(result: Any, limit: int = MAX_RESULT_BYTES) -> str | None:
+    """Why a handler's ``result`` cannot be stored (None when it can).
+
+    Runs the full encoding (typed values, then orjson) so a result that passes can never make
+    the broker's ``complete`` fail: lone surrogates, nesting over 255 levels, and values over
+    ``limit`` bytes once encoded are all caught here, before anything is written.
+    """
+    if result is None:
+        return None
+    try:
+        size = len(orjson.dumps(encode_value(result, "result")))
+    except ValidationError as exc:
+        return str(exc)
+    except RecursionError:
+        return "result: nests too deeply to be encoded as JSON (at most 255 levels)"
+    except (TypeError, ValueError) as exc:  # orjson.JSONEncodeError is a TypeError
+        return f"result: cannot be encoded as JSON ({exc})"
+    if size > limit:
+        return f"result: encoded result is {size} bytes, the limit is {limit} bytes"
+    return None
 
 
 def decode_value(value: Any) -> Any:
@@ -224,7 +247,10 @@ def encode_envelope(job: Job, limit: int = MAX_PAYLOAD_BYTES) -> bytes:
     ``Conveyor.enqueue_many`` encodes each job once with this and hands the bytes to the
     broker, which stores them as they are.
     """
-    data = orjson.dumps(envelope_dict(job))
+    try:
+        data = orjson.dumps(envelope_dict(job))
+    except (TypeError, RecursionError) as exc:
+        raise unencodable(job) from exc
     if len(data) > limit:
         raise PayloadTooLarge(len(data), limit)
     return data
@@ -232,10 +258,52 @@ def encode_envelope(job: Job, limit: int = MAX_PAYLOAD_BYTES) -> bytes:
 
 def encode_job(job: Job, limit: int = MAX_PAYLOAD_BYTES) -> bytes:
     """Serialise ``job`` to envelope bytes; raise ``PayloadTooLarge`` over ``limit``."""
-    data = orjson.dumps(job_to_dict(job))
+    try:
+        data = orjson.dumps(job_to_dict(job))
+    except (TypeError, RecursionError) as exc:
+        raise unencodable(job) from exc
     if len(data) > limit:
         raise PayloadTooLarge(len(data), limit)
     return data
+
+
+_CHECKED = ("id", "task", "queue", "idempotency_key", "args", "kwargs", "metadata", "result")
+
+
+def unencodable(job: Job) -> ValidationError:
+    """The ``ValidationError`` for a job orjson refused: the field and the value that broke it.
+
+    Only the failure path runs this. orjson refuses strings with lone surrogates and nesting over
+    255 levels (``encode_value`` may hit Python's recursion limit first); the walk below is
+    iterative, so any depth is diagnosed.
+    """
+    for name in _CHECKED:
+        value = getattr(job, name)
+        try:
+            orjson.dumps(encode_value(value, name))
+        except ValidationError as exc:
+            return exc
+        except (TypeError, RecursionError):
+            return ValidationError(*_locate(value, name))
+    return ValidationError("job", "cannot be encoded as JSON")
+
+
+def _locate(value: Any, path: str) -> tuple[str, str]:
+    """(path, rule) of the first string that is not valid UTF-8, else a nesting complaint."""
+    stack: list[tuple[Any, str]] = [(value, path)]
+    while stack:
+        item, where = stack.pop()
+        if isinstance(item, str):
+            if not is_utf8(item):
+                return where, "strings must be valid UTF-8 (no lone surrogates)"
+        elif isinstance(item, list | tuple):
+            stack.extend((v, f"{where}[{i}]") for i, v in reversed(list(enumerate(item))))
+        elif isinstance(item, dict):
+            for key, v in reversed(list(item.items())):
+                if isinstance(key, str) and not is_utf8(key):
+                    return where, "keys must be valid UTF-8 (no lone surrogates)"
+                stack.append((v, f"{where}[{key!r}]"))
+    return path, "nests too deeply to be encoded as JSON (at most 255 levels)"
 
 
 def job_from_dict(data: Any) -> Job:
@@ -301,69 +369,3 @@ def loads(raw: bytes | str) -> Any:
 
 def _opt_float(value: Any) -> float | None:
     return None if value is None else float(value)
-
-
-_MARK_ID, _MARK_ARGS, _MARK_KWARGS, _MARK_RUN, _MARK_CREATED = (
-    "@@id@@", "@@args@@", "@@kwargs@@", "@@run_at@@", "@@created_at@@")  # fmt: skip
-
-
-class PlainEnvelopes:
-    """``encode_envelope`` for fresh jobs enqueued without options, from a byte template.
-
-    Such jobs differ only in id, args, kwargs and the enqueue time; everything else (task,
-    queue, priority, max_attempts, timeout, idempotency_ttl) comes from the task. The template is
-    ``encode_envelope`` of a job with markers in those places, cut at the markers (task and queue
-    names cannot contain ``@``), so the result is byte for byte what ``encode_envelope`` writes
-    for the same job, at a fraction of the cost. Templates are cached per set of task values.
-    """
-
-    _MAX = 1000
-
-    def __init__(self, limit: int = MAX_PAYLOAD_BYTES) -> None:
-        self.limit = limit
-        self._parts: dict[tuple[Any, ...], tuple[bytes, ...]] = {}
-        self._last_at: tuple[float, bytes] = (float("nan"), b"")
-
-    def _template(self, job: Job, key: tuple[Any, ...]) -> tuple[bytes, ...]:
-        parts = self._parts.get(key)
-        if parts is None:
-            f = job.__dict__
-            sample = Job(id=_MARK_ID, task=f["task"], queue=f["queue"], priority=f["priority"],
-                         max_attempts=f["max_attempts"], timeout=f["timeout"],
-                         idempotency_ttl=f["idempotency_ttl"])  # fmt: skip
-            data = envelope_dict(sample)
-            data.update(args=_MARK_ARGS, kwargs=_MARK_KWARGS, run_at=_MARK_RUN,
-                        created_at=_MARK_CREATED)  # fmt: skip
-            raw = orjson.dumps(data)
-            for mark in (_MARK_ID, _MARK_ARGS, _MARK_KWARGS, _MARK_RUN, _MARK_CREATED):
-                raw = raw.replace(f'"{mark}"'.encode(), b"\0")
-            parts = tuple(raw.split(b"\0"))
-            if len(parts) != 6:  # pragma: no cover - a marker collided with a name
-                raise ValueError("envelope template: unexpected marker count")
-            if len(self._parts) >= self._MAX:
-                self._parts.clear()
-            self._parts[key] = parts
-        return parts
-
-    def encode(self, job: Job, key: tuple[Any, ...] | None = None) -> bytes:
-        """The envelope of ``job`` (a fresh pending job: run_at == created_at, no options).
-
-        ``key``: the job's (task, queue, priority, max_attempts, timeout, idempotency_ttl) if
-        the caller has it at hand (it names the template).
-        """
-        f = job.__dict__
-        if key is None:
-            key = (f["task"], f["queue"], f["priority"], f["max_attempts"], f["timeout"],
-                   f["idempotency_ttl"])  # fmt: skip
-        head, p_args, p_kwargs, p_run, p_created, tail = self._template(job, key)
-        run_at = f["run_at"]
-        last = self._last_at  # one (time, bytes) pair: jobs of a batch share their time
-        if last[0] != run_at:
-            last = self._last_at = (run_at, orjson.dumps(run_at))
-        at = last[1]
-        data = b"".join((head, orjson.dumps(f["id"]), p_args, orjson.dumps(encode_args(f["args"])),
-                         p_kwargs, orjson.dumps(encode_kwargs(f["kwargs"])), p_run, at,
-                         p_created, at, tail))  # fmt: skip
-        if len(data) > self.limit:
-            raise PayloadTooLarge(len(data), self.limit)
-        return data

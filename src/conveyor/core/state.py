@@ -39,7 +39,7 @@ class Event(StrEnum):
 
     PROMOTE = "promote"  # run_at reached
     CLAIM = "claim"  # a worker leased it
-    COMPLETE = "complete"  # handler returned
+    COMPLETE = "complete"  # handler returned (a result that cannot be stored: completed without it)
     FAIL_RETRY = "fail_retry"  # handler failed, policy says retry later
     BURY = "bury"  # handler failed permanently / out of attempts / undecodable
     RELEASE = "release"  # worker gave it back (nack, graceful shutdown), ready now

@@ -25,7 +25,7 @@ from .prometheus import worker_queues
 if TYPE_CHECKING:
     from ..app import Conveyor
 
-_RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw])$")
+_RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw])\Z")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 SEARCH_FIELDS = ("id", "state", "task", "queue", "since", "until", "error", "text")
 

@@ -27,7 +27,7 @@ OUTCOMES = ("enqueued", "skipped-overlap", "skipped-misfire", "duplicate", "erro
 DEFAULT_MISFIRE_GRACE = 60.0
 DEFAULT_MAX_BACKFILL = 100
 MAX_BACKFILL_LIMIT = 10_000
-NAME_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,150}$")
+NAME_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,150}\Z")  # \Z: "$" would accept a final "\n"
 #: Options accepted by ``app.cron`` / ``app.every`` / ``app.schedule_cron`` besides the timing.
 OPTION_NAMES = frozenset({
     "name", "tz", "args", "kwargs", "queue", "priority", "misfire", "max_backfill",

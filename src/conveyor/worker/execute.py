@@ -1,8 +1,9 @@
 """Run one leased job and turn what happened into an Outcome (pure decision, no broker calls).
 
 The caller records the outcome with the broker: successes are coalesced into ``complete``
-batches, failures go through ``fail``. Unknown tasks, bad arguments and results that cannot be
-serialised are permanent failures with their own error kinds; nothing here can raise.
+batches, failures go through ``fail``. Unknown tasks and bad arguments are permanent failures with
+their own error kinds; a result that cannot be stored is the recorder's business (the job is
+completed without it, see ``Recorder._ack``); nothing here can raise.
 """
 
 from __future__ import annotations
@@ -17,8 +18,6 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.job import ErrorKind, Job
 from ..core.retry import Decision, RetryPolicy, decide
-from ..core.serialization import encode_value
-from ..errors import ValidationError
 from ..middleware import Middleware
 from .timeouts import timeout_error
 
@@ -40,9 +39,19 @@ class Outcome:
         """The ``errors`` entry to store for a failed attempt."""
         assert self.decision is not None
         d = self.decision
-        return {"attempt": job.attempts, "kind": str(d.kind), "type": d.exc_type,
-                "message": d.message[:2000], "traceback": d.traceback, "worker": worker_id,
-                "at": now}  # fmt: skip
+        return {"attempt": job.attempts, "kind": str(d.kind), "type": safe_text(d.exc_type),
+                "message": safe_text(d.message[:2000]), "traceback": safe_text(d.traceback),
+                "worker": worker_id, "at": now}  # fmt: skip
+
+
+def safe_text(text: str) -> str:
+    """``text`` with lone surrogates (``os.listdir`` on non-UTF-8 names) written as ``\\udcff``,
+    so an error message can always be stored as JSON."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
 
 
 #: The outcome of a job that returned None: shared, nothing to check or classify.
@@ -85,11 +94,8 @@ def outcome_of_call(
 
 
 def success(result: Any) -> Outcome:
-    """A returned value; results that cannot be serialised fail permanently."""
-    try:
-        encode_value(result, "result")
-    except ValidationError as exc:
-        return permanent(ErrorKind.PERMANENT, "ValidationError", str(exc))
+    """A returned value. The recorder checks it can be stored (``result_problem``) and, when
+    it cannot, completes the job without it: the work happened, it must not run again."""
     return Outcome(True, result=result)
 
 

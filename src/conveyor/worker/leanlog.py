@@ -23,9 +23,20 @@ _NAMES = {number: name for name, number in LEVELS.items()}
 _ESCAPES = {ord('"'): '\\"', ord("\\"): "\\\\", **{i: f"\\u{i:04x}" for i in range(32)}}
 
 
+# Text lines: every control character (C0 but tab, DEL, C1, Unicode line breaks) is written as an
+# escape, so job data (an exception message, an argument) can never start a forged log line.
+_TEXT_ESCAPES = {i: f"\\x{i:02x}" for i in (*range(32), *range(0x7F, 0xA0)) if i != 9}
+_TEXT_ESCAPES.update({10: "\\n", 13: "\\r", 0x2028: "\\u2028", 0x2029: "\\u2029"})
+
+
 def json_string(text: str) -> str:
     """``text`` as a JSON string literal."""
     return '"' + text.translate(_ESCAPES) + '"'
+
+
+def text_safe(text: str) -> str:
+    """``text`` on one line: newlines and other control characters escaped (``\\n``, ``\\x1b``)."""
+    return text.translate(_TEXT_ESCAPES)
 
 
 class LeanLogger:
@@ -54,7 +65,7 @@ class LeanLogger:
                     f'"pid":{os.getpid()},"msg":{json_string(text)}}}')  # fmt: skip
         else:
             asctime = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now)) + f",{millis:03d}"
-            line = f"{asctime} {name:<7} [{os.getpid()}] {self.name}: {text}"
+            line = f"{asctime} {name:<7} [{os.getpid()}] {self.name}: {text_safe(text)}"
         stream = self.stream or sys.stderr
         try:
             stream.write(line + "\n")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 from ..broker.base import Broker
@@ -60,6 +61,7 @@ class LeaseKeeper:
         runs = [r for r in self._snapshot() if not r.lost]
         if not runs:
             return True
+        asked = time.monotonic()
         try:
             results = self.broker.extend([(r.job.id, r.token) for r in runs], self._now(),
                                          self.visibility_timeout)  # fmt: skip
@@ -67,8 +69,11 @@ class LeaseKeeper:
             log.warning("lease keeper: extend failed; retrying soon", exc_info=True)
             return False
         self.rounds += 1
+        until = asked + self.visibility_timeout
         for run, ok in zip(runs, results, strict=True):
+            if ok:
+                run.lease_until = until
             # A settled attempt is being recorded: the recorder sees the broker's answer itself.
-            if not ok and not run.settled:
+            elif not run.settled:
                 self._on_lost(run)
         return True

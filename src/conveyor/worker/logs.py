@@ -12,12 +12,40 @@ import logging
 import sys
 import time
 
+from .leanlog import text_safe
+
 TYPE_CHECKING = False  # not typing's: the lean supervisor process imports this module
 if TYPE_CHECKING:
     from typing import Any, TextIO
 
 FORMATS = ("text", "json")
 TEXT_FORMAT = "%(asctime)s %(levelname)-7s [%(process)d] %(name)s: %(message)s"
+INDENT = "    "  # continuation lines (tracebacks) start with it; record lines never do
+
+
+class TextFormatter(logging.Formatter):
+    """``TEXT_FORMAT``, one line per record: the message's control characters are escaped and
+    traceback lines are indented, so job data can never forge a log line (a line that does not
+    start with whitespace is always the start of a real record)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        """The record line, then any traceback or stack, indented (never cached on the record:
+        other handlers keep the plain text)."""
+        record.message = text_safe(record.getMessage())
+        if self.usesTime():
+            record.asctime = self.formatTime(record, self.datefmt)
+        line = self.formatMessage(record)
+        if record.exc_info:
+            line += "\n" + _indented(self.formatException(record.exc_info))
+        elif record.exc_text:
+            line += "\n" + _indented(record.exc_text)
+        if record.stack_info:
+            line += "\n" + _indented(self.formatStack(record.stack_info))
+        return line
+
+
+def _indented(text: str) -> str:
+    return "\n".join(INDENT + text_safe(line) for line in text.split("\n"))
 
 
 class JsonFormatter(logging.Formatter):
@@ -50,7 +78,7 @@ def setup_logging(
     if fmt not in FORMATS:
         raise ValueError(f"log format must be one of {', '.join(FORMATS)}")
     handler = logging.StreamHandler(stream or sys.stderr)
-    handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT))
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter(TEXT_FORMAT))
     handler._conveyor = True  # type: ignore[attr-defined]
     logger = logging.getLogger("conveyor")
     for old in [h for h in logger.handlers if getattr(h, "_conveyor", False)]:

@@ -7,9 +7,11 @@ and emit the middleware hooks (``on_retry`` / ``on_dead_letter`` / ``on_lease_lo
 with an ``after_process_batch(worker, jobs, durations)`` method (``MetricsMiddleware``) get
 one call for the whole batch instead of one ``after_process`` per job.
 
-Broker errors are retried while the lease is still being extended (the lease keeper keeps
-extending jobs until they are recorded); an attempt whose lease was lost is never written — it
-belongs to another delivery now.
+Broker errors are retried while the job's lease is still valid (the lease keeper keeps
+extending jobs until they are recorded, and moves ``Running.lease_until``): a write held up by
+a lock or a failover is retried until it lands or the lease runs out, never for a fixed count.
+Deterministic errors (a value the broker cannot encode) are never retried. An attempt whose
+lease was lost is never written — it belongs to another delivery now.
 """
 
 from __future__ import annotations
@@ -22,9 +24,11 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..broker.base import Ack
+from ..core.job import ErrorKind
+from ..core.serialization import result_problem
 from ..errors import LeaseLost
 from ..middleware import emit
-from .execute import Outcome, hooked
+from .execute import Outcome, hooked, safe_text
 from .running import Running
 
 if TYPE_CHECKING:
@@ -32,9 +36,30 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("conveyor.worker")
 T = TypeVar("T")
-RETRY_FOR = 60.0  # seconds to keep retrying a broker write that errors
+RETRY_FOR = 60.0  # retry budget of a failing write whose lease deadline is unknown
+BARE_NOTE = "result: could not be stored"
+MAX_DELAY = 0.5  # longest pause between retries: record soon after the broker is back
 BATCH = 500  # outcomes written per round (successes in one ``complete`` call)
 JOIN_TIMEOUT = RETRY_FOR + 10.0  # how long a stopping worker waits for the recorder thread
+#: errors that come from the data, not the broker's health: retrying cannot help
+#: (orjson.JSONEncodeError is a TypeError; ValidationError and DecodeError are ValueErrors)
+DETERMINISTIC: tuple[type[Exception], ...] = (TypeError, ValueError, RecursionError)
+
+
+def lease_left(runs: Sequence[Running]) -> float:
+    """Seconds until the last of ``runs``' leases runs out."""
+    now = time.monotonic()
+    return max((_lease_until(run) - now for run in runs), default=0.0)
+
+
+def _lease_until(run: Running) -> float:
+    """The keeper's last extension, else the claim's lease (``RETRY_FOR`` if unknown)."""
+    if run.lease_until is not None:
+        return run.lease_until
+    started_at = run.job.started_at  # the broker's claim time; the lease ran from then
+    if started_at is None:
+        return run.claimed + RETRY_FOR
+    return run.claimed + max(0.0, run.lease.expires_at - started_at)
 
 
 class Recorder:
@@ -60,9 +85,8 @@ class Recorder:
             else:
                 names[i] = self._fail(run, outcome, now)
         if acks:
-            batch = [Ack(r.job.id, r.token, o.result, r.job.queue)
-                     for r, o in (items[i] for i in acks)]  # fmt: skip
-            results = self._retrying("complete", lambda: self.broker.complete(batch, now))
+            batch = [self._ack(*items[i], now) for i in acks]
+            results = self._complete(batch, [items[i][0] for i in acks], now)
             for i, ok in zip(acks, results or [False] * len(acks), strict=True):
                 names[i] = "completed" if ok else "lease_lost"
         completed = [items[i][0] for i in acks if names[i] == "completed"]
@@ -72,6 +96,56 @@ class Recorder:
             if names[i] != "completed":
                 self.after(run, names[i], outcome)
         return names
+
+    def _ack(self, run: Running, outcome: Outcome, now: float) -> Ack:
+        """The ``Ack`` of a success; a result that cannot be stored is dropped with a note.
+
+        The result is fully encoded here, per job, so a bad one can never make the batch's
+        ``complete`` fail: it is completed WITHOUT the result and a ``result_error`` entry says
+        why (the handler's work happened: dead-lettering or re-running it would repeat it).
+        """
+        job, result = run.job, outcome.result
+        if result is None:
+            return Ack(job.id, run.token, None, job.queue)
+        problem = result_problem(result, self.worker.app.settings.max_result_bytes)
+        if problem is None:
+            return Ack(job.id, run.token, result, job.queue)
+        return self._dropped(run, problem, now)
+
+    def _dropped(self, run: Running, problem: str, now: float) -> Ack:
+        """An ``Ack`` without the result, noting ``problem`` in the job's ``errors``."""
+        job = run.job
+        log.warning("job %s (%s): result not stored, the job completes without it: %s",
+                    job.id, job.task, problem[:500])  # fmt: skip
+        error = {"attempt": job.attempts, "kind": str(ErrorKind.RESULT_ERROR),
+                 "type": "ValidationError", "message": safe_text(problem[:2000]),
+                 "traceback": "", "worker": self.worker.id, "at": now}  # fmt: skip
+        return Ack(job.id, run.token, None, job.queue, error)
+
+    def _complete(self, batch: list[Ack], runs: list[Running], now: float) -> list[bool] | None:
+        """``complete`` with retries; a deterministic error (a value the broker cannot encode)
+        is never retried: the batch is split so it touches only the job that caused it, and
+        that job is completed without its result."""
+        try:
+            return self._retrying("complete", lambda: self.broker.complete(batch, now), runs)
+        except DETERMINISTIC as exc:
+            if len(batch) > 1:
+                out: list[bool] = []
+                for ack, run in zip(batch, runs, strict=True):
+                    out.extend(self._complete([ack], [run], now) or [False])
+                return out
+            ack = batch[0]
+            if ack.result is None and (ack.error is None or ack.error["message"] == BARE_NOTE):
+                log.exception("broker complete failed for job %s; giving up", ack.job_id)
+                return None
+            log.warning("broker complete refused job %s's result: %s", ack.job_id, exc)
+            # without the result, with a note; if even the note failed, the bare minimum
+            message = BARE_NOTE if ack.error is not None else safe_text(f"result: {exc}"[:2000])
+            run_error = {"kind": str(ErrorKind.RESULT_ERROR), "type": type(exc).__name__,
+                         "message": message, "traceback": "", "worker": self.worker.id,
+                         "at": now}  # fmt: skip
+            retry = Ack(ack.job_id, ack.token, None, ack.queue, run_error)
+            return self._complete([retry], runs, now)
 
     def completed(self, runs: Sequence[Running]) -> None:
         """``after`` for a batch of completed jobs: one counter update, batched metrics."""
@@ -138,8 +212,12 @@ class Recorder:
         error = outcome.error_entry(job, now, self.worker.id)
         try:
             state = self._retrying("fail", lambda: self.broker.fail(
-                job.id, run.token, now, error=error, retry_at=decision.retry_at))  # fmt: skip
+                job.id, run.token, now, error=error, retry_at=decision.retry_at),
+                [run])  # fmt: skip
         except LeaseLost:
+            return "lease_lost"
+        except DETERMINISTIC:
+            log.exception("broker fail refused job %s's error entry", job.id)
             return "lease_lost"
         if state is None:
             return "lease_lost"
@@ -149,22 +227,33 @@ class Recorder:
             emit(self.middleware, "on_dead_letter", self.worker, job, str(decision.kind))
         return str(state)
 
-    def _retrying(self, what: str, call: Callable[[], T]) -> T | None:
-        """Run a broker write, retrying transient errors for a while (LeaseLost propagates)."""
-        delay, give_up = 0.05, time.monotonic() + RETRY_FOR
+    def _retrying(self, what: str, call: Callable[[], T], runs: Sequence[Running]) -> T | None:
+        """Run a broker write of ``runs``' outcomes, retrying transient errors while any of
+        their leases is still valid (a lock held elsewhere, a Redis failover); LeaseLost and
+        deterministic errors propagate at once.
+
+        The deadline is re-read on every round: the lease keeper moves it on each successful
+        extension. Once it passes, another worker may own the job, so the write is abandoned.
+        """
+        delay = 0.05
         while True:
             try:
                 return call()
             except LeaseLost:
                 raise
+            except DETERMINISTIC:
+                raise
             except Exception:
-                if time.monotonic() >= give_up or self.worker.hard_stopping:
+                left = lease_left(runs)
+                if left <= 0 or self.worker.hard_stopping:
                     log.exception("broker %s failed; giving up (the lease will expire and the "
                                   "job will be redelivered)", what)  # fmt: skip
                     return None
-                log.warning("broker %s failed; retrying in %.2fs", what, delay, exc_info=True)
-                time.sleep(delay)
-                delay = min(2.0, delay * 2)
+                pause = min(delay, left)
+                log.warning("broker %s failed; retrying in %.2fs (lease valid for %.1fs)", what,
+                            pause, left, exc_info=True)  # fmt: skip
+                time.sleep(pause)
+                delay = min(MAX_DELAY, delay * 2)
 
     def after(self, run: Running, name: str, outcome: Outcome | None) -> None:
         """Counters, the outcome log line, and the hooks, for a recorded (or released) job."""

@@ -24,8 +24,8 @@ class Running:
     """One claimed job: lease, task, executor, timing and the flags its helpers set."""
 
     __slots__ = ("claimed", "deadline", "executor", "handle", "interrupted", "job", "lease",
-                 "lock", "lost", "lost_announced", "phase", "settled", "started", "stuck",
-                 "task", "thread_ident", "timeout", "token")  # fmt: skip
+                 "lease_until", "lock", "lost", "lost_announced", "phase", "settled", "started",
+                 "stuck", "task", "thread_ident", "timeout", "token")  # fmt: skip
 
     def __init__(
         self, lease: Lease, task: Task | None, executor: str, timeout: float | None
@@ -37,6 +37,9 @@ class Running:
         self.executor = executor  # "thread" | "asyncio" | "process" | "none" (refused)
         self.timeout = timeout
         self.claimed = time.monotonic()
+        # monotonic time the lease runs out, set by the keeper on each extension (None: the
+        # claim's lease, see recorder.lease_left); a failing outcome write is retried until then
+        self.lease_until: float | None = None
         self.started: float | None = None  # monotonic time the job really began
         self.deadline: float | None = None  # monotonic; None when the job has no timeout
         self.phase = QUEUED

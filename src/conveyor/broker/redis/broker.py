@@ -216,7 +216,11 @@ class RedisBroker(ReadsMixin, SideMixin, LifecycleMixin, Broker):
             for i in idxs:
                 ack = acks[i]
                 result = b"" if ack.result is None else result_json(ack.result)
-                args += (ack.job_id, ack.token, result)
+                if ack.error is None:
+                    args += (ack.job_id, ack.token, result, "", "")
+                else:
+                    entry, _, last_error, _ = codec.error_json(ack.error, now)
+                    args += (ack.job_id, ack.token, result, entry, last_error)
             calls.append(Call("complete", self.qkeys(queue), args))
         for idxs, reply in zip(groups.values(), self.runner.run_many(calls), strict=True):
             for i, ok in zip(idxs, reply, strict=True):

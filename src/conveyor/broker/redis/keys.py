@@ -54,7 +54,7 @@ STATE_SETS = {
     **TERMINAL_SETS,
 }  # fmt: skip
 
-_SAFE_COLLECTION = re.compile(r"^[A-Za-z0-9_.\-:]{1,200}$")
+_SAFE_COLLECTION = re.compile(r"^[A-Za-z0-9_.\-:]{1,200}\Z")
 
 
 class KeySchema:

@@ -2,7 +2,8 @@
 
 ``RedisBase`` is the base of the broker's parts (transitions in ``broker.py``, reads in
 ``reads.py``, documents/logs/events/counters in ``side.py``). Every public method is wrapped by
-``guarded``, which turns connection trouble into ``BrokerUnavailable``.
+``guarded``, which turns connection trouble into ``BrokerUnavailable`` and Redis's ``OOM``
+refusals into ``StorageFull``.
 """
 
 from __future__ import annotations
@@ -12,13 +13,19 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, ParamSpec, TypeVar
 
-from redis.exceptions import BusyLoadingError, ClusterDownError, ReadOnlyError, TryAgainError
+from redis.exceptions import (
+    BusyLoadingError,
+    ClusterDownError,
+    OutOfMemoryError,
+    ReadOnlyError,
+    TryAgainError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ...config import Retention
 from ...core.job import Job, validate_queue_name
-from ...errors import BrokerUnavailable, DecodeError
+from ...errors import BrokerUnavailable, DecodeError, StorageFull
 from . import codec, conn
 from .keys import KeySchema
 from .scripts import ScriptRunner
@@ -28,7 +35,7 @@ R = TypeVar("R")
 
 _UNAVAILABLE = (RedisConnectionError, RedisTimeoutError, BusyLoadingError, ClusterDownError,
                 ReadOnlyError, TryAgainError)  # fmt: skip
-_QUEUE_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,100}$")
+_QUEUE_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,100}\Z")  # \Z: "$" would accept a final "\n"
 WHERE_MAX = 100_000
 
 
@@ -41,6 +48,9 @@ def guarded(fn: Callable[P, R]) -> Callable[P, R]:
             return fn(*args, **kwargs)
         except _UNAVAILABLE as exc:
             raise BrokerUnavailable(f"Redis is unavailable: {exc}") from exc
+        except OutOfMemoryError as exc:
+            raise StorageFull(f"Redis is out of memory (maxmemory reached, writes refused): {exc}"
+                              ) from exc  # fmt: skip
 
     return wrapper
 

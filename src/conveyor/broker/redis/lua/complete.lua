@@ -8,14 +8,19 @@
 -- fields are left in the hash (ignored unless the job is active).
 --
 -- KEYS: the 14 queue keys (_lib.lua)
+-- An ack may carry an errors entry (a result that could not be stored: kind result_error, the
+-- result is then ""): it is appended to "errors" (its "attempt" filled in as in fail.lua) and
+-- sets last_error, in the same step as the completion.
+--
 -- ARGV: [1] queue name  [2] now  [3] completed_max  [4] events_max
---       then per ack: id, token, result JSON ("" = null)
+--       then per ack: id, token, result JSON ("" = null), errors entry JSON ("" = none),
+--       last_error (used with an entry)
 -- Returns: {ok_1, ok_2, ...} with 1 = recorded, 0 = stale token / not active (LeaseLost)
 local q = qkeys(0)
 local now, maxlen = ARGV[2], ARGV[4]
 local out, ids, done, rows = {}, {}, {}, {}
-for i = 5, #ARGV, 3 do
-  local id, token, result = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+for i = 5, #ARGV, 5 do
+  local id, token, result, entry = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   local key = q.job .. id
   local f = redis.pcall('HMGET', key, 'state', 'token', 'attempts', 'task')
   if not f.err and f[1] == 'active' and f[2] == token then
@@ -23,6 +28,13 @@ for i = 5, #ARGV, 3 do
       redis.call('HSET', key, 'state', 'completed', 'finished_at', now, 'result', result)
     else
       redis.call('HSET', key, 'state', 'completed', 'finished_at', now)
+    end
+    if entry ~= '' then
+      if not string.find(entry, '"attempt":', 1, true) then
+        entry = '{"attempt":' .. (f[3] or '0') .. ',' .. string.sub(entry, 2)
+      end
+      append_line(key, 'errors', entry, nil)
+      redis.call('HSET', key, 'last_error', ARGV[i + 4])
     end
     rows[#rows + 1] = id
     rows[#rows + 1] = f[4] or ''
