@@ -133,6 +133,14 @@ def test_bad_names_are_refused(app: Conveyor, field: str, bad: str) -> None:
     assert_nothing_stored(app)
 
 
+@pytest.mark.parametrize("job_id", [".", ".."])
+def test_dot_segment_ids_are_refused(app: Conveyor, job_id: str) -> None:
+    """Browsers and HTTP clients resolve ``.``/``..`` path segments: such a job has no URL."""
+    with pytest.raises(ValidationError, match=r"job_id.*'\.\.'"):
+        app.enqueue("t", job_id=job_id)
+    assert_nothing_stored(app)
+
+
 @pytest.mark.parametrize("bad", sorted(BAD_NAMES))
 def test_bad_schedule_names_are_refused(app: Conveyor, bad: str) -> None:
     with pytest.raises(ValidationError) as info:

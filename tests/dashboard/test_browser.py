@@ -20,7 +20,7 @@ import pytest
 from conveyor import Conveyor
 from conveyor.dashboard.security import DashboardConfig
 from conveyor.dashboard.server import BackgroundServer
-from tests.support.hostile import HOSTILE_TEXT
+from tests.support.hostile import HOSTILE_TEXT, store_unvalidated
 
 from .conftest import AUTH, PASSWORD, TOKEN, USER, register_tasks
 
@@ -179,7 +179,7 @@ def test_delete_a_dead_letter_whose_id_climbs_out_of_its_path(
     hostile = HOSTILE_TEXT["path_traversal"]
     victim = hostile.rsplit("/", 1)[1]
     live_app.enqueue("add", [1, 2], queue="hostile", job_id=victim)
-    live_app.enqueue("boom", [hostile], queue="hostile", job_id=hostile)
+    store_unvalidated(live_app, hostile, "boom", hostile, queue="hostile")  # enqueue refuses '/'
     live_app.worker(["hostile"], handle_signals=False, heartbeat=False).run_until_idle()
     assert live_app.get_job(hostile).state == "dead_letter"
     assert live_app.get_job(victim).state == "completed"

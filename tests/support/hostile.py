@@ -57,3 +57,21 @@ FOREIGN_HOSTS: tuple[str, ...] = ("rebind.attacker.example", "evil.example:80", 
 
 #: A request body larger than any endpoint should read (64 MiB).
 HUGE_BODY_BYTES = 64 * 1024 * 1024
+
+
+def store_unvalidated(app: Any, job_id: str, task: str, *args: Any, **options: Any) -> str:
+    """Store a job whose id enqueue refuses today (``/``, newlines), as an older version or a
+    client in another language could have written it, straight through the broker; returns the id.
+
+    ``args`` are the job's positional arguments; ``options`` may hold ``kwargs`` and any
+    enqueue option (queue, metadata, idempotency_key...).
+    """
+    import dataclasses
+
+    from conveyor.task import JobSpec
+
+    kwargs = options.pop("kwargs", {})
+    now = app.now()
+    job = app.build_job(JobSpec(task, tuple(args), kwargs, options), now)
+    app.broker.enqueue([dataclasses.replace(job, id=job_id)], now)
+    return job_id

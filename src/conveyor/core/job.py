@@ -160,15 +160,16 @@ def validate_identifier(value: object, field_name: str, *, slash: bool = True) -
     """Return ``value`` if it is a usable job id / idempotency key, else raise.
 
     Non-blank text of at most ``MAX_ID`` characters, valid UTF-8, with no control characters
-    (a newline in an id forges log lines and table rows); ``slash=False`` also refuses ``/``
-    (job ids appear as one path segment in URLs).
+    (a newline in an id forges log lines and table rows); ``slash=False`` also refuses ``/``,
+    ``.`` and ``..`` (job ids appear as one path segment in URLs, and clients resolve dot
+    segments before sending).
     """
     if not isinstance(value, str) or not value.strip() or len(value) > MAX_ID:
         raise ValidationError(field_name, f"must be a non-empty string of <= {MAX_ID} characters")
     if _CONTROL.search(value):
         raise ValidationError(field_name, "must not contain control characters (newlines, tabs)")
-    if not slash and "/" in value:
-        raise ValidationError(field_name, "must not contain '/'")
+    if not slash and ("/" in value or value in (".", "..")):
+        raise ValidationError(field_name, "must not contain '/' or be '.' or '..'")
     if not is_utf8(value):
         raise ValidationError(field_name, "must be valid UTF-8 text (no lone surrogates)")
     return value
