@@ -15,7 +15,8 @@ from ..app import Conveyor
 from ..core.state import JobState
 from ..errors import ConveyorError, JobNotFound, ValidationError
 from ..monitoring.actions import Operator
-from ..monitoring.inspect import Inspector, job_dict, parse_time, preview_args
+from ..monitoring.filters import parse_time
+from ..monitoring.inspect import Inspector, job_dict, preview_args
 from .common import app_option, console, emit_json, json_option, open_app, table, url_option
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -20,7 +20,8 @@ from starlette.routing import Route
 
 from ..errors import ValidationError
 from ..monitoring.actions import ENQUEUE_OPTIONS
-from ..monitoring.inspect import SEARCH_FIELDS, job_dict
+from ..monitoring.filters import SEARCH_FIELDS
+from ..monitoring.inspect import job_dict
 from .security import csrf_token
 from .server import action, dashboard_of, int_param
 

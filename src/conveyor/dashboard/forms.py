@@ -15,7 +15,7 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
 from ..monitoring.actions import Operator
-from ..monitoring.inspect import SEARCH_FIELDS
+from ..monitoring.filters import SEARCH_FIELDS
 from .hardening import segment
 from .security import SESSION_COOKIE, check_login
 from .server import action, client_of, dashboard_of, done

@@ -12,7 +12,7 @@ from starlette.routing import Route
 
 from ..broker.base import Page
 from ..core.state import JobState
-from ..monitoring.inspect import SEARCH_FIELDS
+from ..monitoring.filters import SEARCH_FIELDS
 from ..monitoring.prometheus import exposition
 from .server import dashboard_of, identity_of, int_param
 

@@ -8,8 +8,6 @@ next door in ``monitoring.actions``.
 from __future__ import annotations
 
 import dataclasses
-import math
-import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -19,51 +17,13 @@ from ..core.job import Job, validate_queue_name, validate_task_name
 from ..core.state import JobState
 from ..errors import JobNotFound, ValidationError
 from .events import EventReader, check_cursor, job_events
+from .filters import clean_filters
 from .metrics import flush_local, read_counters, series, summarize
 from .prometheus import worker_queues
 
 if TYPE_CHECKING:
     from ..app import Conveyor
 
-_RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw])\Z")
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-SEARCH_FIELDS = ("id", "state", "task", "queue", "since", "until", "error", "text")
-
-
-def parse_time(value: Any, now: float, field: str = "since") -> float | None:
-    """Epoch seconds from a number, an ISO 8601 string (naive = UTC) or an age like ``15m``."""
-    if value is None or value == "":
-        return None
-    if isinstance(value, bool):
-        raise ValidationError(field, "must be a time, not a boolean")
-    if isinstance(value, int | float):
-        return _finite(float(value), field)
-    text = str(value).strip()
-    match = _RELATIVE.match(text)
-    if match:
-        return _finite(now - float(match.group(1)) * _UNITS[match.group(2)], field)
-    try:
-        return _finite(float(text), field)
-    except ValueError as exc:
-        if isinstance(exc, ValidationError):
-            raise
-    try:
-        parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError as exc:
-        raise ValidationError(
-            field,
-            f"{text[:60]!r} is not an epoch number, an ISO 8601 time or an age like 30m / 2h / 1d",
-        ) from exc
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=UTC)
-    return parsed.timestamp()
-
-
-def _finite(value: float, field: str) -> float:
-    """``value`` unless NaN or infinite (a time filter must compare with real times)."""
-    if not math.isfinite(value):
-        raise ValidationError(field, "must be a finite time")
-    return value
 
 
 def job_dict(job: Job, *, full: bool = True) -> dict[str, Any]:
@@ -321,34 +281,6 @@ def tasks_total(tasks: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
         for key, amount in values.items():
             total[key] = total.get(key, 0.0) + amount
     return total
-
-
-def clean_filters(filters: Mapping[str, Any], now: float) -> dict[str, Any]:
-    """Validate search filters: known names only, empty values dropped, times parsed."""
-    out: dict[str, Any] = {}
-    for key, value in filters.items():
-        if key not in SEARCH_FIELDS:
-            raise ValidationError(key, f"unknown filter; use {', '.join(SEARCH_FIELDS)}")
-        if value is None or value == "":
-            continue
-        if key in ("since", "until"):
-            out[key] = parse_time(value, now, key)
-        elif key == "queue":
-            out[key] = validate_queue_name(value)
-        elif key == "task":
-            out[key] = validate_task_name(value)
-        elif key == "state":
-            try:
-                out[key] = JobState(str(value))
-            except ValueError as exc:
-                raise ValidationError(
-                    "state", f"must be one of {[s.value for s in JobState]}"
-                ) from exc
-        else:
-            if not isinstance(value, str) or len(value) > 500:
-                raise ValidationError(key, "must be a string of at most 500 characters")
-            out[key] = value
-    return out
 
 
 def timeline(job: Job, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
