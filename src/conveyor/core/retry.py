@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from ..errors import JobTimeout, PermanentError, Retry
 from .backoff import DEFAULT_BACKOFF, Backoff
-from .job import ErrorKind
+from .job import ErrorKind, Job
 
 
 @dataclass(frozen=True)
@@ -58,8 +58,13 @@ def decide(
     policy: RetryPolicy,
     now: float,
     rng: random.Random,
+    previous_delay: float | None = None,
 ) -> Decision:
-    """Decide the fate of the attempt number ``attempts`` that raised ``exc`` at ``now``."""
+    """Decide the fate of the attempt number ``attempts`` that raised ``exc`` at ``now``.
+
+    ``previous_delay``: the backoff the job waited before this attempt (see ``previous_delay``);
+    the decorrelated strategy grows from it.
+    """
     kind = classify(exc, policy)
     trace = "".join(tb.format_exception(type(exc), exc, exc.__traceback__))[-4000:]
     message = str(exc) or type(exc).__name__
@@ -68,8 +73,29 @@ def decide(
         if isinstance(exc, Retry) and exc.delay is not None:
             retry_at = now + max(0.0, exc.delay)
         else:
-            retry_at = now + policy.backoff.delay(attempts, rng)
+            retry_at = now + policy.backoff.delay(attempts, rng, previous_delay)
     return Decision(kind, retry_at, type(exc).__name__, message, trace)
+
+
+def previous_delay(job: Job) -> float | None:
+    """The backoff delay the job waited before its current attempt, from its stored history.
+
+    A retry sets ``run_at = failed_at + delay`` and nothing else moves ``run_at`` until the job is
+    claimed again, so when the latest ``errors`` entry is a backed-off failure (kind ``error`` or
+    ``timeout``) the delay is ``run_at - entry["at"]``. Anything else in between (a lost lease,
+    a release, a requeue) restarts the chain: None, which the strategy reads as ``base``.
+    """
+    if not job.errors:
+        return None
+    last = job.errors[-1]
+    at = last.get("at")
+    backed_off = last.get("kind") in (ErrorKind.ERROR, ErrorKind.TIMEOUT)
+    if not backed_off or isinstance(at, bool) or not isinstance(at, float | int):
+        return None
+    if job.history and job.history[-1].get("at", 0) >= at:  # released/requeued since: run_at moved
+        return None
+    delay = float(job.run_at) - float(at)
+    return delay if delay > 0 else None
 
 
 def max_attempts_from(max_attempts: int | None, max_retries: int | None) -> int | None:

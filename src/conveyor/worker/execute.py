@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..core.job import ErrorKind, Job
-from ..core.retry import Decision, RetryPolicy, decide
+from ..core.retry import Decision, RetryPolicy, decide, previous_delay
 from ..core.serialization import encode_value
 from ..errors import ValidationError
 from ..middleware import Middleware
@@ -98,7 +98,7 @@ def failure(
 ) -> Outcome:
     """Classify an exception under the task's policy and the job's attempt budget."""
     decision = decide(exc, attempts=job.attempts, max_attempts=job.max_attempts, policy=policy,
-                      now=now, rng=rng)  # fmt: skip
+                      now=now, rng=rng, previous_delay=previous_delay(job))  # fmt: skip
     return Outcome(False, decision=decision, error=exc)
 
 
