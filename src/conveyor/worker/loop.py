@@ -141,7 +141,7 @@ class Worker:
             self.broker.reap_expired(now, max_lost=self.max_lost)
 
     def execute(self, lease: Lease, now: float) -> Outcome:
-        """Run a leased job on this thread and classify the result (never raises)."""
+        """Run a leased job (here, or on a helper thread if it has a timeout); classify it."""
         job = lease.job
         task = self.app.tasks.get(job.task)
         rejected = precheck(task, job)
@@ -149,6 +149,11 @@ class Worker:
             assert rejected is not None
             return rejected
         emit(self.app.middleware, "before_process", self, job)
+        timeout = effective_timeout(task, job)
+        if timeout:  # enforced as on the thread executor (see worker/inline.py)
+            from .inline import run_with_timeout
+
+            return run_with_timeout(self, lease, task, timeout, now)
         return outcome_of_call(task, job, lambda: call_inline(task, job), now, self.app.rng)
 
     def record(
