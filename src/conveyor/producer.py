@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from .core.ids import new_ulid
 from .core.job import (
-    DEFAULT_MAX_ATTEMPTS,
+    MAX_ATTEMPTS_UNSET,
     Job,
     validate_priority,
     validate_queue_name,
@@ -137,7 +137,7 @@ class Producer:
             _remember_valid(_VALID_QUEUES, validate_queue_name(queue))
         ttl = task.idempotency_ttl if task is not None else None
         return (name, queue, validate_priority(task.priority if task else 0),
-                task.max_attempts if task else DEFAULT_MAX_ATTEMPTS,
+                task.max_attempts if task else MAX_ATTEMPTS_UNSET,
                 task.timeout if task else None,
                 float(app.settings.idempotency_ttl if ttl is None else ttl))  # fmt: skip
 
@@ -180,7 +180,7 @@ class Producer:
         run_at = float(run_at) if run_at is not None else now + float(delay)
         queue = validate_queue_name(opts.get("queue", task.queue if task else "default"))
         priority = validate_priority(opts.get("priority", task.priority if task else 0))
-        default_attempts = task.max_attempts if task else DEFAULT_MAX_ATTEMPTS
+        default_attempts = task.max_attempts if task else MAX_ATTEMPTS_UNSET
         ttl = opts.get("idempotency_ttl")
         if ttl is None and task is not None:
             ttl = task.idempotency_ttl

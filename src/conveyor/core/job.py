@@ -15,6 +15,9 @@ TASK_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]*(?:[.:][A-Za-z_][A-Za-z0-9_
 MAX_TASK_NAME = 200
 MAX_HISTORY = 50
 DEFAULT_MAX_ATTEMPTS = 4
+#: ``max_attempts`` of a job enqueued by name from a process that does not register its task
+#: and did not pass ``max_attempts``: the worker applies the task's own (registered) value.
+MAX_ATTEMPTS_UNSET = 0
 DEFAULT_IDEMPOTENCY_TTL = 300.0
 
 
@@ -43,7 +46,7 @@ class Job:
     priority: int = 0
     state: JobState = JobState.PENDING
     attempts: int = 0
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS  # MAX_ATTEMPTS_UNSET (0): the task's own value
     timeout: float | None = None
     run_at: float = 0.0
     created_at: float = 0.0

@@ -45,6 +45,8 @@ def classify(exc: BaseException, policy: RetryPolicy) -> ErrorKind:
         return ErrorKind.TIMEOUT
     if isinstance(exc, (PermanentError, policy.dead_on)):
         return ErrorKind.PERMANENT
+    if isinstance(exc, SystemExit):  # a job calling sys.exit() failed; it must not stop anything
+        return ErrorKind.ERROR
     if not isinstance(exc, policy.retry_on):
         return ErrorKind.PERMANENT
     return ErrorKind.ERROR

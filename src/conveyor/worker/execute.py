@@ -79,8 +79,9 @@ def outcome_of_call(
         result = call()
         return success(result)
     except BaseException as exc:
-        if isinstance(exc, KeyboardInterrupt | SystemExit):
-            raise
+        if isinstance(exc, KeyboardInterrupt):  # Ctrl-C stops an inline caller; SystemExit
+            raise  # from a job is an ordinary (retryable) error, as on every executor
+
         return failure(task.policy, job, exc, now, rng)
 
 
@@ -97,7 +98,9 @@ def failure(
     policy: RetryPolicy, job: Job, exc: BaseException, now: float, rng: random.Random
 ) -> Outcome:
     """Classify an exception under the task's policy and the job's attempt budget."""
-    decision = decide(exc, attempts=job.attempts, max_attempts=job.max_attempts, policy=policy,
+    # MAX_ATTEMPTS_UNSET (0): enqueued by name where the task is unknown; the task's value applies
+    max_attempts = job.max_attempts or policy.max_attempts
+    decision = decide(exc, attempts=job.attempts, max_attempts=max_attempts, policy=policy,
                       now=now, rng=rng, previous_delay=previous_delay(job))  # fmt: skip
     return Outcome(False, decision=decision, error=exc)
 

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ..broker.base import Ack
 from ..errors import LeaseLost
 from ..middleware import emit
+from ..monitoring.metrics import MetricsMiddleware
 from .execute import Outcome, hooked
 from .running import Running
 
@@ -195,6 +196,10 @@ class Recorder:
         if name != "released":  # a released job did not finish: no after_process
             emit(self.middleware, "after_process", self.worker, job, outcome=name,
                  duration=duration, error=error, reverse=True)  # fmt: skip
+        else:  # ... but the metrics count it (counter ``released``)
+            for mw in self.middleware:
+                if isinstance(mw, MetricsMiddleware):
+                    mw.count_released(self.worker, job)
 
     def release(self, run: Running, note: str) -> str:
         """Give an unfinished job back without an attempt penalty (shutdown); log it."""
