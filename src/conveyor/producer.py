@@ -200,6 +200,7 @@ class Producer:
             max_attempts=opts.get("max_attempts") or default_attempts,
             timeout=opts.get("timeout", task.timeout if task else None), run_at=run_at,
             created_at=now, idempotency_key=key, idempotency_ttl=float(ttl), metadata=metadata,
+            retry_on=opts.get("retry_on"), dead_on=opts.get("dead_on"),
         )  # fmt: skip
 
 

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import random
 import traceback as tb
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..errors import JobTimeout, PermanentError, Retry
 from .backoff import DEFAULT_BACKOFF, Backoff
-from .job import ErrorKind, Job
+from .job import ErrorKind, Job, exception_name
 
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """Per-task failure classification and backoff (overridable per job for max_attempts)."""
+    """Per-task failure classification and backoff (max_attempts, retry_on and dead_on are
+    overridable per job)."""
 
     max_attempts: int = 4
     backoff: Backoff = DEFAULT_BACKOFF
@@ -37,19 +39,35 @@ class Decision:
         return self.retry_at is None
 
 
-def classify(exc: BaseException, policy: RetryPolicy) -> ErrorKind:
-    """Map an exception to an error kind under ``policy`` (permanent kinds never retry)."""
+def classify(
+    exc: BaseException,
+    policy: RetryPolicy,
+    retry_on: Sequence[str] | None = None,
+    dead_on: Sequence[str] | None = None,
+) -> ErrorKind:
+    """Map an exception to an error kind under ``policy`` (permanent kinds never retry).
+
+    ``retry_on`` / ``dead_on``: the job's own overrides, as qualified class names (None: the
+    policy's types). A name matches when it names the exception's class or any base class.
+    """
     if isinstance(exc, Retry):
         return ErrorKind.RETRY
     if isinstance(exc, JobTimeout):
         return ErrorKind.TIMEOUT
-    if isinstance(exc, (PermanentError, policy.dead_on)):
+    if isinstance(exc, PermanentError):
+        return ErrorKind.PERMANENT
+    if (dead_on is None and isinstance(exc, policy.dead_on)) or (dead_on and _named(exc, dead_on)):
         return ErrorKind.PERMANENT
     if isinstance(exc, SystemExit):  # a job calling sys.exit() failed; it must not stop anything
         return ErrorKind.ERROR
-    if not isinstance(exc, policy.retry_on):
-        return ErrorKind.PERMANENT
-    return ErrorKind.ERROR
+    retryable = isinstance(exc, policy.retry_on) if retry_on is None else _named(exc, retry_on)
+    return ErrorKind.ERROR if retryable else ErrorKind.PERMANENT
+
+
+def _named(exc: BaseException, names: Sequence[str]) -> bool:
+    """True when ``exc``'s class or one of its bases is in ``names`` (``module.QualName``)."""
+    return any(exception_name(cls) in names for cls in type(exc).__mro__
+               if isinstance(cls, type) and issubclass(cls, BaseException))  # fmt: skip
 
 
 def decide(
@@ -61,13 +79,15 @@ def decide(
     now: float,
     rng: random.Random,
     previous_delay: float | None = None,
+    retry_on: Sequence[str] | None = None,
+    dead_on: Sequence[str] | None = None,
 ) -> Decision:
     """Decide the fate of the attempt number ``attempts`` that raised ``exc`` at ``now``.
 
     ``previous_delay``: the backoff the job waited before this attempt (see ``previous_delay``);
-    the decorrelated strategy grows from it.
+    the decorrelated strategy grows from it. ``retry_on`` / ``dead_on``: the job's overrides.
     """
-    kind = classify(exc, policy)
+    kind = classify(exc, policy, retry_on, dead_on)
     trace = "".join(tb.format_exception(type(exc), exc, exc.__traceback__))[-4000:]
     message = str(exc) or type(exc).__name__
     retry_at: float | None = None

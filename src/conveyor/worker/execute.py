@@ -101,7 +101,8 @@ def failure(
     # MAX_ATTEMPTS_UNSET (0): enqueued by name where the task is unknown; the task's value applies
     max_attempts = job.max_attempts or policy.max_attempts
     decision = decide(exc, attempts=job.attempts, max_attempts=max_attempts, policy=policy,
-                      now=now, rng=rng, previous_delay=previous_delay(job))  # fmt: skip
+                      now=now, rng=rng, previous_delay=previous_delay(job),
+                      retry_on=job.retry_on, dead_on=job.dead_on)  # fmt: skip
     return Outcome(False, decision=decision, error=exc)
 
 
