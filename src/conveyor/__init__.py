@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     from .core.job import ErrorKind, Job
     from .core.state import JobState
     from .errors import (
+        BrokerAuthError,
+        BrokerConfigError,
         BrokerUnavailable,
         ConveyorError,
         DuplicateJob,
@@ -43,6 +45,7 @@ _EXPORTS = {
     "Backoff": ".core.backoff", "Clock": ".core.clock", "FakeClock": ".core.clock",
     "SystemClock": ".core.clock", "ErrorKind": ".core.job", "Job": ".core.job",
     "JobState": ".core.state", "BrokerUnavailable": ".errors", "ConveyorError": ".errors",
+    "BrokerAuthError": ".errors", "BrokerConfigError": ".errors",
     "DuplicateJob": ".errors", "IllegalTransition": ".errors", "JobNotFound": ".errors",
     "JobTimeout": ".errors", "LeaseLost": ".errors", "PayloadTooLarge": ".errors",
     "PermanentError": ".errors", "Retry": ".errors", "UnknownTask": ".errors",
@@ -51,7 +54,8 @@ _EXPORTS = {
 }  # fmt: skip
 
 __all__ = [
-    "Backoff", "Broker", "BrokerUnavailable", "Clock", "Conveyor", "ConveyorError", "Delivery",
+    "Backoff", "Broker", "BrokerAuthError", "BrokerConfigError", "BrokerUnavailable", "Clock",
+    "Conveyor", "ConveyorError", "Delivery",
     "DuplicateJob", "ErrorKind", "FakeClock", "IllegalTransition", "Job", "JobHandle",
     "JobNotFound", "JobSpec", "JobState", "JobTimeout", "LeaseLost", "Middleware", "Page",
     "PayloadTooLarge", "PermanentError", "Retry", "SystemClock", "Task", "UnknownTask",

@@ -12,6 +12,7 @@ from zoneinfo import ZoneInfo
 import click
 
 from ..app import Conveyor
+from ..errors import BrokerConfigError
 from ..scheduler.models import Schedule, ScheduleNotFound
 from .common import (
     app_option,
@@ -69,7 +70,10 @@ def scheduler_command(app_target: str, interval: float, no_sync: bool) -> None:
     signal.signal(signal.SIGINT, stop)
     console.print(f"[bold]conveyor scheduler[/] {scheduler.id} on {app.broker.url or 'broker'}",
                   highlight=False)  # fmt: skip
-    scheduler.run()
+    try:
+        scheduler.run()
+    except BrokerConfigError as exc:
+        raise click.ClickException(str(exc)) from exc
 
 
 @click.group("schedules")

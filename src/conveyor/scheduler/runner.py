@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.cron import IntervalSpec, Spec
 from ..core.state import TERMINAL_STATES
-from ..errors import DuplicateJob, ValidationError
+from ..errors import BrokerConfigError, DuplicateJob, ValidationError
 from ..task import JobSpec
 from .models import COLLECTION, Schedule, history_entry, history_log, job_id_for
 
@@ -328,6 +328,9 @@ class Scheduler:
         while not self._stopping.is_set():
             try:
                 self.tick()
+            except BrokerConfigError as exc:  # wrong password / database: retrying cannot help
+                log.error("scheduler %s: %s: stopping", self.id, exc)
+                raise
             except Exception:
                 log.exception("scheduler tick failed; retrying")
                 self._stopping.wait(1.0)

@@ -30,10 +30,12 @@ from typing import TYPE_CHECKING, Any
 from ..broker.base import Lease
 from ..core.ids import new_ulid
 from ..core.queues import QueueSelector, parse_queues
+from ..errors import BrokerConfigError
 from ..middleware import emit
 from .execute import OK, Outcome, call_inline, hooked, outcome_of_call, precheck, reported
 from .executors import Executor, make_executor
 from .helpers import start_helpers, stop_helpers
+from .procutil import EXIT_CONFIG as EXIT_CONFIG
 from .procutil import EXIT_OK as EXIT_OK  # re-exported: callers import the codes from here
 from .procutil import EXIT_RECYCLE as EXIT_RECYCLE
 from .procutil import EXIT_STUCK as EXIT_STUCK
@@ -175,6 +177,14 @@ class Worker:
             from .supervisor import supervise
 
             return supervise(self)
+        try:  # fail fast on a wrong password or database: retrying cannot fix those
+            self.broker.server_time()
+        except BrokerConfigError as exc:
+            log.error("worker %s cannot start: %s", self.id, exc)
+            self.exit_code = EXIT_CONFIG
+            return EXIT_CONFIG
+        except Exception:  # unavailable right now: the claim loop retries with backoff
+            log.debug("broker probe failed", exc_info=True)
         self._stopping.clear()
         self._hard.clear()
         self._finished.clear()
@@ -271,6 +281,10 @@ class Worker:
             leases = self.broker.claim(self.selector.order(), self.app.now(), limit=free,
                                        worker_id=self.id,
                                        visibility_timeout=self.visibility_timeout)  # fmt: skip
+        except BrokerConfigError as exc:  # permanent (e.g. the password changed): exit, do not spin
+            log.error("worker %s: %s: stopping", self.id, exc)
+            self.stop_now(EXIT_CONFIG)
+            return []
         except Exception:
             self._claim_errors += 1
             delay = min(10.0, 0.5 * 2 ** (self._claim_errors - 1))
