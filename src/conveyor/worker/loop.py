@@ -34,7 +34,8 @@ from ..errors import BrokerConfigError
 from ..middleware import emit
 from .execute import OK, Outcome, call_inline, hooked, outcome_of_call, precheck, reported
 from .executors import Executor, make_executor
-from .helpers import start_helpers, stop_helpers
+from .helpers import broker_accepts, start_helpers, stop_helpers
+from .mainguard import UnguardedMain, exit_unguarded, explain, in_bootstrapping_child
 from .procutil import EXIT_CONFIG as EXIT_CONFIG
 from .procutil import EXIT_OK as EXIT_OK  # re-exported: callers import the codes from here
 from .procutil import EXIT_RECYCLE as EXIT_RECYCLE
@@ -93,6 +94,8 @@ class Worker:
         self._watchdog: Watchdog | None = None
         self._run_thread: int | None = None
         self._claim_errors = 0
+        self._guard_lock = threading.Lock()
+        self._guard_reported = False  # the missing __main__ guard was logged
 
     @property
     def queues(self) -> list[str]:
@@ -173,18 +176,15 @@ class Worker:
         With ``processes > 1`` this process becomes a supervisor of that many worker processes
         (the app must be importable as ``module:attribute``; main thread only).
         """
+        if in_bootstrapping_child():  # a pool child re-running an unguarded script: stop now
+            exit_unguarded()
         if self.processes > 1:
             from .supervisor import supervise
 
             return supervise(self)
-        try:  # fail fast on a wrong password or database: retrying cannot fix those
-            self.broker.server_time()
-        except BrokerConfigError as exc:
-            log.error("worker %s cannot start: %s", self.id, exc)
+        if not broker_accepts(self):  # a wrong password or database: retrying cannot help
             self.exit_code = EXIT_CONFIG
             return EXIT_CONFIG
-        except Exception:  # unavailable right now: the claim loop retries with backoff
-            log.debug("broker probe failed", exc_info=True)
         self._stopping.clear()
         self._hard.clear()
         self._finished.clear()
@@ -346,6 +346,9 @@ class Worker:
     # ------------------------------------------------------------------ outcomes
     def _report(self, run: Running, result: Any, exc: BaseException | None, tb: str | None) -> None:
         """Executors call this once per job; the first decision for an attempt wins."""
+        if isinstance(exc, UnguardedMain):  # not the job's fault: released by the hard stop
+            self._pool_unusable(exc)
+            return
         if not run.settle():
             return
         if result is None and exc is None and not run.interrupted:
@@ -363,6 +366,15 @@ class Worker:
             self.exit_code = EXIT_RECYCLE
             self._stopping.set()
         self._slots.recorded(runs)
+
+    def _pool_unusable(self, exc: UnguardedMain) -> None:
+        """Log the missing-guard error once and stop; in-flight jobs are released uncharged."""
+        with self._guard_lock:
+            if self._guard_reported:
+                return
+            self._guard_reported = True
+        log.error("worker %s: the process pool cannot start: %s", self.id, explain())
+        self.stop_now(EXIT_CONFIG)
 
     # ------------------------------------------------------------------ timeouts, leases
     def _on_deadline(self, run: Running) -> None:
@@ -390,3 +402,4 @@ class Worker:
             if run.settle():
                 self.recorder.release(run, f"worker shutdown ({self.id})")
                 slots.drop(run)
+

@@ -220,8 +220,9 @@ class Supervisor:
             self.log.info("worker process %d exited (code %d)", proc.pid, code)
             return
         if code == EXIT_CONFIG:  # the broker refused the credentials: a restart cannot help
-            self.log.error("worker process %d exited: the broker refused the configuration "
-                           "(see its log above); stopping every worker", proc.pid)  # fmt: skip
+            self.log.error("worker process %d exited with a configuration error (e.g. the "
+                           "broker refused the credentials; see its log above): stopping every "
+                           "worker", proc.pid)  # fmt: skip
             self.exit_code = EXIT_CONFIG
             self.signals += 1  # stop the others as if a stop signal came
             return
