@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     from .core.job import ErrorKind, Job
     from .core.state import JobState
     from .errors import (
+        BrokerAuthError,
+        BrokerConfigError,
         BrokerUnavailable,
         ConveyorError,
         DuplicateJob,
@@ -30,6 +32,7 @@ if TYPE_CHECKING:
         PayloadTooLarge,
         PermanentError,
         Retry,
+        StorageFull,
         UnknownTask,
         ValidationError,
     )
@@ -43,6 +46,7 @@ _EXPORTS = {
     "Backoff": ".core.backoff", "Clock": ".core.clock", "FakeClock": ".core.clock",
     "SystemClock": ".core.clock", "ErrorKind": ".core.job", "Job": ".core.job",
     "JobState": ".core.state", "BrokerUnavailable": ".errors", "ConveyorError": ".errors",
+    "BrokerAuthError": ".errors", "BrokerConfigError": ".errors", "StorageFull": ".errors",
     "DuplicateJob": ".errors", "IllegalTransition": ".errors", "JobNotFound": ".errors",
     "JobTimeout": ".errors", "LeaseLost": ".errors", "PayloadTooLarge": ".errors",
     "PermanentError": ".errors", "Retry": ".errors", "UnknownTask": ".errors",
@@ -51,10 +55,11 @@ _EXPORTS = {
 }  # fmt: skip
 
 __all__ = [
-    "Backoff", "Broker", "BrokerUnavailable", "Clock", "Conveyor", "ConveyorError", "Delivery",
+    "Backoff", "Broker", "BrokerAuthError", "BrokerConfigError", "BrokerUnavailable", "Clock",
+    "Conveyor", "ConveyorError", "Delivery",
     "DuplicateJob", "ErrorKind", "FakeClock", "IllegalTransition", "Job", "JobHandle",
     "JobNotFound", "JobSpec", "JobState", "JobTimeout", "LeaseLost", "Middleware", "Page",
-    "PayloadTooLarge", "PermanentError", "Retry", "SystemClock", "Task", "UnknownTask",
+    "PayloadTooLarge", "PermanentError", "Retry", "StorageFull", "SystemClock", "Task", "UnknownTask",
     "ValidationError",
 ]  # fmt: skip
 

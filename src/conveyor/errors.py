@@ -3,7 +3,9 @@
 Two families live here:
 
 * errors Conveyor raises to callers (``ValidationError``, ``PayloadTooLarge``, ``UnknownTask``,
-  ``LeaseLost``, ``BrokerUnavailable``, ``StorageFull``, ``IllegalTransition``, ``DuplicateJob``);
+  ``LeaseLost``, ``BrokerUnavailable`` (transient), ``StorageFull``, ``BrokerConfigError`` and
+  its ``BrokerAuthError`` (permanent: fix the configuration), ``IllegalTransition``,
+  ``DuplicateJob``);
 * exceptions a *handler* raises to steer the retry policy (``Retry``, ``PermanentError``).
 """
 
@@ -66,6 +68,18 @@ class LeaseLost(ConveyorError):
 
 class BrokerUnavailable(ConveyorError, ConnectionError):
     """The storage backend cannot be reached right now."""
+
+
+class BrokerConfigError(ConveyorError):
+    """The broker refuses this configuration (database index, permissions, ...).
+
+    Not transient, so deliberately NOT a ``BrokerUnavailable`` / ``ConnectionError``: retrying
+    cannot help. Workers exit with the message; producers get it raised at once.
+    """
+
+
+class BrokerAuthError(BrokerConfigError):
+    """The broker rejected the credentials (wrong or missing password, ACL user, permissions)."""
 
 
 class IllegalTransition(ConveyorError):

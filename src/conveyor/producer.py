@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from .core.envelopes import PlainEnvelopes
 from .core.ids import new_ulid
 from .core.job import (
-    DEFAULT_MAX_ATTEMPTS,
+    MAX_ATTEMPTS_UNSET,
     Job,
     validate_identifier,
     validate_priority,
@@ -139,7 +139,7 @@ class Producer:
             _remember_valid(_VALID_QUEUES, validate_queue_name(queue))
         ttl = task.idempotency_ttl if task is not None else None
         return (name, queue, validate_priority(task.priority if task else 0),
-                task.max_attempts if task else DEFAULT_MAX_ATTEMPTS,
+                task.max_attempts if task else MAX_ATTEMPTS_UNSET,
                 task.timeout if task else None,
                 float(app.settings.idempotency_ttl if ttl is None else ttl))  # fmt: skip
 
@@ -182,7 +182,7 @@ class Producer:
         run_at = float(run_at) if run_at is not None else now + float(delay)
         queue = validate_queue_name(opts.get("queue", task.queue if task else "default"))
         priority = validate_priority(opts.get("priority", task.priority if task else 0))
-        default_attempts = task.max_attempts if task else DEFAULT_MAX_ATTEMPTS
+        default_attempts = task.max_attempts if task else MAX_ATTEMPTS_UNSET
         ttl = opts.get("idempotency_ttl")
         if ttl is None and task is not None:
             ttl = task.idempotency_ttl
@@ -204,6 +204,7 @@ class Producer:
             max_attempts=opts.get("max_attempts") or default_attempts,
             timeout=opts.get("timeout", task.timeout if task else None), run_at=run_at,
             created_at=now, idempotency_key=key, idempotency_ttl=float(ttl), metadata=metadata,
+            retry_on=opts.get("retry_on"), dead_on=opts.get("dead_on"),
         )  # fmt: skip
 
 

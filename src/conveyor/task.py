@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from .core.backoff import DEFAULT_BACKOFF, Backoff
-from .core.job import validate_max_attempts, validate_non_negative
+from .core.job import validate_exception_names, validate_max_attempts, validate_non_negative
 from .core.retry import RetryPolicy, max_attempts_from
 from .errors import PermanentError, ValidationError
 
@@ -22,7 +22,7 @@ SHAPE_CACHE_MAX = 256
 Executor = Literal["auto", "thread", "asyncio", "process", "inline"]
 _OPTION_NAMES = frozenset({
     "job_id", "queue", "priority", "idempotency_key", "idempotency_ttl", "delay", "run_at",
-    "max_attempts", "max_retries", "timeout", "metadata",
+    "max_attempts", "max_retries", "timeout", "metadata", "retry_on", "dead_on",
 })  # fmt: skip
 
 
@@ -47,6 +47,9 @@ def check_options(options: Mapping[str, Any]) -> dict[str, Any]:
         validate_non_negative(out["idempotency_ttl"], "idempotency_ttl")
     if out.get("timeout") is not None:
         validate_non_negative(out["timeout"], "timeout")
+    for name in ("retry_on", "dead_on"):  # stored by qualified name (docs/wire-format.md)
+        if out.get(name) is not None:
+            out[name] = validate_exception_names(out[name], name)
     return out
 
 
@@ -112,7 +115,11 @@ class Task:
         return self.policy.max_attempts
 
     def options(self, **options: Any) -> TaskOptions:
-        """Per-call overrides: queue, priority, job_id, idempotency_key, delay, run_at, ..."""
+        """Per-call overrides: queue, priority, job_id, idempotency_key, delay, run_at, ...
+
+        ``retry_on`` / ``dead_on`` replace the task's classification for this job (exception
+        classes or qualified names; ``PermanentError`` is always permanent).
+        """
         return TaskOptions(self, check_options(options))
 
     def spec(self, *args: Any, **kwargs: Any) -> JobSpec:

@@ -29,3 +29,31 @@ def test_demo_rejects_bad_job_count() -> None:
     proc = subprocess.run([sys.executable, "-m", "conveyor.cli.main", "demo", "--jobs", "0"],
                           capture_output=True, text=True, timeout=60)  # fmt: skip
     assert proc.returncode == 2 and "--jobs" in proc.stderr
+
+
+def _demo(url: str, cwd: Path) -> dict[str, object]:
+    proc = subprocess.run([sys.executable, "-m", "conveyor.cli.main", "demo", "--url", url,
+                           "--jobs", "30", "--json"], capture_output=True, text=True,
+                          timeout=120, cwd=cwd)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    result: dict[str, object] = json.loads(proc.stdout)
+    return result
+
+
+def test_demo_twice_on_one_database_does_not_burst_schedule_runs(tmp_path: Path) -> None:
+    from conveyor import Conveyor
+    from conveyor.scheduler.models import COLLECTION
+
+    url = f"sqlite:///{tmp_path / 'demo.db'}"
+    _demo(url, tmp_path)
+    app = Conveyor(url)  # age the stored schedule: the last demo ran ten minutes ago
+    doc = app.broker.doc_get(COLLECTION, "demo.heartbeat", app.now())
+    assert doc is not None
+    doc["next_fire_at"] = app.now() - 600
+    app.broker.doc_put(COLLECTION, "demo.heartbeat", doc, app.now())
+    app.close()
+    for _ in range(2):  # after the "outage", then again right away
+        summary = _demo(url, tmp_path)
+        seconds, runs = summary["seconds"], summary["schedule_runs"]
+        assert isinstance(seconds, float) and isinstance(runs, int)
+        assert 1 <= runs <= seconds / 2 + 3, summary  # every 2 s plus one catch-up, no burst

@@ -84,3 +84,35 @@ def test_max_retries_synonym() -> None:
     assert max_attempts_from(7, None) == 7
     with pytest.raises(ValidationError, match="max_retries"):
         max_attempts_from(None, -1)
+
+
+@given(st.floats(0.01, 10), st.floats(1, 1000), st.integers(0, 2**32), st.integers(1, 30))
+def test_decorrelated_grows_from_the_previous_delay(
+    base: float, cap: float, seed: int, n: int
+) -> None:
+    b = Backoff.decorrelated(base=base, max=cap)
+    rng = random.Random(seed)
+    previous = None
+    for _ in range(n):
+        d = b.delay(1, rng, previous=previous)
+        prev = base if previous is None else previous
+        assert min(base, cap) - 1e-9 <= d <= min(cap, 3 * prev) + 1e-9
+        previous = d
+
+
+def test_decorrelated_is_exact_under_the_injected_rng() -> None:
+    b = Backoff.decorrelated(base=1, max=100)
+    expected = random.Random(5)
+    first = expected.uniform(1, 3)
+    second = min(100.0, expected.uniform(1, first * 3))
+    rng = random.Random(5)
+    assert b.delay(1, rng) == first
+    assert b.delay(2, rng, previous=first) == second
+
+
+def test_decide_passes_the_previous_delay_to_decorrelated() -> None:
+    policy = RetryPolicy(backoff=Backoff.decorrelated(base=1, max=1000))
+    got = decide(ValueError("x"), attempts=3, max_attempts=9, policy=policy, now=10.0,
+                 rng=random.Random(1), previous_delay=200.0)  # fmt: skip
+    assert got.retry_at is not None and 10.0 + 1 <= got.retry_at <= 10.0 + 600
+    assert got.retry_at == 10.0 + random.Random(1).uniform(1, 600)

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import redis
-from conveyor import BrokerUnavailable
+from conveyor import BrokerAuthError
 from conveyor.broker.base import Ack
 from conveyor.broker.redis import RedisBroker
 from conveyor.core.job import Job
@@ -79,7 +79,7 @@ def test_acl_user_and_password_in_the_url(make_server: Callable[..., Any]) -> No
     _roundtrip(good)
     good.close()
     bad = RedisBroker.from_url(f"redis://alice:wrong@127.0.0.1:{server.port}/0")
-    with pytest.raises(BrokerUnavailable):
+    with pytest.raises(BrokerAuthError):  # permanent: not BrokerUnavailable (issue 13, 8)
         bad.queues()
     bad.close()
 

@@ -1,40 +1,36 @@
 """Another language can enqueue: a job written with nothing but redis-cli is run by a worker.
 
-The shell script below is the recipe of docs/wire-format.md ("Enqueue without Conveyor"),
-run verbatim; the job's state and result are then read back with redis-cli as well.
+The shell script is the recipe of docs/wire-format.md ("Enqueue without Conveyor"), extracted
+from the doc and run verbatim (so the doc and this test cannot drift); the job's state and
+result are then read back with redis-cli as well.
 """
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from conveyor import Conveyor, JobState
 from conveyor.broker.redis import RedisBroker
 from tests.support.redis_proc import REDIS_CLI
 
-RECIPE = r"""
-set -eu
-R="$REDIS_CLI -h 127.0.0.1 -p $PORT"
-Q=default
-ID=$JOB_ID
-NOW=$($R TIME | paste -sd. -)
-SEQ=$($R INCR "conveyor:{$Q}:seq")
-RK=$(printf '%016x:%s' "$SEQ" "$ID")
-F='{"v":1,"id":"%s","queue":"%s","state":"pending","task":"add","args":[2,3],'
-F="$F"'"kwargs":{},"max_attempts":3,"created_at":%s,"run_at":%s}'
-PAYLOAD=$(printf "$F" "$ID" "$Q" "$NOW" "$NOW")
-$R SADD conveyor:queues "$Q" > /dev/null
-$R > /dev/null <<EOF
-MULTI
-HSET "conveyor:{$Q}:payloads" $ID '$PAYLOAD'
-HSET "conveyor:{$Q}:job:$ID" state pending priority 0 task add created_at $NOW run_at $NOW rk $RK
-ZADD "conveyor:{$Q}:ready" 0 $RK
-LPUSH "conveyor:{$Q}:wake" 1
-EXEC
-EOF
-"""
+DOC = Path(__file__).parents[2] / "docs" / "wire-format.md"
+
+
+def documented_recipe() -> str:
+    """The first bash block of "Enqueue without Conveyor" in docs/wire-format.md, verbatim."""
+    text = DOC.read_text()
+    section = text[text.index("## 4. Enqueue without Conveyor") :]
+    match = re.search(r"```bash\n(.*?)```", section, re.S)
+    assert match is not None, "docs/wire-format.md: the recipe's bash block is missing"
+    return match.group(1)
+
+
+RECIPE = documented_recipe()
 
 
 def _sh(script: str, port: int, **env: str) -> str:
@@ -64,7 +60,37 @@ def test_job_enqueued_with_redis_cli_only_is_run_by_a_worker(redis_server: Any) 
     app.close()
 
 
-def test_the_recipe_is_the_documented_one() -> None:
-    doc = (Path(__file__).parents[2] / "docs" / "wire-format.md").read_text()
-    for line in RECIPE.strip().splitlines():
-        assert line.strip() in doc, f"docs/wire-format.md lacks recipe line: {line.strip()}"
+def _now_stage() -> str:
+    """The text processing the recipe applies to ``redis-cli TIME`` output (its NOW line)."""
+    match = re.search(r"^NOW=\$\(\$R TIME \| (.*)\)$", RECIPE, re.M)
+    assert match is not None, "the recipe must compute NOW from `$R TIME | ...`"
+    return match.group(1)
+
+
+@pytest.mark.parametrize(("seconds", "micros", "expected"), [
+    ("1700000329", "11536", "1700000329.011536"),  # the issue's case: zero padding matters
+    ("1700000329", "7", "1700000329.000007"),
+    ("1700000329", "999999", "1700000329.999999"),
+    ("1700000329", "0", "1700000329.000000"),
+])  # fmt: skip
+def test_the_recipe_turns_redis_time_into_exact_epoch_seconds(
+    seconds: str, micros: str, expected: str
+) -> None:
+    out = _sh(f"printf '%s\\n%s\\n' {seconds} {micros} | {_now_stage()}", 0)
+    assert out.strip() == expected
+
+
+def test_recipe_timestamps_match_the_server_clock(redis_server: Any) -> None:
+    """Run the documented recipe repeatedly: created_at lies between two TIME reads."""
+    broker = RedisBroker.from_url(redis_server.url)
+    broker.flush_all()
+    client = broker.client
+    for n in range(30):  # a TIME with < 100000 µs (10 % of them) exposed the old recipe
+        before = client.time()
+        _sh(RECIPE, redis_server.port, JOB_ID=f"clock-{n}")
+        after = client.time()
+        job = broker.get(f"clock-{n}")
+        assert job is not None
+        low, high = before[0] + before[1] / 1e6, after[0] + after[1] / 1e6
+        assert low <= job.created_at <= high, (n, low, job.created_at, high)
+    broker.close()

@@ -89,3 +89,51 @@ def test_history(url: str) -> None:
     assert entry["outcome"] == "enqueued" and entry["job_id"].startswith("sched:beat:")
     code, out = run("schedules", "history", "beat", "--url", url)
     assert code == 0 and "enqueued" in out
+
+
+def test_absurd_interval_is_refused_naming_every(url: str) -> None:
+    from conveyor import ValidationError
+
+    app = Conveyor(url)
+    with pytest.raises(ValidationError) as info:
+        app.schedule_cron("big", "reports.big", every=10**12)
+    assert info.value.field == "every" and "366 days" in info.value.rule
+    app.close()
+
+
+def test_list_and_next_survive_one_bad_stored_schedule(url: str) -> None:
+    from conveyor.scheduler.models import COLLECTION
+
+    app = Conveyor(url)  # a schedule stored by an older version, before `every` had a maximum
+    doc = app.broker.doc_get(COLLECTION, "beat", app.now())
+    assert doc is not None
+    app.broker.doc_put(COLLECTION, "huge", {**doc, "name": "huge", "every": 10**12,
+                                            "next_fire_at": 1e12}, app.now())  # fmt: skip
+    app.close()
+    code, out = run("schedules", "list", "--url", url)
+    assert code == 0 and "nightly" in out and "beat" in out and "huge" in out
+    code, out = run("schedules", "list", "--url", url, "--json")
+    assert code == 0
+    rows = {r["name"]: r for r in json.loads(out)}
+    assert set(rows) == {"beat", "huge", "nightly"} and "every" in rows["huge"]["error"]
+    code, out = run("schedules", "next", "beat", "--url", url)
+    assert code == 0 and "Next runs of beat" in out
+    result = CliRunner().invoke(cli, ["schedules", "next", "huge", "--url", url])
+    assert (result.exit_code != 0 and result.exception is None) or isinstance(
+        result.exception, SystemExit)  # fmt: skip
+    assert "huge" in result.output and "every" in result.output
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_non_finite_schedule_arguments_are_refused(url: str, bad: float) -> None:
+    from conveyor import ValidationError
+
+    app = Conveyor(url)
+    with pytest.raises(ValidationError) as info:
+        app.schedule_cron("n1", "reports.n", every=60, args=[1, {"x": bad}])
+    assert info.value.field == "args"
+    with pytest.raises(ValidationError) as info:
+        app.schedule_cron("n2", "reports.n", every=60, kwargs={"x": [bad]})
+    assert info.value.field == "kwargs"
+    assert {s.name for s in app.list_schedules()} == {"beat", "nightly"}
+    app.close()

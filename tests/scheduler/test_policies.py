@@ -199,3 +199,35 @@ def test_months_long_outage_is_cheap_and_runs_once(app: Conveyor, clock: FakeClo
     assert entry["missed"] >= 999 and entry["missed_at_least"]  # cron counts stop at 1000
     (entry,) = [e for e in app.schedules.history("i") if e["outcome"] == "skipped-misfire"]
     assert entry["missed"] == 200 * 86400 + 30  # interval counts are exact
+
+
+@pytest.mark.parametrize("outage", [75, 600, 86400])  # the oldest due tick > 60 s late
+def test_run_once_after_an_outage_enqueues_exactly_one_then_resumes_the_cadence(
+    app: Conveyor, clock: FakeClock, outage: int
+) -> None:
+    clock.set(START)
+    app.task(noop)
+    app.schedule_cron("e", "noop", every=2)
+    scheduler = app.scheduler()
+    drive(clock, [scheduler], START + 10, step=1)
+    before = len(fire_times(app))
+    clock.set(START + 10 + outage)  # the scheduler was down for ``outage`` seconds
+    assert app.scheduler().tick() == 1  # one catch-up run, not one per tick inside the grace
+    assert len(fire_times(app)) == before + 1
+    latest = START + 10 + outage - outage % 2  # the latest due tick
+    assert max(fire_times(app)) == latest
+    assert app.schedules.get("e").next_fire_at == latest + 2  # the cadence resumes from now
+    drive(clock, [scheduler], START + 10 + outage + 10, step=1)
+    assert len(fire_times(app)) == before + 1 + 5  # then every 2 s again
+
+
+def test_skip_after_an_outage_enqueues_nothing_due(app: Conveyor, clock: FakeClock) -> None:
+    clock.set(START)
+    app.task(noop)
+    app.schedule_cron("e", "noop", every=2, misfire="skip")
+    drive(clock, [app.scheduler()], START + 10, step=1)
+    before = len(fire_times(app))
+    clock.set(START + 610)
+    assert app.scheduler().tick() == 0
+    assert len(fire_times(app)) == before
+    assert app.schedules.get("e").next_fire_at == START + 612

@@ -51,9 +51,13 @@ def free_port(cluster: bool = False) -> int:
     raise RuntimeError("no free port found")
 
 
-def cli(port: int, *args: str, timeout: float = 10.0, tls: bool = False) -> str:
+def cli(
+    port: int, *args: str, timeout: float = 10.0, tls: bool = False, password: str | None = None
+) -> str:
     """Run ``redis-cli -p port args...`` and return its stdout (raises on a non-zero exit)."""
     extra = ["--tls", "--insecure"] if tls else []
+    if password is not None:
+        extra += ["-a", password, "--no-auth-warning"]
     out = subprocess.run([REDIS_CLI, "-h", "127.0.0.1", "-p", str(port), *extra, *args],
                          capture_output=True, text=True, timeout=timeout, check=True)  # fmt: skip
     return out.stdout
@@ -65,6 +69,7 @@ class RedisServer:
     def __init__(
         self, directory: Path, *, port: int | None = None, aof: bool = False,
         extra: Sequence[str] = (), cluster: bool = False, tls: bool = False,
+        password: str | None = None,
     ) -> None:  # fmt: skip
         self.dir = Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -73,14 +78,16 @@ class RedisServer:
         self.extra = list(extra)
         self.cluster = cluster
         self.tls = tls
+        self.password = password  # --requirepass; ``url`` carries it
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
         """The URL a broker connects to (``rediss://`` without certificate checks for TLS)."""
+        auth = f":{self.password}@" if self.password is not None else ""
         if self.tls:
-            return f"rediss://127.0.0.1:{self.port}/0?ssl_cert_reqs=none"
-        return f"redis://127.0.0.1:{self.port}/0"
+            return f"rediss://{auth}127.0.0.1:{self.port}/0?ssl_cert_reqs=none"
+        return f"redis://{auth}127.0.0.1:{self.port}/0"
 
     @property
     def pid(self) -> int | None:
@@ -102,6 +109,8 @@ class RedisServer:
             config = str(self.dir / f"nodes-{self.port}.conf")
             argv += ["--cluster-enabled", "yes", "--cluster-config-file", config,
                      "--cluster-node-timeout", "5000"]  # fmt: skip
+        if self.password is not None:
+            argv += ["--requirepass", self.password]
         return argv + self.extra
 
     def _tls_files(self) -> list[str]:
@@ -124,7 +133,8 @@ class RedisServer:
                 log = (self.dir / "redis.log").read_text(errors="replace")[-2000:]
                 raise RuntimeError(f"redis-server exited with {self.proc.returncode}: {log}")
             with contextlib.suppress(subprocess.SubprocessError, OSError):
-                if cli(self.port, "PING", timeout=2, tls=self.tls).strip() == "PONG":
+                reply = cli(self.port, "PING", timeout=2, tls=self.tls, password=self.password)
+                if reply.strip() == "PONG":
                     return self
             if time.monotonic() > deadline:
                 self.stop()

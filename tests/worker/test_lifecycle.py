@@ -99,7 +99,7 @@ def test_hooks_and_the_worker_survives_anything_a_job_does(live_app: Conveyor) -
     def flaky() -> None:
         raise ValueError("down")
 
-    @app.task
+    @app.task(max_attempts=2, backoff=Backoff.fixed(60))  # retried: SystemExit is an error
     def exits() -> None:
         raise SystemExit(3)
 
@@ -124,15 +124,16 @@ def test_hooks_and_the_worker_survives_anything_a_job_does(live_app: Conveyor) -
     with running(app, concurrency=3):
         wait_until(lambda: "after:fine:completed:NoneType" in hooks.calls
                    and len([c for c in hooks.calls if c.startswith("after:")]) == 7)  # fmt: skip
-    # SystemExit and KeyboardInterrupt are outside retry_on=(Exception,): permanent failures.
-    # A result that cannot be stored: completed without it (the work happened, issue 13).
-    assert states(app, jobs) == ["retry_scheduled", "dead_letter", "dead_letter", "dead_letter",
+    # SystemExit is an ordinary, retryable error (issue 13, 12b); KeyboardInterrupt is outside
+    # retry_on=(Exception,): a permanent failure. A result that cannot be stored: completed
+    # without it (the work happened, issue 13).
+    assert states(app, jobs) == ["retry_scheduled", "retry_scheduled", "dead_letter", "dead_letter",
                                  "completed", "dead_letter", "completed"]  # fmt: skip
     assert hooks.calls[0] == "start" and hooks.calls[-1] == "stop"
     assert "retry:flaky" in hooks.calls and "dead:permanent:permanent" in hooks.calls
     assert "dead:no_such_task:unknown_task" in hooks.calls
     assert "after:flaky:retry_scheduled:ValueError" in hooks.calls
-    assert "after:exits:dead_letter:SystemExit" in hooks.calls
+    assert "after:exits:retry_scheduled:SystemExit" in hooks.calls
     assert hooks.calls.index("before:fine") < hooks.calls.index("after:fine:completed:NoneType")
 
 

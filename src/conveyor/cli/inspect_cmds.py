@@ -100,7 +100,7 @@ def _filters(**kw: Any) -> dict[str, Any]:
 
 
 def _print_page(title: str, page: Any) -> None:
-    rows = [(j.id, j.task, j.queue, str(j.state), f"{j.attempts}/{j.max_attempts}",
+    rows = [(j.id, j.task, j.queue, str(j.state), f"{j.attempts}/{j.max_attempts or 'task'}",
              when(j.created_at), preview_args(j, 40), (j.last_error or "")[:50])
             for j in page.items]  # fmt: skip
     table(f"{title} — {page.total} total, page {page.page}/{page.pages}",
@@ -197,7 +197,7 @@ def job_command(
         ("task", job["task"]),
         ("queue", job["queue"]),
         ("state", job["state"]),
-        ("attempts", f"{job['attempts']}/{job['max_attempts']}"),
+        ("attempts", f"{job['attempts']}/{job['max_attempts'] or 'task default'}"),
         ("priority", job["priority"]),
         ("created", when(job["created_at"])),
         ("run at", when(job["run_at"])),

@@ -12,6 +12,7 @@ from zoneinfo import ZoneInfo
 import click
 
 from ..app import Conveyor
+from ..errors import BrokerConfigError, ValidationError
 from ..scheduler.models import Schedule, ScheduleNotFound
 from .common import (
     app_option,
@@ -29,11 +30,17 @@ def _when(ts: float | None, tz: str = "UTC") -> str:
     """An epoch time as a short wall-clock time in ``tz`` with its abbreviation (None: empty)."""
     if ts is None:
         return ""
-    return datetime.fromtimestamp(ts, ZoneInfo(tz)).strftime("%Y-%m-%d %H:%M:%S %Z")
+    try:
+        return datetime.fromtimestamp(ts, ZoneInfo(tz)).strftime("%Y-%m-%d %H:%M:%S %Z")
+    except (ValueError, OverflowError, OSError):  # a stored time past year 9999: show, not crash
+        return f"{ts!r} (out of range)"
 
 
 def _iso(ts: float, tz: str) -> str:
-    return datetime.fromtimestamp(ts, ZoneInfo(tz)).isoformat(timespec="seconds")
+    try:
+        return datetime.fromtimestamp(ts, ZoneInfo(tz)).isoformat(timespec="seconds")
+    except (ValueError, OverflowError, OSError):
+        return f"{ts!r} (out of range)"
 
 
 def _iso_utc(ts: float | None) -> str | None:
@@ -69,7 +76,10 @@ def scheduler_command(app_target: str, interval: float, no_sync: bool) -> None:
     signal.signal(signal.SIGINT, stop)
     console.print(f"[bold]conveyor scheduler[/] {scheduler.id} on {app.broker.url or 'broker'}",
                   highlight=False)  # fmt: skip
-    scheduler.run()
+    try:
+        scheduler.run()
+    except BrokerConfigError as exc:
+        raise click.ClickException(str(exc)) from exc
 
 
 @click.group("schedules")
@@ -95,13 +105,16 @@ def _row(s: Schedule) -> dict[str, Any]:
 @json_option
 def list_command(app_target: str | None, url: str | None, as_json: bool) -> None:
     """Every stored schedule with its next and last run."""
-    schedules = _app(app_target, url).schedules.list()
+    schedules, invalid = _app(app_target, url).schedules.scan()
     if as_json:
-        emit_json([_row(s) for s in schedules])
+        rows_json = [_row(s) for s in schedules]
+        rows_json += [{"name": name, "error": why} for name, why in invalid.items()]
+        emit_json(sorted(rows_json, key=lambda r: str(r["name"])))
         return
     rows = [(s.name, s.task, f"{s.expr} ({s.tz})", "paused" if s.paused else "active",
              _when(s.next_fire_at, s.tz), _when(s.last_fire_at, s.tz),
              f"misfire={s.misfire} overlap={s.overlap}") for s in schedules]  # fmt: skip
+    rows += [(name, "", f"invalid: {why}", "invalid", "", "", "") for name, why in invalid.items()]
     table("Schedules", ["name", "task", "when", "status", "next run", "last run", "policies"], rows)
 
 
@@ -117,7 +130,10 @@ def next_command(name: str, count: int, app_target: str | None, url: str | None,
     """The next N run times of schedule NAME, in its time zone and in UTC."""
     app = _app(app_target, url)
     schedule = _get(app, name)
-    times = app.schedules.next_runs(name, count)
+    try:
+        times = app.schedules.next_runs(name, count)
+    except ValidationError as exc:  # a bad stored definition (e.g. from an older version)
+        raise click.ClickException(f"schedule {name!r} is invalid: {exc}") from exc
     if as_json:
         emit_json({"name": name, "tz": schedule.tz, "paused": schedule.paused,
                    "next": [{"at": t, "local": _iso(t, schedule.tz), "utc": _iso_utc(t)}

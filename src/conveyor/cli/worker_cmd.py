@@ -55,8 +55,9 @@ LEVELS = ("debug", "info", "warning", "error")
 @click.option("--log-level", type=click.Choice(LEVELS), default="info", show_default=True)
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None, metavar="PORT",
               help="Serve Prometheus metrics on this port (needs the dashboard extra).")
-@click.option("--metrics-host", default="0.0.0.0", show_default=True,
-              help="Address the metrics server listens on.")
+@click.option("--metrics-host", default="127.0.0.1", show_default=True,
+              help="Address the metrics server listens on (loopback by default: it has no "
+                   "auth; pass 0.0.0.0 deliberately to expose it).")
 @click.option("--no-supervisor", is_flag=True,
               help="Run the one worker in this process (smallest footprint; no restarts or "
                    "recycling: leave that to systemd/Kubernetes). Needs --processes 1.")

@@ -4,7 +4,11 @@
 
 * ``fixed``: ``base``;
 * ``exponential``: ``min(max, base * factor ** (n - 1))``;
-* ``decorrelated`` (AWS "decorrelated jitter"): ``min(max, uniform(base, previous * 3))``.
+* ``decorrelated`` (AWS "decorrelated jitter"): ``min(max, uniform(base, previous * 3))``, where
+  ``previous`` is the delay this job waited before its last attempt (``base`` for the first
+  retry). The caller passes it (``core.retry.previous_delay`` reads it from the job's error
+  history), so every delay grows from the job's own previous one and a seeded rng gives exact
+  values. ``failures`` does not matter to this strategy.
 
 Then jitter: the delay is multiplied by ``uniform(1 - jitter, 1 + jitter)`` (default ±10 %)
 and clamped to ``[0, max]``.
@@ -58,8 +62,13 @@ class Backoff:
         """AWS decorrelated jitter: ``min(max, uniform(base, previous * 3))``."""
         return cls("decorrelated", base=base, factor=3.0, max=max, jitter=0.0)
 
-    def raw_delay(self, failures: int, rng: random.Random) -> float:
-        """The delay before jitter after ``failures`` failed attempts (>= 1)."""
+    def raw_delay(
+        self, failures: int, rng: random.Random, previous: float | None = None
+    ) -> float:
+        """The delay before jitter after ``failures`` failed attempts (>= 1).
+
+        ``previous``: the job's previous delay (decorrelated only; None means ``base``).
+        """
         n = max(1, failures)
         if self.strategy == "fixed":
             return self.base
@@ -68,14 +77,17 @@ class Backoff:
                 return min(self.max, self.base * self.factor ** (n - 1))
             except OverflowError:  # factor ** n past float range: the cap applies anyway
                 return self.max
-        previous = self.base
-        for _ in range(n - 1):
-            previous = min(self.max, rng.uniform(self.base, previous * self.factor))
-        return min(self.max, rng.uniform(self.base, previous * self.factor)) if n > 1 else self.base
+        prev = self.base if previous is None or not previous > 0 else min(previous, self.max)
+        return min(self.max, rng.uniform(self.base, max(self.base, prev * self.factor)))
 
-    def delay(self, failures: int, rng: random.Random) -> float:
-        """The jittered delay (seconds) after ``failures`` failed attempts."""
-        raw = self.raw_delay(failures, rng)
+    def delay(
+        self, failures: int, rng: random.Random, previous: float | None = None
+    ) -> float:
+        """The jittered delay (seconds) after ``failures`` failed attempts.
+
+        ``previous`` is the delay before the job's last attempt; only ``decorrelated`` uses it.
+        """
+        raw = self.raw_delay(failures, rng, previous)
         if self.jitter:
             raw *= rng.uniform(1 - self.jitter, 1 + self.jitter)
         return max(0.0, min(self.max, raw)) if self.strategy != "fixed" else max(0.0, raw)

@@ -208,15 +208,20 @@ class CronSpec(_Schedule):
             return None
 
 
+#: Longest ``every=`` interval: 366 days (fire times stay representable; use cron for rarer).
+MAX_EVERY = 366 * 86400
+
+
 def _whole_seconds(every: object) -> int:
     """Convert an interval given as int, integral float or timedelta to whole seconds."""
     value: object = every.total_seconds() if isinstance(every, timedelta) else every
     if isinstance(value, float) and value.is_integer():
         value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_EVERY:
         raise ValidationError(
-            "every", f"interval must be a whole number of seconds >= 1, got {every!r}"
-        )
+            "every", f"interval must be a whole number of seconds >= 1 and <= {MAX_EVERY} "
+            f"(366 days), got {str(every)[:40]}",
+        )  # fmt: skip
     return value
 
 

@@ -20,6 +20,9 @@ MAX_ID = 200  # job ids and idempotency keys
 MAX_ATTEMPTS_LIMIT = 1_000_000  # far beyond any retry policy; keeps the value a small integer
 MAX_HISTORY = 50
 DEFAULT_MAX_ATTEMPTS = 4
+#: ``max_attempts`` of a job enqueued by name from a process that does not register its task
+#: and did not pass ``max_attempts``: the worker applies the task's own (registered) value.
+MAX_ATTEMPTS_UNSET = 0
 DEFAULT_IDEMPOTENCY_TTL = 300.0
 
 
@@ -51,7 +54,7 @@ class Job:
     priority: int = 0
     state: JobState = JobState.PENDING
     attempts: int = 0
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS  # MAX_ATTEMPTS_UNSET (0): the task's own value
     timeout: float | None = None
     run_at: float = 0.0
     created_at: float = 0.0
@@ -67,6 +70,11 @@ class Job:
     lost: int = 0
     worker_id: str | None = None
     lease_expires_at: float | None = None
+    # Per-job failure classification, overriding the task's: qualified exception class names
+    # ("module.QualName"); None means "the task's". Plain defaults (no factory) on purpose: a
+    # Job built by assigning ``__dict__`` without these keys reads the class attribute, None.
+    retry_on: list[str] | None = None
+    dead_on: list[str] | None = None
 
     def record_error(
         self,
@@ -126,6 +134,42 @@ def validate_task_name(name: object) -> str:
             f" (at most {MAX_TASK_NAME} characters)",
         )
     return name
+
+
+EXCEPTION_NAME_RE = re.compile(
+    r"[A-Za-z_][A-Za-z0-9_]*(?:\.(?:[A-Za-z_][A-Za-z0-9_]*|<locals>))*\.[A-Za-z_][A-Za-z0-9_]*"
+)
+MAX_EXCEPTION_NAMES = 32
+
+
+def exception_name(cls: type[BaseException]) -> str:
+    """The qualified name an exception class is stored under: ``module.QualName``."""
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def validate_exception_names(value: object, field_name: str) -> list[str]:
+    """``retry_on`` / ``dead_on`` of one job as qualified names, else ``ValidationError``.
+
+    Takes an exception class, or a list/tuple of exception classes and qualified names
+    (``"builtins.ValueError"``, ``"myapp.errors.Transient"``); a bare string is refused.
+    """
+    items = [value] if isinstance(value, type) else value
+    if not isinstance(items, list | tuple):
+        rule = "must be an exception class or a list of exception classes / qualified names"
+        raise ValidationError(field_name, f"{rule} ('module.ClassName')")
+    if len(items) > MAX_EXCEPTION_NAMES:
+        raise ValidationError(field_name, f"at most {MAX_EXCEPTION_NAMES} exception types")
+    names: list[str] = []
+    for item in items:
+        if isinstance(item, type) and issubclass(item, BaseException):
+            names.append(exception_name(item))
+        elif (isinstance(item, str) and len(item) <= 300
+              and EXCEPTION_NAME_RE.fullmatch(item)):  # fmt: skip
+            names.append(item)
+        else:
+            rule = "is neither an exception class nor a qualified name 'module.ClassName'"
+            raise ValidationError(field_name, f"{str(item)[:80]!r} {rule}")
+    return names
 
 
 def validate_priority(priority: object) -> int:

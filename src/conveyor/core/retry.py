@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import random
 import traceback as tb
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..errors import JobTimeout, PermanentError, Retry
 from .backoff import DEFAULT_BACKOFF, Backoff
-from .job import ErrorKind
+from .job import ErrorKind, Job, exception_name
 
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """Per-task failure classification and backoff (overridable per job for max_attempts)."""
+    """Per-task failure classification and backoff (max_attempts, retry_on and dead_on are
+    overridable per job)."""
 
     max_attempts: int = 4
     backoff: Backoff = DEFAULT_BACKOFF
@@ -37,17 +39,35 @@ class Decision:
         return self.retry_at is None
 
 
-def classify(exc: BaseException, policy: RetryPolicy) -> ErrorKind:
-    """Map an exception to an error kind under ``policy`` (permanent kinds never retry)."""
+def classify(
+    exc: BaseException,
+    policy: RetryPolicy,
+    retry_on: Sequence[str] | None = None,
+    dead_on: Sequence[str] | None = None,
+) -> ErrorKind:
+    """Map an exception to an error kind under ``policy`` (permanent kinds never retry).
+
+    ``retry_on`` / ``dead_on``: the job's own overrides, as qualified class names (None: the
+    policy's types). A name matches when it names the exception's class or any base class.
+    """
     if isinstance(exc, Retry):
         return ErrorKind.RETRY
     if isinstance(exc, JobTimeout):
         return ErrorKind.TIMEOUT
-    if isinstance(exc, (PermanentError, policy.dead_on)):
+    if isinstance(exc, PermanentError):
         return ErrorKind.PERMANENT
-    if not isinstance(exc, policy.retry_on):
+    if (dead_on is None and isinstance(exc, policy.dead_on)) or (dead_on and _named(exc, dead_on)):
         return ErrorKind.PERMANENT
-    return ErrorKind.ERROR
+    if isinstance(exc, SystemExit):  # a job calling sys.exit() failed; it must not stop anything
+        return ErrorKind.ERROR
+    retryable = isinstance(exc, policy.retry_on) if retry_on is None else _named(exc, retry_on)
+    return ErrorKind.ERROR if retryable else ErrorKind.PERMANENT
+
+
+def _named(exc: BaseException, names: Sequence[str]) -> bool:
+    """True when ``exc``'s class or one of its bases is in ``names`` (``module.QualName``)."""
+    return any(exception_name(cls) in names for cls in type(exc).__mro__
+               if isinstance(cls, type) and issubclass(cls, BaseException))  # fmt: skip
 
 
 def decide(
@@ -58,9 +78,16 @@ def decide(
     policy: RetryPolicy,
     now: float,
     rng: random.Random,
+    previous_delay: float | None = None,
+    retry_on: Sequence[str] | None = None,
+    dead_on: Sequence[str] | None = None,
 ) -> Decision:
-    """Decide the fate of the attempt number ``attempts`` that raised ``exc`` at ``now``."""
-    kind = classify(exc, policy)
+    """Decide the fate of the attempt number ``attempts`` that raised ``exc`` at ``now``.
+
+    ``previous_delay``: the backoff the job waited before this attempt (see ``previous_delay``);
+    the decorrelated strategy grows from it. ``retry_on`` / ``dead_on``: the job's overrides.
+    """
+    kind = classify(exc, policy, retry_on, dead_on)
     trace = "".join(tb.format_exception(type(exc), exc, exc.__traceback__))[-4000:]
     message = str(exc) or type(exc).__name__
     retry_at: float | None = None
@@ -68,8 +95,29 @@ def decide(
         if isinstance(exc, Retry) and exc.delay is not None:
             retry_at = now + max(0.0, exc.delay)
         else:
-            retry_at = now + policy.backoff.delay(attempts, rng)
+            retry_at = now + policy.backoff.delay(attempts, rng, previous_delay)
     return Decision(kind, retry_at, type(exc).__name__, message, trace)
+
+
+def previous_delay(job: Job) -> float | None:
+    """The backoff delay the job waited before its current attempt, from its stored history.
+
+    A retry sets ``run_at = failed_at + delay`` and nothing else moves ``run_at`` until the job is
+    claimed again, so when the latest ``errors`` entry is a backed-off failure (kind ``error`` or
+    ``timeout``) the delay is ``run_at - entry["at"]``. Anything else in between (a lost lease,
+    a release, a requeue) restarts the chain: None, which the strategy reads as ``base``.
+    """
+    if not job.errors:
+        return None
+    last = job.errors[-1]
+    at = last.get("at")
+    backed_off = last.get("kind") in (ErrorKind.ERROR, ErrorKind.TIMEOUT)
+    if not backed_off or isinstance(at, bool) or not isinstance(at, float | int):
+        return None
+    if job.history and job.history[-1].get("at", 0) >= at:  # released/requeued since: run_at moved
+        return None
+    delay = float(job.run_at) - float(at)
+    return delay if delay > 0 else None
 
 
 def max_attempts_from(max_attempts: int | None, max_retries: int | None) -> int | None:

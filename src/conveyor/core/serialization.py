@@ -139,7 +139,7 @@ def _decode_tagged(tag: str, inner: Any) -> Any:
 
 def job_to_dict(job: Job) -> dict[str, Any]:
     """The envelope of ``job`` as a JSON-ready dict (args, kwargs, result typed-encoded)."""
-    return {
+    data: dict[str, Any] = {
         "v": ENVELOPE_VERSION,
         "id": job.id,
         "task": job.task,
@@ -166,6 +166,10 @@ def job_to_dict(job: Job) -> dict[str, Any]:
         "worker_id": job.worker_id,
         "lease_expires_at": job.lease_expires_at,
     }
+    for name in _CLASSIFICATION:
+        if (value := getattr(job, name, None)) is not None:
+            data[name] = value
+    return data
 
 
 _INT_MIN, _INT_END = -(2**63), 2**64
@@ -210,6 +214,16 @@ def encode_kwargs(kwargs: Any, path: str = "kwargs") -> Any:
 _OPTIONAL = ("timeout", "started_at", "finished_at", "last_error", "idempotency_key",
              "worker_id", "lease_expires_at")  # fmt: skip
 _DEFAULT_TTL = 300.0
+_CLASSIFICATION = ("retry_on", "dead_on")  # per-job overrides: written only when set
+
+
+def exception_names(value: Any, field_name: str) -> list[str] | None:
+    """A stored ``retry_on`` / ``dead_on``: None, or a list of strings; else ``DecodeError``."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise DecodeError(f"{field_name} must be a list of exception names")
+    return value
 
 
 def envelope_dict(job: Job) -> dict[str, Any]:
@@ -237,6 +251,9 @@ def envelope_dict(job: Job) -> dict[str, Any]:
         data["result"] = encode_value(f["result"], "result")
     for name in ("attempts", "lost", "errors", "history"):
         if value := f[name]:
+            data[name] = value
+    for name in _CLASSIFICATION:
+        if (value := f.get(name)) is not None:
             data[name] = value
     return data
 
@@ -341,6 +358,8 @@ def job_from_dict(data: Any) -> Job:
             lost=int(data.get("lost", 0)),
             worker_id=data.get("worker_id"),
             lease_expires_at=_opt_float(data.get("lease_expires_at")),
+            retry_on=exception_names(data.get("retry_on"), "retry_on"),
+            dead_on=exception_names(data.get("dead_on"), "dead_on"),
         )
     except (TypeError, ValueError, AttributeError) as exc:
         if isinstance(exc, DecodeError):

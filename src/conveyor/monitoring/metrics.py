@@ -104,7 +104,7 @@ class _Tally:
     def items(self) -> Iterator[tuple[str, float]]:
         processed = failed = 0
         for name, n in self.outcomes.items():
-            if name == "enqueued":
+            if name in ("enqueued", "released"):  # not attempts that finished
                 yield name, float(n)
                 continue
             processed += n
@@ -221,6 +221,18 @@ class MetricsMiddleware(Middleware):
                     tally.wait_b[_bisect(HISTOGRAM_BOUNDS, wait)] += 1
             if self._timer is None or self.flush_interval <= 0:
                 self._schedule()
+
+    def count_released(self, worker: Any, job: Job) -> None:
+        """Count a job released unfinished at shutdown (counter ``released``; not processed)."""
+        now = worker.app.now()
+        with self._lock:
+            self._use(worker.app.broker, now)
+            key = (int(now // 60), job.queue, job.task)
+            tally = self._tallies.get(key)
+            if tally is None:
+                tally = self._tallies[key] = _Tally()
+            tally.outcomes["released"] = tally.outcomes.get("released", 0) + 1
+            self._schedule()
 
     def on_worker_stop(self, worker: Any) -> None:
         """Write what is buffered before the worker exits."""

@@ -42,6 +42,8 @@ TOTALS_BUCKET = "metrics:total"
 TOTALS_TTL = 10 * 365 * 24 * 3600.0
 OUTCOMES = ("completed", "retry_scheduled", "dead_letter", "lease_lost")
 FAILED_OUTCOMES = ("retry_scheduled", "dead_letter")
+#: Jobs a worker gave back unfinished at shutdown (not an outcome: they run again elsewhere).
+RELEASED = "released"
 
 
 def minute_of(t: float) -> int:
@@ -99,6 +101,7 @@ class Summary:
     wait_p95: float | None
     wait_p99: float | None
     wait_avg: float | None
+    released: int = 0  # given back unfinished at shutdown (not counted as processed)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -190,6 +193,7 @@ def summarize(counters: Mapping[str, float], minutes: int) -> Summary:
         retry_scheduled=n("retry_scheduled"),
         dead_letter=n("dead_letter"),
         lease_lost=n("lease_lost"),
+        released=n(RELEASED),
         throughput_per_minute=n("processed") / max(1, minutes),
         failure_rate=(n("failed") / finished) if finished else None,
         run_p50=percentile(counters, "run", 0.5),

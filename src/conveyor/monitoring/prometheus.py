@@ -110,9 +110,15 @@ class ConveyorCollector:
             "Time from ready to started (queueing delay).",
             labels=["queue", "task"],
         )
+        released = CounterMetricFamily(
+            "conveyor_jobs_released",
+            "Jobs a worker gave back unfinished at shutdown (they run again; not processed).",
+            labels=["queue", "task"],
+        )
         for group, values in sorted(totals.items()):
             queue, _, task = group.partition("|")
             enq.add_metric([queue, task], values.get("enqueued", 0.0))
+            released.add_metric([queue, task], values.get("released", 0.0))
             for outcome in OUTCOMES:
                 done.add_metric([queue, task, outcome], values.get(outcome, 0.0))
             if values.get("run_n"):
@@ -127,7 +133,7 @@ class ConveyorCollector:
                     list(histogram_buckets(values, "wait")),
                     values.get("wait_sum", 0.0),
                 )
-        yield from (enq, done, run, wait)
+        yield from (enq, done, released, run, wait)
 
     def _alerts(self) -> Metric | None:
         try:

@@ -7,6 +7,7 @@ every process sees the same set. Its history is a bounded broker log named
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -192,6 +193,8 @@ def build_schedule(
 
 def _check_plain_json(value: Any, where: str) -> None:
     """Schedule arguments are stored as plain JSON: refuse values that would not round-trip."""
+    if isinstance(value, float) and not math.isfinite(value):  # JSON has no NaN / infinity
+        raise ValidationError(where, f"numbers must be finite (no NaN or infinity), got {value!r}")
     if value is None or isinstance(value, str | int | float | bool):
         return
     if isinstance(value, list | tuple):

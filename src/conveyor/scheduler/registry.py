@@ -101,9 +101,26 @@ class ScheduleRegistry:
         return self.app.broker.doc_delete(COLLECTION, validate_name(name))
 
     def list(self) -> builtins.list[Schedule]:
-        """Every stored schedule, sorted by name."""
+        """Every valid stored schedule, sorted by name (see ``scan`` for the invalid ones)."""
+        return self.scan()[0]
+
+    def scan(self) -> tuple[builtins.list[Schedule], dict[str, str]]:
+        """Valid stored schedules, sorted by name, and the invalid ones: name -> the reason.
+
+        One bad document (e.g. stored by an older version) must not hide the others.
+        """
         docs = self.app.broker.doc_list(COLLECTION, self.app.now())
-        return [Schedule.from_doc(docs[name]) for name in sorted(docs)]
+        good: builtins.list[Schedule] = []
+        bad: dict[str, str] = {}
+        for name in sorted(docs):
+            try:
+                schedule = Schedule.from_doc(docs[name])
+                schedule.spec  # noqa: B018 - parsing validates cron / every / tz
+            except (ValidationError, TypeError, ValueError) as exc:
+                bad[name] = str(exc)[:300]
+                continue
+            good.append(schedule)
+        return good, bad
 
     def get(self, name: str) -> Schedule:
         """One stored schedule; ``ScheduleNotFound`` if there is none by that name."""

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.cron import IntervalSpec, Spec
 from ..core.state import TERMINAL_STATES
-from ..errors import DuplicateJob, ValidationError
+from ..errors import BrokerConfigError, DuplicateJob, ValidationError
 from ..task import JobSpec
 from .models import COLLECTION, Schedule, history_entry, history_log, job_id_for
 
@@ -55,9 +55,12 @@ class Plan:
 def plan_fires(schedule: Schedule, now: float) -> Plan | None:
     """Due ticks of ``schedule`` at ``now`` (None if nothing is due), after the misfire policy.
 
-    A tick is *late* (a misfire) when ``now`` is more than ``misfire_grace`` seconds past it:
-    ``skip`` drops every late tick, ``run_once`` enqueues only the latest late tick, ``backfill``
-    the latest ``max_backfill`` late ticks. Ticks within the grace period always run.
+    The schedule *misfired* (its scheduler was down) when its oldest due tick is more than
+    ``misfire_grace`` seconds before ``now``. Then the policy governs EVERY due tick, also those
+    that fell inside the grace period (else an outage would still end in a burst of one run per
+    tick of the last ``misfire_grace`` seconds): ``skip`` runs none, ``run_once`` only the
+    latest, ``backfill`` the latest ``max_backfill``; the cadence resumes from ``now``. Without a
+    misfire (a short hiccup) every due tick runs.
     """
     spec = schedule.spec
     first = schedule.next_fire_at
@@ -65,22 +68,20 @@ def plan_fires(schedule: Schedule, now: float) -> Plan | None:
         return Plan([], spec.next_after(now))
     if first > now:
         return None
-    cutoff = now - schedule.misfire_grace
-    late: list[float] = []
     missed, exact = 0, True
     missed_first = missed_last = None
-    if first > cutoff:
+    if first > now - schedule.misfire_grace:
         fires = [first, *spec.fires_between(first, now, _PASS_LIMIT - 1)]
     else:
         keep = {"skip": 0, "run_once": 1}.get(schedule.misfire, schedule.max_backfill)
-        late = _latest_fires(spec.previous_at_or_before, first, cutoff, keep)
-        counted = _count_fires(spec, first, cutoff)
+        fires = _latest_fires(spec.previous_at_or_before, first, now, min(keep, _PASS_LIMIT))
+        counted = _count_fires(spec, first, now)
         exact = isinstance(spec, IntervalSpec) or counted < _COUNT_LIMIT
-        missed = counted - len(late)
+        missed = counted - len(fires)
         if missed > 0:
             missed_first = first
-            missed_last = spec.previous_at_or_before(late[0] - _EPSILON if late else cutoff)
-        fires = late + spec.fires_between(cutoff, now, _PASS_LIMIT)
+            missed_last = spec.previous_at_or_before(fires[0] - _EPSILON if fires else now)
+        return Plan(fires, spec.next_after(now), missed, missed_first, missed_last, exact)
     if len(fires) >= _PASS_LIMIT:  # an enormous burst: finish it over the next passes
         fires = fires[:_PASS_LIMIT]
         return Plan(fires, spec.next_after(fires[-1]), missed, missed_first, missed_last, exact)
@@ -327,6 +328,9 @@ class Scheduler:
         while not self._stopping.is_set():
             try:
                 self.tick()
+            except BrokerConfigError as exc:  # wrong password / database: retrying cannot help
+                log.error("scheduler %s: %s: stopping", self.id, exc)
+                raise
             except Exception:
                 log.exception("scheduler tick failed; retrying")
                 self._stopping.wait(1.0)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..core.job import ErrorKind, Job
-from ..core.retry import Decision, RetryPolicy, decide
+from ..core.retry import Decision, RetryPolicy, decide, previous_delay
 from ..middleware import Middleware
 from .timeouts import timeout_error
 
@@ -88,8 +88,9 @@ def outcome_of_call(
         result = call()
         return success(result)
     except BaseException as exc:
-        if isinstance(exc, KeyboardInterrupt | SystemExit):
-            raise
+        if isinstance(exc, KeyboardInterrupt):  # Ctrl-C stops an inline caller; SystemExit
+            raise  # from a job is an ordinary (retryable) error, as on every executor
+
         return failure(task.policy, job, exc, now, rng)
 
 
@@ -103,8 +104,11 @@ def failure(
     policy: RetryPolicy, job: Job, exc: BaseException, now: float, rng: random.Random
 ) -> Outcome:
     """Classify an exception under the task's policy and the job's attempt budget."""
-    decision = decide(exc, attempts=job.attempts, max_attempts=job.max_attempts, policy=policy,
-                      now=now, rng=rng)  # fmt: skip
+    # MAX_ATTEMPTS_UNSET (0): enqueued by name where the task is unknown; the task's value applies
+    max_attempts = job.max_attempts or policy.max_attempts
+    decision = decide(exc, attempts=job.attempts, max_attempts=max_attempts, policy=policy,
+                      now=now, rng=rng, previous_delay=previous_delay(job),
+                      retry_on=job.retry_on, dead_on=job.dead_on)  # fmt: skip
     return Outcome(False, decision=decision, error=exc)
 
 

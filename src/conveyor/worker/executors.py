@@ -144,12 +144,7 @@ class ThreadExecutor:
 
     def interrupt(self, run: Running) -> None:
         """Raise ``JobTimeout`` inside the job's thread (at its next Python bytecode)."""
-        with run.lock:
-            if run.phase == RUNNING and run.thread_ident is not None and not run.interrupted:
-                run.interrupted = True
-                inject_timeout(run.thread_ident)
-            else:
-                run.interrupted = True
+        interrupt_thread(run)
 
     def abandon(self, run: Running) -> bool:
         """A thread cannot be killed: the process must be recycled."""
@@ -162,6 +157,21 @@ class ThreadExecutor:
             parked, self._parked = self._parked, []
         for gate in parked:
             gate.release()
+
+
+def call_in_thread(run: Running) -> tuple[Any, BaseException | None]:
+    """Run ``run``'s job in the calling thread, interruptible by ``interrupt_thread``."""
+    return ThreadExecutor._call(run)
+
+
+def interrupt_thread(run: Running) -> None:
+    """Raise ``JobTimeout`` inside the thread running ``run`` (at its next Python bytecode)."""
+    with run.lock:
+        if run.phase == RUNNING and run.thread_ident is not None and not run.interrupted:
+            run.interrupted = True
+            inject_timeout(run.thread_ident)
+        else:
+            run.interrupted = True
 
 
 def _leave(run: Running) -> None:

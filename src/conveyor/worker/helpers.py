@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from ..errors import BrokerConfigError
 from .lease_keeper import LeaseKeeper
 from .recorder import JOIN_TIMEOUT
 from .registry import Heartbeat
@@ -19,6 +20,22 @@ if TYPE_CHECKING:
     from .loop import Worker
 
 log = logging.getLogger("conveyor.worker")
+
+
+def broker_accepts(worker: Worker) -> bool:
+    """Probe the broker before starting: False (logged) when it refuses the configuration.
+
+    A refused password or database (``BrokerConfigError``) is permanent: the worker exits
+    instead of retrying forever. An unavailable broker is transient: the claim loop retries.
+    """
+    try:
+        worker.broker.server_time()
+    except BrokerConfigError as exc:
+        log.error("worker %s cannot start: %s", worker.id, exc)
+        return False
+    except Exception:
+        log.debug("broker probe failed", exc_info=True)
+    return True
 
 
 def start_helpers(worker: Worker) -> list[Any]:

@@ -30,10 +30,13 @@ from typing import TYPE_CHECKING, Any
 from ..broker.base import Lease
 from ..core.ids import new_ulid
 from ..core.queues import QueueSelector, parse_queues
+from ..errors import BrokerConfigError
 from ..middleware import emit
 from .execute import OK, Outcome, call_inline, hooked, outcome_of_call, precheck, reported
 from .executors import Executor, make_executor
-from .helpers import start_helpers, stop_helpers
+from .helpers import broker_accepts, start_helpers, stop_helpers
+from .mainguard import UnguardedMain, exit_unguarded, explain, in_bootstrapping_child
+from .procutil import EXIT_CONFIG as EXIT_CONFIG
 from .procutil import EXIT_OK as EXIT_OK  # re-exported: callers import the codes from here
 from .procutil import EXIT_RECYCLE as EXIT_RECYCLE
 from .procutil import EXIT_STUCK as EXIT_STUCK
@@ -91,6 +94,8 @@ class Worker:
         self._watchdog: Watchdog | None = None
         self._run_thread: int | None = None
         self._claim_errors = 0
+        self._guard_lock = threading.Lock()
+        self._guard_reported = False  # the missing __main__ guard was logged
 
     @property
     def queues(self) -> list[str]:
@@ -141,7 +146,7 @@ class Worker:
             self.broker.reap_expired(now, max_lost=self.max_lost)
 
     def execute(self, lease: Lease, now: float) -> Outcome:
-        """Run a leased job on this thread and classify the result (never raises)."""
+        """Run a leased job (here, or on a helper thread if it has a timeout); classify it."""
         job = lease.job
         task = self.app.tasks.get(job.task)
         rejected = precheck(task, job)
@@ -149,6 +154,11 @@ class Worker:
             assert rejected is not None
             return rejected
         emit(self.app.middleware, "before_process", self, job)
+        timeout = effective_timeout(task, job)
+        if timeout:  # enforced as on the thread executor (see worker/inline.py)
+            from .inline import run_with_timeout
+
+            return run_with_timeout(self, lease, task, timeout, now)
         return outcome_of_call(task, job, lambda: call_inline(task, job), now, self.app.rng)
 
     def record(
@@ -166,10 +176,15 @@ class Worker:
         With ``processes > 1`` this process becomes a supervisor of that many worker processes
         (the app must be importable as ``module:attribute``; main thread only).
         """
+        if in_bootstrapping_child():  # a pool child re-running an unguarded script: stop now
+            exit_unguarded()
         if self.processes > 1:
             from .supervisor import supervise
 
             return supervise(self)
+        if not broker_accepts(self):  # a wrong password or database: retrying cannot help
+            self.exit_code = EXIT_CONFIG
+            return EXIT_CONFIG
         self._stopping.clear()
         self._hard.clear()
         self._finished.clear()
@@ -266,6 +281,10 @@ class Worker:
             leases = self.broker.claim(self.selector.order(), self.app.now(), limit=free,
                                        worker_id=self.id,
                                        visibility_timeout=self.visibility_timeout)  # fmt: skip
+        except BrokerConfigError as exc:  # permanent (e.g. the password changed): exit, do not spin
+            log.error("worker %s: %s: stopping", self.id, exc)
+            self.stop_now(EXIT_CONFIG)
+            return []
         except Exception:
             self._claim_errors += 1
             delay = min(10.0, 0.5 * 2 ** (self._claim_errors - 1))
@@ -327,6 +346,9 @@ class Worker:
     # ------------------------------------------------------------------ outcomes
     def _report(self, run: Running, result: Any, exc: BaseException | None, tb: str | None) -> None:
         """Executors call this once per job; the first decision for an attempt wins."""
+        if isinstance(exc, UnguardedMain):  # not the job's fault: released by the hard stop
+            self._pool_unusable(exc)
+            return
         if not run.settle():
             return
         if result is None and exc is None and not run.interrupted:
@@ -344,6 +366,15 @@ class Worker:
             self.exit_code = EXIT_RECYCLE
             self._stopping.set()
         self._slots.recorded(runs)
+
+    def _pool_unusable(self, exc: UnguardedMain) -> None:
+        """Log the missing-guard error once and stop; in-flight jobs are released uncharged."""
+        with self._guard_lock:
+            if self._guard_reported:
+                return
+            self._guard_reported = True
+        log.error("worker %s: the process pool cannot start: %s", self.id, explain())
+        self.stop_now(EXIT_CONFIG)
 
     # ------------------------------------------------------------------ timeouts, leases
     def _on_deadline(self, run: Running) -> None:
@@ -371,3 +402,4 @@ class Worker:
             if run.settle():
                 self.recorder.release(run, f"worker shutdown ({self.id})")
                 slots.drop(run)
+

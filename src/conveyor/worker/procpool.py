@@ -32,6 +32,8 @@ from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from .executors import Report
+from .mainguard import HELP, UnguardedMain, exit_unguarded, is_bootstrap_error
+from .procutil import EXIT_UNGUARDED_MAIN
 from .running import LEFT, Running
 
 log = logging.getLogger("conveyor.worker")
@@ -76,19 +78,29 @@ class ProcessPool:
         self._stop = False
         self._thread: threading.Thread | None = None
         self._start_failures = 0  # children that died before they were ready, in a row
+        self.unusable: UnguardedMain | None = None  # set once children re-run an unguarded main
 
     def start(self) -> None:
         """Start the children and the dispatcher thread (idempotent)."""
         with self._lock:
             if self._thread is not None:
                 return
-            self._slots = [_Slot(self._ctx, i) for i in range(self.size)]
+            try:
+                self._slots = [_Slot(self._ctx, i) for i in range(self.size)]
+            except RuntimeError as exc:
+                if is_bootstrap_error(exc):  # we ARE a pool child re-running an unguarded script
+                    exit_unguarded()
+                raise
             self._thread = threading.Thread(target=self._main, name="conveyor-procpool",
                                             daemon=True)  # fmt: skip
             self._thread.start()
 
     def submit(self, runs: Sequence[Running]) -> None:
         """Queue jobs for the next idle child."""
+        if self.unusable is not None:
+            for run in runs:
+                self._report(run, None, self.unusable, None)
+            return
         self.start()
         with self._lock:
             self._pending.extend(runs)
@@ -215,6 +227,9 @@ class ProcessPool:
         with contextlib.suppress(Exception):
             slot.conn.close()
         slot.dead = True
+        if not slot.ready and code == EXIT_UNGUARDED_MAIN:
+            self._give_up(slot, run)
+            return
         self._start_failures = 0 if slot.ready else self._start_failures + 1
         failures = self._start_failures
         backoff = min(30.0, 0.5 * 2 ** (failures - 1)) if failures else 0.0
@@ -234,6 +249,22 @@ class ProcessPool:
                           slot.proc.pid, code, run.job.id)  # fmt: skip
             self._report(run, None, ChildProcessDied(f"child process exited with code {code}"),
                          None)  # fmt: skip
+
+
+    def _give_up(self, slot: _Slot, run: Running | None) -> None:
+        """Children re-run a main script without the guard: no child can ever start here.
+
+        Every job of the pool is reported with ``UnguardedMain`` (the worker releases them
+        uncharged and stops); nothing is respawned.
+        """
+        main = getattr(sys.modules.get("__main__"), "__file__", None) or "the main script"
+        self.unusable = UnguardedMain(f"{main}: {HELP}")
+        slot.respawn_at = float("inf")
+        with self._lock:
+            queued, self._pending = list(self._pending), collections.deque()
+        for waiting in ([run] if run is not None else []) + queued:
+            waiting.phase = LEFT
+            self._report(waiting, None, self.unusable, None)
 
 
 def _exception_of(msg: tuple[Any, ...]) -> BaseException:

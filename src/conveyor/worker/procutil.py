@@ -14,6 +14,8 @@ EXIT_OK = 0  # stopped (signal, stop(), or a memory recycle the supervisor asked
 EXIT_APP = 2  # the app cannot be imported
 EXIT_RECYCLE = 3  # --max-jobs-per-child reached: start a fresh process
 EXIT_STUCK = 4  # a job ignored its timeout: start a fresh process
+EXIT_CONFIG = 5  # the broker refused the credentials / configuration: do not restart
+EXIT_UNGUARDED_MAIN = 6  # a process-pool child re-ran a script without a __main__ guard
 
 
 def rss_bytes(pid: int | None = None) -> int:

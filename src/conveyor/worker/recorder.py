@@ -28,6 +28,7 @@ from ..core.job import ErrorKind
 from ..core.serialization import result_problem
 from ..errors import LeaseLost
 from ..middleware import emit
+from ..monitoring.metrics import MetricsMiddleware
 from .execute import Outcome, hooked, safe_text
 from .running import Running
 
@@ -284,6 +285,10 @@ class Recorder:
         if name != "released":  # a released job did not finish: no after_process
             emit(self.middleware, "after_process", self.worker, job, outcome=name,
                  duration=duration, error=error, reverse=True)  # fmt: skip
+        else:  # ... but the metrics count it (counter ``released``)
+            for mw in self.middleware:
+                if isinstance(mw, MetricsMiddleware):
+                    mw.count_released(self.worker, job)
 
     def release(self, run: Running, note: str) -> str:
         """Give an unfinished job back without an attempt penalty (shutdown); log it."""

@@ -4,7 +4,9 @@
   group so a terminal's Ctrl-C reaches only the supervisor, which forwards it once.
 * Restarts a child that exits while the supervisor is not stopping: at once after a planned
   recycle (exit 3: job limit; exit 4: a job ignored its timeout; exit 0 after a memory recycle),
-  with exponential backoff (up to 30 s) when it keeps crashing soon after start.
+  with exponential backoff (up to 30 s) when it keeps crashing soon after start. A child that
+  exits with code 5 (the broker refused the credentials or configuration) is not restarted:
+  the supervisor stops every child and exits 5.
 * Recycles a child whose resident memory passes ``max_memory_mb``: SIGTERM (it drains), then a
   fresh one.
 * SIGTERM / SIGINT: forwarded as SIGTERM to every child (they drain for ``shutdown_timeout``);
@@ -31,7 +33,7 @@ import sys
 import time
 
 from .leanlog import LeanLogger
-from .procutil import EXIT_OK, EXIT_RECYCLE, EXIT_STUCK, rss_bytes
+from .procutil import EXIT_CONFIG, EXIT_OK, EXIT_RECYCLE, EXIT_STUCK, rss_bytes
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs this process ~0.6 MB
 if TYPE_CHECKING:
@@ -118,6 +120,7 @@ class Supervisor:
         self._forwarded = 0
         self._hup = False
         self._stop_at: float | None = None
+        self.exit_code = EXIT_OK  # EXIT_CONFIG once a child reported a refused configuration
 
     def pids(self) -> list[int]:
         """Process ids of the running children."""
@@ -147,7 +150,7 @@ class Supervisor:
             for sig, old in previous.items():
                 signal.signal(sig, old)
         self.log.info("supervisor %d: all worker processes stopped", os.getpid())
-        return 0
+        return self.exit_code
 
     # ------------------------------------------------------------------ signals
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
@@ -215,6 +218,13 @@ class Supervisor:
         child.proc = None
         if self.signals:
             self.log.info("worker process %d exited (code %d)", proc.pid, code)
+            return
+        if code == EXIT_CONFIG:  # the broker refused the credentials: a restart cannot help
+            self.log.error("worker process %d exited with a configuration error (e.g. the "
+                           "broker refused the credentials; see its log above): stopping every "
+                           "worker", proc.pid)  # fmt: skip
+            self.exit_code = EXIT_CONFIG
+            self.signals += 1  # stop the others as if a stop signal came
             return
         lived = time.monotonic() - child.started
         planned = code in (EXIT_RECYCLE, EXIT_STUCK) or (code == EXIT_OK and child.term_sent_at)

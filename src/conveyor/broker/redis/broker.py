@@ -23,7 +23,7 @@ from ...core.job import Job, validate_queue_name
 from ...core.state import TERMINAL_STATES, JobState
 from ...errors import DecodeError, DuplicateJob, LeaseLost, ValidationError
 from ..base import Ack, Broker, EnqueueResult, Lease
-from . import codec
+from . import codec, idguard
 from .codec import fmt_time
 from .keys import TERMINAL_SETS
 from .lifecycle import LifecycleMixin
@@ -118,7 +118,13 @@ class RedisBroker(ReadsMixin, SideMixin, LifecycleMixin, Broker):
                 f" (atomicity is per queue); got {sorted(groups)}",
             )  # fmt: skip
         self.register(groups)
-        reply = self.runner.run("enqueue", keys, args)
+        custom = idguard.custom_ids(jobs)  # ids unique across queues (see idguard.py)
+        locks = idguard.reserve(self, custom) if custom else None
+        try:
+            reply = self.runner.run("enqueue", keys, args)
+        finally:
+            if locks:
+                idguard.release(self, locks)
         if reply[0] == -1:
             raise DuplicateJob(reply[1].decode())
         results = [EnqueueResult(job.id, False, job.state) for job in jobs]

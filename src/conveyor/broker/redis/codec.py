@@ -17,7 +17,13 @@ from typing import Any
 import orjson
 
 from ...core.job import Job
-from ...core.serialization import ENVELOPE_VERSION, decode_value, encode_value, envelope_dict
+from ...core.serialization import (
+    ENVELOPE_VERSION,
+    decode_value,
+    encode_value,
+    envelope_dict,
+    exception_names,
+)
 from ...core.state import JobState
 from ...errors import DecodeError
 
@@ -176,6 +182,9 @@ def claimed_job(item: Sequence[Any], queue: str, now: float, expires: float, wor
             "lost": int(lost or get("lost", 0)), "worker_id": worker_id or None,
             "lease_expires_at": expires,
         }  # fmt: skip
+        if b'_on"' in raw:  # per-job retry_on / dead_on (rare): checked like job_from_dict
+            job.retry_on = exception_names(get("retry_on"), "retry_on")
+            job.dead_on = exception_names(get("dead_on"), "dead_on")
         return job
     except (TypeError, ValueError, AttributeError, KeyError, orjson.JSONDecodeError) as exc:
         raise DecodeError(f"malformed job field: {exc!r}") from exc
@@ -222,6 +231,8 @@ def _build(data: dict[str, Any], fields: Mapping[bytes, bytes], queue: str, type
         lost=int(field(b"lost") or get("lost", 0)),
         worker_id=(worker.decode() or None) if worker is not None else get("worker_id"),
         lease_expires_at=_opt(lease),
+        retry_on=exception_names(get("retry_on"), "retry_on"),
+        dead_on=exception_names(get("dead_on"), "dead_on"),
     )  # fmt: skip
 
 

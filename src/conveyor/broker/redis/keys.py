@@ -28,6 +28,8 @@ Global keys (never touched by a job script)::
     <p>:doc:{<c>}:<name>   HASH    one document: field -> JSON value, plus meta fields
     <p>:log:<name>         LIST    bounded log of JSON entries (oldest first)
     <p>:ctr:<bucket>       HASH    counter name -> number, plus the logical expiry
+    <p>:idlock:<id>        STRING  queue name; held (PX 30 s) while a custom job id is being
+                                   enqueued, so no other queue can take the id (idguard.py)
 
 See docs/wire-format.md for the field-level format.
 """
@@ -122,6 +124,10 @@ class KeySchema:
     def counters(self, bucket: str) -> str:
         """HASH of one counter bucket."""
         return f"{self.prefix}:ctr:{bucket}"
+
+    def id_lock(self, job_id: str) -> str:
+        """STRING held while a custom job id is enqueued (ids are unique across queues)."""
+        return f"{self.prefix}:idlock:{job_id}"
 
 
 def _collection(name: str) -> str:

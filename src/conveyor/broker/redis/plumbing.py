@@ -14,10 +14,13 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, ParamSpec, TypeVar
 
 from redis.exceptions import (
+    AuthenticationError,
     BusyLoadingError,
     ClusterDownError,
+    NoPermissionError,
     OutOfMemoryError,
     ReadOnlyError,
+    ResponseError,
     TryAgainError,
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -25,7 +28,13 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ...config import Retention
 from ...core.job import Job, validate_queue_name
-from ...errors import BrokerUnavailable, DecodeError, StorageFull
+from ...errors import (
+    BrokerAuthError,
+    BrokerConfigError,
+    BrokerUnavailable,
+    DecodeError,
+    StorageFull,
+)
 from . import codec, conn
 from .keys import KeySchema
 from .scripts import ScriptRunner
@@ -33,6 +42,8 @@ from .scripts import ScriptRunner
 P = ParamSpec("P")
 R = TypeVar("R")
 
+_REFUSED = (AuthenticationError, NoPermissionError)
+_BAD_CONFIG = re.compile(r"DB index is out of range|invalid DB index|SELECT is not allowed", re.I)
 _UNAVAILABLE = (RedisConnectionError, RedisTimeoutError, BusyLoadingError, ClusterDownError,
                 ReadOnlyError, TryAgainError)  # fmt: skip
 _QUEUE_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,100}\Z")  # \Z: "$" would accept a final "\n"
@@ -40,19 +51,34 @@ WHERE_MAX = 100_000
 
 
 def guarded(fn: Callable[P, R]) -> Callable[P, R]:
-    """Map redis-py connection, timeout, loading and failover errors to ``BrokerUnavailable``."""
+    """Map redis-py connection, timeout, loading and failover errors to ``BrokerUnavailable``;
+    rejected credentials and configuration to ``BrokerAuthError`` / ``BrokerConfigError``."""
 
     @functools.wraps(fn)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return fn(*args, **kwargs)
+        except _REFUSED as exc:  # before _UNAVAILABLE: AuthenticationError is a ConnectionError
+            raise refused(exc) from exc
         except _UNAVAILABLE as exc:
             raise BrokerUnavailable(f"Redis is unavailable: {exc}") from exc
         except OutOfMemoryError as exc:
             raise StorageFull(f"Redis is out of memory (maxmemory reached, writes refused): {exc}"
                               ) from exc  # fmt: skip
+        except ResponseError as exc:
+            if _BAD_CONFIG.search(str(exc)):
+                raise refused(exc) from exc
+            raise
 
     return wrapper
+
+
+def refused(exc: Exception) -> BrokerConfigError:
+    """The permanent error for a refused connection: fix the URL or the server, do not retry."""
+    if isinstance(exc, AuthenticationError | NoPermissionError):
+        return BrokerAuthError(f"Redis refused the credentials: {exc} (check the password / "
+                               "user in the broker URL)")  # fmt: skip
+    return BrokerConfigError(f"Redis refused the configuration: {exc} (check the broker URL)")
 
 
 def token_queue(token: str) -> str | None:
