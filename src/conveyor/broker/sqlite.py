@@ -176,17 +176,30 @@ class SqliteBroker(SqliteReads, Broker):
                 while len(leases) < limit:
                     recs = self._rows(tx, READY, (queue, limit - len(leases)), full=True)
                     for rec in recs:
-                        lifecycle.claim(rec.job, now, visibility_timeout, worker_id)
-                        if rec.corrupt is not None:
-                            self._bury_corrupt(tx, rec, now, worker_id)
-                            continue
-                        token = secrets.token_hex(12)
-                        self._save(tx, rec, token)
-                        tx.emit("started", rec.job, now, attempt=rec.job.attempts, worker=worker_id)
-                        leases.append(Lease(rec.job, token, now + visibility_timeout))
+                        lease = self._lease(tx, rec, now, visibility_timeout, worker_id)
+                        if lease is not None:
+                            leases.append(lease)
                     if not recs:
                         break
         return leases
+
+    def _lease(
+        self, tx: Tx, rec: Rec, now: float, visibility_timeout: float, worker_id: str
+    ) -> Lease | None:
+        """Lease one ready row; an undecodable one is dead-lettered (``decode_error``) instead."""
+        if rec.corrupt is None:
+            lifecycle.claim(rec.job, now, visibility_timeout, worker_id)
+            token = secrets.token_hex(12)
+            try:
+                self._save(tx, rec, token)
+            except (TypeError, ValueError, RecursionError) as exc:  # cannot be re-encoded
+                rec.spoil(rec.row, rec.row[10], exc)  # nothing was written: bury it instead
+            else:
+                tx.emit("started", rec.job, now, attempt=rec.job.attempts, worker=worker_id)
+                return Lease(rec.job, token, now + visibility_timeout)
+        lifecycle.claim(rec.job, now, visibility_timeout, worker_id)
+        self._bury_corrupt(tx, rec, now, worker_id)
+        return None
 
     def _bury_corrupt(self, tx: Tx, rec: Rec, now: float, worker_id: str) -> None:
         """An undecodable row: active → dead_letter with kind ``decode_error``; bytes kept."""

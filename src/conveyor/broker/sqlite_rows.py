@@ -14,6 +14,7 @@ import orjson
 from ..core.job import Job
 from ..core.serialization import job_from_dict, job_to_dict
 from ..core.state import JobState
+from ..core.stored import check_int_fields, check_nesting
 from ..errors import DecodeError
 from .base import Page, SearchQuery
 from .sqlite_side import SqliteSideStores
@@ -39,26 +40,33 @@ class Rec:
     """A job row: the Job (a stub from the columns if the payload is corrupt), its envelope dict,
     the original bytes of a corrupt payload, and the state the row had (for ``counts``)."""
 
-    __slots__ = ("corrupt", "data", "job", "rid", "state")
+    __slots__ = ("corrupt", "data", "job", "rid", "row", "state")
 
     def __init__(self, row: tuple[Any, ...], full: bool) -> None:
-        self.rid, self.state, raw = row[0], row[4], row[10]
+        self.rid, self.state, raw, self.row = row[0], row[4], row[10], row
         self.corrupt: bytes | None = None
         self.data: dict[str, Any] | None = None
         try:
             data = orjson.loads(raw)
             if not isinstance(data, dict):
                 raise DecodeError("envelope must be a JSON object")
+            check_nesting(raw, data)  # what orjson could not have written (never recurse on it)
+            check_int_fields(data)
             self.job = job_from_dict(data if full else {**data, **_BLANK})
             if (self.job.id, self.job.queue, str(self.job.state)) != (row[1], row[2], row[4]):
                 raise DecodeError("envelope does not match its row (id, queue or state)")
             self.data, self.job.result = data, self.job.result if full else _KEEP
-        except (DecodeError, orjson.JSONDecodeError, TypeError) as exc:
-            self.job = Job(id=row[1], task=row[3], queue=row[2], priority=row[5],
-                           state=JobState(row[4]), run_at=row[6], created_at=row[7],
-                           finished_at=row[8], last_error=row[9] or f"decode_error: {exc}",
-                           metadata={"decode_error": str(exc)})  # fmt: skip
-            self.corrupt = raw if isinstance(raw, bytes) else str(raw).encode()
+        except (DecodeError, orjson.JSONDecodeError, TypeError, ValueError, RecursionError) as exc:
+            self.spoil(row, raw, exc)
+
+    def spoil(self, row: tuple[Any, ...], raw: Any, exc: BaseException) -> None:
+        """Treat the row as undecodable: a stub Job from its columns; the bytes kept as corrupt."""
+        self.data = None
+        self.job = Job(id=row[1], task=row[3], queue=row[2], priority=row[5],
+                       state=JobState(row[4]), run_at=row[6], created_at=row[7],
+                       finished_at=row[8], last_error=row[9] or f"decode_error: {exc}",
+                       metadata={"decode_error": str(exc)})  # fmt: skip
+        self.corrupt = raw if isinstance(raw, bytes) else str(raw).encode()
 
     def payload(self) -> bytes:
         """The envelope of the (changed) job; undecoded parts pass through as stored."""

@@ -164,8 +164,9 @@ class RedisBroker(ReadsMixin, SideMixin, LifecycleMixin, Broker):
                 for item in reply[1:]:
                     try:
                         job = claimed_job(item, queue, now, expires, worker_id)
-                    except DecodeError as exc:
-                        self._bury_claimed(queue, item, str(exc), worker_id, now)
+                    except Exception as exc:  # noqa: BLE001 - one bad job never fails the batch
+                        message = str(exc) if isinstance(exc, DecodeError) else repr(exc)
+                        self._bury_claimed(queue, item, message, worker_id, now)
                         buried += 1
                         continue
                     where[job.id] = queue  # remember(): get() finds the job's queue at once

@@ -19,6 +19,7 @@ import orjson
 from ...core.job import Job
 from ...core.serialization import ENVELOPE_VERSION, decode_value, encode_value, envelope_dict
 from ...core.state import JobState
+from ...core.stored import check_int_fields, check_nesting
 from ...errors import DecodeError
 
 _REQUIRED = ("id", "task", "queue", "state")
@@ -111,10 +112,13 @@ def job_from_hash(fields: Mapping[bytes, bytes], queue: str) -> Job:
     data = _envelope(raw)
     typed = raw is not None and b'"$' in raw
     try:
+        check_nesting(raw or b"", data)
+        check_int_fields(data)
         return _build(data, fields, queue, typed)
     except DecodeError:
         raise
-    except (TypeError, ValueError, AttributeError, KeyError, orjson.JSONDecodeError) as exc:
+    except (TypeError, ValueError, AttributeError, KeyError, RecursionError,
+            orjson.JSONDecodeError) as exc:  # fmt: skip
         raise DecodeError(f"malformed job field: {exc!r}") from exc
 
 
@@ -146,6 +150,8 @@ def claimed_job(item: Sequence[Any], queue: str, now: float, expires: float, wor
     """
     raw = item[3]
     data = _envelope(raw)
+    check_nesting(raw, data)  # what orjson could not have written: never recurse on it
+    check_int_fields(data)
     try:
         get = data.get
         args, kwargs, metadata = get("args") or [], get("kwargs") or {}, get("metadata") or {}
@@ -177,7 +183,8 @@ def claimed_job(item: Sequence[Any], queue: str, now: float, expires: float, wor
             "lease_expires_at": expires,
         }  # fmt: skip
         return job
-    except (TypeError, ValueError, AttributeError, KeyError, orjson.JSONDecodeError) as exc:
+    except (TypeError, ValueError, AttributeError, KeyError, RecursionError,
+            orjson.JSONDecodeError) as exc:  # fmt: skip
         raise DecodeError(f"malformed job field: {exc!r}") from exc
 
 
