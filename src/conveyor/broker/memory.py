@@ -21,9 +21,10 @@ from ..core.job import Job
 from ..core.serialization import decode_job, job_from_dict, job_to_dict
 from ..core.state import TERMINAL_STATES, JobState
 from ..errors import DuplicateJob, LeaseLost
-from .base import Ack, Broker, EnqueueResult, Lease, Page, SearchQuery
+from .base import Ack, Broker, Claimed, EnqueueResult, Lease, Page, SearchQuery
 from .filters import matches
 from .memstore import SideStore, SideStoreMixin
+from .memtimers import TimeHeap
 
 _DELAYED = (JobState.SCHEDULED, JobState.RETRY_SCHEDULED)
 
@@ -40,7 +41,8 @@ class MemoryBroker(SideStoreMixin, Broker):
         self._tokens: dict[str, str] = {}
         self._ready: dict[str, list[tuple[int, int, str]]] = {}
         self._ready_seq: dict[str, int] = {}
-        self._delayed: list[tuple[float, int, str]] = []
+        self._delayed = TimeHeap(self._is_delayed)  # scheduled / retry_scheduled, by run_at
+        self._leases = TimeHeap(self._is_leased)  # active jobs, by lease deadline
         self._idem: dict[tuple[str, str], tuple[str, float]] = {}
         self._finished: dict[str, deque[str]] = {}
         self._paused: set[str] = set()
@@ -61,7 +63,16 @@ class MemoryBroker(SideStoreMixin, Broker):
         self._wake.notify_all()
 
     def _make_delayed(self, job: Job) -> None:
-        heapq.heappush(self._delayed, (job.run_at, next(self._seq), job.id))
+        self._delayed.push(job.run_at, job.id)
+        self._wake.notify_all()  # an idle worker recomputes how long to sleep
+
+    def _is_delayed(self, job_id: str, run_at: float) -> bool:
+        job = self._jobs.get(job_id)
+        return job is not None and job.state in _DELAYED and job.run_at == run_at
+
+    def _is_leased(self, job_id: str, deadline: float) -> bool:
+        job = self._jobs.get(job_id)
+        return job_id in self._tokens and job is not None and job.lease_expires_at == deadline
 
     def _place(self, job: Job) -> None:
         if job.state is JobState.PENDING:
@@ -150,11 +161,15 @@ class MemoryBroker(SideStoreMixin, Broker):
     # ------------------------------------------------------------------ consumers
     def claim(
         self, queues: Sequence[str], now: float, *, limit: int = 1,
-        visibility_timeout: float = 30.0, worker_id: str = "",
-    ) -> list[Lease]:  # fmt: skip
-        """Lease up to ``limit`` ready jobs, queues in the given order."""
+        visibility_timeout: float = 30.0, worker_id: str = "", max_lost: int = 3,
+    ) -> Claimed:  # fmt: skip
+        """Lease up to ``limit`` ready jobs, queues in the given order.
+
+        First, for every queue: due delayed jobs become pending, expired leases come back.
+        """
         with self._lock:
             self._promote(now, 10_000)
+            self._expire(now, max_lost)
             leases: list[Lease] = []
             for queue in queues:
                 if queue in self._paused:
@@ -170,11 +185,16 @@ class MemoryBroker(SideStoreMixin, Broker):
                     lifecycle.claim(job, now, visibility_timeout, worker_id)
                     token = f"{job.attempts}.{next(self._seq)}"
                     self._tokens[job_id] = token
+                    self._leases.push(now + visibility_timeout, job_id)
                     self._emit("started", job, now, attempt=job.attempts, worker=worker_id)
                     leases.append(Lease(self._snap(job), token, now + visibility_timeout))
                 if len(leases) >= limit:
                     break
-            return leases
+            if leases:
+                return Claimed(leases)
+            times = [t for t in (self._delayed.next_time(), self._leases.next_time())
+                     if t is not None]  # fmt: skip
+            return Claimed.of(leases, min(times) if times else None)
 
     def complete(self, acks: Sequence[Ack], now: float) -> list[bool]:
         """Record each success; False for stale tokens."""
@@ -236,6 +256,7 @@ class MemoryBroker(SideStoreMixin, Broker):
                     out.append(False)
                     continue
                 job.lease_expires_at = now + visibility_timeout
+                self._leases.push(job.lease_expires_at, job_id)
                 out.append(True)
             return out
 
@@ -247,36 +268,37 @@ class MemoryBroker(SideStoreMixin, Broker):
 
     def _promote(self, now: float, limit: int) -> int:
         moved = 0
-        while self._delayed and self._delayed[0][0] <= now and moved < limit:
-            run_at, _, job_id = heapq.heappop(self._delayed)
-            job = self._jobs.get(job_id)
-            if job is None or job.state not in _DELAYED or job.run_at != run_at:
-                continue
+        for job_id in self._delayed.pop_due(now):
+            job = self._jobs[job_id]
             lifecycle.promote(job)
             self._make_ready(job)
             moved += 1
+            if moved >= limit:
+                break
         return moved
 
     def reap_expired(self, now: float, *, max_lost: int = 3) -> int:
         """Return expired leases to pending; poison pills to dead letter."""
         with self._lock:
-            reaped = 0
-            for job_id in list(self._tokens):
-                job = self._jobs[job_id]
-                if job.lease_expires_at is None or job.lease_expires_at > now:
-                    continue
-                worker = job.worker_id
-                lifecycle.expire(job, now, max_lost)
-                self._tokens.pop(job_id, None)
-                self._emit("lease_lost", job, now, worker=worker, lost=job.lost)
-                if job.state is JobState.DEAD_LETTER:
-                    self._emit("dead_lettered", job, now, reason="worker_lost")
-                    self._finish(job)
-                else:
-                    self._make_ready(job)
-                reaped += 1
+            reaped = self._expire(now, max_lost)
             self._expire_finished(now)
             return reaped
+
+    def _expire(self, now: float, max_lost: int) -> int:
+        reaped = 0
+        for job_id in self._leases.pop_due(now):
+            job = self._jobs[job_id]
+            worker = job.worker_id
+            lifecycle.expire(job, now, max_lost)
+            self._tokens.pop(job_id, None)
+            self._emit("lease_lost", job, now, worker=worker, lost=job.lost)
+            if job.state is JobState.DEAD_LETTER:
+                self._emit("dead_lettered", job, now, reason="worker_lost")
+                self._finish(job)
+            else:
+                self._make_ready(job)
+            reaped += 1
+        return reaped
 
     def _expire_finished(self, now: float) -> None:
         ttl = {JobState.COMPLETED: self.retention.completed_ttl,
@@ -397,8 +419,8 @@ class MemoryBroker(SideStoreMixin, Broker):
                      if j.queue == queue and j.state is JobState.PENDING]  # fmt: skip
             return min(times) if times else None
 
-    def wait_for_work(self, queues: Sequence[str], timeout: float) -> None:
-        """Wait on the condition that enqueue and resume notify."""
+    def wait_for_work(self, queues: Sequence[str], timeout: float, *, due: bool = False) -> None:
+        """Wait on the condition that enqueue, delayed jobs and resume notify (exact timeout)."""
         with self._wake:
             self._wake.wait(timeout)
 

@@ -32,6 +32,9 @@ _SEARCH = {"id": "id >= :id AND id < :id || char(1114111)", "state": "state = :s
 _COUNTED = ("state", "queue")
 _COUNTED_TOTAL = ("SELECT COALESCE(SUM(n), 0) FROM counts WHERE queue != '' AND state ="
                   " COALESCE(:state, state) AND queue = COALESCE(:queue, queue)")
+#: The earliest delayed run_at and the earliest lease deadline (any queue; two index lookups).
+NEXT_DUE = ("SELECT (SELECT MIN(due_at) FROM jobs WHERE due_at IS NOT NULL),"
+             " (SELECT MIN(lease_at) FROM jobs WHERE lease_at IS NOT NULL)")
 _BLANK: dict[str, Any] = {"args": [], "kwargs": {}, "metadata": {}, "result": None}
 _KEEP = object()  # "result unchanged": the stored encoded result passes through
 
@@ -125,16 +128,20 @@ class SqliteReads(SqliteSideStores):
                  for col, op in (("run_at", "!="), ("created_at", "="))]  # fmt: skip
         return min((float(t) for t in found if t is not None), default=None)
 
-    def wait_for_work(self, queues: Sequence[str], timeout: float) -> None:
-        """Return when a ready job may exist in ``queues``, or after ``timeout`` s.
+    def wait_for_work(self, queues: Sequence[str], timeout: float, *, due: bool = False) -> None:
+        """Return when a ready job may exist in ``queues``, or after ``timeout`` s (exactly).
 
         Polls ``PRAGMA data_version`` (it changes when another connection commits) every
-        ``WAKE_POLL_S`` and only then looks for pending jobs: no busy loop, and at most a few
-        milliseconds of added pickup latency (the pragma reads shared memory, not the file).
+        ``WAKE_POLL_S`` and only then looks: no busy loop, and at most a few milliseconds of
+        added pickup latency (the pragma reads shared memory, not the file). It returns when a
+        pending job exists, or when the earliest due time (delayed run_at or lease deadline,
+        ``NEXT_DUE``) moved earlier than it was: a delayed enqueue or a retry wakes the caller,
+        which claims and learns the new ``next_due``. No clock is read but the monotonic one.
         """
         deadline, version_sql = time.monotonic() + timeout, "PRAGMA data_version"
         version = self._read(version_sql)[0][0]
-        while not self._has_ready(queues):
+        known = self._read(NEXT_DUE)[0]
+        while not self._has_ready(queues) and not _earlier(self._read(NEXT_DUE)[0], known):
             while version == (version := self._read(version_sql)[0][0]):
                 if (remaining := deadline - time.monotonic()) <= 0:
                     return
@@ -144,3 +151,8 @@ class SqliteReads(SqliteSideStores):
         paused = {r[0] for r in self._read("SELECT name FROM queues WHERE paused = 1")}
         sql = "SELECT 1 FROM jobs WHERE queue = ? AND state = 'pending' LIMIT 1"
         return any(self._read(sql, (q,)) for q in queues if q not in paused)
+
+
+def _earlier(now: tuple[Any, ...], before: tuple[Any, ...]) -> bool:
+    """True if a due time of ``now`` (a ``NEXT_DUE`` row) is earlier than it was ``before``."""
+    return any(t is not None and (b is None or t < b) for t, b in zip(now, before, strict=True))

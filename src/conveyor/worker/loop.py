@@ -118,7 +118,8 @@ class Worker:
         at = self.app.now() if now is None else now
         self.maintain(at, force=True)
         leases = self.broker.claim(self.selector.order(), at, limit=1, worker_id=self.id,
-                                   visibility_timeout=self.visibility_timeout)  # fmt: skip
+                                   visibility_timeout=self.visibility_timeout,
+                                   max_lost=self.max_lost)  # fmt: skip
         if not leases:
             return False
         lease = leases[0]
@@ -250,7 +251,12 @@ class Worker:
                 time.sleep(0)  # yield the GIL to the job threads just woken (~0.1 ms pickup)
                 continue
             began = time.monotonic()
-            self.broker.wait_for_work(self.selector.names, backoff.poll_interval)
+            wait, due = backoff.poll_interval, False
+            next_due = getattr(leases, "next_due", None)
+            if next_due is not None and next_due - self.app.now() < wait:
+                # sleep exactly until the next delayed job / lease deadline (BullMQ-style)
+                wait, due = max(0.0, next_due - self.app.now()), True
+            self.broker.wait_for_work(self.selector.names, wait, due=due)
             delay = backoff.delay_after_wait(time.monotonic() - began)
             if delay:  # fast, empty wake-ups repeat: a backend that cannot block, do not spin
                 stopping.wait(delay)
@@ -264,7 +270,7 @@ class Worker:
     def _claim(self, free: int) -> list[Lease]:
         try:
             leases = self.broker.claim(self.selector.order(), self.app.now(), limit=free,
-                                       worker_id=self.id,
+                                       worker_id=self.id, max_lost=self.max_lost,
                                        visibility_timeout=self.visibility_timeout)  # fmt: skip
         except Exception:
             self._claim_errors += 1
