@@ -27,8 +27,8 @@ from .conftest import FAST, running, wait_until
 
 STORED = [name for name in ("sqlite", "redis") if name in BACKENDS]
 BAD_ROWS = {
-    "deep_args": lambda envelope: envelope.replace(b'"args":[0]',
-                                                   b'"args":[' + deep_json_text(600).encode() + b"]"),
+    "deep_args": lambda envelope: envelope.replace(
+        b'"args":[0]', b'"args":[' + deep_json_text(600).encode() + b"]"),
     "deep_args_typed": lambda envelope: envelope.replace(  # a typed value: decoded in claim
         b'"args":[0]', b'"args":[' + deep_json_text(600).encode() + b',{"$dt":"2024-01-02"}]'),
     "int_over_64_bits": lambda envelope: envelope.replace(

@@ -13,23 +13,21 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import orjson
-
 from ..config import Retention
 from ..core import lifecycle
 from ..core.job import Job
-from ..core.serialization import decode_job, job_from_dict, job_to_dict
+from ..core.serialization import decode_job
 from ..core.state import TERMINAL_STATES, JobState
 from ..errors import DuplicateJob, LeaseLost
-from .base import Ack, Broker, Claimed, EnqueueResult, Lease, Page, SearchQuery
-from .filters import matches
+from .base import Ack, Broker, Claimed, EnqueueResult, Lease
+from .memreads import MemoryReads
 from .memstore import SideStore, SideStoreMixin
 from .memtimers import TimeHeap
 
 _DELAYED = (JobState.SCHEDULED, JobState.RETRY_SCHEDULED)
 
 
-class MemoryBroker(SideStoreMixin, Broker):
+class MemoryBroker(MemoryReads, SideStoreMixin, Broker):
     """All state in dicts and heaps behind one lock."""
 
     def __init__(self, retention: Retention | None = None, url: str = "memory://") -> None:
@@ -37,6 +35,8 @@ class MemoryBroker(SideStoreMixin, Broker):
         self.retention = retention or Retention()
         self._lock = threading.RLock()
         self._wake = threading.Condition(self._lock)
+        self._changes = 0  # bumped with every notify of _wake (see wait_for_work)
+        self._seen = threading.local()  # per thread: _changes as of its last claim
         self._jobs: dict[str, Job] = {}
         self._tokens: dict[str, str] = {}
         self._ready: dict[str, list[tuple[int, int, str]]] = {}
@@ -60,11 +60,15 @@ class MemoryBroker(SideStoreMixin, Broker):
         seq = next(self._seq)
         self._ready_seq[job.id] = seq
         heapq.heappush(self._ready.setdefault(job.queue, []), (job.priority, seq, job.id))
-        self._wake.notify_all()
+        self._notify()
 
     def _make_delayed(self, job: Job) -> None:
         self._delayed.push(job.run_at, job.id)
-        self._wake.notify_all()  # an idle worker recomputes how long to sleep
+        self._notify()  # an idle worker recomputes how long to sleep
+
+    def _notify(self) -> None:
+        self._changes += 1
+        self._wake.notify_all()
 
     def _is_delayed(self, job_id: str, run_at: float) -> bool:
         job = self._jobs.get(job_id)
@@ -104,12 +108,6 @@ class MemoryBroker(SideStoreMixin, Broker):
         job = self._jobs.get(job_id)
         if job is not None and job.state is state:
             del self._jobs[job_id]
-
-    @staticmethod
-    def _snap(job: Job) -> Job:
-        # The envelope codec round-trips every allowed value exactly and is far cheaper than
-        # copy.deepcopy on a dataclass; snapshots must never alias stored state.
-        return job_from_dict(orjson.loads(orjson.dumps(job_to_dict(job))))
 
     # ------------------------------------------------------------------ producers
     def enqueue(
@@ -190,6 +188,7 @@ class MemoryBroker(SideStoreMixin, Broker):
                     leases.append(Lease(self._snap(job), token, now + visibility_timeout))
                 if len(leases) >= limit:
                     break
+            self._seen.changes = self._changes
             if leases:
                 return Claimed(leases)
             times = [t for t in (self._delayed.next_time(), self._leases.next_time())
@@ -315,12 +314,6 @@ class MemoryBroker(SideStoreMixin, Broker):
                 self._drop(ring.popleft(), state)
 
     # ------------------------------------------------------------------ admin
-    def get(self, job_id: str) -> Job | None:
-        """Snapshot or None."""
-        with self._lock:
-            job = self._jobs.get(job_id)
-            return None if job is None else self._snap(job)
-
     def cancel(self, job_id: str, now: float) -> bool:
         """Cancel a not-yet-started job."""
         with self._lock:
@@ -375,7 +368,7 @@ class MemoryBroker(SideStoreMixin, Broker):
         """Resume a queue."""
         with self._lock:
             self._paused.discard(queue)
-            self._wake.notify_all()
+            self._notify()
 
     def paused_queues(self) -> set[str]:
         """Paused queue names."""
@@ -387,42 +380,16 @@ class MemoryBroker(SideStoreMixin, Broker):
         with self._lock:
             return sorted(self._known_queues)
 
-    def counts(self) -> dict[str, dict[str, int]]:
-        """Jobs per queue per state."""
-        with self._lock:
-            out = {q: dict.fromkeys(map(str, JobState), 0) for q in self._known_queues}
-            for job in self._jobs.values():
-                out[job.queue][str(job.state)] += 1
-            return out
-
-    def peek(self, queue: str, n: int = 10) -> list[Job]:
-        """Next ready jobs in claim order."""
-        with self._lock:
-            ready = [j for j in self._jobs.values()
-                     if j.queue == queue and j.state is JobState.PENDING]  # fmt: skip
-            ready.sort(key=lambda j: (j.priority, self._ready_seq.get(j.id, 0)))
-            return [self._snap(j) for j in ready[:n]]
-
-    def search(self, query: SearchQuery) -> Page:
-        """Filter, sort newest first, paginate."""
-        with self._lock:
-            hits = [j for j in self._jobs.values() if matches(j, query)]
-            hits.sort(key=lambda j: (j.created_at, j.id), reverse=True)
-            start = (max(1, query.page) - 1) * query.page_size
-            items = [self._snap(j) for j in hits[start : start + query.page_size]]
-            return Page(items, len(hits), query.page, query.page_size)
-
-    def oldest_pending(self, queue: str) -> float | None:
-        """Ready time of the oldest pending job."""
-        with self._lock:
-            times = [j.run_at or j.created_at for j in self._jobs.values()
-                     if j.queue == queue and j.state is JobState.PENDING]  # fmt: skip
-            return min(times) if times else None
-
     def wait_for_work(self, queues: Sequence[str], timeout: float, *, due: bool = False) -> None:
-        """Wait on the condition that enqueue, delayed jobs and resume notify (exact timeout)."""
+        """Wait on the condition that enqueue, delayed jobs and resume notify (exact timeout).
+
+        A notify since this thread's last claim (while it was not waiting yet) ends the wait
+        at once: it would otherwise be lost.
+        """
         with self._wake:
-            self._wake.wait(timeout)
+            if getattr(self._seen, "changes", self._changes) == self._changes:
+                self._wake.wait(timeout)
+            self._seen.changes = self._changes
 
     def flush_all(self) -> None:
         """Forget everything."""

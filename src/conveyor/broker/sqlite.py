@@ -190,10 +190,15 @@ class SqliteBroker(SqliteReads, Broker):
             next_due = None if leases else self._next_due(tx)
         return Claimed.of(leases, next_due)
 
-    @staticmethod
-    def _next_due(tx: Tx) -> float | None:
-        """The earliest delayed run_at or lease deadline of any queue (two index lookups)."""
-        row = tx.conn.execute(NEXT_DUE).fetchone()
+    def _next_due(self, tx: Tx) -> float | None:
+        """The earliest delayed run_at or lease deadline of any queue (two index lookups).
+
+        Also remembers, for this thread's next ``wait_for_work``, what this claim saw and the
+        ``data_version`` it saw it at (read under the write lock: no commit can slip between),
+        so a retry recorded right after the claim still wakes the wait.
+        """
+        row = tuple(tx.conn.execute(NEXT_DUE).fetchone())
+        self._local.claim_view = (tx.conn.execute("PRAGMA data_version").fetchone()[0], row)
         times = [float(t) for t in row if t is not None]
         return min(times) if times else None
 

@@ -136,11 +136,15 @@ class SqliteReads(SqliteSideStores):
         added pickup latency (the pragma reads shared memory, not the file). It returns when a
         pending job exists, or when the earliest due time (delayed run_at or lease deadline,
         ``NEXT_DUE``) moved earlier than it was: a delayed enqueue or a retry wakes the caller,
-        which claims and learns the new ``next_due``. No clock is read but the monotonic one.
+        which claims and learns the new ``next_due``. The baseline is what this thread's last
+        empty claim saw (``claim_view``): a commit between that claim and this wait counts.
+        No clock is read but the monotonic one.
         """
         deadline, version_sql = time.monotonic() + timeout, "PRAGMA data_version"
-        version = self._read(version_sql)[0][0]
-        known = self._read(NEXT_DUE)[0]
+        view = getattr(self._local, "claim_view", None)
+        self._local.claim_view = None
+        version, known = view if view is not None else (self._read(version_sql)[0][0],
+                                                        tuple(self._read(NEXT_DUE)[0]))  # fmt: skip
         while not self._has_ready(queues) and not _earlier(self._read(NEXT_DUE)[0], known):
             while version == (version := self._read(version_sql)[0][0]):
                 if (remaining := deadline - time.monotonic()) <= 0:

@@ -10,6 +10,7 @@ decoding and treat a failure like any other ``DecodeError`` (the job is dead-let
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from ..errors import DecodeError
@@ -39,10 +40,12 @@ def check_nesting(raw: bytes | str, data: Any) -> None:
             stack.extend((v, depth + 1) for v in value if isinstance(v, dict | list))
 
 
-def check_int_fields(values: Any) -> None:
-    """Raise ``DecodeError`` if an integer field of a job (object or dict) exceeds 64 bits."""
-    get = values.get if isinstance(values, dict) else lambda name: getattr(values, name, None)
+def check_int_fields(data: Mapping[str, Any]) -> None:
+    """Raise ``DecodeError`` if an integer field of an envelope exceeds 64 bits.
+
+    orjson reads such a number as a float; the job's ``int()`` of it could not be written back.
+    """
     for name in _INT_FIELDS:
-        value = get(name)
+        value = data.get(name)
         if isinstance(value, int | float) and not _INT_MIN <= value <= _INT_MAX:
             raise DecodeError(f"{name}: {value!r} is outside the 64-bit integer range")

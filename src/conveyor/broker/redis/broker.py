@@ -173,7 +173,7 @@ class RedisBroker(ReadsMixin, SideMixin, LifecycleMixin, Broker):
                 for item in reply[2:]:
                     try:
                         job = claimed_job(item, queue, now, expires, worker_id)
-                    except Exception as exc:  # noqa: BLE001 - one bad job never fails the batch
+                    except Exception as exc:  # one bad job never fails the batch
                         message = str(exc) if isinstance(exc, DecodeError) else repr(exc)
                         self._bury_claimed(queue, item, message, worker_id, now)
                         buried += 1
