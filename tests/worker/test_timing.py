@@ -174,3 +174,16 @@ def test_an_idle_worker_polls_no_more_than_its_poll_interval(broker: Broker) -> 
         time.sleep(2.0)
         idle_claims = len(claims) - begin
     assert idle_claims <= 2.0 / SETTINGS["poll_interval"] + 2, idle_claims
+
+
+def test_a_delayed_job_stored_between_claim_and_wait_still_wakes_the_wait(broker: Broker) -> None:
+    """The wake-up for a new due time must not be lost when it comes before the wait begins."""
+    app = timed_app(broker)
+    assert broker.claim(["default"], app.now()) == []
+    producer = threading.Thread(target=lambda: app.enqueue("later", delay=5))  # own connection
+    producer.start()
+    producer.join()
+    began = time.monotonic()
+    broker.wait_for_work(["default"], 2.0)
+    assert time.monotonic() - began < 0.5
+    assert broker.claim(["default"], app.now()).next_due is not None
