@@ -59,8 +59,8 @@ __all__ = [
     "Conveyor", "ConveyorError", "Delivery",
     "DuplicateJob", "ErrorKind", "FakeClock", "IllegalTransition", "Job", "JobHandle",
     "JobNotFound", "JobSpec", "JobState", "JobTimeout", "LeaseLost", "Middleware", "Page",
-    "PayloadTooLarge", "PermanentError", "Retry", "StorageFull", "SystemClock", "Task", "UnknownTask",
-    "ValidationError",
+    "PayloadTooLarge", "PermanentError", "Retry", "StorageFull", "SystemClock", "Task",
+    "UnknownTask", "ValidationError",
 ]  # fmt: skip
 
 

@@ -246,7 +246,8 @@ class Conveyor:
             self._last_reap = now
             self.broker.reap_expired(now, max_lost=self.settings.max_lost)
         leases = self.broker.claim([validate_queue_name(queue)], now, limit=1,
-                                   visibility_timeout=vt, worker_id="dequeue")  # fmt: skip
+                                   visibility_timeout=vt, worker_id="dequeue",
+                                   max_lost=self.settings.max_lost)  # fmt: skip
         return Delivery(self, leases[0], vt) if leases else None
 
     def worker(self, queues: Sequence[str] | str | None = None, **options: Any) -> Worker:

@@ -33,7 +33,8 @@ class Settings:
 
     url: str | None = None  # None: CONVEYOR_URL, else DEFAULT_URL
     # lease length; a worker's keeper extends its leases every third of it, so a dead worker's
-    # jobs come back within visibility_timeout + reap_interval (docs/reliability.md)
+    # jobs come back at their lease deadline: every claim returns expired leases, and an idle
+    # worker sleeps until the earliest deadline (docs/reliability.md#on-time-delivery)
     visibility_timeout: float = 10.0
     max_lost: int = 3  # lost deliveries before a job is a poison pill (dead_letter)
     idempotency_ttl: float = 300.0

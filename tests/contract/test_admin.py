@@ -23,7 +23,7 @@ def test_cancel_before_start_only(app: Conveyor, clock: FakeClock) -> None:
     pending = app.enqueue("t")
     delayed = app.enqueue("t", delay=60)
     running = app.enqueue("t", priority=-1)
-    app.broker.claim(["default"], clock.now(), limit=1)
+    app.broker.claim(["default"], clock.now(), limit=1, visibility_timeout=3600)
     assert app.cancel(pending.id) and app.cancel(delayed.id)
     assert not app.cancel(running.id)
     assert not app.cancel(pending.id)

@@ -108,3 +108,43 @@ def test_low_level_dequeue_ack_nack_extend(app: Conveyor, clock: FakeClock) -> N
     assert d3 is not None and d3.delivery_count == 3
     d3.ack("done")
     assert app.get_job(job.id).state is JobState.COMPLETED
+
+
+def test_claim_returns_an_expired_lease_at_its_deadline(app: Conveyor, clock: FakeClock) -> None:
+    """SQS semantics: no reaper pass needed, the next claim after the deadline gets the job."""
+    job = app.enqueue("t")
+    first = app.broker.claim(["default"], clock.now(), limit=1, visibility_timeout=10)[0]
+    clock.advance(9.5)
+    assert app.broker.claim(["default"], clock.now(), limit=1) == []  # still leased
+    clock.advance(0.5)
+    again = app.broker.claim(["default"], clock.now(), limit=1, visibility_timeout=10)
+    assert [lease.id for lease in again] == [job.id] and again[0].token != first.token
+    snap = again[0].job
+    assert snap.attempts == 2 and snap.lost == 1 and snap.errors[-1]["kind"] == "worker_lost"
+    events = [e["type"] for e in app.broker.events_read(None, 100)[0] if e.get("job_id") == job.id]
+    assert events[-2:] == ["lease_lost", "started"]
+
+
+def test_claim_honours_max_lost_for_expired_leases(app: Conveyor, clock: FakeClock) -> None:
+    job = app.enqueue("t")
+    for _ in range(2):
+        assert app.broker.claim(["default"], clock.now(), visibility_timeout=5, max_lost=2)
+        clock.advance(6)
+    assert app.broker.claim(["default"], clock.now(), visibility_timeout=5, max_lost=2) == []
+    snap = app.get_job(job.id)
+    assert snap.state is JobState.DEAD_LETTER and snap.lost == 2
+    assert [e["kind"] for e in snap.errors] == ["worker_lost"] * 2
+
+
+def test_an_empty_claim_reports_the_next_due_time(app: Conveyor, clock: FakeClock) -> None:
+    t0 = clock.now()
+    assert app.broker.claim(["default"], t0).next_due is None  # nothing at all
+    app.enqueue("t", delay=30)
+    assert app.broker.claim(["default"], t0).next_due == t0 + 30  # a delayed job
+    app.enqueue("t")
+    leased = app.broker.claim(["default"], t0, visibility_timeout=10)
+    assert len(leased) == 1 and leased.next_due is None  # only reported when empty
+    assert app.broker.claim(["default"], t0).next_due == t0 + 10  # a lease deadline is earlier
+    clock.advance(10)
+    assert len(app.broker.claim(["default"], clock.now(), visibility_timeout=60)) == 1
+    assert app.broker.claim(["default"], clock.now()).next_due == t0 + 30

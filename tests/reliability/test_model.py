@@ -92,11 +92,24 @@ class BrokerMachine(RuleBasedStateMachine):
         for job in jobs:
             self.model[job.id] = ModelJob(S.PENDING, priority, job.run_at)
 
+    def _expire(self) -> list[str]:
+        """Model of returning expired leases (``reap_expired``, and every ``claim``)."""
+        expired = [i for i, m in self.model.items()
+                   if m.state is S.ACTIVE and m.lease_until <= self.now]  # fmt: skip
+        for job_id in expired:
+            m = self.model[job_id]
+            m.lost += 1
+            m.state = S.DEAD_LETTER if m.lost >= MAX_LOST else S.PENDING
+            m.run_at = self.now
+            self.stale.append(self.leases.pop(job_id))
+        return expired
+
     @rule(limit=st.integers(1, 3))
     def claim(self, limit: int) -> None:
+        self._expire()  # a claim first returns expired leases, as the reaper does
         ready = self._ready()
         leases = self.broker.claim(["default"], self.now, limit=limit, visibility_timeout=VT,
-                                   worker_id="w")  # fmt: skip
+                                   worker_id="w", max_lost=MAX_LOST)  # fmt: skip
         got = [lease.id for lease in leases]
         assert len(got) == min(limit, len(ready)), (got, ready)
         assert set(got) <= set(ready), "claimed a job that was not ready"
@@ -161,15 +174,10 @@ class BrokerMachine(RuleBasedStateMachine):
 
     @rule()
     def reap(self) -> None:
-        expired = [i for i, m in self.model.items()
-                   if m.state is S.ACTIVE and m.lease_until <= self.now]  # fmt: skip
-        assert self.broker.reap_expired(self.now, max_lost=MAX_LOST) == len(expired)
-        for job_id in expired:
-            m = self.model[job_id]
-            m.lost += 1
-            m.state = S.DEAD_LETTER if m.lost >= MAX_LOST else S.PENDING
-            m.run_at = self.now
-            self.stale.append(self.leases.pop(job_id))
+        expected = len([i for i, m in self.model.items()
+                        if m.state is S.ACTIVE and m.lease_until <= self.now])  # fmt: skip
+        assert self.broker.reap_expired(self.now, max_lost=MAX_LOST) == expected
+        self._expire()
 
     @rule()
     def promote(self) -> None:

@@ -12,6 +12,7 @@ import pytest
 
 from conveyor.broker.base import Ack, SearchQuery
 from conveyor.broker.sqlite import SqliteBroker
+from conveyor.broker.sqlite_rows import NEXT_DUE
 from conveyor.config import Retention
 from conveyor.core.ids import new_ulid
 from conveyor.core.job import Job
@@ -100,8 +101,9 @@ def test_claim_and_search_use_indexes_at_200k_jobs(db_path: str) -> None:
                   " ORDER BY priority, seq LIMIT ?", ("q1", 10)),
         "promote": (f"SELECT {cols} payload FROM jobs WHERE due_at <= ? ORDER BY due_at, seq"
                     " LIMIT ?", (T0, 10)),
-        "reap": (f"SELECT {cols} payload FROM jobs WHERE state = 'active' AND lease_at <= ?"
-                 " ORDER BY seq", (T0,)),
+        "reap": (f"SELECT {cols} payload FROM jobs WHERE lease_at <= ? AND state = 'active'"
+                 " ORDER BY lease_at, seq LIMIT ?", (T0, 10_000)),
+        "next_due": (NEXT_DUE, ()),
         "lease": (f"SELECT {cols} payload FROM jobs WHERE id = ? AND state = 'active'"
                   " AND token = ?", ("J000000009", "tok")),
         "cap": (f"DELETE FROM jobs WHERE rid IN (SELECT rid FROM jobs WHERE {finished}"

@@ -49,7 +49,8 @@ def _make_v1(path: str, n: int) -> list[str]:
 def test_new_file_gets_the_current_version(db_path: str) -> None:
     broker = SqliteBroker(db_path)
     conn = broker._conn()
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+    assert _lease_index(conn)
     assert _columns(conn) == V2_COLUMNS
     broker.close()
 
@@ -64,11 +65,32 @@ def test_version_1_file_is_migrated_in_place(db_path: str) -> None:
     page = broker.search(SearchQuery(task="t1", page_size=100))
     assert [j.id for j in page.items] == ids[1::2][::-1] and page.total == 25
     assert broker.counts()["default"][str(JobState.PENDING)] == 50
+    assert _lease_index(conn)
     broker.close()
-    SqliteBroker(db_path).close()  # a second open finds version 2: nothing to do
+    SqliteBroker(db_path).close()  # a second open finds the current version: nothing to do
 
 
-@pytest.mark.parametrize("version", [3, 99, -1])
+def _lease_index(conn: sqlite3.Connection) -> bool:
+    return bool(conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'jobs_lease'").fetchone())
+
+
+def test_version_2_file_gets_the_lease_index(db_path: str) -> None:
+    """Version 3 adds jobs_lease: every claim looks for expired leases through it."""
+    broker = SqliteBroker(db_path)
+    broker.enqueue([Job(id="j1", task="t", run_at=T0, created_at=T0)], T0)
+    broker.claim(["default"], T0, visibility_timeout=5)
+    broker.close()
+    with sqlite3.connect(db_path) as conn:
+        conn.execute("DROP INDEX jobs_lease")
+        conn.execute("PRAGMA user_version = 2")
+    broker = SqliteBroker(db_path)
+    conn = broker._conn()
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 3 and _lease_index(conn)
+    again = broker.claim(["default"], T0 + 6, visibility_timeout=5)  # the lease expired
+    assert [lease.id for lease in again] == ["j1"] and again[0].job.lost == 1
+
+
+@pytest.mark.parametrize("version", [4, 99, -1])
 def test_newer_or_unknown_versions_are_refused(db_path: str, version: int) -> None:
     SqliteBroker(db_path).close()
     with sqlite3.connect(db_path) as conn:

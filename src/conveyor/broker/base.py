@@ -7,7 +7,14 @@ Rules every backend obeys (the contract suite in tests/contract is the referee):
 * Every state change follows ``core.state.TRANSITIONS`` and is atomic.
 * ``claim`` moves ready jobs to ``active`` in ONE atomic step: state, ``attempts += 1``, lease
   deadline ``now + visibility_timeout``, a fresh fencing token, ``started_at``, ``worker_id``.
-  Before claiming it promotes the due scheduled / retry jobs of the queues it reads.
+  Before claiming it promotes the due scheduled / retry jobs of the queues it reads and returns
+  their expired leases to ``pending`` exactly as ``reap_expired`` does (``lost += 1``; the
+  ``max_lost``-th loss dead-letters the job as ``worker_lost``): an expired lease is claimable by
+  the very next claim (SQS semantics), not only after a reaper pass. SQLite and memory do both
+  for every queue (as their reaper does), Redis for the queues it reads.
+  An empty claim reports ``Claimed.next_due``: the earliest time something in the (not paused)
+  queues it read becomes claimable — a scheduled / retry run_at or a lease deadline — so an
+  idle worker sleeps exactly until then (BullMQ's moveToActive returns the same).
   Order: lower ``priority`` first, FIFO (order of becoming ready) within a priority.
   Paused queues are skipped. Queues are served in the order given (the caller rotates them for
   weighted fairness).
@@ -64,6 +71,25 @@ class Lease:
     def id(self) -> str:
         """The job id."""
         return self.job.id
+
+
+class Claimed(list[Lease]):
+    """What ``Broker.claim`` returns: the leases (a plain list to every caller) and ``next_due``.
+
+    ``next_due`` is set only on an empty claim: the earliest run_at of a scheduled or
+    retry_scheduled job, or lease deadline, in the queues read (paused ones excluded); None when
+    there is none. The claim loop waits ``min(poll_interval, next_due - now)`` for work.
+    """
+
+    next_due: float | None = None
+
+    @classmethod
+    def of(cls, leases: list[Lease], next_due: float | None) -> Claimed:
+        """The leases, with ``next_due`` kept only when there are none."""
+        out = cls(leases)
+        if not leases:
+            out.next_due = next_due
+        return out
 
 
 @dataclass(frozen=True)
@@ -142,8 +168,12 @@ class Broker(abc.ABC):
         limit: int = 1,
         visibility_timeout: float = 30.0,
         worker_id: str = "",
-    ) -> list[Lease]:
-        """Lease up to ``limit`` ready jobs from ``queues`` (in that order); see module rules."""
+        max_lost: int = 3,
+    ) -> Claimed:
+        """Lease up to ``limit`` ready jobs from ``queues`` (in that order); see module rules.
+
+        ``max_lost`` governs the expired leases this claim returns (as in ``reap_expired``).
+        """
 
     @abc.abstractmethod
     def complete(self, acks: Sequence[Ack], now: float) -> list[bool]:
@@ -315,10 +345,14 @@ class Broker(abc.ABC):
         """The backend's own clock when it has one (Redis ``TIME``), else None."""
         return None
 
-    def wait_for_work(self, queues: Sequence[str], timeout: float) -> None:
+    def wait_for_work(self, queues: Sequence[str], timeout: float, *, due: bool = False) -> None:
         """Block up to ``timeout`` s or until a job may be ready in ``queues`` (default: sleep).
 
-        Backends that can be woken (Redis, memory) return as soon as a job is enqueued.
+        Backends that can be woken return as soon as a job is enqueued, released, requeued or
+        scheduled for a retry — a delayed one included, so the caller claims again and learns
+        the new ``Claimed.next_due``. The claim loop passes ``min(poll_interval, next_due -
+        now)``; ``due=True`` says the timeout ends at such a due time, which the backend must
+        not overshoot by more than a few ms (Redis then finishes the wait with short polls).
         """
         import time
 

@@ -13,22 +13,21 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import orjson
-
 from ..config import Retention
 from ..core import lifecycle
 from ..core.job import Job
-from ..core.serialization import decode_job, job_from_dict, job_to_dict
+from ..core.serialization import decode_job
 from ..core.state import TERMINAL_STATES, JobState
 from ..errors import DuplicateJob, LeaseLost
-from .base import Ack, Broker, EnqueueResult, Lease, Page, SearchQuery
-from .filters import matches
+from .base import Ack, Broker, Claimed, EnqueueResult, Lease
+from .memreads import MemoryReads
 from .memstore import SideStore, SideStoreMixin
+from .memtimers import TimeHeap
 
 _DELAYED = (JobState.SCHEDULED, JobState.RETRY_SCHEDULED)
 
 
-class MemoryBroker(SideStoreMixin, Broker):
+class MemoryBroker(MemoryReads, SideStoreMixin, Broker):
     """All state in dicts and heaps behind one lock."""
 
     def __init__(self, retention: Retention | None = None, url: str = "memory://") -> None:
@@ -36,11 +35,14 @@ class MemoryBroker(SideStoreMixin, Broker):
         self.retention = retention or Retention()
         self._lock = threading.RLock()
         self._wake = threading.Condition(self._lock)
+        self._changes = 0  # bumped with every notify of _wake (see wait_for_work)
+        self._seen = threading.local()  # per thread: _changes as of its last claim
         self._jobs: dict[str, Job] = {}
         self._tokens: dict[str, str] = {}
         self._ready: dict[str, list[tuple[int, int, str]]] = {}
         self._ready_seq: dict[str, int] = {}
-        self._delayed: list[tuple[float, int, str]] = []
+        self._delayed = TimeHeap(self._is_delayed)  # scheduled / retry_scheduled, by run_at
+        self._leases = TimeHeap(self._is_leased)  # active jobs, by lease deadline
         self._idem: dict[tuple[str, str], tuple[str, float]] = {}
         self._finished: dict[str, deque[str]] = {}
         self._paused: set[str] = set()
@@ -58,10 +60,23 @@ class MemoryBroker(SideStoreMixin, Broker):
         seq = next(self._seq)
         self._ready_seq[job.id] = seq
         heapq.heappush(self._ready.setdefault(job.queue, []), (job.priority, seq, job.id))
-        self._wake.notify_all()
+        self._notify()
 
     def _make_delayed(self, job: Job) -> None:
-        heapq.heappush(self._delayed, (job.run_at, next(self._seq), job.id))
+        self._delayed.push(job.run_at, job.id)
+        self._notify()  # an idle worker recomputes how long to sleep
+
+    def _notify(self) -> None:
+        self._changes += 1
+        self._wake.notify_all()
+
+    def _is_delayed(self, job_id: str, run_at: float) -> bool:
+        job = self._jobs.get(job_id)
+        return job is not None and job.state in _DELAYED and job.run_at == run_at
+
+    def _is_leased(self, job_id: str, deadline: float) -> bool:
+        job = self._jobs.get(job_id)
+        return job_id in self._tokens and job is not None and job.lease_expires_at == deadline
 
     def _place(self, job: Job) -> None:
         if job.state is JobState.PENDING:
@@ -93,12 +108,6 @@ class MemoryBroker(SideStoreMixin, Broker):
         job = self._jobs.get(job_id)
         if job is not None and job.state is state:
             del self._jobs[job_id]
-
-    @staticmethod
-    def _snap(job: Job) -> Job:
-        # The envelope codec round-trips every allowed value exactly and is far cheaper than
-        # copy.deepcopy on a dataclass; snapshots must never alias stored state.
-        return job_from_dict(orjson.loads(orjson.dumps(job_to_dict(job))))
 
     # ------------------------------------------------------------------ producers
     def enqueue(
@@ -150,11 +159,15 @@ class MemoryBroker(SideStoreMixin, Broker):
     # ------------------------------------------------------------------ consumers
     def claim(
         self, queues: Sequence[str], now: float, *, limit: int = 1,
-        visibility_timeout: float = 30.0, worker_id: str = "",
-    ) -> list[Lease]:  # fmt: skip
-        """Lease up to ``limit`` ready jobs, queues in the given order."""
+        visibility_timeout: float = 30.0, worker_id: str = "", max_lost: int = 3,
+    ) -> Claimed:  # fmt: skip
+        """Lease up to ``limit`` ready jobs, queues in the given order.
+
+        First, for every queue: due delayed jobs become pending, expired leases come back.
+        """
         with self._lock:
             self._promote(now, 10_000)
+            self._expire(now, max_lost)
             leases: list[Lease] = []
             for queue in queues:
                 if queue in self._paused:
@@ -170,11 +183,17 @@ class MemoryBroker(SideStoreMixin, Broker):
                     lifecycle.claim(job, now, visibility_timeout, worker_id)
                     token = f"{job.attempts}.{next(self._seq)}"
                     self._tokens[job_id] = token
+                    self._leases.push(now + visibility_timeout, job_id)
                     self._emit("started", job, now, attempt=job.attempts, worker=worker_id)
                     leases.append(Lease(self._snap(job), token, now + visibility_timeout))
                 if len(leases) >= limit:
                     break
-            return leases
+            self._seen.changes = self._changes
+            if leases:
+                return Claimed(leases)
+            times = [t for t in (self._delayed.next_time(), self._leases.next_time())
+                     if t is not None]  # fmt: skip
+            return Claimed.of(leases, min(times) if times else None)
 
     def complete(self, acks: Sequence[Ack], now: float) -> list[bool]:
         """Record each success; False for stale tokens."""
@@ -236,6 +255,7 @@ class MemoryBroker(SideStoreMixin, Broker):
                     out.append(False)
                     continue
                 job.lease_expires_at = now + visibility_timeout
+                self._leases.push(job.lease_expires_at, job_id)
                 out.append(True)
             return out
 
@@ -247,36 +267,37 @@ class MemoryBroker(SideStoreMixin, Broker):
 
     def _promote(self, now: float, limit: int) -> int:
         moved = 0
-        while self._delayed and self._delayed[0][0] <= now and moved < limit:
-            run_at, _, job_id = heapq.heappop(self._delayed)
-            job = self._jobs.get(job_id)
-            if job is None or job.state not in _DELAYED or job.run_at != run_at:
-                continue
+        for job_id in self._delayed.pop_due(now):
+            job = self._jobs[job_id]
             lifecycle.promote(job)
             self._make_ready(job)
             moved += 1
+            if moved >= limit:
+                break
         return moved
 
     def reap_expired(self, now: float, *, max_lost: int = 3) -> int:
         """Return expired leases to pending; poison pills to dead letter."""
         with self._lock:
-            reaped = 0
-            for job_id in list(self._tokens):
-                job = self._jobs[job_id]
-                if job.lease_expires_at is None or job.lease_expires_at > now:
-                    continue
-                worker = job.worker_id
-                lifecycle.expire(job, now, max_lost)
-                self._tokens.pop(job_id, None)
-                self._emit("lease_lost", job, now, worker=worker, lost=job.lost)
-                if job.state is JobState.DEAD_LETTER:
-                    self._emit("dead_lettered", job, now, reason="worker_lost")
-                    self._finish(job)
-                else:
-                    self._make_ready(job)
-                reaped += 1
+            reaped = self._expire(now, max_lost)
             self._expire_finished(now)
             return reaped
+
+    def _expire(self, now: float, max_lost: int) -> int:
+        reaped = 0
+        for job_id in self._leases.pop_due(now):
+            job = self._jobs[job_id]
+            worker = job.worker_id
+            lifecycle.expire(job, now, max_lost)
+            self._tokens.pop(job_id, None)
+            self._emit("lease_lost", job, now, worker=worker, lost=job.lost)
+            if job.state is JobState.DEAD_LETTER:
+                self._emit("dead_lettered", job, now, reason="worker_lost")
+                self._finish(job)
+            else:
+                self._make_ready(job)
+            reaped += 1
+        return reaped
 
     def _expire_finished(self, now: float) -> None:
         ttl = {JobState.COMPLETED: self.retention.completed_ttl,
@@ -293,12 +314,6 @@ class MemoryBroker(SideStoreMixin, Broker):
                 self._drop(ring.popleft(), state)
 
     # ------------------------------------------------------------------ admin
-    def get(self, job_id: str) -> Job | None:
-        """Snapshot or None."""
-        with self._lock:
-            job = self._jobs.get(job_id)
-            return None if job is None else self._snap(job)
-
     def cancel(self, job_id: str, now: float) -> bool:
         """Cancel a not-yet-started job."""
         with self._lock:
@@ -353,7 +368,7 @@ class MemoryBroker(SideStoreMixin, Broker):
         """Resume a queue."""
         with self._lock:
             self._paused.discard(queue)
-            self._wake.notify_all()
+            self._notify()
 
     def paused_queues(self) -> set[str]:
         """Paused queue names."""
@@ -365,42 +380,16 @@ class MemoryBroker(SideStoreMixin, Broker):
         with self._lock:
             return sorted(self._known_queues)
 
-    def counts(self) -> dict[str, dict[str, int]]:
-        """Jobs per queue per state."""
-        with self._lock:
-            out = {q: dict.fromkeys(map(str, JobState), 0) for q in self._known_queues}
-            for job in self._jobs.values():
-                out[job.queue][str(job.state)] += 1
-            return out
+    def wait_for_work(self, queues: Sequence[str], timeout: float, *, due: bool = False) -> None:
+        """Wait on the condition that enqueue, delayed jobs and resume notify (exact timeout).
 
-    def peek(self, queue: str, n: int = 10) -> list[Job]:
-        """Next ready jobs in claim order."""
-        with self._lock:
-            ready = [j for j in self._jobs.values()
-                     if j.queue == queue and j.state is JobState.PENDING]  # fmt: skip
-            ready.sort(key=lambda j: (j.priority, self._ready_seq.get(j.id, 0)))
-            return [self._snap(j) for j in ready[:n]]
-
-    def search(self, query: SearchQuery) -> Page:
-        """Filter, sort newest first, paginate."""
-        with self._lock:
-            hits = [j for j in self._jobs.values() if matches(j, query)]
-            hits.sort(key=lambda j: (j.created_at, j.id), reverse=True)
-            start = (max(1, query.page) - 1) * query.page_size
-            items = [self._snap(j) for j in hits[start : start + query.page_size]]
-            return Page(items, len(hits), query.page, query.page_size)
-
-    def oldest_pending(self, queue: str) -> float | None:
-        """Ready time of the oldest pending job."""
-        with self._lock:
-            times = [j.run_at or j.created_at for j in self._jobs.values()
-                     if j.queue == queue and j.state is JobState.PENDING]  # fmt: skip
-            return min(times) if times else None
-
-    def wait_for_work(self, queues: Sequence[str], timeout: float) -> None:
-        """Wait on the condition that enqueue and resume notify."""
+        A notify since this thread's last claim (while it was not waiting yet) ends the wait
+        at once: it would otherwise be lost.
+        """
         with self._wake:
-            self._wake.wait(timeout)
+            if getattr(self._seen, "changes", self._changes) == self._changes:
+                self._wake.wait(timeout)
+            self._seen.changes = self._changes
 
     def flush_all(self) -> None:
         """Forget everything."""

@@ -24,8 +24,8 @@ from ..core.job import ErrorKind, Job
 from ..core.serialization import job_to_dict
 from ..core.state import TERMINAL_STATES, JobState
 from ..errors import DuplicateJob, LeaseLost
-from .base import Ack, Broker, EnqueueResult, Lease
-from .sqlite_rows import COLS, READY, Rec, SqliteReads
+from .base import Ack, Broker, Claimed, EnqueueResult, Lease
+from .sqlite_rows import COLS, NEXT_DUE, READY, Rec, SqliteReads
 from .sqlite_store import Tx
 
 _DELAYED = (JobState.SCHEDULED, JobState.RETRY_SCHEDULED)
@@ -165,28 +165,60 @@ class SqliteBroker(SqliteReads, Broker):
 
     def claim(
         self, queues: Sequence[str], now: float, *, limit: int = 1,
-        visibility_timeout: float = 30.0, worker_id: str = "",
-    ) -> list[Lease]:  # fmt: skip
-        """Lease up to ``limit`` ready jobs, queues in the given order, in one transaction."""
+        visibility_timeout: float = 30.0, worker_id: str = "", max_lost: int = 3,
+    ) -> Claimed:  # fmt: skip
+        """Lease up to ``limit`` ready jobs, queues in the given order, in one transaction.
+
+        First, like the reaper, for every queue: due delayed jobs become pending and expired
+        leases come back (``max_lost`` applies). An empty claim reports ``next_due`` over all
+        queues (both steps cover every queue, so nothing reported is ever overdue).
+        """
         leases: list[Lease] = []
         with self._write() as tx:
             self._promote(tx, now, 10_000)
+            self._expire(tx, now, max_lost, 10_000)
             paused = {r[0] for r in tx.conn.execute("SELECT name FROM queues WHERE paused = 1")}
             for queue in (q for q in queues if q not in paused):
                 while len(leases) < limit:
                     recs = self._rows(tx, READY, (queue, limit - len(leases)), full=True)
                     for rec in recs:
-                        lifecycle.claim(rec.job, now, visibility_timeout, worker_id)
-                        if rec.corrupt is not None:
-                            self._bury_corrupt(tx, rec, now, worker_id)
-                            continue
-                        token = secrets.token_hex(12)
-                        self._save(tx, rec, token)
-                        tx.emit("started", rec.job, now, attempt=rec.job.attempts, worker=worker_id)
-                        leases.append(Lease(rec.job, token, now + visibility_timeout))
+                        lease = self._lease(tx, rec, now, visibility_timeout, worker_id)
+                        if lease is not None:
+                            leases.append(lease)
                     if not recs:
                         break
-        return leases
+            next_due = None if leases else self._next_due(tx)
+        return Claimed.of(leases, next_due)
+
+    def _next_due(self, tx: Tx) -> float | None:
+        """The earliest delayed run_at or lease deadline of any queue (two index lookups).
+
+        Also remembers, for this thread's next ``wait_for_work``, what this claim saw and the
+        ``data_version`` it saw it at (read under the write lock: no commit can slip between),
+        so a retry recorded right after the claim still wakes the wait.
+        """
+        row = tuple(tx.conn.execute(NEXT_DUE).fetchone())
+        self._local.claim_view = (tx.conn.execute("PRAGMA data_version").fetchone()[0], row)
+        times = [float(t) for t in row if t is not None]
+        return min(times) if times else None
+
+    def _lease(
+        self, tx: Tx, rec: Rec, now: float, visibility_timeout: float, worker_id: str
+    ) -> Lease | None:
+        """Lease one ready row; an undecodable one is dead-lettered (``decode_error``) instead."""
+        if rec.corrupt is None:
+            lifecycle.claim(rec.job, now, visibility_timeout, worker_id)
+            token = secrets.token_hex(12)
+            try:
+                self._save(tx, rec, token)
+            except (TypeError, ValueError, RecursionError) as exc:  # cannot be re-encoded
+                rec.spoil(rec.row, rec.row[10], exc)  # nothing was written: bury it instead
+            else:
+                tx.emit("started", rec.job, now, attempt=rec.job.attempts, worker=worker_id)
+                return Lease(rec.job, token, now + visibility_timeout)
+        lifecycle.claim(rec.job, now, visibility_timeout, worker_id)
+        self._bury_corrupt(tx, rec, now, worker_id)
+        return None
 
     def _bury_corrupt(self, tx: Tx, rec: Rec, now: float, worker_id: str) -> None:
         """An undecodable row: active → dead_letter with kind ``decode_error``; bytes kept."""
@@ -271,14 +303,7 @@ class SqliteBroker(SqliteReads, Broker):
         """Return expired leases to pending (poison pills to dead letter), then housekeeping:
         completed / cancelled TTLs, expired keys, documents and counters, free pages."""
         with self._write() as tx:
-            recs = self._rows(tx, "state = 'active' AND lease_at <= ? ORDER BY seq", (now,))
-            for rec in recs:
-                job, worker = rec.job, rec.job.worker_id
-                lifecycle.expire(job, now, max_lost)
-                self._save(tx, rec)
-                tx.emit("lease_lost", job, now, worker=worker, lost=job.lost)
-                if job.state is JobState.DEAD_LETTER:
-                    tx.emit("dead_lettered", job, now, reason="worker_lost")
+            reaped = self._expire(tx, now, max_lost, 2**62)
             ttls = (("completed", self.retention.completed_ttl),
                     ("cancelled", self.retention.cancelled_ttl))  # fmt: skip
             for (queue,), (state, ttl) in itertools.product(tx.conn.execute(
@@ -288,7 +313,20 @@ class SqliteBroker(SqliteReads, Broker):
                              f" jobs WHERE {_FINISHED} AND finished_at > ? ORDER BY seq LIMIT 1),"
                              f" {2**63 - 1})", (queue, state, queue, state, now - ttl))  # fmt: skip
             self._housekeep_side(tx, now)
-            return len(recs)
+            return reaped
+
+    def _expire(self, tx: Tx, now: float, max_lost: int, limit: int) -> int:
+        """Expired leases → pending (``lost += 1``), the ``max_lost``-th loss → dead letter."""
+        recs = self._rows(tx, "lease_at <= ? AND state = 'active' ORDER BY lease_at, seq LIMIT ?",
+                          (now, limit))  # fmt: skip
+        for rec in recs:
+            job, worker = rec.job, rec.job.worker_id
+            lifecycle.expire(job, now, max_lost)
+            self._save(tx, rec)
+            tx.emit("lease_lost", job, now, worker=worker, lost=job.lost)
+            if job.state is JobState.DEAD_LETTER:
+                tx.emit("dead_lettered", job, now, reason="worker_lost")
+        return len(recs)
 
     def _admin(self, job_id: str, now: float, allowed: Sequence[JobState], event: str) -> bool:
         with self._write() as tx:

@@ -14,6 +14,7 @@ import orjson
 from ..core.job import Job
 from ..core.serialization import job_from_dict, job_to_dict
 from ..core.state import JobState
+from ..core.stored import check_int_fields, check_nesting
 from ..errors import DecodeError
 from .base import Page, SearchQuery
 from .sqlite_side import SqliteSideStores
@@ -31,6 +32,9 @@ _SEARCH = {"id": "id >= :id AND id < :id || char(1114111)", "state": "state = :s
 _COUNTED = ("state", "queue")
 _COUNTED_TOTAL = ("SELECT COALESCE(SUM(n), 0) FROM counts WHERE queue != '' AND state ="
                   " COALESCE(:state, state) AND queue = COALESCE(:queue, queue)")
+#: The earliest delayed run_at and the earliest lease deadline (any queue; two index lookups).
+NEXT_DUE = ("SELECT (SELECT MIN(due_at) FROM jobs WHERE due_at IS NOT NULL),"
+             " (SELECT MIN(lease_at) FROM jobs WHERE lease_at IS NOT NULL)")
 _BLANK: dict[str, Any] = {"args": [], "kwargs": {}, "metadata": {}, "result": None}
 _KEEP = object()  # "result unchanged": the stored encoded result passes through
 
@@ -39,26 +43,33 @@ class Rec:
     """A job row: the Job (a stub from the columns if the payload is corrupt), its envelope dict,
     the original bytes of a corrupt payload, and the state the row had (for ``counts``)."""
 
-    __slots__ = ("corrupt", "data", "job", "rid", "state")
+    __slots__ = ("corrupt", "data", "job", "rid", "row", "state")
 
     def __init__(self, row: tuple[Any, ...], full: bool) -> None:
-        self.rid, self.state, raw = row[0], row[4], row[10]
+        self.rid, self.state, raw, self.row = row[0], row[4], row[10], row
         self.corrupt: bytes | None = None
         self.data: dict[str, Any] | None = None
         try:
             data = orjson.loads(raw)
             if not isinstance(data, dict):
                 raise DecodeError("envelope must be a JSON object")
+            check_nesting(raw, data)  # what orjson could not have written (never recurse on it)
+            check_int_fields(data)
             self.job = job_from_dict(data if full else {**data, **_BLANK})
             if (self.job.id, self.job.queue, str(self.job.state)) != (row[1], row[2], row[4]):
                 raise DecodeError("envelope does not match its row (id, queue or state)")
             self.data, self.job.result = data, self.job.result if full else _KEEP
-        except (DecodeError, orjson.JSONDecodeError, TypeError) as exc:
-            self.job = Job(id=row[1], task=row[3], queue=row[2], priority=row[5],
-                           state=JobState(row[4]), run_at=row[6], created_at=row[7],
-                           finished_at=row[8], last_error=row[9] or f"decode_error: {exc}",
-                           metadata={"decode_error": str(exc)})  # fmt: skip
-            self.corrupt = raw if isinstance(raw, bytes) else str(raw).encode()
+        except (DecodeError, orjson.JSONDecodeError, TypeError, ValueError, RecursionError) as exc:
+            self.spoil(row, raw, exc)
+
+    def spoil(self, row: tuple[Any, ...], raw: Any, exc: BaseException) -> None:
+        """Treat the row as undecodable: a stub Job from its columns; the bytes kept as corrupt."""
+        self.data = None
+        self.job = Job(id=row[1], task=row[3], queue=row[2], priority=row[5],
+                       state=JobState(row[4]), run_at=row[6], created_at=row[7],
+                       finished_at=row[8], last_error=row[9] or f"decode_error: {exc}",
+                       metadata={"decode_error": str(exc)})  # fmt: skip
+        self.corrupt = raw if isinstance(raw, bytes) else str(raw).encode()
 
     def payload(self) -> bytes:
         """The envelope of the (changed) job; undecoded parts pass through as stored."""
@@ -117,16 +128,24 @@ class SqliteReads(SqliteSideStores):
                  for col, op in (("run_at", "!="), ("created_at", "="))]  # fmt: skip
         return min((float(t) for t in found if t is not None), default=None)
 
-    def wait_for_work(self, queues: Sequence[str], timeout: float) -> None:
-        """Return when a ready job may exist in ``queues``, or after ``timeout`` s.
+    def wait_for_work(self, queues: Sequence[str], timeout: float, *, due: bool = False) -> None:
+        """Return when a ready job may exist in ``queues``, or after ``timeout`` s (exactly).
 
         Polls ``PRAGMA data_version`` (it changes when another connection commits) every
-        ``WAKE_POLL_S`` and only then looks for pending jobs: no busy loop, and at most a few
-        milliseconds of added pickup latency (the pragma reads shared memory, not the file).
+        ``WAKE_POLL_S`` and only then looks: no busy loop, and at most a few milliseconds of
+        added pickup latency (the pragma reads shared memory, not the file). It returns when a
+        pending job exists, or when the earliest due time (delayed run_at or lease deadline,
+        ``NEXT_DUE``) moved earlier than it was: a delayed enqueue or a retry wakes the caller,
+        which claims and learns the new ``next_due``. The baseline is what this thread's last
+        empty claim saw (``claim_view``): a commit between that claim and this wait counts.
+        No clock is read but the monotonic one.
         """
         deadline, version_sql = time.monotonic() + timeout, "PRAGMA data_version"
-        version = self._read(version_sql)[0][0]
-        while not self._has_ready(queues):
+        view = getattr(self._local, "claim_view", None)
+        self._local.claim_view = None
+        version, known = view if view is not None else (self._read(version_sql)[0][0],
+                                                        tuple(self._read(NEXT_DUE)[0]))  # fmt: skip
+        while not self._has_ready(queues) and not _earlier(self._read(NEXT_DUE)[0], known):
             while version == (version := self._read(version_sql)[0][0]):
                 if (remaining := deadline - time.monotonic()) <= 0:
                     return
@@ -136,3 +155,8 @@ class SqliteReads(SqliteSideStores):
         paused = {r[0] for r in self._read("SELECT name FROM queues WHERE paused = 1")}
         sql = "SELECT 1 FROM jobs WHERE queue = ? AND state = 'pending' LIMIT 1"
         return any(self._read(sql, (q,)) for q in queues if q not in paused)
+
+
+def _earlier(now: tuple[Any, ...], before: tuple[Any, ...]) -> bool:
+    """True if a due time of ``now`` (a ``NEXT_DUE`` row) is earlier than it was ``before``."""
+    return any(t is not None and (b is None or t < b) for t, b in zip(now, before, strict=True))

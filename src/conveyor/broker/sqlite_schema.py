@@ -14,13 +14,16 @@ Version history:
   insert (bulk enqueue is bounded by index maintenance). Ties on ``created_at`` are ordered by
   ``id`` with a small sort of just the tied rows. Migration 1 → 2 drops and rebuilds those four
   indexes (a few seconds per million jobs; the rows are untouched).
+* 3 — ``jobs_lease (lease_at) WHERE lease_at IS NOT NULL``: every claim returns expired leases
+  (and an empty one reports the earliest deadline), so finding them must not walk the active
+  rows. Migration 2 → 3 creates that index.
 """
 
 from __future__ import annotations
 
 import sqlite3
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 #: The search indexes of the current version (also the target of the 1 → 2 migration).
 SEARCH_INDEXES = """
@@ -36,6 +39,7 @@ CREATE TABLE jobs (rid INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, queue TEXT 
   token TEXT, last_error TEXT, payload BLOB NOT NULL, corrupt BLOB);
 CREATE INDEX jobs_ready ON jobs (queue, priority, seq, run_at) WHERE state = 'pending';
 CREATE INDEX jobs_due ON jobs (due_at, seq) WHERE due_at IS NOT NULL;
+CREATE INDEX jobs_lease ON jobs (lease_at) WHERE lease_at IS NOT NULL;
 CREATE INDEX jobs_finished ON jobs (queue, state, seq, finished_at) WHERE finished_at IS NOT NULL;
 CREATE TABLE counts (queue TEXT NOT NULL, state TEXT NOT NULL, n INTEGER NOT NULL,
   PRIMARY KEY (queue, state)) WITHOUT ROWID;
@@ -59,6 +63,7 @@ MIGRATIONS: dict[int, str] = {
     1: "DROP INDEX IF EXISTS jobs_created;\nDROP INDEX IF EXISTS jobs_state_created;\n"
        "DROP INDEX IF EXISTS jobs_queue_created;\nDROP INDEX IF EXISTS jobs_task_created;"
        + SEARCH_INDEXES,
+    2: "CREATE INDEX IF NOT EXISTS jobs_lease ON jobs (lease_at) WHERE lease_at IS NOT NULL",
 }  # fmt: skip
 
 

@@ -6,12 +6,14 @@ Two ways to drive it:
   thread, with time passed in — deterministic tests and simulations.
 * ``run()``: the production loop. This thread claims (in batches, never more jobs than free
   slots: ``slots.py``) and hands each job to its executor (thread pool, one asyncio loop, or a
-  warm process pool); a recorder thread writes outcomes (successes coalesced into batch
-  ``complete`` calls); a lease keeper extends all in-flight leases in one call every
-  ``visibility_timeout / 3``; a watchdog enforces timeouts; a heartbeat keeps the worker
-  registry entry alive. ``stop()`` (or SIGTERM/SIGINT in the main thread) drains; ``stop_now()``
-  (or a second signal) releases at once. ``run()`` returns ``EXIT_OK``, ``EXIT_RECYCLE`` (job
-  limit) or ``EXIT_STUCK`` (a job ignored its timeout).
+  warm process pool); when a claim comes back empty it waits for work until the next due time
+  the claim reported (a delayed job, a retry, a lease deadline) or ``poll_interval``, whichever
+  is sooner, and is woken early by new work; a recorder thread writes outcomes (successes
+  coalesced into batch ``complete`` calls); a lease keeper extends all in-flight leases in one
+  call every ``visibility_timeout / 3``; a watchdog enforces timeouts; a heartbeat keeps the
+  worker registry entry alive. ``stop()`` (or SIGTERM/SIGINT in the main thread) drains;
+  ``stop_now()`` (or a second signal) releases at once. ``run()`` returns ``EXIT_OK``,
+  ``EXIT_RECYCLE`` (job limit) or ``EXIT_STUCK`` (a job ignored its timeout).
 """
 
 from __future__ import annotations
@@ -123,7 +125,8 @@ class Worker:
         at = self.app.now() if now is None else now
         self.maintain(at, force=True)
         leases = self.broker.claim(self.selector.order(), at, limit=1, worker_id=self.id,
-                                   visibility_timeout=self.visibility_timeout)  # fmt: skip
+                                   visibility_timeout=self.visibility_timeout,
+                                   max_lost=self.max_lost)  # fmt: skip
         if not leases:
             return False
         lease = leases[0]
@@ -265,7 +268,12 @@ class Worker:
                 time.sleep(0)  # yield the GIL to the job threads just woken (~0.1 ms pickup)
                 continue
             began = time.monotonic()
-            self.broker.wait_for_work(self.selector.names, backoff.poll_interval)
+            wait, due = backoff.poll_interval, False
+            next_due = getattr(leases, "next_due", None)  # set by an empty claim (Claimed)
+            if next_due is not None and (until := next_due - self.app.now()) < wait:
+                # sleep exactly until the next delayed job / lease deadline (BullMQ-style)
+                wait, due = max(0.0, until), True
+            self.broker.wait_for_work(self.selector.names, wait, due=due)
             delay = backoff.delay_after_wait(time.monotonic() - began)
             if delay:  # fast, empty wake-ups repeat: a backend that cannot block, do not spin
                 stopping.wait(delay)
@@ -279,7 +287,7 @@ class Worker:
     def _claim(self, free: int) -> list[Lease]:
         try:
             leases = self.broker.claim(self.selector.order(), self.app.now(), limit=free,
-                                       worker_id=self.id,
+                                       worker_id=self.id, max_lost=self.max_lost,
                                        visibility_timeout=self.visibility_timeout)  # fmt: skip
         except BrokerConfigError as exc:  # permanent (e.g. the password changed): exit, do not spin
             log.error("worker %s: %s: stopping", self.id, exc)

@@ -22,7 +22,7 @@ from ...config import Retention
 from ...core.job import Job, validate_queue_name
 from ...core.state import TERMINAL_STATES, JobState
 from ...errors import DecodeError, DuplicateJob, LeaseLost, ValidationError
-from ..base import Ack, Broker, EnqueueResult, Lease
+from ..base import Ack, Broker, Claimed, EnqueueResult, Lease
 from . import codec, idguard
 from .codec import fmt_time
 from .keys import TERMINAL_SETS
@@ -134,13 +134,13 @@ class RedisBroker(ReadsMixin, SideMixin, LifecycleMixin, Broker):
         where = self._where
         if len(where) + len(jobs) >= WHERE_MAX:
             where.clear()
-        pending = False
+        fresh = False
         for queue, idxs in groups.items():
             for i in idxs:
                 res = results[i]
                 where[res.id] = queue
-                pending = pending or res.state is JobState.PENDING
-        if pending and cluster:
+                fresh = fresh or not res.duplicate
+        if fresh and cluster:  # delayed jobs too: idle workers recompute their next due time
             self.wake_all()
         return results
 
@@ -148,30 +148,40 @@ class RedisBroker(ReadsMixin, SideMixin, LifecycleMixin, Broker):
     @guarded
     def claim(
         self, queues: Sequence[str], now: float, *, limit: int = 1,
-        visibility_timeout: float = 30.0, worker_id: str = "",
-    ) -> list[Lease]:  # fmt: skip
-        """Lease up to ``limit`` jobs, queues in the given order (one script call per queue)."""
+        visibility_timeout: float = 30.0, worker_id: str = "", max_lost: int = 3,
+    ) -> Claimed:  # fmt: skip
+        """Lease up to ``limit`` jobs, queues in the given order (one script call per queue).
+
+        Each call first promotes due jobs and returns expired leases of its queue; an empty
+        claim reports the earliest ``next_due`` of the queues read (claim.lua).
+        """
         leases: list[Lease] = []
         expires = now + visibility_timeout
         at, deadline = fmt_time(now), fmt_time(expires)
         claimed_job = codec.claimed_job
         more = False
+        next_due: float | None = None
         for queue in queues:
             while len(leases) < limit:
                 reply = self.runner.run("claim", self.qkeys(queue), [
                     queue, at, deadline, limit - len(leases), worker_id,
                     self.retention.events_max, PROMOTE_BATCH, self.retention.dead_letter_max,
+                    max_lost,
                 ])  # fmt: skip
                 more = more or reply[0] == 1
+                if reply[1]:
+                    due = float(reply[1])
+                    next_due = due if next_due is None else min(next_due, due)
                 buried = 0
                 where = self._where
                 if len(where) + len(reply) >= WHERE_MAX:
                     where.clear()
-                for item in reply[1:]:
+                for item in reply[2:]:
                     try:
                         job = claimed_job(item, queue, now, expires, worker_id)
-                    except DecodeError as exc:
-                        self._bury_claimed(queue, item, str(exc), worker_id, now)
+                    except Exception as exc:  # one bad job never fails the batch
+                        message = str(exc) if isinstance(exc, DecodeError) else repr(exc)
+                        self._bury_claimed(queue, item, message, worker_id, now)
                         buried += 1
                         continue
                     where[job.id] = queue  # remember(): get() finds the job's queue at once
@@ -180,7 +190,7 @@ class RedisBroker(ReadsMixin, SideMixin, LifecycleMixin, Broker):
                     break
         if more:
             self.wake_all()
-        return leases
+        return Claimed.of(leases, next_due)
 
     def _bury_claimed(
         self, queue: str, item: list[Any], message: str, worker_id: str, now: float
@@ -250,6 +260,8 @@ class RedisBroker(ReadsMixin, SideMixin, LifecycleMixin, Broker):
         ])  # fmt: skip
         if reply[0] != 1:
             raise LeaseLost(job_id)
+        if retry_at is not None and self.cluster:
+            self.wake_all()  # fail.lua woke the queue's own workers
         return JobState(reply[1].decode())
 
     @guarded
@@ -268,8 +280,7 @@ class RedisBroker(ReadsMixin, SideMixin, LifecycleMixin, Broker):
         if reply[0] != 1:
             raise LeaseLost(job_id)
         state = JobState(reply[1].decode())
-        if state is JobState.PENDING:
-            self.wake_all()
+        self.wake_all()  # pending, or scheduled: idle workers recompute their next due time
         return state
 
     @guarded

@@ -25,6 +25,7 @@ from ...core.serialization import (
     exception_names,
 )
 from ...core.state import JobState
+from ...core.stored import check_int_fields, check_nesting
 from ...errors import DecodeError
 
 _REQUIRED = ("id", "task", "queue", "state")
@@ -117,10 +118,13 @@ def job_from_hash(fields: Mapping[bytes, bytes], queue: str) -> Job:
     data = _envelope(raw)
     typed = raw is not None and b'"$' in raw
     try:
+        check_nesting(raw or b"", data)
+        check_int_fields(data)
         return _build(data, fields, queue, typed)
     except DecodeError:
         raise
-    except (TypeError, ValueError, AttributeError, KeyError, orjson.JSONDecodeError) as exc:
+    except (TypeError, ValueError, AttributeError, KeyError, RecursionError,
+            orjson.JSONDecodeError) as exc:  # fmt: skip
         raise DecodeError(f"malformed job field: {exc!r}") from exc
 
 
@@ -152,6 +156,8 @@ def claimed_job(item: Sequence[Any], queue: str, now: float, expires: float, wor
     """
     raw = item[3]
     data = _envelope(raw)
+    check_nesting(raw, data)  # what orjson could not have written: never recurse on it
+    check_int_fields(data)
     try:
         get = data.get
         args, kwargs, metadata = get("args") or [], get("kwargs") or {}, get("metadata") or {}
@@ -186,7 +192,8 @@ def claimed_job(item: Sequence[Any], queue: str, now: float, expires: float, wor
             job.retry_on = exception_names(get("retry_on"), "retry_on")
             job.dead_on = exception_names(get("dead_on"), "dead_on")
         return job
-    except (TypeError, ValueError, AttributeError, KeyError, orjson.JSONDecodeError) as exc:
+    except (TypeError, ValueError, AttributeError, KeyError, RecursionError,
+            orjson.JSONDecodeError) as exc:  # fmt: skip
         raise DecodeError(f"malformed job field: {exc!r}") from exc
 
 

@@ -11,6 +11,8 @@ from ...errors import BrokerUnavailable
 from .plumbing import RedisBase, guarded
 
 log = logging.getLogger("conveyor.redis")
+BLPOP_SLACK = 0.11  # Redis expires a blocked BLPOP on a server cron tick: hz 10 = 100 ms
+DUE_POLL = 0.004  # the wake lists are polled this often in the last BLPOP_SLACK s before a due time
 
 
 class LifecycleMixin(RedisBase):
@@ -22,11 +24,17 @@ class LifecycleMixin(RedisBase):
         seconds, micros = self.client.time()
         return int(seconds) + int(micros) / 1_000_000
 
-    def wait_for_work(self, queues: Sequence[str], timeout: float) -> None:
+    def wait_for_work(self, queues: Sequence[str], timeout: float, *, due: bool = False) -> None:
         """Block on BLPOP of the queues' wake lists until a job may be ready or ``timeout``.
 
         Returns as soon as a marker is popped, without checking that its job is still ready
         (that would cost a round trip on every pickup): the caller's claim decides.
+
+        Redis expires a BLPOP only on its server cron tick (``hz`` 10: up to 100 ms late), so
+        with ``due`` (the timeout ends at a job's due time) BLPOP covers all but the last
+        ``BLPOP_SLACK`` seconds and the rest is waited here, polling the wake lists with LPOP
+        every ``DUE_POLL`` s: the caller wakes within a few ms of the due time and an enqueue
+        still wakes it early. Plain idle waits (no ``due``) send one BLPOP and nothing else.
 
         While Redis is unreachable this sleeps for ``timeout`` instead of raising: waiting is
         all it promises, and the caller's next claim reports the outage (and backs off).
@@ -35,27 +43,44 @@ class LifecycleMixin(RedisBase):
             return
         began = time.monotonic()
         try:
-            self._block(queues, timeout)
+            self._block(queues, timeout, due)
         except BrokerUnavailable:
             log.debug("wait_for_work: Redis unavailable", exc_info=True)
             time.sleep(max(0.0, timeout - (time.monotonic() - began)))
 
-    @guarded
-    def _block(self, queues: Sequence[str], timeout: float) -> None:
-        wait = max(0.01, min(timeout, self._conn.socket_timeout - 1.0))
+    def _wake_keys(self, queues: Sequence[str]) -> tuple[list[str], bool]:
+        """The wake lists to wait on, and whether they are the queues' own (not the global)."""
         if not self.cluster:
             names = list(queues)
         elif len(queues) == 1:
             names = [queues[0]]
         else:
             names = []
-        keys = [self.keys.queue_key(q, "wake") for q in names] or [self.keys.global_wake]
-        # A popped marker ends the wait at once: the caller claims next, and claim.lua drops the
-        # queue's other markers. A stale one (its job was claimed while nobody waited) costs one
-        # empty claim, after which the list is empty and the next wait blocks.
-        popped = self.client.blpop(keys, timeout=wait)
-        if popped is not None and not names:  # the global list: no claim.lua drops its markers
-            self.client.delete(popped[0])
+        return [self.keys.queue_key(q, "wake") for q in names] or [self.keys.global_wake], \
+            bool(names)  # fmt: skip
+
+    @guarded
+    def _block(self, queues: Sequence[str], timeout: float, due: bool) -> None:
+        keys, own = self._wake_keys(queues)
+        end = time.monotonic() + timeout
+        coarse = timeout - BLPOP_SLACK if due else max(timeout, 0.01)
+        if coarse >= 0.01:
+            wait = min(coarse, self._conn.socket_timeout - 1.0)
+            # A popped marker ends the wait at once: the caller claims next, and claim.lua drops
+            # the queue's other markers. A stale one (its job was claimed while nobody waited)
+            # costs one empty claim, after which the list is empty and the next wait blocks.
+            popped = self.client.blpop(keys, timeout=wait)
+            if popped is not None:
+                if not own:  # the global list: no claim.lua drops its markers
+                    self.client.delete(popped[0])
+                return
+        while due and (left := end - time.monotonic()) > 0:
+            time.sleep(min(left, DUE_POLL))
+            pipe = self.client.pipeline(transaction=False)
+            for key in keys:
+                pipe.lpop(key)
+            if any(pipe.execute()):
+                return
 
     @guarded
     def flush_all(self) -> None:

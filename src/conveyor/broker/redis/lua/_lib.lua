@@ -201,3 +201,57 @@ local function promote(q, now, limit)
   end
   return moved
 end
+
+-- active jobs whose lease deadline passed: lost + 1, a worker_lost entry in "errors",
+-- last_error, "lease_lost" event; pending again, or dead_letter on the max_lost-th loss (a poison
+-- pill). Run by reap.lua and, for its queue, by claim.lua (an expired lease is claimable by the
+-- next claim). Returns the number reaped and how many became pending; `more` = 1 when `limit`
+-- was reached.
+local function expire_leases(q, now, max_lost, limit, maxlen, dead_cap)
+  local expired = redis.call('ZRANGEBYSCORE', q.leases, '-inf', now, 'LIMIT', 0, limit)
+  local reaped, readied = 0, 0
+  for _, id in ipairs(expired) do
+    redis.call('ZREM', q.leases, id)
+    local key = q.job .. id
+    local f = hmget(key, 'state', 'worker_id', 'lost', 'attempts', 'priority', 'task')
+    if f and f[1] == 'active' then
+      local lost = (tonumber(f[3]) or 0) + 1
+      local msg = 'lease expired (lost delivery ' .. lost .. ' of ' .. max_lost .. ')'
+      append_line(key, 'errors', '{"attempt":' .. (f[4] or '0') .. ',"kind":"worker_lost",'
+        .. '"type":"","message":' .. cjson.encode(msg) .. ',"traceback":"","worker":'
+        .. jstr(f[2]) .. ',"at":' .. now .. '}', nil)
+      redis.call('HSET', key, 'lost', lost, 'last_error', msg, 'run_at', now)
+      redis.call('HDEL', key, 'lease_expires_at', 'worker_id', 'token')
+      emit(q, maxlen, 'type', 'lease_lost', 'job_id', id, 'task', f[6] or '',
+        'at', now, 'worker', f[2] or '', 'lost', lost)
+      if lost >= max_lost then
+        redis.call('HSET', key, 'state', 'dead_letter', 'finished_at', now)
+        emit(q, maxlen, 'type', 'dead_lettered', 'job_id', id, 'task', f[6] or '', 'at', now,
+          'reason', 'worker_lost')
+        finish(q, q.dead, id, now, dead_cap)
+      else
+        make_ready(q, id, tonumber(f[5]) or 0)
+        readied = readied + 1
+      end
+      reaped = reaped + 1
+    end
+  end
+  local more = 0
+  if #expired >= limit then more = 1 end
+  return reaped, readied, more
+end
+
+-- the earliest time something of this queue becomes claimable: the first run_at of the
+-- scheduled and retry sets, the first lease deadline; '' when all three are empty. The score
+-- is returned as Redis formats it (exact to the last digit Python needs).
+local function next_due(q)
+  local best, best_n = '', nil
+  for _, set in ipairs({q.scheduled, q.retry, q.leases}) do
+    local first = redis.call('ZRANGE', set, 0, 0, 'WITHSCORES')
+    if #first == 2 then
+      local n = tonumber(first[2])
+      if best_n == nil or n < best_n then best, best_n = first[2], n end
+    end
+  end
+  return best
+end

@@ -1,6 +1,9 @@
 -- claim.lua: lease up to N ready jobs of one queue (transition: pending -> active).
 --
--- One atomic step: promotion of due jobs first, then per job popped from the ready set: state
+-- One atomic step: promotion of due jobs first, then the queue's expired leases come back
+-- exactly as reap.lua returns them (lost + 1; the max_lost-th loss dead-letters the job as
+-- worker_lost): an expired lease is claimable by the very next claim. Then per job popped
+-- from the ready set: state
 -- active, attempts + 1, started_at, worker_id, lease deadline, a fresh fencing token
 -- ("<seq>:<queue>"), lease entry, "started" event (one stream entry for all the jobs of the
 -- call: emit_many in _lib.lua). A paused queue is promoted but not served. The queue's wake
@@ -12,8 +15,12 @@
 --
 -- KEYS: the 14 queue keys (_lib.lua)
 -- ARGV: [1] queue name  [2] now  [3] lease deadline (now + visibility_timeout)  [4] limit
---       [5] worker id ("" = none)  [6] events_max  [7] promote limit  [8] dead_letter_max
--- Returns: {more, job_1, job_2, ...}; more = 1 when ready jobs remain after this claim;
+--       [5] worker id ("" = none)  [6] events_max  [7] promote / expiry limit
+--       [8] dead_letter_max  [9] max_lost
+-- Returns: {more, next_due, job_1, job_2, ...}; more = 1 when ready jobs remain after this
+--          claim; next_due = on an empty claim of a queue that is not paused, the earliest
+--          run_at of the scheduled / retry sets or lease deadline ('' when none, or when jobs
+--          were claimed: next_due in _lib.lua);
 --          job = {id, attempts, token, payload, run_at, lost, errors, history, last_error}
 --          (the other fields are known to the caller: state active, started_at = now,
 --          lease_expires_at = deadline, worker_id)
@@ -37,12 +44,13 @@ local function bury_foreign(id, key, kind)
 end
 
 promote(q, now, tonumber(ARGV[7]))
+expire_leases(q, now, tonumber(ARGV[9]), tonumber(ARGV[7]), maxlen, tonumber(ARGV[8]))
 -- this claim serves every marker left so far (stale ones included); if it leaves ready jobs
 -- behind it pushes one again below, for the next idle worker
 redis.call('DEL', q.wake)
-if redis.call('EXISTS', q.paused) == 1 then return {0} end
+if redis.call('EXISTS', q.paused) == 1 then return {0, ''} end
 
-local out = {0}
+local out = {0, ''}
 local leased, ids, rows = {}, {}, {}
 local claimed = 0
 while claimed < limit do
@@ -76,11 +84,13 @@ end
 if #leased > 0 then
   bulk('ZADD', q.leases, leased)
   local payloads = hmget_many(q.payloads, ids)
-  for i = 1, #ids do out[i + 1][4] = payloads[i] end
+  for i = 1, #ids do out[i + 2][4] = payloads[i] end
   emit_many(q, maxlen, 'started', now, {'worker', worker}, {'job_id', 'task', 'attempt'}, rows)
 end
 if claimed > 0 and redis.call('ZCARD', q.ready) > 0 then
   out[1] = 1
   wake(q)
+elseif claimed == 0 then
+  out[2] = next_due(q)
 end
 return out

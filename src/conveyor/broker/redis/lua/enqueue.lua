@@ -3,6 +3,8 @@
 -- Per group (queue): one EXISTS per 1000 ids, the job hashes, then the ready / scheduled sets
 -- and payloads in bulk, and the "enqueued" events as one stream entry (emit_many in _lib.lua).
 -- Per job this costs one HSET of its own; everything else is one command per group.
+-- A wake-up marker is pushed for ready jobs, and for delayed ones too (an idle worker claims,
+-- learns the new next due time and sleeps until it).
 --
 -- KEYS: G groups of the 14 queue keys (see _lib.lua), one group per queue of the batch.
 --       Redis Cluster: always exactly one group (one slot); a standalone server takes several,
@@ -145,7 +147,10 @@ for g = 1, groups do
     bulk('ZADD', q.ready, ready)
     wake(q)
   end
-  if #scheduled > 0 then bulk('ZADD', q.scheduled, scheduled) end
+  if #scheduled > 0 then
+    bulk('ZADD', q.scheduled, scheduled)
+    if #ready == 0 then wake(q) end  -- idle workers recompute their next due time
+  end
   if #payloads > 0 then bulk('HSET', q.payloads, payloads) end
   emit_many(q, maxlen, 'enqueued', now, {}, {'job_id', 'task', 'state'}, rows)
 end

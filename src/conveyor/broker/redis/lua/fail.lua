@@ -2,7 +2,8 @@
 --
 -- The token must match and the job must be active. The error entry is appended to "errors"
 -- (JSON Lines); "attempt" is filled in from the job when the caller did not give it. With a
--- retry time the job waits in the retry set; without one it is dead-lettered (dead set, capped
+-- retry time the job waits in the retry set (and idle workers get a wake-up marker, so they
+-- learn its due time); without one it is dead-lettered (dead set, capped
 -- at dead_letter_max). A non-empty stub payload replaces an undecodable payload, whose bytes
 -- are kept in field "raw" (used for kind decode_error right after a claim).
 --
@@ -37,6 +38,7 @@ emit(q, maxlen, 'type', 'failed', 'job_id', id, 'task', task, 'at', now,
 if retry_at ~= '' then
   redis.call('HSET', key, 'state', 'retry_scheduled', 'run_at', retry_at)
   redis.call('ZADD', q.retry, retry_at, id)
+  wake(q)  -- an idle worker claims, learns this due time and sleeps until it
   emit(q, maxlen, 'type', 'retry_scheduled', 'job_id', id, 'task', task,
     'at', now, 'run_at', retry_at)
   return {1, 'retry_scheduled'}

@@ -3,7 +3,7 @@
 -- The token must match and the job must be active. penalize "0" gives the attempt back
 -- (attempts - 1, not below 0). A "released" entry goes to the job's history (attempt after the
 -- adjustment, the releasing worker). Without a delay the job is pending at once, behind the
--- jobs of its priority; with one it is scheduled until run_at.
+-- jobs of its priority; with one it is scheduled until run_at. Both push a wake-up marker.
 --
 -- KEYS: the 14 queue keys (_lib.lua)
 -- ARGV: [1] queue name  [2] id  [3] token  [4] now  [5] run_at ("" = ready now)
@@ -27,6 +27,7 @@ emit(q, ARGV[8], 'type', 'released', 'job_id', id, 'task', f[6] or '',
 if run_at ~= '' then
   redis.call('HSET', key, 'state', 'scheduled', 'run_at', run_at)
   redis.call('ZADD', q.scheduled, run_at, id)
+  wake(q)  -- idle workers recompute their next due time
   return {1, 'scheduled'}
 end
 redis.call('HSET', key, 'run_at', now)

@@ -1,0 +1,70 @@
+"""Read-only job queries of the memory broker (get, counts, peek, search, oldest pending).
+
+Split from ``memory.py`` to keep it short; the state they read (``_jobs``, ``_ready_seq``,
+``_known_queues``) is the broker's, guarded by its lock.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import orjson
+
+from ..core.job import Job
+from ..core.serialization import job_from_dict, job_to_dict
+from ..core.state import JobState
+from .base import Page, SearchQuery
+from .filters import matches
+
+
+class MemoryReads:
+    """The read-only queries of ``MemoryBroker``."""
+
+    _lock: threading.RLock
+    _jobs: dict[str, Job]
+    _ready_seq: dict[str, int]
+    _known_queues: set[str]
+
+    @staticmethod
+    def _snap(job: Job) -> Job:
+        # The envelope codec round-trips every allowed value exactly and is far cheaper than
+        # copy.deepcopy on a dataclass; snapshots must never alias stored state.
+        return job_from_dict(orjson.loads(orjson.dumps(job_to_dict(job))))
+
+    def get(self, job_id: str) -> Job | None:
+        """Snapshot or None."""
+        with self._lock:
+            job = self._jobs.get(job_id)
+            return None if job is None else self._snap(job)
+
+    def counts(self) -> dict[str, dict[str, int]]:
+        """Jobs per queue per state."""
+        with self._lock:
+            out = {q: dict.fromkeys(map(str, JobState), 0) for q in self._known_queues}
+            for job in self._jobs.values():
+                out[job.queue][str(job.state)] += 1
+            return out
+
+    def peek(self, queue: str, n: int = 10) -> list[Job]:
+        """Next ready jobs in claim order."""
+        with self._lock:
+            ready = [j for j in self._jobs.values()
+                     if j.queue == queue and j.state is JobState.PENDING]  # fmt: skip
+            ready.sort(key=lambda j: (j.priority, self._ready_seq.get(j.id, 0)))
+            return [self._snap(j) for j in ready[:n]]
+
+    def search(self, query: SearchQuery) -> Page:
+        """Filter, sort newest first, paginate."""
+        with self._lock:
+            hits = [j for j in self._jobs.values() if matches(j, query)]
+            hits.sort(key=lambda j: (j.created_at, j.id), reverse=True)
+            start = (max(1, query.page) - 1) * query.page_size
+            items = [self._snap(j) for j in hits[start : start + query.page_size]]
+            return Page(items, len(hits), query.page, query.page_size)
+
+    def oldest_pending(self, queue: str) -> float | None:
+        """Ready time of the oldest pending job."""
+        with self._lock:
+            times = [j.run_at or j.created_at for j in self._jobs.values()
+                     if j.queue == queue and j.state is JobState.PENDING]  # fmt: skip
+            return min(times) if times else None
