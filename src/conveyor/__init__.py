@@ -42,7 +42,8 @@ if TYPE_CHECKING:
 
 # public name -> submodule that defines it
 _EXPORTS = {
-    "Conveyor": ".app", "default_middleware": ".app", "Broker": ".broker.base", "Page": ".broker.base",
+    "Conveyor": ".app", "default_middleware": ".app", "Broker": ".broker.base",
+    "Page": ".broker.base",
     "Backoff": ".core.backoff", "Clock": ".core.clock", "FakeClock": ".core.clock",
     "SystemClock": ".core.clock", "ErrorKind": ".core.job", "Job": ".core.job",
     "JobState": ".core.state", "BrokerUnavailable": ".errors", "ConveyorError": ".errors",
