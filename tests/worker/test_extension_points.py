@@ -111,7 +111,21 @@ def test_an_app_without_metrics_still_works(broker: Broker, clock: FakeClock) ->
     assert app.worker().run_until_idle() == 1
     assert later.refresh().state is JobState.COMPLETED
     assert Inspector(app).metrics(minutes=5)["summary"]["processed"] == 0  # nothing counted
-    assert mine.names().count("after_enqueue") == 3
+    seen: list[str] = []
+
+    class Capture:
+        def notify(self, payload: Any) -> bool:
+            seen.append(str(payload.get("state")))
+            return True
+
+    app.alerts.notifiers = [Capture()]
+    app.alerts.interval = 0
+    app.alerts.add_rule({"name": "backlog", "type": "queue_depth", "threshold": 1})
+    app.enqueue_many([JobSpec("work", (), {}, {}) for _ in range(2)])
+    clock.advance(1)
+    scheduler.tick()
+    assert seen == ["firing"]
+    assert mine.names().count("after_enqueue") == 5
     assert sorted(n for n in mine.names() if n.startswith("after_process")) == [
         "after_process:completed", "after_process:completed", "after_process:dead_letter",
     ]  # fmt: skip
