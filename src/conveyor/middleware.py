@@ -125,6 +125,23 @@ def emit(middleware: Sequence[Middleware], hook: str, *args: Any, reverse: bool 
         _safely(mw, hook, getattr(mw, hook), *args, **kwargs)
 
 
+def after_enqueue_batch(
+    middleware: Sequence[Middleware], app: AppView, jobs: Sequence[Job], duplicates: Sequence[bool]
+) -> None:
+    """Call ``after_enqueue_batch`` on each of ``middleware`` (a typed ``emit``)."""
+    for mw in middleware:
+        _safely(mw, "after_enqueue_batch", mw.after_enqueue_batch, app, jobs, duplicates)
+
+
+def after_process_batch(
+    middleware: Sequence[Middleware], worker: WorkerView, jobs: Sequence[Job],
+    durations: Sequence[float],
+) -> None:  # fmt: skip
+    """Call ``after_process_batch`` on each of ``middleware``, last first (a typed ``emit``)."""
+    for mw in reversed(middleware):
+        _safely(mw, "after_process_batch", mw.after_process_batch, worker, jobs, durations)
+
+
 def _safely(
     mw: Middleware, hook: str, call: Callable[..., object], *args: Any, **kwargs: Any
 ) -> None:

@@ -35,7 +35,7 @@ from .core.serialization import encode_envelope
 from .core.state import JobState
 from .errors import ValidationError
 from .handles import JobHandle
-from .middleware import emit, hooked
+from .middleware import after_enqueue_batch, hooked
 from .task import JobSpec, check_options
 
 if TYPE_CHECKING:
@@ -110,7 +110,7 @@ class Producer:
         results = app.broker.enqueue(jobs, now, payloads)
         after = hooked(middleware, "after_enqueue", "after_enqueue_batch")
         if after:  # one call per batch (metrics: one buffered update instead of one per job)
-            emit(after, "after_enqueue_batch", app, jobs, [res.duplicate for res in results])
+            after_enqueue_batch(after, app, jobs, [res.duplicate for res in results])
         handles = jobs
         for i, (job, res) in enumerate(zip(jobs, results, strict=True)):
             if res.duplicate:

@@ -15,6 +15,8 @@ The built-in duties, in the order they run on a pass:
 * ``alerts`` — offer the alert rules an evaluation (the alert manager keeps its own interval).
 
 A plugin that raises is logged and retried ``RETRY_AFTER`` seconds later; the others still run.
+The duties match Oban's plugins (Stager, Lifeline, Cron), but where each Oban plugin is its own
+process with its own timer, ours share one thread: a plugin says when it is due, the loop waits.
 """
 
 from __future__ import annotations

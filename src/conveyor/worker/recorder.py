@@ -28,7 +28,7 @@ from ..broker.base import Ack
 from ..core.job import ErrorKind
 from ..core.serialization import result_problem
 from ..errors import LeaseLost
-from ..middleware import emit, hooked
+from ..middleware import after_process_batch, emit, hooked
 from .execute import Outcome, safe_text
 from .running import Running
 
@@ -165,8 +165,7 @@ class Recorder:
                           duration, extra={"job": fields})  # fmt: skip
         after = hooked(self.middleware, "after_process", "after_process_batch")
         if after:  # one call per middleware and batch (the default calls after_process per job)
-            emit(after, "after_process_batch", self.worker, [run.job for run in runs],
-                 durations, reverse=True)  # fmt: skip
+            after_process_batch(after, self.worker, [run.job for run in runs], durations)
 
     def start(self, done: queue.SimpleQueue[tuple[Running, Outcome] | None],
               recorded: Callable[[list[Running]], None]) -> threading.Thread:  # fmt: skip
