@@ -7,7 +7,9 @@ from __future__ import annotations
 import threading
 import time
 
-from conveyor import Conveyor, FakeClock
+import pytest
+
+from conveyor import Conveyor, FakeClock, ValidationError
 from conveyor.broker.base import Broker
 from conveyor.scheduler import Plugin
 
@@ -84,3 +86,15 @@ def test_the_loop_sleeps_until_the_earliest_plugin_is_due(broker: Broker) -> Non
     assert not thread.is_alive()
     assert len(plugin.ticks) >= 5  # with interval=30 only a plugin's next_due can wake it
     assert plugin.stopped == 1
+
+
+def test_a_plugin_must_be_a_plugin(app: Conveyor) -> None:
+    class Duck:
+        name = "duck"
+
+        def tick(self, now: float) -> float | None:
+            return None
+
+    with pytest.raises(ValidationError) as info:
+        app.scheduler(plugins=[Duck()])  # type: ignore[list-item]
+    assert info.value.field == "plugins"
