@@ -13,7 +13,7 @@ import importlib
 
 TYPE_CHECKING = False  # not typing's: importing typing would defeat the lazy loading
 if TYPE_CHECKING:
-    from .app import Conveyor
+    from .app import Conveyor, default_middleware
     from .broker.base import Broker, Page
     from .core.backoff import Backoff
     from .core.clock import Clock, FakeClock, SystemClock
@@ -42,7 +42,8 @@ if TYPE_CHECKING:
 
 # public name -> submodule that defines it
 _EXPORTS = {
-    "Conveyor": ".app", "Broker": ".broker.base", "Page": ".broker.base",
+    "Conveyor": ".app", "default_middleware": ".app", "Broker": ".broker.base",
+    "Page": ".broker.base",
     "Backoff": ".core.backoff", "Clock": ".core.clock", "FakeClock": ".core.clock",
     "SystemClock": ".core.clock", "ErrorKind": ".core.job", "Job": ".core.job",
     "JobState": ".core.state", "BrokerUnavailable": ".errors", "ConveyorError": ".errors",
@@ -60,7 +61,7 @@ __all__ = [
     "DuplicateJob", "ErrorKind", "FakeClock", "IllegalTransition", "Job", "JobHandle",
     "JobNotFound", "JobSpec", "JobState", "JobTimeout", "LeaseLost", "Middleware", "Page",
     "PayloadTooLarge", "PermanentError", "Retry", "StorageFull", "SystemClock", "Task",
-    "UnknownTask", "ValidationError",
+    "UnknownTask", "ValidationError", "default_middleware",
 ]  # fmt: skip
 
 

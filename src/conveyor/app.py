@@ -39,6 +39,13 @@ F = TypeVar("F", bound=Callable[..., Any])
 _default_url_logged = False
 
 
+def default_middleware() -> list[Middleware]:
+    """The middleware every app installs unless ``Conveyor(middleware=...)`` says otherwise:
+    today ``[MetricsMiddleware()]`` (fresh instances on each call). Keep them with
+    ``middleware=[*default_middleware(), Mine()]``; leave them out to run without metrics."""
+    return [MetricsMiddleware()]
+
+
 class Conveyor:
     """A job processing application bound to one broker."""
 
@@ -49,7 +56,7 @@ class Conveyor:
         clock: Clock | None = None,
         rng: random.Random | None = None,
         settings: Settings | None = None,
-        middleware: Iterable[Middleware] = (),
+        middleware: Iterable[Middleware] | None = None,
     ) -> None:
         self.settings = settings or Settings.from_env()
         if isinstance(url, Broker):
@@ -61,8 +68,10 @@ class Conveyor:
         # Ids draw from their own source so that ``rng`` (backoff jitter) stays exact in tests.
         self.id_rng: random.Random = IdRandom()
         self.tasks: dict[str, Task] = {}
-        self.middleware: list[Middleware] = list(middleware)
-        self.middleware.append(MetricsMiddleware())
+        # the given list replaces the defaults (None: ``default_middleware()``)
+        self.middleware: list[Middleware] = (
+            default_middleware() if middleware is None else list(middleware)
+        )
         self._schedules: ScheduleRegistry | None = None
         self._producer = Producer(self)
         self._last_reap = float("-inf")

@@ -2,58 +2,150 @@
 
 Hooks run in registration order ("before" hooks) and in reverse order ("after" hooks), as in
 Dramatiq. A hook that raises is logged and skipped: a broken extension never kills a worker.
+
+Every hook is declared here with a no-op default, so callers call them like any method and can
+skip a middleware that does not override one (``overrides``). The batch hooks
+(``after_enqueue_batch``, ``after_process_batch``) default to calling the per-job hook once per
+job; a middleware that counts (metrics) overrides them to do one update per batch. The metrics
+middleware is a plain ``Middleware``: ``conveyor.default_middleware()`` installs it and a user's
+own list may leave it out.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from .broker.base import Broker
     from .core.job import Job
 
 log = logging.getLogger("conveyor.middleware")
 
 
+class AppView(Protocol):
+    """What enqueue hooks receive: the app (its broker and clock)."""
+
+    @property
+    def broker(self) -> Broker:
+        """The app's broker."""
+        ...
+
+    def now(self) -> float:
+        """The app's clock."""
+        ...
+
+
+class WorkerView(Protocol):
+    """What processing hooks receive: the worker (its id and its app)."""
+
+    @property
+    def id(self) -> str:
+        """The worker's id."""
+        ...
+
+    @property
+    def app(self) -> AppView:
+        """The app the worker runs jobs of."""
+        ...
+
+
 class Middleware:
     """Base class: override the hooks you need; all are no-ops by default."""
 
-    def before_enqueue(self, app: Any, job: Job) -> None:
+    def before_enqueue(self, app: AppView, job: Job) -> None:
         """A job is about to be stored (raise ValidationError to refuse it)."""
 
-    def after_enqueue(self, app: Any, job: Job, duplicate: bool) -> None:
+    def after_enqueue(self, app: AppView, job: Job, duplicate: bool) -> None:
         """A job was stored (or matched an idempotency key)."""
 
-    def before_process(self, worker: Any, job: Job) -> None:
+    def after_enqueue_batch(
+        self, app: AppView, jobs: Sequence[Job], duplicates: Sequence[bool]
+    ) -> None:
+        """One ``enqueue``/``enqueue_many`` call stored ``jobs`` (default: ``after_enqueue``
+        for each; one that raises is logged and the others still run)."""
+        for job, duplicate in zip(jobs, duplicates, strict=True):
+            _safely(self, "after_enqueue", self.after_enqueue, app, job, duplicate)
+
+    def before_process(self, worker: WorkerView, job: Job) -> None:
         """A claimed job is about to run."""
 
     def after_process(
-        self, worker: Any, job: Job, *, outcome: str, duration: float, error: BaseException | None
-    ) -> None:
+        self, worker: WorkerView, job: Job, *, outcome: str, duration: float,
+        error: BaseException | None,
+    ) -> None:  # fmt: skip
         """A job ran; ``outcome`` is completed, retry_scheduled, dead_letter or lease_lost."""
 
-    def on_retry(self, worker: Any, job: Job, retry_at: float) -> None:
+    def after_process_batch(
+        self, worker: WorkerView, jobs: Sequence[Job], durations: Sequence[float]
+    ) -> None:
+        """A batch of jobs completed (the recorder writes successes in batches; failures always
+        get ``after_process``). Default: ``after_process(outcome="completed")`` for each."""
+        for job, duration in zip(jobs, durations, strict=True):
+            _safely(self, "after_process", self.after_process, worker, job,
+                    outcome="completed", duration=duration, error=None)  # fmt: skip
+
+    def on_retry(self, worker: WorkerView, job: Job, retry_at: float) -> None:
         """A failed job will run again at ``retry_at``."""
 
-    def on_dead_letter(self, worker: Any, job: Job, reason: str) -> None:
+    def on_dead_letter(self, worker: WorkerView, job: Job, reason: str) -> None:
         """A job went to the dead-letter queue."""
 
-    def on_lease_lost(self, worker: Any, job: Job) -> None:
+    def on_lease_lost(self, worker: WorkerView, job: Job) -> None:
         """The worker lost the lease of a job; its outcome was discarded."""
 
-    def on_worker_start(self, worker: Any) -> None:
+    def on_release(self, worker: WorkerView, job: Job) -> None:
+        """A job was given back unfinished, without an attempt (worker shutdown); it gets no
+        ``after_process``."""
+
+    def on_worker_start(self, worker: WorkerView) -> None:
         """A worker started."""
 
-    def on_worker_stop(self, worker: Any) -> None:
+    def on_worker_stop(self, worker: WorkerView) -> None:
         """A worker stopped."""
 
 
-def emit(middleware: list[Middleware], hook: str, *args: Any, reverse: bool = False,
+def overrides(mw: Middleware, hook: str) -> bool:
+    """True when ``mw``'s class implements ``hook`` (the base class's hooks do nothing), so hot
+    paths call only the middleware that do something."""
+    return getattr(type(mw), hook, None) is not getattr(Middleware, hook)
+
+
+def hooked(middleware: Sequence[Middleware], *hooks: str) -> list[Middleware]:
+    """The middleware that implement any of ``hooks``, in order."""
+    return [mw for mw in middleware if any(overrides(mw, hook) for hook in hooks)]
+
+
+def emit(middleware: Sequence[Middleware], hook: str, *args: Any, reverse: bool = False,
          **kwargs: Any) -> None:  # fmt: skip
-    """Call ``hook`` on every middleware; exceptions are logged, never propagated."""
+    """Call the declared ``hook`` on every middleware; exceptions are logged, never propagated."""
     chain = reversed(middleware) if reverse else middleware
     for mw in chain:
-        try:
-            getattr(mw, hook)(*args, **kwargs)
-        except Exception:
-            log.exception("middleware %s.%s failed", type(mw).__name__, hook)
+        _safely(mw, hook, getattr(mw, hook), *args, **kwargs)
+
+
+def after_enqueue_batch(
+    middleware: Sequence[Middleware], app: AppView, jobs: Sequence[Job], duplicates: Sequence[bool]
+) -> None:
+    """Call ``after_enqueue_batch`` on each of ``middleware`` (a typed ``emit``)."""
+    for mw in middleware:
+        _safely(mw, "after_enqueue_batch", mw.after_enqueue_batch, app, jobs, duplicates)
+
+
+def after_process_batch(
+    middleware: Sequence[Middleware], worker: WorkerView, jobs: Sequence[Job],
+    durations: Sequence[float],
+) -> None:  # fmt: skip
+    """Call ``after_process_batch`` on each of ``middleware``, last first (a typed ``emit``)."""
+    for mw in reversed(middleware):
+        _safely(mw, "after_process_batch", mw.after_process_batch, worker, jobs, durations)
+
+
+def _safely(
+    mw: Middleware, hook: str, call: Callable[..., object], *args: Any, **kwargs: Any
+) -> None:
+    try:
+        call(*args, **kwargs)
+    except Exception:
+        log.exception("middleware %s.%s failed", type(mw).__name__, hook)

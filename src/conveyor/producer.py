@@ -35,8 +35,7 @@ from .core.serialization import encode_envelope
 from .core.state import JobState
 from .errors import ValidationError
 from .handles import JobHandle
-from .middleware import Middleware, emit
-from .monitoring.metrics import MetricsMiddleware
+from .middleware import after_enqueue_batch, hooked
 from .task import JobSpec, check_options
 
 if TYPE_CHECKING:
@@ -96,7 +95,7 @@ class Producer:
             return []
         app = self.app
         middleware = app.middleware
-        before = [mw for mw in middleware if _overrides(mw, "before_enqueue")]
+        before = hooked(middleware, "before_enqueue")
         limit = app.settings.max_payload_bytes
         if before:
             payloads = []
@@ -109,15 +108,11 @@ class Producer:
             payloads = [encode(job, d) if d is not None else encode_envelope(job, limit)
                         for job, d in zip(jobs, plain, strict=True)]  # fmt: skip
         results = app.broker.enqueue(jobs, now, payloads)
-        for mw in middleware:  # one buffered update per batch instead of one per job
-            if type(mw) is MetricsMiddleware:
-                mw.count_enqueued(app, jobs, results, now)
-        after = [mw for mw in middleware if type(mw) is not MetricsMiddleware
-                 and _overrides(mw, "after_enqueue")]  # fmt: skip
+        after = hooked(middleware, "after_enqueue", "after_enqueue_batch")
+        if after:  # one call per batch (metrics: one buffered update instead of one per job)
+            after_enqueue_batch(after, app, jobs, [res.duplicate for res in results])
         handles = jobs
         for i, (job, res) in enumerate(zip(jobs, results, strict=True)):
-            if after:
-                emit(after, "after_enqueue", app, job, res.duplicate)
             if res.duplicate:
                 if handles is jobs:
                     handles = list(jobs)
@@ -212,8 +207,3 @@ def _remember_valid(names: set[str], name: str) -> None:
     if len(names) >= _VALID_MAX:
         names.clear()
     names.add(name)
-
-
-def _overrides(mw: Middleware, hook: str) -> bool:
-    """True when ``mw`` implements ``hook`` (the base class's hooks do nothing)."""
-    return getattr(type(mw), hook, None) is not getattr(Middleware, hook)

@@ -1,9 +1,9 @@
 """Metrics stored in the broker: per-minute counters and histograms per queue and task.
 
-``MetricsMiddleware`` (installed on every app) counts enqueues and job outcomes, and records
-run time and wait time (ready → started) in fixed histogram buckets. Increments are buffered
-in memory and written with ``Broker.counters_add`` at most once per ``flush_interval`` second,
-into two places:
+``MetricsMiddleware`` (one of ``conveyor.default_middleware()``) counts enqueues and job
+outcomes, and records run time and wait time (ready → started) in fixed histogram buckets.
+Increments are buffered in memory and written with ``Broker.counters_add`` at most once per
+``flush_interval`` second, into two places:
 
 * ``metrics:m:<minute>`` — one bucket per minute, kept 24 h: throughput, failure rate and
   percentiles over any window of the last day;
@@ -25,10 +25,10 @@ import threading
 import time
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..core.job import Job
-from ..middleware import Middleware
+from ..middleware import AppView, Middleware, WorkerView
 from .metrics_read import (
     BUCKET_TTL,
     FAILED_OUTCOMES,
@@ -138,20 +138,25 @@ class MetricsMiddleware(Middleware):
         _LIVE.add(self)
 
     # ------------------------------------------------------------------ hooks
-    def after_enqueue(self, app: Any, job: Job, duplicate: bool) -> None:
+    def after_enqueue(self, app: AppView, job: Job, duplicate: bool) -> None:
         """Count a stored job (duplicates are not new jobs)."""
         if not duplicate:
             self.add(app.broker, app.now(), job.queue, job.task, {"enqueued": 1.0})
 
-    def count_enqueued(self, app: Any, jobs: Sequence[Job], results: Sequence[Any],
-                       now: float) -> None:  # fmt: skip
-        """``after_enqueue`` for a whole ``enqueue_many`` batch (``results``: EnqueueResult)."""
+    def after_enqueue_batch(
+        self, app: AppView, jobs: Sequence[Job], duplicates: Sequence[bool]
+    ) -> None:
+        """``after_enqueue`` for a whole ``enqueue_many`` batch, under one lock."""
+        if type(self).after_enqueue is not MetricsMiddleware.after_enqueue:
+            super().after_enqueue_batch(app, jobs, duplicates)  # a subclass's own hook
+            return
+        now = app.now()
         with self._lock:
             self._use(app.broker, now)
             minute = int(now // 60)
             tallies = self._tallies
-            for job, res in zip(jobs, results, strict=True):
-                if res.duplicate:
+            for job, duplicate in zip(jobs, duplicates, strict=True):
+                if duplicate:
                     continue
                 key = (minute, job.queue, job.task)
                 tally = tallies.get(key)
@@ -162,24 +167,23 @@ class MetricsMiddleware(Middleware):
             self._schedule()
 
     def after_process(
-        self, worker: Any, job: Job, *, outcome: str, duration: float, error: BaseException | None
-    ) -> None:
+        self, worker: WorkerView, job: Job, *, outcome: str, duration: float,
+        error: BaseException | None,
+    ) -> None:  # fmt: skip
         """Count the outcome and record run and wait times (same counters as job_increments)."""
         self._count(worker, [job], [duration], outcome)
 
     def after_process_batch(
-        self, worker: Any, jobs: Sequence[Job], durations: Sequence[float]
+        self, worker: WorkerView, jobs: Sequence[Job], durations: Sequence[float]
     ) -> None:
         """``after_process(outcome="completed")`` for a batch of jobs, under one lock."""
         if type(self).after_process is not MetricsMiddleware.after_process:
-            for job, duration in zip(jobs, durations, strict=True):  # a subclass's own hook
-                self.after_process(worker, job, outcome="completed", duration=duration,
-                                   error=None)  # fmt: skip
+            super().after_process_batch(worker, jobs, durations)  # a subclass's own hook
             return
         self._count(worker, jobs, durations, "completed")
 
     def _count(
-        self, worker: Any, jobs: Sequence[Job], durations: Sequence[float], outcome: str
+        self, worker: WorkerView, jobs: Sequence[Job], durations: Sequence[float], outcome: str
     ) -> None:
         now = worker.app.now()
         minute = int(now // 60)
@@ -222,7 +226,7 @@ class MetricsMiddleware(Middleware):
             if self._timer is None or self.flush_interval <= 0:
                 self._schedule()
 
-    def count_released(self, worker: Any, job: Job) -> None:
+    def on_release(self, worker: WorkerView, job: Job) -> None:
         """Count a job released unfinished at shutdown (counter ``released``; not processed)."""
         now = worker.app.now()
         with self._lock:
@@ -234,7 +238,7 @@ class MetricsMiddleware(Middleware):
             tally.outcomes["released"] = tally.outcomes.get("released", 0) + 1
             self._schedule()
 
-    def on_worker_stop(self, worker: Any) -> None:
+    def on_worker_stop(self, worker: WorkerView) -> None:
         """Write what is buffered before the worker exits."""
         self.flush()
 

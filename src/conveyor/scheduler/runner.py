@@ -1,4 +1,4 @@
-"""The scheduler: one deterministic ``tick`` (promote, reap, fire schedules) and a loop around it.
+"""The scheduler: a loop over its plugins (promote, reap, cron, alerts) and the cron duty.
 
 Any number of schedulers may run against one broker, with no leader. Each pass of a schedule:
 
@@ -20,7 +20,7 @@ import logging
 import os
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +29,7 @@ from ..core.state import TERMINAL_STATES
 from ..errors import BrokerConfigError, DuplicateJob, ValidationError
 from ..task import JobSpec
 from .models import COLLECTION, Schedule, history_entry, history_log, job_id_for
+from .plugins import RETRY_AFTER, AlertsPlugin, CronPlugin, Plugin, PromotePlugin, ReapPlugin
 
 if TYPE_CHECKING:
     from ..app import Conveyor
@@ -36,7 +37,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("conveyor.scheduler")
 _PASS_LIMIT = 1000  # most ticks of one schedule handled in one pass; the rest next pass
 _COUNT_LIMIT = 1000  # most missed cron ticks counted for the history (a lower bound)
-_REAPER_DOC = ("maintenance", "reaper")
 _EPSILON = 0.001  # fire times are whole seconds; this steps just before one
 
 
@@ -109,11 +109,21 @@ def _latest_fires(
     return out
 
 
-class Scheduler:
-    """Promotes due delayed jobs, reaps expired leases and fires schedules; safe to run many.
+@dataclass
+class _Slot:
+    """A plugin and when it is due (None: on the next pass)."""
 
-    ``tick(now)`` is one deterministic pass (use it with ``FakeClock`` in tests); ``run()`` calls
-    it every ``interval`` seconds (sooner when a schedule is due) until ``stop()``.
+    plugin: Plugin
+    due: float | None = None
+
+
+class Scheduler:
+    """Runs the scheduler plugins: promotes due delayed jobs, reaps expired leases, fires
+    schedules, offers alerts an evaluation, plus the user's ``plugins``; safe to run many.
+
+    ``tick(now)`` is one deterministic pass over the plugins that are due (use it with
+    ``FakeClock`` in tests); ``run()`` repeats it, sleeping until the earliest plugin is due
+    and at most ``interval`` seconds, until ``stop()``.
     """
 
     def __init__(
@@ -123,12 +133,18 @@ class Scheduler:
         interval: float = 0.5,
         reap_interval: float | None = None,
         max_lost: int | None = None,
-        alert_interval: float = 5.0,
+        alert_interval: float | None = None,
         sync: bool = True,
         id: str | None = None,
+        plugins: Iterable[Plugin] = (),
     ) -> None:
         if not interval > 0:
             raise ValidationError("interval", "must be > 0 seconds")
+        extra = list(plugins)
+        for plugin in extra:
+            if not isinstance(plugin, Plugin):
+                kind = type(plugin).__name__
+                raise ValidationError("plugins", f"must be conveyor.scheduler.Plugin, got {kind}")
         self.app = app
         self.broker = app.broker
         self.interval = float(interval)
@@ -138,47 +154,74 @@ class Scheduler:
         self.sync = sync
         self.id = id or f"scheduler-{socket.gethostname()}-{os.getpid()}-{id_suffix()}"
         self.enqueued = 0  # jobs enqueued by this scheduler since it was built
-        self.promoted = 0
-        self.reaped = 0
         self._started = False
         self._stopping = threading.Event()
-        self._last_reap = -1e18
-        self._last_alerts = -1e18
-        self._next_due: float | None = None
-        self._alert_hook: Callable[[float], Any] | bool | None = False  # False: not looked up
-        self._alert_gated = False
+        self._promoter = PromotePlugin(self.broker)
+        self._reaper = ReapPlugin(self.broker, self.reap_interval, self.max_lost, self.id)
+        sync_schedules = (lambda at: app.schedules.sync(at)) if sync else None
+        cron = CronPlugin(self.fire_due, sync_schedules, self.interval)
+        alerts = AlertsPlugin(lambda: app.alerts, alert_interval)
+        self._slots = [_Slot(p) for p in (self._promoter, self._reaper, cron, alerts, *extra)]
+
+    @property
+    def plugins(self) -> list[Plugin]:
+        """The plugins, in the order a pass runs them (built-in ones first)."""
+        return [slot.plugin for slot in self._slots]
+
+    @property
+    def promoted(self) -> int:
+        """Delayed and retry jobs this scheduler promoted."""
+        return self._promoter.promoted
+
+    @property
+    def reaped(self) -> int:
+        """Expired leases this scheduler reaped."""
+        return self._reaper.reaped
 
     # ------------------------------------------------------------------ one pass
     def start(self, now: float | None = None) -> None:
-        """Upsert the app's code-declared schedules (done once, by the first ``tick``)."""
-        if self.sync:
-            self.app.schedules.sync(self.app.now() if now is None else now)
+        """Start every plugin (the cron plugin upserts the code-declared schedules); done
+        once, by the first ``tick``."""
+        at = self.app.now() if now is None else now
+        for slot in self._slots:
+            slot.plugin.start(at)
         self._started = True
 
     def tick(self, now: float | None = None) -> int:
-        """One pass at ``now`` (default: the app's clock); returns how many jobs it enqueued."""
+        """One pass at ``now`` (default: the app's clock) over the plugins that are due;
+        returns how many jobs it enqueued."""
         at = self.app.now() if now is None else now
         if not self._started:
             self.start(at)
-        self._promote(at)
-        self._reap(at)
-        enqueued = 0
+        before = self.enqueued
+        for slot in self._slots:
+            if slot.due is not None and slot.due > at:
+                continue
+            try:
+                slot.due = slot.plugin.tick(at)
+            except BrokerConfigError:  # wrong password / database: retrying cannot help
+                raise
+            except Exception:  # one failing duty must not stop the others
+                log.exception("scheduler plugin %r failed; retrying in %gs", slot.plugin.name,
+                              RETRY_AFTER)  # fmt: skip
+                slot.due = at + RETRY_AFTER
+        return self.enqueued - before
+
+    def fire_due(self, now: float) -> float | None:
+        """Fire every stored schedule's due ticks; returns the earliest next fire time."""
         next_due: float | None = None
-        docs = self.broker.doc_list(COLLECTION, at)
+        docs = self.broker.doc_list(COLLECTION, now)
         for name in sorted(docs):
             try:
                 schedule = Schedule.from_doc(docs[name])
-                count, upcoming = self.fire(schedule, at)
+                count, upcoming = self.fire(schedule, now)
             except Exception:  # one broken schedule must not stop the others
                 log.exception("schedule %r: pass failed; retrying next tick", name)
                 continue
-            enqueued += count
+            self.enqueued += count
             if upcoming is not None and (next_due is None or upcoming < next_due):
                 next_due = upcoming
-        self._next_due = next_due
-        self._evaluate_alerts(at)
-        self.enqueued += enqueued
-        return enqueued
+        return next_due
 
     def fire(self, schedule: Schedule, now: float) -> tuple[int, float | None]:
         """Fire one schedule's due ticks; returns (jobs enqueued, its next fire time or None)."""
@@ -260,69 +303,10 @@ class Scheduler:
         job = self.broker.get(job_id)
         return job is not None and job.state not in TERMINAL_STATES
 
-    # ------------------------------------------------------------------ maintenance
-    def _promote(self, now: float) -> None:
-        for _ in range(100):  # bounded: a huge backlog is finished by the next ticks
-            moved = self.broker.promote_due(now, limit=1000)
-            self.promoted += moved
-            if moved < 1000:
-                return
-
-    def _reap(self, now: float) -> None:
-        """Reap expired leases: at most one effective pass per ``reap_interval`` over all
-        schedulers (a compare-and-set on a shared document elects the pass)."""
-        if now - self._last_reap < self.reap_interval:
-            return
-        self._last_reap = now
-        collection, name = _REAPER_DOC
-        doc = self.broker.doc_get(collection, name, now)
-        mark = {"at": now, "by": self.id}
-        if doc is None:
-            self.broker.doc_put(collection, name, mark, now)
-        else:
-            last = float(doc.get("at") or 0.0)
-            if now - last < self.reap_interval:  # another scheduler reaped: check again when due
-                self._last_reap = last
-                return
-            if not self.broker.doc_update_if(collection, name, "at", doc.get("at"), mark, now):
-                return
-        self.reaped += self.broker.reap_expired(now, max_lost=self.max_lost)
-
-    def _evaluate_alerts(self, now: float) -> None:
-        """Run the app's alert rules: ``app.alerts.maybe_evaluate(now)`` every tick (it keeps its
-        own interval), or ``app.alerts.evaluate(now)`` every ``alert_interval`` seconds."""
-        hook = self._find_alert_hook()
-        if hook is None:
-            return
-        if self._alert_gated and now - self._last_alerts < self.alert_interval:
-            return
-        self._last_alerts = now
-        try:
-            hook(now)
-        except Exception:
-            log.exception("alert evaluation failed")
-
-    def _find_alert_hook(self) -> Callable[[float], Any] | None:
-        if self._alert_hook is not False:
-            return self._alert_hook if callable(self._alert_hook) else None
-        self._alert_hook = None
-        try:
-            alerts = getattr(self.app, "alerts", None)  # built lazily by conveyor.monitoring
-        except Exception:  # e.g. a malformed CONVEYOR_ALERTS: say so once, keep scheduling
-            log.exception("alerts are not available; the scheduler will not evaluate them")
-            return None
-        for name in ("maybe_evaluate", "evaluate"):
-            found = getattr(alerts, name, None)
-            if callable(found):
-                hook: Callable[[float], Any] = found
-                self._alert_hook = hook
-                self._alert_gated = name == "evaluate"
-                return hook
-        return None
-
     # ------------------------------------------------------------------ loop
     def run(self) -> None:
-        """Tick until ``stop()``: every ``interval`` seconds, or sooner when a tick is due."""
+        """Tick until ``stop()``: every ``interval`` seconds, or sooner when a plugin is due;
+        then stop the plugins."""
         self._stopping.clear()
         log.info("scheduler %s started", self.id)
         while not self._stopping.is_set():
@@ -336,12 +320,20 @@ class Scheduler:
                 self._stopping.wait(1.0)
                 continue
             self._stopping.wait(self._sleep_time())
+        for slot in self._slots:
+            try:
+                slot.plugin.stop()
+            except Exception:
+                log.exception("scheduler plugin %r: stop failed", slot.plugin.name)
         log.info("scheduler %s stopped", self.id)
 
     def _sleep_time(self) -> float:
-        if self._next_due is None:
+        """Until the earliest plugin is due, at most ``interval`` (a plugin without a time
+        runs on the next pass), at least 10 ms."""
+        dues = [slot.due for slot in self._slots if slot.due is not None]
+        if not dues:
             return self.interval
-        return min(self.interval, max(0.01, self._next_due - self.app.now()))
+        return min(self.interval, max(0.01, min(dues) - self.app.now()))
 
     def stop(self) -> None:
         """Ask ``run()`` to return after the current pass."""

@@ -12,13 +12,13 @@ import asyncio
 import dataclasses
 import random
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..core.job import ErrorKind, Job
 from ..core.retry import Decision, RetryPolicy, decide, previous_delay
-from ..middleware import Middleware
+from ..middleware import hooked as hooked  # re-exported for the worker loop
 from .timeouts import timeout_error
 
 if TYPE_CHECKING:
@@ -56,12 +56,6 @@ def safe_text(text: str) -> str:
 
 #: The outcome of a job that returned None: shared, nothing to check or classify.
 OK = Outcome(True)
-
-
-def hooked(middleware: Sequence[Middleware], hook: str) -> list[Middleware]:
-    """The middleware that implement ``hook`` (the base class's hooks do nothing)."""
-    base = getattr(Middleware, hook)
-    return [mw for mw in middleware if getattr(type(mw), hook, None) is not base]
 
 
 def permanent(kind: ErrorKind, exc_type: str, message: str) -> Outcome:

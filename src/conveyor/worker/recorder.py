@@ -3,9 +3,10 @@
 Then, per job: update the worker's counters, log ONE line (job id, task, queue, attempt, worker
 id, duration, outcome: DEBUG for successes, INFO for shutdown releases, WARNING for failures),
 and emit the middleware hooks (``on_retry`` / ``on_dead_letter`` / ``on_lease_lost``, then
-``after_process``). Completed jobs are handled per batch: one counter update, and middleware
-with an ``after_process_batch(worker, jobs, durations)`` method (``MetricsMiddleware``) get
-one call for the whole batch instead of one ``after_process`` per job.
+``after_process``; ``on_release`` for a job given back at shutdown). Completed jobs are handled
+per batch: one counter update, and one ``after_process_batch(worker, jobs, durations)`` call
+per middleware (a hook declared on ``Middleware``, whose default calls ``after_process`` per
+job; ``MetricsMiddleware`` counts the whole batch under one lock).
 
 Broker errors are retried while the job's lease is still valid (the lease keeper keeps
 extending jobs until they are recorded, and moves ``Running.lease_until``): a write held up by
@@ -27,9 +28,8 @@ from ..broker.base import Ack
 from ..core.job import ErrorKind
 from ..core.serialization import result_problem
 from ..errors import LeaseLost
-from ..middleware import emit
-from ..monitoring.metrics import MetricsMiddleware
-from .execute import Outcome, hooked, safe_text
+from ..middleware import after_process_batch, emit, hooked
+from .execute import Outcome, safe_text
 from .running import Running
 
 if TYPE_CHECKING:
@@ -163,17 +163,9 @@ class Recorder:
                 log.debug("job %s task=%s queue=%s attempt=%d worker=%s duration=%.3fs "
                           "outcome=completed", job.id, job.task, job.queue, job.attempts, wid,
                           duration, extra={"job": fields})  # fmt: skip
-        for mw in reversed(hooked(self.middleware, "after_process")):
-            batch = getattr(mw, "after_process_batch", None)
-            if batch is not None:
-                try:
-                    batch(self.worker, [run.job for run in runs], durations)
-                except Exception:
-                    log.exception("middleware %s.after_process_batch failed", type(mw).__name__)
-                continue
-            for run, duration in zip(runs, durations, strict=True):
-                emit([mw], "after_process", self.worker, run.job, outcome="completed",
-                     duration=duration, error=None)  # fmt: skip
+        after = hooked(self.middleware, "after_process", "after_process_batch")
+        if after:  # one call per middleware and batch (the default calls after_process per job)
+            after_process_batch(after, self.worker, [run.job for run in runs], durations)
 
     def start(self, done: queue.SimpleQueue[tuple[Running, Outcome] | None],
               recorded: Callable[[list[Running]], None]) -> threading.Thread:  # fmt: skip
@@ -282,13 +274,11 @@ class Recorder:
             log.log(level, "job %s task=%s queue=%s attempt=%d worker=%s duration=%.3fs "
                     "outcome=%s%s", job.id, job.task, job.queue, job.attempts, self.worker.id,
                     duration, name, detail, extra={"job": fields})  # fmt: skip
-        if name != "released":  # a released job did not finish: no after_process
+        if name != "released":
             emit(self.middleware, "after_process", self.worker, job, outcome=name,
                  duration=duration, error=error, reverse=True)  # fmt: skip
-        else:  # ... but the metrics count it (counter ``released``)
-            for mw in self.middleware:
-                if isinstance(mw, MetricsMiddleware):
-                    mw.count_released(self.worker, job)
+        else:  # a released job did not finish: no after_process, its own hook
+            emit(self.middleware, "on_release", self.worker, job, reverse=True)
 
     def release(self, run: Running, note: str) -> str:
         """Give an unfinished job back without an attempt penalty (shutdown); log it."""
