@@ -32,7 +32,6 @@ from .core.job import (
 )
 from .core.lifecycle import initial_state
 from .core.serialization import encode_envelope
-from .core.state import JobState
 from .errors import ValidationError
 from .handles import JobHandle
 from .middleware import Middleware, emit
@@ -46,8 +45,6 @@ if TYPE_CHECKING:
 _VALID_TASKS: set[str] = set()
 _VALID_QUEUES: set[str] = set()
 _VALID_MAX = 10_000
-_PENDING = JobState.PENDING
-_new = object.__new__
 
 
 class Producer:
@@ -145,19 +142,20 @@ class Producer:
 
     def _plain(self, d: tuple[Any, ...], args: Any, kwargs: Any, now: float) -> JobHandle:
         """A pending job with the task's defaults, built as the handle that will be returned."""
+        return JobHandle.fast(self._plain_fields(d, args, kwargs, now))
+
+    def _plain_fields(
+        self, d: tuple[Any, ...], args: Any, kwargs: Any, now: float
+    ) -> dict[str, Any]:
+        """The fields of a pending job with the task's defaults (``Job.fast`` fills the rest)."""
         name, queue, priority, max_attempts, timeout, ttl = d
-        handle = _new(JobHandle)  # every field set here: no __init__ / default_factory overhead
-        handle.__dict__ = {
+        return {
             "id": new_ulid(now, self.app.id_rng), "task": name,
             "args": list(args) if args else [], "kwargs": dict(kwargs) if kwargs else {},
-            "queue": queue, "priority": priority, "state": _PENDING, "attempts": 0,
-            "max_attempts": max_attempts, "timeout": timeout, "run_at": now,
-            "created_at": now, "started_at": None, "finished_at": None, "result": None,
-            "last_error": None, "errors": [], "history": [], "idempotency_key": None,
-            "idempotency_ttl": ttl, "metadata": {}, "lost": 0, "worker_id": None,
-            "lease_expires_at": None, "duplicate": False, "_app": self.app,
+            "queue": queue, "priority": priority, "max_attempts": max_attempts,
+            "timeout": timeout, "run_at": now, "created_at": now, "errors": [], "history": [],
+            "idempotency_ttl": ttl, "metadata": {}, "_app": self.app,
         }  # fmt: skip
-        return handle
 
     def build_job(self, spec: JobSpec, now: float) -> Job:
         """Validate a spec (with options) and build the Job record it describes (not stored)."""
@@ -166,12 +164,9 @@ class Producer:
             raise ValidationError("jobs", f"enqueue_many takes JobSpec items, got {kind}")
         name = spec.task
         if not spec.options:
-            d = self._defaults(name)
-            job = _new(Job)
-            fields = dict(self._plain(d, spec.args, spec.kwargs, now).__dict__)
-            del fields["duplicate"], fields["_app"]
-            job.__dict__ = fields
-            return job
+            fields = self._plain_fields(self._defaults(name), spec.args, spec.kwargs, now)
+            del fields["_app"]
+            return Job.fast(fields)
         if name not in _VALID_TASKS:
             _remember_valid(_VALID_TASKS, validate_task_name(name))
         app = self.app
