@@ -5,7 +5,7 @@ case — a job without per-call options — takes a lean road:
 
 * the job is built directly as the ``JobHandle`` that is returned (no ``Job`` plus a copy), with
   the task's defaults resolved once per task and batch;
-* its envelope comes from ``core.envelopes.PlainEnvelopes`` (a byte template per task, the
+* its envelope comes from ``producer_envelopes.PlainEnvelopes`` (a byte template per task, the
   same bytes as ``encode_envelope``) unless a middleware implements ``before_enqueue`` (which
   may change the job, so every job is then encoded in full);
 * ids come from ``core.ids.IdRandom`` (buffered ``os.urandom``).
@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from .core.envelopes import PlainEnvelopes
+from .core.cache import BoundedCache
 from .core.ids import new_ulid
 from .core.job import (
     MAX_ATTEMPTS_UNSET,
@@ -36,15 +36,15 @@ from .errors import ValidationError
 from .handles import JobHandle
 from .middleware import Middleware, emit
 from .monitoring.metrics import MetricsMiddleware
+from .producer_envelopes import PlainEnvelopes
 from .task import JobSpec, check_options
 
 if TYPE_CHECKING:
     from .app import Conveyor
 
 #: Task and queue names that passed validation (enqueue checks each name once per process).
-_VALID_TASKS: set[str] = set()
-_VALID_QUEUES: set[str] = set()
-_VALID_MAX = 10_000
+_VALID_TASKS: BoundedCache[str, bool] = BoundedCache(10_000)
+_VALID_QUEUES: BoundedCache[str, bool] = BoundedCache(10_000)
 
 
 class Producer:
@@ -128,12 +128,12 @@ class Producer:
         The same tuple names the job's envelope template (``PlainEnvelopes.encode``).
         """
         if name not in _VALID_TASKS:
-            _remember_valid(_VALID_TASKS, validate_task_name(name))
+            _VALID_TASKS.put(validate_task_name(name), True)
         app = self.app
         task = app.tasks.get(name)
         queue = task.queue if task else "default"
         if queue not in _VALID_QUEUES:
-            _remember_valid(_VALID_QUEUES, validate_queue_name(queue))
+            _VALID_QUEUES.put(validate_queue_name(queue), True)
         ttl = task.idempotency_ttl if task is not None else None
         return (name, queue, validate_priority(task.priority if task else 0),
                 task.max_attempts if task else MAX_ATTEMPTS_UNSET,
@@ -168,7 +168,7 @@ class Producer:
             del fields["_app"]
             return Job.fast(fields)
         if name not in _VALID_TASKS:
-            _remember_valid(_VALID_TASKS, validate_task_name(name))
+            _VALID_TASKS.put(validate_task_name(name), True)
         app = self.app
         task = app.tasks.get(name)
         opts = check_options(spec.options)  # JobSpecs built by hand skip enqueue()'s check
@@ -201,12 +201,6 @@ class Producer:
             created_at=now, idempotency_key=key, idempotency_ttl=float(ttl), metadata=metadata,
             retry_on=opts.get("retry_on"), dead_on=opts.get("dead_on"),
         )  # fmt: skip
-
-
-def _remember_valid(names: set[str], name: str) -> None:
-    if len(names) >= _VALID_MAX:
-        names.clear()
-    names.add(name)
 
 
 def _overrides(mw: Middleware, hook: str) -> bool:
