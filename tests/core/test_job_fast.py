@@ -27,16 +27,33 @@ JOB_FIELDS = {f.name for f in dataclasses.fields(Job)}
 def every_field_set() -> dict[str, Any]:
     """A value for every field of Job, none of them the default."""
     values: dict[str, Any] = {
-        "id": "01JABCDEFGHJKMNPQRSTVWXYZ0", "task": "mod.work", "args": [1, "a"],
-        "kwargs": {"k": [2]}, "queue": "q1", "priority": -3, "state": JobState.RETRY_SCHEDULED,
-        "attempts": 2, "max_attempts": 7, "timeout": 5.5, "run_at": 1000.25,
-        "created_at": 999.5, "started_at": 1000.0, "finished_at": 1001.0, "result": {"r": 1},
-        "last_error": "ValueError: no", "errors": [{"attempt": 1, "kind": "error"}],
-        "history": [{"event": "release", "at": 1.0}], "idempotency_key": "key-1",
-        "idempotency_ttl": 60.0, "metadata": {"m": "v"}, "lost": 1, "worker_id": "w-1",
-        "lease_expires_at": 1030.0, "retry_on": ["builtins.OSError"],
+        "id": "01JABCDEFGHJKMNPQRSTVWXYZ0",
+        "task": "mod.work",
+        "args": [1, "a"],
+        "kwargs": {"k": [2]},
+        "queue": "q1",
+        "priority": -3,
+        "state": JobState.RETRY_SCHEDULED,
+        "attempts": 2,
+        "max_attempts": 7,
+        "timeout": 5.5,
+        "run_at": 1000.25,
+        "created_at": 999.5,
+        "started_at": 1000.0,
+        "finished_at": 1001.0,
+        "result": {"r": 1},
+        "last_error": "ValueError: no",
+        "errors": [{"attempt": 1, "kind": "error"}],
+        "history": [{"event": "release", "at": 1.0}],
+        "idempotency_key": "key-1",
+        "idempotency_ttl": 60.0,
+        "metadata": {"m": "v"},
+        "lost": 1,
+        "worker_id": "w-1",
+        "lease_expires_at": 1030.0,
+        "retry_on": ["builtins.OSError"],
         "dead_on": ["builtins.KeyError"],
-    }  # fmt: skip
+    }
     assert set(values) == JOB_FIELDS, "a new Job field needs a value here"
     return values
 
@@ -90,9 +107,15 @@ def test_the_redis_claim_path_decodes_every_field() -> None:
     job = claimed_job(item, "q1", 2000.0, 2030.0, "w-2")
     assert set(vars(job)) == JOB_FIELDS
     expected = job_from_dict(orjson.loads(raw))
-    overrides = {"state": JobState.ACTIVE, "attempts": 3, "started_at": 2000.0,
-                 "finished_at": None, "result": None, "worker_id": "w-2",
-                 "lease_expires_at": 2030.0}  # fmt: skip
+    overrides = {
+        "state": JobState.ACTIVE,
+        "attempts": 3,
+        "started_at": 2000.0,
+        "finished_at": None,
+        "result": None,
+        "worker_id": "w-2",
+        "lease_expires_at": 2030.0,
+    }
     for name, value in overrides.items():
         setattr(expected, name, value)
     assert job == expected
