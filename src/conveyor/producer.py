@@ -3,8 +3,8 @@
 This is a producer's hot path (one call per job, or ``enqueue_many`` batches), so the common
 case — a job without per-call options — takes a lean road:
 
-* the job is built directly as the ``JobHandle`` that is returned (no ``Job`` plus a copy), with
-  the task's defaults resolved once per task and batch;
+* the job is built directly as the ``JobHandle`` that is returned (no ``Job`` plus a copy), by
+  ``Job.fast`` (no ``__init__``), with the task's defaults resolved once per task and batch;
 * its envelope comes from ``producer_envelopes.PlainEnvelopes`` (a byte template per task, the
   same bytes as ``encode_envelope``) unless a middleware implements ``before_enqueue`` (which
   may change the job, so every job is then encoded in full);
