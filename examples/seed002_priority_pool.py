@@ -12,7 +12,7 @@ shuts down gracefully within a timeout. The mapping onto Conveyor:
     dead_letters() -> [FailedTask]          ->  app.dead_letters() -> jobs with attempts,
                                                 last_error ("Type: message") and errors[]
 
-Conveyor picks ready jobs by priority, then FIFO (DESIGN.md section 1), which is what the lab's
+Conveyor picks ready jobs by priority, then FIFO (docs/design.md section 4), which is what the lab's
 own test expects; the lab's reference heap, keyed on ``(ready_at, priority)``, gets it wrong.
 
 This one uses real threads and the real clock (``memory://`` broker). It never sleeps for a

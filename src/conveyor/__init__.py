@@ -1,6 +1,6 @@
 """Conveyor: background jobs for Python that are never lost.
 
-Public names only; see DESIGN.md and docs/ for the semantics.
+Public names only; see docs/design.md for the semantics.
 
 The names load on first use (PEP 562 ``__getattr__``): ``from conveyor import Conveyor`` works
 as always, while a process that only needs a submodule (the lean supervisor process runs

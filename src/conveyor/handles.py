@@ -29,12 +29,8 @@ class JobHandle(Job):
     @classmethod
     def bind(cls, job: Job, app: Conveyor, duplicate: bool = False) -> JobHandle:
         """Wrap a broker snapshot."""
-        handle = cls.__new__(cls)  # a shallow copy of the fields, without __init__'s overhead
-        state = dict(job.__dict__)
-        state["duplicate"] = duplicate
-        state["_app"] = app
-        handle.__dict__ = state
-        return handle
+        # a shallow copy of the fields, without __init__'s overhead
+        return cls.fast({**job.__dict__, "duplicate": duplicate, "_app": app})
 
     def refresh(self) -> JobHandle:
         """Re-read every field from the broker (in place) and return self."""

@@ -3,9 +3,9 @@
 This is a producer's hot path (one call per job, or ``enqueue_many`` batches), so the common
 case — a job without per-call options — takes a lean road:
 
-* the job is built directly as the ``JobHandle`` that is returned (no ``Job`` plus a copy), with
-  the task's defaults resolved once per task and batch;
-* its envelope comes from ``core.envelopes.PlainEnvelopes`` (a byte template per task, the
+* the job is built directly as the ``JobHandle`` that is returned (no ``Job`` plus a copy), by
+  ``Job.fast`` (no ``__init__``), with the task's defaults resolved once per task and batch;
+* its envelope comes from ``producer_envelopes.PlainEnvelopes`` (a byte template per task, the
   same bytes as ``encode_envelope``) unless a middleware implements ``before_enqueue`` (which
   may change the job, so every job is then encoded in full);
 * ids come from ``core.ids.IdRandom`` (buffered ``os.urandom``).
@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from .core.envelopes import PlainEnvelopes
+from .core.cache import BoundedCache
 from .core.ids import new_ulid
 from .core.job import (
     MAX_ATTEMPTS_UNSET,
@@ -32,21 +32,18 @@ from .core.job import (
 )
 from .core.lifecycle import initial_state
 from .core.serialization import encode_envelope
-from .core.state import JobState
 from .errors import ValidationError
 from .handles import JobHandle
 from .middleware import after_enqueue_batch, hooked
+from .producer_envelopes import PlainEnvelopes
 from .task import JobSpec, check_options
 
 if TYPE_CHECKING:
     from .app import Conveyor
 
 #: Task and queue names that passed validation (enqueue checks each name once per process).
-_VALID_TASKS: set[str] = set()
-_VALID_QUEUES: set[str] = set()
-_VALID_MAX = 10_000
-_PENDING = JobState.PENDING
-_new = object.__new__
+_VALID_TASKS: BoundedCache[str, bool] = BoundedCache(10_000)
+_VALID_QUEUES: BoundedCache[str, bool] = BoundedCache(10_000)
 
 
 class Producer:
@@ -126,12 +123,12 @@ class Producer:
         The same tuple names the job's envelope template (``PlainEnvelopes.encode``).
         """
         if name not in _VALID_TASKS:
-            _remember_valid(_VALID_TASKS, validate_task_name(name))
+            _VALID_TASKS.put(validate_task_name(name), True)
         app = self.app
         task = app.tasks.get(name)
         queue = task.queue if task else "default"
         if queue not in _VALID_QUEUES:
-            _remember_valid(_VALID_QUEUES, validate_queue_name(queue))
+            _VALID_QUEUES.put(validate_queue_name(queue), True)
         ttl = task.idempotency_ttl if task is not None else None
         return (name, queue, validate_priority(task.priority if task else 0),
                 task.max_attempts if task else MAX_ATTEMPTS_UNSET,
@@ -140,19 +137,20 @@ class Producer:
 
     def _plain(self, d: tuple[Any, ...], args: Any, kwargs: Any, now: float) -> JobHandle:
         """A pending job with the task's defaults, built as the handle that will be returned."""
+        return JobHandle.fast(self._plain_fields(d, args, kwargs, now))
+
+    def _plain_fields(
+        self, d: tuple[Any, ...], args: Any, kwargs: Any, now: float
+    ) -> dict[str, Any]:
+        """The fields of a pending job with the task's defaults (``Job.fast`` fills the rest)."""
         name, queue, priority, max_attempts, timeout, ttl = d
-        handle = _new(JobHandle)  # every field set here: no __init__ / default_factory overhead
-        handle.__dict__ = {
+        return {
             "id": new_ulid(now, self.app.id_rng), "task": name,
             "args": list(args) if args else [], "kwargs": dict(kwargs) if kwargs else {},
-            "queue": queue, "priority": priority, "state": _PENDING, "attempts": 0,
-            "max_attempts": max_attempts, "timeout": timeout, "run_at": now,
-            "created_at": now, "started_at": None, "finished_at": None, "result": None,
-            "last_error": None, "errors": [], "history": [], "idempotency_key": None,
-            "idempotency_ttl": ttl, "metadata": {}, "lost": 0, "worker_id": None,
-            "lease_expires_at": None, "duplicate": False, "_app": self.app,
+            "queue": queue, "priority": priority, "max_attempts": max_attempts,
+            "timeout": timeout, "run_at": now, "created_at": now, "errors": [], "history": [],
+            "idempotency_ttl": ttl, "metadata": {}, "_app": self.app,
         }  # fmt: skip
-        return handle
 
     def build_job(self, spec: JobSpec, now: float) -> Job:
         """Validate a spec (with options) and build the Job record it describes (not stored)."""
@@ -161,14 +159,11 @@ class Producer:
             raise ValidationError("jobs", f"enqueue_many takes JobSpec items, got {kind}")
         name = spec.task
         if not spec.options:
-            d = self._defaults(name)
-            job = _new(Job)
-            fields = dict(self._plain(d, spec.args, spec.kwargs, now).__dict__)
-            del fields["duplicate"], fields["_app"]
-            job.__dict__ = fields
-            return job
+            fields = self._plain_fields(self._defaults(name), spec.args, spec.kwargs, now)
+            del fields["_app"]
+            return Job.fast(fields)
         if name not in _VALID_TASKS:
-            _remember_valid(_VALID_TASKS, validate_task_name(name))
+            _VALID_TASKS.put(validate_task_name(name), True)
         app = self.app
         task = app.tasks.get(name)
         opts = check_options(spec.options)  # JobSpecs built by hand skip enqueue()'s check
@@ -203,7 +198,3 @@ class Producer:
         )  # fmt: skip
 
 
-def _remember_valid(names: set[str], name: str) -> None:
-    if len(names) >= _VALID_MAX:
-        names.clear()
-    names.add(name)

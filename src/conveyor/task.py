@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from .core.backoff import DEFAULT_BACKOFF, Backoff
+from .core.cache import BoundedCache
 from .core.job import validate_exception_names, validate_max_attempts, validate_non_negative
 from .core.retry import RetryPolicy, max_attempts_from
 from .errors import PermanentError, ValidationError
@@ -103,7 +104,9 @@ class Task:
         except (TypeError, ValueError):
             self.signature = None
         # check_arguments' verdicts by argument shape; see there
-        self._shapes: dict[tuple[int, tuple[str, ...]], str | None] = {}
+        self._shapes: BoundedCache[tuple[int, tuple[str, ...]], str | None] = BoundedCache(
+            SHAPE_CACHE_MAX
+        )
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the function directly, in this process (no job)."""
@@ -157,10 +160,7 @@ class Task:
             reason: str | None = None
         except TypeError as exc:
             reason = str(exc)
-        if len(self._shapes) >= SHAPE_CACHE_MAX:  # shapes are few; never grow without bound
-            self._shapes.clear()
-        self._shapes[shape] = reason
-        return reason
+        return self._shapes.put(shape, reason)  # shapes are few; never grow without bound
 
 
 @dataclass(frozen=True)

@@ -13,11 +13,11 @@ import random
 import pytest
 
 from conveyor import Conveyor
-from conveyor.core.envelopes import PlainEnvelopes
 from conveyor.core.ids import IdRandom, new_ulid, ulid_time
 from conveyor.core.job import Job
 from conveyor.core.serialization import decode_job, encode_envelope
 from conveyor.errors import PayloadTooLarge, ValidationError
+from conveyor.producer_envelopes import PlainEnvelopes
 from conveyor.task import JobSpec
 
 

@@ -200,7 +200,7 @@ def test_002_bounded_graceful_shutdown(seed002: dict[str, dict[str, Any]]) -> No
 
 
 def test_002_stop_returns_after_drain_or_timeout(seed002: dict[str, dict[str, Any]]) -> None:
-    # DESIGN.md section 2: stop(timeout) returns when the worker has drained or the timeout
+    # docs/design.md section 11: stop(timeout) returns when the worker has drained or the timeout
     # passed; here a job outlasts the timeout, so it returns after about `timeout` seconds.
     f = seed002["shutdown"]
     assert f["timeout"] * 0.9 <= f["stop_call_seconds"] < f["timeout"] + 5.0

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from enum import StrEnum
-from typing import Any
+from typing import Any, Self
 
 from ..errors import ValidationError
 from .state import JobState
@@ -76,6 +76,22 @@ class Job:
     retry_on: list[str] | None = None
     dead_on: list[str] | None = None
 
+    @classmethod
+    def fast(cls, values: dict[str, Any]) -> Self:
+        """A Job (or ``JobHandle``) from ``values`` without ``__init__``: the one hot-path builder.
+
+        Enqueue and claim build one Job per job; this skips the dataclass ``__init__`` (about
+        twice the cost). ``values`` maps field names to values, taken as they are (no copies,
+        no checks): it must hold every name in ``FAST_REQUIRED`` (the containers must be fresh
+        objects the job may own); a field left out takes its default. A ``values`` that already
+        holds every field (and nothing misspelt: tests/core/test_job_fast.py checks the callers)
+        becomes the job's ``__dict__`` as it is.
+        """
+        defaults = _FAST_DEFAULTS.get(cls) or _fast_defaults(cls)
+        job = _new_object(cls)
+        job.__dict__ = values if len(values) == defaults[0] else {**defaults[1], **values}
+        return job
+
     def record_error(
         self,
         *,
@@ -108,6 +124,24 @@ class Job:
             {"event": event, "at": at, "attempt": self.attempts, "note": note, "worker": worker_id}
         )
         del self.history[:-MAX_HISTORY]
+
+
+_new_object = object.__new__
+#: The fields ``Job.fast`` needs: no default (id, task) or a fresh container per job.
+FAST_REQUIRED = ("id", "task", "args", "kwargs", "errors", "history", "metadata")
+#: Per class: (number of fields, the other fields with their immutable defaults).
+_FAST_DEFAULTS: dict[type, tuple[int, dict[str, Any]]] = {}
+
+
+def _fast_defaults(cls: type[Job]) -> tuple[int, dict[str, Any]]:
+    """The field count and plain defaults of ``cls`` (computed once per class)."""
+    every = fields(cls)
+    plain = {f.name: f.default for f in every if f.default is not MISSING}
+    missing = {f.name for f in every} - set(plain) - set(FAST_REQUIRED)
+    if missing:  # a new field with a default_factory must be listed in FAST_REQUIRED
+        raise TypeError(f"Job.fast: fields {sorted(missing)} need a value per job")
+    _FAST_DEFAULTS[cls] = found = (len(every), plain)
+    return found
 
 
 def validate_queue_name(queue: object, field_name: str = "queue") -> str:

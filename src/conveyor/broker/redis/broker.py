@@ -27,7 +27,7 @@ from . import codec, idguard
 from .codec import fmt_time
 from .keys import TERMINAL_SETS
 from .lifecycle import LifecycleMixin
-from .plumbing import WHERE_MAX, guarded, token_queue
+from .plumbing import guarded, token_queue
 from .reads import ReadsMixin
 from .scripts import Call
 from .side import SideMixin
@@ -132,8 +132,7 @@ class RedisBroker(ReadsMixin, SideMixin, LifecycleMixin, Broker):
             results[order[reply[n] - 1]] = EnqueueResult(reply[n + 1].decode(), True,
                                                          _STATES[reply[n + 2]])  # fmt: skip
         where = self._where
-        if len(where) + len(jobs) >= WHERE_MAX:
-            where.clear()
+        where.make_room(len(jobs))
         fresh = False
         for queue, idxs in groups.items():
             for i in idxs:
@@ -174,8 +173,7 @@ class RedisBroker(ReadsMixin, SideMixin, LifecycleMixin, Broker):
                     next_due = due if next_due is None else min(next_due, due)
                 buried = 0
                 where = self._where
-                if len(where) + len(reply) >= WHERE_MAX:
-                    where.clear()
+                where.make_room(len(reply))
                 for item in reply[2:]:
                     try:
                         job = claimed_job(item, queue, now, expires, worker_id)

@@ -152,7 +152,7 @@ def claimed_job(item: Sequence[Any], queue: str, now: float, expires: float, wor
     """The Job of one entry of claim.lua's reply (fast path; ``DecodeError`` if malformed).
 
     ``item`` is ``[id, attempts, token, payload, run_at, lost, errors, history, last_error]``.
-    The Job is filled in directly (no ``__init__``): this runs once per claimed job.
+    The Job is built by ``Job.fast`` (no ``__init__``): this runs once per claimed job.
     """
     raw = item[3]
     data = _envelope(raw)
@@ -167,8 +167,7 @@ def claimed_job(item: Sequence[Any], queue: str, now: float, expires: float, wor
         run_at, lost, errors, history, last_error = item[4:9]
         task, priority, max_attempts = data["task"], get("priority", 0), get("max_attempts", 4)
         timeout, ttl = get("timeout"), get("idempotency_ttl")
-        job = _new_job(Job)
-        job.__dict__ = {
+        job = Job.fast({
             "id": item[0].decode(), "task": task if type(task) is str else str(task),
             "args": args if type(args) is list else list(args),  # orjson's lists are fresh
             "kwargs": kwargs if type(kwargs) is dict else dict(kwargs), "queue": queue,
@@ -186,8 +185,8 @@ def claimed_job(item: Sequence[Any], queue: str, now: float, expires: float, wor
             "idempotency_ttl": float(ttl) if ttl else 300.0,
             "metadata": metadata if type(metadata) is dict else dict(metadata),
             "lost": int(lost or get("lost", 0)), "worker_id": worker_id or None,
-            "lease_expires_at": expires,
-        }  # fmt: skip
+            "lease_expires_at": expires, "retry_on": None, "dead_on": None,
+        })  # fmt: skip
         if b'_on"' in raw:  # per-job retry_on / dead_on (rare): checked like job_from_dict
             job.retry_on = exception_names(get("retry_on"), "retry_on")
             job.dead_on = exception_names(get("dead_on"), "dead_on")
@@ -195,9 +194,6 @@ def claimed_job(item: Sequence[Any], queue: str, now: float, expires: float, wor
     except (TypeError, ValueError, AttributeError, KeyError, RecursionError,
             orjson.JSONDecodeError) as exc:  # fmt: skip
         raise DecodeError(f"malformed job field: {exc!r}") from exc
-
-
-_new_job = object.__new__
 
 
 def _opt(value: Any) -> float | None:

@@ -27,6 +27,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ...config import Retention
+from ...core.cache import BoundedCache
 from ...core.job import Job, validate_queue_name
 from ...errors import (
     BrokerAuthError,
@@ -92,12 +93,10 @@ def token_queue(token: str) -> str | None:
         return queue
     if not _QUEUE_RE.match(queue):
         return None
-    if len(_GOOD_QUEUES) < 10_000:
-        _GOOD_QUEUES.add(queue)
-    return queue
+    return _GOOD_QUEUES.put(queue, queue)
 
 
-_GOOD_QUEUES: set[str] = set()
+_GOOD_QUEUES: BoundedCache[str, str] = BoundedCache(10_000)
 
 
 class RedisBase:
@@ -112,8 +111,8 @@ class RedisBase:
         self._conn = conn.acquire(url)
         self.keys = KeySchema(self._conn.prefix)
         self._runner: ScriptRunner | None = None
-        self._where: dict[str, str] = {}
-        self._qkeys: dict[str, tuple[str, ...]] = {}
+        self._where: BoundedCache[str, str] = BoundedCache(WHERE_MAX)
+        self._qkeys: BoundedCache[str, tuple[str, ...]] = BoundedCache(10_000)
 
     # ------------------------------------------------------------------ plumbing
     @property
@@ -148,16 +147,12 @@ class RedisBase:
         keys = self._qkeys.get(queue)
         if keys is None:
             validate_queue_name(queue)
-            if len(self._qkeys) >= 10_000:
-                self._qkeys.clear()
-            keys = self._qkeys[queue] = tuple(self.keys.queue_keys(queue))
+            keys = self._qkeys.put(queue, tuple(self.keys.queue_keys(queue)))
         return keys
 
     def remember(self, job_id: str, queue: str) -> None:
         """Cache which queue a job lives in (ids never move between queues)."""
-        if len(self._where) >= WHERE_MAX:
-            self._where.clear()
-        self._where[job_id] = queue
+        self._where.put(job_id, queue)
 
     def known_queues(self) -> list[str]:
         """Every registered queue, sorted."""

@@ -1,7 +1,9 @@
 """``PlainEnvelopes``: the envelope of a job enqueued without options, from a byte template.
 
-This is the producer's hot path (``Conveyor.enqueue`` of plain calls); it must write exactly the
-bytes ``serialization.encode_envelope`` writes for the same job (see test_producer_fast_paths).
+This is the producer's hot path (``Conveyor.enqueue`` of plain calls, ``producer.py``); it must
+write exactly the bytes ``core.serialization.encode_envelope`` writes for the same job (see
+tests/core/test_producer_fast_paths.py). It lives beside the producer, not in ``core/``: it is a
+speed-up of one caller, not part of the job model.
 """
 
 from __future__ import annotations
@@ -10,9 +12,16 @@ from typing import Any
 
 import orjson
 
-from ..errors import PayloadTooLarge
-from .job import Job
-from .serialization import MAX_PAYLOAD_BYTES, encode_args, encode_kwargs, envelope_dict, unencodable
+from .core.cache import BoundedCache
+from .core.job import Job
+from .core.serialization import (
+    MAX_PAYLOAD_BYTES,
+    encode_args,
+    encode_kwargs,
+    envelope_dict,
+    unencodable,
+)
+from .errors import PayloadTooLarge
 
 _MARK_ID, _MARK_ARGS, _MARK_KWARGS, _MARK_RUN, _MARK_CREATED = (
     "@@id@@", "@@args@@", "@@kwargs@@", "@@run_at@@", "@@created_at@@")  # fmt: skip
@@ -32,7 +41,7 @@ class PlainEnvelopes:
 
     def __init__(self, limit: int = MAX_PAYLOAD_BYTES) -> None:
         self.limit = limit
-        self._parts: dict[tuple[Any, ...], tuple[bytes, ...]] = {}
+        self._parts: BoundedCache[tuple[Any, ...], tuple[bytes, ...]] = BoundedCache(self._MAX)
         self._last_at: tuple[float, bytes] = (float("nan"), b"")
 
     def _template(self, job: Job, key: tuple[Any, ...]) -> tuple[bytes, ...]:
@@ -51,9 +60,7 @@ class PlainEnvelopes:
             parts = tuple(raw.split(b"\0"))
             if len(parts) != 6:  # pragma: no cover - a marker collided with a name
                 raise ValueError("envelope template: unexpected marker count")
-            if len(self._parts) >= self._MAX:
-                self._parts.clear()
-            self._parts[key] = parts
+            self._parts.put(key, parts)
         return parts
 
     def encode(self, job: Job, key: tuple[Any, ...] | None = None) -> bytes:

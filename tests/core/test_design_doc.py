@@ -1,0 +1,40 @@
+"""docs/design.md is the design reference: nothing cites a file the repository lacks, and its
+transition table says exactly what ``core/state.py::TRANSITIONS`` says."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from conveyor.core.state import TRANSITIONS
+
+ROOT = Path(__file__).resolve().parents[2]
+DESIGN = ROOT / "docs" / "design.md"
+OLD_NAME = "DESIGN" + ".md"  # spelt in two parts so this file does not cite it
+_TEXT = (".py", ".md", ".txt", ".toml", ".sh")
+
+
+def test_nothing_cites_the_missing_design_file() -> None:
+    cited = []
+    for where in ("src", "docs", "tests", "examples", "bench", "README.md"):
+        base = ROOT / where
+        files = [base] if base.is_file() else base.rglob("*")
+        for path in files:
+            text = path.suffix in _TEXT and path.is_file() and path.read_text(errors="replace")
+            if text and OLD_NAME in text:
+                cited.append(str(path.relative_to(ROOT)))
+    assert cited == [], f"cite docs/design.md instead: {cited}"
+
+
+def test_the_design_transition_table_matches_the_code() -> None:
+    text = DESIGN.read_text(encoding="utf-8")
+    section = text.split("## 2. States and the transition table", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| (.+?) \| (\w+) \| (.+?) \| .+ \|$", section, re.M)
+    documented = set()
+    for sources, event, target in rows:
+        if event in ("event", "enqueue"):  # the header and the way in
+            continue
+        for source in re.findall(r"`(\w+)`", sources):
+            documented.add((source, event, target.strip("`")))
+    expected = {(str(s), str(e), str(t)) for (s, e), t in TRANSITIONS.items()}
+    assert documented == expected
