@@ -68,17 +68,18 @@ def imports(path: Path) -> Iterator[tuple[int, str]]:
 
 def broken_rule(importer: str, imported: str) -> str | None:
     """The rule an import breaks, or None."""
-    if not within(imported, "conveyor"):
-        return None
-    if within(imported, "conveyor.app"):  # the package ``__init__`` re-exports it lazily
-        if importer != "conveyor" and not within(importer, *SURFACES):
-            return "only the surfaces (app, cli, dashboard) import the facade conveyor.app"
-    if within(importer, "conveyor.core"):
-        if not within(imported, "conveyor.core", "conveyor.errors"):
-            return "core/ imports nothing of Conveyor but core and errors"
-    if within(importer, "conveyor.broker"):
-        if within(imported, *PROCESSES, "conveyor.dashboard", "conveyor.cli"):
-            return "broker/ never imports a process or a surface"
+    facade = within(imported, "conveyor.app")
+    # the package ``__init__`` re-exports the facade lazily: it is a surface too
+    if facade and importer != "conveyor" and not within(importer, *SURFACES):
+        return "only the surfaces (app, cli, dashboard) import the facade conveyor.app"
+    core_ok = within(imported, "conveyor.core", "conveyor.errors") or not within(
+        imported, "conveyor"
+    )
+    if within(importer, "conveyor.core") and not core_ok:
+        return "core/ imports nothing of Conveyor but core and errors"
+    upward = within(imported, *PROCESSES, "conveyor.dashboard", "conveyor.cli")
+    if within(importer, "conveyor.broker") and upward:
+        return "broker/ never imports a process or a surface"
     if within(importer, *PROCESSES) and concrete_backend(imported):
         return "processes use broker.base, never a concrete backend"
     return None
