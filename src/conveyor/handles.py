@@ -13,7 +13,7 @@ from .core.state import JobState
 from .errors import JobNotFound, LeaseLost, ValidationError
 
 if TYPE_CHECKING:
-    from .app import Conveyor
+    from .runtime import Runtime
 
 
 _JOB_FIELDS = tuple(f.name for f in dataclasses.fields(Job))
@@ -27,7 +27,7 @@ class JobHandle(Job):
     _app: Any = field(default=None, repr=False, compare=False)
 
     @classmethod
-    def bind(cls, job: Job, app: Conveyor, duplicate: bool = False) -> JobHandle:
+    def bind(cls, job: Job, app: Runtime, duplicate: bool = False) -> JobHandle:
         """Wrap a broker snapshot."""
         handle = cls.__new__(cls)  # a shallow copy of the fields, without __init__'s overhead
         state = dict(job.__dict__)
@@ -49,7 +49,7 @@ class JobHandle(Job):
 class Delivery:
     """A low-level leased job (SQS style): ``ack()``, ``nack(delay)``, ``extend(seconds)``."""
 
-    def __init__(self, app: Conveyor, lease: Lease, visibility_timeout: float) -> None:
+    def __init__(self, app: Runtime, lease: Lease, visibility_timeout: float) -> None:
         self._app = app
         self._lease = lease
         self.visibility_timeout = visibility_timeout

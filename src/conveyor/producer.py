@@ -40,7 +40,7 @@ from .monitoring.metrics import MetricsMiddleware
 from .task import JobSpec, check_options
 
 if TYPE_CHECKING:
-    from .app import Conveyor
+    from .runtime import Runtime
 
 #: Task and queue names that passed validation (enqueue checks each name once per process).
 _VALID_TASKS: set[str] = set()
@@ -53,7 +53,7 @@ _new = object.__new__
 class Producer:
     """Builds, encodes and stores jobs for one app (``app.enqueue`` / ``app.enqueue_many``)."""
 
-    def __init__(self, app: Conveyor) -> None:
+    def __init__(self, app: Runtime) -> None:
         self.app = app
         self.envelopes = PlainEnvelopes(app.settings.max_payload_bytes)
 
@@ -102,7 +102,7 @@ class Producer:
             payloads = []
             for job in jobs:
                 for mw in before:
-                    mw.before_enqueue(app, job)
+                    mw.before_enqueue(app.owner, job)
                 payloads.append(encode_envelope(job, limit))
         else:
             encode = self.envelopes.encode
@@ -117,7 +117,7 @@ class Producer:
         handles = jobs
         for i, (job, res) in enumerate(zip(jobs, results, strict=True)):
             if after:
-                emit(after, "after_enqueue", app, job, res.duplicate)
+                emit(after, "after_enqueue", app.owner, job, res.duplicate)
             if res.duplicate:
                 if handles is jobs:
                     handles = list(jobs)

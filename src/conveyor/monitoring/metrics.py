@@ -52,7 +52,7 @@ from .metrics_read import (
 )
 
 if TYPE_CHECKING:
-    from ..app import Conveyor
+    from ..runtime import Runtime
     from ..broker.base import Broker
 
 __all__ = [  # the read side lives in metrics_read.py; callers import it from here too
@@ -316,7 +316,7 @@ def _flush_all_at_exit() -> None:  # pragma: no cover - runs at interpreter exit
         mw.flush(quiet=True)
 
 
-def flush_local(app: Conveyor) -> None:
+def flush_local(app: Runtime) -> None:
     """Flush this process's buffered metrics of ``app`` (so reads see its latest counts)."""
     for mw in app.middleware:
         if isinstance(mw, MetricsMiddleware):

@@ -27,11 +27,12 @@ from typing import TYPE_CHECKING, Any
 from ..core.cron import IntervalSpec, Spec
 from ..core.state import TERMINAL_STATES
 from ..errors import BrokerConfigError, DuplicateJob, ValidationError
+from ..runtime import as_runtime
 from ..task import JobSpec
 from .models import COLLECTION, Schedule, history_entry, history_log, job_id_for
 
 if TYPE_CHECKING:
-    from ..app import Conveyor
+    from ..runtime import HasRuntime, Runtime
 
 log = logging.getLogger("conveyor.scheduler")
 _PASS_LIMIT = 1000  # most ticks of one schedule handled in one pass; the rest next pass
@@ -118,7 +119,7 @@ class Scheduler:
 
     def __init__(
         self,
-        app: Conveyor,
+        app: Runtime | HasRuntime,
         *,
         interval: float = 0.5,
         reap_interval: float | None = None,
@@ -129,7 +130,7 @@ class Scheduler:
     ) -> None:
         if not interval > 0:
             raise ValidationError("interval", "must be > 0 seconds")
-        self.app = app
+        self.app = app = as_runtime(app)  # the runtime (never the facade)
         self.broker = app.broker
         self.interval = float(interval)
         self.reap_interval = app.settings.reap_interval if reap_interval is None else reap_interval
