@@ -25,6 +25,8 @@ SURFACES = (
     "conveyor.bench",
     "conveyor.demo",
 )
+#: the only worker modules that may import the Worker class (``worker/loop.py``)
+WORKER_OWNERS = ("conveyor.worker", "conveyor.worker.loop")
 CONCRETE_BACKENDS = ("conveyor.broker.memory", "conveyor.broker.sqlite", "conveyor.broker.redis")
 
 
@@ -82,6 +84,9 @@ def broken_rule(importer: str, imported: str) -> str | None:
         return "broker/ never imports a process or a surface"
     if within(importer, *PROCESSES) and concrete_backend(imported):
         return "processes use broker.base, never a concrete backend"
+    helper = within(importer, "conveyor.worker") and importer not in WORKER_OWNERS
+    if helper and within(imported, "conveyor.worker.loop"):
+        return "worker helpers get explicit collaborators, never the Worker (worker.loop)"
     return None
 
 
@@ -123,6 +128,8 @@ def test_layering_holds() -> None:
         ("conveyor.runtime", "conveyor.app", True),
         ("conveyor.producer", "conveyor.app", True),
         ("conveyor.worker.loop", "json", False),
+        ("conveyor.worker.recorder", "conveyor.worker.loop", True),
+        ("conveyor.worker", "conveyor.worker.loop", False),
     ],
 )
 def test_rules(importer: str, imported: str, broken: bool) -> None:
@@ -142,3 +149,47 @@ def test_relative_imports_resolve(tmp_path: Path) -> None:
         assert (2, "conveyor.app") in set(imports(pkg / "x.py"))
     finally:
         SRC = saved
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the Conveyor modules it imports (``from pkg import mod`` counts as ``pkg.mod``)."""
+    known = {module_name(p) for p in ROOT.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for path in ROOT.rglob("*.py"):
+        edges = graph.setdefault(module_name(path), set())
+        for _, imported in imports(path):
+            if imported in known:
+                edges.add(imported)
+    for name, edges in graph.items():  # ``from pkg import mod``: the module, not also ``pkg``
+        edges -= {e for e in edges if any(x.startswith(e + ".") for x in edges)}
+        edges.discard(name)
+    return graph
+
+
+def cycle_through(graph: dict[str, set[str]], start: str) -> list[str]:
+    """The modules on an import cycle through ``start`` (empty when there is none)."""
+    reach: dict[str, set[str]] = {}
+
+    def reachable(node: str) -> set[str]:
+        if node not in reach:
+            seen: set[str] = set()
+            todo = [node]
+            while todo:
+                for nxt in graph.get(todo.pop(), ()):
+                    if nxt not in seen:
+                        seen.add(nxt)
+                        todo.append(nxt)
+            reach[node] = seen
+        return reach[node]
+
+    return sorted(m for m in reachable(start) if start in reachable(m))
+
+
+@pytest.mark.parametrize("module", ["conveyor.app", "conveyor.runtime"])
+def test_no_import_cycle_through_the_facade_or_the_runtime(module: str) -> None:
+    """Nothing the facade or the runtime imports (TYPE_CHECKING included) imports it back.
+
+    On the code before the runtime existed, 27 modules were on one loop with ``conveyor.app``.
+    """
+    loop = cycle_through(import_graph(), module)
+    assert not loop, f"{len(loop)} modules on an import loop with {module}: {loop}"

@@ -17,9 +17,12 @@ built jobs and their encoded envelopes in ONE ``Broker.enqueue`` call (atomic: a
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from .broker.base import Broker
+from .config import Settings
 from .core.envelopes import PlainEnvelopes
 from .core.ids import new_ulid
 from .core.job import (
@@ -37,10 +40,22 @@ from .errors import ValidationError
 from .handles import JobHandle
 from .middleware import Middleware, emit
 from .monitoring.metrics import MetricsMiddleware
-from .task import JobSpec, check_options
+from .task import JobSpec, Task, check_options
 
-if TYPE_CHECKING:
-    from .runtime import Runtime
+
+class Host(Protocol):
+    """What the producer uses of its app (``conveyor.runtime.Runtime`` is one)."""
+
+    broker: Broker
+    settings: Settings
+    middleware: list[Middleware]
+    tasks: dict[str, Task]
+    id_rng: random.Random
+    owner: Any  # what the enqueue middleware hooks receive as ``app``
+
+    def now(self) -> float:
+        """The current time."""
+        ...
 
 #: Task and queue names that passed validation (enqueue checks each name once per process).
 _VALID_TASKS: set[str] = set()
@@ -53,7 +68,7 @@ _new = object.__new__
 class Producer:
     """Builds, encodes and stores jobs for one app (``app.enqueue`` / ``app.enqueue_many``)."""
 
-    def __init__(self, app: Runtime) -> None:
+    def __init__(self, app: Host) -> None:
         self.app = app
         self.envelopes = PlainEnvelopes(app.settings.max_payload_bytes)
 

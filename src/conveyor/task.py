@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 import inspect
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from .core.backoff import DEFAULT_BACKOFF, Backoff

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from ..broker.base import Page
+from ..broker.base import Broker, Page
 from ..core.job import Job, validate_queue_name, validate_task_name
 from ..core.state import JobState
 from ..errors import JobNotFound, ValidationError
@@ -74,6 +74,11 @@ class Inspector:
 
     def __init__(self, app: Runtime | HasRuntime) -> None:
         self.runtime = as_runtime(app)
+
+    @property
+    def broker(self) -> Broker:
+        """The runtime's broker."""
+        return self.runtime.broker
 
     # ------------------------------------------------------------------ queues and workers
     def queues(self, minutes: int = 5) -> list[dict[str, Any]]:
@@ -178,7 +183,7 @@ class Inspector:
             raise JobNotFound(job_id)
         return {
             **job_dict(job),
-            "timeline": timeline(job, [e.to_dict() for e in job_events(self.runtime.broker, job_id)]),
+            "timeline": timeline(job, [e.to_dict() for e in job_events(self.broker, job_id)]),
         }
 
     def dead_letters(

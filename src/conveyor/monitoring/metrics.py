@@ -52,7 +52,6 @@ from .metrics_read import (
 )
 
 if TYPE_CHECKING:
-    from ..runtime import Runtime
     from ..broker.base import Broker
 
 __all__ = [  # the read side lives in metrics_read.py; callers import it from here too
@@ -181,10 +180,10 @@ class MetricsMiddleware(Middleware):
     def _count(
         self, worker: Any, jobs: Sequence[Job], durations: Sequence[float], outcome: str
     ) -> None:
-        now = worker.app.now()
+        now = worker.runtime.now()
         minute = int(now // 60)
         with self._lock:
-            broker = worker.app.broker
+            broker = worker.runtime.broker
             if self._broker is not broker:
                 self._use(broker, now)
             elif now > self._now:
@@ -224,9 +223,9 @@ class MetricsMiddleware(Middleware):
 
     def count_released(self, worker: Any, job: Job) -> None:
         """Count a job released unfinished at shutdown (counter ``released``; not processed)."""
-        now = worker.app.now()
+        now = worker.runtime.now()
         with self._lock:
-            self._use(worker.app.broker, now)
+            self._use(worker.runtime.broker, now)
             key = (int(now // 60), job.queue, job.task)
             tally = self._tallies.get(key)
             if tally is None:
@@ -316,7 +315,7 @@ def _flush_all_at_exit() -> None:  # pragma: no cover - runs at interpreter exit
         mw.flush(quiet=True)
 
 
-def flush_local(app: Runtime) -> None:
+def flush_local(app: Any) -> None:
     """Flush this process's buffered metrics of ``app`` (so reads see its latest counts)."""
     for mw in app.middleware:
         if isinstance(mw, MetricsMiddleware):

@@ -192,7 +192,8 @@ class Worker:
 
             return supervise(self.app, self.processes, self.selector, self.concurrency,
                              self.max_jobs, self.visibility_timeout, self.shutdown_timeout)
-        if not broker_accepts(self.broker, self.id):  # a wrong password or database: retrying cannot help
+        # a wrong password or database: retrying cannot help
+        if not broker_accepts(self.broker, self.id):
             self.exit_code = EXIT_CONFIG
             return EXIT_CONFIG
         self._stopping.clear()
@@ -418,7 +419,8 @@ class Worker:
                   "recycling this worker process", run.job.id, run.job.task,
                   self.runtime.settings.timeout_grace)  # fmt: skip
         if run.settle():
-            self._done.put((run, reported(run, None, None, None, self.runtime.now(), self.runtime.rng)))
+            rt = self.runtime
+            self._done.put((run, reported(run, None, None, None, rt.now(), rt.rng)))
             self._slots.freed()
         self.stop_now(EXIT_STUCK)
 
