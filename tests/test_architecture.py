@@ -25,6 +25,15 @@ SURFACES = (
     "conveyor.bench",
     "conveyor.demo",
 )
+#: the runtime layer (``producer`` still reads ``monitoring.metrics`` for its batched counters)
+RUNTIME = (
+    "conveyor.runtime",
+    "conveyor.task",
+    "conveyor.handles",
+    "conveyor.middleware",
+    "conveyor.config",
+    "conveyor.errors",
+)
 #: the only worker modules that may import the Worker class (``worker/loop.py``)
 WORKER_OWNERS = ("conveyor.worker", "conveyor.worker.loop")
 CONCRETE_BACKENDS = ("conveyor.broker.memory", "conveyor.broker.sqlite", "conveyor.broker.redis")
@@ -84,6 +93,8 @@ def broken_rule(importer: str, imported: str) -> str | None:
         return "broker/ never imports a process or a surface"
     if within(importer, *PROCESSES) and concrete_backend(imported):
         return "processes use broker.base, never a concrete backend"
+    if importer in RUNTIME and within(imported, *PROCESSES, *SURFACES):
+        return "the runtime layer never imports a process or a surface"
     helper = within(importer, "conveyor.worker") and importer not in WORKER_OWNERS
     if helper and within(imported, "conveyor.worker.loop"):
         return "worker helpers get explicit collaborators, never the Worker (worker.loop)"
@@ -130,6 +141,8 @@ def test_layering_holds() -> None:
         ("conveyor.worker.loop", "json", False),
         ("conveyor.worker.recorder", "conveyor.worker.loop", True),
         ("conveyor.worker", "conveyor.worker.loop", False),
+        ("conveyor.runtime", "conveyor.scheduler.registry", True),
+        ("conveyor.task", "conveyor.cli", True),
     ],
 )
 def test_rules(importer: str, imported: str, broken: bool) -> None:

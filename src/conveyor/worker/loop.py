@@ -257,17 +257,14 @@ class Worker:
 
     def _wiring(self) -> Wiring:
         """What the helper threads need of this worker, handed over explicitly."""
-        settings = self.runtime.settings
-        uses_pool = any(t.executor == "process" for t in self.runtime.tasks.values())
+        rt, pool = self.runtime, any(t.executor == "process" for t in self.runtime.tasks.values())
         return Wiring(
-            broker=self.broker, now=self.runtime.now, worker_id=self.id,
-            running_jobs=self.running_jobs, done=self._done, recorded=self._recorded,
-            on_deadline=self._on_deadline, on_stuck=self._on_stuck,
+            self.broker, rt.now, self.id, self.running_jobs, done=self._done,
+            recorded=self._recorded, on_deadline=self._on_deadline, on_stuck=self._on_stuck,
             describe=self.describe if self.heartbeat else None,
-            timeout_grace=settings.timeout_grace,
-            heartbeat_interval=settings.heartbeat_interval,
-            visibility_timeout=self.visibility_timeout,
-            warm_pool=(lambda: self._executor("process").submit([])) if uses_pool else None,
+            timeout_grace=rt.settings.timeout_grace, visibility_timeout=self.visibility_timeout,
+            heartbeat_interval=rt.settings.heartbeat_interval,
+            warm_pool=(lambda: self._executor("process").submit([])) if pool else None,
         )  # fmt: skip
 
     # ------------------------------------------------------------------ claim loop
