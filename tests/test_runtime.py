@@ -53,6 +53,7 @@ def test_scheduler_and_alerts_run_on_a_bare_runtime(runtime: Runtime) -> None:
     alerts = AlertManager(runtime)  # the default rules read counts, workers, schedules
     alerts.evaluate()
     assert alerts.states() == []
+    assert Inspector(runtime).alerts() == [] and not Operator(runtime).acknowledge("none")
     with pytest.raises(RuntimeError, match="schedule registry"):
         runtime.schedules.sync()
 

@@ -45,6 +45,24 @@ class Schedules(Protocol):
         """A schedule's recent firings."""
 
 
+class Alerts(Protocol):
+    """What processes use of the alert manager (``monitoring.alerts.AlertManager``)."""
+
+    rules: list[Any]
+
+    def states(self, include_resolved: bool = True) -> list[Any]:
+        """Every stored alert state."""
+
+    def acknowledge(self, key: str, by: str = "") -> bool:
+        """Acknowledge a firing alert."""
+
+    def maybe_evaluate(self, now: float | None = None) -> Any:
+        """Evaluate the rules if the interval passed."""
+
+    def evaluate(self, now: float | None = None) -> Any:
+        """Evaluate the rules now."""
+
+
 class HasRuntime(Protocol):
     """Anything that owns a runtime: the ``Conveyor`` facade."""
 
@@ -65,7 +83,7 @@ class Runtime:
         rng: random.Random | None = None,
         middleware: Iterable[Middleware] = (),
         schedules: Callable[[], Schedules] | None = None,
-        alerts: Callable[[], Any] | None = None,
+        alerts: Callable[[], Alerts] | None = None,
         owner: Any = None,
     ) -> None:
         self.broker = broker
@@ -94,7 +112,7 @@ class Runtime:
         return self._schedules()
 
     @property
-    def alerts(self) -> Any:
+    def alerts(self) -> Alerts | None:
         """The alert manager (built by the facade on first use), or None without one."""
         return None if self._alerts is None else self._alerts()
 

@@ -159,7 +159,8 @@ class Operator:
 
     def acknowledge(self, key: str) -> bool:
         """Acknowledge a firing alert."""
-        ok = bool(self.runtime.alerts.acknowledge(key, by=self.actor))
+        alerts = self.runtime.alerts
+        ok = alerts is not None and alerts.acknowledge(key, by=self.actor)
         self.audit("alert.acknowledge", key, "ok" if ok else "refused")
         return ok
 

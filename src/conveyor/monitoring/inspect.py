@@ -234,13 +234,15 @@ class Inspector:
 
     def alerts(self, include_resolved: bool = True) -> list[dict[str, Any]]:
         """Alert states (active first) as dicts."""
-        return [s.to_dict() for s in self.runtime.alerts.states(include_resolved)]
+        alerts = self.runtime.alerts  # None: a runtime without an alert manager
+        return [s.to_dict() for s in alerts.states(include_resolved)] if alerts else []
 
     def alert_rules(self) -> list[dict[str, Any]]:
         """The configured rules of this process."""
+        alerts = self.runtime.alerts
         return [
             {"name": r.name, "type": r.type, "severity": r.severity, "description": r.describe()}
-            for r in self.runtime.alerts.rules
+            for r in (alerts.rules if alerts is not None else [])
         ]
 
     def metrics(

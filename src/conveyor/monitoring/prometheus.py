@@ -139,7 +139,8 @@ class ConveyorCollector:
 
     def _alerts(self) -> Metric | None:
         try:
-            states = self.app.alerts.states()
+            alerts = self.app.alerts
+            states = alerts.states() if alerts is not None else []
         except Exception:  # alerts are optional for a scrape
             log.debug("alert states unavailable", exc_info=True)
             return None
