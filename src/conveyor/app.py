@@ -1,8 +1,11 @@
 """Conveyor: the application object — task registry, enqueue API, admin API, factories.
 
 ``Conveyor(url)`` picks a broker from the URL (``memory://``, ``sqlite:///file.db``,
-``redis://…``; default ``CONVEYOR_URL`` or ``sqlite:///conveyor.db``), owns the clock and the
-random source, and hands out workers and schedulers that see only the broker protocol.
+``redis://…``; default ``CONVEYOR_URL`` or ``sqlite:///conveyor.db``) and builds the app's
+``Runtime`` (``app.runtime``: broker, clock, settings, tasks, middleware, random sources,
+producer). It is the one user-facing facade: workers, schedulers, inspectors and operator
+actions take the runtime, never this object, and its admin methods delegate to
+``monitoring/admin.py``.
 """
 
 from __future__ import annotations
@@ -13,20 +16,20 @@ import random
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
-from .broker.base import Broker, Page, SearchQuery
+from .broker.base import Broker, Page
 from .broker.factory import broker_from_url
 from .config import DEFAULT_URL, Settings
 from .core.backoff import Backoff
 from .core.clock import Clock, SystemClock
-from .core.ids import IdRandom
 from .core.job import Job, validate_queue_name
 from .core.state import JobState
 from .errors import JobNotFound, ValidationError
 from .handles import Delivery, JobHandle
 from .middleware import Middleware
+from .monitoring import admin
 from .monitoring.metrics import MetricsMiddleware
-from .producer import Producer
-from .task import Executor, JobSpec, Task, build_task, check_options
+from .runtime import Runtime
+from .task import Executor, JobSpec, Task, build_task
 
 if TYPE_CHECKING:
     from .monitoring.alerts import AlertManager
@@ -58,37 +61,82 @@ class Conveyor:
         settings: Settings | None = None,
         middleware: Iterable[Middleware] | None = None,
     ) -> None:
-        self.settings = settings or Settings.from_env()
+        settings = settings or Settings.from_env()
         if isinstance(url, Broker):
-            self.broker = url
+            broker = url
         else:
-            self.broker = broker_from_url(self._resolve_url(url), self.settings.retention)
-        self.clock: Clock = clock or _default_clock(self.broker)
-        self.rng = rng or random.Random()
-        # Ids draw from their own source so that ``rng`` (backoff jitter) stays exact in tests.
-        self.id_rng: random.Random = IdRandom()
-        self.tasks: dict[str, Task] = {}
+            broker = broker_from_url(_resolve_url(url, settings), settings.retention)
         # the given list replaces the defaults (None: ``default_middleware()``)
-        self.middleware: list[Middleware] = (
-            default_middleware() if middleware is None else list(middleware)
-        )
+        mws = default_middleware() if middleware is None else list(middleware)
         self._schedules: ScheduleRegistry | None = None
-        self._producer = Producer(self)
+        self._alerts: AlertManager | None = None
+        #: the services every process shares (see ``conveyor/runtime.py``)
+        self.runtime = Runtime(
+            broker, clock=clock or _default_clock(broker), settings=settings, rng=rng,
+            middleware=mws, schedules=lambda: self.schedules, alerts=lambda: self.alerts,
+            owner=self,
+        )  # fmt: skip
         self._last_reap = float("-inf")
 
-    def _resolve_url(self, url: str | None) -> str:
-        global _default_url_logged
-        resolved = url or self.settings.url or os.environ.get("CONVEYOR_URL")
-        if resolved:
-            return resolved
-        if not _default_url_logged:
-            log.info("no broker URL given: using %s in %s", DEFAULT_URL, os.getcwd())
-            _default_url_logged = True
-        return DEFAULT_URL
+    # the runtime's parts, as attributes of the app (public API)
+    @property
+    def broker(self) -> Broker:
+        """The app's broker."""
+        return self.runtime.broker
+
+    @broker.setter
+    def broker(self, value: Broker) -> None:
+        self.runtime.broker = value
+
+    @property
+    def clock(self) -> Clock:
+        """The app's clock."""
+        return self.runtime.clock
+
+    @clock.setter
+    def clock(self, value: Clock) -> None:
+        self.runtime.clock = value
+
+    @property
+    def settings(self) -> Settings:
+        """The app's settings."""
+        return self.runtime.settings
+
+    @settings.setter
+    def settings(self, value: Settings) -> None:
+        self.runtime.settings = value
+
+    @property
+    def rng(self) -> random.Random:
+        """The random source of backoff jitter."""
+        return self.runtime.rng
+
+    @rng.setter
+    def rng(self, value: random.Random) -> None:
+        self.runtime.rng = value
+
+    @property
+    def id_rng(self) -> random.Random:
+        """The random source of job and worker ids."""
+        return self.runtime.id_rng
+
+    @id_rng.setter
+    def id_rng(self, value: random.Random) -> None:
+        self.runtime.id_rng = value
+
+    @property
+    def tasks(self) -> dict[str, Task]:
+        """Registered tasks by name."""
+        return self.runtime.tasks
+
+    @property
+    def middleware(self) -> list[Middleware]:
+        """The middleware list (hooks run in this order)."""
+        return self.runtime.middleware
 
     def now(self) -> float:
         """The app's current time (the injected clock)."""
-        return self.clock.now()
+        return self.runtime.clock.now()
 
     # ------------------------------------------------------------------ tasks
     @overload
@@ -151,23 +199,15 @@ class Conveyor:
         **options: Any,
     ) -> JobHandle:
         """Enqueue by task name (the task need not be registered in this process)."""
-        if args is not None and not isinstance(args, list | tuple):
-            raise ValidationError("args", f"must be a list, got {type(args).__name__}")
-        if kwargs is not None and not isinstance(kwargs, dict):
-            raise ValidationError("kwargs", f"must be a dict, got {type(kwargs).__name__}")
-        name = task.name if isinstance(task, Task) else task
-        if not options:
-            return self._producer.enqueue_one(name, args, kwargs)
-        spec = JobSpec(name, tuple(args or ()), dict(kwargs or {}), check_options(options))
-        return self.enqueue_many((spec,))[0]
+        return self.runtime.enqueue(task, args, kwargs, **options)
 
     def enqueue_many(self, specs: Iterable[JobSpec]) -> list[JobHandle]:
         """Store every job or none (atomic), returning their handles in order."""
-        return self._producer.enqueue_many(specs)
+        return self.runtime.enqueue_many(specs)
 
     def build_job(self, spec: JobSpec, now: float) -> Job:
         """Validate a spec and build the Job record it describes (not stored)."""
-        return self._producer.build_job(spec, now)
+        return self.runtime.producer.build_job(spec, now)
 
     # ------------------------------------------------------------------ inspection
     def get_job(self, job_id: str) -> JobHandle:
@@ -175,24 +215,20 @@ class Conveyor:
         job = self.broker.get(job_id)
         if job is None:
             raise JobNotFound(job_id)
-        return JobHandle.bind(job, self)
+        return JobHandle.bind(job, self.runtime)
 
     def stats(self) -> dict[str, Any]:
         """Counts per queue and state, paused flags, and the live workers."""
-        paused = self.broker.paused_queues()
-        queues: dict[str, dict[str, Any]] = {}
-        for queue, counts in self.broker.counts().items():
-            queues[queue] = {**counts, "paused": queue in paused}
-        return {"queues": queues, "workers": self.workers()}
+        return admin.stats(self.runtime)
 
     def workers(self) -> list[dict[str, Any]]:
         """Heartbeat records of live workers."""
-        return sorted(self.broker.doc_list("workers", self.now()).values(),
-                      key=lambda w: str(w.get("id")))  # fmt: skip
+        return admin.workers(self.runtime)
 
     def peek(self, queue: str, n: int = 10) -> list[JobHandle]:
         """The next ``n`` ready jobs of a queue, in the order workers would take them."""
-        return [JobHandle.bind(j, self) for j in self.broker.peek(validate_queue_name(queue), n)]
+        jobs = self.broker.peek(validate_queue_name(queue), n)
+        return [JobHandle.bind(j, self.runtime) for j in jobs]
 
     def search(
         self, *, id: str | None = None, state: JobState | str | None = None,
@@ -201,42 +237,35 @@ class Conveyor:
         page: int = 1, page_size: int = 50,
     ) -> Page:  # fmt: skip
         """Search stored jobs (newest first) with filters and pagination."""
-        if state is not None:
-            try:
-                state = JobState(state)
-            except ValueError as exc:
-                states = [s.value for s in JobState]
-                raise ValidationError("state", f"must be one of {states}") from exc
-        if page < 1 or not 1 <= page_size <= 1000:
-            raise ValidationError("page", "page must be >= 1 and page_size 1..1000")
-        query = SearchQuery(id, state, task, queue, since, until, error, text, page, page_size)
-        return self.broker.search(query)
+        return admin.search(self.runtime, id=id, state=state, task=task, queue=queue,
+                            since=since, until=until, error=error, text=text, page=page,
+                            page_size=page_size)  # fmt: skip
 
     def dead_letters(self, queue: str | None = None, limit: int = 100) -> list[JobHandle]:
         """Dead-lettered jobs, newest first."""
         page = self.search(state=JobState.DEAD_LETTER, queue=queue, page_size=min(limit, 1000))
-        return [JobHandle.bind(j, self) for j in page.items]
+        return [JobHandle.bind(j, self.runtime) for j in page.items]
 
     # ------------------------------------------------------------------ admin
     def cancel(self, job_id: str) -> bool:
         """Cancel a job that has not started; False if it is running or finished."""
-        return self.broker.cancel(job_id, self.now())
+        return admin.cancel(self.runtime, job_id)
 
     def requeue_dead(self, job_id: str) -> bool:
         """Run a dead-lettered (or cancelled) job again with fresh attempts."""
-        return self.broker.requeue(job_id, self.now())
+        return admin.requeue_dead(self.runtime, job_id)
 
     def purge_dead(self, older_than: float | None = None, queue: str | None = None) -> int:
         """Delete dead letters finished more than ``older_than`` seconds ago (all if None)."""
-        return self.broker.purge(self.now(), older_than=older_than, queue=queue)
+        return admin.purge_dead(self.runtime, older_than=older_than, queue=queue)
 
     def pause(self, queue: str) -> None:
         """Workers stop claiming from ``queue`` (running jobs finish)."""
-        self.broker.pause(validate_queue_name(queue))
+        admin.pause(self.runtime, queue)
 
     def resume(self, queue: str) -> None:
         """Undo ``pause``."""
-        self.broker.resume(validate_queue_name(queue))
+        admin.resume(self.runtime, queue)
 
     # ------------------------------------------------------------------ consumers
     def dequeue(
@@ -257,19 +286,19 @@ class Conveyor:
         leases = self.broker.claim([validate_queue_name(queue)], now, limit=1,
                                    visibility_timeout=vt, worker_id="dequeue",
                                    max_lost=self.settings.max_lost)  # fmt: skip
-        return Delivery(self, leases[0], vt) if leases else None
+        return Delivery(self.runtime, leases[0], vt) if leases else None
 
     def worker(self, queues: Sequence[str] | str | None = None, **options: Any) -> Worker:
         """A worker over ``queues`` (``["high:5", "default"]``, or "high:5,default")."""
         from .worker.loop import Worker
 
-        return Worker(self, queues, **options)
+        return Worker(self.runtime, queues, **options)
 
     def scheduler(self, **options: Any) -> Scheduler:
         """A scheduler: promotes due jobs, reaps expired leases, fires cron schedules."""
         from .scheduler.runner import Scheduler
 
-        return Scheduler(self, **options)
+        return Scheduler(self.runtime, **options)
 
     # ------------------------------------------------------------------ schedules
     @property
@@ -278,16 +307,16 @@ class Conveyor:
         if self._schedules is None:
             from .scheduler.registry import ScheduleRegistry
 
-            self._schedules = ScheduleRegistry(self)
+            self._schedules = ScheduleRegistry(self.runtime, self.task)
         return self._schedules
 
     @property
     def alerts(self) -> AlertManager:
         """The alert manager (rules, states, notifiers); built on first use."""
-        if getattr(self, "_alerts", None) is None:
+        if self._alerts is None:
             from .monitoring.alerts import build_manager
 
-            self._alerts = build_manager(self)
+            self._alerts = build_manager(self.runtime)
         return self._alerts
 
     def cron(self, expr: str, **options: Any) -> Callable[[F], F]:
@@ -322,6 +351,17 @@ class Conveyor:
     def close(self) -> None:
         """Close the broker's connections."""
         self.broker.close()
+
+
+def _resolve_url(url: str | None, settings: Settings) -> str:
+    global _default_url_logged
+    resolved = url or settings.url or os.environ.get("CONVEYOR_URL")
+    if resolved:
+        return resolved
+    if not _default_url_logged:
+        log.info("no broker URL given: using %s in %s", DEFAULT_URL, os.getcwd())
+        _default_url_logged = True
+    return DEFAULT_URL
 
 
 def _default_clock(broker: Broker) -> Clock:

@@ -4,16 +4,25 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from .broker.base import Ack, Lease
+from .broker.base import Ack, Broker, Lease
+from .config import Settings
 from .core.job import Job
 from .core.serialization import result_problem
 from .core.state import JobState
 from .errors import JobNotFound, LeaseLost, ValidationError
 
-if TYPE_CHECKING:
-    from .app import Conveyor
+
+class Backing(Protocol):
+    """What a handle uses of its app (``conveyor.runtime.Runtime`` is one)."""
+
+    broker: Broker
+    settings: Settings
+
+    def now(self) -> float:
+        """The current time."""
+        ...
 
 
 _JOB_FIELDS = tuple(f.name for f in dataclasses.fields(Job))
@@ -27,7 +36,7 @@ class JobHandle(Job):
     _app: Any = field(default=None, repr=False, compare=False)
 
     @classmethod
-    def bind(cls, job: Job, app: Conveyor, duplicate: bool = False) -> JobHandle:
+    def bind(cls, job: Job, app: Backing, duplicate: bool = False) -> JobHandle:
         """Wrap a broker snapshot."""
         # a shallow copy of the fields, without __init__'s overhead
         return cls.fast({**job.__dict__, "duplicate": duplicate, "_app": app})
@@ -45,7 +54,7 @@ class JobHandle(Job):
 class Delivery:
     """A low-level leased job (SQS style): ``ack()``, ``nack(delay)``, ``extend(seconds)``."""
 
-    def __init__(self, app: Conveyor, lease: Lease, visibility_timeout: float) -> None:
+    def __init__(self, app: Backing, lease: Lease, visibility_timeout: float) -> None:
         self._app = app
         self._lease = lease
         self.visibility_timeout = visibility_timeout

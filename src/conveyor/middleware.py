@@ -50,6 +50,11 @@ class WorkerView(Protocol):
         """The app the worker runs jobs of."""
         ...
 
+    @property
+    def runtime(self) -> AppView:
+        """The worker's runtime (its broker and clock)."""
+        ...
+
 
 class Middleware:
     """Base class: override the hooks you need; all are no-ops by default."""

@@ -17,9 +17,12 @@ built jobs and their encoded envelopes in ONE ``Broker.enqueue`` call (atomic: a
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from .broker.base import Broker
+from .config import Settings
 from .core.cache import BoundedCache
 from .core.ids import new_ulid
 from .core.job import (
@@ -34,12 +37,24 @@ from .core.lifecycle import initial_state
 from .core.serialization import encode_envelope
 from .errors import ValidationError
 from .handles import JobHandle
-from .middleware import after_enqueue_batch, hooked
+from .middleware import Middleware, after_enqueue_batch, hooked
 from .producer_envelopes import PlainEnvelopes
-from .task import JobSpec, check_options
+from .task import JobSpec, Task, check_options
 
-if TYPE_CHECKING:
-    from .app import Conveyor
+
+class Host(Protocol):
+    """What the producer uses of its app (``conveyor.runtime.Runtime`` is one)."""
+
+    broker: Broker
+    settings: Settings
+    middleware: list[Middleware]
+    tasks: dict[str, Task]
+    id_rng: random.Random
+    owner: Any  # what the enqueue middleware hooks receive as ``app``
+
+    def now(self) -> float:
+        """The current time."""
+        ...
 
 #: Task and queue names that passed validation (enqueue checks each name once per process).
 _VALID_TASKS: BoundedCache[str, bool] = BoundedCache(10_000)
@@ -49,7 +64,7 @@ _VALID_QUEUES: BoundedCache[str, bool] = BoundedCache(10_000)
 class Producer:
     """Builds, encodes and stores jobs for one app (``app.enqueue`` / ``app.enqueue_many``)."""
 
-    def __init__(self, app: Conveyor) -> None:
+    def __init__(self, app: Host) -> None:
         self.app = app
         self.envelopes = PlainEnvelopes(app.settings.max_payload_bytes)
 
@@ -98,7 +113,7 @@ class Producer:
             payloads = []
             for job in jobs:
                 for mw in before:
-                    mw.before_enqueue(app, job)
+                    mw.before_enqueue(app.owner, job)
                 payloads.append(encode_envelope(job, limit))
         else:
             encode = self.envelopes.encode
@@ -107,7 +122,7 @@ class Producer:
         results = app.broker.enqueue(jobs, now, payloads)
         after = hooked(middleware, "after_enqueue", "after_enqueue_batch")
         if after:  # one call per batch (metrics: one buffered update instead of one per job)
-            after_enqueue_batch(after, app, jobs, [res.duplicate for res in results])
+            after_enqueue_batch(after, app.owner, jobs, [res.duplicate for res in results])
         handles = jobs
         for i, (job, res) in enumerate(zip(jobs, results, strict=True)):
             if res.duplicate:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import datetime as dt
 import inspect
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from .core.backoff import DEFAULT_BACKOFF, Backoff
 from .core.cache import BoundedCache
@@ -15,7 +15,6 @@ from .core.retry import RetryPolicy, max_attempts_from
 from .errors import PermanentError, ValidationError
 
 if TYPE_CHECKING:
-    from .app import Conveyor
     from .handles import JobHandle
 
 #: Distinct argument shapes remembered per task by ``Task.check_arguments``.
@@ -83,11 +82,19 @@ class JobSpec:
     options: Mapping[str, Any] = field(default_factory=dict)
 
 
+class Enqueuer(Protocol):
+    """What a task needs of its app: ``enqueue_many`` (the facade or its runtime)."""
+
+    def enqueue_many(self, specs: Iterable[JobSpec]) -> list[JobHandle]:
+        """Store every job or none, returning their handles in order."""
+        ...
+
+
 @dataclass
 class Task:
     """A function registered with an app, with its default queue and failure policy."""
 
-    app: Conveyor
+    app: Enqueuer
     fn: Callable[..., Any]
     name: str
     queue: str = "default"
@@ -188,7 +195,7 @@ def _seconds(value: float | dt.timedelta) -> float:
 
 
 def build_task(
-    app: Conveyor,
+    app: Enqueuer,
     fn: Callable[..., Any],
     *,
     name: str | None,

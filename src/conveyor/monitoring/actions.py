@@ -14,10 +14,11 @@ from typing import TYPE_CHECKING, Any
 from ..core.job import validate_queue_name
 from ..core.state import JobState
 from ..errors import JobNotFound, ValidationError
+from ..runtime import HasRuntime, Runtime, as_runtime
+from . import admin
 from .inspect import Inspector
 
 if TYPE_CHECKING:
-    from ..app import Conveyor
     from ..handles import JobHandle
 
 AUDIT_LOG = "audit"
@@ -41,16 +42,16 @@ ENQUEUE_OPTIONS = (
 class Operator:
     """Audited admin actions on behalf of ``actor`` (a user name, ``token``, ``cli``)."""
 
-    def __init__(self, app: Conveyor, actor: str = "cli", source: str = "") -> None:
-        self.app = app
+    def __init__(self, app: Runtime | HasRuntime, actor: str = "cli", source: str = "") -> None:
+        self.runtime = rt = as_runtime(app)
         self.actor = actor or "anonymous"
         self.source = source
-        self.inspector = Inspector(app)
+        self.inspector = Inspector(rt)
 
     def audit(self, action: str, target: str, result: Any, **detail: Any) -> None:
         """Append one entry to the audit log."""
         entry = {
-            "at": self.app.now(),
+            "at": self.runtime.now(),
             "actor": self.actor,
             "source": self.source,
             "action": action,
@@ -58,17 +59,17 @@ class Operator:
             "result": result,
             **detail,
         }
-        self.app.broker.log_append(AUDIT_LOG, [entry], AUDIT_CAP)
+        self.runtime.broker.log_append(AUDIT_LOG, [entry], AUDIT_CAP)
 
     # ------------------------------------------------------------------ queues
     def pause_queue(self, queue: str) -> None:
         """Stop workers claiming from ``queue``."""
-        self.app.pause(validate_queue_name(queue))
+        admin.pause(self.runtime, queue)
         self.audit("queue.pause", queue, "ok")
 
     def resume_queue(self, queue: str) -> None:
         """Let workers claim from ``queue`` again."""
-        self.app.resume(validate_queue_name(queue))
+        admin.resume(self.runtime, queue)
         self.audit("queue.resume", queue, "ok")
 
     # ------------------------------------------------------------------ jobs
@@ -86,21 +87,21 @@ class Operator:
                 sorted(unknown)[0], f"unknown option; use {', '.join(ENQUEUE_OPTIONS)}"
             )
         opts = {k: v for k, v in options.items() if v is not None}
-        handle = self.app.enqueue(task, args=args, kwargs=kwargs, **opts)  # type: ignore[arg-type]
+        handle = self.runtime.enqueue(task, args=args, kwargs=kwargs, **opts)  # type: ignore[arg-type]
         self.audit("job.enqueue", handle.id, "duplicate" if handle.duplicate else "ok", task=task)
         return handle
 
     def cancel(self, job_id: str) -> bool:
         """Cancel a job that has not started."""
         self._require(job_id)
-        ok = self.app.cancel(job_id)
+        ok = admin.cancel(self.runtime, job_id)
         self.audit("job.cancel", job_id, "ok" if ok else "refused")
         return ok
 
     def retry(self, job_id: str) -> bool:
         """Requeue a dead-lettered or cancelled job with fresh attempts."""
         self._require(job_id)
-        ok = self.app.requeue_dead(job_id)
+        ok = admin.requeue_dead(self.runtime, job_id)
         self.audit("job.retry", job_id, "ok" if ok else "refused")
         return ok
 
@@ -110,28 +111,28 @@ class Operator:
         if job.state not in (JobState.DEAD_LETTER, JobState.CANCELLED, JobState.COMPLETED):
             self.audit("job.delete", job_id, "refused", state=str(job.state))
             return False
-        n = self.app.broker.purge(self.app.now(), state=job.state, ids=[job_id])
+        n = self.runtime.broker.purge(self.runtime.now(), state=job.state, ids=[job_id])
         self.audit("job.delete", job_id, "ok" if n else "refused")
         return n > 0
 
     def retry_dead(self, filters: Mapping[str, Any] | None = None) -> int:
         """Requeue every dead letter matching ``filters``; returns how many were requeued."""
         ids = self.inspector.matching_ids({**(filters or {}), "state": "dead_letter"}, BULK_LIMIT)
-        done = sum(1 for job_id in ids if self.app.requeue_dead(job_id))
+        done = sum(1 for job_id in ids if admin.requeue_dead(self.runtime, job_id))
         self.audit("dlq.retry", "bulk", done, filters=_clean(filters))
         return done
 
     def delete_dead(self, filters: Mapping[str, Any] | None = None) -> int:
         """Delete every dead letter matching ``filters``; returns how many were deleted."""
         ids = self.inspector.matching_ids({**(filters or {}), "state": "dead_letter"}, BULK_LIMIT)
-        done = self.app.broker.purge(self.app.now(), ids=ids) if ids else 0
+        done = self.runtime.broker.purge(self.runtime.now(), ids=ids) if ids else 0
         self.audit("dlq.delete", "bulk", done, filters=_clean(filters))
         return done
 
     def delete_dead_ids(self, ids: Sequence[str]) -> int:
         """Delete the dead letters among ``ids``; returns how many were deleted."""
         wanted = [i for i in ids if isinstance(i, str) and i]
-        done = self.app.broker.purge(self.app.now(), ids=wanted) if wanted else 0
+        done = self.runtime.broker.purge(self.runtime.now(), ids=wanted) if wanted else 0
         self.audit("dlq.delete", ",".join(wanted)[:500], done)
         return done
 
@@ -141,31 +142,32 @@ class Operator:
             validate_queue_name(queue)
         if older_than is not None and older_than < 0:
             raise ValidationError("older_than", "must be >= 0 seconds")
-        n = self.app.purge_dead(older_than=older_than, queue=queue)
+        n = admin.purge_dead(self.runtime, older_than=older_than, queue=queue)
         self.audit("dlq.purge", queue or "*", n, older_than=older_than)
         return n
 
     # ------------------------------------------------------------------ schedules and alerts
     def pause_schedule(self, name: str) -> None:
         """Stop a schedule from firing."""
-        self.app.pause_schedule(name)
+        self.runtime.schedules.set_paused(name, True)
         self.audit("schedule.pause", name, "ok")
 
     def resume_schedule(self, name: str) -> None:
         """Resume a paused schedule."""
-        self.app.resume_schedule(name)
+        self.runtime.schedules.set_paused(name, False)
         self.audit("schedule.resume", name, "ok")
 
     def acknowledge(self, key: str) -> bool:
         """Acknowledge a firing alert."""
-        ok = self.app.alerts.acknowledge(key, by=self.actor)
+        alerts = self.runtime.alerts
+        ok = alerts is not None and alerts.acknowledge(key, by=self.actor)
         self.audit("alert.acknowledge", key, "ok" if ok else "refused")
         return ok
 
     def _require(self, job_id: str) -> Any:
         if not isinstance(job_id, str) or not job_id or len(job_id) > 200:
             raise ValidationError("id", "must be a job id (1-200 characters)")
-        job = self.app.broker.get(job_id)
+        job = self.runtime.broker.get(job_id)
         if job is None:
             raise JobNotFound(job_id)
         return job

@@ -26,13 +26,11 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from ..errors import ValidationError
+from ..runtime import HasRuntime, Runtime, as_runtime
 from .rules import AlertContext, Rule, Violation, rule_from_dict
-
-if TYPE_CHECKING:
-    from ..app import Conveyor
 
 log = logging.getLogger("conveyor.alerts")
 COLLECTION = "alerts"
@@ -156,15 +154,17 @@ class AlertState:
 class AlertManager:
     """Rules, notifiers and the alert states of one app (see the module docstring)."""
 
-    app: Conveyor
+    app: Runtime | HasRuntime  # the app or its runtime; the manager keeps the runtime
     rules: list[Rule] = field(default_factory=list)
     notifiers: list[Notifier] = field(default_factory=list)
     cooldown: float = 300.0
     interval: float = 30.0
     repeat_interval: float | None = None  # re-notify a still-firing alert this often
     _last_eval: float | None = field(default=None, init=False, repr=False)
+    runtime: Runtime = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
+        self.runtime = as_runtime(self.app)
         if not self.notifiers:
             self.notifiers = [LogNotifier()]
 
@@ -213,7 +213,7 @@ class AlertManager:
     # ------------------------------------------------------------------ reading
     def states(self, include_resolved: bool = True) -> list[AlertState]:
         """Every stored alert state, active ones first, newest first."""
-        docs = self.app.broker.doc_list(COLLECTION, self.app.now())
+        docs = self.runtime.broker.doc_list(COLLECTION, self.runtime.now())
         states = [AlertState.from_doc(d) for d in docs.values()]
         if not include_resolved:
             states = [s for s in states if s.active]
@@ -225,7 +225,7 @@ class AlertManager:
 
     def get(self, key: str) -> AlertState | None:
         """One alert state, or None."""
-        doc = self.app.broker.doc_get(COLLECTION, key, self.app.now())
+        doc = self.runtime.broker.doc_get(COLLECTION, key, self.runtime.now())
         return None if doc is None else AlertState.from_doc(doc)
 
     def acknowledge(self, key: str, by: str = "") -> bool:
@@ -233,8 +233,8 @@ class AlertManager:
         state = self.get(key)
         if state is None or state.state != "firing":
             return False
-        now = self.app.now()
-        return self.app.broker.doc_update_if(
+        now = self.runtime.now()
+        return self.runtime.broker.doc_update_if(
             COLLECTION,
             key,
             "version",
@@ -252,16 +252,16 @@ class AlertManager:
     # ------------------------------------------------------------------ evaluation
     def maybe_evaluate(self, now: float | None = None) -> list[AlertState] | None:
         """Evaluate if ``interval`` passed since the last evaluation in this process."""
-        at = self.app.now() if now is None else now
+        at = self.runtime.now() if now is None else now
         if self._last_eval is not None and at - self._last_eval < self.interval:
             return None
         return self.evaluate(at)
 
     def evaluate(self, now: float | None = None) -> list[AlertState]:
         """Check every rule once; return the alerts whose state changed."""
-        at = self.app.now() if now is None else now
+        at = self.runtime.now() if now is None else now
         self._last_eval = at
-        ctx = AlertContext(self.app, at)
+        ctx = AlertContext(self.runtime, at)
         stored = {s.key: s for s in self.states()}
         changed: list[AlertState] = []
         seen: set[str] = set()
@@ -291,7 +291,7 @@ class AlertManager:
     ) -> AlertState | None:
         if old is None:
             old = AlertState(key=f"{rule.name}:{v.subject}", rule=rule.name, subject=v.subject)
-            self.app.broker.doc_put(COLLECTION, old.key, old.to_dict(), now)
+            self.runtime.broker.doc_put(COLLECTION, old.key, old.to_dict(), now)
         new = AlertState(**old.to_dict())
         new.message, new.value, new.severity, new.updated_at = (
             v.message,
@@ -333,7 +333,7 @@ class AlertManager:
 
     def _store(self, old: AlertState, new: AlertState, now: float) -> bool:
         new.version = old.version + 1
-        return self.app.broker.doc_update_if(
+        return self.runtime.broker.doc_update_if(
             COLLECTION, old.key, "version", old.version, new.to_dict(), now
         )
 
@@ -356,7 +356,7 @@ class AlertManager:
                 log.exception("notifier %s failed", type(notifier).__name__)
 
 
-def build_manager(app: Conveyor, rules: Iterable[Rule] = ()) -> AlertManager:
+def build_manager(app: Runtime | HasRuntime, rules: Iterable[Rule] = ()) -> AlertManager:
     """The manager ``app.alerts`` returns: configured from ``CONVEYOR_ALERTS`` and friends."""
     manager = AlertManager(app, rules=list(rules))
     manager.configure_from_env()

@@ -12,17 +12,19 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from ..broker.base import Page
+from ..broker.base import Broker, Page
 from ..core.job import Job, validate_queue_name, validate_task_name
 from ..core.state import JobState
 from ..errors import JobNotFound, ValidationError
+from ..runtime import Runtime, as_runtime
+from . import admin
 from .events import EventReader, check_cursor, job_events
 from .filters import clean_filters
 from .metrics import flush_local, read_counters, series, summarize
 from .prometheus import worker_queues
 
 if TYPE_CHECKING:
-    from ..app import Conveyor
+    from ..runtime import HasRuntime
 
 
 
@@ -59,10 +61,10 @@ def schedule_dict(schedule: Any) -> dict[str, Any]:
     return doc
 
 
-def list_schedules(app: Conveyor) -> list[dict[str, Any]]:
+def list_schedules(runtime: Runtime) -> list[dict[str, Any]]:
     """Every stored schedule as dicts (empty when the scheduler package is unavailable)."""
     try:
-        return [schedule_dict(s) for s in app.list_schedules()]
+        return [schedule_dict(s) for s in runtime.schedules.list()]
     except ImportError:
         return []
 
@@ -70,19 +72,24 @@ def list_schedules(app: Conveyor) -> list[dict[str, Any]]:
 class Inspector:
     """Read-only views over one app (see the module docstring)."""
 
-    def __init__(self, app: Conveyor) -> None:
-        self.app = app
+    def __init__(self, app: Runtime | HasRuntime) -> None:
+        self.runtime = as_runtime(app)
+
+    @property
+    def broker(self) -> Broker:
+        """The runtime's broker."""
+        return self.runtime.broker
 
     # ------------------------------------------------------------------ queues and workers
     def queues(self, minutes: int = 5) -> list[dict[str, Any]]:
         """One row per queue: counts by state, paused, depth, oldest age, rates of ``minutes``."""
-        flush_local(self.app)
-        broker, now = self.app.broker, self.app.now()
+        flush_local(self.runtime)
+        broker, now = self.runtime.broker, self.runtime.now()
         counts = broker.counts()
         paused = broker.paused_queues()
         window = read_counters(broker, now, minutes, by="queue")
         served: dict[str, int] = {}
-        for worker in self.app.workers():
+        for worker in admin.workers(self.runtime):
             for q in worker_queues(worker):
                 served[q] = served.get(q, 0) + 1
         rows = []
@@ -114,7 +121,7 @@ class Inspector:
         row = next((r for r in self.queues(minutes) if r["name"] == name), None)
         if row is None:
             raise ValidationError("queue", f"no queue named {name!r}")
-        broker, now = self.app.broker, self.app.now()
+        broker, now = self.runtime.broker, self.runtime.now()
         tasks = read_counters(broker, now, minutes, queue=name, by="task")
         return {
             **row,
@@ -126,9 +133,9 @@ class Inspector:
 
     def workers(self) -> list[dict[str, Any]]:
         """Live workers with ``queues``, ``running`` job ids and ``heartbeat_age`` seconds."""
-        now = self.app.now()
+        now = self.runtime.now()
         out = []
-        for w in self.app.workers():
+        for w in admin.workers(self.runtime):
             beat = _first_number(w, "heartbeat_at", "last_heartbeat", "seen_at", "updated_at")
             running = w.get("running") or w.get("running_jobs") or w.get("jobs") or []
             out.append(
@@ -146,7 +153,7 @@ class Inspector:
         queues = self.queues(minutes)
         totals = {s.value: sum(q["counts"][s.value] for q in queues) for s in JobState}
         return {
-            "now": self.app.now(),
+            "now": self.runtime.now(),
             "queues": queues,
             "workers": self.workers(),
             "alerts": self.alerts(include_resolved=False),
@@ -158,7 +165,7 @@ class Inspector:
         self, filters: Mapping[str, Any] | None = None, *, page: int = 1, page_size: int = 50
     ) -> Page:
         """Jobs matching ``filters`` (``SEARCH_FIELDS``; empty values ignored), newest first."""
-        clean = clean_filters(filters or {}, self.app.now())
+        clean = clean_filters(filters or {}, self.runtime.now())
         if isinstance(page, bool) or not isinstance(page, int) or page < 1:
             raise ValidationError("page", "must be an integer >= 1")
         if (
@@ -167,16 +174,16 @@ class Inspector:
             or not 1 <= page_size <= 500
         ):
             raise ValidationError("page_size", "must be an integer 1..500")
-        return self.app.search(**clean, page=page, page_size=page_size)
+        return admin.search(self.runtime, **clean, page=page, page_size=page_size)
 
     def job(self, job_id: str) -> dict[str, Any]:
         """A job with everything known: args, result, errors (tracebacks) and a timeline."""
-        job = self.app.broker.get(job_id)
+        job = self.runtime.broker.get(job_id)
         if job is None:
             raise JobNotFound(job_id)
         return {
             **job_dict(job),
-            "timeline": timeline(job, [e.to_dict() for e in job_events(self.app.broker, job_id)]),
+            "timeline": timeline(job, [e.to_dict() for e in job_events(self.broker, job_id)]),
         }
 
     def dead_letters(
@@ -203,7 +210,7 @@ class Inspector:
     def schedules(self, history: int = 10, next_runs: int = 3) -> list[dict[str, Any]]:
         """Every schedule with its next runs and newest history entries."""
         out = []
-        for doc in list_schedules(self.app):
+        for doc in list_schedules(self.runtime):
             out.append(
                 {
                     **doc,
@@ -215,25 +222,27 @@ class Inspector:
 
     def _next_runs(self, name: str, n: int) -> list[float]:
         try:
-            return [float(t) for t in self.app.schedules.next_runs(name, n)]
+            return [float(t) for t in self.runtime.schedules.next_runs(name, n)]
         except Exception:  # a schedule removed meanwhile, or no registry support
             return []
 
     def _history(self, name: str, n: int) -> list[dict[str, Any]]:
         try:
-            return list(self.app.schedules.history(name, n))
+            return list(self.runtime.schedules.history(name, n))
         except Exception:
             return []
 
     def alerts(self, include_resolved: bool = True) -> list[dict[str, Any]]:
         """Alert states (active first) as dicts."""
-        return [s.to_dict() for s in self.app.alerts.states(include_resolved)]
+        alerts = self.runtime.alerts  # None: a runtime without an alert manager
+        return [s.to_dict() for s in alerts.states(include_resolved)] if alerts else []
 
     def alert_rules(self) -> list[dict[str, Any]]:
         """The configured rules of this process."""
+        alerts = self.runtime.alerts
         return [
             {"name": r.name, "type": r.type, "severity": r.severity, "description": r.describe()}
-            for r in self.app.alerts.rules
+            for r in (alerts.rules if alerts is not None else [])
         ]
 
     def metrics(
@@ -246,8 +255,8 @@ class Inspector:
             validate_queue_name(queue)
         if task is not None:
             validate_task_name(task)
-        flush_local(self.app)
-        broker, now = self.app.broker, self.app.now()
+        flush_local(self.runtime)
+        broker, now = self.runtime.broker, self.runtime.now()
         counters = read_counters(broker, now, minutes, queue=queue, task=task).get("", {})
         return {
             "queue": queue,
@@ -260,7 +269,7 @@ class Inspector:
         self, after: str | None = None, limit: int = 100
     ) -> tuple[list[dict[str, Any]], str | None]:
         """Events after cursor ``after`` and the cursor to resume from."""
-        reader = EventReader(self.app.broker, check_cursor(after, "after"))
+        reader = EventReader(self.runtime.broker, check_cursor(after, "after"))
         try:
             events = reader.read(max(1, min(limit, 1000)))
         except (ValueError, OverflowError) as exc:  # a cursor of another backend's shape
@@ -271,7 +280,7 @@ class Inspector:
         """Operator actions, newest first."""
         from .actions import AUDIT_LOG
 
-        return self.app.broker.log_read(AUDIT_LOG, max(1, min(limit, 1000)))
+        return self.runtime.broker.log_read(AUDIT_LOG, max(1, min(limit, 1000)))
 
 
 def tasks_total(tasks: Mapping[str, Mapping[str, float]]) -> dict[str, float]:

@@ -25,7 +25,7 @@ import threading
 import time
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..core.job import Job
 from ..middleware import AppView, Middleware, WorkerView
@@ -52,7 +52,6 @@ from .metrics_read import (
 )
 
 if TYPE_CHECKING:
-    from ..app import Conveyor
     from ..broker.base import Broker
 
 __all__ = [  # the read side lives in metrics_read.py; callers import it from here too
@@ -185,10 +184,10 @@ class MetricsMiddleware(Middleware):
     def _count(
         self, worker: WorkerView, jobs: Sequence[Job], durations: Sequence[float], outcome: str
     ) -> None:
-        now = worker.app.now()
+        now = worker.runtime.now()
         minute = int(now // 60)
         with self._lock:
-            broker = worker.app.broker
+            broker = worker.runtime.broker
             if self._broker is not broker:
                 self._use(broker, now)
             elif now > self._now:
@@ -228,9 +227,9 @@ class MetricsMiddleware(Middleware):
 
     def on_release(self, worker: WorkerView, job: Job) -> None:
         """Count a job released unfinished at shutdown (counter ``released``; not processed)."""
-        now = worker.app.now()
+        now = worker.runtime.now()
         with self._lock:
-            self._use(worker.app.broker, now)
+            self._use(worker.runtime.broker, now)
             key = (int(now // 60), job.queue, job.task)
             tally = self._tallies.get(key)
             if tally is None:
@@ -320,7 +319,7 @@ def _flush_all_at_exit() -> None:  # pragma: no cover - runs at interpreter exit
         mw.flush(quiet=True)
 
 
-def flush_local(app: Conveyor) -> None:
+def flush_local(app: Any) -> None:
     """Flush this process's buffered metrics of ``app`` (so reads see its latest counts)."""
     for mw in app.middleware:
         if isinstance(mw, MetricsMiddleware):

@@ -22,10 +22,12 @@ from prometheus_client.core import (
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from ..core.state import JobState
+from ..runtime import as_runtime
+from . import admin
 from .metrics import OUTCOMES, flush_local, histogram_buckets, read_totals
 
 if TYPE_CHECKING:
-    from ..app import Conveyor
+    from ..runtime import HasRuntime, Runtime
 
 log = logging.getLogger("conveyor.metrics")
 
@@ -33,8 +35,8 @@ log = logging.getLogger("conveyor.metrics")
 class ConveyorCollector:
     """A prometheus-client collector for one app (register it in a ``CollectorRegistry``)."""
 
-    def __init__(self, app: Conveyor) -> None:
-        self.app = app
+    def __init__(self, app: Runtime | HasRuntime) -> None:
+        self.app = as_runtime(app)  # the runtime
 
     def describe(self) -> list[Metric]:
         """Nothing up front: the metrics are only known at scrape time."""
@@ -85,7 +87,7 @@ class ConveyorCollector:
             "conveyor_workers", "Live workers serving each queue.", labels=["queue"]
         )
         per_queue: dict[str, int] = dict.fromkeys(queues, 0)
-        for worker in self.app.workers():
+        for worker in admin.workers(self.app):
             for queue in worker_queues(worker):
                 per_queue[queue] = per_queue.get(queue, 0) + 1
         for queue, n in sorted(per_queue.items()):
@@ -137,7 +139,8 @@ class ConveyorCollector:
 
     def _alerts(self) -> Metric | None:
         try:
-            states = self.app.alerts.states()
+            alerts = self.app.alerts
+            states = alerts.states() if alerts is not None else []
         except Exception:  # alerts are optional for a scrape
             log.debug("alert states unavailable", exc_info=True)
             return None
@@ -162,19 +165,19 @@ def worker_queues(worker: dict[str, Any]) -> list[str]:
     return [str(q).split(":", 1)[0].strip() for q in raw if str(q).strip()]
 
 
-def registry_for(app: Conveyor) -> CollectorRegistry:
+def registry_for(app: Runtime | HasRuntime) -> CollectorRegistry:
     """A fresh registry holding only this app's collector."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(ConveyorCollector(app))
     return registry
 
 
-def exposition(app: Conveyor) -> tuple[bytes, str]:
+def exposition(app: Runtime | HasRuntime) -> tuple[bytes, str]:
     """The text exposition of every metric and its content type."""
     return generate_latest(registry_for(app)), CONTENT_TYPE_LATEST
 
 
-def start_metrics_server(app: Conveyor, port: int, addr: str = "127.0.0.1") -> Any:
+def start_metrics_server(app: Runtime | HasRuntime, port: int, addr: str = "127.0.0.1") -> Any:
     """Serve ``/metrics`` on ``addr:port`` from a daemon thread (``worker --metrics-port``).
 
     Returns what ``prometheus_client.start_http_server`` returns (server, thread).

@@ -20,7 +20,7 @@ from .metrics import flush_local, read_counters, summarize
 from .prometheus import worker_queues
 
 if TYPE_CHECKING:
-    from ..app import Conveyor
+    from ..runtime import Runtime
 
 ACTIVE_STATES = ("scheduled", "pending", "active", "retry_scheduled")
 
@@ -37,34 +37,36 @@ class Violation:
 class AlertContext:
     """What rules read during one evaluation; each broker read happens at most once."""
 
-    def __init__(self, app: Conveyor, now: float) -> None:
-        self.app = app
+    def __init__(self, runtime: Runtime, now: float) -> None:
+        self.runtime = runtime
         self.now = now
         self._windows: dict[tuple[int, str | None], dict[str, dict[str, float]]] = {}
 
     @cached_property
     def counts(self) -> dict[str, dict[str, int]]:
         """Jobs per queue and state."""
-        return self.app.broker.counts()
+        return self.runtime.broker.counts()
 
     @cached_property
     def workers(self) -> list[dict[str, Any]]:
         """Live worker records."""
-        return self.app.workers()
+        from .admin import workers
+
+        return workers(self.runtime)
 
     @cached_property
     def schedules(self) -> list[dict[str, Any]]:
         """Every schedule, normalised (see ``inspect.schedule_dict``)."""
         from .inspect import list_schedules
 
-        return list_schedules(self.app)
+        return list_schedules(self.runtime)
 
     def window(self, minutes: int) -> dict[str, dict[str, float]]:
         """Counters of the last ``minutes`` minutes grouped by queue."""
         key = (minutes, None)
         if key not in self._windows:
-            flush_local(self.app)
-            self._windows[key] = read_counters(self.app.broker, self.now, minutes, by="queue")
+            flush_local(self.runtime)
+            self._windows[key] = read_counters(self.runtime.broker, self.now, minutes, by="queue")
         return self._windows[key]
 
     def queues(self, only: str | None) -> list[str]:
@@ -133,7 +135,7 @@ class OldestPendingAge(Rule):
         """Queues whose head job waited too long."""
         out = []
         for q in ctx.queues(self.queue):
-            ready = ctx.app.broker.oldest_pending(q)
+            ready = ctx.runtime.broker.oldest_pending(q)
             age = ctx.now - ready if ready is not None else 0.0
             if age > self.seconds:
                 out.append(
@@ -201,7 +203,7 @@ class DeadLetterGrowth(Rule):
 
     def check(self, ctx: AlertContext) -> list[Violation]:
         """Queues whose dead-letter count rose too fast."""
-        broker = ctx.app.broker
+        broker = ctx.runtime.broker
         doc = broker.doc_get("alert_samples", self.name, ctx.now) or {}
         samples: dict[str, list[list[float]]] = doc.get("samples", {})
         cutoff = ctx.now - self.window * 60.0

@@ -157,7 +157,9 @@ class AlertsPlugin(Plugin):
 
     name = "alerts"
 
-    def __init__(self, source: Callable[[], AlertSource], interval: float | None = None) -> None:
+    def __init__(
+        self, source: Callable[[], AlertSource | None], interval: float | None = None
+    ) -> None:
         self.source = source
         self.interval = interval
         self._alerts: AlertSource | None = None

@@ -30,7 +30,7 @@ from .models import (
 )
 
 if TYPE_CHECKING:
-    from ..app import Conveyor
+    from ..runtime import Runtime
 
 F = TypeVar("F", bound=Callable[..., Any])
 _CAS_ATTEMPTS = 20
@@ -39,8 +39,10 @@ _CAS_ATTEMPTS = 20
 class ScheduleRegistry:
     """Schedules of one app: code declarations plus the broker-stored set every process shares."""
 
-    def __init__(self, app: Conveyor) -> None:
-        self.app = app
+    def __init__(self, runtime: Runtime, register: Callable[[Callable[..., Any]], Task]) -> None:
+        self.app = runtime  # the runtime (never the facade)
+        #: turns a decorated function into a registered task (``app.task``)
+        self.register = register
         #: Schedules declared in code with ``app.cron`` / ``app.every``, by name.
         self.declared: dict[str, Schedule] = {}
 
@@ -63,7 +65,7 @@ class ScheduleRegistry:
                        **_without(opts, "name"))  # fmt: skip
 
         def decorate(fn: F) -> F:
-            task = fn if isinstance(fn, Task) else self.app.task(fn)
+            task = fn if isinstance(fn, Task) else self.register(fn)
             name = opts.get("name") or task.name
             schedule = build_schedule(name, task.name, cron=cron, every=every, source="code",
                                       **_without(opts, "name"))  # fmt: skip

@@ -27,12 +27,13 @@ from typing import TYPE_CHECKING, Any
 from ..core.cron import IntervalSpec, Spec
 from ..core.state import TERMINAL_STATES
 from ..errors import BrokerConfigError, DuplicateJob, ValidationError
+from ..runtime import as_runtime
 from ..task import JobSpec
 from .models import COLLECTION, Schedule, history_entry, history_log, job_id_for
 from .plugins import RETRY_AFTER, AlertsPlugin, CronPlugin, Plugin, PromotePlugin, ReapPlugin
 
 if TYPE_CHECKING:
-    from ..app import Conveyor
+    from ..runtime import HasRuntime, Runtime
 
 log = logging.getLogger("conveyor.scheduler")
 _PASS_LIMIT = 1000  # most ticks of one schedule handled in one pass; the rest next pass
@@ -128,7 +129,7 @@ class Scheduler:
 
     def __init__(
         self,
-        app: Conveyor,
+        app: Runtime | HasRuntime,
         *,
         interval: float = 0.5,
         reap_interval: float | None = None,
@@ -145,7 +146,7 @@ class Scheduler:
             if not isinstance(plugin, Plugin):
                 kind = type(plugin).__name__
                 raise ValidationError("plugins", f"must be conveyor.scheduler.Plugin, got {kind}")
-        self.app = app
+        self.app = app = as_runtime(app)  # the runtime (never the facade)
         self.broker = app.broker
         self.interval = float(interval)
         self.reap_interval = app.settings.reap_interval if reap_interval is None else reap_interval

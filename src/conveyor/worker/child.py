@@ -19,12 +19,9 @@ import signal
 import sys
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
-
-if TYPE_CHECKING:
-    from ..app import Conveyor
 
 log = logging.getLogger("conveyor.worker")
 
@@ -55,9 +52,13 @@ class ChildConfig:
         return cls(**orjson.loads(text))
 
 
-def load_app_ref(target: str) -> Conveyor:
-    """Import ``module:attribute`` and return the Conveyor app (no CLI dependencies)."""
-    from ..app import Conveyor
+def load_app_ref(target: str) -> Any:
+    """Import ``module:attribute`` and return the Conveyor app (no CLI dependencies).
+
+    The app is recognised by its runtime (``app.runtime``): this module never imports the
+    facade's class.
+    """
+    from ..runtime import Runtime
 
     module_name, _, attr = target.partition(":")
     if os.getcwd() not in sys.path:
@@ -65,12 +66,12 @@ def load_app_ref(target: str) -> Conveyor:
     obj: Any = importlib.import_module(module_name)
     for part in attr.split("."):
         obj = getattr(obj, part)
-    if not isinstance(obj, Conveyor):
+    if not isinstance(getattr(obj, "runtime", None), Runtime):
         raise TypeError(f"{target!r} is not a Conveyor app")
     return obj
 
 
-def find_app_ref(app: Conveyor) -> str | None:
+def find_app_ref(app: object) -> str | None:
     """``module:attribute`` under which ``app`` can be imported, if any (not ``__main__``)."""
     for name, module in list(sys.modules.items()):
         if module is None or name in ("__main__", "__mp_main__"):
@@ -81,7 +82,7 @@ def find_app_ref(app: Conveyor) -> str | None:
     return None
 
 
-def _add_metrics_middleware(app: Conveyor) -> None:
+def _add_metrics_middleware(app: Any) -> None:
     try:
         from ..monitoring.metrics import MetricsMiddleware
     except ImportError as exc:

@@ -12,26 +12,28 @@ caller's thread (no helper thread, exact under a fake clock).
 from __future__ import annotations
 
 import logging
+import random
 import threading
 from typing import TYPE_CHECKING, Any
 
 from .execute import Outcome, reported
 from .executors import call_in_thread, interrupt_thread
-from .procutil import EXIT_STUCK
 from .running import Running
 
 if TYPE_CHECKING:
     from ..broker.base import Lease
     from ..task import Task
-    from .loop import Worker
 
 log = logging.getLogger("conveyor.worker")
 
 
 def run_with_timeout(
-    worker: Worker, lease: Lease, task: Task, timeout: float, now: float
-) -> Outcome:
-    """Run the leased job with ``timeout`` seconds to finish; never raises."""
+    lease: Lease, task: Task, timeout: float, now: float, grace: float, rng: random.Random
+) -> tuple[Outcome, bool]:
+    """Run the leased job with ``timeout`` seconds to finish; never raises.
+
+    Returns the outcome and whether the job was stuck (ignored its timeout for ``grace`` s).
+    """
     run = Running(lease, task, "thread", timeout)
     box: list[tuple[Any, BaseException | None]] = []
     done = threading.Event()
@@ -41,19 +43,17 @@ def run_with_timeout(
         done.set()
 
     threading.Thread(target=target, name="conveyor-inline-job", daemon=True).start()
-    app = worker.app
     if not done.wait(timeout):
         log.warning("job %s (%s) passed its timeout of %gs: interrupting", run.job.id,
                     run.job.task, timeout)  # fmt: skip
         interrupt_thread(run)
-        if not done.wait(app.settings.timeout_grace):
+        if not done.wait(grace):
             run.settle()  # a result that arrives later is discarded
             log.error("job %s (%s) ignored its timeout for %gs: recording it as timed out; "
                       "its thread is abandoned and this worker should be recycled "
                       "(exit_code EXIT_STUCK)", run.job.id, run.job.task,
-                      app.settings.timeout_grace)  # fmt: skip
-            worker.exit_code = EXIT_STUCK
-            return reported(run, None, None, None, now, app.rng)
+                      grace)  # fmt: skip
+            return reported(run, None, None, None, now, rng), True
     run.settle()
     result, exc = box[0]
-    return reported(run, result, exc, None, now, app.rng)
+    return reported(run, result, exc, None, now, rng), False

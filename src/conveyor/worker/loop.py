@@ -34,9 +34,10 @@ from ..core.ids import new_ulid
 from ..core.queues import QueueSelector, parse_queues
 from ..errors import BrokerConfigError
 from ..middleware import emit
+from ..runtime import HasRuntime, Runtime, as_runtime
 from .execute import OK, Outcome, call_inline, hooked, outcome_of_call, precheck, reported
 from .executors import Executor, make_executor
-from .helpers import broker_accepts, start_helpers, stop_helpers
+from .helpers import Wiring, broker_accepts, start_helpers, stop_helpers
 from .mainguard import UnguardedMain, exit_unguarded, explain, in_bootstrapping_child
 from .procutil import EXIT_CONFIG as EXIT_CONFIG
 from .procutil import EXIT_OK as EXIT_OK  # re-exported: callers import the codes from here
@@ -49,7 +50,6 @@ from .shutdown import stop_on_signals
 from .slots import IdleBackoff, Slots
 
 if TYPE_CHECKING:
-    from ..app import Conveyor
     from .timeouts import Watchdog
 
 log = logging.getLogger("conveyor.worker")
@@ -59,19 +59,20 @@ class Worker:
     """Runs jobs of some queues; see the module docstring for the two driving modes."""
 
     def __init__(
-        self, app: Conveyor, queues: Sequence[str] | str | None = None, *,
+        self, app: Runtime | HasRuntime, queues: Sequence[str] | str | None = None, *,
         concurrency: int = 1, processes: int = 1, strict: bool = False,
         visibility_timeout: float | None = None, worker_id: str | None = None,
         max_lost: int | None = None, shutdown_timeout: float | None = None,
         max_jobs: int | None = None, process_pool_size: int | None = None,
         heartbeat: bool = True, handle_signals: bool = True,
     ) -> None:  # fmt: skip
-        self.app = app
-        self.broker = app.broker
+        self.runtime = rt = as_runtime(app)
+        self.app: Any = rt.owner  # the facade, for middleware that reads ``worker.app``
+        self.broker = rt.broker
         self.selector = QueueSelector(parse_queues(queues), strict)
         self.concurrency = max(1, int(concurrency))
         self.processes = processes
-        settings = app.settings
+        settings = rt.settings
         self.visibility_timeout = visibility_timeout or settings.visibility_timeout
         self.max_lost = max_lost or settings.max_lost
         self.shutdown_timeout = (
@@ -80,14 +81,15 @@ class Worker:
         self.max_jobs = max_jobs
         self.process_pool_size = process_pool_size or min(self.concurrency, os.cpu_count() or 1)
         self.heartbeat, self.handle_signals = heartbeat, handle_signals
-        suffix = new_ulid(app.now(), app.id_rng)[-6:]
+        suffix = new_ulid(rt.now(), rt.id_rng)[-6:]
         self.id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{suffix}"
-        self.recorder = Recorder(self)
+        self._hard = threading.Event()
+        self.recorder = Recorder(self, self.id, rt.broker, rt.middleware, rt.now,
+                                 settings.max_result_bytes, self._hard.is_set)  # fmt: skip
         self.exit_code = EXIT_OK
         self.started_at: float | None = None
         self._last_reap = -1e18
         self._stopping = threading.Event()
-        self._hard = threading.Event()
         self._finished = threading.Event()
         self._finished.set()
         self._slots = Slots(self.concurrency)
@@ -122,7 +124,7 @@ class Worker:
     # ------------------------------------------------------------------ inline mode
     def process_next(self, now: float | None = None) -> bool:
         """Claim and run one ready job inline; False when nothing is runnable at ``now``."""
-        at = self.app.now() if now is None else now
+        at = self.runtime.now() if now is None else now
         self.maintain(at, force=True)
         leases = self.broker.claim(self.selector.order(), at, limit=1, worker_id=self.id,
                                    visibility_timeout=self.visibility_timeout,
@@ -132,7 +134,7 @@ class Worker:
         lease = leases[0]
         started = time.monotonic()
         outcome = self.execute(lease, at)
-        self.record(lease, outcome, at if now is not None else self.app.now(), started)
+        self.record(lease, outcome, at if now is not None else self.runtime.now(), started)
         return True
 
     def run_until_idle(self, now: float | None = None, max_jobs: int = 1_000_000) -> int:
@@ -144,31 +146,35 @@ class Worker:
 
     def maintain(self, now: float, force: bool = False) -> None:
         """Reap expired leases (at most once per ``reap_interval`` unless forced)."""
-        if force or now - self._last_reap >= self.app.settings.reap_interval:
+        if force or now - self._last_reap >= self.runtime.settings.reap_interval:
             self._last_reap = now
             self.broker.reap_expired(now, max_lost=self.max_lost)
 
     def execute(self, lease: Lease, now: float) -> Outcome:
         """Run a leased job (here, or on a helper thread if it has a timeout); classify it."""
         job = lease.job
-        task = self.app.tasks.get(job.task)
+        task = self.runtime.tasks.get(job.task)
         rejected = precheck(task, job)
         if rejected is not None or task is None:
             assert rejected is not None
             return rejected
-        emit(self.app.middleware, "before_process", self, job)
+        emit(self.runtime.middleware, "before_process", self, job)
         timeout = effective_timeout(task, job)
         if timeout:  # enforced as on the thread executor (see worker/inline.py)
             from .inline import run_with_timeout
 
-            return run_with_timeout(self, lease, task, timeout, now)
-        return outcome_of_call(task, job, lambda: call_inline(task, job), now, self.app.rng)
+            grace = self.runtime.settings.timeout_grace
+            outcome, stuck = run_with_timeout(lease, task, timeout, now, grace, self.runtime.rng)
+            if stuck:
+                self.exit_code = EXIT_STUCK
+            return outcome
+        return outcome_of_call(task, job, lambda: call_inline(task, job), now, self.runtime.rng)
 
     def record(
         self, lease: Lease, outcome: Outcome, now: float, started: float | None = None
     ) -> str:
         """Write one outcome to the broker; returns the outcome name for logs and hooks."""
-        run = Running(lease, self.app.tasks.get(lease.job.task), "inline", None)
+        run = Running(lease, self.runtime.tasks.get(lease.job.task), "inline", None)
         run.started = started
         return self.recorder.record([(run, outcome)], now)[0]
 
@@ -184,8 +190,10 @@ class Worker:
         if self.processes > 1:
             from .supervisor import supervise
 
-            return supervise(self)
-        if not broker_accepts(self):  # a wrong password or database: retrying cannot help
+            return supervise(self.app, self.processes, self.selector, self.concurrency,
+                             self.max_jobs, self.visibility_timeout, self.shutdown_timeout)
+        # a wrong password or database: retrying cannot help
+        if not broker_accepts(self.broker, self.id):
             self.exit_code = EXIT_CONFIG
             return EXIT_CONFIG
         self._stopping.clear()
@@ -194,21 +202,22 @@ class Worker:
         self._slots = Slots(self.concurrency)
         self._run_thread = threading.get_ident()
         self.exit_code = EXIT_OK
-        self.started_at = self.app.now()
+        self.started_at = self.runtime.now()
         gc.collect()
         gc.freeze()  # the app, its imports and tasks: never traversed by the collector again
         signals = stop_on_signals(self) if self.handle_signals else contextlib.nullcontext()
         with signals:  # first: a signal during start-up must drain, not kill
-            helpers = start_helpers(self)
-            emit(self.app.middleware, "on_worker_start", self)
+            helpers = start_helpers(self.recorder, self._wiring())
+            self._watchdog = helpers.watchdog
+            emit(self.runtime.middleware, "on_worker_start", self)
             log.info("worker %s: queues=%s concurrency=%d visibility_timeout=%gs", self.id,
                      ",".join(self.queues), self.concurrency, self.visibility_timeout)  # fmt: skip
             try:
                 self._claim_loop()
                 self._drain()
             finally:
-                stop_helpers(self, helpers)
-                emit(self.app.middleware, "on_worker_stop", self)
+                stop_helpers(helpers, self._done, self._executors)
+                emit(self.runtime.middleware, "on_worker_stop", self)
                 log.info("worker %s stopped: processed=%d failed=%d exit_code=%d", self.id,
                          self.processed, self.failed, self.exit_code)  # fmt: skip
                 self._finished.set()
@@ -246,9 +255,21 @@ class Worker:
         """This worker's registry record."""
         return describe(self)
 
+    def _wiring(self) -> Wiring:
+        """What the helper threads need of this worker, handed over explicitly."""
+        rt, pool = self.runtime, any(t.executor == "process" for t in self.runtime.tasks.values())
+        return Wiring(
+            self.broker, rt.now, self.id, self.running_jobs, done=self._done,
+            recorded=self._recorded, on_deadline=self._on_deadline, on_stuck=self._on_stuck,
+            describe=self.describe if self.heartbeat else None,
+            timeout_grace=rt.settings.timeout_grace, visibility_timeout=self.visibility_timeout,
+            heartbeat_interval=rt.settings.heartbeat_interval,
+            warm_pool=(lambda: self._executor("process").submit([])) if pool else None,
+        )  # fmt: skip
+
     # ------------------------------------------------------------------ claim loop
     def _claim_loop(self) -> None:
-        backoff = IdleBackoff(self.app.settings.poll_interval)
+        backoff = IdleBackoff(self.runtime.settings.poll_interval)
         slots, stopping = self._slots, self._stopping
         while not stopping.is_set():
             self._maintain_safely()
@@ -270,7 +291,7 @@ class Worker:
             began = time.monotonic()
             wait, due = backoff.poll_interval, False
             next_due = getattr(leases, "next_due", None)  # set by an empty claim (Claimed)
-            if next_due is not None and (until := next_due - self.app.now()) < wait:
+            if next_due is not None and (until := next_due - self.runtime.now()) < wait:
                 # sleep exactly until the next delayed job / lease deadline (BullMQ-style)
                 wait, due = max(0.0, until), True
             self.broker.wait_for_work(self.selector.names, wait, due=due)
@@ -280,13 +301,13 @@ class Worker:
 
     def _maintain_safely(self) -> None:
         try:
-            self.maintain(self.app.now())
+            self.maintain(self.runtime.now())
         except Exception:
             log.warning("reaping expired leases failed", exc_info=True)
 
     def _claim(self, free: int) -> list[Lease]:
         try:
-            leases = self.broker.claim(self.selector.order(), self.app.now(), limit=free,
+            leases = self.broker.claim(self.selector.order(), self.runtime.now(), limit=free,
                                        worker_id=self.id, max_lost=self.max_lost,
                                        visibility_timeout=self.visibility_timeout)  # fmt: skip
         except BrokerConfigError as exc:  # permanent (e.g. the password changed): exit, do not spin
@@ -306,7 +327,7 @@ class Worker:
         return leases
 
     def _dispatch(self, leases: list[Lease]) -> None:
-        tasks, runs, refused = self.app.tasks, [], []
+        tasks, runs, refused = self.runtime.tasks, [], []
         for lease in leases:
             job = lease.job
             task = tasks.get(job.task)
@@ -324,7 +345,7 @@ class Worker:
             self._done.put((run, outcome))
         if refused:
             runs = [r for r in runs if r.executor != "none"]
-        before = hooked(self.app.middleware, "before_process")
+        before = hooked(self.runtime.middleware, "before_process")
         groups: dict[str, list[Running]] = {}
         for run in runs:
             if before:
@@ -362,7 +383,7 @@ class Worker:
         if result is None and exc is None and not run.interrupted:
             outcome = OK  # the common case: no result to check, nothing to classify
         else:
-            outcome = reported(run, result, exc, tb, self.app.now(), self.app.rng)
+            outcome = reported(run, result, exc, tb, self.runtime.now(), self.runtime.rng)
         self._done.put((run, outcome))
         self._slots.freed()
 
@@ -393,9 +414,10 @@ class Worker:
             return
         log.error("job %s (%s) ignored its timeout for %gs: recording it as timed out and "
                   "recycling this worker process", run.job.id, run.job.task,
-                  self.app.settings.timeout_grace)  # fmt: skip
+                  self.runtime.settings.timeout_grace)  # fmt: skip
         if run.settle():
-            self._done.put((run, reported(run, None, None, None, self.app.now(), self.app.rng)))
+            rt = self.runtime
+            self._done.put((run, reported(run, None, None, None, rt.now(), rt.rng)))
             self._slots.freed()
         self.stop_now(EXIT_STUCK)
 

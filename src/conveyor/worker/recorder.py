@@ -33,7 +33,8 @@ from .execute import Outcome, safe_text
 from .running import Running
 
 if TYPE_CHECKING:
-    from .loop import Worker
+    from ..broker.base import Broker
+    from ..middleware import Middleware
 
 log = logging.getLogger("conveyor.worker")
 T = TypeVar("T")
@@ -66,10 +67,17 @@ def _lease_until(run: Running) -> float:
 class Recorder:
     """Records outcomes for one worker (thread-safe)."""
 
-    def __init__(self, worker: Worker) -> None:
-        self.worker = worker
-        self.broker = worker.broker
-        self.middleware = worker.app.middleware
+    def __init__(
+        self, worker: Any, worker_id: str, broker: Broker, middleware: list[Middleware],
+        now: Callable[[], float], max_result_bytes: int, hard_stopping: Callable[[], bool],
+    ) -> None:  # fmt: skip
+        self.worker = worker  # what the middleware hooks receive as ``worker``
+        self.worker_id = worker_id
+        self.broker = broker
+        self.middleware = middleware
+        self.now = now
+        self.max_result_bytes = max_result_bytes
+        self.hard_stopping = hard_stopping  # a hard stop abandons retried writes
         self._lock = threading.Lock()
         self.processed = 0
         self.failed = 0
@@ -108,7 +116,7 @@ class Recorder:
         job, result = run.job, outcome.result
         if result is None:
             return Ack(job.id, run.token, None, job.queue)
-        problem = result_problem(result, self.worker.app.settings.max_result_bytes)
+        problem = result_problem(result, self.max_result_bytes)
         if problem is None:
             return Ack(job.id, run.token, result, job.queue)
         return self._dropped(run, problem, now)
@@ -120,7 +128,7 @@ class Recorder:
                     job.id, job.task, problem[:500])  # fmt: skip
         error = {"attempt": job.attempts, "kind": str(ErrorKind.RESULT_ERROR),
                  "type": "ValidationError", "message": safe_text(problem[:2000]),
-                 "traceback": "", "worker": self.worker.id, "at": now}  # fmt: skip
+                 "traceback": "", "worker": self.worker_id, "at": now}  # fmt: skip
         return Ack(job.id, run.token, None, job.queue, error)
 
     def _complete(self, batch: list[Ack], runs: list[Running], now: float) -> list[bool] | None:
@@ -143,7 +151,7 @@ class Recorder:
             # without the result, with a note; if even the note failed, the bare minimum
             message = BARE_NOTE if ack.error is not None else safe_text(f"result: {exc}"[:2000])
             run_error = {"kind": str(ErrorKind.RESULT_ERROR), "type": type(exc).__name__,
-                         "message": message, "traceback": "", "worker": self.worker.id,
+                         "message": message, "traceback": "", "worker": self.worker_id,
                          "at": now}  # fmt: skip
             retry = Ack(ack.job_id, ack.token, None, ack.queue, run_error)
             return self._complete([retry], runs, now)
@@ -154,7 +162,7 @@ class Recorder:
             self.processed += len(runs)
         durations = [run.duration() for run in runs]
         if log.isEnabledFor(logging.DEBUG):
-            wid = self.worker.id
+            wid = self.worker_id
             for run, duration in zip(runs, durations, strict=True):
                 job = run.job
                 fields = {"job_id": job.id, "task": job.task, "queue": job.queue,
@@ -192,7 +200,7 @@ class Recorder:
                     batch.append(more)
             if batch:
                 try:
-                    self.record(batch, self.worker.app.now())
+                    self.record(batch, self.now())
                 except Exception:
                     log.exception("recording %d outcome(s) failed", len(batch))
                 recorded([run for run, _ in batch])
@@ -202,7 +210,7 @@ class Recorder:
     def _fail(self, run: Running, outcome: Outcome, now: float) -> str:
         job, decision = run.job, outcome.decision
         assert decision is not None
-        error = outcome.error_entry(job, now, self.worker.id)
+        error = outcome.error_entry(job, now, self.worker_id)
         try:
             state = self._retrying("fail", lambda: self.broker.fail(
                 job.id, run.token, now, error=error, retry_at=decision.retry_at),
@@ -238,7 +246,7 @@ class Recorder:
                 raise
             except Exception:
                 left = lease_left(runs)
-                if left <= 0 or self.worker.hard_stopping:
+                if left <= 0 or self.hard_stopping():
                     log.exception("broker %s failed; giving up (the lease will expire and the "
                                   "job will be redelivered)", what)  # fmt: skip
                     return None
@@ -266,13 +274,13 @@ class Recorder:
         if log.isEnabledFor(level):
             fields: dict[str, Any] = {
                 "job_id": job.id, "task": job.task, "queue": job.queue, "attempt": job.attempts,
-                "worker": self.worker.id, "duration": round(duration, 6), "outcome": name,
+                "worker": self.worker_id, "duration": round(duration, 6), "outcome": name,
             }  # fmt: skip
             if decision is not None:
                 fields.update(error_kind=str(decision.kind), error=decision.exc_type,
                               message=decision.message[:500])  # fmt: skip
             log.log(level, "job %s task=%s queue=%s attempt=%d worker=%s duration=%.3fs "
-                    "outcome=%s%s", job.id, job.task, job.queue, job.attempts, self.worker.id,
+                    "outcome=%s%s", job.id, job.task, job.queue, job.attempts, self.worker_id,
                     duration, name, detail, extra={"job": fields})  # fmt: skip
         if name != "released":
             emit(self.middleware, "after_process", self.worker, job, outcome=name,
@@ -283,7 +291,7 @@ class Recorder:
     def release(self, run: Running, note: str) -> str:
         """Give an unfinished job back without an attempt penalty (shutdown); log it."""
         try:
-            self.broker.release(run.job.id, run.token, self.worker.app.now(), penalize=False,
+            self.broker.release(run.job.id, run.token, self.now(), penalize=False,
                                 note=note)  # fmt: skip
             name = "released"
         except LeaseLost:

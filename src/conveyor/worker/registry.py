@@ -15,19 +15,46 @@ import os
 import socket
 import threading
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..broker.base import Broker
 from .procutil import rss_bytes
 
 if TYPE_CHECKING:
-    from .loop import Worker
+    from .running import Running
 
 log = logging.getLogger("conveyor.worker")
 COLLECTION = "workers"
 
 
-def describe(worker: Worker) -> dict[str, Any]:
+class Describable(Protocol):
+    """The public state of a worker that its registry record shows."""
+
+    id: str
+    concurrency: int
+    started_at: float | None
+
+    @property
+    def queues(self) -> list[str]:
+        """Queue names."""
+
+    @property
+    def processed(self) -> int:
+        """Jobs completed."""
+
+    @property
+    def failed(self) -> int:
+        """Attempts failed."""
+
+    @property
+    def draining(self) -> bool:
+        """Asked to stop."""
+
+    def running_jobs(self) -> list[Running]:
+        """In-flight attempts."""
+
+
+def describe(worker: Describable) -> dict[str, Any]:
     """The registry record of a running worker."""
     return {"id": worker.id, "host": socket.gethostname(), "pid": os.getpid(),
             "queues": worker.queues, "concurrency": worker.concurrency,

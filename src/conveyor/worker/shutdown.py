@@ -20,13 +20,22 @@ import socket
 import threading
 from collections.abc import Iterator
 from types import FrameType
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from .loop import Worker
+from typing import Any, Protocol
 
 log = logging.getLogger("conveyor.worker")
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class Stoppable(Protocol):
+    """What the signal listener needs of a worker."""
+
+    shutdown_timeout: float
+
+    def stop(self, timeout: float | None = None, *, wait: bool = True) -> None:
+        """Drain."""
+
+    def stop_now(self, code: int | None = None) -> None:
+        """Release in-flight jobs and stop."""
 
 
 def _ignore(signum: int, frame: FrameType | None) -> None:
@@ -34,7 +43,7 @@ def _ignore(signum: int, frame: FrameType | None) -> None:
 
 
 @contextlib.contextmanager
-def stop_on_signals(worker: Worker) -> Iterator[None]:
+def stop_on_signals(worker: Stoppable) -> Iterator[None]:
     """Install the drain / stop-now handling while the block runs (main thread only)."""
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -59,7 +68,7 @@ def stop_on_signals(worker: Worker) -> Iterator[None]:
         reader.close()
 
 
-def _listen(reader: socket.socket, worker: Worker) -> None:
+def _listen(reader: socket.socket, worker: Stoppable) -> None:
     received = 0
     while True:
         try:

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from logging import Logger
     from types import FrameType
 
-    from .loop import Worker
+    from ..core.queues import QueueSelector
 
 LOGGER = "conveyor.supervisor"
 INFO, ERROR = 20, 40  # logging's levels
@@ -291,22 +291,25 @@ def main(argv: list[str] | None = None) -> None:
     sys.exit(supervisor.run())
 
 
-def supervise(worker: Worker) -> int:
-    """Run ``worker.processes`` copies of a programmatic worker under a supervisor."""
+def supervise(
+    app: object, processes: int, selector: QueueSelector, concurrency: int,
+    max_jobs: int | None, visibility_timeout: float, shutdown_timeout: float,
+) -> int:  # fmt: skip
+    """Run ``processes`` copies of a programmatic worker (of ``app``) under a supervisor."""
     from ..errors import ValidationError
     from .child import ChildConfig, find_app_ref
 
-    ref = find_app_ref(worker.app)
+    ref = find_app_ref(app)
     if ref is None:
         raise ValidationError("processes", "processes > 1 needs the app importable as module:"
                               "attribute; or run `conveyor worker APP --processes N`")
-    queues = ",".join(f"{name}:{weight}" for name, weight in worker.selector.queues)
-    config = ChildConfig(app=ref, queues=queues, concurrency=worker.concurrency,
-                         strict=worker.selector.strict, max_jobs=worker.max_jobs,
-                         visibility_timeout=worker.visibility_timeout, sys_path=list(sys.path),
-                         shutdown_timeout=worker.shutdown_timeout)  # fmt: skip
-    return Supervisor(config.to_json(), worker.processes, app=ref,
-                      shutdown_timeout=worker.shutdown_timeout).run()
+    queues = ",".join(f"{name}:{weight}" for name, weight in selector.queues)
+    config = ChildConfig(app=ref, queues=queues, concurrency=concurrency,
+                         strict=selector.strict, max_jobs=max_jobs,
+                         visibility_timeout=visibility_timeout, sys_path=list(sys.path),
+                         shutdown_timeout=shutdown_timeout)  # fmt: skip
+    return Supervisor(config.to_json(), processes, app=ref,
+                      shutdown_timeout=shutdown_timeout).run()
 
 
 if __name__ == "__main__":

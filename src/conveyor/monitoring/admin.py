@@ -1,0 +1,86 @@
+"""Admin reads and writes over one runtime, unaudited: the logic behind ``Conveyor``'s methods.
+
+``app.stats()``, ``app.workers()``, ``app.search(...)``, ``app.cancel``, ``app.requeue_dead``,
+``app.purge_dead``, ``app.pause`` and ``app.resume`` delegate here, and so do the audited
+``Operator`` actions and the ``Inspector`` (``monitoring/actions.py``, ``inspect.py``), which
+therefore never need the facade. Each function validates its input (``ValidationError`` naming
+the field) and makes one broker call.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..broker.base import Page, SearchQuery
+from ..core.job import validate_queue_name
+from ..core.state import JobState
+from ..errors import ValidationError
+from ..runtime import Runtime
+from ..worker.registry import COLLECTION as WORKERS
+
+
+def workers(rt: Runtime) -> list[dict[str, Any]]:
+    """Heartbeat records of live workers, by id."""
+    docs = rt.broker.doc_list(WORKERS, rt.now()).values()
+    return sorted(docs, key=lambda w: str(w.get("id")))
+
+
+def stats(rt: Runtime) -> dict[str, Any]:
+    """Counts per queue and state, paused flags, and the live workers."""
+    paused = rt.broker.paused_queues()
+    queues: dict[str, dict[str, Any]] = {}
+    for queue, counts in rt.broker.counts().items():
+        queues[queue] = {**counts, "paused": queue in paused}
+    return {"queues": queues, "workers": workers(rt)}
+
+
+def search(
+    rt: Runtime,
+    *,
+    id: str | None = None,
+    state: JobState | str | None = None,
+    task: str | None = None,
+    queue: str | None = None,
+    since: float | None = None,
+    until: float | None = None,
+    error: str | None = None,
+    text: str | None = None,
+    page: int = 1,
+    page_size: int = 50,
+) -> Page:
+    """Search stored jobs (newest first) with filters and pagination."""
+    if state is not None:
+        try:
+            state = JobState(state)
+        except ValueError as exc:
+            states = [s.value for s in JobState]
+            raise ValidationError("state", f"must be one of {states}") from exc
+    if page < 1 or not 1 <= page_size <= 1000:
+        raise ValidationError("page", "page must be >= 1 and page_size 1..1000")
+    query = SearchQuery(id, state, task, queue, since, until, error, text, page, page_size)
+    return rt.broker.search(query)
+
+
+def cancel(rt: Runtime, job_id: str) -> bool:
+    """Cancel a job that has not started; False if it is running or finished."""
+    return rt.broker.cancel(job_id, rt.now())
+
+
+def requeue_dead(rt: Runtime, job_id: str) -> bool:
+    """Run a dead-lettered (or cancelled) job again with fresh attempts."""
+    return rt.broker.requeue(job_id, rt.now())
+
+
+def purge_dead(rt: Runtime, older_than: float | None = None, queue: str | None = None) -> int:
+    """Delete dead letters finished more than ``older_than`` seconds ago (all if None)."""
+    return rt.broker.purge(rt.now(), older_than=older_than, queue=queue)
+
+
+def pause(rt: Runtime, queue: str) -> None:
+    """Workers stop claiming from ``queue`` (running jobs finish)."""
+    rt.broker.pause(validate_queue_name(queue))
+
+
+def resume(rt: Runtime, queue: str) -> None:
+    """Undo ``pause``."""
+    rt.broker.resume(validate_queue_name(queue))
