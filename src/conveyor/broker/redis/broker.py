@@ -25,6 +25,7 @@ from ...errors import DecodeError, DuplicateJob, LeaseLost, ValidationError
 from ..base import Ack, Broker, Claimed, EnqueueResult, Lease
 from . import codec, idguard
 from .codec import fmt_time
+from .codes import ScriptCode, options
 from .keys import TERMINAL_SETS
 from .lifecycle import LifecycleMixin
 from .plumbing import WHERE_MAX, guarded, token_queue
@@ -40,9 +41,11 @@ _STATES = {state.value.encode(): state for state in JobState}
 
 
 def _group_args(
-    queue: str, jobs: Sequence[Job], payloads: Sequence[bytes] | None, now: float
-) -> list[Any]:
-    """One group of enqueue.lua's ARGV: queue, n, the group defaults, then the job records.
+    queue: str, jobs: Sequence[Job], payloads: Sequence[bytes] | None, now: float,
+    args: list[Any],
+) -> dict[str, Any]:  # fmt: skip
+    """One group of enqueue.lua: its options object (queue, n, the group defaults), returned,
+    and its job records, appended to ``args``.
 
     A job that matches the defaults (those of the group's first job) and has no idempotency key
     is sent as a short record (id, payload, ""), the others in full (see enqueue.lua).
@@ -51,8 +54,9 @@ def _group_args(
     state, prio, run_at, created, task = (first.state, first.priority, first.run_at,
                                           first.created_at, first.task)  # fmt: skip
     at = fmt_time(run_at)
-    args: list[Any] = [queue, len(jobs), str(state), prio, at,
-                       at if created == run_at else fmt_time(created), task]  # fmt: skip
+    group = {"queue": queue, "n": len(jobs), "state": str(state), "priority": str(prio),
+             "run_at": at, "created_at": at if created == run_at else fmt_time(created),
+             "task": task}  # fmt: skip
     envelope = codec.envelope
     for i, job in enumerate(jobs):
         payload = envelope(job) if payloads is None else payloads[i]
@@ -61,7 +65,7 @@ def _group_args(
             args += (job.id, payload, "")
         else:
             args += (job.id, payload, "f", *codec.enqueue_fields(job, now, IDEMPOTENCY_GRACE))
-    return args
+    return group
 
 
 class RedisBroker(ReadsMixin, SideMixin, LifecycleMixin, Broker):
@@ -99,18 +103,21 @@ class RedisBroker(ReadsMixin, SideMixin, LifecycleMixin, Broker):
                 else:
                     idxs.append(i)
         keys: list[str] = []
-        args: list[Any] = [fmt_time(now), self.retention.events_max, len(groups)]
+        args: list[Any] = [b""]  # ARGV[1]: the options, packed below
+        group_opts = []
         order: list[int] = []  # batch position in ARGV order -> index in ``jobs``
         for queue, idxs in groups.items():
             keys += self.qkeys(queue)  # validates the queue name
             if len(groups) == 1:
                 order = idxs
-                args += _group_args(queue, jobs, payloads, now)
+                group_opts.append(_group_args(queue, jobs, payloads, now, args))
             else:
                 order += idxs
-                args += _group_args(queue, [jobs[i] for i in idxs],
-                                    None if payloads is None else [payloads[i] for i in idxs],
-                                    now)  # fmt: skip
+                group_opts.append(_group_args(
+                    queue, [jobs[i] for i in idxs],
+                    None if payloads is None else [payloads[i] for i in idxs], now, args))  # fmt: skip
+        args[0] = options(now=fmt_time(now), events_max=self.retention.events_max,
+                          groups=group_opts)  # fmt: skip
         cluster = self.cluster
         if len(groups) > 1 and cluster:
             raise ValidationError(
@@ -125,7 +132,7 @@ class RedisBroker(ReadsMixin, SideMixin, LifecycleMixin, Broker):
         finally:
             if locks:
                 idguard.release(self, locks)
-        if reply[0] == -1:
+        if reply[0] == ScriptCode.DUPLICATE_ID:
             raise DuplicateJob(reply[1].decode())
         results = [EnqueueResult(job.id, False, job.state) for job in jobs]
         for n in range(1, len(reply), 3):  # only jobs whose idempotency key matched
@@ -163,12 +170,13 @@ class RedisBroker(ReadsMixin, SideMixin, LifecycleMixin, Broker):
         next_due: float | None = None
         for queue in queues:
             while len(leases) < limit:
-                reply = self.runner.run("claim", self.qkeys(queue), [
-                    queue, at, deadline, limit - len(leases), worker_id,
-                    self.retention.events_max, PROMOTE_BATCH, self.retention.dead_letter_max,
-                    max_lost,
-                ])  # fmt: skip
-                more = more or reply[0] == 1
+                reply = self.runner.run("claim", self.qkeys(queue), [options(
+                    queue=queue, now=at, deadline=deadline, limit=limit - len(leases),
+                    worker=worker_id, events_max=self.retention.events_max,
+                    promote_max=PROMOTE_BATCH, dead_max=self.retention.dead_letter_max,
+                    max_lost=max_lost,
+                )])  # fmt: skip
+                more = more or reply[0] == ScriptCode.MORE
                 if reply[1]:
                     due = float(reply[1])
                     next_due = due if next_due is None else min(next_due, due)
@@ -206,9 +214,10 @@ class RedisBroker(ReadsMixin, SideMixin, LifecycleMixin, Broker):
         entry = codec.decode_error_entry(message, fields, worker_id, now)
         entry_json, _, last_error, _ = codec.error_json(entry, now)
         self.runner.run("fail", self.qkeys(queue), [
-            queue, job_id, token, fmt_time(now), entry_json, "1", last_error, "", "decode_error",
-            self.retention.dead_letter_max, self.retention.events_max,
-            codec.stub_payload(job_id, queue, fields),
+            options(queue=queue, now=fmt_time(now), retry_at="", kind="decode_error",
+                    dead_max=self.retention.dead_letter_max,
+                    events_max=self.retention.events_max, has_attempt="1"),
+            job_id, token, entry_json, last_error, codec.stub_payload(job_id, queue, fields),
         ])  # fmt: skip
 
     @guarded
@@ -227,8 +236,10 @@ class RedisBroker(ReadsMixin, SideMixin, LifecycleMixin, Broker):
         calls = []
         at = fmt_time(now)
         result_json = codec.result_json
+        completed_max, events_max = self.retention.completed_max, self.retention.events_max
         for queue, idxs in groups.items():
-            args: list[Any] = [queue, at, self.retention.completed_max, self.retention.events_max]
+            args: list[Any] = [options(queue=queue, now=at, completed_max=completed_max,
+                                       events_max=events_max)]  # fmt: skip
             for i in idxs:
                 ack = acks[i]
                 result = b"" if ack.result is None else result_json(ack.result)
@@ -238,9 +249,10 @@ class RedisBroker(ReadsMixin, SideMixin, LifecycleMixin, Broker):
                     entry, _, last_error, _ = codec.error_json(ack.error, now)
                     args += (ack.job_id, ack.token, result, entry, last_error)
             calls.append(Call("complete", self.qkeys(queue), args))
+        recorded = ScriptCode.OK
         for idxs, reply in zip(groups.values(), self.runner.run_many(calls), strict=True):
             for i, ok in zip(idxs, reply, strict=True):
-                out[i] = ok == 1
+                out[i] = ok == recorded
         return out
 
     @guarded
@@ -254,11 +266,13 @@ class RedisBroker(ReadsMixin, SideMixin, LifecycleMixin, Broker):
             raise LeaseLost(job_id)
         entry, has_attempt, last_error, kind = codec.error_json(error, now)
         reply = self.runner.run("fail", self.qkeys(queue), [
-            queue, job_id, token, fmt_time(now), entry, "1" if has_attempt else "0", last_error,
-            "" if retry_at is None else fmt_time(retry_at), kind, self.retention.dead_letter_max,
-            self.retention.events_max, "",
+            options(queue=queue, now=fmt_time(now),
+                    retry_at="" if retry_at is None else fmt_time(retry_at), kind=kind,
+                    dead_max=self.retention.dead_letter_max,
+                    events_max=self.retention.events_max, has_attempt="1" if has_attempt else "0"),
+            job_id, token, entry, last_error, "",
         ])  # fmt: skip
-        if reply[0] != 1:
+        if reply[0] != ScriptCode.OK:
             raise LeaseLost(job_id)
         if retry_at is not None and self.cluster:
             self.wake_all()  # fail.lua woke the queue's own workers
@@ -274,10 +288,13 @@ class RedisBroker(ReadsMixin, SideMixin, LifecycleMixin, Broker):
         if queue is None:
             raise LeaseLost(job_id)
         reply = self.runner.run("release", self.qkeys(queue), [
-            queue, job_id, token, fmt_time(now), fmt_time(now + delay) if delay > 0 else "",
-            "1" if penalize else "0", note, self.retention.events_max,
+            options(queue=queue, now=fmt_time(now),
+                    run_at=fmt_time(now + delay) if delay > 0 else "",
+                    penalize="1" if penalize else "0", note=note,
+                    events_max=self.retention.events_max),
+            job_id, token,
         ])  # fmt: skip
-        if reply[0] != 1:
+        if reply[0] != ScriptCode.OK:
             raise LeaseLost(job_id)
         state = JobState(reply[1].decode())
         self.wake_all()  # pending, or scheduled: idle workers recompute their next due time
@@ -303,7 +320,7 @@ class RedisBroker(ReadsMixin, SideMixin, LifecycleMixin, Broker):
             calls.append(Call("extend", self.qkeys(queue), args))
         for idxs, reply in zip(groups.values(), self.runner.run_many(calls), strict=True):
             for i, ok in zip(idxs, reply, strict=True):
-                out[i] = ok == 1
+                out[i] = ok == ScriptCode.OK
         return out
 
     # ------------------------------------------------------------------ maintenance
@@ -328,12 +345,13 @@ class RedisBroker(ReadsMixin, SideMixin, LifecycleMixin, Broker):
         queues = self.known_queues()
         reaped = 0
         while queues:
-            calls = [Call("reap", self.qkeys(q), [q, fmt_time(now), max_lost, REAP_BATCH,
-                          ret.events_max, ret.dead_letter_max, cut_done, cut_cancel])
-                     for q in queues]  # fmt: skip
+            calls = [Call("reap", self.qkeys(q), [options(
+                queue=q, now=fmt_time(now), max_lost=max_lost, limit=REAP_BATCH,
+                events_max=ret.events_max, dead_max=ret.dead_letter_max,
+                completed_cutoff=cut_done, cancelled_cutoff=cut_cancel)]) for q in queues]  # fmt: skip
             replies = self.runner.run_many(calls)
             reaped += sum(int(r[0]) for r in replies)
-            queues = [q for q, r in zip(queues, replies, strict=True) if r[1] == 1]
+            queues = [q for q, r in zip(queues, replies, strict=True) if r[1] == ScriptCode.MORE]
         if reaped:
             self.wake_all()
         return reaped
@@ -347,7 +365,7 @@ class RedisBroker(ReadsMixin, SideMixin, LifecycleMixin, Broker):
             return False
         queue = found[0]
         args = [queue, job_id, fmt_time(now), self.retention.events_max]
-        return bool(self.runner.run("cancel", self.qkeys(queue), args) == 1)
+        return bool(self.runner.run("cancel", self.qkeys(queue), args) == ScriptCode.OK)
 
     @guarded
     def requeue(self, job_id: str, now: float) -> bool:
@@ -357,7 +375,7 @@ class RedisBroker(ReadsMixin, SideMixin, LifecycleMixin, Broker):
             return False
         queue = found[0]
         args = [queue, job_id, fmt_time(now), self.retention.events_max]
-        ok = self.runner.run("requeue", self.qkeys(queue), args) == 1
+        ok = self.runner.run("requeue", self.qkeys(queue), args) == ScriptCode.OK
         if ok:
             self.wake_all()
         return bool(ok)
