@@ -17,6 +17,8 @@ dead letter, release, extend, get, counts, reap) on each:
 from __future__ import annotations
 
 from collections.abc import Iterator
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -136,3 +138,25 @@ def test_script_runner_on_a_client_the_lane_does_not_serve(
         runner.close()
         client.close()
         broker.close()
+
+
+def test_installed_redis_py_is_in_the_pinned_range_and_serves_the_raw_lane(
+    rbroker: RedisBroker,
+) -> None:
+    """The pin in pyproject.toml covers the installed redis-py, and on it the lane really runs
+    on the private attributes (a redis-py that renamed them would silently lose the lane)."""
+    import redis as redis_py
+
+    pyproject = (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text()
+    match = re.search(r'"redis\[hiredis\]>=(\d+)\.(\d+),<(\d+)"', pyproject)
+    assert match is not None, "pyproject.toml must pin redis-py to a range"
+    low, high = (int(match[1]), int(match[2])), int(match[3])
+    major, minor = (int(x) for x in redis_py.__version__.split(".")[:2])
+    assert low <= (major, minor) and major < high
+    lane = rbroker.runner._lane
+    assert lane is not None
+    conn = lane._take()
+    try:
+        assert scripts._wire(conn) is not None
+    finally:
+        lane._idle.append(conn)
