@@ -16,15 +16,15 @@ dead letter, release, extend, get, counts, reap) on each:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 from redis._parsers import _RESP2Parser
 
+import redis
 from conveyor.broker.base import Ack
 from conveyor.broker.redis import RedisBroker, scripts
 from conveyor.core.job import Job
@@ -37,7 +37,9 @@ VARIANTS = ("no_hiredis", "no_private", "decode_responses", "resp3")
 
 
 @pytest.fixture(params=VARIANTS)
-def fbroker(request: Any, redis_server: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[RedisBroker]:
+def fbroker(
+    request: Any, redis_server: Any, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[RedisBroker]:
     """A flushed broker whose script calls take the fallback path named by the param."""
     variant = request.param
     url = redis_server.url
@@ -79,7 +81,9 @@ def test_fallback_round_trip(fbroker: RedisBroker) -> None:
     assert b.complete([Ack("a", leases["a"].token, result={"x": 1})], T0 + 1) == [True]
     assert b.complete([Ack("a", leases["a"].token)], T0 + 1) == [False]
     err = {"type": "ValueError", "message": "boom", "kind": "error"}
-    assert b.fail("b", leases["b"].token, T0, error=err, retry_at=T0 + 5) is JobState.RETRY_SCHEDULED
+    assert (
+        b.fail("b", leases["b"].token, T0, error=err, retry_at=T0 + 5) is JobState.RETRY_SCHEDULED
+    )
     with pytest.raises(LeaseLost):
         b.fail("b", leases["b"].token, T0, error=err, retry_at=None)
     assert b.fail("c", leases["c"].token, T0, error=err, retry_at=None) is JobState.DEAD_LETTER

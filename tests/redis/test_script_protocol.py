@@ -43,9 +43,17 @@ def test_packed_scripts_document_their_options() -> None:
 
 def test_claim_takes_one_json_options_argument(rbroker: RedisBroker) -> None:
     rbroker.enqueue([Job(id="a", task="t", queue="default", created_at=T0, run_at=T0)], T0)
-    options = {"queue": "default", "now": repr(T0), "deadline": repr(T0 + 30), "limit": 5,
-               "worker": "w", "events_max": 100, "promote_max": 10, "dead_max": 10,
-               "max_lost": 3}  # fmt: skip
+    options = {
+        "queue": "default",
+        "now": repr(T0),
+        "deadline": repr(T0 + 30),
+        "limit": 5,
+        "worker": "w",
+        "events_max": 100,
+        "promote_max": 10,
+        "dead_max": 10,
+        "max_lost": 3,
+    }
     reply = rbroker.runner.run("claim", rbroker.qkeys("default"), [orjson.dumps(options)])
     assert reply[0] == ScriptCode.NO and reply[1] == b""
     assert [item[0] for item in reply[2:]] == [b"a"]
@@ -71,8 +79,13 @@ def _int_compares(path: Path) -> list[str]:
         if not isinstance(node, ast.Compare):
             continue
         sides = [node.left, *node.comparators]
-        ints = [s for s in sides if isinstance(s, ast.UnaryOp | ast.Constant)
-                and ast.literal_eval(s) in (-2, -1, 1) and type(ast.literal_eval(s)) is int]
+        ints = [
+            s
+            for s in sides
+            if isinstance(s, ast.UnaryOp | ast.Constant)
+            and ast.literal_eval(s) in (-2, -1, 1)
+            and type(ast.literal_eval(s)) is int
+        ]
         lens = [s for s in sides if isinstance(s, ast.Call) and getattr(s.func, "id", "") == "len"]
         if ints and not lens:
             found.append(f"{path.name}:{node.lineno}")

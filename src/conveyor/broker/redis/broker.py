@@ -30,42 +30,13 @@ from .keys import TERMINAL_SETS
 from .lifecycle import LifecycleMixin
 from .plumbing import WHERE_MAX, guarded, token_queue
 from .reads import ReadsMixin
+from .scriptargs import enqueue_group, reap_options
 from .scripts import Call
 from .side import SideMixin
 
-IDEMPOTENCY_GRACE = 60.0  # real-time slack on top of a key's logical TTL before Redis drops it
 PROMOTE_BATCH = 1000
-REAP_BATCH = 1000
 PURGE_BATCH = 1000
 _STATES = {state.value.encode(): state for state in JobState}
-
-
-def _group_args(
-    queue: str, jobs: Sequence[Job], payloads: Sequence[bytes] | None, now: float,
-    args: list[Any],
-) -> dict[str, Any]:  # fmt: skip
-    """One group of enqueue.lua: its options object (queue, n, the group defaults), returned,
-    and its job records, appended to ``args``.
-
-    A job that matches the defaults (those of the group's first job) and has no idempotency key
-    is sent as a short record (id, payload, ""), the others in full (see enqueue.lua).
-    """
-    first = jobs[0]
-    state, prio, run_at, created, task = (first.state, first.priority, first.run_at,
-                                          first.created_at, first.task)  # fmt: skip
-    at = fmt_time(run_at)
-    group = {"queue": queue, "n": len(jobs), "state": str(state), "priority": str(prio),
-             "run_at": at, "created_at": at if created == run_at else fmt_time(created),
-             "task": task}  # fmt: skip
-    envelope = codec.envelope
-    for i, job in enumerate(jobs):
-        payload = envelope(job) if payloads is None else payloads[i]
-        if (not job.idempotency_key and job.state == state and job.priority == prio
-                and job.run_at == run_at and job.created_at == created and job.task == task):
-            args += (job.id, payload, "")
-        else:
-            args += (job.id, payload, "f", *codec.enqueue_fields(job, now, IDEMPOTENCY_GRACE))
-    return group
 
 
 class RedisBroker(ReadsMixin, SideMixin, LifecycleMixin, Broker):
@@ -110,14 +81,14 @@ class RedisBroker(ReadsMixin, SideMixin, LifecycleMixin, Broker):
             keys += self.qkeys(queue)  # validates the queue name
             if len(groups) == 1:
                 order = idxs
-                group_opts.append(_group_args(queue, jobs, payloads, now, args))
+                group_opts.append(enqueue_group(queue, jobs, payloads, now, args))
             else:
                 order += idxs
-                group_opts.append(_group_args(
-                    queue, [jobs[i] for i in idxs],
-                    None if payloads is None else [payloads[i] for i in idxs], now, args))  # fmt: skip
-        args[0] = options(now=fmt_time(now), events_max=self.retention.events_max,
-                          groups=group_opts)  # fmt: skip
+                part = None if payloads is None else [payloads[i] for i in idxs]
+                group = enqueue_group(queue, [jobs[i] for i in idxs], part, now, args)
+                group_opts.append(group)
+        events_max = self.retention.events_max
+        args[0] = options(now=fmt_time(now), events_max=events_max, groups=group_opts)
         cluster = self.cluster
         if len(groups) > 1 and cluster:
             raise ValidationError(
@@ -341,14 +312,11 @@ class RedisBroker(ReadsMixin, SideMixin, LifecycleMixin, Broker):
     def reap_expired(self, now: float, *, max_lost: int = 3) -> int:
         """Return expired leases to pending (poison pills: dead letter); drop old finished jobs."""
         ret = self.retention
-        cut_done, cut_cancel = fmt_time(now - ret.completed_ttl), fmt_time(now - ret.cancelled_ttl)
         queues = self.known_queues()
         reaped = 0
         while queues:
-            calls = [Call("reap", self.qkeys(q), [options(
-                queue=q, now=fmt_time(now), max_lost=max_lost, limit=REAP_BATCH,
-                events_max=ret.events_max, dead_max=ret.dead_letter_max,
-                completed_cutoff=cut_done, cancelled_cutoff=cut_cancel)]) for q in queues]  # fmt: skip
+            calls = [Call("reap", self.qkeys(q), [reap_options(q, now, max_lost, ret)])
+                     for q in queues]  # fmt: skip
             replies = self.runner.run_many(calls)
             reaped += sum(int(r[0]) for r in replies)
             queues = [q for q, r in zip(queues, replies, strict=True) if r[1] == ScriptCode.MORE]

@@ -100,9 +100,14 @@ class ReadsMixin(RedisBase):
         for queue, suffix in plan:
             pipe.zcard(self.keys.queue_key(queue, suffix))
         sizes = pipe.execute()
-        filters = {"prefix": query.id or "", "task": query.task or "",
-                   "since": _num(query.since), "until": _num(query.until),
-                   "error": (query.error or "").lower(), "text": (query.text or "").lower()}  # fmt: skip
+        filters = {
+            "prefix": query.id or "",
+            "task": query.task or "",
+            "since": _num(query.since),
+            "until": _num(query.until),
+            "error": (query.error or "").lower(),
+            "text": (query.text or "").lower(),
+        }
         chunks = [(q, suffix, start) for (q, suffix), size in zip(plan, sizes, strict=True)
                   for start in range(0, int(size), SEARCH_CHUNK)]  # fmt: skip
         calls = [Call("search", self.qkeys(q), [options(set=suffix, offset=start,

@@ -1,0 +1,82 @@
+"""Argument builders of the job scripts whose ARGV is more than a few values.
+
+The scalar options go into one JSON object (``codes.options``, ``ARGV[1]``); per-job records
+follow positionally (see each script's header and docs/wire-format.md). Kept out of
+``broker.py`` so the transitions read on their own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ...config import Retention
+from ...core.job import Job
+from . import codec
+from .codec import fmt_time
+from .codes import options
+
+IDEMPOTENCY_GRACE = 60.0  # real-time slack on top of a key's logical TTL before Redis drops it
+REAP_BATCH = 1000
+
+
+def enqueue_group(
+    queue: str,
+    jobs: Sequence[Job],
+    payloads: Sequence[bytes] | None,
+    now: float,
+    args: list[Any],
+) -> dict[str, Any]:
+    """One group of enqueue.lua: its options object (queue, n, the group defaults), returned,
+    and its job records, appended to ``args``.
+
+    A job that matches the defaults (those of the group's first job) and has no idempotency key
+    is sent as a short record (id, payload, ""), the others in full (see enqueue.lua).
+    """
+    first = jobs[0]
+    state, prio, run_at, created, task = (
+        first.state,
+        first.priority,
+        first.run_at,
+        first.created_at,
+        first.task,
+    )
+    at = fmt_time(run_at)
+    group = {
+        "queue": queue,
+        "n": len(jobs),
+        "state": str(state),
+        "priority": str(prio),
+        "run_at": at,
+        "created_at": at if created == run_at else fmt_time(created),
+        "task": task,
+    }
+    envelope = codec.envelope
+    for i, job in enumerate(jobs):
+        payload = envelope(job) if payloads is None else payloads[i]
+        if (
+            not job.idempotency_key
+            and job.state == state
+            and job.priority == prio
+            and job.run_at == run_at
+            and job.created_at == created
+            and job.task == task
+        ):
+            args += (job.id, payload, "")
+        else:
+            args += (job.id, payload, "f", *codec.enqueue_fields(job, now, IDEMPOTENCY_GRACE))
+    return group
+
+
+def reap_options(queue: str, now: float, max_lost: int, ret: Retention) -> bytes:
+    """reap.lua's options object (see its header)."""
+    return options(
+        queue=queue,
+        now=fmt_time(now),
+        max_lost=max_lost,
+        limit=REAP_BATCH,
+        events_max=ret.events_max,
+        dead_max=ret.dead_letter_max,
+        completed_cutoff=fmt_time(now - ret.completed_ttl),
+        cancelled_cutoff=fmt_time(now - ret.cancelled_ttl),
+    )
