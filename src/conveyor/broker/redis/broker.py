@@ -74,21 +74,18 @@ class RedisBroker(ReadsMixin, SideMixin, LifecycleMixin, Broker):
                 else:
                     idxs.append(i)
         keys: list[str] = []
-        args: list[Any] = [b""]  # ARGV[1]: the options, packed below
-        group_opts = []
+        events_max = self.retention.events_max
+        args: list[Any] = [options(now=fmt_time(now), events_max=events_max)]
         order: list[int] = []  # batch position in ARGV order -> index in ``jobs``
         for queue, idxs in groups.items():
             keys += self.qkeys(queue)  # validates the queue name
             if len(groups) == 1:
                 order = idxs
-                group_opts.append(enqueue_group(queue, jobs, payloads, now, args))
+                args += enqueue_group(queue, jobs, payloads, now)
             else:
                 order += idxs
                 part = None if payloads is None else [payloads[i] for i in idxs]
-                group = enqueue_group(queue, [jobs[i] for i in idxs], part, now, args)
-                group_opts.append(group)
-        events_max = self.retention.events_max
-        args[0] = options(now=fmt_time(now), events_max=events_max, groups=group_opts)
+                args += enqueue_group(queue, [jobs[i] for i in idxs], part, now)
         cluster = self.cluster
         if len(groups) > 1 and cluster:
             raise ValidationError(

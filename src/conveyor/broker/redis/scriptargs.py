@@ -1,8 +1,8 @@
 """Argument builders of the job scripts whose ARGV is more than a few values.
 
-The scalar options go into one JSON object (``codes.options``, ``ARGV[1]``); per-job records
-follow positionally (see each script's header and docs/wire-format.md). Kept out of
-``broker.py`` so the transitions read on their own.
+The scalar options go into one JSON object (``codes.options``, ``ARGV[1]``); per-group
+headers and per-job records follow positionally (see each script's header and
+docs/wire-format.md). Kept out of ``broker.py`` so the transitions read on their own.
 """
 
 from __future__ import annotations
@@ -21,14 +21,9 @@ REAP_BATCH = 1000
 
 
 def enqueue_group(
-    queue: str,
-    jobs: Sequence[Job],
-    payloads: Sequence[bytes] | None,
-    now: float,
-    args: list[Any],
-) -> dict[str, Any]:
-    """One group of enqueue.lua: its options object (queue, n, the group defaults), returned,
-    and its job records, appended to ``args``.
+    queue: str, jobs: Sequence[Job], payloads: Sequence[bytes] | None, now: float
+) -> list[Any]:
+    """One group of enqueue.lua's ARGV: queue, n, the group defaults, then the job records.
 
     A job that matches the defaults (those of the group's first job) and has no idempotency key
     is sent as a short record (id, payload, ""), the others in full (see enqueue.lua).
@@ -42,15 +37,8 @@ def enqueue_group(
         first.task,
     )
     at = fmt_time(run_at)
-    group = {
-        "queue": queue,
-        "n": len(jobs),
-        "state": str(state),
-        "priority": str(prio),
-        "run_at": at,
-        "created_at": at if created == run_at else fmt_time(created),
-        "task": task,
-    }
+    created_at = at if created == run_at else fmt_time(created)
+    args: list[Any] = [queue, len(jobs), str(state), prio, at, created_at, task]
     envelope = codec.envelope
     for i, job in enumerate(jobs):
         payload = envelope(job) if payloads is None else payloads[i]
@@ -65,7 +53,7 @@ def enqueue_group(
             args += (job.id, payload, "")
         else:
             args += (job.id, payload, "f", *codec.enqueue_fields(job, now, IDEMPOTENCY_GRACE))
-    return group
+    return args
 
 
 def reap_options(queue: str, now: float, max_lost: int, ret: Retention) -> bytes:

@@ -10,10 +10,10 @@
 --   KEYS: G groups of the 14 queue keys (see _lib.lua), one group per queue of the batch.
 --         Redis Cluster: always exactly one group (one slot); a standalone server takes
 --         several, which makes a multi-queue enqueue_many one atomic script.
---   ARGV: [1] options (JSON object): now, events_max, groups: one object per group, in KEYS
---         order: queue, n (its number of jobs) and the group's defaults state ("pending" |
---         "scheduled"), priority, run_at, created_at, task (all strings)
---         then the n job records of each group, in group order, each one of
+--   ARGV: [1] options (JSON object): now, events_max
+--         then per group (G = #KEYS / 14, in KEYS order): queue name, n, and the group's
+--         defaults state ("pending"|"scheduled"), priority, run_at, created_at, task; then
+--         its n job records, each one of
 --           short (3 values): id, payload (JSON envelope), ""  -- the group defaults apply
 --           full (11 values): id, payload, "f", state, priority, run_at, created_at, task,
 --                             idempotency key ("" = none), key expiry (now + ttl), key PX ms
@@ -24,8 +24,8 @@
 --             order), and the existing job's id and state. Every other job was stored with
 --             the id and state it was sent with.
 local o = cjson.decode(ARGV[1])
-local now, maxlen, gopts = o.now, o.events_max, o.groups
-local groups = #gopts
+local now, maxlen = o.now, o.events_max
+local groups = #KEYS / 14
 local nnow = tonumber(now)
 
 -- phase 1: parse, decide duplicates, refuse existing ids (nothing written yet).
@@ -37,7 +37,8 @@ local k = 0
 for g = 1, groups do
   local q = qkeys((g - 1) * 14)
   qs[g] = q
-  local n = gopts[g].n
+  local n = tonumber(ARGV[pos + 1])
+  pos = pos + 7
   local batch_keys, fresh_keys = {}, {}
   for _ = 1, n do
     k = k + 1
@@ -90,10 +91,10 @@ pos = 2
 k = 0
 for g = 1, groups do
   local q = qs[g]
-  local gd = gopts[g]
-  local n = gd.n
-  local dstate, dprio, drun, dcreated, dtask = gd.state, gd.priority, gd.run_at, gd.created_at,
-    gd.task
+  local n = tonumber(ARGV[pos + 1])
+  local dstate, dprio, drun, dcreated, dtask = ARGV[pos + 2], ARGV[pos + 3], ARGV[pos + 4],
+    ARGV[pos + 5], ARGV[pos + 6]
+  pos = pos + 7
   local fresh = 0
   for j = k + 1, k + n do
     if not dup[j] then
