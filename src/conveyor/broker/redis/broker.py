@@ -30,11 +30,17 @@ from .keys import TERMINAL_SETS
 from .lifecycle import LifecycleMixin
 from .plumbing import WHERE_MAX, guarded, token_queue
 from .reads import ReadsMixin
-from .scriptargs import enqueue_group, reap_options
+from .scriptargs import (
+    claim_options,
+    complete_options,
+    enqueue_group,
+    fail_options,
+    reap_options,
+    release_options,
+)
 from .scripts import Call
 from .side import SideMixin
 
-PROMOTE_BATCH = 1000
 PURGE_BATCH = 1000
 _STATES = {state.value.encode(): state for state in JobState}
 
@@ -74,7 +80,7 @@ class RedisBroker(ReadsMixin, SideMixin, LifecycleMixin, Broker):
                 else:
                     idxs.append(i)
         keys: list[str] = []
-        events_max = self.retention.events_max
+        events_max = str(self.retention.events_max)  # a string: it goes to XADD as is
         args: list[Any] = [options(now=fmt_time(now), events_max=events_max)]
         order: list[int] = []  # batch position in ARGV order -> index in ``jobs``
         for queue, idxs in groups.items():
@@ -138,12 +144,9 @@ class RedisBroker(ReadsMixin, SideMixin, LifecycleMixin, Broker):
         next_due: float | None = None
         for queue in queues:
             while len(leases) < limit:
-                reply = self.runner.run("claim", self.qkeys(queue), [options(
-                    queue=queue, now=at, deadline=deadline, limit=limit - len(leases),
-                    worker=worker_id, events_max=self.retention.events_max,
-                    promote_max=PROMOTE_BATCH, dead_max=self.retention.dead_letter_max,
-                    max_lost=max_lost,
-                )])  # fmt: skip
+                opts = claim_options(queue, at, deadline, limit - len(leases), worker_id,
+                                     max_lost, self.retention)  # fmt: skip
+                reply = self.runner.run("claim", self.qkeys(queue), [opts])
                 more = more or reply[0] == ScriptCode.MORE
                 if reply[1]:
                     due = float(reply[1])
@@ -181,12 +184,10 @@ class RedisBroker(ReadsMixin, SideMixin, LifecycleMixin, Broker):
     ) -> None:  # fmt: skip
         entry = codec.decode_error_entry(message, fields, worker_id, now)
         entry_json, _, last_error, _ = codec.error_json(entry, now)
-        self.runner.run("fail", self.qkeys(queue), [
-            options(queue=queue, now=fmt_time(now), retry_at="", kind="decode_error",
-                    dead_max=self.retention.dead_letter_max,
-                    events_max=self.retention.events_max, has_attempt="1"),
-            job_id, token, entry_json, last_error, codec.stub_payload(job_id, queue, fields),
-        ])  # fmt: skip
+        opts = fail_options(queue, now, None, "decode_error", True, self.retention)
+        stub = codec.stub_payload(job_id, queue, fields)
+        args = [opts, job_id, token, entry_json, last_error, stub]
+        self.runner.run("fail", self.qkeys(queue), args)
 
     @guarded
     def complete(self, acks: Sequence[Ack], now: float) -> list[bool]:
@@ -204,10 +205,9 @@ class RedisBroker(ReadsMixin, SideMixin, LifecycleMixin, Broker):
         calls = []
         at = fmt_time(now)
         result_json = codec.result_json
-        completed_max, events_max = self.retention.completed_max, self.retention.events_max
+        ret = self.retention
         for queue, idxs in groups.items():
-            args: list[Any] = [options(queue=queue, now=at, completed_max=completed_max,
-                                       events_max=events_max)]  # fmt: skip
+            args: list[Any] = [complete_options(queue, at, ret)]
             for i in idxs:
                 ack = acks[i]
                 result = b"" if ack.result is None else result_json(ack.result)
@@ -233,13 +233,9 @@ class RedisBroker(ReadsMixin, SideMixin, LifecycleMixin, Broker):
         if queue is None:
             raise LeaseLost(job_id)
         entry, has_attempt, last_error, kind = codec.error_json(error, now)
-        reply = self.runner.run("fail", self.qkeys(queue), [
-            options(queue=queue, now=fmt_time(now),
-                    retry_at="" if retry_at is None else fmt_time(retry_at), kind=kind,
-                    dead_max=self.retention.dead_letter_max,
-                    events_max=self.retention.events_max, has_attempt="1" if has_attempt else "0"),
-            job_id, token, entry, last_error, "",
-        ])  # fmt: skip
+        opts = fail_options(queue, now, retry_at, kind, has_attempt, self.retention)
+        args = [opts, job_id, token, entry, last_error, ""]
+        reply = self.runner.run("fail", self.qkeys(queue), args)
         if reply[0] != ScriptCode.OK:
             raise LeaseLost(job_id)
         if retry_at is not None and self.cluster:
@@ -255,13 +251,8 @@ class RedisBroker(ReadsMixin, SideMixin, LifecycleMixin, Broker):
         queue = token_queue(token)
         if queue is None:
             raise LeaseLost(job_id)
-        reply = self.runner.run("release", self.qkeys(queue), [
-            options(queue=queue, now=fmt_time(now),
-                    run_at=fmt_time(now + delay) if delay > 0 else "",
-                    penalize="1" if penalize else "0", note=note,
-                    events_max=self.retention.events_max),
-            job_id, token,
-        ])  # fmt: skip
+        opts = release_options(queue, now, delay, penalize, note, self.retention)
+        reply = self.runner.run("release", self.qkeys(queue), [opts, job_id, token])
         if reply[0] != ScriptCode.OK:
             raise LeaseLost(job_id)
         state = JobState(reply[1].decode())

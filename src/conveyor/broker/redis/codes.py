@@ -37,7 +37,8 @@ _dumps = orjson.dumps
 
 
 def options(**values: Any) -> bytes:
-    """The packed options argument: a JSON object (times as the strings ``fmt_time`` makes,
-    so Lua stores them verbatim; ``""`` instead of null, which cjson would turn into a
-    sentinel)."""
+    """The packed options argument: a JSON object. Times are the strings ``fmt_time`` makes
+    (Lua stores them verbatim); values Lua hands straight to a Redis command (``events_max``
+    for XADD MAXLEN) are strings too, since Redis formats a Lua number with ``%.17g`` on every
+    call; ``""`` stands for absent (cjson would decode null to a sentinel, not nil)."""
     return _dumps(values)

@@ -18,6 +18,7 @@ from .codes import options
 
 IDEMPOTENCY_GRACE = 60.0  # real-time slack on top of a key's logical TTL before Redis drops it
 REAP_BATCH = 1000
+PROMOTE_BATCH = 1000
 
 
 def enqueue_group(
@@ -63,8 +64,61 @@ def reap_options(queue: str, now: float, max_lost: int, ret: Retention) -> bytes
         now=fmt_time(now),
         max_lost=max_lost,
         limit=REAP_BATCH,
-        events_max=ret.events_max,
+        events_max=str(ret.events_max),
         dead_max=ret.dead_letter_max,
         completed_cutoff=fmt_time(now - ret.completed_ttl),
         cancelled_cutoff=fmt_time(now - ret.cancelled_ttl),
+    )
+
+
+def claim_options(
+    queue: str, now: str, deadline: str, limit: int, worker: str, max_lost: int, ret: Retention
+) -> bytes:
+    """claim.lua's options object (``now`` and ``deadline`` already formatted)."""
+    return options(
+        queue=queue,
+        now=now,
+        deadline=deadline,
+        limit=limit,
+        worker=worker,
+        events_max=str(ret.events_max),
+        promote_max=PROMOTE_BATCH,
+        dead_max=ret.dead_letter_max,
+        max_lost=max_lost,
+    )
+
+
+def complete_options(queue: str, now: str, ret: Retention) -> bytes:
+    """complete.lua's options object (``now`` already formatted)."""
+    return options(
+        queue=queue, now=now, completed_max=ret.completed_max, events_max=str(ret.events_max)
+    )
+
+
+def fail_options(
+    queue: str, now: float, retry_at: float | None, kind: str, has_attempt: bool, ret: Retention
+) -> bytes:
+    """fail.lua's options object; ``retry_at`` None dead-letters."""
+    return options(
+        queue=queue,
+        now=fmt_time(now),
+        retry_at="" if retry_at is None else fmt_time(retry_at),
+        kind=kind,
+        dead_max=ret.dead_letter_max,
+        events_max=str(ret.events_max),
+        has_attempt="1" if has_attempt else "0",
+    )
+
+
+def release_options(
+    queue: str, now: float, delay: float, penalize: bool, note: str, ret: Retention
+) -> bytes:
+    """release.lua's options object; a positive ``delay`` schedules the job."""
+    return options(
+        queue=queue,
+        now=fmt_time(now),
+        run_at=fmt_time(now + delay) if delay > 0 else "",
+        penalize="1" if penalize else "0",
+        note=note,
+        events_max=str(ret.events_max),
     )
