@@ -30,8 +30,8 @@ def test_every_script_has_a_header() -> None:
         text = lua.joinpath(f"{name}.lua").read_text()
         head = text.split("\n\n", 1)[0] if not text.startswith("--") else text[:3000]
         assert text.startswith(f"-- {name}.lua: "), name
-        for part in ("KEYS", "ARGV", "Returns"):
-            assert re.search(rf"^-- {part}:", head, re.M), f"{name}.lua header lacks {part}"
+        for part in (r"Input$", r"  KEYS:", r"  ARGV:", r"Output:"):
+            assert re.search(rf"^-- {part}", head, re.M), f"{name}.lua header lacks {part}"
 
 
 def test_noscript_after_script_flush_is_recovered(rbroker: RedisBroker) -> None:

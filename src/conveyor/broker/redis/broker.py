@@ -25,43 +25,24 @@ from ...errors import DecodeError, DuplicateJob, LeaseLost, ValidationError
 from ..base import Ack, Broker, Claimed, EnqueueResult, Lease
 from . import codec, idguard
 from .codec import fmt_time
+from .codes import ScriptCode, options
 from .keys import TERMINAL_SETS
 from .lifecycle import LifecycleMixin
 from .plumbing import guarded, token_queue
 from .reads import ReadsMixin
+from .scriptargs import (
+    claim_options,
+    complete_options,
+    enqueue_group,
+    fail_options,
+    reap_options,
+    release_options,
+)
 from .scripts import Call
 from .side import SideMixin
 
-IDEMPOTENCY_GRACE = 60.0  # real-time slack on top of a key's logical TTL before Redis drops it
-PROMOTE_BATCH = 1000
-REAP_BATCH = 1000
 PURGE_BATCH = 1000
 _STATES = {state.value.encode(): state for state in JobState}
-
-
-def _group_args(
-    queue: str, jobs: Sequence[Job], payloads: Sequence[bytes] | None, now: float
-) -> list[Any]:
-    """One group of enqueue.lua's ARGV: queue, n, the group defaults, then the job records.
-
-    A job that matches the defaults (those of the group's first job) and has no idempotency key
-    is sent as a short record (id, payload, ""), the others in full (see enqueue.lua).
-    """
-    first = jobs[0]
-    state, prio, run_at, created, task = (first.state, first.priority, first.run_at,
-                                          first.created_at, first.task)  # fmt: skip
-    at = fmt_time(run_at)
-    args: list[Any] = [queue, len(jobs), str(state), prio, at,
-                       at if created == run_at else fmt_time(created), task]  # fmt: skip
-    envelope = codec.envelope
-    for i, job in enumerate(jobs):
-        payload = envelope(job) if payloads is None else payloads[i]
-        if (not job.idempotency_key and job.state == state and job.priority == prio
-                and job.run_at == run_at and job.created_at == created and job.task == task):
-            args += (job.id, payload, "")
-        else:
-            args += (job.id, payload, "f", *codec.enqueue_fields(job, now, IDEMPOTENCY_GRACE))
-    return args
 
 
 class RedisBroker(ReadsMixin, SideMixin, LifecycleMixin, Broker):
@@ -99,18 +80,18 @@ class RedisBroker(ReadsMixin, SideMixin, LifecycleMixin, Broker):
                 else:
                     idxs.append(i)
         keys: list[str] = []
-        args: list[Any] = [fmt_time(now), self.retention.events_max, len(groups)]
+        events_max = str(self.retention.events_max)  # a string: it goes to XADD as is
+        args: list[Any] = [options(now=fmt_time(now), events_max=events_max)]
         order: list[int] = []  # batch position in ARGV order -> index in ``jobs``
         for queue, idxs in groups.items():
             keys += self.qkeys(queue)  # validates the queue name
             if len(groups) == 1:
                 order = idxs
-                args += _group_args(queue, jobs, payloads, now)
+                args += enqueue_group(queue, jobs, payloads, now)
             else:
                 order += idxs
-                args += _group_args(queue, [jobs[i] for i in idxs],
-                                    None if payloads is None else [payloads[i] for i in idxs],
-                                    now)  # fmt: skip
+                part = None if payloads is None else [payloads[i] for i in idxs]
+                args += enqueue_group(queue, [jobs[i] for i in idxs], part, now)
         cluster = self.cluster
         if len(groups) > 1 and cluster:
             raise ValidationError(
@@ -125,7 +106,7 @@ class RedisBroker(ReadsMixin, SideMixin, LifecycleMixin, Broker):
         finally:
             if locks:
                 idguard.release(self, locks)
-        if reply[0] == -1:
+        if reply[0] == ScriptCode.DUPLICATE_ID:
             raise DuplicateJob(reply[1].decode())
         results = [EnqueueResult(job.id, False, job.state) for job in jobs]
         for n in range(1, len(reply), 3):  # only jobs whose idempotency key matched
@@ -162,12 +143,10 @@ class RedisBroker(ReadsMixin, SideMixin, LifecycleMixin, Broker):
         next_due: float | None = None
         for queue in queues:
             while len(leases) < limit:
-                reply = self.runner.run("claim", self.qkeys(queue), [
-                    queue, at, deadline, limit - len(leases), worker_id,
-                    self.retention.events_max, PROMOTE_BATCH, self.retention.dead_letter_max,
-                    max_lost,
-                ])  # fmt: skip
-                more = more or reply[0] == 1
+                opts = claim_options(queue, at, deadline, limit - len(leases), worker_id,
+                                     max_lost, self.retention)  # fmt: skip
+                reply = self.runner.run("claim", self.qkeys(queue), [opts])
+                more = more or reply[0] == ScriptCode.MORE
                 if reply[1]:
                     due = float(reply[1])
                     next_due = due if next_due is None else min(next_due, due)
@@ -203,11 +182,10 @@ class RedisBroker(ReadsMixin, SideMixin, LifecycleMixin, Broker):
     ) -> None:  # fmt: skip
         entry = codec.decode_error_entry(message, fields, worker_id, now)
         entry_json, _, last_error, _ = codec.error_json(entry, now)
-        self.runner.run("fail", self.qkeys(queue), [
-            queue, job_id, token, fmt_time(now), entry_json, "1", last_error, "", "decode_error",
-            self.retention.dead_letter_max, self.retention.events_max,
-            codec.stub_payload(job_id, queue, fields),
-        ])  # fmt: skip
+        opts = fail_options(queue, now, None, "decode_error", True, self.retention)
+        stub = codec.stub_payload(job_id, queue, fields)
+        args = [opts, job_id, token, entry_json, last_error, stub]
+        self.runner.run("fail", self.qkeys(queue), args)
 
     @guarded
     def complete(self, acks: Sequence[Ack], now: float) -> list[bool]:
@@ -225,8 +203,9 @@ class RedisBroker(ReadsMixin, SideMixin, LifecycleMixin, Broker):
         calls = []
         at = fmt_time(now)
         result_json = codec.result_json
+        ret = self.retention
         for queue, idxs in groups.items():
-            args: list[Any] = [queue, at, self.retention.completed_max, self.retention.events_max]
+            args: list[Any] = [complete_options(queue, at, ret)]
             for i in idxs:
                 ack = acks[i]
                 result = b"" if ack.result is None else result_json(ack.result)
@@ -236,9 +215,10 @@ class RedisBroker(ReadsMixin, SideMixin, LifecycleMixin, Broker):
                     entry, _, last_error, _ = codec.error_json(ack.error, now)
                     args += (ack.job_id, ack.token, result, entry, last_error)
             calls.append(Call("complete", self.qkeys(queue), args))
+        recorded = ScriptCode.OK
         for idxs, reply in zip(groups.values(), self.runner.run_many(calls), strict=True):
             for i, ok in zip(idxs, reply, strict=True):
-                out[i] = ok == 1
+                out[i] = ok == recorded
         return out
 
     @guarded
@@ -251,12 +231,10 @@ class RedisBroker(ReadsMixin, SideMixin, LifecycleMixin, Broker):
         if queue is None:
             raise LeaseLost(job_id)
         entry, has_attempt, last_error, kind = codec.error_json(error, now)
-        reply = self.runner.run("fail", self.qkeys(queue), [
-            queue, job_id, token, fmt_time(now), entry, "1" if has_attempt else "0", last_error,
-            "" if retry_at is None else fmt_time(retry_at), kind, self.retention.dead_letter_max,
-            self.retention.events_max, "",
-        ])  # fmt: skip
-        if reply[0] != 1:
+        opts = fail_options(queue, now, retry_at, kind, has_attempt, self.retention)
+        args = [opts, job_id, token, entry, last_error, ""]
+        reply = self.runner.run("fail", self.qkeys(queue), args)
+        if reply[0] != ScriptCode.OK:
             raise LeaseLost(job_id)
         if retry_at is not None and self.cluster:
             self.wake_all()  # fail.lua woke the queue's own workers
@@ -271,11 +249,9 @@ class RedisBroker(ReadsMixin, SideMixin, LifecycleMixin, Broker):
         queue = token_queue(token)
         if queue is None:
             raise LeaseLost(job_id)
-        reply = self.runner.run("release", self.qkeys(queue), [
-            queue, job_id, token, fmt_time(now), fmt_time(now + delay) if delay > 0 else "",
-            "1" if penalize else "0", note, self.retention.events_max,
-        ])  # fmt: skip
-        if reply[0] != 1:
+        opts = release_options(queue, now, delay, penalize, note, self.retention)
+        reply = self.runner.run("release", self.qkeys(queue), [opts, job_id, token])
+        if reply[0] != ScriptCode.OK:
             raise LeaseLost(job_id)
         state = JobState(reply[1].decode())
         self.wake_all()  # pending, or scheduled: idle workers recompute their next due time
@@ -301,7 +277,7 @@ class RedisBroker(ReadsMixin, SideMixin, LifecycleMixin, Broker):
             calls.append(Call("extend", self.qkeys(queue), args))
         for idxs, reply in zip(groups.values(), self.runner.run_many(calls), strict=True):
             for i, ok in zip(idxs, reply, strict=True):
-                out[i] = ok == 1
+                out[i] = ok == ScriptCode.OK
         return out
 
     # ------------------------------------------------------------------ maintenance
@@ -322,16 +298,14 @@ class RedisBroker(ReadsMixin, SideMixin, LifecycleMixin, Broker):
     def reap_expired(self, now: float, *, max_lost: int = 3) -> int:
         """Return expired leases to pending (poison pills: dead letter); drop old finished jobs."""
         ret = self.retention
-        cut_done, cut_cancel = fmt_time(now - ret.completed_ttl), fmt_time(now - ret.cancelled_ttl)
         queues = self.known_queues()
         reaped = 0
         while queues:
-            calls = [Call("reap", self.qkeys(q), [q, fmt_time(now), max_lost, REAP_BATCH,
-                          ret.events_max, ret.dead_letter_max, cut_done, cut_cancel])
+            calls = [Call("reap", self.qkeys(q), [reap_options(q, now, max_lost, ret)])
                      for q in queues]  # fmt: skip
             replies = self.runner.run_many(calls)
             reaped += sum(int(r[0]) for r in replies)
-            queues = [q for q, r in zip(queues, replies, strict=True) if r[1] == 1]
+            queues = [q for q, r in zip(queues, replies, strict=True) if r[1] == ScriptCode.MORE]
         if reaped:
             self.wake_all()
         return reaped
@@ -345,7 +319,7 @@ class RedisBroker(ReadsMixin, SideMixin, LifecycleMixin, Broker):
             return False
         queue = found[0]
         args = [queue, job_id, fmt_time(now), self.retention.events_max]
-        return bool(self.runner.run("cancel", self.qkeys(queue), args) == 1)
+        return bool(self.runner.run("cancel", self.qkeys(queue), args) == ScriptCode.OK)
 
     @guarded
     def requeue(self, job_id: str, now: float) -> bool:
@@ -355,7 +329,7 @@ class RedisBroker(ReadsMixin, SideMixin, LifecycleMixin, Broker):
             return False
         queue = found[0]
         args = [queue, job_id, fmt_time(now), self.retention.events_max]
-        ok = self.runner.run("requeue", self.qkeys(queue), args) == 1
+        ok = self.runner.run("requeue", self.qkeys(queue), args) == ScriptCode.OK
         if ok:
             self.wake_all()
         return bool(ok)

@@ -153,10 +153,20 @@ def _connect(url: str) -> Connection:
         return _sentinel(url, hosts, path, username, password, sentinel_password, opts, prefix)
     if scheme not in ("redis", "rediss"):
         raise ValidationError("url", f"unsupported scheme {scheme!r}")
+    _drop_decode_responses(query)
     parts = urlsplit(url)
     plain = urlunsplit(parts._replace(query=urlencode(query)))
     client = redis.Redis.from_url(plain, **opts)
     return Connection(plain, client, False, prefix, timeout)
+
+
+def _drop_decode_responses(query: dict[str, str]) -> None:
+    """Conveyor's client reads bytes (payloads, fields, stream entries are decoded by the codec),
+    so a ``decode_responses`` URL option is ignored (with a warning) rather than let it break
+    every read; the client is Conveyor's own and never handed to user code."""
+    value = query.pop("decode_responses", None)
+    if value is not None and value.lower() not in ("0", "false", "no", "off", ""):
+        log.warning("redis URL option decode_responses=%s ignored: Conveyor reads bytes", value)
 
 
 def _cluster_opts(opts: dict[str, Any], query: dict[str, str]) -> dict[str, Any]:

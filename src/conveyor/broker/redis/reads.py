@@ -12,6 +12,7 @@ from ...core.job import Job, validate_queue_name
 from ...core.state import JobState
 from ..base import Page, SearchQuery
 from ..filters import matches
+from .codes import options
 from .keys import STATE_SETS
 from .plumbing import RedisBase, guarded
 from .scripts import Call
@@ -99,11 +100,18 @@ class ReadsMixin(RedisBase):
         for queue, suffix in plan:
             pipe.zcard(self.keys.queue_key(queue, suffix))
         sizes = pipe.execute()
-        filters = [query.id or "", query.task or "", _num(query.since), _num(query.until),
-                   (query.error or "").lower(), (query.text or "").lower()]  # fmt: skip
+        filters = {
+            "prefix": query.id or "",
+            "task": query.task or "",
+            "since": _num(query.since),
+            "until": _num(query.until),
+            "error": (query.error or "").lower(),
+            "text": (query.text or "").lower(),
+        }
         chunks = [(q, suffix, start) for (q, suffix), size in zip(plan, sizes, strict=True)
                   for start in range(0, int(size), SEARCH_CHUNK)]  # fmt: skip
-        calls = [Call("search", self.qkeys(q), [suffix, start, SEARCH_CHUNK, *filters])
+        calls = [Call("search", self.qkeys(q), [options(set=suffix, offset=start,
+                                                        count=SEARCH_CHUNK, **filters)])
                  for q, suffix, start in chunks]  # fmt: skip
         hits: list[tuple[float, str, str]] = []
         for (queue, _, _), reply in zip(chunks, self.runner.run_many(calls), strict=True):

@@ -16,6 +16,14 @@ retry wrapper, metrics hooks, per-read wrappers): most of the client CPU of a lo
 trip. The lane keeps redis-py's guarantees: a connection that failed mid-call is disconnected
 before it is reused (it reconnects on its next use), and a broken connection is retried once,
 as the pool's ``Retry`` policy does. Redis Cluster clients use the regular path.
+
+The private attributes (``Connection._sock`` / ``_parser``, ``_HiredisParser._reader`` /
+``_buffer``, ``redis._parsers.hiredis.NOT_ENOUGH_DATA``) exist in redis-py 6.0-8.x, the
+range pinned in pyproject.toml (5.x lacks ``NOT_ENOUGH_DATA``). Fallbacks, each tested in
+tests/redis/test_fallback.py: without them or without the hiredis parser the lane sends and
+reads through the connection's public ``send_packed_command`` / ``read_response``; a client
+with ``decode_responses`` or RESP3 (``protocol=3``) skips the lane and uses
+``execute_command`` / pipelines (its replies need redis-py's parsing callbacks).
 """
 
 from __future__ import annotations
@@ -38,7 +46,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 _NOT_ENOUGH_DATA: object | None
 try:
     from redis._parsers.hiredis import NOT_ENOUGH_DATA as _NOT_ENOUGH_DATA
-except ImportError:  # pragma: no cover - another redis-py layout: use the public methods
+except ImportError:  # pragma: no cover - redis-py 5.x: the lane uses the public methods
     _NOT_ENOUGH_DATA = None
 
 _hiredis_pack: Callable[[tuple[Any, ...]], bytes] | None

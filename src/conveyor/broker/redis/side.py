@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 
 from .codec import events_from_entry, fmt_time
+from .codes import ScriptCode
 from .plumbing import RedisBase, guarded
 
 _SORTED = orjson.OPT_SORT_KEYS
@@ -126,7 +127,7 @@ class SideMixin(RedisBase):
         for key, value in changes.items():
             args += [key, _dump(value)]
         reply = self.runner.run("doc_cas", [self.keys.doc(collection, name)], args)
-        return bool(reply == 1)
+        return bool(reply == ScriptCode.OK)
 
     # ------------------------------------------------------------------ logs
     @guarded

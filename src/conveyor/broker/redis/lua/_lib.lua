@@ -24,8 +24,19 @@
 -- float), which are stored verbatim, so no precision is lost. Mutable job fields that become
 -- None are deleted (HDEL); readers fall back to the value in the immutable payload.
 -- A job is deleted with drop_jobs (job hash + payload entry).
+--
+-- Calling convention: scripts with many scalar arguments take them as ONE JSON object in
+-- ARGV[1] (decoded once per call: `local o = cjson.decode(ARGV[1])`; times are strings, absent
+-- values ""), followed by their positional per-job records. Return codes are the CODE_*
+-- constants below, mirrored by ScriptCode in broker/redis/codes.py (a test compares them).
 
 local WAKE_MAX = 16
+
+local CODE_OK = 1             -- done (stored, claimed, recorded, cancelled, ...)
+local CODE_NO = 0             -- not done, nothing changed; as a flag: no more work
+local CODE_DUPLICATE_ID = -1  -- enqueue: a job with this id exists, nothing stored
+local CODE_LEASE_LOST = -2    -- fail / release: stale token or job not active
+local CODE_MORE = 1           -- claim / reap flag: more work is waiting
 
 local function qkeys(b)
   return {
@@ -205,8 +216,8 @@ end
 -- active jobs whose lease deadline passed: lost + 1, a worker_lost entry in "errors",
 -- last_error, "lease_lost" event; pending again, or dead_letter on the max_lost-th loss (a poison
 -- pill). Run by reap.lua and, for its queue, by claim.lua (an expired lease is claimable by the
--- next claim). Returns the number reaped and how many became pending; `more` = 1 when `limit`
--- was reached.
+-- next claim). Returns the number reaped and how many became pending; `more` = CODE_MORE when
+-- `limit` was reached.
 local function expire_leases(q, now, max_lost, limit, maxlen, dead_cap)
   local expired = redis.call('ZRANGEBYSCORE', q.leases, '-inf', now, 'LIMIT', 0, limit)
   local reaped, readied = 0, 0
@@ -236,8 +247,8 @@ local function expire_leases(q, now, max_lost, limit, maxlen, dead_cap)
       reaped = reaped + 1
     end
   end
-  local more = 0
-  if #expired >= limit then more = 1 end
+  local more = CODE_NO
+  if #expired >= limit then more = CODE_MORE end
   return reaped, readied, more
 end
 

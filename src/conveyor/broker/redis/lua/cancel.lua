@@ -1,14 +1,15 @@
 -- cancel.lua: cancel a job that has not started
 -- (transition: scheduled | pending | retry_scheduled -> cancelled).
 --
--- KEYS: the 14 queue keys (_lib.lua)
--- ARGV: [1] queue name  [2] id  [3] now  [4] events_max
--- Returns: 1 cancelled | 0 not found or not cancellable (active or terminal)
+-- Input
+--   KEYS: the 14 queue keys (_lib.lua)
+--   ARGV: [1] queue name  [2] id  [3] now  [4] events_max
+-- Output: CODE_OK cancelled | CODE_NO not found or not cancellable (active or terminal)
 local q = qkeys(0)
 local qname, id, now = ARGV[1], ARGV[2], ARGV[3]
 local key = q.job .. id
 local f = hmget(key, 'state', 'rk', 'attempts', 'task')
-if not f then return 0 end
+if not f then return CODE_NO end
 local state = f[1]
 if state == 'pending' then
   redis.call('ZREM', q.ready, f[2] or id)
@@ -17,7 +18,7 @@ elseif state == 'scheduled' then
 elseif state == 'retry_scheduled' then
   redis.call('ZREM', q.retry, id)
 else
-  return 0
+  return CODE_NO
 end
 redis.call('HSET', key, 'state', 'cancelled', 'finished_at', now)
 redis.call('HDEL', key, 'rk')
@@ -25,4 +26,4 @@ history(key, 'cancelled', now, f[3] or '0', '', nil)
 emit(q, ARGV[4], 'type', 'cancelled', 'job_id', id, 'task', f[4] or '',
   'at', now)
 finish(q, q.cancelled, id, now, -1)
-return 1
+return CODE_OK

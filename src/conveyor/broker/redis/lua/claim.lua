@@ -13,20 +13,22 @@
 -- Payloads are NOT decoded here: the client decodes and dead-letters undecodable ones at once
 -- (fail.lua with a stub payload), so a claim never hands out garbage and nothing loops.
 --
--- KEYS: the 14 queue keys (_lib.lua)
--- ARGV: [1] queue name  [2] now  [3] lease deadline (now + visibility_timeout)  [4] limit
---       [5] worker id ("" = none)  [6] events_max  [7] promote / expiry limit
---       [8] dead_letter_max  [9] max_lost
--- Returns: {more, next_due, job_1, job_2, ...}; more = 1 when ready jobs remain after this
---          claim; next_due = on an empty claim of a queue that is not paused, the earliest
---          run_at of the scheduled / retry sets or lease deadline ('' when none, or when jobs
---          were claimed: next_due in _lib.lua);
---          job = {id, attempts, token, payload, run_at, lost, errors, history, last_error}
---          (the other fields are known to the caller: state active, started_at = now,
---          lease_expires_at = deadline, worker_id)
+-- Input
+--   KEYS: the 14 queue keys (_lib.lua)
+--   ARGV: [1] options (JSON object): queue, now, deadline (lease deadline = now +
+--         visibility_timeout), limit, worker ("" = none), events_max, promote_max (promote /
+--         expiry batch limit), dead_max (dead_letter_max), max_lost
+-- Output: {more, next_due, job_1, job_2, ...}; more = CODE_MORE when ready jobs remain after
+--         this claim, else CODE_NO; next_due = on an empty claim of a queue that is not
+--         paused, the earliest run_at of the scheduled / retry sets or lease deadline ('' when
+--         none, or when jobs were claimed: next_due in _lib.lua);
+--         job = {id, attempts, token, payload, run_at, lost, errors, history, last_error}
+--         (the other fields are known to the caller: state active, started_at = now,
+--         lease_expires_at = deadline, worker_id)
 local q = qkeys(0)
-local qname, now, deadline, limit, worker = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
-local maxlen = ARGV[6]
+local o = cjson.decode(ARGV[1])
+local qname, now, deadline, limit, worker = o.queue, o.now, o.deadline, o.limit, o.worker
+local maxlen, dead_max = o.events_max, o.dead_max
 
 local function bury_foreign(id, key, kind)
   local raw = '<' .. kind .. '>'
@@ -38,19 +40,19 @@ local function bury_foreign(id, key, kind)
   redis.call('HSET', key, 'raw', raw, 'state', 'dead_letter', 'finished_at', now, 'last_error', msg,
     'errors', '{"attempt":0,"kind":"decode_error","type":"DecodeError","message":'
       .. cjson.encode(msg) .. ',"traceback":"","worker":null,"at":' .. now .. '}')
-  finish(q, q.dead, id, now, tonumber(ARGV[8]))
+  finish(q, q.dead, id, now, dead_max)
   emit(q, maxlen, 'type', 'dead_lettered', 'job_id', id, 'task', '', 'at', now,
     'reason', 'decode_error')
 end
 
-promote(q, now, tonumber(ARGV[7]))
-expire_leases(q, now, tonumber(ARGV[9]), tonumber(ARGV[7]), maxlen, tonumber(ARGV[8]))
+promote(q, now, o.promote_max)
+expire_leases(q, now, o.max_lost, o.promote_max, maxlen, dead_max)
 -- this claim serves every marker left so far (stale ones included); if it leaves ready jobs
 -- behind it pushes one again below, for the next idle worker
 redis.call('DEL', q.wake)
-if redis.call('EXISTS', q.paused) == 1 then return {0, ''} end
+if redis.call('EXISTS', q.paused) == 1 then return {CODE_NO, ''} end
 
-local out = {0, ''}
+local out = {CODE_NO, ''}
 local leased, ids, rows = {}, {}, {}
 local claimed = 0
 while claimed < limit do
@@ -88,7 +90,7 @@ if #leased > 0 then
   emit_many(q, maxlen, 'started', now, {'worker', worker}, {'job_id', 'task', 'attempt'}, rows)
 end
 if claimed > 0 and redis.call('ZCARD', q.ready) > 0 then
-  out[1] = 1
+  out[1] = CODE_MORE
   wake(q)
 elseif claimed == 0 then
   out[2] = next_due(q)

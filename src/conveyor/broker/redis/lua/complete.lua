@@ -1,25 +1,28 @@
 -- complete.lua: record a batch of successes of one queue (transition: active -> completed).
 --
 -- Per ack: the token must match the job's current token and the job must be active, else the
--- ack is refused (0) and nothing changes. On success: state completed, result, finished_at,
+-- ack is refused (CODE_NO) and nothing changes. On success: state completed, result, finished_at,
 -- lease entry removed, "completed" event (one stream entry for the batch: emit_many in
 -- _lib.lua), completed-set entry; then the oldest completed jobs beyond completed_max are
 -- deleted (retention by count; by TTL in reap.lua). The stale token and lease_expires_at
 -- fields are left in the hash (ignored unless the job is active).
 --
--- KEYS: the 14 queue keys (_lib.lua)
 -- An ack may carry an errors entry (a result that could not be stored: kind result_error, the
 -- result is then ""): it is appended to "errors" (its "attempt" filled in as in fail.lua) and
 -- sets last_error, in the same step as the completion.
 --
--- ARGV: [1] queue name  [2] now  [3] completed_max  [4] events_max
---       then per ack: id, token, result JSON ("" = null), errors entry JSON ("" = none),
---       last_error (used with an entry)
--- Returns: {ok_1, ok_2, ...} with 1 = recorded, 0 = stale token / not active (LeaseLost)
+-- Input
+--   KEYS: the 14 queue keys (_lib.lua)
+--   ARGV: [1] options (JSON object): queue, now, completed_max, events_max
+--         then per ack (5 values): id, token, result JSON ("" = null), errors entry JSON
+--         ("" = none), last_error (used with an entry)
+-- Output: {code_1, code_2, ...} one per ack: CODE_OK recorded, CODE_NO stale token / not
+--         active (LeaseLost)
 local q = qkeys(0)
-local now, maxlen = ARGV[2], ARGV[4]
+local o = cjson.decode(ARGV[1])
+local now, maxlen = o.now, o.events_max
 local out, ids, done, rows = {}, {}, {}, {}
-for i = 5, #ARGV, 5 do
+for i = 2, #ARGV, 5 do
   local id, token, result, entry = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   local key = q.job .. id
   local f = redis.pcall('HMGET', key, 'state', 'token', 'attempts', 'task')
@@ -42,15 +45,15 @@ for i = 5, #ARGV, 5 do
     ids[#ids + 1] = id
     done[#done + 1] = now
     done[#done + 1] = id
-    out[#out + 1] = 1
+    out[#out + 1] = CODE_OK
   else
-    out[#out + 1] = 0
+    out[#out + 1] = CODE_NO
   end
 end
 if #ids > 0 then
   emit_many(q, maxlen, 'completed', now, {}, {'job_id', 'task', 'attempt'}, rows)
   bulk('ZREM', q.leases, ids)
   bulk('ZADD', q.completed, done)
-  trim(q, q.completed, tonumber(ARGV[3]))
+  trim(q, q.completed, o.completed_max)
 end
 return out

@@ -4,9 +4,11 @@
 -- present) and "\0exp" (logical expiry, epoch seconds). Numbers compare numerically; an absent
 -- field equals JSON null.
 --
--- KEYS: [1] the document hash
--- ARGV: [1] now  [2] field  [3] expected value as JSON  then pairs: field, JSON value to set
--- Returns: 1 changed | 0 missing, expired or the field did not match
+-- Input
+--   KEYS: [1] the document hash
+--   ARGV: [1] now  [2] field  [3] expected value as JSON  then pairs: field, JSON value to set
+-- Output: 1 changed | 0 missing, expired or the field did not match (ScriptCode.OK / NO;
+--         literals: this script runs without _lib.lua)
 local key = KEYS[1]
 if redis.call('EXISTS', key) == 0 then return 0 end
 local exp = redis.call('HGET', key, '\0exp')

@@ -6,30 +6,33 @@
 -- A wake-up marker is pushed for ready jobs, and for delayed ones too (an idle worker claims,
 -- learns the new next due time and sleeps until it).
 --
--- KEYS: G groups of the 14 queue keys (see _lib.lua), one group per queue of the batch.
---       Redis Cluster: always exactly one group (one slot); a standalone server takes several,
---       which makes a multi-queue enqueue_many one atomic script.
--- ARGV: [1] now  [2] events_max  [3] G
---       then per group: queue name, n, and the group's defaults
---         state ("pending"|"scheduled"), priority, run_at, created_at, task
---       then n job records, each one of
---         short (3 values): id, payload (JSON envelope), ""  -- the group defaults apply, no key
---         full (11 values): id, payload, "f", state, priority, run_at, created_at, task,
---                           idempotency key ("" = none), key expiry (now + ttl), key PX ms
--- Returns:
---   {-1, id}  a job with this id already exists in its queue: nothing was stored
---   {1, i_1, id_1, state_1, i_2, ...}  one triple per job NOT stored because its idempotency
---             key matched: i = its position in the batch (1-based, in ARGV order), and the
---             existing job's id and state. Every other job was stored with the id and state
---             it was sent with.
-local now, maxlen, groups = ARGV[1], ARGV[2], tonumber(ARGV[3])
+-- Input
+--   KEYS: G groups of the 14 queue keys (see _lib.lua), one group per queue of the batch.
+--         Redis Cluster: always exactly one group (one slot); a standalone server takes
+--         several, which makes a multi-queue enqueue_many one atomic script.
+--   ARGV: [1] options (JSON object): now, events_max
+--         then per group (G = #KEYS / 14, in KEYS order): queue name, n, and the group's
+--         defaults state ("pending"|"scheduled"), priority, run_at, created_at, task; then
+--         its n job records, each one of
+--           short (3 values): id, payload (JSON envelope), ""  -- the group defaults apply
+--           full (11 values): id, payload, "f", state, priority, run_at, created_at, task,
+--                             idempotency key ("" = none), key expiry (now + ttl), key PX ms
+-- Output:
+--   {CODE_DUPLICATE_ID, id}  a job with this id already exists in its queue: nothing stored
+--   {CODE_OK, i_1, id_1, state_1, i_2, ...}  one triple per job NOT stored because its
+--             idempotency key matched: i = its position in the batch (1-based, in ARGV
+--             order), and the existing job's id and state. Every other job was stored with
+--             the id and state it was sent with.
+local o = cjson.decode(ARGV[1])
+local now, maxlen = o.now, o.events_max
+local groups = #KEYS / 14
 local nnow = tonumber(now)
 
 -- phase 1: parse, decide duplicates, refuse existing ids (nothing written yet).
 -- Flat arrays instead of a table per job: at[k] = ARGV index of job k's id, full[k], dup[k],
 -- jk[k] = its job key (new jobs only).
 local at, full, dup, jk, qs = {}, {}, {}, {}, {}
-local pos = 4
+local pos = 2
 local k = 0
 for g = 1, groups do
   local q = qkeys((g - 1) * 14)
@@ -75,7 +78,7 @@ for g = 1, groups do
     if redis.call('EXISTS', unpack(fresh_keys, i, last)) > 0 then
       for j = i, last do
         if redis.call('EXISTS', fresh_keys[j]) == 1 then
-          return {-1, string.sub(fresh_keys[j], #q.job + 1)}
+          return {CODE_DUPLICATE_ID, string.sub(fresh_keys[j], #q.job + 1)}
         end
       end
     end
@@ -83,8 +86,8 @@ for g = 1, groups do
 end
 
 -- phase 2: write (ready-set, scheduled-set and payload entries are added in bulk per group)
-local out = {1}
-pos = 4
+local out = {CODE_OK}
+pos = 2
 k = 0
 for g = 1, groups do
   local q = qs[g]

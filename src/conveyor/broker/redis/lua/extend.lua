@@ -1,10 +1,11 @@
 -- extend.lua: push the lease deadline of several jobs of one queue (no state change).
 --
--- Per (id, token): the token must match and the job must be active, else 0 (lease lost).
+-- Per (id, token): the token must match and the job must be active, else CODE_NO (lease lost).
 --
--- KEYS: the 14 queue keys (_lib.lua)
--- ARGV: [1] new deadline (now + visibility_timeout)  then pairs: id, token
--- Returns: {ok_1, ok_2, ...} with 1 = extended, 0 = lease lost
+-- Input
+--   KEYS: the 14 queue keys (_lib.lua)
+--   ARGV: [1] new deadline (now + visibility_timeout)  then pairs: id, token
+-- Output: {code_1, code_2, ...} one per pair: CODE_OK extended, CODE_NO lease lost
 local q = qkeys(0)
 local deadline = ARGV[1]
 local out = {}
@@ -15,9 +16,9 @@ for i = 2, #ARGV, 2 do
   if f and f[1] == 'active' and f[2] == token then
     redis.call('HSET', key, 'lease_expires_at', deadline)
     redis.call('ZADD', q.leases, deadline, id)
-    out[#out + 1] = 1
+    out[#out + 1] = CODE_OK
   else
-    out[#out + 1] = 0
+    out[#out + 1] = CODE_NO
   end
 end
 return out

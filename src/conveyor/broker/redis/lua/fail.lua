@@ -7,44 +7,47 @@
 -- at dead_letter_max). A non-empty stub payload replaces an undecodable payload, whose bytes
 -- are kept in field "raw" (used for kind decode_error right after a claim).
 --
--- KEYS: the 14 queue keys (_lib.lua)
--- ARGV: [1] queue name  [2] id  [3] token  [4] now  [5] error entry JSON object
---       [6] "1" if the entry has "attempt", else "0"  [7] last_error  [8] retry_at ("" = dead)
---       [9] error kind (dead_lettered reason)  [10] dead_letter_max  [11] events_max
---       [12] stub payload ("" = keep payload)
--- Returns: {1, new_state} | {-2} stale token or not active (LeaseLost)
+-- Input
+--   KEYS: the 14 queue keys (_lib.lua)
+--   ARGV: [1] options (JSON object): queue, now, retry_at ("" = dead-letter), kind (error
+--         kind: the dead_lettered reason), dead_max (dead_letter_max), events_max,
+--         has_attempt ("1" if the entry has "attempt", else "0")
+--         then the job's record: [2] id  [3] token  [4] error entry JSON object
+--         [5] last_error  [6] stub payload ("" = keep payload)
+-- Output: {CODE_OK, new_state} | {CODE_LEASE_LOST} stale token or not active (LeaseLost)
 local q = qkeys(0)
-local qname, id, token, now = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local entry, retry_at, maxlen = ARGV[5], ARGV[8], ARGV[11]
+local o = cjson.decode(ARGV[1])
+local qname, now, retry_at, maxlen = o.queue, o.now, o.retry_at, o.events_max
+local id, token, entry = ARGV[2], ARGV[3], ARGV[4]
 local key = q.job .. id
 local f = hmget(key, 'state', 'token', 'attempts', 'task')
-if not f or f[1] ~= 'active' or f[2] ~= token then return {-2} end
+if not f or f[1] ~= 'active' or f[2] ~= token then return {CODE_LEASE_LOST} end
 local attempts = f[3] or '0'
-if ARGV[6] ~= '1' then
+if o.has_attempt ~= '1' then
   if entry == '{}' then entry = '{"attempt":' .. attempts .. '}'
   else entry = '{"attempt":' .. attempts .. ',' .. string.sub(entry, 2) end
 end
 append_line(key, 'errors', entry, nil)
-redis.call('HSET', key, 'last_error', ARGV[7])
+redis.call('HSET', key, 'last_error', ARGV[5])
 redis.call('HDEL', key, 'lease_expires_at', 'token')
 redis.call('ZREM', q.leases, id)
-if ARGV[12] ~= '' then
+if ARGV[6] ~= '' then
   redis.call('HSET', key, 'raw', redis.call('HGET', q.payloads, id) or '')
-  redis.call('HSET', q.payloads, id, ARGV[12])
+  redis.call('HSET', q.payloads, id, ARGV[6])
 end
 local task = f[4] or ''
 emit(q, maxlen, 'type', 'failed', 'job_id', id, 'task', task, 'at', now,
-  'attempt', attempts, 'error', ARGV[7])
+  'attempt', attempts, 'error', ARGV[5])
 if retry_at ~= '' then
   redis.call('HSET', key, 'state', 'retry_scheduled', 'run_at', retry_at)
   redis.call('ZADD', q.retry, retry_at, id)
   wake(q)  -- an idle worker claims, learns this due time and sleeps until it
   emit(q, maxlen, 'type', 'retry_scheduled', 'job_id', id, 'task', task,
     'at', now, 'run_at', retry_at)
-  return {1, 'retry_scheduled'}
+  return {CODE_OK, 'retry_scheduled'}
 end
 redis.call('HSET', key, 'state', 'dead_letter', 'finished_at', now)
 emit(q, maxlen, 'type', 'dead_lettered', 'job_id', id, 'task', task,
-  'at', now, 'reason', ARGV[9])
-finish(q, q.dead, id, now, tonumber(ARGV[10]))
-return {1, 'dead_letter'}
+  'at', now, 'reason', o.kind)
+finish(q, q.dead, id, now, o.dead_max)
+return {CODE_OK, 'dead_letter'}

@@ -2,9 +2,10 @@
 -- Read-only. Exact up to `scan_max` pending jobs; above that it looks at the head of every
 -- priority band (FIFO order within a band approximates ready-time order).
 --
--- KEYS: the 14 queue keys (_lib.lua)
--- ARGV: [1] scan_max
--- Returns: the time as a string, or false (nil) when no job is pending
+-- Input
+--   KEYS: the 14 queue keys (_lib.lua)
+--   ARGV: [1] scan_max
+-- Output: the time as a string, or false (nil) when no job is pending
 local q = qkeys(0)
 local members
 if redis.call('ZCARD', q.ready) <= tonumber(ARGV[1]) then

@@ -1,10 +1,11 @@
 -- purge.lua: delete terminal jobs of one queue finished at or before a cutoff
 -- (completed, dead_letter or cancelled; no state change for any other job).
 --
--- KEYS: the 14 queue keys (_lib.lua)
--- ARGV: [1] state ("completed" | "dead_letter" | "cancelled")  [2] cutoff ("+inf" = all)
---       [3] batch limit  then optional job ids (only these are considered)
--- Returns: the number of jobs deleted (== limit: call again for the rest)
+-- Input
+--   KEYS: the 14 queue keys (_lib.lua)
+--   ARGV: [1] state ("completed" | "dead_letter" | "cancelled")  [2] cutoff ("+inf" = all)
+--         [3] batch limit  then optional job ids (only these are considered)
+-- Output: the number of jobs deleted (== limit: call again for the rest)
 local q = qkeys(0)
 local sets = {completed = q.completed, dead_letter = q.dead, cancelled = q.cancelled}
 local set = sets[ARGV[1]]

@@ -7,17 +7,20 @@
 -- Safe to run concurrently from many processes: a lease is only reaped while its job is
 -- active and its deadline <= now.
 --
--- KEYS: the 14 queue keys (_lib.lua)
--- ARGV: [1] queue name  [2] now  [3] max_lost  [4] batch limit  [5] events_max
---       [6] dead_letter_max  [7] completed cutoff (now - completed_ttl)
---       [8] cancelled cutoff (now - cancelled_ttl)
--- Returns: {reaped, more}; more = 1 when the batch limit was reached (call again)
+-- Input
+--   KEYS: the 14 queue keys (_lib.lua)
+--   ARGV: [1] options (JSON object): queue, now, max_lost, limit (batch limit), events_max,
+--         dead_max (dead_letter_max), completed_cutoff (now - completed_ttl),
+--         cancelled_cutoff (now - cancelled_ttl)
+-- Output: {reaped, more}; more = CODE_MORE when the batch limit was reached (call again),
+--         else CODE_NO
 local q = qkeys(0)
-local qname, now, max_lost, limit, maxlen = ARGV[1], ARGV[2], tonumber(ARGV[3]),
-  tonumber(ARGV[4]), ARGV[5]
-local reaped, readied, more = expire_leases(q, now, max_lost, limit, maxlen, tonumber(ARGV[6]))
+local o = cjson.decode(ARGV[1])
+local now = o.now
+local reaped, readied, more = expire_leases(q, now, o.max_lost, o.limit, o.events_max,
+  o.dead_max)
 for _ = 1, math.min(readied, WAKE_MAX) do wake(q) end
-for _, pair in ipairs({{q.completed, ARGV[7]}, {q.cancelled, ARGV[8]}}) do
+for _, pair in ipairs({{q.completed, o.completed_cutoff}, {q.cancelled, o.cancelled_cutoff}}) do
   local old = redis.call('ZRANGEBYSCORE', pair[1], '-inf', pair[2], 'LIMIT', 0, 1000)
   if #old > 0 then
     drop_jobs(q, old)

@@ -5,32 +5,36 @@
 -- adjustment, the releasing worker). Without a delay the job is pending at once, behind the
 -- jobs of its priority; with one it is scheduled until run_at. Both push a wake-up marker.
 --
--- KEYS: the 14 queue keys (_lib.lua)
--- ARGV: [1] queue name  [2] id  [3] token  [4] now  [5] run_at ("" = ready now)
---       [6] penalize "1"/"0"  [7] note  [8] events_max
--- Returns: {1, new_state} | {-2} stale token or not active (LeaseLost)
+-- Input
+--   KEYS: the 14 queue keys (_lib.lua)
+--   ARGV: [1] options (JSON object): queue, now, run_at ("" = ready now), penalize ("1" /
+--         "0"), note, events_max
+--         then the job: [2] id  [3] token
+-- Output: {CODE_OK, new_state} | {CODE_LEASE_LOST} stale token or not active (LeaseLost)
 local q = qkeys(0)
-local qname, id, token, now, run_at = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local o = cjson.decode(ARGV[1])
+local qname, now, run_at, note = o.queue, o.now, o.run_at, o.note
+local id, token = ARGV[2], ARGV[3]
 local key = q.job .. id
 local f = hmget(key, 'state', 'token', 'attempts', 'worker_id', 'priority', 'task')
-if not f or f[1] ~= 'active' or f[2] ~= token then return {-2} end
+if not f or f[1] ~= 'active' or f[2] ~= token then return {CODE_LEASE_LOST} end
 local attempts = tonumber(f[3]) or 0
-if ARGV[6] == '0' then
+if o.penalize == '0' then
   attempts = math.max(0, attempts - 1)
   redis.call('HSET', key, 'attempts', attempts)
 end
-history(key, 'released', now, attempts, ARGV[7], f[4])
+history(key, 'released', now, attempts, note, f[4])
 redis.call('HDEL', key, 'lease_expires_at', 'worker_id', 'token')
 redis.call('ZREM', q.leases, id)
-emit(q, ARGV[8], 'type', 'released', 'job_id', id, 'task', f[6] or '',
-  'at', now, 'note', ARGV[7])
+emit(q, o.events_max, 'type', 'released', 'job_id', id, 'task', f[6] or '',
+  'at', now, 'note', note)
 if run_at ~= '' then
   redis.call('HSET', key, 'state', 'scheduled', 'run_at', run_at)
   redis.call('ZADD', q.scheduled, run_at, id)
   wake(q)  -- idle workers recompute their next due time
-  return {1, 'scheduled'}
+  return {CODE_OK, 'scheduled'}
 end
 redis.call('HSET', key, 'run_at', now)
 make_ready(q, id, tonumber(f[5]) or 0)
 wake(q)
-return {1, 'pending'}
+return {CODE_OK, 'pending'}

@@ -2,20 +2,21 @@
 -- pending). attempts and lost are reset to 0, errors are kept, a "requeued" history entry
 -- records the attempts it had; the job goes behind the ready jobs of its priority.
 --
--- KEYS: the 14 queue keys (_lib.lua)
--- ARGV: [1] queue name  [2] id  [3] now  [4] events_max
--- Returns: 1 requeued | 0 not found or not dead_letter / cancelled
+-- Input
+--   KEYS: the 14 queue keys (_lib.lua)
+--   ARGV: [1] queue name  [2] id  [3] now  [4] events_max
+-- Output: CODE_OK requeued | CODE_NO not found or not dead_letter / cancelled
 local q = qkeys(0)
 local qname, id, now = ARGV[1], ARGV[2], ARGV[3]
 local key = q.job .. id
 local f = hmget(key, 'state', 'attempts', 'priority', 'task')
-if not f then return 0 end
+if not f then return CODE_NO end
 if f[1] == 'dead_letter' then
   redis.call('ZREM', q.dead, id)
 elseif f[1] == 'cancelled' then
   redis.call('ZREM', q.cancelled, id)
 else
-  return 0
+  return CODE_NO
 end
 local attempts = f[2] or '0'
 history(key, 'requeued', now, attempts, 'after ' .. attempts .. ' attempts', nil)
@@ -25,4 +26,4 @@ make_ready(q, id, tonumber(f[3]) or 0)
 wake(q)
 emit(q, ARGV[4], 'type', 'requeued', 'job_id', id, 'task', f[4] or '',
   'at', now)
-return 1
+return CODE_OK

@@ -5,22 +5,25 @@
 -- fetch only one page. The text filter is a prefilter (lower-cased substring of the envelope);
 -- the client checks it exactly on the few jobs that pass.
 --
--- KEYS: the 14 queue keys (_lib.lua)
--- ARGV: [1] set ("ready" | "scheduled" | "retry" | "leases" | "completed" | "dead" |
---       "cancelled")  [2] offset  [3] count  [4] id prefix  [5] task  [6] since  [7] until
---       [8] error substring (lower case)  [9] text substring (lower case); "" = no filter
--- Returns: {scanned, id_1, created_at_1, id_2, created_at_2, ...}
+-- Input
+--   KEYS: the 14 queue keys (_lib.lua)
+--   ARGV: [1] options (JSON object): set ("ready" | "scheduled" | "retry" | "leases" |
+--         "completed" | "dead" | "cancelled"), offset, count, prefix (id prefix), task,
+--         since, until, error (substring, lower case), text (substring, lower case);
+--         "" = no filter
+-- Output: {scanned, id_1, created_at_1, id_2, created_at_2, ...}
 local q = qkeys(0)
-local set = q[ARGV[1]]
-if not set then return redis.error_reply('search: unknown set ' .. ARGV[1]) end
-local offset, count = tonumber(ARGV[2]), tonumber(ARGV[3])
-local prefix, task, err, text = ARGV[4], ARGV[5], ARGV[8], ARGV[9]
-local since, before = tonumber(ARGV[6]), tonumber(ARGV[7])
+local o = cjson.decode(ARGV[1])
+local set = q[o.set]
+if not set then return redis.error_reply('search: unknown set ' .. tostring(o.set)) end
+local offset, count = o.offset, o.count
+local prefix, task, err, text = o.prefix, o.task, o.error, o.text
+local since, before = tonumber(o.since), tonumber(o['until'])
 local members = redis.call('ZRANGE', set, offset, offset + count - 1)
 local out = {#members}
 for _, m in ipairs(members) do
   local id = m
-  if ARGV[1] == 'ready' then id = member_id(m) end
+  if o.set == 'ready' then id = member_id(m) end
   local ok = prefix == '' or string.sub(id, 1, #prefix) == prefix
   local f = ok and hmget(q.job .. id, 'created_at', 'task', 'last_error')
   if f then
