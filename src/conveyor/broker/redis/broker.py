@@ -30,7 +30,7 @@ from .lifecycle import LifecycleMixin
 from .plumbing import guarded, token_queue
 from .reads import ReadsMixin
 from .scripts import Call
-from .side import SideMixin
+from .side import RedisCounters, RedisDocs, RedisEvents, RedisLogs
 
 IDEMPOTENCY_GRACE = 60.0  # real-time slack on top of a key's logical TTL before Redis drops it
 PROMOTE_BATCH = 1000
@@ -64,10 +64,15 @@ def _group_args(
     return args
 
 
-class RedisBroker(ReadsMixin, SideMixin, LifecycleMixin, Broker):
+class RedisBroker(ReadsMixin, LifecycleMixin, Broker):
     """Redis (standalone, Sentinel or Cluster) backend; build it with ``from_url``."""
 
     has_server_clock = True
+
+    def __init__(self, url: str, retention: Retention | None = None) -> None:
+        super().__init__(url, retention)
+        self.docs, self.logs = RedisDocs(self), RedisLogs(self)  # side stores: composed parts
+        self.events, self.counters = RedisEvents(self), RedisCounters(self)
 
     @classmethod
     def from_url(cls, url: str, retention: Retention | None = None) -> RedisBroker:
