@@ -310,7 +310,7 @@ class JobStore(JobReads):
     def flush_all(self) -> None:
         """Delete everything this broker stores (tests, demos)."""
 
-    def close(self) -> None:  # noqa: B027 - optional hook
+    def close(self) -> None:
         """Release connections and files."""
 
 

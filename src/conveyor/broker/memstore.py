@@ -22,9 +22,13 @@ class MemoryDocs:
         self._docs: dict[str, dict[str, tuple[dict[str, Any], float | None]]] = {}
 
     def put(
-        self, collection: str, name: str, doc: Mapping[str, Any], now: float,
+        self,
+        collection: str,
+        name: str,
+        doc: Mapping[str, Any],
+        now: float,
         ttl: float | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         """Store a copy of ``doc`` (expiring at ``now + ttl``)."""
         expires = None if ttl is None else now + ttl
         with self._lock:
@@ -54,9 +58,14 @@ class MemoryDocs:
             return self._docs.get(collection, {}).pop(name, None) is not None
 
     def update_if(
-        self, collection: str, name: str, field: str, expected: Any,
-        changes: Mapping[str, Any], now: float,
-    ) -> bool:  # fmt: skip
+        self,
+        collection: str,
+        name: str,
+        field: str,
+        expected: Any,
+        changes: Mapping[str, Any],
+        now: float,
+    ) -> bool:
         """Compare-and-merge on one field."""
         with self._lock:
             item = self._docs.get(collection, {}).get(name)
@@ -110,9 +119,7 @@ class MemoryEvents:
             for event in events:
                 self.emit(event)
 
-    def read(
-        self, after: str | None = None, limit: int = 100
-    ) -> tuple[list[dict[str, Any]], str]:
+    def read(self, after: str | None = None, limit: int = 100) -> tuple[list[dict[str, Any]], str]:
         """Events with sequence > ``after``."""
         start = int(after) if after else 0
         with self._lock:

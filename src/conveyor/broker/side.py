@@ -18,8 +18,14 @@ from typing import Any, Protocol, runtime_checkable
 class DocStore(Protocol):
     """Small JSON documents by (collection, name) with an optional TTL and compare-and-set."""
 
-    def put(self, collection: str, name: str, doc: Mapping[str, Any], now: float,
-            ttl: float | None = None) -> None:  # fmt: skip
+    def put(
+        self,
+        collection: str,
+        name: str,
+        doc: Mapping[str, Any],
+        now: float,
+        ttl: float | None = None,
+    ) -> None:
         """Create or replace a document; it vanishes ``ttl`` seconds after ``now`` if given."""
 
     def get(self, collection: str, name: str, now: float) -> dict[str, Any] | None:
@@ -31,8 +37,15 @@ class DocStore(Protocol):
     def delete(self, collection: str, name: str) -> bool:
         """Remove a document; True if it existed."""
 
-    def update_if(self, collection: str, name: str, field: str, expected: Any,
-                  changes: Mapping[str, Any], now: float) -> bool:  # fmt: skip
+    def update_if(
+        self,
+        collection: str,
+        name: str,
+        field: str,
+        expected: Any,
+        changes: Mapping[str, Any],
+        now: float,
+    ) -> bool:
         """Atomically merge ``changes`` into the document if ``doc[field] == expected``."""
 
 
@@ -54,9 +67,7 @@ class EventStore(Protocol):
     def add(self, events: Sequence[Mapping[str, Any]]) -> None:
         """Append events that are not job transitions (worker_up, worker_down, ...)."""
 
-    def read(
-        self, after: str | None = None, limit: int = 100
-    ) -> tuple[list[dict[str, Any]], str]:
+    def read(self, after: str | None = None, limit: int = 100) -> tuple[list[dict[str, Any]], str]:
         """Events after cursor ``after`` (None: the oldest kept), oldest first, and the next cursor.
 
         Passing the returned cursor back resumes exactly where this read stopped.

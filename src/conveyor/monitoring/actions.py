@@ -58,7 +58,7 @@ class Operator:
             "result": result,
             **detail,
         }
-        self.app.broker.log_append(AUDIT_LOG, [entry], AUDIT_CAP)
+        self.app.broker.logs.append(AUDIT_LOG, [entry], AUDIT_CAP)
 
     # ------------------------------------------------------------------ queues
     def pause_queue(self, queue: str) -> None:

@@ -271,7 +271,7 @@ class Inspector:
         """Operator actions, newest first."""
         from .actions import AUDIT_LOG
 
-        return self.app.broker.log_read(AUDIT_LOG, max(1, min(limit, 1000)))
+        return self.app.broker.logs.read(AUDIT_LOG, max(1, min(limit, 1000)))
 
 
 def tasks_total(tasks: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
