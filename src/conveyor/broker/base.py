@@ -1,8 +1,9 @@
 """The Broker protocol: the ONLY storage surface workers, schedulers and the app see.
 
-Three layers, each one screen: ``JobReads`` (read-only views), ``JobStore`` (transitions, admin,
-lifecycle) and ``Broker`` = a ``JobStore`` composed with the side stores of ``broker.side``
-(documents, logs, events, counters), which each backend builds as separate objects.
+Protocols of one screen each: ``JobReads`` (read-only views), ``JobAdmin`` (operator actions),
+``JobStore`` (transitions and lifecycle, plus both) and ``Broker`` = a ``JobStore`` composed with
+the side stores of ``broker.side`` (documents, logs, events, counters), which each backend builds
+as separate objects.
 
 Rules every backend obeys (the contract suite in tests/contract is the referee):
 
@@ -172,8 +173,40 @@ class JobReads(abc.ABC):
         """The ready time (run_at, or created_at) of the oldest pending job of ``queue``."""
 
 
-class JobStore(JobReads):
-    """Job transitions, admin and lifecycle: what workers, producers and the reaper call."""
+class JobAdmin(abc.ABC):
+    """Operator actions on jobs and queues (CLI, dashboard, ``Conveyor`` admin methods)."""
+
+    @abc.abstractmethod
+    def cancel(self, job_id: str, now: float) -> bool:
+        """Cancel a job that has not started (scheduled/pending/retry_scheduled)."""
+
+    @abc.abstractmethod
+    def requeue(self, job_id: str, now: float) -> bool:
+        """Revive a dead_letter or cancelled job: pending now, attempts and lost reset to 0.
+
+        Errors are kept; the requeue is recorded in the history.
+        """
+
+    @abc.abstractmethod
+    def purge(
+        self, now: float, *, state: JobState = JobState.DEAD_LETTER,
+        older_than: float | None = None,
+        queue: str | None = None, ids: Sequence[str] | None = None,
+    ) -> int:  # fmt: skip
+        """Delete terminal jobs in ``state`` finished more than ``older_than`` s ago."""
+
+    @abc.abstractmethod
+    def pause(self, queue: str) -> None:
+        """Stop handing out jobs of ``queue`` (running jobs finish)."""
+
+    @abc.abstractmethod
+    def resume(self, queue: str) -> None:
+        """Undo ``pause``."""
+
+
+class JobStore(JobReads, JobAdmin):
+    """Job transitions and lifecycle (plus reads and admin): what producers, workers and the
+    promote / reap duties call."""
 
     url: str = ""
     #: True when the backend's own clock should be authoritative (Redis ``TIME``).
@@ -259,34 +292,6 @@ class JobStore(JobReads):
         The ``max_lost``-th loss sends the job to ``dead_letter`` with kind ``worker_lost``.
         Each loss appends a ``worker_lost`` error entry. Returns how many were reaped.
         """
-
-    # ----------------------------------------------------------------- admin
-    @abc.abstractmethod
-    def cancel(self, job_id: str, now: float) -> bool:
-        """Cancel a job that has not started (scheduled/pending/retry_scheduled)."""
-
-    @abc.abstractmethod
-    def requeue(self, job_id: str, now: float) -> bool:
-        """Revive a dead_letter or cancelled job: pending now, attempts and lost reset to 0.
-
-        Errors are kept; the requeue is recorded in the history.
-        """
-
-    @abc.abstractmethod
-    def purge(
-        self, now: float, *, state: JobState = JobState.DEAD_LETTER,
-        older_than: float | None = None,
-        queue: str | None = None, ids: Sequence[str] | None = None,
-    ) -> int:  # fmt: skip
-        """Delete terminal jobs in ``state`` finished more than ``older_than`` s ago."""
-
-    @abc.abstractmethod
-    def pause(self, queue: str) -> None:
-        """Stop handing out jobs of ``queue`` (running jobs finish)."""
-
-    @abc.abstractmethod
-    def resume(self, queue: str) -> None:
-        """Undo ``pause``."""
 
     # ----------------------------------------------------------------- lifecycle
     def server_time(self) -> float | None:
