@@ -3,6 +3,9 @@ the worker registry, alerts and metrics are built on."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 from conveyor.broker.base import Broker
 
 
@@ -44,3 +47,46 @@ def test_events_add_for_non_job_events(broker: Broker) -> None:
     broker.events_add([{"type": "worker_up", "worker": "w1", "at": 1.0}])
     events, _ = broker.events_read(None, 10)
     assert events[-1]["type"] == "worker_up" and events[-1]["worker"] == "w1"
+
+
+def test_side_stores_are_composed_objects_that_satisfy_the_protocols(broker: Broker) -> None:
+    """Each backend composes its side stores (objects, not mixin methods) behind small protocols."""
+    from conveyor.broker.side import CounterStore, DocStore, EventStore, LogStore, SideStores
+
+    stores: SideStores = broker  # mypy: a Broker is a SideStores
+    parts = [(stores.docs, DocStore), (stores.logs, LogStore), (stores.events, EventStore),
+             (stores.counters, CounterStore)]  # fmt: skip
+    for part, protocol in parts:
+        assert isinstance(part, protocol) and part is not broker
+    assert isinstance(broker, SideStores)
+    stores.docs.put("c", "a", {"x": 1}, 0.0)
+    assert stores.docs.update_if("c", "a", "x", 1, {"x": 2}, 0.0)
+    assert stores.docs.list("c", 0.0) == {"a": {"x": 2}} == {"a": broker.doc_get("c", "a", 0.0)}
+    assert stores.docs.get("c", "a", 0.0) == {"x": 2} and stores.docs.delete("c", "a")
+    stores.logs.append("h", [{"i": 1}], 5)
+    assert stores.logs.read("h", 5) == [{"i": 1}] == broker.log_read("h", 5)
+    stores.events.add([{"type": "worker_up", "worker": "w", "at": 1.0}])
+    events, _ = stores.events.read(None, 10)
+    assert [e["type"] for e in events] == ["worker_up"]
+    stores.counters.add("m", {"n": 1}, 0.0, 60)
+    assert stores.counters.get(["m"], 1.0) == {"m": {"n": 1}} == broker.counters_get(["m"], 1.0)
+
+
+def flat_side_calls(package_root: Path) -> list[str]:
+    """``file:line`` of each flat side-store call (``x.doc_put(`` ...) in the process packages."""
+    pattern = re.compile(r"\.(doc_(put|get|list|delete|update_if)|log_(append|read)"
+                         r"|events_(add|read)|counters_(add|get))\(")  # fmt: skip
+    hits = []
+    for sub in ("monitoring", "scheduler", "worker"):
+        for path in sorted((package_root / sub).rglob("*.py")):
+            for n, line in enumerate(path.read_text().splitlines(), 1):
+                if pattern.search(line):
+                    hits.append(f"{path.relative_to(package_root)}:{n}")
+    return hits
+
+
+def test_processes_call_the_side_store_objects() -> None:
+    """Monitoring, the scheduler and the worker registry go through ``broker.docs`` & co."""
+    import conveyor
+
+    assert flat_side_calls(Path(conveyor.__file__).parent) == []

@@ -1,5 +1,10 @@
 """The Broker protocol: the ONLY storage surface workers, schedulers and the app see.
 
+Protocols of one screen each: ``JobReads`` (read-only views), ``JobAdmin`` (operator actions),
+``JobStore`` (transitions and lifecycle, plus both) and ``Broker`` = a ``JobStore`` composed with
+the side stores of ``broker.side`` (documents, logs, events, counters), which each backend builds
+as separate objects.
+
 Rules every backend obeys (the contract suite in tests/contract is the referee):
 
 * Time is an argument (``now``, epoch seconds) — never read inside a broker — so FakeClock tests
@@ -40,6 +45,7 @@ from typing import Any, NamedTuple
 
 from ..core.job import Job
 from ..core.state import JobState
+from .side import CounterStore, DocStore, EventStore, LogStore
 
 EVENT_TYPES = (
     "enqueued", "started", "completed", "failed", "retry_scheduled", "dead_lettered",
@@ -135,8 +141,72 @@ class Page:
         object.__setattr__(self, "pages", max(1, math.ceil(self.total / max(1, self.page_size))))
 
 
-class Broker(abc.ABC):
-    """Abstract storage backend. Concrete: MemoryBroker, SqliteBroker, RedisBroker."""
+class JobReads(abc.ABC):
+    """Read-only views of jobs and queues (inspector, dashboard, CLI)."""
+
+    @abc.abstractmethod
+    def get(self, job_id: str) -> Job | None:
+        """A fresh snapshot of the job, or None."""
+
+    @abc.abstractmethod
+    def paused_queues(self) -> set[str]:
+        """Names of paused queues."""
+
+    @abc.abstractmethod
+    def queues(self) -> list[str]:
+        """Every queue that has ever held a job (or is paused), sorted."""
+
+    @abc.abstractmethod
+    def counts(self) -> dict[str, dict[str, int]]:
+        """Per queue, the number of jobs in each ``JobState`` (all states present)."""
+
+    @abc.abstractmethod
+    def peek(self, queue: str, n: int = 10) -> list[Job]:
+        """The next ``n`` ready jobs of ``queue`` in claim order, without claiming them."""
+
+    @abc.abstractmethod
+    def search(self, query: SearchQuery) -> Page:
+        """Jobs matching every given filter, newest first, one page."""
+
+    @abc.abstractmethod
+    def oldest_pending(self, queue: str) -> float | None:
+        """The ready time (run_at, or created_at) of the oldest pending job of ``queue``."""
+
+
+class JobAdmin(abc.ABC):
+    """Operator actions on jobs and queues (CLI, dashboard, ``Conveyor`` admin methods)."""
+
+    @abc.abstractmethod
+    def cancel(self, job_id: str, now: float) -> bool:
+        """Cancel a job that has not started (scheduled/pending/retry_scheduled)."""
+
+    @abc.abstractmethod
+    def requeue(self, job_id: str, now: float) -> bool:
+        """Revive a dead_letter or cancelled job: pending now, attempts and lost reset to 0.
+
+        Errors are kept; the requeue is recorded in the history.
+        """
+
+    @abc.abstractmethod
+    def purge(
+        self, now: float, *, state: JobState = JobState.DEAD_LETTER,
+        older_than: float | None = None,
+        queue: str | None = None, ids: Sequence[str] | None = None,
+    ) -> int:  # fmt: skip
+        """Delete terminal jobs in ``state`` finished more than ``older_than`` s ago."""
+
+    @abc.abstractmethod
+    def pause(self, queue: str) -> None:
+        """Stop handing out jobs of ``queue`` (running jobs finish)."""
+
+    @abc.abstractmethod
+    def resume(self, queue: str) -> None:
+        """Undo ``pause``."""
+
+
+class JobStore(JobReads, JobAdmin):
+    """Job transitions and lifecycle (plus reads and admin): what producers, workers and the
+    promote / reap duties call."""
 
     url: str = ""
     #: True when the backend's own clock should be authoritative (Redis ``TIME``).
@@ -223,123 +293,6 @@ class Broker(abc.ABC):
         Each loss appends a ``worker_lost`` error entry. Returns how many were reaped.
         """
 
-    # ----------------------------------------------------------------- inspection & admin
-    @abc.abstractmethod
-    def get(self, job_id: str) -> Job | None:
-        """A fresh snapshot of the job, or None."""
-
-    @abc.abstractmethod
-    def cancel(self, job_id: str, now: float) -> bool:
-        """Cancel a job that has not started (scheduled/pending/retry_scheduled)."""
-
-    @abc.abstractmethod
-    def requeue(self, job_id: str, now: float) -> bool:
-        """Revive a dead_letter or cancelled job: pending now, attempts and lost reset to 0.
-
-        Errors are kept; the requeue is recorded in the history.
-        """
-
-    @abc.abstractmethod
-    def purge(
-        self, now: float, *, state: JobState = JobState.DEAD_LETTER,
-        older_than: float | None = None,
-        queue: str | None = None, ids: Sequence[str] | None = None,
-    ) -> int:  # fmt: skip
-        """Delete terminal jobs in ``state`` finished more than ``older_than`` s ago."""
-
-    @abc.abstractmethod
-    def pause(self, queue: str) -> None:
-        """Stop handing out jobs of ``queue`` (running jobs finish)."""
-
-    @abc.abstractmethod
-    def resume(self, queue: str) -> None:
-        """Undo ``pause``."""
-
-    @abc.abstractmethod
-    def paused_queues(self) -> set[str]:
-        """Names of paused queues."""
-
-    @abc.abstractmethod
-    def queues(self) -> list[str]:
-        """Every queue that has ever held a job (or is paused), sorted."""
-
-    @abc.abstractmethod
-    def counts(self) -> dict[str, dict[str, int]]:
-        """Per queue, the number of jobs in each ``JobState`` (all states present)."""
-
-    @abc.abstractmethod
-    def peek(self, queue: str, n: int = 10) -> list[Job]:
-        """The next ``n`` ready jobs of ``queue`` in claim order, without claiming them."""
-
-    @abc.abstractmethod
-    def search(self, query: SearchQuery) -> Page:
-        """Jobs matching every given filter, newest first, one page."""
-
-    @abc.abstractmethod
-    def oldest_pending(self, queue: str) -> float | None:
-        """The ready time (run_at, or created_at) of the oldest pending job of ``queue``."""
-
-    # ----------------------------------------------------------------- documents (schedules,
-    # worker registry, alert state): small JSON dicts by (collection, name), optional TTL.
-    @abc.abstractmethod
-    def doc_put(
-        self, collection: str, name: str, doc: Mapping[str, Any], now: float,
-        ttl: float | None = None,
-    ) -> None:  # fmt: skip
-        """Create or replace a document; it vanishes ``ttl`` seconds after ``now`` if given."""
-
-    @abc.abstractmethod
-    def doc_get(self, collection: str, name: str, now: float) -> dict[str, Any] | None:
-        """One live document, or None."""
-
-    @abc.abstractmethod
-    def doc_list(self, collection: str, now: float) -> dict[str, dict[str, Any]]:
-        """Every live document of a collection, by name."""
-
-    @abc.abstractmethod
-    def doc_delete(self, collection: str, name: str) -> bool:
-        """Remove a document; True if it existed."""
-
-    @abc.abstractmethod
-    def doc_update_if(
-        self, collection: str, name: str, field: str, expected: Any,
-        changes: Mapping[str, Any], now: float,
-    ) -> bool:  # fmt: skip
-        """Atomically merge ``changes`` into the document if ``doc[field] == expected``."""
-
-    # ----------------------------------------------------------------- bounded logs
-    @abc.abstractmethod
-    def log_append(self, name: str, entries: Sequence[Mapping[str, Any]], cap: int) -> None:
-        """Append entries to a named log, keeping the newest ``cap``."""
-
-    @abc.abstractmethod
-    def log_read(self, name: str, limit: int = 100) -> list[dict[str, Any]]:
-        """The newest ``limit`` entries of a log, newest first."""
-
-    # ----------------------------------------------------------------- events and counters
-    @abc.abstractmethod
-    def events_add(self, events: Sequence[Mapping[str, Any]]) -> None:
-        """Append events that are not job transitions (worker_up, worker_down, ...)."""
-
-    @abc.abstractmethod
-    def events_read(
-        self, after: str | None = None, limit: int = 100
-    ) -> tuple[list[dict[str, Any]], str]:
-        """Events after cursor ``after`` (None: the oldest kept), oldest first, and the next cursor.
-
-        Passing the returned cursor back resumes exactly where this read stopped.
-        """
-
-    @abc.abstractmethod
-    def counters_add(
-        self, bucket: str, increments: Mapping[str, float], now: float, ttl: float
-    ) -> None:
-        """Add to named counters of a bucket (e.g. one minute of metrics), kept ``ttl`` s."""
-
-    @abc.abstractmethod
-    def counters_get(self, buckets: Sequence[str], now: float) -> dict[str, dict[str, float]]:
-        """The counters of each live bucket."""
-
     # ----------------------------------------------------------------- lifecycle
     def server_time(self) -> float | None:
         """The backend's own clock when it has one (Redis ``TIME``), else None."""
@@ -362,5 +315,68 @@ class Broker(abc.ABC):
     def flush_all(self) -> None:
         """Delete everything this broker stores (tests, demos)."""
 
-    def close(self) -> None:  # noqa: B027 - optional hook
+    def close(self) -> None:
         """Release connections and files."""
+
+
+class Broker(JobStore):
+    """A backend: a ``JobStore`` composed with its side stores (see ``broker.side``).
+
+    Concrete: MemoryBroker, SqliteBroker, RedisBroker. Each builds ``docs``, ``logs``,
+    ``events`` and ``counters`` in ``__init__`` from its own connection, so a ``Broker`` is also
+    a ``side.SideStores``. The flat ``doc_*`` / ``log_*`` / ``events_*`` / ``counters_*``
+    methods below are shorthands kept for existing code; new code calls the stores.
+    """
+
+    docs: DocStore
+    logs: LogStore
+    events: EventStore
+    counters: CounterStore
+
+    def doc_put(self, collection: str, name: str, doc: Mapping[str, Any], now: float,
+                ttl: float | None = None) -> None:  # fmt: skip
+        """``docs.put``."""
+        self.docs.put(collection, name, doc, now, ttl)
+
+    def doc_get(self, collection: str, name: str, now: float) -> dict[str, Any] | None:
+        """``docs.get``."""
+        return self.docs.get(collection, name, now)
+
+    def doc_list(self, collection: str, now: float) -> dict[str, dict[str, Any]]:
+        """``docs.list``."""
+        return self.docs.list(collection, now)
+
+    def doc_delete(self, collection: str, name: str) -> bool:
+        """``docs.delete``."""
+        return self.docs.delete(collection, name)
+
+    def doc_update_if(self, collection: str, name: str, field: str, expected: Any,
+                      changes: Mapping[str, Any], now: float) -> bool:  # fmt: skip
+        """``docs.update_if``."""
+        return self.docs.update_if(collection, name, field, expected, changes, now)
+
+    def log_append(self, name: str, entries: Sequence[Mapping[str, Any]], cap: int) -> None:
+        """``logs.append``."""
+        self.logs.append(name, entries, cap)
+
+    def log_read(self, name: str, limit: int = 100) -> list[dict[str, Any]]:
+        """``logs.read``."""
+        return self.logs.read(name, limit)
+
+    def events_add(self, events: Sequence[Mapping[str, Any]]) -> None:
+        """``events.add``."""
+        self.events.add(events)
+
+    def events_read(self, after: str | None = None, limit: int = 100
+                    ) -> tuple[list[dict[str, Any]], str]:  # fmt: skip
+        """``events.read``."""
+        return self.events.read(after, limit)
+
+    def counters_add(self, bucket: str, increments: Mapping[str, float], now: float,
+                     ttl: float) -> None:  # fmt: skip
+        """``counters.add``."""
+        self.counters.add(bucket, increments, now, ttl)
+
+    def counters_get(self, buckets: Sequence[str], now: float) -> dict[str, dict[str, float]]:
+        """``counters.get``."""
+        return self.counters.get(buckets, now)

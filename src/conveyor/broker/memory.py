@@ -21,14 +21,16 @@ from ..core.state import TERMINAL_STATES, JobState
 from ..errors import DuplicateJob, LeaseLost
 from .base import Ack, Broker, Claimed, EnqueueResult, Lease
 from .memreads import MemoryReads
-from .memstore import SideStore, SideStoreMixin
+from .memstore import MemoryCounters, MemoryDocs, MemoryEvents, MemoryLogs
 from .memtimers import TimeHeap
 
 _DELAYED = (JobState.SCHEDULED, JobState.RETRY_SCHEDULED)
 
 
-class MemoryBroker(MemoryReads, SideStoreMixin, Broker):
+class MemoryBroker(MemoryReads, Broker):
     """All state in dicts and heaps behind one lock."""
+
+    events: MemoryEvents  # job transitions ``emit`` into it under the lock
 
     def __init__(self, retention: Retention | None = None, url: str = "memory://") -> None:
         self.url = url
@@ -48,13 +50,15 @@ class MemoryBroker(MemoryReads, SideStoreMixin, Broker):
         self._paused: set[str] = set()
         self._known_queues: set[str] = set()
         self._seq = itertools.count(1)
-        self._side = SideStore(self.retention.events_max)
+        self.docs, self.logs = MemoryDocs(self._lock), MemoryLogs(self._lock)
+        self.events = MemoryEvents(self._lock, self.retention.events_max)
+        self.counters = MemoryCounters(self._lock)
 
     # ------------------------------------------------------------------ helpers
     def _emit(self, kind: str, job: Job, now: float, **extra: Any) -> None:
         event = {"type": kind, "job_id": job.id, "queue": job.queue, "task": job.task, "at": now}
         event.update(extra)
-        self._side.emit(event)
+        self.events.emit(event)
 
     def _make_ready(self, job: Job) -> None:
         seq = next(self._seq)

@@ -1,8 +1,8 @@
 """In-process side stores for the memory broker: documents, logs, events, counters.
 
-Kept apart from ``memory.py`` so the job-transition logic reads on its own. ``SideStore`` is not
-thread-safe by itself; ``SideStoreMixin`` gives the broker its protocol methods, each taking the
-broker's lock.
+One class per ``broker.side`` protocol, each holding its own data and sharing the broker's lock
+(``MemoryBroker`` builds them in ``__init__``). Kept apart from ``memory.py`` so the
+job-transition logic reads on its own.
 """
 
 from __future__ import annotations
@@ -14,162 +14,141 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 
-class SideStore:
-    """Documents with TTL, bounded logs, the event ring buffer and counter buckets."""
+class MemoryDocs:
+    """``DocStore``: documents with TTL, copied in and out."""
 
-    def __init__(self, events_max: int) -> None:
-        self.docs: dict[str, dict[str, tuple[dict[str, Any], float | None]]] = {}
-        self.logs: dict[str, deque[dict[str, Any]]] = {}
-        self.events: deque[tuple[int, dict[str, Any]]] = deque(maxlen=events_max)
-        self.event_seq = 0
-        self.counters: dict[str, tuple[dict[str, float], float]] = {}
+    def __init__(self, lock: threading.RLock) -> None:
+        self._lock = lock
+        self._docs: dict[str, dict[str, tuple[dict[str, Any], float | None]]] = {}
 
-    def doc_put(
-        self, collection: str, name: str, doc: Mapping[str, Any], now: float, ttl: float | None
+    def put(
+        self,
+        collection: str,
+        name: str,
+        doc: Mapping[str, Any],
+        now: float,
+        ttl: float | None = None,
     ) -> None:
         """Store a copy of ``doc`` (expiring at ``now + ttl``)."""
         expires = None if ttl is None else now + ttl
-        self.docs.setdefault(collection, {})[name] = (copy.deepcopy(dict(doc)), expires)
+        with self._lock:
+            self._docs.setdefault(collection, {})[name] = (copy.deepcopy(dict(doc)), expires)
 
-    def doc_get(self, collection: str, name: str, now: float) -> dict[str, Any] | None:
+    def get(self, collection: str, name: str, now: float) -> dict[str, Any] | None:
         """A copy of a live document, or None."""
-        item = self.docs.get(collection, {}).get(name)
-        if item is None or (item[1] is not None and item[1] <= now):
-            return None
-        return copy.deepcopy(item[0])
+        with self._lock:
+            item = self._docs.get(collection, {}).get(name)
+            if item is None or (item[1] is not None and item[1] <= now):
+                return None
+            return copy.deepcopy(item[0])
 
-    def doc_list(self, collection: str, now: float) -> dict[str, dict[str, Any]]:
+    def list(self, collection: str, now: float) -> dict[str, dict[str, Any]]:
         """Copies of every live document of a collection."""
         out = {}
-        for name in list(self.docs.get(collection, {})):
-            doc = self.doc_get(collection, name, now)
-            if doc is not None:
-                out[name] = doc
+        with self._lock:
+            for name in [*self._docs.get(collection, {})]:
+                doc = self.get(collection, name, now)
+                if doc is not None:
+                    out[name] = doc
         return out
 
-    def doc_delete(self, collection: str, name: str) -> bool:
+    def delete(self, collection: str, name: str) -> bool:
         """Remove a document."""
-        return self.docs.get(collection, {}).pop(name, None) is not None
+        with self._lock:
+            return self._docs.get(collection, {}).pop(name, None) is not None
 
-    def doc_update_if(
-        self, collection: str, name: str, field: str, expected: Any,
-        changes: Mapping[str, Any], now: float,
-    ) -> bool:  # fmt: skip
+    def update_if(
+        self,
+        collection: str,
+        name: str,
+        field: str,
+        expected: Any,
+        changes: Mapping[str, Any],
+        now: float,
+    ) -> bool:
         """Compare-and-merge on one field."""
-        item = self.docs.get(collection, {}).get(name)
-        if item is None or (item[1] is not None and item[1] <= now):
-            return False
-        if item[0].get(field) != expected:
-            return False
-        item[0].update(copy.deepcopy(dict(changes)))
-        return True
+        with self._lock:
+            item = self._docs.get(collection, {}).get(name)
+            if item is None or (item[1] is not None and item[1] <= now):
+                return False
+            if item[0].get(field) != expected:
+                return False
+            item[0].update(copy.deepcopy(dict(changes)))
+            return True
 
-    def log_append(self, name: str, entries: Sequence[Mapping[str, Any]], cap: int) -> None:
+
+class MemoryLogs:
+    """``LogStore``: bounded deques by name."""
+
+    def __init__(self, lock: threading.RLock) -> None:
+        self._lock = lock
+        self._logs: dict[str, deque[dict[str, Any]]] = {}
+
+    def append(self, name: str, entries: Sequence[Mapping[str, Any]], cap: int) -> None:
         """Append to a bounded log."""
-        log = self.logs.get(name)
-        if log is None or log.maxlen != cap:
-            log = deque(log or (), maxlen=cap)
-            self.logs[name] = log
-        log.extend(copy.deepcopy(dict(e)) for e in entries)
+        with self._lock:
+            log = self._logs.get(name)
+            if log is None or log.maxlen != cap:
+                log = deque(log or (), maxlen=cap)
+                self._logs[name] = log
+            log.extend(copy.deepcopy(dict(e)) for e in entries)
 
-    def log_read(self, name: str, limit: int) -> list[dict[str, Any]]:
+    def read(self, name: str, limit: int = 100) -> list[dict[str, Any]]:
         """Newest first."""
-        log = self.logs.get(name, deque())
-        return [copy.deepcopy(e) for e in list(log)[::-1][:limit]]
+        with self._lock:
+            log = self._logs.get(name, deque())
+            return [copy.deepcopy(e) for e in list(log)[::-1][:limit]]
+
+
+class MemoryEvents:
+    """``EventStore``: a numbered ring buffer of ``events_max`` events."""
+
+    def __init__(self, lock: threading.RLock, events_max: int) -> None:
+        self._lock = lock
+        self._events: deque[tuple[int, dict[str, Any]]] = deque(maxlen=events_max)
+        self._seq = 0
 
     def emit(self, event: Mapping[str, Any]) -> None:
-        """Append one event to the ring buffer."""
-        self.event_seq += 1
-        self.events.append((self.event_seq, dict(event)))
+        """Append one event (the caller holds the lock: job transitions emit while changing)."""
+        self._seq += 1
+        self._events.append((self._seq, dict(event)))
 
-    def events_read(self, after: str | None, limit: int) -> tuple[list[dict[str, Any]], str]:
+    def add(self, events: Sequence[Mapping[str, Any]]) -> None:
+        """Append non-transition events."""
+        with self._lock:
+            for event in events:
+                self.emit(event)
+
+    def read(self, after: str | None = None, limit: int = 100) -> tuple[list[dict[str, Any]], str]:
         """Events with sequence > ``after``."""
         start = int(after) if after else 0
-        out = [(seq, e) for seq, e in self.events if seq > start][:limit]
+        with self._lock:
+            out = [(seq, e) for seq, e in self._events if seq > start][:limit]
         cursor = str(out[-1][0]) if out else str(max(start, 0))
         return [dict(e, cursor=str(seq)) for seq, e in out], cursor
 
-    def counters_add(
-        self, bucket: str, increments: Mapping[str, float], now: float, ttl: float
-    ) -> None:
-        """Add to a counter bucket and push its expiry."""
-        values, _ = self.counters.get(bucket, ({}, 0.0))
-        for key, amount in increments.items():
-            values[key] = values.get(key, 0.0) + amount
-        self.counters[bucket] = (values, now + ttl)
 
-    def counters_get(self, buckets: Sequence[str], now: float) -> dict[str, dict[str, float]]:
+class MemoryCounters:
+    """``CounterStore``: buckets of floats with an expiry."""
+
+    def __init__(self, lock: threading.RLock) -> None:
+        self._lock = lock
+        self._buckets: dict[str, tuple[dict[str, float], float]] = {}
+
+    def add(self, bucket: str, increments: Mapping[str, float], now: float, ttl: float) -> None:
+        """Add to a counter bucket and push its expiry."""
+        with self._lock:
+            values, _ = self._buckets.get(bucket, ({}, 0.0))
+            for key, amount in increments.items():
+                values[key] = values.get(key, 0.0) + amount
+            self._buckets[bucket] = (values, now + ttl)
+
+    def get(self, buckets: Sequence[str], now: float) -> dict[str, dict[str, float]]:
         """Live buckets only."""
         out = {}
-        for bucket in buckets:
-            item = self.counters.get(bucket)
-            if item is not None and item[1] > now:
-                out[bucket] = dict(item[0])
+        with self._lock:
+            for bucket in buckets:
+                item = self._buckets.get(bucket)
+                if item is not None and item[1] > now:
+                    out[bucket] = dict(item[0])
         return out
-
-
-class SideStoreMixin:
-    """The Broker side-store methods, delegating to ``self._side`` under ``self._lock``."""
-
-    _lock: threading.RLock
-    _side: SideStore
-
-    def doc_put(self, collection: str, name: str, doc: Mapping[str, Any], now: float,
-                ttl: float | None = None) -> None:  # fmt: skip
-        """See Broker.doc_put."""
-        with self._lock:
-            self._side.doc_put(collection, name, doc, now, ttl)
-
-    def doc_get(self, collection: str, name: str, now: float) -> dict[str, Any] | None:
-        """See Broker.doc_get."""
-        with self._lock:
-            return self._side.doc_get(collection, name, now)
-
-    def doc_list(self, collection: str, now: float) -> dict[str, dict[str, Any]]:
-        """See Broker.doc_list."""
-        with self._lock:
-            return self._side.doc_list(collection, now)
-
-    def doc_delete(self, collection: str, name: str) -> bool:
-        """See Broker.doc_delete."""
-        with self._lock:
-            return self._side.doc_delete(collection, name)
-
-    def doc_update_if(self, collection: str, name: str, field: str, expected: Any,
-                      changes: Mapping[str, Any], now: float) -> bool:  # fmt: skip
-        """See Broker.doc_update_if."""
-        with self._lock:
-            return self._side.doc_update_if(collection, name, field, expected, changes, now)
-
-    def log_append(self, name: str, entries: Sequence[Mapping[str, Any]], cap: int) -> None:
-        """See Broker.log_append."""
-        with self._lock:
-            self._side.log_append(name, entries, cap)
-
-    def log_read(self, name: str, limit: int = 100) -> list[dict[str, Any]]:
-        """See Broker.log_read."""
-        with self._lock:
-            return self._side.log_read(name, limit)
-
-    def events_add(self, events: Sequence[Mapping[str, Any]]) -> None:
-        """See Broker.events_add."""
-        with self._lock:
-            for event in events:
-                self._side.emit(event)
-
-    def events_read(self, after: str | None = None, limit: int = 100
-                    ) -> tuple[list[dict[str, Any]], str]:  # fmt: skip
-        """See Broker.events_read."""
-        with self._lock:
-            return self._side.events_read(after, limit)
-
-    def counters_add(self, bucket: str, increments: Mapping[str, float], now: float,
-                     ttl: float) -> None:  # fmt: skip
-        """See Broker.counters_add."""
-        with self._lock:
-            self._side.counters_add(bucket, increments, now, ttl)
-
-    def counters_get(self, buckets: Sequence[str], now: float) -> dict[str, dict[str, float]]:
-        """See Broker.counters_get."""
-        with self._lock:
-            return self._side.counters_get(buckets, now)

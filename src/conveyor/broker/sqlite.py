@@ -19,6 +19,7 @@ from typing import Any
 
 import orjson
 
+from ..config import Retention
 from ..core import lifecycle
 from ..core.job import ErrorKind, Job
 from ..core.serialization import job_to_dict
@@ -26,6 +27,7 @@ from ..core.state import TERMINAL_STATES, JobState
 from ..errors import DuplicateJob, LeaseLost
 from .base import Ack, Broker, Claimed, EnqueueResult, Lease
 from .sqlite_rows import COLS, NEXT_DUE, READY, Rec, SqliteReads
+from .sqlite_side import SqliteCounters, SqliteDocs, SqliteEvents, SqliteLogs
 from .sqlite_store import Tx
 
 _DELAYED = (JobState.SCHEDULED, JobState.RETRY_SCHEDULED)
@@ -50,6 +52,15 @@ def _first_repeat(ids: Sequence[str]) -> str:
 
 class SqliteBroker(SqliteReads, Broker):
     """The Broker protocol on one SQLite file (see module docstring)."""
+
+    def __init__(
+        self, path: str, retention: Retention | None = None, *, synchronous: str = "NORMAL",
+        busy_timeout: float = 30.0, url: str | None = None,
+    ) -> None:  # fmt: skip
+        super().__init__(path, retention, synchronous=synchronous, busy_timeout=busy_timeout,
+                         url=url)  # fmt: skip
+        self.docs, self.logs = SqliteDocs(self), SqliteLogs(self)  # side stores: composed parts
+        self.events, self.counters = SqliteEvents(self), SqliteCounters(self)
 
     def _rows(self, tx: Tx, where: str, params: Sequence[Any], full: bool = False) -> list[Rec]:
         sql = f"SELECT {COLS} FROM jobs WHERE {where}"

@@ -17,7 +17,7 @@ from ..core.state import JobState
 from ..core.stored import check_int_fields, check_nesting
 from ..errors import DecodeError
 from .base import Page, SearchQuery
-from .sqlite_side import SqliteSideStores
+from .sqlite_store import SqliteStore
 
 COLS = ("rid, id, queue, task, state, priority, run_at, created_at, finished_at, last_error,"
         " payload")  # the row layout Rec reads
@@ -90,7 +90,7 @@ class Rec:
         return orjson.dumps(out)
 
 
-class SqliteReads(SqliteSideStores):
+class SqliteReads(SqliteStore):
     """The read-only job queries of ``SqliteBroker``."""
 
     def get(self, job_id: str) -> Job | None:

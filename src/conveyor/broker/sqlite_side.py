@@ -1,30 +1,43 @@
-"""The non-job stores of ``SqliteBroker``: documents, named logs, the event stream, metric
-counters, and their housekeeping. Every write is one ``SqliteStore._write`` transaction; every
-read one ``SqliteStore._read`` (never under a closing connection).
+"""The side stores of ``SqliteBroker``: documents, named logs, the event stream, metric
+counters, one class per ``broker.side`` protocol, each sharing the broker's ``SqliteStore``.
+Every write is one ``SqliteStore._write`` transaction; every read one ``SqliteStore._read``
+(never under a closing connection). Their housekeeping is ``SqliteStore._housekeep_side``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 import orjson
 
+from ..config import Retention
 from .sqlite_store import SqliteStore, Tx
 
 
-class SqliteSideStores(SqliteStore):
-    """Documents, logs, events and counters on the SQLite file (see ``Broker``)."""
+class _Part:
+    """A side store sharing the broker's ``SqliteStore`` (its connections and transactions)."""
 
-    def _housekeep_side(self, tx: Tx, now: float) -> None:
-        """Drop expired idempotency keys, documents and counter buckets; return free pages."""
-        for table in ("idem", "docs", "counters"):
-            tx.conn.execute(f"DELETE FROM {table} WHERE expires_at <= ?", (now,))
-        free = tx.conn.execute("PRAGMA freelist_count").fetchone()[0]
-        if free > 4096:  # keep 1024 free pages for reuse, give the rest back to the OS
-            tx.conn.execute(f"PRAGMA incremental_vacuum({free - 1024})").fetchall()
+    def __init__(self, store: SqliteStore) -> None:
+        self._store = store
 
-    def doc_put(self, collection: str, name: str, doc: Mapping[str, Any], now: float,
+    def _write(self) -> AbstractContextManager[Tx]:
+        return self._store._write()
+
+    def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        return self._store._read(sql, params)
+
+    @property
+    def retention(self) -> Retention:
+        """The broker's retention settings."""
+        return self._store.retention
+
+
+class SqliteDocs(_Part):
+    """``DocStore`` on the ``docs`` table."""
+
+    def put(self, collection: str, name: str, doc: Mapping[str, Any], now: float,
                 ttl: float | None = None) -> None:  # fmt: skip
         """Create or replace a document (see ``Broker.doc_put``)."""
         with self._write() as tx:
@@ -35,23 +48,23 @@ class SqliteSideStores(SqliteStore):
     _LIVE_DOC = ("SELECT name, body FROM docs WHERE collection = ? AND (? IS NULL OR name = ?)"
                  " AND (expires_at IS NULL OR expires_at > ?)")  # fmt: skip
 
-    def doc_get(self, collection: str, name: str, now: float) -> dict[str, Any] | None:
+    def get(self, collection: str, name: str, now: float) -> dict[str, Any] | None:
         """One live document, or None."""
         rows = self._read(self._LIVE_DOC, (collection, name, name, now))
         return dict(orjson.loads(rows[0][1])) if rows else None
 
-    def doc_list(self, collection: str, now: float) -> dict[str, dict[str, Any]]:
+    def list(self, collection: str, now: float) -> dict[str, dict[str, Any]]:
         """Every live document of a collection, by name."""
         rows = self._read(self._LIVE_DOC, (collection, None, None, now))
         return {name: dict(orjson.loads(body)) for name, body in rows}
 
-    def doc_delete(self, collection: str, name: str) -> bool:
+    def delete(self, collection: str, name: str) -> bool:
         """Remove a document; True if it existed."""
         with self._write() as tx:
             sql = "DELETE FROM docs WHERE collection = ? AND name = ?"
             return int(tx.conn.execute(sql, (collection, name)).rowcount) > 0
 
-    def doc_update_if(self, collection: str, name: str, field: str, expected: Any,
+    def update_if(self, collection: str, name: str, field: str, expected: Any,
                       changes: Mapping[str, Any], now: float) -> bool:  # fmt: skip
         """Merge ``changes`` into a live document if ``doc[field] == expected`` (atomic)."""
         with self._write() as tx:
@@ -64,7 +77,12 @@ class SqliteSideStores(SqliteStore):
                             (orjson.dumps(doc), collection, name))  # fmt: skip
             return True
 
-    def log_append(self, name: str, entries: Sequence[Mapping[str, Any]], cap: int) -> None:
+
+
+class SqliteLogs(_Part):
+    """``LogStore`` on the ``logs`` table."""
+
+    def append(self, name: str, entries: Sequence[Mapping[str, Any]], cap: int) -> None:
         """Append entries to a named log, keeping the newest ``cap``."""
         with self._write() as tx:
             tx.conn.executemany("INSERT INTO logs (name, body) VALUES (?, ?)",
@@ -73,17 +91,22 @@ class SqliteSideStores(SqliteStore):
                             " logs WHERE name = ? ORDER BY seq DESC LIMIT 1 OFFSET ?), -1)",
                             (name, name, max(cap, 0)))  # fmt: skip
 
-    def log_read(self, name: str, limit: int = 100) -> list[dict[str, Any]]:
+    def read(self, name: str, limit: int = 100) -> list[dict[str, Any]]:
         """The newest ``limit`` entries of a log, newest first."""
         sql = "SELECT body FROM logs WHERE name = ? ORDER BY seq DESC LIMIT ?"
         return [dict(orjson.loads(b)) for (b,) in self._read(sql, (name, limit))]
 
-    def events_add(self, events: Sequence[Mapping[str, Any]]) -> None:
+
+
+class SqliteEvents(_Part):
+    """``EventStore`` on the ``events`` table (job transitions are written by ``Tx``)."""
+
+    def add(self, events: Sequence[Mapping[str, Any]]) -> None:
         """Append non-job events (worker_up, worker_down, ...)."""
         with self._write() as tx:
             tx.events.extend(dict(e) for e in events)
 
-    def events_read(self, after: str | None = None, limit: int = 100
+    def read(self, after: str | None = None, limit: int = 100
                     ) -> tuple[list[dict[str, Any]], str]:  # fmt: skip
         """Events numbered after cursor ``after``, oldest first, and the cursor to resume at."""
         start = int(after) if after else 0
@@ -98,7 +121,12 @@ class SqliteSideStores(SqliteStore):
                     out.append(dict(event, cursor=str(number)))
         return out, out[-1]["cursor"] if out else str(max(start, 0))
 
-    def counters_add(
+
+
+class SqliteCounters(_Part):
+    """``CounterStore`` on the ``counters`` table."""
+
+    def add(
         self, bucket: str, increments: Mapping[str, float], now: float, ttl: float
     ) -> None:
         """Add to the counters of ``bucket`` and push its expiry to ``now + ttl``."""
@@ -111,15 +139,8 @@ class SqliteSideStores(SqliteStore):
             tx.conn.execute("INSERT OR REPLACE INTO counters (bucket, body, expires_at) VALUES"
                             " (?, ?, ?)", (bucket, orjson.dumps(values), now + ttl))  # fmt: skip
 
-    def counters_get(self, buckets: Sequence[str], now: float) -> dict[str, dict[str, float]]:
+    def get(self, buckets: Sequence[str], now: float) -> dict[str, dict[str, float]]:
         """The counters of each live bucket."""
         sql = "SELECT body FROM counters WHERE bucket = ? AND expires_at > ?"
         rows = {b: self._read(sql, (b, now)) for b in buckets}
         return {b: dict(orjson.loads(found[0][0])) for b, found in rows.items() if found}
-
-    def flush_all(self) -> None:
-        """Delete every job, key, document, log, event and counter in the file."""
-        with self._write() as tx:
-            for table in ("jobs", "queues", "idem", "docs", "logs", "events", "counters"):
-                tx.conn.execute(f"DELETE FROM {table}")
-            tx.conn.execute("DELETE FROM counts WHERE queue != ''")

@@ -115,7 +115,7 @@ def storage_error(path: str, exc: sqlite3.OperationalError) -> ConveyorError:
 
 
 class SqliteStore:
-    """Connection management, schema, transactions, and the non-job stores of the protocol."""
+    """Connection management, schema, transactions, housekeeping of the side tables, flush."""
 
     def __init__(
         self, path: str, retention: Retention | None = None, *, synchronous: str = "NORMAL",
@@ -323,3 +323,18 @@ class SqliteStore:
         for queue, state, n in self._read("SELECT queue, state, n FROM counts WHERE queue != ''"):
             out.setdefault(queue, dict.fromkeys(map(str, JobState), 0))[state] = n
         return out
+
+    def _housekeep_side(self, tx: Tx, now: float) -> None:
+        """Drop expired idempotency keys, documents and counter buckets; return free pages."""
+        for table in ("idem", "docs", "counters"):
+            tx.conn.execute(f"DELETE FROM {table} WHERE expires_at <= ?", (now,))
+        free = tx.conn.execute("PRAGMA freelist_count").fetchone()[0]
+        if free > 4096:  # keep 1024 free pages for reuse, give the rest back to the OS
+            tx.conn.execute(f"PRAGMA incremental_vacuum({free - 1024})").fetchall()
+
+    def flush_all(self) -> None:
+        """Delete every job, key, document, log, event and counter in the file."""
+        with self._write() as tx:
+            for table in ("jobs", "queues", "idem", "docs", "logs", "events", "counters"):
+                tx.conn.execute(f"DELETE FROM {table}")
+            tx.conn.execute("DELETE FROM counts WHERE queue != ''")

@@ -187,15 +187,15 @@ class SessionStore:
         """Record a new session for ``user``; returns the signed cookie value."""
         now, sid = self.app.now(), new_session_id()
         doc = {"user": user, "at": now}
-        self.app.broker.doc_put(SESSIONS, sid, doc, now, ttl=self.config.session_ttl)
+        self.app.broker.docs.put(SESSIONS, sid, doc, now, ttl=self.config.session_ttl)
         return make_session(self.config, user, now, sid)
 
     def alive(self, sid: str) -> bool:
         """True while the session's record exists (not logged out, not expired)."""
-        return self.app.broker.doc_get(SESSIONS, sid, self.app.now()) is not None
+        return self.app.broker.docs.get(SESSIONS, sid, self.app.now()) is not None
 
     def close(self, cookie: str) -> None:
         """Forget the session of a cookie value (logout); unknown cookies are ignored."""
         session = read_session(self.config, cookie, self.app.now())
         if session is not None:
-            self.app.broker.doc_delete(SESSIONS, session[1])
+            self.app.broker.docs.delete(SESSIONS, session[1])

@@ -59,7 +59,7 @@ class Operator:
             "result": result,
             **detail,
         }
-        self.runtime.broker.log_append(AUDIT_LOG, [entry], AUDIT_CAP)
+        self.runtime.broker.logs.append(AUDIT_LOG, [entry], AUDIT_CAP)
 
     # ------------------------------------------------------------------ queues
     def pause_queue(self, queue: str) -> None:

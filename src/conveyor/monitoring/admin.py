@@ -21,7 +21,7 @@ from ..worker.registry import COLLECTION as WORKERS
 
 def workers(rt: Runtime) -> list[dict[str, Any]]:
     """Heartbeat records of live workers, by id."""
-    docs = rt.broker.doc_list(WORKERS, rt.now()).values()
+    docs = rt.broker.docs.list(WORKERS, rt.now()).values()
     return sorted(docs, key=lambda w: str(w.get("id")))
 
 

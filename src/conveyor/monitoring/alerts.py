@@ -213,7 +213,7 @@ class AlertManager:
     # ------------------------------------------------------------------ reading
     def states(self, include_resolved: bool = True) -> list[AlertState]:
         """Every stored alert state, active ones first, newest first."""
-        docs = self.runtime.broker.doc_list(COLLECTION, self.runtime.now())
+        docs = self.runtime.broker.docs.list(COLLECTION, self.runtime.now())
         states = [AlertState.from_doc(d) for d in docs.values()]
         if not include_resolved:
             states = [s for s in states if s.active]
@@ -225,7 +225,7 @@ class AlertManager:
 
     def get(self, key: str) -> AlertState | None:
         """One alert state, or None."""
-        doc = self.runtime.broker.doc_get(COLLECTION, key, self.runtime.now())
+        doc = self.runtime.broker.docs.get(COLLECTION, key, self.runtime.now())
         return None if doc is None else AlertState.from_doc(doc)
 
     def acknowledge(self, key: str, by: str = "") -> bool:
@@ -234,7 +234,7 @@ class AlertManager:
         if state is None or state.state != "firing":
             return False
         now = self.runtime.now()
-        return self.runtime.broker.doc_update_if(
+        return self.runtime.broker.docs.update_if(
             COLLECTION,
             key,
             "version",
@@ -291,7 +291,7 @@ class AlertManager:
     ) -> AlertState | None:
         if old is None:
             old = AlertState(key=f"{rule.name}:{v.subject}", rule=rule.name, subject=v.subject)
-            self.runtime.broker.doc_put(COLLECTION, old.key, old.to_dict(), now)
+            self.runtime.broker.docs.put(COLLECTION, old.key, old.to_dict(), now)
         new = AlertState(**old.to_dict())
         new.message, new.value, new.severity, new.updated_at = (
             v.message,
@@ -333,7 +333,7 @@ class AlertManager:
 
     def _store(self, old: AlertState, new: AlertState, now: float) -> bool:
         new.version = old.version + 1
-        return self.runtime.broker.doc_update_if(
+        return self.runtime.broker.docs.update_if(
             COLLECTION, old.key, "version", old.version, new.to_dict(), now
         )
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from ..broker.base import Broker
+from ..broker.side import SideStores
 from ..errors import ValidationError
 
 _BASE_FIELDS = ("type", "job_id", "queue", "task", "at", "cursor")
@@ -54,7 +54,7 @@ class Event:
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> Event:
-        """Build an event from what ``Broker.events_read`` returns (unknown types are kept)."""
+        """Build an event from what ``SideStores.events.read`` returns (unknown types are kept)."""
         name = str(raw.get("type", ""))
         try:
             kind = EventType(name)
@@ -107,13 +107,13 @@ def check_cursor(cursor: object, field: str = "after") -> str | None:
 class EventReader:
     """Follows the event stream from a cursor; ``cursor`` is what to save to resume later."""
 
-    def __init__(self, broker: Broker, cursor: str | None = None) -> None:
+    def __init__(self, broker: SideStores, cursor: str | None = None) -> None:
         self.broker = broker
         self.cursor = check_cursor(cursor, "cursor")
 
     def read(self, limit: int = 100) -> list[Event]:
         """The next events after the cursor (oldest first), advancing the cursor past them."""
-        raw, cursor = self.broker.events_read(self.cursor, limit)
+        raw, cursor = self.broker.events.read(self.cursor, limit)
         self.cursor = cursor
         return [Event.from_dict(e) for e in raw]
 
@@ -136,14 +136,14 @@ class EventReader:
         return self.cursor
 
 
-def job_events(broker: Broker, job_id: str, max_scan: int = 20_000) -> list[Event]:
+def job_events(broker: SideStores, job_id: str, max_scan: int = 20_000) -> list[Event]:
     """The events of one job still kept in the stream, oldest first (scans the stream)."""
     reader = EventReader(broker)
     return [e for e in reader.read_all(max_events=max_scan) if e.job_id == job_id]
 
 
 def worker_event(kind: EventType | str, worker_id: str, at: float, **data: Any) -> dict[str, Any]:
-    """A ``worker_up`` / ``worker_down`` event ready for ``Broker.events_add``."""
+    """A ``worker_up`` / ``worker_down`` event ready for ``SideStores.events.add``."""
     if str(kind) not in (EventType.WORKER_UP, EventType.WORKER_DOWN):
         raise ValueError(f"worker_event: {kind!r} is not worker_up or worker_down")
     return {"type": str(kind), "worker": worker_id, "at": at, **data}

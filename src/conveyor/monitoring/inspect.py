@@ -280,7 +280,7 @@ class Inspector:
         """Operator actions, newest first."""
         from .actions import AUDIT_LOG
 
-        return self.runtime.broker.log_read(AUDIT_LOG, max(1, min(limit, 1000)))
+        return self.runtime.broker.logs.read(AUDIT_LOG, max(1, min(limit, 1000)))
 
 
 def tasks_total(tasks: Mapping[str, Mapping[str, float]]) -> dict[str, float]:

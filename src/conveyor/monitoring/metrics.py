@@ -2,7 +2,7 @@
 
 ``MetricsMiddleware`` (one of ``conveyor.default_middleware()``) counts enqueues and job
 outcomes, and records run time and wait time (ready → started) in fixed histogram buckets.
-Increments are buffered in memory and written with ``Broker.counters_add`` at most once per
+Increments are buffered in memory and written with ``SideStores.counters.add`` at most once per
 ``flush_interval`` second, into two places:
 
 * ``metrics:m:<minute>`` — one bucket per minute, kept 24 h: throughput, failure rate and
@@ -52,7 +52,7 @@ from .metrics_read import (
 )
 
 if TYPE_CHECKING:
-    from ..broker.base import Broker
+    from ..broker.side import SideStores
 
 __all__ = [  # the read side lives in metrics_read.py; callers import it from here too
     "BUCKET_TTL",
@@ -131,7 +131,7 @@ class MetricsMiddleware(Middleware):
         self._lock = threading.Lock()
         self._pending: dict[str, dict[str, float]] = {}
         self._tallies: dict[tuple[int, str, str], _Tally] = {}
-        self._broker: Broker | None = None
+        self._broker: SideStores | None = None
         self._now = 0.0
         self._timer: threading.Timer | None = None
         _LIVE.add(self)
@@ -243,7 +243,7 @@ class MetricsMiddleware(Middleware):
 
     # ------------------------------------------------------------------ buffer
     def add(
-        self, broker: Broker, now: float, queue: str, task: str, increments: Mapping[str, float]
+        self, broker: SideStores, now: float, queue: str, task: str, increments: Mapping[str, float]
     ) -> None:
         """Buffer increments for the minute of ``now``; flushed within ``flush_interval``."""
         prefix = f"{queue}|{task}|"
@@ -254,7 +254,7 @@ class MetricsMiddleware(Middleware):
                 bucket[prefix + name] = bucket.get(prefix + name, 0.0) + amount
             self._schedule()
 
-    def _use(self, broker: Broker, now: float) -> None:
+    def _use(self, broker: SideStores, now: float) -> None:
         """Lock held: buffer for ``broker`` (what was buffered for another one is written)."""
         if self._broker is not None and self._broker is not broker:
             self._flush_locked()
@@ -297,10 +297,10 @@ class MetricsMiddleware(Middleware):
         totals: dict[str, float] = {}
         try:
             for bucket, values in sorted(pending.items()):
-                broker.counters_add(bucket, values, self._now, BUCKET_TTL)
+                broker.counters.add(bucket, values, self._now, BUCKET_TTL)
                 for key, amount in values.items():
                     totals[key] = totals.get(key, 0.0) + amount
-            broker.counters_add(TOTALS_BUCKET, totals, self._now, TOTALS_TTL)
+            broker.counters.add(TOTALS_BUCKET, totals, self._now, TOTALS_TTL)
         except Exception:  # a metrics write must never break a worker
             log.log(logging.DEBUG if quiet else logging.WARNING,
                     "could not write metrics to the broker", exc_info=not quiet)  # fmt: skip

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..broker.base import Broker
+    from ..broker.side import SideStores
     from ..core.job import Job
 
 #: Upper bounds (seconds) of the run-time and wait-time histogram buckets; the last is +Inf.
@@ -109,7 +109,7 @@ class Summary:
 
 
 def read_counters(
-    broker: Broker,
+    broker: SideStores,
     now: float,
     minutes: int,
     *,
@@ -120,12 +120,12 @@ def read_counters(
     """Sum the last ``minutes`` buckets, grouped ``by`` ``"all"``, ``"queue"`` or ``"task"``."""
     current = minute_of(now)
     names = [bucket_name(m) for m in range(current - max(1, minutes) + 1, current + 1)]
-    return group_counters(broker.counters_get(names, now).values(), queue=queue, task=task, by=by)
+    return group_counters(broker.counters.get(names, now).values(), queue=queue, task=task, by=by)
 
 
-def read_totals(broker: Broker, now: float) -> dict[str, dict[str, float]]:
+def read_totals(broker: SideStores, now: float) -> dict[str, dict[str, float]]:
     """Cumulative counters grouped by ``"queue|task"``."""
-    return group_counters(broker.counters_get([TOTALS_BUCKET], now).values(), by="queue_task")
+    return group_counters(broker.counters.get([TOTALS_BUCKET], now).values(), by="queue_task")
 
 
 def group_counters(
@@ -208,7 +208,7 @@ def summarize(counters: Mapping[str, float], minutes: int) -> Summary:
 
 
 def series(
-    broker: Broker,
+    broker: SideStores,
     now: float,
     minutes: int = 60,
     *,
@@ -218,7 +218,7 @@ def series(
     """One point per minute (oldest first): ``minute`` start time, processed, failed, enqueued."""
     current = minute_of(now)
     minute_list = list(range(current - max(1, minutes) + 1, current + 1))
-    raw = broker.counters_get([bucket_name(m) for m in minute_list], now)
+    raw = broker.counters.get([bucket_name(m) for m in minute_list], now)
     points = []
     for m in minute_list:
         values = group_counters([raw.get(bucket_name(m), {})], queue=queue, task=task).get("", {})

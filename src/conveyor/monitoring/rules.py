@@ -204,7 +204,7 @@ class DeadLetterGrowth(Rule):
     def check(self, ctx: AlertContext) -> list[Violation]:
         """Queues whose dead-letter count rose too fast."""
         broker = ctx.runtime.broker
-        doc = broker.doc_get("alert_samples", self.name, ctx.now) or {}
+        doc = broker.docs.get("alert_samples", self.name, ctx.now) or {}
         samples: dict[str, list[list[float]]] = doc.get("samples", {})
         cutoff = ctx.now - self.window * 60.0
         out = []
@@ -223,7 +223,7 @@ class DeadLetterGrowth(Rule):
                         grew,
                     )
                 )
-        broker.doc_put(
+        broker.docs.put(
             "alert_samples",
             self.name,
             {"samples": samples},

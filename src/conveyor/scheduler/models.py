@@ -1,6 +1,6 @@
 """Schedule records: the stored shape of a schedule, its validation, ids and history entries.
 
-A schedule is one JSON document in the broker's ``schedules`` collection (``Broker.doc_*``), so
+A schedule is one JSON document in the broker's ``schedules`` collection (``broker.docs``), so
 every process sees the same set. Its history is a bounded broker log named
 ``schedule-history:{name}``. Everything here is pure: no clock, no I/O.
 """

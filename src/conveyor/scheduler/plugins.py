@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from ..broker.base import Broker
+    from ..broker.base import Broker, JobStore
 
 log = logging.getLogger("conveyor.scheduler")
 RETRY_AFTER = 1.0  # seconds before a plugin that raised is ticked again
@@ -61,7 +61,7 @@ class PromotePlugin(Plugin):
 
     name = "promote"
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: JobStore) -> None:
         self.broker = broker
         self.promoted = 0  # jobs promoted since it was built
 
@@ -98,16 +98,16 @@ class ReapPlugin(Plugin):
     def _reap(self, now: float) -> None:
         self._last = now
         collection, name = _REAPER_DOC
-        doc = self.broker.doc_get(collection, name, now)
+        doc = self.broker.docs.get(collection, name, now)
         mark = {"at": now, "by": self.owner}
         if doc is None:
-            self.broker.doc_put(collection, name, mark, now)
+            self.broker.docs.put(collection, name, mark, now)
         else:
             last = float(doc.get("at") or 0.0)
             if now - last < self.interval:  # another scheduler reaped: check again when due
                 self._last = last
                 return
-            if not self.broker.doc_update_if(collection, name, "at", doc.get("at"), mark, now):
+            if not self.broker.docs.update_if(collection, name, "at", doc.get("at"), mark, now):
                 return
         self.reaped += self.broker.reap_expired(now, max_lost=self.max_lost)
 

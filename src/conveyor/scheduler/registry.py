@@ -100,7 +100,7 @@ class ScheduleRegistry:
 
         A schedule declared in code comes back the next time a scheduler starts.
         """
-        return self.app.broker.doc_delete(COLLECTION, validate_name(name))
+        return self.app.broker.docs.delete(COLLECTION, validate_name(name))
 
     def list(self) -> builtins.list[Schedule]:
         """Every valid stored schedule, sorted by name (see ``scan`` for the invalid ones)."""
@@ -111,7 +111,7 @@ class ScheduleRegistry:
 
         One bad document (e.g. stored by an older version) must not hide the others.
         """
-        docs = self.app.broker.doc_list(COLLECTION, self.app.now())
+        docs = self.app.broker.docs.list(COLLECTION, self.app.now())
         good: builtins.list[Schedule] = []
         bad: dict[str, str] = {}
         for name in sorted(docs):
@@ -126,7 +126,7 @@ class ScheduleRegistry:
 
     def get(self, name: str) -> Schedule:
         """One stored schedule; ``ScheduleNotFound`` if there is none by that name."""
-        doc = self.app.broker.doc_get(COLLECTION, validate_name(name), self.app.now())
+        doc = self.app.broker.docs.get(COLLECTION, validate_name(name), self.app.now())
         if doc is None:
             raise ScheduleNotFound(name)
         return Schedule.from_doc(doc)
@@ -141,13 +141,13 @@ class ScheduleRegistry:
             changes: dict[str, Any] = {"paused": paused, "updated_at": now, "rev": current.rev + 1}
             if not paused:
                 changes["next_fire_at"] = current.spec.next_after(now)
-            if self.app.broker.doc_update_if(COLLECTION, name, "rev", current.rev, changes, now):
+            if self.app.broker.docs.update_if(COLLECTION, name, "rev", current.rev, changes, now):
                 return current.with_state(**changes)
         raise ConveyorError(f"schedule {name!r}: too much contention, try again")
 
     def history(self, name: str, limit: int = 50) -> builtins.list[dict[str, Any]]:
         """The newest ``limit`` history entries of a schedule, newest first."""
-        return self.app.broker.log_read(history_log(validate_name(name)), limit)
+        return self.app.broker.logs.read(history_log(validate_name(name)), limit)
 
     def next_runs(self, name: str, n: int = 10) -> builtins.list[float]:
         """The next ``n`` fire times of a stored schedule (epoch seconds), due ones included."""
@@ -167,11 +167,11 @@ class ScheduleRegistry:
         broker = self.app.broker
         wanted = _normalized(schedule.definition())
         for _ in range(_CAS_ATTEMPTS):
-            doc = broker.doc_get(COLLECTION, schedule.name, now)
+            doc = broker.docs.get(COLLECTION, schedule.name, now)
             if doc is None:
                 fresh = schedule.with_state(next_fire_at=schedule.spec.next_after(now),
                                             created_at=now, updated_at=now, rev=1)  # fmt: skip
-                broker.doc_put(COLLECTION, schedule.name, fresh.to_doc(), now)
+                broker.docs.put(COLLECTION, schedule.name, fresh.to_doc(), now)
                 return fresh
             current = Schedule.from_doc(doc)
             stored = _normalized(current.definition())
@@ -181,7 +181,7 @@ class ScheduleRegistry:
                                        "rev": current.rev + 1}  # fmt: skip
             if any(stored[key] != wanted[key] for key in TIMING_FIELDS):
                 changes["next_fire_at"] = schedule.spec.next_after(now)
-            if broker.doc_update_if(COLLECTION, schedule.name, "rev", current.rev, changes, now):
+            if broker.docs.update_if(COLLECTION, schedule.name, "rev", current.rev, changes, now):
                 return Schedule.from_doc({**doc, **changes})
         raise ConveyorError(f"schedule {schedule.name!r}: too much contention, try again")
 

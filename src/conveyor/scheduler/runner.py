@@ -7,7 +7,7 @@ Any number of schedulers may run against one broker, with no leader. Each pass o
 3. enqueues each tick as a job with the deterministic id ``sched:{name}:{fire_ms}`` and the same
    string as idempotency key (TTL of at least two periods), so a second scheduler enqueuing the
    same tick gets ``DuplicateJob`` (recorded as ``duplicate``) instead of a second job;
-4. advances ``next_fire_at`` with a compare-and-set on ``rev`` (``Broker.doc_update_if``).
+4. advances ``next_fire_at`` with a compare-and-set on ``rev`` (``docs.update_if``).
 
 Enqueue happens before the advance: a scheduler killed between the two leaves the tick due, and
 the next scheduler re-enqueues it under the same id, which dedups. So no tick is lost and none is
@@ -211,7 +211,7 @@ class Scheduler:
     def fire_due(self, now: float) -> float | None:
         """Fire every stored schedule's due ticks; returns the earliest next fire time."""
         next_due: float | None = None
-        docs = self.broker.doc_list(COLLECTION, now)
+        docs = self.broker.docs.list(COLLECTION, now)
         for name in sorted(docs):
             try:
                 schedule = Schedule.from_doc(docs[name])
@@ -260,14 +260,14 @@ class Scheduler:
             "last_job_id": last_job,
             "rev": schedule.rev + 1,
         }
-        won = self.broker.doc_update_if(
+        won = self.broker.docs.update_if(
             COLLECTION, schedule.name, "rev", schedule.rev, changes, now
         )
         if won:
             entries.extend(skips)
         if entries:
             entries.sort(key=lambda e: (e["fire_at"], e["outcome"]))
-            self.broker.log_append(
+            self.broker.logs.append(
                 history_log(schedule.name), entries, self.app.settings.retention.history_max
             )
         return enqueued, plan.next_fire_at

@@ -1,6 +1,6 @@
 """The worker registry: a heartbeat document per worker process, which expires when it dies.
 
-Every ``heartbeat_interval`` the worker writes ``broker.doc_put("workers", id, doc, now,
+Every ``heartbeat_interval`` the worker writes ``broker.docs.put("workers", id, doc, now,
 ttl=2 * heartbeat_interval)`` with its id, host, pid, queues, concurrency, running job ids,
 start time, processed / failed counts and resident memory. ``app.workers()`` and
 ``conveyor status`` read the collection; a worker killed with ``kill -9`` disappears within two
@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..broker.base import Broker
+from ..broker.side import SideStores
 from .procutil import rss_bytes
 
 if TYPE_CHECKING:
@@ -69,7 +69,7 @@ class Heartbeat:
 
     def __init__(
         self,
-        broker: Broker,
+        broker: SideStores,
         worker_id: str,
         now: Callable[[], float],
         describe: Callable[[], Mapping[str, Any]],
@@ -94,7 +94,7 @@ class Heartbeat:
         self._stop.set()
         self._thread.join(2.0)
         try:
-            self.broker.doc_delete(COLLECTION, self.worker_id)
+            self.broker.docs.delete(COLLECTION, self.worker_id)
         except Exception:
             log.warning("heartbeat: could not delete the worker record", exc_info=True)
         self._event("worker_down")
@@ -104,7 +104,7 @@ class Heartbeat:
         try:
             doc = dict(self._describe())
             doc["heartbeat_at"] = now = self._now()
-            self.broker.doc_put(COLLECTION, self.worker_id, doc, now, ttl=2 * self.interval)
+            self.broker.docs.put(COLLECTION, self.worker_id, doc, now, ttl=2 * self.interval)
         except Exception:
             log.warning("heartbeat: could not publish the worker record", exc_info=True)
 
@@ -114,7 +114,7 @@ class Heartbeat:
 
     def _event(self, kind: str) -> None:
         try:
-            self.broker.events_add([{"type": kind, "worker": self.worker_id, "at": self._now(),
+            self.broker.events.add([{"type": kind, "worker": self.worker_id, "at": self._now(),
                                      "pid": os.getpid()}])  # fmt: skip
         except Exception:
             log.warning("heartbeat: could not record %s", kind, exc_info=True)

@@ -39,16 +39,21 @@ from .scriptargs import (
     release_options,
 )
 from .scripts import Call
-from .side import SideMixin
+from .side import RedisCounters, RedisDocs, RedisEvents, RedisLogs
 
 PURGE_BATCH = 1000
 _STATES = {state.value.encode(): state for state in JobState}
 
 
-class RedisBroker(ReadsMixin, SideMixin, LifecycleMixin, Broker):
+class RedisBroker(ReadsMixin, LifecycleMixin, Broker):
     """Redis (standalone, Sentinel or Cluster) backend; build it with ``from_url``."""
 
     has_server_clock = True
+
+    def __init__(self, url: str, retention: Retention | None = None) -> None:
+        super().__init__(url, retention)
+        self.docs, self.logs = RedisDocs(self), RedisLogs(self)  # side stores: composed parts
+        self.events, self.counters = RedisEvents(self), RedisCounters(self)
 
     @classmethod
     def from_url(cls, url: str, retention: Retention | None = None) -> RedisBroker:

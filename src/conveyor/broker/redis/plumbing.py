@@ -1,9 +1,9 @@
 """Shared plumbing of the Redis broker: connection, scripts, error mapping, queue lookups.
 
-``RedisBase`` is the base of the broker's parts (transitions in ``broker.py``, reads in
-``reads.py``, documents/logs/events/counters in ``side.py``). Every public method is wrapped by
-``guarded``, which turns connection trouble into ``BrokerUnavailable`` and Redis's ``OOM``
-refusals into ``StorageFull``.
+``RedisBase`` is the base of the broker's job-store parts (transitions in ``broker.py``, reads
+in ``reads.py``); the side stores in ``side.py`` hold one instead of inheriting it. Every
+public method is wrapped by ``guarded``, which turns connection trouble into
+``BrokerUnavailable`` and Redis's ``OOM`` refusals into ``StorageFull``.
 """
 
 from __future__ import annotations

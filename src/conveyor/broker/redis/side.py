@@ -1,5 +1,9 @@
 """Side stores of the Redis broker: documents, bounded logs, events, counters.
 
+One class per ``broker.side`` protocol (``RedisDocs``, ``RedisLogs``, ``RedisEvents``,
+``RedisCounters``); ``RedisBroker`` builds one of each on its own plumbing (``_Part``).
+
+
 * Documents are hashes (field -> JSON value, sorted keys) with meta fields ``"\\0"`` (always
   present) and ``"\\0exp"`` (logical expiry = ``now + ttl`` of the caller's clock); Redis drops
   the key ``ttl + 60`` s later in real time. ``doc_update_if`` is the ``doc_cas.lua`` script.
@@ -17,9 +21,12 @@ from typing import Any
 
 import orjson
 
+from ...config import Retention
 from .codec import events_from_entry, fmt_time
 from .codes import ScriptCode
+from .keys import KeySchema
 from .plumbing import RedisBase, guarded
+from .scripts import ScriptRunner
 
 _SORTED = orjson.OPT_SORT_KEYS
 _PRESENT, _EXPIRES = b"\x00", b"\x00exp"
@@ -60,12 +67,42 @@ def _entry_key(entry_id: bytes) -> tuple[int, int]:
     return int(ms), int(seq or 0)
 
 
-class SideMixin(RedisBase):
-    """Documents, logs, events and counters of ``RedisBroker``."""
+class _Part:
+    """A side store sharing the broker's plumbing (connection, key schema, scripts)."""
 
-    # ------------------------------------------------------------------ documents
+    def __init__(self, base: RedisBase) -> None:
+        self._base = base
+
+    @property
+    def client(self) -> Any:
+        """The broker's redis-py client."""
+        return self._base.client
+
+    @property
+    def keys(self) -> KeySchema:
+        """The broker's key schema."""
+        return self._base.keys
+
+    @property
+    def runner(self) -> ScriptRunner:
+        """The broker's script runner."""
+        return self._base.runner
+
+    @property
+    def retention(self) -> Retention:
+        """The broker's retention settings."""
+        return self._base.retention
+
+    def known_queues(self) -> list[str]:
+        """Every registered queue, sorted."""
+        return self._base.known_queues()
+
+
+class RedisDocs(_Part):
+    """``DocStore`` on Redis hashes."""
+
     @guarded
-    def doc_put(
+    def put(
         self, collection: str, name: str, doc: Mapping[str, Any], now: float,
         ttl: float | None = None,
     ) -> None:  # fmt: skip
@@ -84,13 +121,13 @@ class SideMixin(RedisBase):
         pipe.execute()
 
     @guarded
-    def doc_get(self, collection: str, name: str, now: float) -> dict[str, Any] | None:
+    def get(self, collection: str, name: str, now: float) -> dict[str, Any] | None:
         """One live document, or None."""
         fields = self.client.hgetall(self.keys.doc(collection, name))
         return _doc(fields) if _live(fields, now) else None
 
     @guarded
-    def doc_list(self, collection: str, now: float) -> dict[str, dict[str, Any]]:
+    def list(self, collection: str, now: float) -> dict[str, dict[str, Any]]:
         """Every live document of a collection (names of vanished keys are cleaned up)."""
         index = self.keys.doc_index(collection)
         names = sorted(n.decode() for n in self.client.smembers(index))
@@ -110,7 +147,7 @@ class SideMixin(RedisBase):
         return out
 
     @guarded
-    def doc_delete(self, collection: str, name: str) -> bool:
+    def delete(self, collection: str, name: str) -> bool:
         """Remove a document; True if it existed."""
         pipe = self.client.pipeline(transaction=True)
         pipe.delete(self.keys.doc(collection, name))
@@ -118,7 +155,7 @@ class SideMixin(RedisBase):
         return bool(pipe.execute()[0])
 
     @guarded
-    def doc_update_if(
+    def update_if(
         self, collection: str, name: str, field: str, expected: Any,
         changes: Mapping[str, Any], now: float,
     ) -> bool:  # fmt: skip
@@ -129,9 +166,13 @@ class SideMixin(RedisBase):
         reply = self.runner.run("doc_cas", [self.keys.doc(collection, name)], args)
         return bool(reply == ScriptCode.OK)
 
-    # ------------------------------------------------------------------ logs
+
+
+class RedisLogs(_Part):
+    """``LogStore`` on Redis lists."""
+
     @guarded
-    def log_append(self, name: str, entries: Sequence[Mapping[str, Any]], cap: int) -> None:
+    def append(self, name: str, entries: Sequence[Mapping[str, Any]], cap: int) -> None:
         """Append entries, keeping the newest ``cap``."""
         key = self.keys.log(name)
         pipe = self.client.pipeline(transaction=True)
@@ -141,16 +182,20 @@ class SideMixin(RedisBase):
         pipe.execute()
 
     @guarded
-    def log_read(self, name: str, limit: int = 100) -> list[dict[str, Any]]:
+    def read(self, name: str, limit: int = 100) -> list[dict[str, Any]]:
         """The newest ``limit`` entries, newest first."""
         if limit <= 0:
             return []
         raw = self.client.lrange(self.keys.log(name), -limit, -1)
         return [orjson.loads(item) for item in reversed(raw)]
 
-    # ------------------------------------------------------------------ events
+
+
+class RedisEvents(_Part):
+    """``EventStore`` over the queues' streams and the global one."""
+
     @guarded
-    def events_add(self, events: Sequence[Mapping[str, Any]]) -> None:
+    def add(self, events: Sequence[Mapping[str, Any]]) -> None:
         """Append non-transition events to the global stream."""
         if not events:
             return
@@ -161,7 +206,7 @@ class SideMixin(RedisBase):
         pipe.execute()
 
     @guarded
-    def events_read(
+    def read(
         self, after: str | None = None, limit: int = 100
     ) -> tuple[list[dict[str, Any]], str]:
         """Events after ``after``, oldest first, merged over every stream; and the next cursor.
@@ -200,9 +245,13 @@ class SideMixin(RedisBase):
             out.append(event)
         return out, _cursor(state)
 
-    # ------------------------------------------------------------------ counters
+
+
+class RedisCounters(_Part):
+    """``CounterStore`` on Redis hashes."""
+
     @guarded
-    def counters_add(
+    def add(
         self, bucket: str, increments: Mapping[str, float], now: float, ttl: float
     ) -> None:
         """Add to the counters of a bucket and push its expiry to ``now + ttl``."""
@@ -215,7 +264,7 @@ class SideMixin(RedisBase):
         pipe.execute()
 
     @guarded
-    def counters_get(self, buckets: Sequence[str], now: float) -> dict[str, dict[str, float]]:
+    def get(self, buckets: Sequence[str], now: float) -> dict[str, dict[str, float]]:
         """The counters of each live bucket."""
         if not buckets:
             return {}
