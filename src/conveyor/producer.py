@@ -67,6 +67,23 @@ class Producer:
     def __init__(self, app: Host) -> None:
         self.app = app
         self.envelopes = PlainEnvelopes(app.settings.max_payload_bytes)
+        self._hook_key: tuple[Middleware, ...] | None = None
+        self._hook_lists: tuple[list[Middleware], list[Middleware]] = ([], [])
+
+    def hooks(self) -> tuple[list[Middleware], list[Middleware]]:
+        """The middleware with enqueue hooks: ``(before_enqueue, after_enqueue[_batch])``.
+
+        Recomputed only when the app's middleware list changed (a tuple compare per enqueue
+        instead of a scan of every hook of every middleware).
+        """
+        key = tuple(self.app.middleware)
+        if key != self._hook_key:
+            self._hook_key = key
+            self._hook_lists = (
+                hooked(key, "before_enqueue"),
+                hooked(key, "after_enqueue", "after_enqueue_batch"),
+            )
+        return self._hook_lists
 
     def enqueue_many(self, specs: Iterable[JobSpec]) -> list[JobHandle]:
         """Store every job or none (atomic), returning their handles in order."""
@@ -106,8 +123,7 @@ class Producer:
         if not jobs:
             return []
         app = self.app
-        middleware = app.middleware
-        before = hooked(middleware, "before_enqueue")
+        before, after = self.hooks()
         limit = app.settings.max_payload_bytes
         if before:
             payloads = []
@@ -119,8 +135,9 @@ class Producer:
             encode = self.envelopes.encode
             payloads = [encode(job, d) if d is not None else encode_envelope(job, limit)
                         for job, d in zip(jobs, plain, strict=True)]  # fmt: skip
-        results = app.broker.enqueue(jobs, now, payloads)
-        after = hooked(middleware, "after_enqueue", "after_enqueue_batch")
+        # plain jobs carry new ULIDs, never custom ids (unless a before_enqueue hook changed one)
+        fresh = not before and all(d is not None for d in plain)
+        results = app.broker.enqueue(jobs, now, payloads, fresh_ids=fresh)
         if after:  # one call per batch (metrics: one buffered update instead of one per job)
             after_enqueue_batch(after, app.owner, jobs, [res.duplicate for res in results])
         handles = jobs

@@ -215,7 +215,12 @@ class JobStore(JobReads, JobAdmin):
     # ----------------------------------------------------------------- producers
     @abc.abstractmethod
     def enqueue(
-        self, jobs: Sequence[Job], now: float, payloads: Sequence[bytes] | None = None
+        self,
+        jobs: Sequence[Job],
+        now: float,
+        payloads: Sequence[bytes] | None = None,
+        *,
+        fresh_ids: bool = False,
     ) -> list[EnqueueResult]:
         """Store new jobs atomically (all or none), in order.
 
@@ -225,7 +230,9 @@ class JobStore(JobReads, JobAdmin):
         already exists raises ``DuplicateJob`` and nothing of the batch is stored.
         ``payloads``, when given, are the jobs' envelopes already encoded by the caller with
         ``core.serialization.encode_envelope`` (one per job, validated and size-checked): a
-        backend stores them instead of encoding each job again.
+        backend stores them instead of encoding each job again. ``fresh_ids=True`` promises that
+        every id was just minted by ``new_ulid`` (the producer's plain path): a backend that must
+        otherwise check ids across queues (Redis) may skip that check.
         """
 
     # ----------------------------------------------------------------- consumers

@@ -115,7 +115,12 @@ class MemoryBroker(MemoryReads, Broker):
 
     # ------------------------------------------------------------------ producers
     def enqueue(
-        self, jobs: Sequence[Job], now: float, payloads: Sequence[bytes] | None = None
+        self,
+        jobs: Sequence[Job],
+        now: float,
+        payloads: Sequence[bytes] | None = None,
+        *,
+        fresh_ids: bool = False,
     ) -> list[EnqueueResult]:
         """Store all jobs or none; see ``Broker.enqueue``."""
         with self._lock:

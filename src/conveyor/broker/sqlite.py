@@ -103,7 +103,12 @@ class SqliteBroker(SqliteReads, Broker):
         super()._before_commit(tx)
 
     def enqueue(
-        self, jobs: Sequence[Job], now: float, payloads: Sequence[bytes] | None = None
+        self,
+        jobs: Sequence[Job],
+        now: float,
+        payloads: Sequence[bytes] | None = None,
+        *,
+        fresh_ids: bool = False,
     ) -> list[EnqueueResult]:
         """Store all jobs or none, in one transaction; see ``Broker.enqueue``.
 

@@ -40,6 +40,14 @@ def check_nesting(raw: bytes | str, data: Any) -> None:
             stack.extend((v, depth + 1) for v in value if isinstance(v, dict | list))
 
 
+def int_field(name: str, value: Any) -> int:
+    """``value`` as an int, or ``DecodeError`` if it is outside the 64-bit range (the slow path
+    of decoders that take an orjson ``int`` as it is: orjson gives ints only within range)."""
+    if isinstance(value, int | float) and not _INT_MIN <= value <= _INT_MAX:
+        raise DecodeError(f"{name}: {value!r} is outside the 64-bit integer range")
+    return int(value)
+
+
 def check_int_fields(data: Mapping[str, Any]) -> None:
     """Raise ``DecodeError`` if an integer field of an envelope exceeds 64 bits.
 

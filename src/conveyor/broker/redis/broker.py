@@ -63,7 +63,12 @@ class RedisBroker(ReadsMixin, LifecycleMixin, Broker):
     # ------------------------------------------------------------------ producers
     @guarded
     def enqueue(
-        self, jobs: Sequence[Job], now: float, payloads: Sequence[bytes] | None = None
+        self,
+        jobs: Sequence[Job],
+        now: float,
+        payloads: Sequence[bytes] | None = None,
+        *,
+        fresh_ids: bool = False,
     ) -> list[EnqueueResult]:
         """Store all jobs or none (one script call); see ``Broker.enqueue``."""
         if not jobs:
@@ -104,7 +109,8 @@ class RedisBroker(ReadsMixin, LifecycleMixin, Broker):
                 f" (atomicity is per queue); got {sorted(groups)}",
             )  # fmt: skip
         self.register(groups)
-        custom = idguard.custom_ids(jobs)  # ids unique across queues (see idguard.py)
+        # ids unique across queues (see idguard.py); ids the producer just minted need no check
+        custom = [] if fresh_ids else idguard.custom_ids(jobs)
         locks = idguard.reserve(self, custom) if custom else None
         try:
             reply = self.runner.run("enqueue", keys, args)

@@ -25,7 +25,7 @@ from ...core.serialization import (
     exception_names,
 )
 from ...core.state import JobState
-from ...core.stored import check_int_fields, check_nesting
+from ...core.stored import MAX_DEPTH, check_int_fields, check_nesting, int_field
 from ...errors import DecodeError
 
 _REQUIRED = ("id", "task", "queue", "state")
@@ -156,8 +156,8 @@ def claimed_job(item: Sequence[Any], queue: str, now: float, expires: float, wor
     """
     raw = item[3]
     data = _envelope(raw)
-    check_nesting(raw, data)  # what orjson could not have written: never recurse on it
-    check_int_fields(data)
+    if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH:  # else it cannot nest too deep
+        check_nesting(raw, data)  # what orjson could not have written: never recurse on it
     try:
         get = data.get
         args, kwargs, metadata = get("args") or [], get("kwargs") or {}, get("metadata") or {}
@@ -167,13 +167,18 @@ def claimed_job(item: Sequence[Any], queue: str, now: float, expires: float, wor
         run_at, lost, errors, history, last_error = item[4:9]
         task, priority, max_attempts = data["task"], get("priority", 0), get("max_attempts", 4)
         timeout, ttl = get("timeout"), get("idempotency_ttl")
+        if not lost:  # claim.lua answers the hash's count; an old job keeps it in the envelope
+            lost = get("lost", 0)
+            lost = lost if type(lost) is int else int_field("lost", lost)
         job = Job.fast({
             "id": item[0].decode(), "task": task if type(task) is str else str(task),
             "args": args if type(args) is list else list(args),  # orjson's lists are fresh
             "kwargs": kwargs if type(kwargs) is dict else dict(kwargs), "queue": queue,
-            "priority": priority if type(priority) is int else int(priority),
+            # orjson yields an int only within 64 bits; anything else is range-checked
+            "priority": priority if type(priority) is int else int_field("priority", priority),
             "state": JobState.ACTIVE, "attempts": int(item[1]),
-            "max_attempts": max_attempts if type(max_attempts) is int else int(max_attempts),
+            "max_attempts": max_attempts if type(max_attempts) is int
+            else int_field("max_attempts", max_attempts),
             "timeout": None if timeout is None else float(timeout),
             "run_at": float(run_at or get("run_at") or 0.0),
             "created_at": float(get("created_at") or 0.0), "started_at": now,
@@ -184,7 +189,8 @@ def claimed_job(item: Sequence[Any], queue: str, now: float, expires: float, wor
             "idempotency_key": get("idempotency_key"),
             "idempotency_ttl": float(ttl) if ttl else 300.0,
             "metadata": metadata if type(metadata) is dict else dict(metadata),
-            "lost": int(lost or get("lost", 0)), "worker_id": worker_id or None,
+            "lost": int(lost),
+            "worker_id": worker_id or None,
             "lease_expires_at": expires, "retry_on": None, "dead_on": None,
         })  # fmt: skip
         if b'_on"' in raw:  # per-job retry_on / dead_on (rare): checked like job_from_dict
