@@ -14,8 +14,9 @@ demo: setup       ## run the built-in demo on the embedded default backend
 test: setup       ## full test suite (pytest's exit code, incl. 5 = no tests, is propagated)
 	$(PY) -m pytest -q
 
-lint: setup       ## style and strict typing
+lint: setup       ## style (ruff check incl. complexity C90, ruff format --check) and strict typing
 	$(VENV)/bin/ruff check src tests examples bench
+	$(VENV)/bin/ruff format --check src tests examples bench
 	$(VENV)/bin/mypy --strict src/
 
 check: lint test  ## THE test command: setup, ruff, mypy --strict, pytest

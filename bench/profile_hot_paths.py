@@ -149,34 +149,9 @@ def run(url: str, n: int, batch: int, profile: str | None, phases: list[str],
                                   for i in range(start, min(total, start + 1000))])  # fmt: skip
             prof.disable()
     if "drain" in phases:
-        worker: Any = _FakeWorker(app)
-        done = 0
-        keep: list[Any] = []
         with Meter(client, "drain", total):
             maybe("drain")
-            mw = app.middleware
-            while True:
-                leases = broker.claim(["default"], app.now(), limit=batch, worker_id="w1",
-                                      visibility_timeout=60.0)  # fmt: skip
-                if not leases:
-                    break
-                acks = []
-                for lease in leases:
-                    job = lease.job
-                    for m in mw:
-                        m.before_process(worker, job)
-                    t0 = time.perf_counter()
-                    app.tasks[job.task].fn(*job.args, **job.kwargs)
-                    dur = time.perf_counter() - t0
-                    acks.append(Ack(job.id, lease.token, None, job.queue))
-                    for m in reversed(mw):
-                        m.after_process(worker, job, outcome="completed", duration=dur,
-                                        error=None)  # fmt: skip
-                ok = broker.complete(acks, app.now())
-                done += sum(ok)
-                if inflight:  # objects that stay alive a while, as in a worker
-                    keep.extend(leases)
-                    del keep[: max(0, len(keep) - inflight)]
+            done = _drain(app, batch, inflight)
             prof.disable()
         assert done == total, (done, total)
     if profile:
@@ -191,7 +166,40 @@ def run(url: str, n: int, batch: int, profile: str | None, phases: list[str],
 class _FakeWorker:
     def __init__(self, app: Conveyor) -> None:
         self.app = app
+        self.runtime = app.runtime  # the metrics middleware reads worker.runtime.now()
+
+
+def _drain(app: Conveyor, batch: int, inflight: int) -> int:
+    """Claim, run and complete every job of ``default`` as a worker would; returns the count."""
+    broker: Any = app.broker
+    worker: Any = _FakeWorker(app)
+    done = 0
+    keep: list[Any] = []
+    mw = app.middleware
+    while True:
+        leases = broker.claim(["default"], app.now(), limit=batch, worker_id="w1",
+                              visibility_timeout=60.0)  # fmt: skip
+        if not leases:
+            return done
+        acks = []
+        for lease in leases:
+            job = lease.job
+            for m in mw:
+                m.before_process(worker, job)
+            t0 = time.perf_counter()
+            app.tasks[job.task].fn(*job.args, **job.kwargs)
+            dur = time.perf_counter() - t0
+            acks.append(Ack(job.id, lease.token, None, job.queue))
+            for m in reversed(mw):
+                m.after_process(worker, job, outcome="completed", duration=dur,
+                                error=None)  # fmt: skip
+        ok = broker.complete(acks, app.now())
+        done += sum(ok)
+        if inflight:  # objects that stay alive a while, as in a worker
+            keep.extend(leases)
+            del keep[: max(0, len(keep) - inflight)]
 
 
 if __name__ == "__main__":
     main()
+

@@ -143,7 +143,7 @@ def test_layering_holds() -> None:
         ("conveyor.worker.loop", "json", False),
         ("conveyor.worker.recorder", "conveyor.worker.loop", True),
         ("conveyor.worker", "conveyor.worker.loop", False),
-        ("conveyor.runtime", "conveyor.scheduler.registry", True),
+        ("conveyor.runtime", "conveyor.scheduler.schedules", True),
         ("conveyor.task", "conveyor.cli", True),
     ],
 )

@@ -29,12 +29,12 @@ from .middleware import Middleware
 from .monitoring import admin
 from .monitoring.metrics import MetricsMiddleware
 from .runtime import Runtime
-from .task import Executor, JobSpec, Task, build_task
+from .task import ExecutorKind, JobSpec, Task, build_task
 
 if TYPE_CHECKING:
     from .monitoring.alerts import AlertManager
-    from .scheduler.registry import ScheduleRegistry
     from .scheduler.runner import Scheduler
+    from .scheduler.schedules import ScheduleRegistry
     from .worker.loop import Worker
 
 log = logging.getLogger("conveyor")
@@ -156,7 +156,7 @@ class Conveyor:
         backoff: Backoff | None = None,
         retry_on: tuple[type[BaseException], ...] = (Exception,),
         dead_on: tuple[type[BaseException], ...] = (),
-        executor: Executor = "auto",
+        executor: ExecutorKind = "auto",
         idempotency_ttl: float | None = None,
     ) -> Callable[[Callable[..., Any]], Task]: ...
 
@@ -173,7 +173,7 @@ class Conveyor:
         backoff: Backoff | None = None,
         retry_on: tuple[type[BaseException], ...] = (Exception,),
         dead_on: tuple[type[BaseException], ...] = (),
-        executor: Executor = "auto",
+        executor: ExecutorKind = "auto",
         idempotency_ttl: float | None = None,
     ) -> Task | Callable[[Callable[..., Any]], Task]:
         """Register a function as a task: ``@app.task`` or ``@app.task(queue="high", ...)``."""
@@ -305,7 +305,7 @@ class Conveyor:
     def schedules(self) -> ScheduleRegistry:
         """The schedule registry (code-declared and stored schedules)."""
         if self._schedules is None:
-            from .scheduler.registry import ScheduleRegistry
+            from .scheduler.schedules import ScheduleRegistry
 
             self._schedules = ScheduleRegistry(self.runtime, self.task)
         return self._schedules

@@ -154,7 +154,7 @@ def _schedule_runs(app: Conveyor, since: float) -> int:
 
 
 @dataclass
-class Summary:
+class DemoSummary:
     """Numbers the demo prints at the end."""
 
     total: int
@@ -170,7 +170,7 @@ class Summary:
     seconds: float
 
 
-def summarise(run: DemoRun) -> Summary:
+def summarise(run: DemoRun) -> DemoSummary:
     """Count outcomes and run-time percentiles of the demo's jobs."""
     jobs = run.jobs
     completed = [j for j in jobs if j.state is JobState.COMPLETED]
@@ -180,7 +180,7 @@ def summarise(run: DemoRun) -> Summary:
         ((j.finished_at or 0) - (j.started_at or 0)) * 1000 for j in completed if j.started_at
     )
     p95 = runtimes[min(len(runtimes) - 1, int(len(runtimes) * 0.95))] if runtimes else 0.0
-    return Summary(
+    return DemoSummary(
         total=len(run.kinds), completed=len(completed),
         retried_then_completed=sum(1 for j in completed if j.attempts > 1),
         dead_lettered=len(dead), dead_reasons=dict(reasons),

@@ -27,7 +27,7 @@ from .task import JobSpec, Task, check_options
 
 
 class Schedules(Protocol):
-    """What processes use of the schedule registry (``scheduler.registry.ScheduleRegistry``)."""
+    """What processes use of the schedule registry (``scheduler.schedules.ScheduleRegistry``)."""
 
     def sync(self, now: float | None = None) -> Any:
         """Upsert the code-declared schedules."""

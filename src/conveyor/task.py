@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 #: Distinct argument shapes remembered per task by ``Task.check_arguments``.
 SHAPE_CACHE_MAX = 256
-Executor = Literal["auto", "thread", "asyncio", "process", "inline"]
+ExecutorKind = Literal["auto", "thread", "asyncio", "process", "inline"]
 _OPTION_NAMES = frozenset({
     "job_id", "queue", "priority", "idempotency_key", "idempotency_ttl", "delay", "run_at",
     "max_attempts", "max_retries", "timeout", "metadata", "retry_on", "dead_on",
@@ -101,7 +101,7 @@ class Task:
     priority: int = 0
     timeout: float | None = None
     policy: RetryPolicy = field(default_factory=RetryPolicy)
-    executor: Executor = "auto"
+    executor: ExecutorKind = "auto"
     idempotency_ttl: float | None = None
 
     def __post_init__(self) -> None:
@@ -207,7 +207,7 @@ def build_task(
     backoff: Backoff | None,
     retry_on: tuple[type[BaseException], ...],
     dead_on: tuple[type[BaseException], ...],
-    executor: Executor,
+    executor: ExecutorKind,
     idempotency_ttl: float | None,
 ) -> Task:
     """Validate decorator arguments and build the Task."""

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from conveyor import Conveyor, FakeClock
-from conveyor.monitoring.events import Event, EventReader, EventType, job_events, worker_event
+from conveyor.monitoring.events import EventReader, EventType, JobEvent, job_events, worker_event
 from conveyor.monitoring.metrics import (
     HISTOGRAM_BOUNDS,
     MetricsMiddleware,
@@ -69,7 +69,7 @@ def test_worker_events_and_unknown_types(dash_app: Conveyor) -> None:
     assert odd.type is EventType.UNKNOWN and odd.raw_type == "something_new" and odd.at == 0.0
     with pytest.raises(ValueError):
         worker_event("completed", "w1", 1.0)
-    assert Event.from_dict({"type": "completed", "at": 1}).to_dict()["type"] == "completed"
+    assert JobEvent.from_dict({"type": "completed", "at": 1}).to_dict()["type"] == "completed"
 
 
 def test_histogram_percentiles() -> None:
@@ -141,3 +141,11 @@ def test_prometheus_exposition(dash_app: Conveyor, clock: FakeClock) -> None:
 def test_worker_queues_strips_weights() -> None:
     assert worker_queues({"queues": "high:5, default"}) == ["high", "default"]
     assert worker_queues({}) == []
+
+
+def test_old_event_name_is_a_deprecated_alias_of_job_event() -> None:
+    import conveyor.monitoring.events as events_module
+
+    with pytest.warns(DeprecationWarning, match="JobEvent"):
+        old = events_module.Event
+    assert old is JobEvent

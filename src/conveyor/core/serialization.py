@@ -40,6 +40,8 @@ _REQUIRED = ("id", "task", "queue", "state")
 
 def encode_value(value: Any, path: str) -> Any:
     """Turn ``value`` into plain JSON data, raising ``ValidationError`` naming ``path``."""
+    # Hot path (every enqueue encodes its args): JSON types are tested inline, in order of
+    # frequency; the typed values and every error are in ``_encode_other``, off this path.
     if value is None or isinstance(value, bool | str):
         return value
     if isinstance(value, int):
@@ -54,6 +56,11 @@ def encode_value(value: Any, path: str) -> Any:
         return [encode_value(v, f"{path}[{i}]") for i, v in enumerate(value)]
     if isinstance(value, dict):
         return _encode_dict(value, path)
+    return _encode_other(value, path)
+
+
+def _encode_other(value: Any, path: str) -> Any:
+    """The tagged form of a datetime, date, Decimal, UUID or bytes; anything else is refused."""
     if isinstance(value, dt.datetime):
         return {"$dt": value.isoformat()}
     if isinstance(value, dt.date):

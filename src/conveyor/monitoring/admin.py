@@ -16,7 +16,7 @@ from ..core.job import validate_queue_name
 from ..core.state import JobState
 from ..errors import ValidationError
 from ..runtime import Runtime
-from ..worker.registry import COLLECTION as WORKERS
+from ..worker.presence import COLLECTION as WORKERS
 
 
 def workers(rt: Runtime) -> list[dict[str, Any]]:

@@ -10,6 +10,7 @@ resumable cursor, so a consumer that restarts with the saved cursor misses nothi
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -40,7 +41,7 @@ class EventType(StrEnum):
 
 
 @dataclass(frozen=True)
-class Event:
+class JobEvent:
     """One entry of the stream. ``data`` holds the type-specific fields (attempt, error, ...)."""
 
     type: EventType
@@ -53,7 +54,7 @@ class Event:
     data: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def from_dict(cls, raw: Mapping[str, Any]) -> Event:
+    def from_dict(cls, raw: Mapping[str, Any]) -> JobEvent:
         """Build an event from what ``SideStores.events.read`` returns (unknown types are kept)."""
         name = str(raw.get("type", ""))
         try:
@@ -111,13 +112,13 @@ class EventReader:
         self.broker = broker
         self.cursor = check_cursor(cursor, "cursor")
 
-    def read(self, limit: int = 100) -> list[Event]:
+    def read(self, limit: int = 100) -> list[JobEvent]:
         """The next events after the cursor (oldest first), advancing the cursor past them."""
         raw, cursor = self.broker.events.read(self.cursor, limit)
         self.cursor = cursor
-        return [Event.from_dict(e) for e in raw]
+        return [JobEvent.from_dict(e) for e in raw]
 
-    def read_all(self, batch: int = 1000, max_events: int = 100_000) -> Iterator[Event]:
+    def read_all(self, batch: int = 1000, max_events: int = 100_000) -> Iterator[JobEvent]:
         """Every event after the cursor, in batches, until the stream is exhausted."""
         seen = 0
         while seen < max_events:
@@ -136,7 +137,7 @@ class EventReader:
         return self.cursor
 
 
-def job_events(broker: SideStores, job_id: str, max_scan: int = 20_000) -> list[Event]:
+def job_events(broker: SideStores, job_id: str, max_scan: int = 20_000) -> list[JobEvent]:
     """The events of one job still kept in the stream, oldest first (scans the stream)."""
     reader = EventReader(broker)
     return [e for e in reader.read_all(max_events=max_scan) if e.job_id == job_id]
@@ -159,3 +160,18 @@ def _is_number(value: Any) -> bool:
     except (TypeError, ValueError):
         return False
     return True
+
+
+def __getattr__(name: str) -> object:
+    """``Event`` was this module's name for ``JobEvent``; kept as a deprecated alias.
+
+    Renamed so it no longer clashes with ``conveyor.core.state.Event`` (state-machine events).
+    """
+    if name == "Event":
+        warnings.warn(
+            "conveyor.monitoring.events.Event is deprecated; use JobEvent",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return JobEvent
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

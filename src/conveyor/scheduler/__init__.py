@@ -9,8 +9,8 @@ double a run, and no leader is elected. See docs/scheduling.md.
 
 from .models import Schedule, ScheduleNotFound
 from .plugins import Plugin
-from .registry import ScheduleRegistry
 from .runner import Plan, Scheduler, plan_fires
+from .schedules import ScheduleRegistry
 
 __all__ = [
     "Plan",

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 from ..broker.base import Broker
 from ..errors import BrokerConfigError
 from .lease_keeper import LeaseKeeper
+from .presence import Heartbeat
 from .recorder import JOIN_TIMEOUT, Recorder
-from .registry import Heartbeat
 from .timeouts import Watchdog
 
 if TYPE_CHECKING:

@@ -39,12 +39,12 @@ from .execute import OK, Outcome, call_inline, hooked, outcome_of_call, precheck
 from .executors import Executor, make_executor
 from .helpers import Wiring, broker_accepts, start_helpers, stop_helpers
 from .mainguard import UnguardedMain, exit_unguarded, explain, in_bootstrapping_child
+from .presence import describe
 from .procutil import EXIT_CONFIG as EXIT_CONFIG
 from .procutil import EXIT_OK as EXIT_OK  # re-exported: callers import the codes from here
 from .procutil import EXIT_RECYCLE as EXIT_RECYCLE
 from .procutil import EXIT_STUCK as EXIT_STUCK
 from .recorder import Recorder
-from .registry import describe
 from .running import Running, choose_executor, effective_timeout
 from .shutdown import stop_on_signals
 from .slots import IdleBackoff, Slots

@@ -45,6 +45,28 @@ PURGE_BATCH = 1000
 _STATES = {state.value.encode(): state for state in JobState}
 
 
+def _group_batch(jobs: Sequence[Job], cluster: bool) -> dict[str, list[int]]:
+    """Indexes of a batch's jobs by queue, in first-seen order; refuses repeated ids and, in
+    Redis Cluster, a batch over several queues (one script call must stay in one slot)."""
+    groups: dict[str, list[int]] = {}
+    seen: set[str] = set()
+    for i, job in enumerate(jobs):
+        if job.id in seen:
+            raise DuplicateJob(job.id)
+        seen.add(job.id)
+        idxs = groups.get(job.queue)
+        if idxs is None:
+            groups[job.queue] = [i]
+        else:
+            idxs.append(i)
+    if len(groups) > 1 and cluster:
+        raise ValidationError(
+            "jobs", "in Redis Cluster one enqueue_many batch must target a single queue"
+            f" (atomicity is per queue); got {sorted(groups)}",
+        )  # fmt: skip
+    return groups
+
+
 class RedisBroker(ReadsMixin, LifecycleMixin, Broker):
     """Redis (standalone, Sentinel or Cluster) backend; build it with ``from_url``."""
 
@@ -75,20 +97,9 @@ class RedisBroker(ReadsMixin, LifecycleMixin, Broker):
             return []
         if payloads is not None and len(payloads) != len(jobs):
             raise ValueError("enqueue: one payload per job")
-        groups: dict[str, list[int]] = {}
-        if len(jobs) == 1:
-            groups[jobs[0].queue] = [0]
-        else:
-            seen: set[str] = set()
-            for i, job in enumerate(jobs):
-                if job.id in seen:
-                    raise DuplicateJob(job.id)
-                seen.add(job.id)
-                idxs = groups.get(job.queue)
-                if idxs is None:
-                    groups[job.queue] = [i]
-                else:
-                    idxs.append(i)
+        cluster = self.cluster
+        # One job (the hot path) is one group, built inline; batches are grouped off this path.
+        groups = {jobs[0].queue: [0]} if len(jobs) == 1 else _group_batch(jobs, cluster)
         keys: list[str] = []
         events_max = str(self.retention.events_max)  # a string: it goes to XADD as is
         args: list[Any] = [options(now=fmt_time(now), events_max=events_max)]
@@ -102,12 +113,6 @@ class RedisBroker(ReadsMixin, LifecycleMixin, Broker):
                 order += idxs
                 part = None if payloads is None else [payloads[i] for i in idxs]
                 args += enqueue_group(queue, [jobs[i] for i in idxs], part, now)
-        cluster = self.cluster
-        if len(groups) > 1 and cluster:
-            raise ValidationError(
-                "jobs", "in Redis Cluster one enqueue_many batch must target a single queue"
-                f" (atomicity is per queue); got {sorted(groups)}",
-            )  # fmt: skip
         self.register(groups)
         # ids unique across queues (see idguard.py); ids the producer just minted need no check
         custom = [] if fresh_ids else idguard.custom_ids(jobs)

@@ -1,4 +1,4 @@
-"""The schedule registry: declare schedules in code, manage stored schedules at run time.
+"""Schedules: declare them in code (the schedule registry), manage the stored ones at run time.
 
 ``app.cron(...)`` / ``app.every(...)`` decorate a function: it becomes a task (unless it already
 is one) and its schedule is remembered in ``declared``; every ``Scheduler`` upserts the declared

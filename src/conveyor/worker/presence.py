@@ -1,4 +1,5 @@
-"""The worker registry: a heartbeat document per worker process, which expires when it dies.
+"""Worker presence (the worker registry): a heartbeat document per worker process, which expires
+when it dies.
 
 Every ``heartbeat_interval`` the worker writes ``broker.docs.put("workers", id, doc, now,
 ttl=2 * heartbeat_interval)`` with its id, host, pid, queues, concurrency, running job ids,
