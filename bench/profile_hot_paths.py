@@ -64,9 +64,11 @@ class Meter:
         wall = time.perf_counter() - self.w0
         cpu = time.process_time() - self.c0
         n = self.n
-        print(f"{self.name:8s} n={n:6d}  {n / wall:9.0f} jobs/s wall   "
-              f"client {cpu / n * 1e6:6.1f} us/job   (wall {wall / n * 1e6:6.1f} us/job)",
-              end="")  # fmt: skip
+        print(
+            f"{self.name:8s} n={n:6d}  {n / wall:9.0f} jobs/s wall   "
+            f"client {cpu / n * 1e6:6.1f} us/job   (wall {wall / n * 1e6:6.1f} us/job)",
+            end="",
+        )
         if self.client is None:
             print()
             return
@@ -74,9 +76,14 @@ class Meter:
         stats = _commandstats(self.client)
         print(f"   server {server / n * 1e6:6.1f} us/job")
         top = sorted(stats.items(), key=lambda kv: -kv[1][1])[:8]
-        print("          server usec/job by command: " + ", ".join(
-            f"{name} {usec / n:.1f} ({calls / n:.2f}/job)" for name, (calls, usec) in top
-            if name not in ("config|resetstat", "info")))  # fmt: skip
+        print(
+            "          server usec/job by command: "
+            + ", ".join(
+                f"{name} {usec / n:.1f} ({calls / n:.2f}/job)"
+                for name, (calls, usec) in top
+                if name not in ("config|resetstat", "info")
+            )
+        )
 
 
 def main() -> None:
@@ -84,14 +91,24 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=5000)
     ap.add_argument("--batch", type=int, default=200, help="claim limit in the drain phase")
     ap.add_argument("--profile", choices=("enqueue", "bulk", "drain"), default=None)
-    ap.add_argument("--url", default=None,
-                    help="a Redis URL instead of a private server, or sqlite (a temp file),"
-                    " or memory://")  # fmt: skip
+    ap.add_argument(
+        "--url",
+        default=None,
+        help="a Redis URL instead of a private server, or sqlite (a temp file), or memory://",
+    )
     ap.add_argument("--phases", default="enqueue,bulk,drain")
-    ap.add_argument("--gc", choices=("on", "off", "freeze"), default="on",
-                    help="freeze: gc.freeze() after start-up (what a worker could do)")
-    ap.add_argument("--inflight", type=int, default=0,
-                    help="drain: keep this many claimed jobs alive (a worker's in-flight set)")
+    ap.add_argument(
+        "--gc",
+        choices=("on", "off", "freeze"),
+        default="on",
+        help="freeze: gc.freeze() after start-up (what a worker could do)",
+    )
+    ap.add_argument(
+        "--inflight",
+        type=int,
+        default=0,
+        help="drain: keep this many claimed jobs alive (a worker's in-flight set)",
+    )
     opts = ap.parse_args()
     if opts.gc == "off":
         gc.disable()
@@ -113,8 +130,9 @@ def main() -> None:
                 server.stop()
 
 
-def run(url: str, n: int, batch: int, profile: str | None, phases: list[str],
-        inflight: int = 0) -> None:
+def run(
+    url: str, n: int, batch: int, profile: str | None, phases: list[str], inflight: int = 0
+) -> None:
     app = Conveyor(url)
 
     @app.task(name="noop")
@@ -145,8 +163,12 @@ def run(url: str, n: int, batch: int, profile: str | None, phases: list[str],
         with Meter(client, "bulk", total):
             maybe("bulk")
             for start in range(0, total, 1000):
-                app.enqueue_many([JobSpec("noop", (i, 0.0, time.time()))
-                                  for i in range(start, min(total, start + 1000))])  # fmt: skip
+                app.enqueue_many(
+                    [
+                        JobSpec("noop", (i, 0.0, time.time()))
+                        for i in range(start, min(total, start + 1000))
+                    ]
+                )
             prof.disable()
     if "drain" in phases:
         with Meter(client, "drain", total):
@@ -177,8 +199,9 @@ def _drain(app: Conveyor, batch: int, inflight: int) -> int:
     keep: list[Any] = []
     mw = app.middleware
     while True:
-        leases = broker.claim(["default"], app.now(), limit=batch, worker_id="w1",
-                              visibility_timeout=60.0)  # fmt: skip
+        leases = broker.claim(
+            ["default"], app.now(), limit=batch, worker_id="w1", visibility_timeout=60.0
+        )
         if not leases:
             return done
         acks = []
@@ -191,8 +214,7 @@ def _drain(app: Conveyor, batch: int, inflight: int) -> int:
             dur = time.perf_counter() - t0
             acks.append(Ack(job.id, lease.token, None, job.queue))
             for m in reversed(mw):
-                m.after_process(worker, job, outcome="completed", duration=dur,
-                                error=None)  # fmt: skip
+                m.after_process(worker, job, outcome="completed", duration=dur, error=None)
         ok = broker.complete(acks, app.now())
         done += sum(ok)
         if inflight:  # objects that stay alive a while, as in a worker
@@ -202,4 +224,3 @@ def _drain(app: Conveyor, batch: int, inflight: int) -> int:
 
 if __name__ == "__main__":
     main()
-

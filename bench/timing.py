@@ -177,8 +177,10 @@ def idle_load(url: str, seconds: float) -> dict[str, float]:
 def _ms(values: list[float]) -> str:
     ordered = sorted(values)
     p90 = ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]
-    return (f"median {statistics.median(values) * 1000:.1f} ms, p90 {p90 * 1000:.1f} ms,"
-            f" max {ordered[-1] * 1000:.1f} ms (n={len(values)})")  # fmt: skip
+    return (
+        f"median {statistics.median(values) * 1000:.1f} ms, p90 {p90 * 1000:.1f} ms,"
+        f" max {ordered[-1] * 1000:.1f} ms (n={len(values)})"
+    )
 
 
 def main() -> None:

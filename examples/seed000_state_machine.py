@@ -64,12 +64,14 @@ def _step(worker: Worker, clock: FakeClock, now: float, returns: list[tuple[floa
 
 def _register(app: Conveyor, job_type: str, handler: Any) -> None:
     """``processor.register(job_type, handler)``: a task named after the job type."""
-    app.task(name=job_type, max_retries=MAX_RETRIES,
-             backoff=Backoff.fixed(RETRY_DELAY_SECONDS))(handler)  # fmt: skip
+    app.task(name=job_type, max_retries=MAX_RETRIES, backoff=Backoff.fixed(RETRY_DELAY_SECONDS))(
+        handler
+    )
 
 
-def _facts(app: Conveyor, worker: Worker, job_id: str, returns: list[tuple[float, bool]],
-           calls: Sized) -> dict[str, Any]:  # fmt: skip
+def _facts(
+    app: Conveyor, worker: Worker, job_id: str, returns: list[tuple[float, bool]], calls: Sized
+) -> dict[str, Any]:
     """What the exercise's tests look at, then proof that a finished job never runs again."""
     job = app.get_job(job_id)
     calls_before = len(calls)
@@ -123,8 +125,11 @@ def example_2_transient_then_success() -> dict[str, Any]:
     _step(worker, clock, 4, returns)  # not yet runnable
     _step(worker, clock, 5, returns)  # the retry
     facts = _facts(app, worker, job.id, returns, calls)
-    facts["after_first"] = {"state": str(after_first.state), "attempts": after_first.attempts,
-                            "next_attempt_at": after_first.run_at}  # fmt: skip
+    facts["after_first"] = {
+        "state": str(after_first.state),
+        "attempts": after_first.attempts,
+        "next_attempt_at": after_first.run_at,
+    }
     return facts
 
 
@@ -182,34 +187,46 @@ def _describe(title: str, facts: dict[str, Any], notes: dict[float, str] | None 
     for t, ran in facts["returns"]:
         note = (notes or {}).get(t)
         print(f"  process_next(now={t:g}) -> {ran}" + (f"   # {note}" if note else ""))
-    print(f"  final state: {facts['state']} (exercise: {facts['seed_state']!r}), "
-          f"attempts={facts['attempts']}, handler calls={facts['calls']}")  # fmt: skip
+    print(
+        f"  final state: {facts['state']} (exercise: {facts['seed_state']!r}), "
+        f"attempts={facts['attempts']}, handler calls={facts['calls']}"
+    )
     for attempt, kind, message in facts["errors"]:
         print(f"  attempt {attempt} failed ({kind}): {message}")
-    print(f"  process_next(now={LATER:g}) afterwards -> {facts['rerun_returned']} "
-          f"(finished jobs never run again; calls still {facts['calls_after_rerun']})")  # fmt: skip
+    print(
+        f"  process_next(now={LATER:g}) afterwards -> {facts['rerun_returned']} "
+        f"(finished jobs never run again; calls still {facts['calls_after_rerun']})"
+    )
 
 
 def main() -> None:
     # The worker logs every failed attempt; this narrative reports them itself.
     logging.getLogger("conveyor").setLevel(logging.ERROR)
     facts = run_scenario()
-    print("Seed 000: a background job processor with retries, on Conveyor "
-          f"(memory://, FakeClock, max_retries={MAX_RETRIES}, fixed delay "
-          f"{RETRY_DELAY_SECONDS:g} s)")  # fmt: skip
+    print(
+        "Seed 000: a background job processor with retries, on Conveyor "
+        f"(memory://, FakeClock, max_retries={MAX_RETRIES}, fixed delay "
+        f"{RETRY_DELAY_SECONDS:g} s)"
+    )
     _describe("Example 1: the handler returns normally", facts["example_1"])
     ex2 = facts["example_2"]
     first = ex2["after_first"]
-    _describe("Example 2: TransientError once, then success", ex2, {
-        0: f"failed -> {first['state']}, next attempt at t={first['next_attempt_at']:g}",
-        4: "not runnable yet",
-        5: "the retry succeeds",
-    })  # fmt: skip
+    _describe(
+        "Example 2: TransientError once, then success",
+        ex2,
+        {
+            0: f"failed -> {first['state']}, next attempt at t={first['next_attempt_at']:g}",
+            4: "not runnable yet",
+            5: "the retry succeeds",
+        },
+    )
     _describe("Example 3: PermanentError on the first call", facts["example_3"])
     ex4 = facts["exhausted"]
     _describe("Retry cap: a handler that always fails transiently", ex4)
-    print(f"  runs at t={', '.join(f'{t:g}' for t in ex4['call_times'])}: "
-          f"1 run + {MAX_RETRIES} retries, then dead_letter")  # fmt: skip
+    print(
+        f"  runs at t={', '.join(f'{t:g}' for t in ex4['call_times'])}: "
+        f"1 run + {MAX_RETRIES} retries, then dead_letter"
+    )
 
 
 if __name__ == "__main__":

@@ -62,8 +62,13 @@ def retries_left(max_attempts: int, attempts: int, state: JobState) -> int:
 class TaskQueue:
     """The exercise's API as a thin veneer over one Conveyor app (for side-by-side reading)."""
 
-    def __init__(self, max_reintentos: int = 3, delay_inicial: float = 0.1,
-                 factor: float = 2.0, clock: FakeClock | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        max_reintentos: int = 3,
+        delay_inicial: float = 0.1,
+        factor: float = 2.0,
+        clock: FakeClock | None = None,
+    ) -> None:
         self.clock = clock or FakeClock(0.0)
         self.app = Conveyor("memory://", clock=self.clock, rng=random.Random(0))
         self.max_reintentos = max_reintentos
@@ -71,16 +76,25 @@ class TaskQueue:
         self.worker = self.app.worker()
         self._tasks: dict[tuple[Callable[[], Any], tuple[type[BaseException], ...]], Task] = {}
 
-    def enqueue(self, func: Callable[[], Any], *, task_id: str | None = None,
-                excepciones: tuple[type[BaseException], ...] = (Exception,)) -> str:  # fmt: skip
+    def enqueue(
+        self,
+        func: Callable[[], Any],
+        *,
+        task_id: str | None = None,
+        excepciones: tuple[type[BaseException], ...] = (Exception,),
+    ) -> str:
         """Register ``func`` (once per retry policy) and enqueue one run of it."""
         task = self._tasks.get((func, excepciones))
         if task is None:
             label = getattr(func, "__name__", "")
             label = label if label.isidentifier() else "func"  # e.g. "<lambda>"
-            task = self.app.task(func, name=f"{label}_{len(self._tasks) + 1}",
-                                 max_retries=self.max_reintentos, backoff=self.backoff,
-                                 retry_on=excepciones)  # fmt: skip
+            task = self.app.task(
+                func,
+                name=f"{label}_{len(self._tasks) + 1}",
+                max_retries=self.max_reintentos,
+                backoff=self.backoff,
+                retry_on=excepciones,
+            )
             self._tasks[(func, excepciones)] = task
         opts = {"job_id": task_id} if task_id else {}
         return task.options(**opts).enqueue().id
@@ -170,8 +184,13 @@ def case_agota_reintentos_y_falla() -> dict[str, Any]:
     rerun = q.tick()
     job = q.app.get_job(tid)
     dead = [d.id for d in q.app.dead_letters()]
-    return {"first": first, "final": final, "rerun": rerun, "dead_letters": dead,
-            "errors": len(job.errors)}  # fmt: skip
+    return {
+        "first": first,
+        "final": final,
+        "rerun": rerun,
+        "dead_letters": dead,
+        "errors": len(job.errors),
+    }
 
 
 def case_excepcion_no_reintentable_falla_directo() -> dict[str, Any]:
@@ -246,8 +265,10 @@ def run_scenario() -> dict[str, dict[str, Any]]:
 def _fmt(st: dict[str, Any]) -> str:
     nxt = "" if st["next_run_at"] is None else f", next_run_at={st['next_run_at']:g}"
     err = f", last_error={st['last_error']!r}" if st["last_error"] else ""
-    return (f"{st['state']} ({st['conveyor_state']}), attempts={st['attempts']}, "
-            f"retries_left={st['retries_left']}{nxt}{err}")  # fmt: skip
+    return (
+        f"{st['state']} ({st['conveyor_state']}), attempts={st['attempts']}, "
+        f"retries_left={st['retries_left']}{nxt}{err}"
+    )
 
 
 def main() -> None:
@@ -283,7 +304,7 @@ def main() -> None:
 
     fifo = f["fifo"]
     print("\nFIFO that respects next_run_at: t1 fails once, t2 and t3 succeed")
-    for (t, ran) in fifo["ticks"]:
+    for t, ran in fifo["ticks"]:
         print(f"  tick at t={t:g} -> {'ran' if ran else 'nothing due'}")
     print("  run order: " + ", ".join(f"{label}@{t:g}" for label, t in fifo["order"]))
 

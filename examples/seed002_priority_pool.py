@@ -39,8 +39,9 @@ if TYPE_CHECKING:
 DEADLINE = 20.0  # seconds any single wait may take before the scenario gives up
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float = DEADLINE,
-               what: str = "condition") -> float:  # fmt: skip
+def wait_until(
+    predicate: Callable[[], bool], timeout: float = DEADLINE, what: str = "condition"
+) -> float:
     """Poll ``predicate`` until true; return the seconds waited, raise after ``timeout``."""
     start = time.monotonic()
     while not predicate():
@@ -198,8 +199,11 @@ def graceful_shutdown(timeout: float = 0.5) -> dict[str, Any]:
 
     def snap(job_id: str) -> dict[str, Any]:
         job = app.get_job(job_id)
-        return {"state": str(job.state), "attempts": job.attempts,
-                "history": [h["event"] for h in job.history]}  # fmt: skip
+        return {
+            "state": str(job.state),
+            "attempts": job.attempts,
+            "history": [h["event"] for h in job.history],
+        }
 
     return {
         "timeout": timeout,
@@ -227,8 +231,10 @@ def main() -> None:
     # The worker logs every failed attempt; this narrative reports them itself.
     logging.getLogger("conveyor").setLevel(logging.ERROR)
     f = run_scenario()
-    print("Seed 002 (Lab 04): a priority worker pool with retries, a dead-letter queue and "
-          "graceful shutdown, on Conveyor (memory://, real threads)")  # fmt: skip
+    print(
+        "Seed 002 (Lab 04): a priority worker pool with retries, a dead-letter queue and "
+        "graceful shutdown, on Conveyor (memory://, real threads)"
+    )
 
     pr = f["priority"]
     print("\nPriorities (lower runs first), one worker thread:")
@@ -236,29 +242,41 @@ def main() -> None:
 
     pool = f["pool"]
     print("\nA 4-thread pool: 4 producers x 50 submits, plus one task that always fails:")
-    print(f"  {pool['results']} results ({pool['distinct_results']} distinct), "
-          f"{pool['completed']} jobs completed")  # fmt: skip
+    print(
+        f"  {pool['results']} results ({pool['distinct_results']} distinct), "
+        f"{pool['completed']} jobs completed"
+    )
     gaps = ", ".join(f"{g * 1000:.0f} ms" for g in pool["retry_gaps"])
-    print(f"  always_fail ran {pool['failing_calls']} times (max_attempts=3), "
-          f"waits between runs: {gaps}")  # fmt: skip
+    print(
+        f"  always_fail ran {pool['failing_calls']} times (max_attempts=3), "
+        f"waits between runs: {gaps}"
+    )
     for d in pool["dead_letters"]:
-        print(f"  dead_letters(): {d['task']} attempts={d['attempts']} "
-              f"last_error={d['last_error']!r}")  # fmt: skip
+        print(
+            f"  dead_letters(): {d['task']} attempts={d['attempts']} last_error={d['last_error']!r}"
+        )
         for attempt, kind, message in d["errors"]:
             print(f"    attempt {attempt}: {kind}: {message}")
 
     sd = f["shutdown"]
     print(f"\nGraceful shutdown: stop(timeout={sd['timeout']:g}) with both slots busy:")
     print(f"  'finishes' (completes during the drain): {sd['finishes']['state']}")
-    print(f"  'stuck' (outlasts the timeout): {sd['stuck']['state']}, attempts="
-          f"{sd['stuck']['attempts']} (handed back {sd['stuck_released_after']:.2f} s after "
-          f"stop, no attempt charged; history {sd['stuck']['history']})")  # fmt: skip
-    print("  queued jobs: " + ", ".join(q["state"] for q in sd["queued"])
-          + " (never started, still in the queue)")  # fmt: skip
+    print(
+        f"  'stuck' (outlasts the timeout): {sd['stuck']['state']}, attempts="
+        f"{sd['stuck']['attempts']} (handed back {sd['stuck_released_after']:.2f} s after "
+        f"stop, no attempt charged; history {sd['stuck']['history']})"
+    )
+    print(
+        "  queued jobs: "
+        + ", ".join(q["state"] for q in sd["queued"])
+        + " (never started, still in the queue)"
+    )
     print(f"  dead letters created by the shutdown: {sd['dead_letters']}")
     run_state = "still running" if sd["run_alive_when_stop_returned"] else "finished"
-    print(f"  stop(timeout={sd['timeout']:g}) returned after {sd['stop_call_seconds']:.2f} s, "
-          f"with run() {run_state}")  # fmt: skip
+    print(
+        f"  stop(timeout={sd['timeout']:g}) returned after {sd['stop_call_seconds']:.2f} s, "
+        f"with run() {run_state}"
+    )
 
 
 if __name__ == "__main__":

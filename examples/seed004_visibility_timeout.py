@@ -39,8 +39,9 @@ from conveyor.config import Settings
 TASK = "send_email"  # the consumer below handles jobs itself; no worker runs this task
 
 
-def make_queue(visibility_timeout: float = 30.0,
-               idempotency_ttl: float = 300.0) -> tuple[Conveyor, FakeClock]:  # fmt: skip
+def make_queue(
+    visibility_timeout: float = 30.0, idempotency_ttl: float = 300.0
+) -> tuple[Conveyor, FakeClock]:
     """``JobQueue(default_visibility_timeout, idempotency_ttl)``."""
     clock = FakeClock(1_700_000_000.0)
     settings = Settings(visibility_timeout=visibility_timeout, idempotency_ttl=idempotency_ttl)
@@ -58,11 +59,18 @@ def basic_enqueue_ack() -> dict[str, Any]:
     job_id = app.enqueue(TASK, args=["hello"]).id
     delivery = app.dequeue("default")
     assert delivery is not None
-    got = {"id": delivery.id, "payload": delivery.job.args[0],
-           "delivery_count": delivery.delivery_count}  # fmt: skip
+    got = {
+        "id": delivery.id,
+        "payload": delivery.job.args[0],
+        "delivery_count": delivery.delivery_count,
+    }
     delivery.ack()
-    return {"job_id": job_id, "delivered": got, "after_ack": app.dequeue("default"),
-            "state": str(app.get_job(job_id).state)}  # fmt: skip
+    return {
+        "job_id": job_id,
+        "delivered": got,
+        "after_ack": app.dequeue("default"),
+        "state": str(app.get_job(job_id).state),
+    }
 
 
 def idempotency_dedup() -> dict[str, Any]:
@@ -133,8 +141,12 @@ def nack_requeue() -> dict[str, Any]:
     d2 = app.dequeue("default")
     assert d2 is not None
     d2.ack()
-    return {"job_id": job_id, "state_after_nack": str(state), "redelivered_id": d2.id,
-            "delivery_count": d2.delivery_count}  # fmt: skip
+    return {
+        "job_id": job_id,
+        "state_after_nack": str(state),
+        "redelivered_id": d2.id,
+        "delivery_count": d2.delivery_count,
+    }
 
 
 def nack_with_delay(requeue_delay: float = 5.0) -> dict[str, Any]:
@@ -173,9 +185,13 @@ def poison_pill() -> dict[str, Any]:
         clock.advance(11.0)  # the consumer dies every time
         scavenge(app)
     job = app.get_job(job_id)
-    return {"delivery_counts": counts, "state": str(job.state), "lost": job.lost,
-            "in_dead_letters": [h.id for h in app.dead_letters()] == [job_id],
-            "last_error": job.last_error}  # fmt: skip
+    return {
+        "delivery_counts": counts,
+        "state": str(job.state),
+        "lost": job.lost,
+        "in_dead_letters": [h.id for h in app.dead_letters()] == [job_id],
+        "last_error": job.last_error,
+    }
 
 
 def run_scenario() -> dict[str, dict[str, Any]]:
@@ -192,48 +208,66 @@ def run_scenario() -> dict[str, dict[str, Any]]:
 
 def main() -> None:
     f = run_scenario()
-    print("Seed 004 (Lab 06): a durable job queue with visibility timeouts, on Conveyor "
-          "(memory://, FakeClock)")  # fmt: skip
+    print(
+        "Seed 004 (Lab 06): a durable job queue with visibility timeouts, on Conveyor "
+        "(memory://, FakeClock)"
+    )
 
     b = f["basic"]
     print("\nenqueue -> dequeue -> ack:")
-    print(f"  delivered {b['delivered']['payload']!r} (same id: "
-          f"{b['delivered']['id'] == b['job_id']}, delivery_count="
-          f"{b['delivered']['delivery_count']}); after ack: dequeue() -> {b['after_ack']}, "
-          f"job {b['state']}")  # fmt: skip
+    print(
+        f"  delivered {b['delivered']['payload']!r} (same id: "
+        f"{b['delivered']['id'] == b['job_id']}, delivery_count="
+        f"{b['delivered']['delivery_count']}); after ack: dequeue() -> {b['after_ack']}, "
+        f"job {b['state']}"
+    )
 
     i = f["idempotency"]
     print("\nIdempotency key 'email-abc':")
     print(f"  1st enqueue -> {i['first'][0]} (duplicate={i['first'][1]})")
-    print(f"  2nd enqueue -> {i['second'][0]} (duplicate={i['second'][1]}); "
-          f"pending jobs: {i['pending_after_two']}")  # fmt: skip
-    print(f"  301 s later (TTL 300 s) -> {i['third_after_ttl'][0]} "
-          f"(duplicate={i['third_after_ttl'][1]})")  # fmt: skip
+    print(
+        f"  2nd enqueue -> {i['second'][0]} (duplicate={i['second'][1]}); "
+        f"pending jobs: {i['pending_after_two']}"
+    )
+    print(
+        f"  301 s later (TTL 300 s) -> {i['third_after_ttl'][0]} "
+        f"(duplicate={i['third_after_ttl'][1]})"
+    )
 
     r = f["redelivery"]
     print("\nVisibility timeout 10 s; the consumer crashes without acking:")
     print(f"  delivery 1: delivery_count={r['first_delivery_count']}")
     print(f"  at +9 s the job is visible? {r['visible_before_timeout']}")
-    print(f"  at +11 s the reaper returns {r['reaped']} lease(s); delivery 2: same id "
-          f"{r['redelivered_id'] == r['job_id']}, payload {r['redelivered_payload']!r}, "
-          f"delivery_count={r['second_delivery_count']}")  # fmt: skip
+    print(
+        f"  at +11 s the reaper returns {r['reaped']} lease(s); delivery 2: same id "
+        f"{r['redelivered_id'] == r['job_id']}, payload {r['redelivered_payload']!r}, "
+        f"delivery_count={r['second_delivery_count']}"
+    )
     print(f"  the crashed consumer's late ack -> {r['zombie_ack']}")
-    print(f"  extend(30) keeps it leased 25 s later: {r['state_after_extend']}; "
-          f"ack -> {r['final_state']} (errors recorded: {r['error_kinds']})")  # fmt: skip
+    print(
+        f"  extend(30) keeps it leased 25 s later: {r['state_after_extend']}; "
+        f"ack -> {r['final_state']} (errors recorded: {r['error_kinds']})"
+    )
 
     n = f["nack"]
-    print(f"\nnack(): job {n['state_after_nack']} again; redelivered with "
-          f"delivery_count={n['delivery_count']}")  # fmt: skip
+    print(
+        f"\nnack(): job {n['state_after_nack']} again; redelivered with "
+        f"delivery_count={n['delivery_count']}"
+    )
 
     nd = f["nack_delay"]
-    print(f"\nnack(delay={nd['requeue_delay']:g}): {nd['state_after_nack']}; visible at once? "
-          f"{nd['visible_at_once']}; at +4.9 s? {nd['visible_just_before']}")  # fmt: skip
-    print(f"  at +5 s: redelivered, delivery_count={nd['delivery_count']}, "
-          f"then {nd['final_state']}")  # fmt: skip
+    print(
+        f"\nnack(delay={nd['requeue_delay']:g}): {nd['state_after_nack']}; visible at once? "
+        f"{nd['visible_at_once']}; at +4.9 s? {nd['visible_just_before']}"
+    )
+    print(
+        f"  at +5 s: redelivered, delivery_count={nd['delivery_count']}, then {nd['final_state']}"
+    )
 
     p = f["poison"]
-    print(f"\nPoison pill: deliveries {p['delivery_counts']}, then {p['state']} "
-          f"({p['last_error']})")  # fmt: skip
+    print(
+        f"\nPoison pill: deliveries {p['delivery_counts']}, then {p['state']} ({p['last_error']})"
+    )
 
 
 if __name__ == "__main__":

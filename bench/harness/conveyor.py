@@ -18,9 +18,15 @@ from typing import ClassVar
 from bench.harness.adapter import Adapter
 
 _CONCURRENCY = {
-    "best": 2048, "c16": 16, "c64": 64, "c256": 256, "c512": 512, "c1024": 1024, "c2048": 2048,
+    "best": 2048,
+    "c16": 16,
+    "c64": 64,
+    "c256": 256,
+    "c512": 512,
+    "c1024": 1024,
+    "c2048": 2048,
     "c4096": 4096,
-}  # fmt: skip
+}
 
 
 class ConveyorAdapter(Adapter):

@@ -38,14 +38,21 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--log-level", default="info")
     args = parser.parse_args(argv)
-    prefill(args.app, int(os.environ.get("BENCH_PREFILL", "0")),
-            float(os.environ.get("BENCH_PREFILL_SLEEP", "0")))  # fmt: skip
+    prefill(
+        args.app,
+        int(os.environ.get("BENCH_PREFILL", "0")),
+        float(os.environ.get("BENCH_PREFILL_SLEEP", "0")),
+    )
     from conveyor.worker.child import ChildConfig, run_worker_process
     from conveyor.worker.logs import setup_logging
 
     setup_logging("text", args.log_level)
-    config = ChildConfig(app=args.app, concurrency=args.concurrency,
-                         log_level=args.log_level.upper(), sys_path=[os.getcwd()])  # fmt: skip
+    config = ChildConfig(
+        app=args.app,
+        concurrency=args.concurrency,
+        log_level=args.log_level.upper(),
+        sys_path=[os.getcwd()],
+    )
     run_worker_process(config, supervised=False)
     return 0
 

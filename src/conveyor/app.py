@@ -72,10 +72,15 @@ class Conveyor:
         self._alerts: AlertManager | None = None
         #: the services every process shares (see ``conveyor/runtime.py``)
         self.runtime = Runtime(
-            broker, clock=clock or _default_clock(broker), settings=settings, rng=rng,
-            middleware=mws, schedules=lambda: self.schedules, alerts=lambda: self.alerts,
+            broker,
+            clock=clock or _default_clock(broker),
+            settings=settings,
+            rng=rng,
+            middleware=mws,
+            schedules=lambda: self.schedules,
+            alerts=lambda: self.alerts,
             owner=self,
-        )  # fmt: skip
+        )
         self._last_reap = float("-inf")
 
     # the runtime's parts, as attributes of the app (public API)
@@ -180,11 +185,20 @@ class Conveyor:
 
         def register(func: Callable[..., Any]) -> Task:
             task = build_task(
-                self, func, name=name, queue=queue, priority=priority, timeout=timeout,
-                max_attempts=max_attempts, max_retries=max_retries, backoff=backoff,
-                retry_on=retry_on, dead_on=dead_on, executor=executor,
+                self,
+                func,
+                name=name,
+                queue=queue,
+                priority=priority,
+                timeout=timeout,
+                max_attempts=max_attempts,
+                max_retries=max_retries,
+                backoff=backoff,
+                retry_on=retry_on,
+                dead_on=dead_on,
+                executor=executor,
                 idempotency_ttl=idempotency_ttl,
-            )  # fmt: skip
+            )
             self.tasks[task.name] = task
             return task
 
@@ -231,15 +245,33 @@ class Conveyor:
         return [JobHandle.bind(j, self.runtime) for j in jobs]
 
     def search(
-        self, *, id: str | None = None, state: JobState | str | None = None,
-        task: str | None = None, queue: str | None = None, since: float | None = None,
-        until: float | None = None, error: str | None = None, text: str | None = None,
-        page: int = 1, page_size: int = 50,
-    ) -> Page:  # fmt: skip
+        self,
+        *,
+        id: str | None = None,
+        state: JobState | str | None = None,
+        task: str | None = None,
+        queue: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        error: str | None = None,
+        text: str | None = None,
+        page: int = 1,
+        page_size: int = 50,
+    ) -> Page:
         """Search stored jobs (newest first) with filters and pagination."""
-        return admin.search(self.runtime, id=id, state=state, task=task, queue=queue,
-                            since=since, until=until, error=error, text=text, page=page,
-                            page_size=page_size)  # fmt: skip
+        return admin.search(
+            self.runtime,
+            id=id,
+            state=state,
+            task=task,
+            queue=queue,
+            since=since,
+            until=until,
+            error=error,
+            text=text,
+            page=page,
+            page_size=page_size,
+        )
 
     def dead_letters(self, queue: str | None = None, limit: int = 100) -> list[JobHandle]:
         """Dead-lettered jobs, newest first."""
@@ -283,9 +315,14 @@ class Conveyor:
         if now - self._last_reap >= self.settings.reap_interval:
             self._last_reap = now
             self.broker.reap_expired(now, max_lost=self.settings.max_lost)
-        leases = self.broker.claim([validate_queue_name(queue)], now, limit=1,
-                                   visibility_timeout=vt, worker_id="dequeue",
-                                   max_lost=self.settings.max_lost)  # fmt: skip
+        leases = self.broker.claim(
+            [validate_queue_name(queue)],
+            now,
+            limit=1,
+            visibility_timeout=vt,
+            worker_id="dequeue",
+            max_lost=self.settings.max_lost,
+        )
         return Delivery(self.runtime, leases[0], vt) if leases else None
 
     def worker(self, queues: Sequence[str] | str | None = None, **options: Any) -> Worker:
@@ -327,8 +364,9 @@ class Conveyor:
         """Decorate a task function to run every ``seconds`` (int or timedelta)."""
         return self.schedules.every(seconds, **options)
 
-    def schedule_cron(self, name: str, task: str | Task, expr: str | None = None,
-                      **options: Any) -> Any:  # fmt: skip
+    def schedule_cron(
+        self, name: str, task: str | Task, expr: str | None = None, **options: Any
+    ) -> Any:
         """Create or replace a stored schedule at run time."""
         return self.schedules.schedule(name, task, expr, **options)
 

@@ -108,8 +108,9 @@ def demo_specs(app: Conveyor, n: int) -> list[tuple[JobSpec, str]]:
     return out
 
 
-def run_demo(app: Conveyor, n: int, on_progress: Callable[[int, int], None],
-             deadline: float = 50.0) -> DemoRun:  # fmt: skip
+def run_demo(
+    app: Conveyor, n: int, on_progress: Callable[[int, int], None], deadline: float = 50.0
+) -> DemoRun:
     """Enqueue, run a worker and the scheduler until every demo job is finished."""
     run = DemoRun(started_at=app.now() - 2.5)  # a tick due just before the start counts
     specs = demo_specs(app, n)
@@ -118,8 +119,10 @@ def run_demo(app: Conveyor, n: int, on_progress: Callable[[int, int], None],
         run.kinds[job.id] = kind
     worker = app.worker(queues=[DEMO_QUEUE], concurrency=8)
     scheduler = app.scheduler()
-    threads = [threading.Thread(target=worker.run, daemon=True),
-               threading.Thread(target=scheduler.run, daemon=True)]  # fmt: skip
+    threads = [
+        threading.Thread(target=worker.run, daemon=True),
+        threading.Thread(target=scheduler.run, daemon=True),
+    ]
     for th in threads:
         th.start()
     try:
@@ -133,8 +136,9 @@ def run_demo(app: Conveyor, n: int, on_progress: Callable[[int, int], None],
     return run
 
 
-def _wait_until_done(app: Conveyor, run: DemoRun, on_progress: Callable[[int, int], None],
-                     deadline: float) -> None:  # fmt: skip
+def _wait_until_done(
+    app: Conveyor, run: DemoRun, on_progress: Callable[[int, int], None], deadline: float
+) -> None:
     ids = list(run.kinds)
     while True:
         jobs = [j for j in (app.broker.get(i) for i in ids) if j is not None]
@@ -181,11 +185,15 @@ def summarise(run: DemoRun) -> DemoSummary:
     )
     p95 = runtimes[min(len(runtimes) - 1, int(len(runtimes) * 0.95))] if runtimes else 0.0
     return DemoSummary(
-        total=len(run.kinds), completed=len(completed),
+        total=len(run.kinds),
+        completed=len(completed),
         retried_then_completed=sum(1 for j in completed if j.attempts > 1),
-        dead_lettered=len(dead), dead_reasons=dict(reasons),
+        dead_lettered=len(dead),
+        dead_reasons=dict(reasons),
         delayed_completed=sum(1 for j in completed if run.kinds.get(j.id) == "delayed"),
         unfinished=len(run.kinds) - len(completed) - len(dead),
-        p50_ms=statistics.median(runtimes) if runtimes else 0.0, p95_ms=p95,
-        schedule_runs=run.schedule_jobs, seconds=run.seconds,
-    )  # fmt: skip
+        p50_ms=statistics.median(runtimes) if runtimes else 0.0,
+        p95_ms=p95,
+        schedule_runs=run.schedule_jobs,
+        seconds=run.seconds,
+    )

@@ -91,14 +91,16 @@ class Delivery:
 
     def nack(self, delay: float = 0.0) -> JobState:
         """Give the job back, visible again after ``delay`` seconds (counts as a delivery)."""
-        return self._app.broker.release(self.id, self.token, self._app.now(), delay=delay,
-                                        penalize=True, note="nack")  # fmt: skip
+        return self._app.broker.release(
+            self.id, self.token, self._app.now(), delay=delay, penalize=True, note="nack"
+        )
 
     def fail(self, message: str, *, retry_at: float | None = None) -> JobState:
         """Record a failure: retry at ``retry_at`` or dead-letter when None."""
         error = {"kind": "error", "type": "", "message": message, "at": self._app.now()}
-        return self._app.broker.fail(self.id, self.token, self._app.now(), error=error,
-                                     retry_at=retry_at)  # fmt: skip
+        return self._app.broker.fail(
+            self.id, self.token, self._app.now(), error=error, retry_at=retry_at
+        )
 
     def extend(self, seconds: float | None = None) -> None:
         """Push the lease deadline to now + ``seconds``; raise ``LeaseLost`` if it is gone."""

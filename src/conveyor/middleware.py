@@ -77,9 +77,14 @@ class Middleware:
         """A claimed job is about to run."""
 
     def after_process(
-        self, worker: WorkerView, job: Job, *, outcome: str, duration: float,
+        self,
+        worker: WorkerView,
+        job: Job,
+        *,
+        outcome: str,
+        duration: float,
         error: BaseException | None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         """A job ran; ``outcome`` is completed, retry_scheduled, dead_letter or lease_lost."""
 
     def after_process_batch(
@@ -88,8 +93,16 @@ class Middleware:
         """A batch of jobs completed (the recorder writes successes in batches; failures always
         get ``after_process``). Default: ``after_process(outcome="completed")`` for each."""
         for job, duration in zip(jobs, durations, strict=True):
-            _safely(self, "after_process", self.after_process, worker, job,
-                    outcome="completed", duration=duration, error=None)  # fmt: skip
+            _safely(
+                self,
+                "after_process",
+                self.after_process,
+                worker,
+                job,
+                outcome="completed",
+                duration=duration,
+                error=None,
+            )
 
     def on_retry(self, worker: WorkerView, job: Job, retry_at: float) -> None:
         """A failed job will run again at ``retry_at``."""
@@ -122,8 +135,9 @@ def hooked(middleware: Sequence[Middleware], *hooks: str) -> list[Middleware]:
     return [mw for mw in middleware if any(overrides(mw, hook) for hook in hooks)]
 
 
-def emit(middleware: Sequence[Middleware], hook: str, *args: Any, reverse: bool = False,
-         **kwargs: Any) -> None:  # fmt: skip
+def emit(
+    middleware: Sequence[Middleware], hook: str, *args: Any, reverse: bool = False, **kwargs: Any
+) -> None:
     """Call the declared ``hook`` on every middleware; exceptions are logged, never propagated."""
     chain = reversed(middleware) if reverse else middleware
     for mw in chain:
@@ -139,9 +153,11 @@ def after_enqueue_batch(
 
 
 def after_process_batch(
-    middleware: Sequence[Middleware], worker: WorkerView, jobs: Sequence[Job],
+    middleware: Sequence[Middleware],
+    worker: WorkerView,
+    jobs: Sequence[Job],
     durations: Sequence[float],
-) -> None:  # fmt: skip
+) -> None:
     """Call ``after_process_batch`` on each of ``middleware``, last first (a typed ``emit``)."""
     for mw in reversed(middleware):
         _safely(mw, "after_process_batch", mw.after_process_batch, worker, jobs, durations)

@@ -56,6 +56,7 @@ class Host(Protocol):
         """The current time."""
         ...
 
+
 #: Task and queue names that passed validation (enqueue checks each name once per process).
 _VALID_TASKS: BoundedCache[str, bool] = BoundedCache(10_000)
 _VALID_QUEUES: BoundedCache[str, bool] = BoundedCache(10_000)
@@ -133,8 +134,10 @@ class Producer:
                 payloads.append(encode_envelope(job, limit))
         else:
             encode = self.envelopes.encode
-            payloads = [encode(job, d) if d is not None else encode_envelope(job, limit)
-                        for job, d in zip(jobs, plain, strict=True)]  # fmt: skip
+            payloads = [
+                encode(job, d) if d is not None else encode_envelope(job, limit)
+                for job, d in zip(jobs, plain, strict=True)
+            ]
         # plain jobs carry new ULIDs, never custom ids (unless a before_enqueue hook changed one)
         fresh = not before and all(d is not None for d in plain)
         results = app.broker.enqueue(jobs, now, payloads, fresh_ids=fresh)
@@ -162,10 +165,14 @@ class Producer:
         if queue not in _VALID_QUEUES:
             _VALID_QUEUES.put(validate_queue_name(queue), True)
         ttl = task.idempotency_ttl if task is not None else None
-        return (name, queue, validate_priority(task.priority if task else 0),
-                task.max_attempts if task else MAX_ATTEMPTS_UNSET,
-                task.timeout if task else None,
-                float(app.settings.idempotency_ttl if ttl is None else ttl))  # fmt: skip
+        return (
+            name,
+            queue,
+            validate_priority(task.priority if task else 0),
+            task.max_attempts if task else MAX_ATTEMPTS_UNSET,
+            task.timeout if task else None,
+            float(app.settings.idempotency_ttl if ttl is None else ttl),
+        )
 
     def _plain(self, d: tuple[Any, ...], args: Any, kwargs: Any, now: float) -> JobHandle:
         """A pending job with the task's defaults, built as the handle that will be returned."""
@@ -177,12 +184,22 @@ class Producer:
         """The fields of a pending job with the task's defaults (``Job.fast`` fills the rest)."""
         name, queue, priority, max_attempts, timeout, ttl = d
         return {
-            "id": new_ulid(now, self.app.id_rng), "task": name,
-            "args": list(args) if args else [], "kwargs": dict(kwargs) if kwargs else {},
-            "queue": queue, "priority": priority, "max_attempts": max_attempts,
-            "timeout": timeout, "run_at": now, "created_at": now, "errors": [], "history": [],
-            "idempotency_ttl": ttl, "metadata": {}, "_app": self.app,
-        }  # fmt: skip
+            "id": new_ulid(now, self.app.id_rng),
+            "task": name,
+            "args": list(args) if args else [],
+            "kwargs": dict(kwargs) if kwargs else {},
+            "queue": queue,
+            "priority": priority,
+            "max_attempts": max_attempts,
+            "timeout": timeout,
+            "run_at": now,
+            "created_at": now,
+            "errors": [],
+            "history": [],
+            "idempotency_ttl": ttl,
+            "metadata": {},
+            "_app": self.app,
+        }
 
     def build_job(self, spec: JobSpec, now: float) -> Job:
         """Validate a spec (with options) and build the Job record it describes (not stored)."""
@@ -221,12 +238,20 @@ class Producer:
         if not isinstance(metadata, dict):
             raise ValidationError("metadata", "must be a dict")
         return Job(
-            id=job_id, task=name, args=list(spec.args), kwargs=dict(spec.kwargs), queue=queue,
-            priority=priority, state=initial_state(run_at, now),
+            id=job_id,
+            task=name,
+            args=list(spec.args),
+            kwargs=dict(spec.kwargs),
+            queue=queue,
+            priority=priority,
+            state=initial_state(run_at, now),
             max_attempts=opts.get("max_attempts") or default_attempts,
-            timeout=opts.get("timeout", task.timeout if task else None), run_at=run_at,
-            created_at=now, idempotency_key=key, idempotency_ttl=float(ttl), metadata=metadata,
-            retry_on=opts.get("retry_on"), dead_on=opts.get("dead_on"),
-        )  # fmt: skip
-
-
+            timeout=opts.get("timeout", task.timeout if task else None),
+            run_at=run_at,
+            created_at=now,
+            idempotency_key=key,
+            idempotency_ttl=float(ttl),
+            metadata=metadata,
+            retry_on=opts.get("retry_on"),
+            dead_on=opts.get("dead_on"),
+        )

@@ -24,7 +24,12 @@ from .core.serialization import (
 from .errors import PayloadTooLarge
 
 _MARK_ID, _MARK_ARGS, _MARK_KWARGS, _MARK_RUN, _MARK_CREATED = (
-    "@@id@@", "@@args@@", "@@kwargs@@", "@@run_at@@", "@@created_at@@")  # fmt: skip
+    "@@id@@",
+    "@@args@@",
+    "@@kwargs@@",
+    "@@run_at@@",
+    "@@created_at@@",
+)
 
 
 class PlainEnvelopes:
@@ -48,12 +53,19 @@ class PlainEnvelopes:
         parts = self._parts.get(key)
         if parts is None:
             f = job.__dict__
-            sample = Job(id=_MARK_ID, task=f["task"], queue=f["queue"], priority=f["priority"],
-                         max_attempts=f["max_attempts"], timeout=f["timeout"],
-                         idempotency_ttl=f["idempotency_ttl"])  # fmt: skip
+            sample = Job(
+                id=_MARK_ID,
+                task=f["task"],
+                queue=f["queue"],
+                priority=f["priority"],
+                max_attempts=f["max_attempts"],
+                timeout=f["timeout"],
+                idempotency_ttl=f["idempotency_ttl"],
+            )
             data = envelope_dict(sample)
-            data.update(args=_MARK_ARGS, kwargs=_MARK_KWARGS, run_at=_MARK_RUN,
-                        created_at=_MARK_CREATED)  # fmt: skip
+            data.update(
+                args=_MARK_ARGS, kwargs=_MARK_KWARGS, run_at=_MARK_RUN, created_at=_MARK_CREATED
+            )
             raw = orjson.dumps(data)
             for mark in (_MARK_ID, _MARK_ARGS, _MARK_KWARGS, _MARK_RUN, _MARK_CREATED):
                 raw = raw.replace(f'"{mark}"'.encode(), b"\0")
@@ -71,8 +83,14 @@ class PlainEnvelopes:
         """
         f = job.__dict__
         if key is None:
-            key = (f["task"], f["queue"], f["priority"], f["max_attempts"], f["timeout"],
-                   f["idempotency_ttl"])  # fmt: skip
+            key = (
+                f["task"],
+                f["queue"],
+                f["priority"],
+                f["max_attempts"],
+                f["timeout"],
+                f["idempotency_ttl"],
+            )
         head, p_args, p_kwargs, p_run, p_created, tail = self._template(job, key)
         run_at = f["run_at"]
         last = self._last_at  # one (time, bytes) pair: jobs of a batch share their time
@@ -80,10 +98,21 @@ class PlainEnvelopes:
             last = self._last_at = (run_at, orjson.dumps(run_at))
         at = last[1]
         try:
-            data = b"".join((head, orjson.dumps(f["id"]), p_args,
-                             orjson.dumps(encode_args(f["args"])), p_kwargs,
-                             orjson.dumps(encode_kwargs(f["kwargs"])), p_run, at, p_created, at,
-                             tail))  # fmt: skip
+            data = b"".join(
+                (
+                    head,
+                    orjson.dumps(f["id"]),
+                    p_args,
+                    orjson.dumps(encode_args(f["args"])),
+                    p_kwargs,
+                    orjson.dumps(encode_kwargs(f["kwargs"])),
+                    p_run,
+                    at,
+                    p_created,
+                    at,
+                    tail,
+                )
+            )
         except (TypeError, RecursionError) as exc:
             raise unencodable(job) from exc
         if len(data) > self.limit:

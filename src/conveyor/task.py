@@ -20,10 +20,23 @@ if TYPE_CHECKING:
 #: Distinct argument shapes remembered per task by ``Task.check_arguments``.
 SHAPE_CACHE_MAX = 256
 ExecutorKind = Literal["auto", "thread", "asyncio", "process", "inline"]
-_OPTION_NAMES = frozenset({
-    "job_id", "queue", "priority", "idempotency_key", "idempotency_ttl", "delay", "run_at",
-    "max_attempts", "max_retries", "timeout", "metadata", "retry_on", "dead_on",
-})  # fmt: skip
+_OPTION_NAMES = frozenset(
+    {
+        "job_id",
+        "queue",
+        "priority",
+        "idempotency_key",
+        "idempotency_ttl",
+        "delay",
+        "run_at",
+        "max_attempts",
+        "max_retries",
+        "timeout",
+        "metadata",
+        "retry_on",
+        "dead_on",
+    }
+)
 
 
 def check_options(options: Mapping[str, Any]) -> dict[str, Any]:
@@ -56,8 +69,10 @@ def check_options(options: Mapping[str, Any]) -> dict[str, Any]:
 def validate_time(value: object, field_name: str) -> float:
     """Epoch seconds given as a finite number (NaN and infinity are refused)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValidationError(field_name, "must be a timezone-aware datetime or epoch seconds, "
-                              f"got {type(value).__name__}")  # fmt: skip
+        raise ValidationError(
+            field_name,
+            f"must be a timezone-aware datetime or epoch seconds, got {type(value).__name__}",
+        )
     if value != value or value in (float("inf"), float("-inf")):
         raise ValidationError(field_name, f"must be a finite number, got {value!r}")
     return float(value)
@@ -231,6 +246,9 @@ def build_task(
         timeout=None if timeout is None else validate_non_negative(timeout, "timeout"),
         policy=policy,
         executor=executor,
-        idempotency_ttl=(None if idempotency_ttl is None
-                         else validate_non_negative(idempotency_ttl, "idempotency_ttl")),
-    )  # fmt: skip
+        idempotency_ttl=(
+            None
+            if idempotency_ttl is None
+            else validate_non_negative(idempotency_ttl, "idempotency_ttl")
+        ),
+    )

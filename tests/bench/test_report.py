@@ -21,9 +21,14 @@ def _row(table: str, label: str) -> list[str]:
 
 
 def test_ratio_uses_the_best_peer_and_ignores_conveyor_backends() -> None:
-    doc = {"systems": {"conveyor": _system(3000, 2.0), "huey": _system(2000, 1.0),
-                       "rq": _system(1000, 4.0),
-                       "conveyor-sqlite": _system(90_000, 0.1)}}  # fmt: skip
+    doc = {
+        "systems": {
+            "conveyor": _system(3000, 2.0),
+            "huey": _system(2000, 1.0),
+            "rq": _system(1000, 4.0),
+            "conveyor-sqlite": _system(90_000, 0.1),
+        }
+    }
     table = report.main_table(doc)
     assert "conveyor-sqlite" not in table
     assert _row(table, "enqueue")[-2:] == ["huey", "1.50x"]  # higher is better
@@ -31,11 +36,20 @@ def test_ratio_uses_the_best_peer_and_ignores_conveyor_backends() -> None:
 
 
 def test_backends_table_shows_absolute_figures_side_by_side() -> None:
-    doc = {"systems": {"conveyor": _system(3000), "conveyor-sqlite": _system(2000),
-                       "conveyor-memory": _system(7000)}}  # fmt: skip
+    doc = {
+        "systems": {
+            "conveyor": _system(3000),
+            "conveyor-sqlite": _system(2000),
+            "conveyor-memory": _system(7000),
+        }
+    }
     table = report.backends_table(doc)
-    assert _row(table, "metric") == ["metric", "conveyor", "conveyor on sqlite",
-                                     "conveyor on memory"]  # fmt: skip
+    assert _row(table, "metric") == [
+        "metric",
+        "conveyor",
+        "conveyor on sqlite",
+        "conveyor on memory",
+    ]
     assert _row(table, "enqueue") == ["enqueue, 1 call/job (jobs/s)", "3,000", "2,000", "7,000"]
     assert "drain" not in table  # rows nobody measured are left out
 

@@ -10,9 +10,22 @@ from pathlib import Path
 
 def test_bench_reports_rates_on_sqlite(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'bench.db'}"
-    proc = subprocess.run([sys.executable, "-m", "conveyor.cli.main", "bench", "--url", url,
-                           "--jobs", "200", "--json"], capture_output=True, text=True,
-                          timeout=180)  # fmt: skip
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "conveyor.cli.main",
+            "bench",
+            "--url",
+            url,
+            "--jobs",
+            "200",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     assert result["jobs"] == 600

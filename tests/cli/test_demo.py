@@ -10,9 +10,13 @@ from pathlib import Path
 
 def test_demo_runs_on_sqlite_and_summary_adds_up(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'demo.db'}"
-    proc = subprocess.run([sys.executable, "-m", "conveyor.cli.main", "demo", "--url", url,
-                           "--jobs", "60", "--json"], capture_output=True, text=True,
-                          timeout=120, cwd=tmp_path)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "conveyor.cli.main", "demo", "--url", url, "--jobs", "60", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout)
     assert summary["total"] == 60 and summary["unfinished"] == 0
@@ -26,15 +30,23 @@ def test_demo_runs_on_sqlite_and_summary_adds_up(tmp_path: Path) -> None:
 
 
 def test_demo_rejects_bad_job_count() -> None:
-    proc = subprocess.run([sys.executable, "-m", "conveyor.cli.main", "demo", "--jobs", "0"],
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "conveyor.cli.main", "demo", "--jobs", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2 and "--jobs" in proc.stderr
 
 
 def _demo(url: str, cwd: Path) -> dict[str, object]:
-    proc = subprocess.run([sys.executable, "-m", "conveyor.cli.main", "demo", "--url", url,
-                           "--jobs", "30", "--json"], capture_output=True, text=True,
-                          timeout=120, cwd=cwd)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "conveyor.cli.main", "demo", "--url", url, "--jobs", "30", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+    )
     assert proc.returncode == 0, proc.stderr
     result: dict[str, object] = json.loads(proc.stdout)
     return result

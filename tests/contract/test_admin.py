@@ -69,8 +69,11 @@ def test_purge_older_than(app: Conveyor, clock: FakeClock) -> None:
 def test_search_filters_and_pagination(app: Conveyor, clock: FakeClock) -> None:
     ids = []
     for i in range(23):
-        ids.append(app.enqueue("report" if i % 2 else "email", args=[f"user-{i}"],
-                               queue="q1" if i < 20 else "q2").id)  # fmt: skip
+        ids.append(
+            app.enqueue(
+                "report" if i % 2 else "email", args=[f"user-{i}"], queue="q1" if i < 20 else "q2"
+            ).id
+        )
         clock.advance(1)
     page1 = app.search(page_size=10)
     assert (page1.total, page1.pages, len(page1.items)) == (23, 3, 10)

@@ -17,30 +17,34 @@ def assert_nothing_stored(app: Conveyor) -> None:
     assert app.search().total == 0
 
 
-@pytest.mark.parametrize(("kwargs", "field", "rule"), [
-    ({"task": ""}, "task", "non-empty"),
-    ({"task": "has space"}, "task", "identifier"),
-    ({"task": "a" * 300}, "task", "200"),
-    ({"task": "x;rm -rf"}, "task", "identifier"),
-    ({"args": [object()]}, "args[0]", "object"),
-    ({"kwargs": {"when": {1, 2}}}, "kwargs['when']", "set"),
-    ({"delay": -1}, "delay", ">= 0"),
-    ({"priority": 1.5}, "priority", "integer"),
-    ({"priority": "high"}, "priority", "integer"),
-    ({"max_attempts": 0}, "max_attempts", ">= 1"),
-    ({"max_retries": -1}, "max_retries", ">= 0"),
-    ({"queue": ""}, "queue", "non-empty"),
-    ({"queue": "has space"}, "queue", "no spaces"),
-    ({"queue": "{braces}"}, "queue", "braces"),
-    ({"queue": "a:b"}, "queue", "colons"),
-    ({"queue": "line\nbreak"}, "queue", "letters"),
-    ({"queue": "q" * 101}, "queue", "1-100"),
-    ({"run_at": dt.datetime(2030, 1, 1)}, "run_at", "timezone-aware"),
-    ({"bogus_option": 1}, "options", "unknown option"),
-    ({"args": "not-a-list"}, "args", "must be a list"),
-])  # fmt: skip
-def test_enqueue_refuses_with_field_and_rule(app: Conveyor, kwargs: dict[str, Any], field: str,
-                                             rule: str) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    ("kwargs", "field", "rule"),
+    [
+        ({"task": ""}, "task", "non-empty"),
+        ({"task": "has space"}, "task", "identifier"),
+        ({"task": "a" * 300}, "task", "200"),
+        ({"task": "x;rm -rf"}, "task", "identifier"),
+        ({"args": [object()]}, "args[0]", "object"),
+        ({"kwargs": {"when": {1, 2}}}, "kwargs['when']", "set"),
+        ({"delay": -1}, "delay", ">= 0"),
+        ({"priority": 1.5}, "priority", "integer"),
+        ({"priority": "high"}, "priority", "integer"),
+        ({"max_attempts": 0}, "max_attempts", ">= 1"),
+        ({"max_retries": -1}, "max_retries", ">= 0"),
+        ({"queue": ""}, "queue", "non-empty"),
+        ({"queue": "has space"}, "queue", "no spaces"),
+        ({"queue": "{braces}"}, "queue", "braces"),
+        ({"queue": "a:b"}, "queue", "colons"),
+        ({"queue": "line\nbreak"}, "queue", "letters"),
+        ({"queue": "q" * 101}, "queue", "1-100"),
+        ({"run_at": dt.datetime(2030, 1, 1)}, "run_at", "timezone-aware"),
+        ({"bogus_option": 1}, "options", "unknown option"),
+        ({"args": "not-a-list"}, "args", "must be a list"),
+    ],
+)
+def test_enqueue_refuses_with_field_and_rule(
+    app: Conveyor, kwargs: dict[str, Any], field: str, rule: str
+) -> None:
     call = {"task": "valid_task", **kwargs}
     with pytest.raises(ValidationError) as info:
         app.enqueue(call.pop("task"), **call)
@@ -90,8 +94,11 @@ def test_hostile_jobs_dead_letter_and_the_worker_survives(app: Conveyor) -> None
     script = app.enqueue("victim", args=["<script>alert(1)</script>"])  # fits; runs harmlessly
     good = victim.enqueue(7)
     assert app.worker().run_until_idle() == 5
-    for job, kind in [(import_path, "unknown_task"), (unknown, "unknown_task"),
-                      (wrong_args, "bad_arguments")]:  # fmt: skip
+    for job, kind in [
+        (import_path, "unknown_task"),
+        (unknown, "unknown_task"),
+        (wrong_args, "bad_arguments"),
+    ]:
         job.refresh()
         assert job.state is JobState.DEAD_LETTER and job.errors[-1]["kind"] == kind
     assert good.refresh().state is JobState.COMPLETED
@@ -188,10 +195,14 @@ HOSTILE_OPTIONS: list[tuple[dict[str, Any], str]] = [
 ]
 
 
-@pytest.mark.parametrize(("kwargs", "field"), HOSTILE_OPTIONS,
-                         ids=[f"{f}-{i}" for i, (_, f) in enumerate(HOSTILE_OPTIONS)])  # fmt: skip
-def test_values_that_cannot_be_stored_are_refused(app: Conveyor, kwargs: dict[str, Any],
-                                                  field: str) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    HOSTILE_OPTIONS,
+    ids=[f"{f}-{i}" for i, (_, f) in enumerate(HOSTILE_OPTIONS)],
+)
+def test_values_that_cannot_be_stored_are_refused(
+    app: Conveyor, kwargs: dict[str, Any], field: str
+) -> None:
     """A ValidationError naming the field (never a bare TypeError / RecursionError), nothing
     stored — with options (the validated path) and, for args/kwargs, without (the fast path)."""
     with pytest.raises(ValidationError) as info:

@@ -46,8 +46,13 @@ def test_strict_queue_order(app: Conveyor) -> None:
         app.enqueue("t", args=[f"high{i}"], queue="high")
     leases = app.broker.claim(["high", "low"], app.now(), limit=10, worker_id="w")
     assert [lease.job.args[0] for lease in leases] == [
-        "high0", "high1", "high2", "low0", "low1", "low2",
-    ]  # fmt: skip
+        "high0",
+        "high1",
+        "high2",
+        "low0",
+        "low1",
+        "low2",
+    ]
 
 
 def test_weighted_queues_share_without_starvation(app: Conveyor) -> None:
@@ -151,8 +156,14 @@ def test_round_trip_of_typed_arguments(app: Conveyor) -> None:
     import uuid
     from decimal import Decimal
 
-    args = [dt.datetime(2024, 1, 2, 3, 4, 5, 6, tzinfo=dt.UTC), dt.date(2024, 1, 2),
-            Decimal("1.10"), uuid.UUID(int=7), b"\x00\xff", {"$dt": "not a date"}]  # fmt: skip
+    args = [
+        dt.datetime(2024, 1, 2, 3, 4, 5, 6, tzinfo=dt.UTC),
+        dt.date(2024, 1, 2),
+        Decimal("1.10"),
+        uuid.UUID(int=7),
+        b"\x00\xff",
+        {"$dt": "not a date"},
+    ]
     job = app.enqueue("t", args=args)
     assert app.get_job(job.id).args == args
 

@@ -90,10 +90,13 @@ def test_retry_exception_sets_delay_and_counts(app: Conveyor, clock: FakeClock) 
     assert job.attempts == 1 and job.errors[-1]["kind"] == "retry"
 
 
-@pytest.mark.parametrize(("options", "runs"), [({"max_attempts": 1}, 1), ({"max_retries": 2}, 3),
-                                                ({"max_retries": 0}, 1), ({}, 4)])  # fmt: skip
-def test_max_attempts_and_max_retries(app: Conveyor, clock: FakeClock, options: dict[str, int],
-                                      runs: int) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    ("options", "runs"),
+    [({"max_attempts": 1}, 1), ({"max_retries": 2}, 3), ({"max_retries": 0}, 1), ({}, 4)],
+)
+def test_max_attempts_and_max_retries(
+    app: Conveyor, clock: FakeClock, options: dict[str, int], runs: int
+) -> None:
     calls = []
 
     @app.task(backoff=Backoff.fixed(1))
@@ -173,8 +176,14 @@ def test_complete_with_an_error_entry(app: Conveyor) -> None:
 
     job = app.enqueue("t")
     lease = app.broker.claim(["default"], app.now(), limit=1, worker_id="w")[0]
-    note = {"kind": "result_error", "type": "ValidationError", "message": "result: too big",
-            "traceback": "", "worker": "w", "at": app.now()}  # fmt: skip
+    note = {
+        "kind": "result_error",
+        "type": "ValidationError",
+        "message": "result: too big",
+        "traceback": "",
+        "worker": "w",
+        "at": app.now(),
+    }
     assert app.broker.complete([Ack(job.id, lease.token, None, "default", note)], app.now())
     job.refresh()
     assert job.state is JobState.COMPLETED and job.result is None

@@ -54,8 +54,12 @@ def test_side_stores_are_composed_objects_that_satisfy_the_protocols(broker: Bro
     from conveyor.broker.side import CounterStore, DocStore, EventStore, LogStore, SideStores
 
     stores: SideStores = broker  # mypy: a Broker is a SideStores
-    parts = [(stores.docs, DocStore), (stores.logs, LogStore), (stores.events, EventStore),
-             (stores.counters, CounterStore)]  # fmt: skip
+    parts = [
+        (stores.docs, DocStore),
+        (stores.logs, LogStore),
+        (stores.events, EventStore),
+        (stores.counters, CounterStore),
+    ]
     for part, protocol in parts:
         assert isinstance(part, protocol) and part is not broker
     assert isinstance(broker, SideStores)
@@ -74,8 +78,10 @@ def test_side_stores_are_composed_objects_that_satisfy_the_protocols(broker: Bro
 
 def flat_side_calls(package_root: Path) -> list[str]:
     """``file:line`` of each flat side-store call (``x.doc_put(`` ...) in the process packages."""
-    pattern = re.compile(r"\.(doc_(put|get|list|delete|update_if)|log_(append|read)"
-                         r"|events_(add|read)|counters_(add|get))\(")  # fmt: skip
+    pattern = re.compile(
+        r"\.(doc_(put|get|list|delete|update_if)|log_(append|read)"
+        r"|events_(add|read)|counters_(add|get))\("
+    )
     hits = []
     for sub in ("monitoring", "scheduler", "worker"):
         for path in sorted((package_root / sub).rglob("*.py")):

@@ -30,8 +30,10 @@ def test_reuse_in_another_queue_is_refused_after_the_job_finished(app: Conveyor)
 
 def test_a_batch_reusing_an_id_of_another_queue_stores_nothing(app: Conveyor) -> None:
     app.enqueue("t", job_id="order-3", queue="a")
-    specs = [JobSpec("t", options={"queue": "b", "job_id": "fresh-1"}),
-             JobSpec("t", options={"queue": "b", "job_id": "order-3"})]  # fmt: skip
+    specs = [
+        JobSpec("t", options={"queue": "b", "job_id": "fresh-1"}),
+        JobSpec("t", options={"queue": "b", "job_id": "order-3"}),
+    ]
     with pytest.raises(DuplicateJob):
         app.enqueue_many(specs)
     assert app.broker.get("fresh-1") is None

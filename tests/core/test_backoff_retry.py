@@ -31,10 +31,17 @@ def test_fixed() -> None:
     assert Backoff.fixed(5).delay(9, random.Random(1)) == 5
 
 
-@given(st.integers(1, 5000), st.floats(0, 100), st.floats(1, 10), st.floats(0, 1e5),
-       st.floats(0, 1), st.integers(0, 2**32))  # fmt: skip
-def test_exponential_bounds(n: int, base: float, factor: float, cap: float, jitter: float,
-                            seed: int) -> None:  # fmt: skip
+@given(
+    st.integers(1, 5000),
+    st.floats(0, 100),
+    st.floats(1, 10),
+    st.floats(0, 1e5),
+    st.floats(0, 1),
+    st.integers(0, 2**32),
+)
+def test_exponential_bounds(
+    n: int, base: float, factor: float, cap: float, jitter: float, seed: int
+) -> None:
     b = Backoff.exponential(base=base, factor=factor, max=cap, jitter=jitter)
     d = b.delay(n, random.Random(seed))
     try:
@@ -58,23 +65,31 @@ def test_invalid_backoff() -> None:
         Backoff.exponential(jitter=2)
 
 
-POLICY = RetryPolicy(max_attempts=3, backoff=Backoff.fixed(10), retry_on=(OSError,),
-                     dead_on=(PermanentError, KeyError))  # fmt: skip
+POLICY = RetryPolicy(
+    max_attempts=3,
+    backoff=Backoff.fixed(10),
+    retry_on=(OSError,),
+    dead_on=(PermanentError, KeyError),
+)
 
 
-@pytest.mark.parametrize(("exc", "attempts", "kind", "retry_at"), [
-    (OSError("x"), 1, ErrorKind.ERROR, 110.0),
-    (OSError("x"), 3, ErrorKind.ERROR, None),  # out of attempts
-    (PermanentError("x"), 1, ErrorKind.PERMANENT, None),
-    (KeyError("x"), 1, ErrorKind.PERMANENT, None),  # dead_on
-    (ValueError("x"), 1, ErrorKind.PERMANENT, None),  # outside retry_on
-    (Retry(delay=3), 1, ErrorKind.RETRY, 103.0),
-    (Retry(delay=3), 3, ErrorKind.RETRY, None),
-    (JobTimeout("slow"), 1, ErrorKind.TIMEOUT, 110.0),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("exc", "attempts", "kind", "retry_at"),
+    [
+        (OSError("x"), 1, ErrorKind.ERROR, 110.0),
+        (OSError("x"), 3, ErrorKind.ERROR, None),  # out of attempts
+        (PermanentError("x"), 1, ErrorKind.PERMANENT, None),
+        (KeyError("x"), 1, ErrorKind.PERMANENT, None),  # dead_on
+        (ValueError("x"), 1, ErrorKind.PERMANENT, None),  # outside retry_on
+        (Retry(delay=3), 1, ErrorKind.RETRY, 103.0),
+        (Retry(delay=3), 3, ErrorKind.RETRY, None),
+        (JobTimeout("slow"), 1, ErrorKind.TIMEOUT, 110.0),
+    ],
+)
 def test_decide(exc: BaseException, attempts: int, kind: ErrorKind, retry_at: float | None) -> None:
-    d = decide(exc, attempts=attempts, max_attempts=3, policy=POLICY, now=100.0,
-               rng=random.Random(0))  # fmt: skip
+    d = decide(
+        exc, attempts=attempts, max_attempts=3, policy=POLICY, now=100.0, rng=random.Random(0)
+    )
     assert (d.kind, d.retry_at, d.dead) == (kind, retry_at, retry_at is None)
     assert d.exc_type == type(exc).__name__
 
@@ -112,7 +127,14 @@ def test_decorrelated_is_exact_under_the_injected_rng() -> None:
 
 def test_decide_passes_the_previous_delay_to_decorrelated() -> None:
     policy = RetryPolicy(backoff=Backoff.decorrelated(base=1, max=1000))
-    got = decide(ValueError("x"), attempts=3, max_attempts=9, policy=policy, now=10.0,
-                 rng=random.Random(1), previous_delay=200.0)  # fmt: skip
+    got = decide(
+        ValueError("x"),
+        attempts=3,
+        max_attempts=9,
+        policy=policy,
+        now=10.0,
+        rng=random.Random(1),
+        previous_delay=200.0,
+    )
     assert got.retry_at is not None and 10.0 + 1 <= got.retry_at <= 10.0 + 600
     assert got.retry_at == 10.0 + random.Random(1).uniform(1, 600)

@@ -32,8 +32,16 @@ from conveyor.task import JobSpec
 )
 def test_plain_envelopes_are_byte_identical(args: list, kwargs: dict, extra: dict) -> None:
     at = 1763800000.123456
-    job = Job(id="01JABCDEFGHJKMNPQRSTVWXYZ0", task="mod.task", args=args, kwargs=kwargs,
-              queue="q-1", run_at=at, created_at=at, **extra)  # fmt: skip
+    job = Job(
+        id="01JABCDEFGHJKMNPQRSTVWXYZ0",
+        task="mod.task",
+        args=args,
+        kwargs=kwargs,
+        queue="q-1",
+        run_at=at,
+        created_at=at,
+        **extra,
+    )
     envelopes = PlainEnvelopes()
     assert envelopes.encode(job) == encode_envelope(job)
     assert envelopes.encode(job) == encode_envelope(job)  # from the cached template

@@ -17,13 +17,21 @@ from conveyor.core.serialization import decode_job, decode_value, encode_job, en
 from conveyor.errors import DecodeError, PayloadTooLarge, ValidationError
 
 scalars = (
-    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text()
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**63 - 1)
+    | st.text()
     | st.floats(allow_nan=False, allow_infinity=False)
-    | st.datetimes(timezones=st.just(dt.UTC)) | st.datetimes() | st.dates()
-    | st.decimals(allow_nan=False, allow_infinity=False) | st.uuids() | st.binary()
-)  # fmt: skip
-values = st.recursive(scalars, lambda inner: st.lists(inner) | st.dictionaries(st.text(), inner),
-                      max_leaves=20)  # fmt: skip
+    | st.datetimes(timezones=st.just(dt.UTC))
+    | st.datetimes()
+    | st.dates()
+    | st.decimals(allow_nan=False, allow_infinity=False)
+    | st.uuids()
+    | st.binary()
+)
+values = st.recursive(
+    scalars, lambda inner: st.lists(inner) | st.dictionaries(st.text(), inner), max_leaves=20
+)
 
 
 @given(values)
@@ -37,8 +45,13 @@ def test_user_dicts_that_look_tagged_survive(value: dict[str, str]) -> None:
 
 
 def test_job_round_trip() -> None:
-    job = Job(id="01J", task="send", args=[dt.date(2024, 1, 1), Decimal("2.50")],
-              kwargs={"u": uuid.UUID(int=1)}, metadata={"b": b"x"})  # fmt: skip
+    job = Job(
+        id="01J",
+        task="send",
+        args=[dt.date(2024, 1, 1), Decimal("2.50")],
+        kwargs={"u": uuid.UUID(int=1)},
+        metadata={"b": b"x"},
+    )
     assert decode_job(encode_job(job)) == job
 
 
@@ -55,9 +68,17 @@ def test_size_limit() -> None:
         encode_job(job, limit=1000)
 
 
-@pytest.mark.parametrize("raw", [b"not json", b"\xff\xfe", b"[]", b'{"v": 2, "id": "1"}',
-                                 b'{"v": 1, "id": "1"}', b'{"v":1,"id":"1","task":"t",'
-                                 b'"queue":"q","state":"nope"}'])  # fmt: skip
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"not json",
+        b"\xff\xfe",
+        b"[]",
+        b'{"v": 2, "id": "1"}',
+        b'{"v": 1, "id": "1"}',
+        b'{"v":1,"id":"1","task":"t","queue":"q","state":"nope"}',
+    ],
+)
 def test_bad_envelopes_raise_decode_error(raw: bytes) -> None:
     with pytest.raises(DecodeError):
         decode_job(raw)
@@ -69,10 +90,26 @@ def test_decoder_fuzz_raises_only_decode_error(raw: bytes) -> None:
         decode_job(raw)
 
 
-@given(st.dictionaries(st.sampled_from(["v", "id", "task", "queue", "state", "args", "kwargs",
-                                        "priority", "attempts", "run_at", "errors"]),
-                       st.none() | st.integers(-(2**63), 2**63 - 1) | st.text()
-                       | st.lists(st.integers(0, 10))))  # fmt: skip
+@given(
+    st.dictionaries(
+        st.sampled_from(
+            [
+                "v",
+                "id",
+                "task",
+                "queue",
+                "state",
+                "args",
+                "kwargs",
+                "priority",
+                "attempts",
+                "run_at",
+                "errors",
+            ]
+        ),
+        st.none() | st.integers(-(2**63), 2**63 - 1) | st.text() | st.lists(st.integers(0, 10)),
+    )
+)
 def test_decoder_fuzz_structured(data: dict[str, Any]) -> None:
     import orjson
 

@@ -151,8 +151,19 @@ def test_every_page_and_endpoint_shows_hostile_data_as_text(
             assert _balanced(html, tag), (path, tag)
     detail = client.get(f"/jobs/{seg(ids['markup'])}").text
     assert "&lt;script&gt;alert(" in detail and "&lt;img src=x onerror=alert(1)&gt;" in detail
-    for op in ("/overview", "/queues", "/queues/default", "/workers", "/jobs", "/dead-letters",
-               "/schedules", "/alerts", "/metrics", "/events?limit=1000", "/audit"):  # fmt: skip
+    for op in (
+        "/overview",
+        "/queues",
+        "/queues/default",
+        "/workers",
+        "/jobs",
+        "/dead-letters",
+        "/schedules",
+        "/alerts",
+        "/metrics",
+        "/events?limit=1000",
+        "/audit",
+    ):
         r = client.get(V1 + op)
         assert r.status_code == 200 and r.headers["content-type"] == "application/json", op
     for name, job_id in ids.items():

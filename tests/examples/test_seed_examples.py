@@ -270,8 +270,11 @@ def test_every_script_runs() -> None:
     for script in SCRIPTS:
         proc = subprocess.run(
             [sys.executable, str(EXAMPLES / script)],
-            capture_output=True, text=True, timeout=120, cwd=EXAMPLES.parent,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=EXAMPLES.parent,
+        )
         if proc.returncode != 0 or not proc.stdout.startswith("Seed 00"):
             failures.append(f"{script}: exit {proc.returncode}\n{proc.stderr[-2000:]}")
     assert not failures, "\n\n".join(failures)

@@ -55,19 +55,25 @@ def test_worker_exits_at_once_with_a_clear_message(
     make_server: Callable[..., RedisServer], tmp_path: Path
 ) -> None:
     server = make_server(password=PASSWORD)
-    (tmp_path / "authapp.py").write_text(textwrap.dedent(f"""
+    (tmp_path / "authapp.py").write_text(
+        textwrap.dedent(f"""
         from conveyor import Conveyor
         app = Conveyor({_url(server, ":wrong@")!r})
 
         @app.task
         def t() -> None:
             pass
-    """))  # fmt: skip
+    """)
+    )
     for extra in ([], ["--no-supervisor"]):
         began = time.monotonic()
-        proc = subprocess.run([sys.executable, "-m", "conveyor.cli.main", "worker", "authapp:app",
-                               *extra], cwd=tmp_path, capture_output=True, text=True,
-                              timeout=60)  # fmt: skip
+        proc = subprocess.run(
+            [sys.executable, "-m", "conveyor.cli.main", "worker", "authapp:app", *extra],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert proc.returncode == EXIT_CONFIG, (proc.returncode, proc.stderr[-2000:])
         assert time.monotonic() - began < 30
         assert "refused the credentials" in proc.stderr

@@ -38,8 +38,12 @@ def test_broker_fails_fast_while_down_and_recovers_when_back(
     app = Conveyor(server.url, clock=clock)
     first = app.enqueue("t", args=[1])
     server.stop()
-    for call in (lambda: app.enqueue("t", args=[2]), lambda: app.get_job(first.id),
-                 lambda: app.broker.claim(["default"], T0), app.stats):  # fmt: skip
+    for call in (
+        lambda: app.enqueue("t", args=[2]),
+        lambda: app.get_job(first.id),
+        lambda: app.broker.claim(["default"], T0),
+        app.stats,
+    ):
         began = time.monotonic()
         with pytest.raises(BrokerUnavailable):
             call()
@@ -60,8 +64,9 @@ def test_aof_always_kill_minus_nine_loses_no_acknowledged_job(
     rng = random.Random(9)
     ids = [new_ulid(T0, rng) for _ in range(300)]
     for start in range(0, 300, 50):  # every enqueue that returned is acknowledged
-        broker.enqueue([Job(id=i, task="t", run_at=T0, created_at=T0)
-                        for i in ids[start : start + 50]], T0)  # fmt: skip
+        broker.enqueue(
+            [Job(id=i, task="t", run_at=T0, created_at=T0) for i in ids[start : start + 50]], T0
+        )
     completed_before: set[str] = set()
     for _ in range(10):
         leases = broker.claim(["default"], T0, limit=10, visibility_timeout=30)
@@ -101,8 +106,13 @@ def test_running_worker_survives_an_outage_and_resumes(
     _until(lambda: done == [1], "the first job ran")
     with caplog.at_level(logging.WARNING):
         server.stop()
-        _until(lambda: any(r.levelno >= logging.WARNING and r.name.startswith("conveyor.worker")
-                           for r in caplog.records), "the worker noticed the outage")  # fmt: skip
+        _until(
+            lambda: any(
+                r.levelno >= logging.WARNING and r.name.startswith("conveyor.worker")
+                for r in caplog.records
+            ),
+            "the worker noticed the outage",
+        )
     server.start()
     app.enqueue("note", args=[2])
     _until(lambda: done == [1, 2], "the worker resumed after Redis came back", timeout=20)

@@ -52,8 +52,7 @@ def test_garbage_goes_to_dead_letter_and_the_worker_carries_on(redis_server: Any
     client = redis.Redis(port=redis_server.port)
     for seq, (job_id, payload) in enumerate(GARBAGE.items(), start=1000):
         _plant(client, job_id, payload, seq)
-    _plant(client, "bad-lost", orjson.dumps({**GOOD_ENVELOPE, "id": "bad-lost"}), 2000,
-           lost="many")  # fmt: skip
+    _plant(client, "bad-lost", orjson.dumps({**GOOD_ENVELOPE, "id": "bad-lost"}), 2000, lost="many")
     client.set("conveyor:{default}:job:wrong-type", b"a plain string, not a hash")
     client.zadd("conveyor:{default}:ready", {f"{3000:016x}:wrong-type": 0})
     client.zadd("conveyor:{default}:ready", {f"{3001:016x}:vanished": 0})  # no job at all

@@ -22,8 +22,9 @@ def test_ten_threads_claim_each_job_exactly_once(rbroker: RedisBroker) -> None:
     rng = random.Random(3)
     ids = [new_ulid(T0, rng) for _ in range(JOBS)]
     for start in range(0, JOBS, 1000):
-        rbroker.enqueue([Job(id=i, task="t", run_at=T0, created_at=T0)
-                         for i in ids[start : start + 1000]], T0)  # fmt: skip
+        rbroker.enqueue(
+            [Job(id=i, task="t", run_at=T0, created_at=T0) for i in ids[start : start + 1000]], T0
+        )
     claimed: list[list[str]] = [[] for _ in range(THREADS)]
     errors: list[BaseException] = []
     start_line = threading.Barrier(THREADS)
@@ -33,8 +34,13 @@ def test_ten_threads_claim_each_job_exactly_once(rbroker: RedisBroker) -> None:
         try:
             start_line.wait()
             while True:
-                leases = rbroker.claim(["default"], T0, limit=local.randint(1, 8),
-                                       visibility_timeout=600, worker_id=f"w{n}")  # fmt: skip
+                leases = rbroker.claim(
+                    ["default"],
+                    T0,
+                    limit=local.randint(1, 8),
+                    visibility_timeout=600,
+                    worker_id=f"w{n}",
+                )
                 if not leases:
                     return
                 claimed[n].extend(lease.id for lease in leases)

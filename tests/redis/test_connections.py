@@ -40,8 +40,12 @@ def test_idle_wait_blocks_on_redis_and_wakes_within_milliseconds(
     broker = RedisBroker.from_url(server.url)
     broker.queues()  # connect (and run the start-up checks) before timing anything
     woke: list[float] = []
-    waiter = threading.Thread(target=lambda: (broker.wait_for_work(["mail", "default"], 10.0),
-                                              woke.append(time.monotonic())))  # fmt: skip
+    waiter = threading.Thread(
+        target=lambda: (
+            broker.wait_for_work(["mail", "default"], 10.0),
+            woke.append(time.monotonic()),
+        )
+    )
     waiter.start()
     deadline = time.monotonic() + 5
     while _blocked_clients(server.port) == 0:  # poll, with a deadline, until it blocks

@@ -48,7 +48,7 @@ def test_one_entry_per_call_and_every_event_readable(rbroker: RedisBroker) -> No
 def test_single_job_entries_keep_the_flat_format(rbroker: RedisBroker) -> None:
     rbroker.enqueue(_jobs(1), T0)
     client = redis.Redis.from_url(rbroker.url)
-    (_, fields), = client.xrange("conveyor:{default}:events")
+    ((_, fields),) = client.xrange("conveyor:{default}:events")
     assert fields[b"type"] == b"enqueued" and fields[b"job_id"] == b"j0"
     assert b"jobs" not in fields
 
@@ -58,8 +58,9 @@ def test_cursor_resumes_across_queues_and_new_entries(rbroker: RedisBroker) -> N
     b.enqueue(_jobs(3, "a"), T0)
     events, cursor = b.events_read(None, 2)
     assert [e["job_id"] for e in events] == ["a0", "a1"]
-    b.enqueue([Job(id=f"m{i}", task="t", queue="mail", run_at=T0, created_at=T0)
-               for i in range(2)], T0)  # fmt: skip
+    b.enqueue(
+        [Job(id=f"m{i}", task="t", queue="mail", run_at=T0, created_at=T0) for i in range(2)], T0
+    )
     events, cursor = b.events_read(cursor, 10)
     assert [e["job_id"] for e in events] == ["a2", "m0", "m1"]
     assert b.events_read(cursor, 10) == ([], cursor)

@@ -38,9 +38,18 @@ def test_fifty_thousand_jobs_keep_keys_and_memory_bounded(make_server: Callable[
     processed = 0
     samples: list[tuple[int, int]] = []  # (job + fixed keys, used_memory) every 5,000 jobs
     while processed < TOTAL:
-        jobs = [Job(id=new_ulid(now, rng), task="t", args=[processed + i, "x" * 100], run_at=now,
-                    created_at=now, idempotency_key=f"k{processed + i}", idempotency_ttl=0.2)
-                for i in range(BATCH)]  # fmt: skip
+        jobs = [
+            Job(
+                id=new_ulid(now, rng),
+                task="t",
+                args=[processed + i, "x" * 100],
+                run_at=now,
+                created_at=now,
+                idempotency_key=f"k{processed + i}",
+                idempotency_ttl=0.2,
+            )
+            for i in range(BATCH)
+        ]
         broker.enqueue(jobs, now)
         while leases := broker.claim(["default"], now, limit=250, worker_id="w"):
             assert all(broker.complete([Ack(x.id, x.token, {"n": 1}) for x in leases], now))
@@ -49,8 +58,12 @@ def test_fifty_thousand_jobs_keep_keys_and_memory_bounded(make_server: Callable[
         if processed % 5000 == 0:
             broker.reap_expired(now)
             kinds = _kinds(client)
-            samples.append((kinds.get("job", 0) + kinds.get("other", 0),
-                            int(client.info("memory")["used_memory"])))  # fmt: skip
+            samples.append(
+                (
+                    kinds.get("job", 0) + kinds.get("other", 0),
+                    int(client.info("memory")["used_memory"]),
+                )
+            )
     broker.reap_expired(now + 10)
     kinds = _kinds(client)
     assert kinds.get("job", 0) <= 100, kinds  # completed_max / completed_ttl

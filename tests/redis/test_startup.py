@@ -40,8 +40,12 @@ def test_no_warning_with_noeviction_and_aof(
 def test_refuses_redis_older_than_6_2() -> None:
     with pytest.raises(ValidationError, match=r"Redis 6\.0\.16 is too old.*6\.2"):
         check_server({"redis_version": "6.0.16"}, "3600 1")
-    assert check_server({"redis_version": "6.2.0", "maxmemory_policy": "noeviction",
-                         "aof_enabled": 1}, "") == []  # fmt: skip
+    assert (
+        check_server(
+            {"redis_version": "6.2.0", "maxmemory_policy": "noeviction", "aof_enabled": 1}, ""
+        )
+        == []
+    )
     assert check_server({"redis_version": "7.2.4", "aof_enabled": 0}, "3600 1") == []
     warnings = check_server({"redis_version": "7.2.4", "aof_enabled": 0}, "")
     assert len(warnings) == 1 and "persistence is off" in warnings[0]

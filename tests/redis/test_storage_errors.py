@@ -26,9 +26,11 @@ def test_redis_oom_is_storage_full(make_server: Callable[..., Any]) -> None:
     client.config_set("maxmemory-policy", "noeviction")
     client.config_set("maxmemory", "1mb")
     try:
-        calls = [lambda: app.enqueue("t", [1]),
-                 lambda: app.enqueue("t", [2], priority=3, idempotency_key="k"),
-                 lambda: app.enqueue_many([JobSpec("t", (3,)), JobSpec("t", (4,))])]  # fmt: skip
+        calls = [
+            lambda: app.enqueue("t", [1]),
+            lambda: app.enqueue("t", [2], priority=3, idempotency_key="k"),
+            lambda: app.enqueue_many([JobSpec("t", (3,)), JobSpec("t", (4,))]),
+        ]
         for call in calls:
             with pytest.raises(StorageFull, match="out of memory") as info:
                 call()

@@ -35,8 +35,9 @@ RECIPE = documented_recipe()
 
 def _sh(script: str, port: int, **env: str) -> str:
     full_env = {"PATH": "/usr/bin:/bin", "REDIS_CLI": REDIS_CLI, "PORT": str(port), **env}
-    done = subprocess.run(["bash", "-c", script], env=full_env, capture_output=True, text=True,
-                          timeout=30, check=True)  # fmt: skip
+    done = subprocess.run(
+        ["bash", "-c", script], env=full_env, capture_output=True, text=True, timeout=30, check=True
+    )
     return done.stdout
 
 
@@ -52,8 +53,11 @@ def test_job_enqueued_with_redis_cli_only_is_run_by_a_worker(redis_server: Any) 
 
     assert app.get_job("from-shell-1").state is JobState.PENDING
     assert app.worker(queues=["default"]).run_until_idle() == 1
-    read = _sh('$REDIS_CLI -h 127.0.0.1 -p $PORT HMGET "conveyor:{default}:job:from-shell-1" '
-               "state attempts result", redis_server.port)  # fmt: skip
+    read = _sh(
+        '$REDIS_CLI -h 127.0.0.1 -p $PORT HMGET "conveyor:{default}:job:from-shell-1" '
+        "state attempts result",
+        redis_server.port,
+    )
     assert read.split() == ["completed", "1", "5"]
     job = app.get_job("from-shell-1")
     assert (job.state, job.result, job.task, job.args) == (JobState.COMPLETED, 5, "add", [2, 3])
@@ -67,12 +71,15 @@ def _now_stage() -> str:
     return match.group(1)
 
 
-@pytest.mark.parametrize(("seconds", "micros", "expected"), [
-    ("1700000329", "11536", "1700000329.011536"),  # the case: zero padding matters
-    ("1700000329", "7", "1700000329.000007"),
-    ("1700000329", "999999", "1700000329.999999"),
-    ("1700000329", "0", "1700000329.000000"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("seconds", "micros", "expected"),
+    [
+        ("1700000329", "11536", "1700000329.011536"),  # the case: zero padding matters
+        ("1700000329", "7", "1700000329.000007"),
+        ("1700000329", "999999", "1700000329.999999"),
+        ("1700000329", "0", "1700000329.000000"),
+    ],
+)
 def test_the_recipe_turns_redis_time_into_exact_epoch_seconds(
     seconds: str, micros: str, expected: str
 ) -> None:

@@ -52,8 +52,9 @@ def start_workers(tmp_path: Path, ledger: Ledger) -> Iterator[StartWorkers]:
 
     def start(url: str, *args: str, **env: str) -> Workers:
         name = f"workers{len(started)}"
-        workers = Workers(url, tmp_path, name, *args,
-                          env={"RELIABILITY_LEDGER": str(ledger.path), **env})  # fmt: skip
+        workers = Workers(
+            url, tmp_path, name, *args, env={"RELIABILITY_LEDGER": str(ledger.path), **env}
+        )
         started.append(workers)
         return workers
 

@@ -111,9 +111,15 @@ class Workers:
         environ = {**os.environ, **FAST_ENV, **KEEP, "CONVEYOR_URL": url, **env}
         environ["PYTHONPATH"] = str(REPO) + os.pathsep + environ.get("PYTHONPATH", "")
         with open(self.log_path, "wb") as out:
-            self.proc = subprocess.Popen([CONVEYOR, "worker", APP, *args], cwd=self.dir,
-                                         env=environ, stdin=subprocess.DEVNULL, stdout=out,
-                                         stderr=out, start_new_session=True)  # fmt: skip
+            self.proc = subprocess.Popen(
+                [CONVEYOR, "worker", APP, *args],
+                cwd=self.dir,
+                env=environ,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=out,
+                start_new_session=True,
+            )
 
     @property
     def pid(self) -> int:
@@ -181,8 +187,9 @@ class Producer(threading.Thread):
     """Enqueue ``jobs`` ([(n, task, args)]) at ``rate`` per second from a thread, in bursts of
     ``burst`` jobs (enqueued one by one, as fast as the broker takes them)."""
 
-    def __init__(self, url: str, jobs: list[tuple[int, str, list[Any]]], rate: float,
-                 burst: int = 1) -> None:  # fmt: skip
+    def __init__(
+        self, url: str, jobs: list[tuple[int, str, list[Any]]], rate: float, burst: int = 1
+    ) -> None:
         super().__init__(name="reliability-producer", daemon=True)
         self.url, self.jobs, self.rate, self.burst = url, jobs, rate, max(1, burst)
         self.ok: dict[int, str] = {}  # n -> job id: the enqueue returned
@@ -223,8 +230,9 @@ class Producer(threading.Thread):
         return len(self.ok) + len(self.failed)
 
 
-def short_jobs(count: int, seed: int, low: float = 0.005, high: float = 0.020,
-               first: int = 0) -> list[tuple[int, str, list[Any]]]:  # fmt: skip
+def short_jobs(
+    count: int, seed: int, low: float = 0.005, high: float = 0.020, first: int = 0
+) -> list[tuple[int, str, list[Any]]]:
     """``count`` ``work`` jobs of ``low``..``high`` seconds each (seeded)."""
     rng = random.Random(seed)
     return [(n, "work", [n, round(rng.uniform(low, high), 4)]) for n in range(first, first + count)]
@@ -319,8 +327,9 @@ def counts(app: Conveyor) -> dict[str, int]:
     return dict(app.broker.counts().get(QUEUE, {}))
 
 
-def wait_settled(app: Conveyor, expected_completed: int, timeout: float, *,
-                 dead: int = 0) -> dict[str, int]:  # fmt: skip
+def wait_settled(
+    app: Conveyor, expected_completed: int, timeout: float, *, dead: int = 0
+) -> dict[str, int]:
     """Until ``expected_completed`` jobs are completed and ``dead`` dead-lettered, and nothing is
     pending, scheduled, retrying or active."""
 
@@ -356,12 +365,21 @@ class Report:
 
     def summary(self) -> dict[str, Any]:
         """The numbers, for the log and docs/reliability.md."""
-        return {"test": self.name, "jobs": self.enqueued, "indeterminate": self.indeterminate,
-                "recovered": self.recovered, "executions": self.executions,
-                "completed": self.completed, "kills": self.kills,
-                "held_at_kills": self.held_at_kills, "lost": len(self.lost),
-                "duplicates": len(self.duplicates), "unexplained": len(self.unexplained),
-                "seconds": round(self.seconds, 1), **self.extra}  # fmt: skip
+        return {
+            "test": self.name,
+            "jobs": self.enqueued,
+            "indeterminate": self.indeterminate,
+            "recovered": self.recovered,
+            "executions": self.executions,
+            "completed": self.completed,
+            "kills": self.kills,
+            "held_at_kills": self.held_at_kills,
+            "lost": len(self.lost),
+            "duplicates": len(self.duplicates),
+            "unexplained": len(self.unexplained),
+            "seconds": round(self.seconds, 1),
+            **self.extra,
+        }
 
     def publish(self) -> None:
         """Print the summary and append it to ``$RELIABILITY_RESULTS`` if set."""
@@ -379,10 +397,16 @@ def publish(numbers: dict[str, Any]) -> None:
 
 
 def check(
-    name: str, app: Conveyor, producer: Producer, ledger: Ledger, kills: Iterable[Kill],
-    began: float, *, explained: Callable[[str, Line], bool] | None = None,
+    name: str,
+    app: Conveyor,
+    producer: Producer,
+    ledger: Ledger,
+    kills: Iterable[Kill],
+    began: float,
+    *,
+    explained: Callable[[str, Line], bool] | None = None,
     exclude: Iterable[int] = (),
-) -> Report:  # fmt: skip
+) -> Report:
     """Compare what was enqueued, what ran (the ledger) and what the broker says.
 
     * lost: an enqueue that returned whose job has no ``done`` line or is not ``completed``;
@@ -424,9 +448,17 @@ def check(
             if not (by_kill or (explained is not None and explained(job_id, line))):
                 unexplained.append(n)
                 break
-    return Report(name=name, enqueued=len(set(producer.ok) - skip),
-                  indeterminate=len(producer.failed), recovered=recovered,
-                  executions=sum(len(v) for v in starts.values()), completed=completed,
-                  lost=lost, duplicates=duplicates, unexplained=unexplained, kills=len(kills),
-                  held_at_kills=sum(len(k.held) for k in kills),
-                  seconds=time.monotonic() - began)  # fmt: skip
+    return Report(
+        name=name,
+        enqueued=len(set(producer.ok) - skip),
+        indeterminate=len(producer.failed),
+        recovered=recovered,
+        executions=sum(len(v) for v in starts.values()),
+        completed=completed,
+        lost=lost,
+        duplicates=duplicates,
+        unexplained=unexplained,
+        kills=len(kills),
+        held_at_kills=sum(len(k.held) for k in kills),
+        seconds=time.monotonic() - began,
+    )

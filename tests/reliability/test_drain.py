@@ -32,11 +32,20 @@ GRACE = 1.0  # --shutdown-timeout
 LONG = 3.0  # seconds a long job runs: longer than GRACE, so it is released
 
 
-def test_r5_graceful_drain_under_load(redis_url: str, ledger: Ledger,
-                                      start_workers: StartWorkers) -> None:  # fmt: skip
+def test_r5_graceful_drain_under_load(
+    redis_url: str, ledger: Ledger, start_workers: StartWorkers
+) -> None:
     app = checker_app(redis_url)
-    args = ("-p", "2", "-c", "4", "--visibility-timeout", str(VISIBILITY),
-            "--shutdown-timeout", str(GRACE))  # fmt: skip
+    args = (
+        "-p",
+        "2",
+        "-c",
+        "4",
+        "--visibility-timeout",
+        str(VISIBILITY),
+        "--shutdown-timeout",
+        str(GRACE),
+    )
     old = start_workers(redis_url, *args)
     old.wait_ready(2)
     began = time.monotonic()
@@ -51,11 +60,15 @@ def test_r5_graceful_drain_under_load(redis_url: str, ledger: Ledger,
 
     def long_in_flight_on_old() -> bool:
         starts, done = ledger.starts(), ledger.done()
-        return any(ln.pid in old_pids and not done.get(n) for n in long_jobs
-                   for ln in starts.get(n, []))  # fmt: skip
+        return any(
+            ln.pid in old_pids and not done.get(n) for n in long_jobs for ln in starts.get(n, [])
+        )
 
-    wait_until(lambda: producer.attempted >= 400 and long_in_flight_on_old(), 30,
-               "load with a long job in flight")  # fmt: skip
+    wait_until(
+        lambda: producer.attempted >= 400 and long_in_flight_on_old(),
+        30,
+        "load with a long job in flight",
+    )
     term_at = time.time()
     old.signal(signal.SIGTERM)
     new = start_workers(redis_url, *args)
@@ -91,9 +104,12 @@ def test_r5_graceful_drain_under_load(redis_url: str, ledger: Ledger,
         return line.pid in old_pids and int(job_id.split("-")[1]) in released
 
     report = check("R5 graceful drain", app, producer, ledger, [], began, explained=explained)
-    report.extra.update(released=len(released), finished_during_drain=finished_in_drain,
-                        old_exit_s=round(exit_s, 2),
-                        max_pickup_s=round(max(released.values()), 2))  # fmt: skip
+    report.extra.update(
+        released=len(released),
+        finished_during_drain=finished_in_drain,
+        old_exit_s=round(exit_s, 2),
+        max_pickup_s=round(max(released.values()), 2),
+    )
     report.publish()
     assert report.lost == [], f"lost: {report.lost[:20]}"
     assert report.unexplained == [], f"unexplained duplicates: {report.unexplained[:20]}"

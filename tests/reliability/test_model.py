@@ -70,13 +70,24 @@ class BrokerMachine(RuleBasedStateMachine):
     def _job(self, priority: int, delay: float) -> Job:
         job_id = f"j{next(self.ids):04d}"
         state = S.SCHEDULED if delay > 0 else S.PENDING
-        return Job(id=job_id, task="t", args=[job_id], priority=priority, state=state,
-                   run_at=self.now + delay, created_at=self.now, max_attempts=3)  # fmt: skip
+        return Job(
+            id=job_id,
+            task="t",
+            args=[job_id],
+            priority=priority,
+            state=state,
+            run_at=self.now + delay,
+            created_at=self.now,
+            max_attempts=3,
+        )
 
     def _ready(self) -> list[str]:
         due = (S.PENDING, S.SCHEDULED, S.RETRY_SCHEDULED)
-        return [i for i, m in self.model.items()
-                if m.state in due and (m.state is S.PENDING or m.run_at <= self.now)]  # fmt: skip
+        return [
+            i
+            for i, m in self.model.items()
+            if m.state in due and (m.state is S.PENDING or m.run_at <= self.now)
+        ]
 
     # ------------------------------------------------------------------ rules
     @rule(priority=st.integers(-2, 2), delay=st.sampled_from([0, 0, 5, 15]))
@@ -94,8 +105,9 @@ class BrokerMachine(RuleBasedStateMachine):
 
     def _expire(self) -> list[str]:
         """Model of returning expired leases (``reap_expired``, and every ``claim``)."""
-        expired = [i for i, m in self.model.items()
-                   if m.state is S.ACTIVE and m.lease_until <= self.now]  # fmt: skip
+        expired = [
+            i for i, m in self.model.items() if m.state is S.ACTIVE and m.lease_until <= self.now
+        ]
         for job_id in expired:
             m = self.model[job_id]
             m.lost += 1
@@ -108,8 +120,14 @@ class BrokerMachine(RuleBasedStateMachine):
     def claim(self, limit: int) -> None:
         self._expire()  # a claim first returns expired leases, as the reaper does
         ready = self._ready()
-        leases = self.broker.claim(["default"], self.now, limit=limit, visibility_timeout=VT,
-                                   worker_id="w", max_lost=MAX_LOST)  # fmt: skip
+        leases = self.broker.claim(
+            ["default"],
+            self.now,
+            limit=limit,
+            visibility_timeout=VT,
+            worker_id="w",
+            max_lost=MAX_LOST,
+        )
         got = [lease.id for lease in leases]
         assert len(got) == min(limit, len(ready)), (got, ready)
         assert set(got) <= set(ready), "claimed a job that was not ready"
@@ -141,8 +159,9 @@ class BrokerMachine(RuleBasedStateMachine):
         job_id = data.draw(st.sampled_from(sorted(self.leases)))
         lease = self.leases.pop(job_id)
         retry_at = self.now + 7 if retry else None
-        state = self.broker.fail(job_id, lease.token, self.now, error={"kind": "error"},
-                                 retry_at=retry_at)  # fmt: skip
+        state = self.broker.fail(
+            job_id, lease.token, self.now, error={"kind": "error"}, retry_at=retry_at
+        )
         m = self.model[job_id]
         m.state = S.RETRY_SCHEDULED if retry else S.DEAD_LETTER
         m.run_at = retry_at or m.run_at
@@ -174,15 +193,19 @@ class BrokerMachine(RuleBasedStateMachine):
 
     @rule()
     def reap(self) -> None:
-        expected = len([i for i, m in self.model.items()
-                        if m.state is S.ACTIVE and m.lease_until <= self.now])  # fmt: skip
+        expected = len(
+            [i for i, m in self.model.items() if m.state is S.ACTIVE and m.lease_until <= self.now]
+        )
         assert self.broker.reap_expired(self.now, max_lost=MAX_LOST) == expected
         self._expire()
 
     @rule()
     def promote(self) -> None:
-        due = [i for i, m in self.model.items()
-               if m.state in (S.SCHEDULED, S.RETRY_SCHEDULED) and m.run_at <= self.now]  # fmt: skip
+        due = [
+            i
+            for i, m in self.model.items()
+            if m.state in (S.SCHEDULED, S.RETRY_SCHEDULED) and m.run_at <= self.now
+        ]
         assert self.broker.promote_due(self.now) == len(due)
         for job_id in due:
             self.model[job_id].state = S.PENDING
@@ -202,7 +225,9 @@ class BrokerMachine(RuleBasedStateMachine):
         assert (before is None) == (after is None)
         if before is not None and after is not None:
             assert (after.state, after.attempts, after.result) == (
-                before.state, before.attempts, before.result
+                before.state,
+                before.attempts,
+                before.result,
             )
 
     @precondition(lambda self: self.model)
@@ -268,6 +293,10 @@ def test_broker_matches_model(backend: str, request: Any) -> None:
     machine = type(f"Machine_{backend}", (BrokerMachine,), attrs)
     run_state_machine_as_test(
         machine,
-        settings=settings(max_examples=40 if backend == "memory" else 15, stateful_step_count=40,
-                          deadline=None, suppress_health_check=list(HealthCheck)),
-    )  # fmt: skip
+        settings=settings(
+            max_examples=40 if backend == "memory" else 15,
+            stateful_step_count=40,
+            deadline=None,
+            suppress_health_check=list(HealthCheck),
+        ),
+    )

@@ -30,14 +30,30 @@ MAX_LOST = 3
 PILL = 1_000_000  # the pill's job number
 
 
-def poison_pill(name: str, url: str, ledger: Ledger, start_workers: StartWorkers, *,
-                jobs: int, rate: float, processes: int = 3) -> None:  # fmt: skip
+def poison_pill(
+    name: str,
+    url: str,
+    ledger: Ledger,
+    start_workers: StartWorkers,
+    *,
+    jobs: int,
+    rate: float,
+    processes: int = 3,
+) -> None:
     """Run the scenario and assert the R4 pass criteria."""
     app = checker_app(url)
     # Concurrency 1: a process dies with only the pill (and at most one finished job whose ack
     # was still on its way), so no normal job keeps sharing the pill's fate until max_lost.
-    workers = start_workers(url, "-p", str(processes), "-c", "1", "--visibility-timeout", "2",
-                            CONVEYOR_MAX_LOST=str(MAX_LOST))  # fmt: skip
+    workers = start_workers(
+        url,
+        "-p",
+        str(processes),
+        "-c",
+        "1",
+        "--visibility-timeout",
+        "2",
+        CONVEYOR_MAX_LOST=str(MAX_LOST),
+    )
     workers.wait_ready(processes)
     began = time.monotonic()
     load = short_jobs(jobs, seed=3)
@@ -60,8 +76,9 @@ def poison_pill(name: str, url: str, ledger: Ledger, start_workers: StartWorkers
         return line.pid in killers
 
     report = check(name, app, producer, ledger, [], began, explained=explained, exclude=[PILL])
-    report.extra.update(pill_deliveries=len(killers), pill_state=str(pill.state),
-                        pill_error=pill.errors[-1]["kind"])  # fmt: skip
+    report.extra.update(
+        pill_deliveries=len(killers), pill_state=str(pill.state), pill_error=pill.errors[-1]["kind"]
+    )
     report.publish()
     assert report.lost == [] and report.completed == jobs, f"lost: {report.lost[:20]}"
     assert report.unexplained == [], f"unexplained duplicates: {report.unexplained[:20]}"
@@ -74,14 +91,21 @@ def poison_pill(name: str, url: str, ledger: Ledger, start_workers: StartWorkers
 
 def test_r4_poison_pill(shared_url: str, ledger: Ledger, start_workers: StartWorkers) -> None:
     backend = shared_url.split(":", 1)[0]
-    poison_pill(f"R4 poison pill ({backend})", shared_url, ledger, start_workers,
-                jobs=500, rate=100)  # fmt: skip
+    poison_pill(
+        f"R4 poison pill ({backend})", shared_url, ledger, start_workers, jobs=500, rate=100
+    )
 
 
 @pytest.mark.soak
 @pytest.mark.timeout(900)
-def test_r4_poison_pill_soak(shared_url: str, ledger: Ledger,
-                             start_workers: StartWorkers) -> None:  # fmt: skip
+def test_r4_poison_pill_soak(shared_url: str, ledger: Ledger, start_workers: StartWorkers) -> None:
     backend = shared_url.split(":", 1)[0]
-    poison_pill(f"R4 poison pill soak ({backend})", shared_url, ledger, start_workers,
-                jobs=5000, rate=250, processes=4)  # fmt: skip
+    poison_pill(
+        f"R4 poison pill soak ({backend})",
+        shared_url,
+        ledger,
+        start_workers,
+        jobs=5000,
+        rate=250,
+        processes=4,
+    )

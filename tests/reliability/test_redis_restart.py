@@ -31,17 +31,35 @@ pytestmark = pytest.mark.slow
 
 
 def redis_restarts(
-    name: str, start_redis: StartRedis, ledger: Ledger, start_workers: StartWorkers, *,
-    jobs: int, seconds: float, restarts: int = 1, processes: int = 4, concurrency: int = 4,
-    visibility: float = 5.0, downtime: float = 1.0, seed: int = 2,
-) -> None:  # fmt: skip
+    name: str,
+    start_redis: StartRedis,
+    ledger: Ledger,
+    start_workers: StartWorkers,
+    *,
+    jobs: int,
+    seconds: float,
+    restarts: int = 1,
+    processes: int = 4,
+    concurrency: int = 4,
+    visibility: float = 5.0,
+    downtime: float = 1.0,
+    seed: int = 2,
+) -> None:
     """Run the scenario and assert the R2 pass criteria."""
     server = start_redis(aof=True)  # appendfsync always
     url = server.url
     app = checker_app(url)
-    workers = start_workers(url, "-p", str(processes), "-c", str(concurrency),
-                            "--visibility-timeout", str(visibility),
-                            "--shutdown-timeout", "10")  # fmt: skip
+    workers = start_workers(
+        url,
+        "-p",
+        str(processes),
+        "-c",
+        str(concurrency),
+        "--visibility-timeout",
+        str(visibility),
+        "--shutdown-timeout",
+        "10",
+    )
     workers.wait_ready(processes)
     began = time.monotonic()
     producer = Producer(url, short_jobs(jobs, seed), rate=jobs / seconds)
@@ -49,8 +67,11 @@ def redis_restarts(
     outages: list[tuple[float, float]] = []
     for k in range(restarts):
         target = jobs * (k + 1) // (restarts + 1)
-        wait_until(lambda t=target: producer.attempted >= t, seconds + 30,  # type: ignore[misc]
-                   "the producer to get going")  # fmt: skip
+        wait_until(
+            lambda t=target: producer.attempted >= t,
+            seconds + 30,  # type: ignore[misc]
+            "the producer to get going",
+        )
         failed, seen = len(producer.failed), len(workers.output())
         killed_at = time.time()
         server.kill()
@@ -59,8 +80,11 @@ def redis_restarts(
         up_at = time.monotonic() + downtime
 
         def felt(failed: int = failed, seen: int = seen, up_at: float = up_at) -> bool:
-            return (time.monotonic() >= up_at and len(producer.failed) >= failed + 3
-                    and "claim failed" in workers.output()[seen:])  # fmt: skip
+            return (
+                time.monotonic() >= up_at
+                and len(producer.failed) >= failed + 3
+                and "claim failed" in workers.output()[seen:]
+            )
 
         wait_until(felt, 30, "producer and workers to notice the outage")
         server.start()
@@ -74,10 +98,14 @@ def redis_restarts(
 
     report = check(name, app, producer, ledger, [], began, explained=explained)
     back = outages[-1][1]
-    first_after = min((ln.t for ln in ledger.read() if ln.event == "done" and ln.t > back),
-                      default=float("nan"))  # fmt: skip
-    report.extra.update(restarts=restarts, outage_s=round(sum(u - d for d, u in outages), 2),
-                        first_done_after_restart_s=round(first_after - back, 2))  # fmt: skip
+    first_after = min(
+        (ln.t for ln in ledger.read() if ln.event == "done" and ln.t > back), default=float("nan")
+    )
+    report.extra.update(
+        restarts=restarts,
+        outage_s=round(sum(u - d for d, u in outages), 2),
+        first_done_after_restart_s=round(first_after - back, 2),
+    )
     report.publish()
     print("indeterminate enqueues:", *producer.errors[:10], sep="\n  ")
     assert report.lost == [], f"acknowledged enqueues lost: {report.lost[:20]}"
@@ -89,15 +117,26 @@ def redis_restarts(
     app.close()
 
 
-def test_r2_redis_restart(start_redis: StartRedis, ledger: Ledger,
-                          start_workers: StartWorkers) -> None:  # fmt: skip
-    redis_restarts("R2 Redis kill -9 + restart", start_redis, ledger, start_workers,
-                   jobs=2000, seconds=15)  # fmt: skip
+def test_r2_redis_restart(
+    start_redis: StartRedis, ledger: Ledger, start_workers: StartWorkers
+) -> None:
+    redis_restarts(
+        "R2 Redis kill -9 + restart", start_redis, ledger, start_workers, jobs=2000, seconds=15
+    )
 
 
 @pytest.mark.soak
 @pytest.mark.timeout(900)
-def test_r2_redis_restart_soak(start_redis: StartRedis, ledger: Ledger,
-                               start_workers: StartWorkers) -> None:  # fmt: skip
-    redis_restarts("R2 Redis kill -9 + restart soak", start_redis, ledger, start_workers,
-                   jobs=20_000, seconds=120, restarts=4, seed=8)  # fmt: skip
+def test_r2_redis_restart_soak(
+    start_redis: StartRedis, ledger: Ledger, start_workers: StartWorkers
+) -> None:
+    redis_restarts(
+        "R2 Redis kill -9 + restart soak",
+        start_redis,
+        ledger,
+        start_workers,
+        jobs=20_000,
+        seconds=120,
+        restarts=4,
+        seed=8,
+    )

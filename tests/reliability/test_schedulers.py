@@ -28,8 +28,16 @@ pytestmark = pytest.mark.slow
 CONVEYOR = str(Path(sys.executable).parent / "conveyor")
 
 
-def schedulers(name: str, url: str, tmp_path: Path, *, seconds: float, every: float,
-               count: int = 3, seed: int = 6) -> None:  # fmt: skip
+def schedulers(
+    name: str,
+    url: str,
+    tmp_path: Path,
+    *,
+    seconds: float,
+    every: float,
+    count: int = 3,
+    seed: int = 6,
+) -> None:
     """Run the scenario and assert the R6 pass criteria."""
     (tmp_path / "beat_app.py").write_text(APP_MODULE)
     env = {**os.environ, "CONVEYOR_URL": url, "PYTHONPATH": str(tmp_path)}
@@ -40,9 +48,13 @@ def schedulers(name: str, url: str, tmp_path: Path, *, seconds: float, every: fl
         log = tmp_path / f"scheduler-{len(logs)}.log"
         logs.append(log)
         with log.open("wb") as out:
-            proc = subprocess.Popen([CONVEYOR, "scheduler", "beat_app:app", "--interval", "0.2"],
-                                    cwd=tmp_path, env=env, stdout=out,
-                                    stderr=subprocess.STDOUT)  # fmt: skip
+            proc = subprocess.Popen(
+                [CONVEYOR, "scheduler", "beat_app:app", "--interval", "0.2"],
+                cwd=tmp_path,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
         started.append(proc)
         return proc
 
@@ -63,10 +75,15 @@ def schedulers(name: str, url: str, tmp_path: Path, *, seconds: float, every: fl
         while (next_kill := began + every * (kills + 1)) < end:
             sleep_until(next_kill)
             # The scheduler that enqueued the latest tick (the one doing the work), if known.
-            latest = next((e for e in reader.schedules.history("beat", 50)
-                           if e["outcome"] == "enqueued"), None)  # fmt: skip
-            ids = [i for i, p in enumerate(live)
-                   if latest is not None and f"-{p.pid}-" in str(latest["scheduler"])]  # fmt: skip
+            latest = next(
+                (e for e in reader.schedules.history("beat", 50) if e["outcome"] == "enqueued"),
+                None,
+            )
+            ids = [
+                i
+                for i, p in enumerate(live)
+                if latest is not None and f"-{p.pid}-" in str(latest["scheduler"])
+            ]
             victim = ids[0] if ids else rng.randrange(count)
             live[victim].send_signal(signal.SIGKILL)
             live[victim].wait(10)
@@ -88,9 +105,16 @@ def schedulers(name: str, url: str, tmp_path: Path, *, seconds: float, every: fl
     times = sorted(counts)
     doubled = {t: c for t, c in counts.items() if c != 1}
     missing = sorted(set(range(int(times[0]), int(times[-1]) + 1)) - {int(t) for t in times})
-    publish({"test": f"{name} ({url.split(':', 1)[0]})", "ticks": len(times),
-             "kills": kills, "doubled": len(doubled), "missing": len(missing),
-             "seconds": seconds})  # fmt: skip
+    publish(
+        {
+            "test": f"{name} ({url.split(':', 1)[0]})",
+            "ticks": len(times),
+            "kills": kills,
+            "doubled": len(doubled),
+            "missing": len(missing),
+            "seconds": seconds,
+        }
+    )
     assert not doubled, f"doubled ticks: {doubled}"
     assert not missing, f"missing ticks: {missing}"
     assert all(t == int(t) for t in times)

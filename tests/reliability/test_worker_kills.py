@@ -33,15 +33,32 @@ pytestmark = pytest.mark.slow
 
 
 def worker_kills(
-    name: str, url: str, ledger: Ledger, start_workers: StartWorkers, *, jobs: int, kills: int,
-    every: float = 2.0, processes: int = 4, concurrency: int = 4, visibility: float = 4.0,
+    name: str,
+    url: str,
+    ledger: Ledger,
+    start_workers: StartWorkers,
+    *,
+    jobs: int,
+    kills: int,
+    every: float = 2.0,
+    processes: int = 4,
+    concurrency: int = 4,
+    visibility: float = 4.0,
     seed: int = 1,
-) -> None:  # fmt: skip
+) -> None:
     """Run the scenario and assert the R1 pass criteria."""
     app = checker_app(url)
-    workers = start_workers(url, "-p", str(processes), "-c", str(concurrency),
-                            "--visibility-timeout", str(visibility),
-                            "--shutdown-timeout", "10")  # fmt: skip
+    workers = start_workers(
+        url,
+        "-p",
+        str(processes),
+        "-c",
+        str(concurrency),
+        "--visibility-timeout",
+        str(visibility),
+        "--shutdown-timeout",
+        "10",
+    )
     workers.wait_ready(processes)
     began = time.monotonic()
     # The load comes in one burst per fault period, over the whole fault window, and each kill
@@ -54,8 +71,12 @@ def worker_kills(
     for i in range(kills):
         sleep_until(began + every * i)
         target = i * burst + burst // 3
-        wait_until(lambda t=target: producer.attempted >= t or not producer.is_alive(),  # type: ignore[misc]
-                   30, "the next burst", interval=0.002)  # fmt: skip
+        wait_until(
+            lambda t=target: producer.attempted >= t or not producer.is_alive(),  # type: ignore[misc]
+            30,
+            "the next burst",
+            interval=0.002,
+        )
         victim = workers.pick_victim(rng)
         nemesis.append(kill_worker(app, victim))
     producer.join(timeout=120)
@@ -75,14 +96,22 @@ def worker_kills(
 
 def test_r1_worker_kills(shared_url: str, ledger: Ledger, start_workers: StartWorkers) -> None:
     backend = shared_url.split(":", 1)[0]
-    worker_kills(f"R1 worker kills ({backend})", shared_url, ledger, start_workers,
-                 jobs=2000, kills=10)  # fmt: skip
+    worker_kills(
+        f"R1 worker kills ({backend})", shared_url, ledger, start_workers, jobs=2000, kills=10
+    )
 
 
 @pytest.mark.soak
 @pytest.mark.timeout(900)
-def test_r1_worker_kills_soak(shared_url: str, ledger: Ledger,
-                              start_workers: StartWorkers) -> None:  # fmt: skip
+def test_r1_worker_kills_soak(shared_url: str, ledger: Ledger, start_workers: StartWorkers) -> None:
     backend = shared_url.split(":", 1)[0]
-    worker_kills(f"R1 worker kills soak ({backend})", shared_url, ledger, start_workers,
-                 jobs=20_000, kills=60, processes=8, seed=7)  # fmt: skip
+    worker_kills(
+        f"R1 worker kills soak ({backend})",
+        shared_url,
+        ledger,
+        start_workers,
+        jobs=20_000,
+        kills=60,
+        processes=8,
+        seed=7,
+    )

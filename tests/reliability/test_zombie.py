@@ -28,8 +28,9 @@ pytestmark = pytest.mark.slow
 VT = "2"  # seconds of lease (the minimum the CLI takes is 1)
 
 
-def test_r3_zombie_worker_completion_is_refused(redis_url: str, ledger: Ledger,
-                                                start_workers: StartWorkers) -> None:  # fmt: skip
+def test_r3_zombie_worker_completion_is_refused(
+    redis_url: str, ledger: Ledger, start_workers: StartWorkers
+) -> None:
     app = checker_app(redis_url)
     first = start_workers(redis_url, "-c", "1", "--visibility-timeout", VT)
     [zombie] = first.wait_ready(1)
@@ -50,11 +51,19 @@ def test_r3_zombie_worker_completion_is_refused(redis_url: str, ledger: Ledger,
     finally:
         os.kill(zombie, signal.SIGCONT)
     # The zombie wakes up, finishes its handler ... and its outcome is refused.
-    wait_until(lambda: any(ln.pid == zombie for ln in ledger.done().get(1, [])), 20,
-               "the zombie's handler to return")  # fmt: skip
-    wait_until(lambda: any("job job-1 task=work" in line and "outcome=lease_lost" in line
-                           for line in first.output().splitlines()), 20,
-               "the zombie to log its refused completion")  # fmt: skip
+    wait_until(
+        lambda: any(ln.pid == zombie for ln in ledger.done().get(1, [])),
+        20,
+        "the zombie's handler to return",
+    )
+    wait_until(
+        lambda: any(
+            "job job-1 task=work" in line and "outcome=lease_lost" in line
+            for line in first.output().splitlines()
+        ),
+        20,
+        "the zombie to log its refused completion",
+    )
     after = app.get_job(job.id)
     assert after.state is JobState.COMPLETED and after.result == rescuer
     assert (after.attempts, after.lost, after.finished_at) == (2, 1, settled.finished_at)
@@ -86,15 +95,21 @@ ZOMBIE_CONSUMER = """
 """
 
 
-def test_r3_zombie_consumer_ack_is_refused(redis_url: str, ledger: Ledger, tmp_path: Path,
-                                           start_workers: StartWorkers) -> None:  # fmt: skip
+def test_r3_zombie_consumer_ack_is_refused(
+    redis_url: str, ledger: Ledger, tmp_path: Path, start_workers: StartWorkers
+) -> None:
     app = checker_app(redis_url)
     job = app.enqueue("work", args=[1, 0.05], job_id="job-1")
     script = tmp_path / "zombie_consumer.py"
     script.write_text(textwrap.dedent(ZOMBIE_CONSUMER))
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
-    proc = subprocess.Popen([sys.executable, str(script), redis_url], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True, env=env)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, str(script), redis_url],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         assert proc.stdout is not None and proc.stdin is not None
         assert proc.stdout.readline().split()[:2] == ["leased", "job-1"]

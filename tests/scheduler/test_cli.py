@@ -107,8 +107,12 @@ def test_list_and_next_survive_one_bad_stored_schedule(url: str) -> None:
     app = Conveyor(url)  # a schedule stored by an older version, before `every` had a maximum
     doc = app.broker.doc_get(COLLECTION, "beat", app.now())
     assert doc is not None
-    app.broker.doc_put(COLLECTION, "huge", {**doc, "name": "huge", "every": 10**12,
-                                            "next_fire_at": 1e12}, app.now())  # fmt: skip
+    app.broker.doc_put(
+        COLLECTION,
+        "huge",
+        {**doc, "name": "huge", "every": 10**12, "next_fire_at": 1e12},
+        app.now(),
+    )
     app.close()
     code, out = run("schedules", "list", "--url", url)
     assert code == 0 and "nightly" in out and "beat" in out and "huge" in out
@@ -120,7 +124,8 @@ def test_list_and_next_survive_one_bad_stored_schedule(url: str) -> None:
     assert code == 0 and "Next runs of beat" in out
     result = CliRunner().invoke(cli, ["schedules", "next", "huge", "--url", url])
     assert (result.exit_code != 0 and result.exception is None) or isinstance(
-        result.exception, SystemExit)  # fmt: skip
+        result.exception, SystemExit
+    )
     assert "huge" in result.output and "every" in result.output
 
 

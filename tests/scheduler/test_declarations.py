@@ -75,7 +75,11 @@ def test_schedule_cron_returns_the_stored_schedule(app: Conveyor, clock: FakeClo
     assert schedule.next_fire_at == START + 300
     assert app.list_schedules() == [schedule]
     assert (schedule.task, schedule.tz, schedule.misfire, schedule.source) == (
-        "report", "Asia/Tokyo", "skip", "runtime")  # fmt: skip
+        "report",
+        "Asia/Tokyo",
+        "skip",
+        "runtime",
+    )
 
 
 def _restart(broker: Broker, clock: FakeClock, expr: str, **options: Any) -> Conveyor:

@@ -45,7 +45,10 @@ def test_misfire_skip(app: Conveyor, clock: FakeClock) -> None:
     assert _outage(app, clock, misfire="skip") == (0, [])
     entry = _misfire_entry(app)
     assert (entry["fire_at"], entry["through"], entry["missed"]) == (
-        ts(2024, 6, 1, 10, 15), ts(2024, 6, 1, 13, 0), 12)  # fmt: skip
+        ts(2024, 6, 1, 10, 15),
+        ts(2024, 6, 1, 13, 0),
+        12,
+    )
 
 
 def test_misfire_run_once_is_the_default(app: Conveyor, clock: FakeClock) -> None:
@@ -67,7 +70,10 @@ def test_misfire_backfill_is_capped(app: Conveyor, clock: FakeClock) -> None:
     assert fires == [ts(2024, 6, 1, 12, 0) + 900 * k for k in range(5)]  # the latest five
     entry = _misfire_entry(app)
     assert (entry["fire_at"], entry["through"], entry["missed"]) == (
-        ts(2024, 6, 1, 10, 15), ts(2024, 6, 1, 11, 45), 7)  # fmt: skip
+        ts(2024, 6, 1, 10, 15),
+        ts(2024, 6, 1, 11, 45),
+        7,
+    )
 
 
 def test_late_within_grace_is_not_a_misfire(app: Conveyor, clock: FakeClock) -> None:
@@ -171,8 +177,13 @@ def test_history_records_fire_time_job_and_outcome(app: Conveyor, clock: FakeClo
     history = app.schedules.history("h")
     assert len(history) == app.settings.retention.history_max  # bounded
     newest = history[0]
-    assert newest == {"fire_at": START + 3600, "job_id": f"sched:h:{int((START + 3600) * 1000)}",
-                      "outcome": "enqueued", "at": START + 3600, "scheduler": "s1"}  # fmt: skip
+    assert newest == {
+        "fire_at": START + 3600,
+        "job_id": f"sched:h:{int((START + 3600) * 1000)}",
+        "outcome": "enqueued",
+        "at": START + 3600,
+        "scheduler": "s1",
+    }
 
 
 def test_bad_arguments_are_recorded_as_errors_not_retried(app: Conveyor, clock: FakeClock) -> None:

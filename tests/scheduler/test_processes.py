@@ -67,9 +67,13 @@ def test_three_scheduler_processes_with_a_kill_9(shared_url: str, tmp_path: Path
         log = tmp_path / f"scheduler-{len(logs)}.log"
         logs.append(log)
         with log.open("wb") as out:
-            return subprocess.Popen([str(conveyor), "scheduler", "beat_app:app", "--interval",
-                                     "0.2"], cwd=tmp_path, env=env, stdout=out,
-                                    stderr=subprocess.STDOUT)  # fmt: skip
+            return subprocess.Popen(
+                [str(conveyor), "scheduler", "beat_app:app", "--interval", "0.2"],
+                cwd=tmp_path,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
 
     reader = Conveyor(shared_url)
 

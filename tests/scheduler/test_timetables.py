@@ -34,8 +34,9 @@ def test_jobs_carry_the_schedule_arguments_queue_and_priority(
 ) -> None:
     clock.set(ts(2024, 5, 1, 12, 0))
     app.task(noop)
-    app.schedule_cron("r", "noop", "* * * * *", args=[1, "a"], kwargs={"k": [1, 2]},
-                      queue="reports", priority=-3)  # fmt: skip
+    app.schedule_cron(
+        "r", "noop", "* * * * *", args=[1, "a"], kwargs={"k": [1, 2]}, queue="reports", priority=-3
+    )
     scheduler = app.scheduler()
     drive(clock, [scheduler], clock.now() + 60)
     (job,) = jobs(app, "noop")
@@ -56,10 +57,11 @@ def test_daily_0230_new_york_across_spring_forward(app: Conveyor, clock: FakeClo
     drive_due(app, clock, app.scheduler(), ts(2024, 3, 12, 0, 0, NY))
     walls = [local(t, NY) for t in fire_times(app)]
     assert [(w.day, w.hour, w.minute) for w in walls] == [
-        (8, 2, 30), (9, 2, 30),
+        (8, 2, 30),
+        (9, 2, 30),
         (10, 3, 0),  # 02:30 does not exist on March 10: one run at the end of the gap
         (11, 2, 30),
-    ]  # fmt: skip
+    ]
     assert [w.utcoffset() for w in walls] == [timedelta(hours=h) for h in (-5, -5, -4, -4)]
 
 

@@ -48,8 +48,13 @@ def spawn(tmp_path: Path) -> Iterator[Spawn]:
         script.write_text(textwrap.dedent(source))
         env = dict(os.environ, PYTHONPATH=SRC, PYTHONUNBUFFERED="1")
         with open(tmp_path / f"{name}.err", "w") as err:
-            proc = subprocess.Popen([sys.executable, str(script), *args], stdout=subprocess.PIPE,
-                                    stderr=err, text=True, env=env)  # fmt: skip
+            proc = subprocess.Popen(
+                [sys.executable, str(script), *args],
+                stdout=subprocess.PIPE,
+                stderr=err,
+                text=True,
+                env=env,
+            )
         proc.err_path = tmp_path / f"{name}.err"  # type: ignore[attr-defined]
         children.append(proc)
         return proc
@@ -66,8 +71,9 @@ def _stderr(proc: subprocess.Popen[str]) -> str:
     return Path(path).read_text()[-4000:] if path else ""
 
 
-def wait_for_line(proc: subprocess.Popen[str], wanted: str, timeout: float = 60.0,
-                  count: int = 1) -> str:  # fmt: skip
+def wait_for_line(
+    proc: subprocess.Popen[str], wanted: str, timeout: float = 60.0, count: int = 1
+) -> str:
     """Read ``proc``'s stdout until ``count`` lines contain ``wanted``; fail after ``timeout`` s.
 
     Returns the last matching line. Output read past it is consumed."""

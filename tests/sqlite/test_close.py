@@ -32,8 +32,9 @@ def test_close_waits_for_a_transaction_in_another_thread(sbroker: SqliteBroker) 
                 tx.conn.execute("INSERT INTO counters VALUES ('b', x'7b7d', ?)", (T0 + 60,))
                 inside.set()
                 assert finish.wait(10)
-                tx.conn.execute("UPDATE counters SET expires_at = ? WHERE bucket = 'b'",
-                                (T0 + 120,))  # fmt: skip
+                tx.conn.execute(
+                    "UPDATE counters SET expires_at = ? WHERE bucket = 'b'", (T0 + 120,)
+                )
         except BaseException as exc:  # reported by the assertion below
             errors.append(exc)
 

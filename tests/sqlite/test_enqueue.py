@@ -16,8 +16,9 @@ from .conftest import T0
 
 
 def _jobs(n: int, rng: random.Random) -> list[Job]:
-    return [Job(id=new_ulid(T0, rng), task="t", args=[i], run_at=T0, created_at=T0)
-            for i in range(n)]  # fmt: skip
+    return [
+        Job(id=new_ulid(T0, rng), task="t", args=[i], run_at=T0, created_at=T0) for i in range(n)
+    ]
 
 
 def test_taken_id_in_the_middle_of_a_batch(sbroker: SqliteBroker) -> None:

@@ -63,16 +63,20 @@ PRODUCER = """
 """
 
 
-def test_four_workers_and_two_producers_run_every_job_once(tmp_path: Path, db_path: str,
-                                                          spawn: Spawn) -> None:  # fmt: skip
+def test_four_workers_and_two_producers_run_every_job_once(
+    tmp_path: Path, db_path: str, spawn: Spawn
+) -> None:
     log, stop = tmp_path / "executions.log", tmp_path / "stop"
-    workers = [spawn(f"worker{i}", WORKER, db_path, str(log), str(stop))
-               for i in range(4)]  # fmt: skip  (they create the new file concurrently)
+    workers = [
+        spawn(f"worker{i}", WORKER, db_path, str(log), str(stop)) for i in range(4)
+    ]  # they create the new file concurrently
     for proc in workers:
         wait_for_line(proc, "ready")
     per_producer = 1500
-    producers = [spawn(f"producer{i}", PRODUCER, db_path, str(i * 100_000),
-                       str(per_producer)) for i in range(2)]  # fmt: skip
+    producers = [
+        spawn(f"producer{i}", PRODUCER, db_path, str(i * 100_000), str(per_producer))
+        for i in range(2)
+    ]
     for proc in producers:
         assert "produced" in finish(proc, 120)
     stop.touch()
@@ -109,8 +113,7 @@ BLOCKING_WORKER = """
 """
 
 
-def test_kill_9_of_a_worker_gives_its_jobs_back_after_the_lease(db_path: str,
-                                                                spawn: Spawn) -> None:  # fmt: skip
+def test_kill_9_of_a_worker_gives_its_jobs_back_after_the_lease(db_path: str, spawn: Spawn) -> None:
     app = Conveyor(SqliteBroker(db_path), rng=random.Random(1))
     jobs = [app.enqueue("block", args=[n]) for n in range(6)]
     vt = 1.5
@@ -181,8 +184,9 @@ KILLED_PRODUCER = """
 
 
 @pytest.mark.parametrize("where", ["insert", "commit"])
-def test_kill_9_of_a_producer_inside_enqueue_many_stores_none(db_path: str, where: str,
-                                                              spawn: Spawn) -> None:  # fmt: skip
+def test_kill_9_of_a_producer_inside_enqueue_many_stores_none(
+    db_path: str, where: str, spawn: Spawn
+) -> None:
     broker = SqliteBroker(db_path)
     count = 8000
     proc = spawn(f"producer-{where}", KILLED_PRODUCER, db_path, where, str(count))
@@ -203,4 +207,3 @@ def test_kill_9_of_a_producer_inside_enqueue_many_stores_none(db_path: str, wher
     assert "committed" in finish(survivor, 120)
     assert broker.counts()["default"]["pending"] == count + 10, "all of the batch"
     broker.close()
-

@@ -31,9 +31,18 @@ def test_file_stays_bounded_under_steady_load(db_path: str) -> None:
     rng = random.Random(6)
     now, sizes = T0, []
     for _ in range(20):
-        batch = [Job(id=new_ulid(now, rng), task="t", args=[i, "x" * 200], run_at=now,
-                     created_at=now, idempotency_key=f"k{rng.random()}", idempotency_ttl=1.0)
-                 for i in range(2000)]  # fmt: skip
+        batch = [
+            Job(
+                id=new_ulid(now, rng),
+                task="t",
+                args=[i, "x" * 200],
+                run_at=now,
+                created_at=now,
+                idempotency_key=f"k{rng.random()}",
+                idempotency_ttl=1.0,
+            )
+            for i in range(2000)
+        ]
         broker.enqueue(batch, now)
         while leases := broker.claim(["default"], now, limit=250, worker_id="w"):
             assert all(broker.complete([Ack(x.id, x.token, {"ok": 1}) for x in leases], now))
@@ -89,42 +98,74 @@ def test_claim_and_search_use_indexes_at_200k_jobs(db_path: str) -> None:
     conn = broker._conn()
     conn.execute("BEGIN IMMEDIATE")
     conn.execute(BULK)
-    conn.execute("INSERT INTO counts (queue, state, n) SELECT queue, state, COUNT(*) FROM jobs"
-                 " GROUP BY 1, 2")  # fmt: skip
+    conn.execute(
+        "INSERT INTO counts (queue, state, n) SELECT queue, state, COUNT(*) FROM jobs GROUP BY 1, 2"
+    )
     conn.execute(f"UPDATE counts SET n = {N} WHERE queue = '' AND state = 'seq'")
     conn.execute("INSERT INTO queues (name) SELECT DISTINCT queue FROM jobs")
     conn.execute("COMMIT")
     cols = "rid, id, queue, task, state, priority, run_at, created_at, finished_at, last_error,"
     finished = "queue = ? AND state = ? AND finished_at IS NOT NULL"
     queries = {
-        "claim": (f"SELECT {cols} payload FROM jobs WHERE queue = ? AND state = 'pending'"
-                  " ORDER BY priority, seq LIMIT ?", ("q1", 10)),
-        "promote": (f"SELECT {cols} payload FROM jobs WHERE due_at <= ? ORDER BY due_at, seq"
-                    " LIMIT ?", (T0, 10)),
-        "reap": (f"SELECT {cols} payload FROM jobs WHERE lease_at <= ? AND state = 'active'"
-                 " ORDER BY lease_at, seq LIMIT ?", (T0, 10_000)),
+        "claim": (
+            f"SELECT {cols} payload FROM jobs WHERE queue = ? AND state = 'pending'"
+            " ORDER BY priority, seq LIMIT ?",
+            ("q1", 10),
+        ),
+        "promote": (
+            f"SELECT {cols} payload FROM jobs WHERE due_at <= ? ORDER BY due_at, seq LIMIT ?",
+            (T0, 10),
+        ),
+        "reap": (
+            f"SELECT {cols} payload FROM jobs WHERE lease_at <= ? AND state = 'active'"
+            " ORDER BY lease_at, seq LIMIT ?",
+            (T0, 10_000),
+        ),
         "next_due": (NEXT_DUE, ()),
-        "lease": (f"SELECT {cols} payload FROM jobs WHERE id = ? AND state = 'active'"
-                  " AND token = ?", ("J000000009", "tok")),
-        "cap": (f"DELETE FROM jobs WHERE rid IN (SELECT rid FROM jobs WHERE {finished}"
-                " ORDER BY seq LIMIT ?)", ("q1", "completed", 5)),
-        "ttl": (f"DELETE FROM jobs WHERE {finished} AND seq < COALESCE((SELECT seq FROM jobs"
-                f" WHERE {finished} AND finished_at > ? ORDER BY seq LIMIT 1), 99)",
-                ("q1", "completed", "q1", "completed", T0)),
-        "oldest": ("SELECT MIN(run_at) FROM jobs WHERE queue = ? AND state = 'pending'"
-                   " AND run_at != 0", ("q1",)),
-    }  # fmt: skip
-    truth = [conn.execute(f"SELECT COUNT(*) FROM jobs WHERE {w}").fetchone()[0] for w in (
-        "1", "state = 'dead_letter'", "queue = 'q2'", "task = 't3'",
-        "state = 'pending' AND queue = 'q1'", "task = 't8' AND state = 'dead_letter'")]  # fmt: skip
+        "lease": (
+            f"SELECT {cols} payload FROM jobs WHERE id = ? AND state = 'active' AND token = ?",
+            ("J000000009", "tok"),
+        ),
+        "cap": (
+            f"DELETE FROM jobs WHERE rid IN (SELECT rid FROM jobs WHERE {finished}"
+            " ORDER BY seq LIMIT ?)",
+            ("q1", "completed", 5),
+        ),
+        "ttl": (
+            f"DELETE FROM jobs WHERE {finished} AND seq < COALESCE((SELECT seq FROM jobs"
+            f" WHERE {finished} AND finished_at > ? ORDER BY seq LIMIT 1), 99)",
+            ("q1", "completed", "q1", "completed", T0),
+        ),
+        "oldest": (
+            "SELECT MIN(run_at) FROM jobs WHERE queue = ? AND state = 'pending' AND run_at != 0",
+            ("q1",),
+        ),
+    }
+    truth = [
+        conn.execute(f"SELECT COUNT(*) FROM jobs WHERE {w}").fetchone()[0]
+        for w in (
+            "1",
+            "state = 'dead_letter'",
+            "queue = 'q2'",
+            "task = 't3'",
+            "state = 'pending' AND queue = 'q1'",
+            "task = 't8' AND state = 'dead_letter'",
+        )
+    ]
     captured: list[str] = []
     conn.set_trace_callback(captured.append)
-    searches = [SearchQuery(), SearchQuery(state=JobState.DEAD_LETTER), SearchQuery(queue="q2"),
-                SearchQuery(task="t3"), SearchQuery(state=JobState.PENDING, queue="q1"),
-                SearchQuery(task="t8", state=JobState.DEAD_LETTER, page=3),
-                SearchQuery(since=T0 + 1000, until=T0 + 2000), SearchQuery(id="J00001234"),
-                SearchQuery(state=JobState.DEAD_LETTER, error="boom 199998"),
-                SearchQuery(queue="q3", text="user-199993")]  # fmt: skip
+    searches = [
+        SearchQuery(),
+        SearchQuery(state=JobState.DEAD_LETTER),
+        SearchQuery(queue="q2"),
+        SearchQuery(task="t3"),
+        SearchQuery(state=JobState.PENDING, queue="q1"),
+        SearchQuery(task="t8", state=JobState.DEAD_LETTER, page=3),
+        SearchQuery(since=T0 + 1000, until=T0 + 2000),
+        SearchQuery(id="J00001234"),
+        SearchQuery(state=JobState.DEAD_LETTER, error="boom 199998"),
+        SearchQuery(queue="q3", text="user-199993"),
+    ]
     results = [broker.search(q) for q in searches]
     leases = broker.claim(["q1"], T0, limit=10, worker_id="w")
     conn.set_trace_callback(None)

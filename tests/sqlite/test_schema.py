@@ -19,12 +19,17 @@ from conveyor.errors import BrokerUnavailable
 from .conftest import T0
 
 V1_SEARCH_INDEXES = {  # the version 1 search indexes, as version 1 created them
-    "jobs_created": "(created_at, id)", "jobs_state_created": "(state, created_at, id)",
-    "jobs_queue_created": "(queue, created_at, id)", "jobs_task_created": "(task, created_at, id)",
-}  # fmt: skip
-V2_COLUMNS = {"jobs_created": ["created_at"], "jobs_state_created": ["state", "created_at"],
-              "jobs_queue_created": ["queue", "created_at"],
-              "jobs_task_created": ["task", "created_at"]}  # fmt: skip
+    "jobs_created": "(created_at, id)",
+    "jobs_state_created": "(state, created_at, id)",
+    "jobs_queue_created": "(queue, created_at, id)",
+    "jobs_task_created": "(task, created_at, id)",
+}
+V2_COLUMNS = {
+    "jobs_created": ["created_at"],
+    "jobs_state_created": ["state", "created_at"],
+    "jobs_queue_created": ["queue", "created_at"],
+    "jobs_task_created": ["task", "created_at"],
+}
 
 
 def _columns(conn: sqlite3.Connection) -> dict[str, list[str]]:
@@ -34,8 +39,10 @@ def _columns(conn: sqlite3.Connection) -> dict[str, list[str]]:
 def _make_v1(path: str, n: int) -> list[str]:
     """A file as version 1 left it: v1 search indexes, user_version 1, ``n`` jobs."""
     rng, broker = random.Random(2), SqliteBroker(path)
-    jobs = [Job(id=new_ulid(T0 + i, rng), task=f"t{i % 2}", args=[i], run_at=T0 + i,
-                created_at=T0 + i) for i in range(n)]  # fmt: skip
+    jobs = [
+        Job(id=new_ulid(T0 + i, rng), task=f"t{i % 2}", args=[i], run_at=T0 + i, created_at=T0 + i)
+        for i in range(n)
+    ]
     broker.enqueue(jobs, T0)
     broker.close()
     with sqlite3.connect(path) as conn:

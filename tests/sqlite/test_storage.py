@@ -26,8 +26,10 @@ from .conftest import T0, wait_until
 
 
 def jobs(n: int, rng: random.Random, now: float = T0, **fields: Any) -> list[Job]:
-    return [Job(id=new_ulid(now, rng), task="t", args=[i], run_at=now, created_at=now, **fields)
-            for i in range(n)]  # fmt: skip
+    return [
+        Job(id=new_ulid(now, rng), task="t", args=[i], run_at=now, created_at=now, **fields)
+        for i in range(n)
+    ]
 
 
 def test_url_forms_and_pragmas(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -42,8 +44,13 @@ def test_url_forms_and_pragmas(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -
     assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == 30_000
     assert rel._conn().execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
     assert rel._conn().execute("PRAGMA auto_vacuum").fetchone()[0] == 2  # INCREMENTAL
-    for bad in ("sqlite://", "sqlite:///", "sqlite:///x.db?cache=shared", "sqlite:///:memory:",
-                "sqlite:///x.db?synchronous=sometimes"):  # fmt: skip
+    for bad in (
+        "sqlite://",
+        "sqlite:///",
+        "sqlite:///x.db?cache=shared",
+        "sqlite:///:memory:",
+        "sqlite:///x.db?synchronous=sometimes",
+    ):
         with pytest.raises(ValidationError):
             SqliteBroker.from_url(bad)
     rel.close()
@@ -198,8 +205,13 @@ def test_threads_share_one_broker_and_claim_each_job_once(sbroker: SqliteBroker)
         local = random.Random(n)
         try:
             barrier.wait()
-            while leases := sbroker.claim(["default"], T0, limit=local.randint(1, 6),
-                                          visibility_timeout=600, worker_id=f"w{n}"):  # fmt: skip
+            while leases := sbroker.claim(
+                ["default"],
+                T0,
+                limit=local.randint(1, 6),
+                visibility_timeout=600,
+                worker_id=f"w{n}",
+            ):
                 claimed[n].extend(lease.id for lease in leases)
                 assert all(sbroker.complete([Ack(x.id, x.token) for x in leases], T0))
         except BaseException as exc:
@@ -269,8 +281,9 @@ def test_busy_database_waits_then_reports_unavailable(db_path: str) -> None:
     with pytest.raises(BrokerUnavailable, match="locked"):
         hasty.enqueue(jobs(1, random.Random(1)), T0)
     result: list[Any] = []
-    thread = threading.Thread(target=lambda: result.append(
-        patient.enqueue(jobs(1, random.Random(2)), T0)))  # fmt: skip
+    thread = threading.Thread(
+        target=lambda: result.append(patient.enqueue(jobs(1, random.Random(2)), T0))
+    )
     thread.start()
     thread.join(0.3)
     assert thread.is_alive() and not result, "the writer waits for the lock"

@@ -58,8 +58,13 @@ def cli(
     extra = ["--tls", "--insecure"] if tls else []
     if password is not None:
         extra += ["-a", password, "--no-auth-warning"]
-    out = subprocess.run([REDIS_CLI, "-h", "127.0.0.1", "-p", str(port), *extra, *args],
-                         capture_output=True, text=True, timeout=timeout, check=True)  # fmt: skip
+    out = subprocess.run(
+        [REDIS_CLI, "-h", "127.0.0.1", "-p", str(port), *extra, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=True,
+    )
     return out.stdout
 
 
@@ -67,10 +72,16 @@ class RedisServer:
     """One redis-server process on loopback; ``url`` is ``redis://127.0.0.1:<port>/0``."""
 
     def __init__(
-        self, directory: Path, *, port: int | None = None, aof: bool = False,
-        extra: Sequence[str] = (), cluster: bool = False, tls: bool = False,
+        self,
+        directory: Path,
+        *,
+        port: int | None = None,
+        aof: bool = False,
+        extra: Sequence[str] = (),
+        cluster: bool = False,
+        tls: bool = False,
         password: str | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.dir = Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.port = port or free_port(cluster)
@@ -96,19 +107,41 @@ class RedisServer:
 
     def args(self) -> list[str]:
         """The command line."""
-        port = ["--port", "0", "--tls-port", str(self.port), *self._tls_files()] if self.tls \
-            else ["--port", str(self.port)]  # fmt: skip
-        argv = [REDIS_SERVER, *port, "--bind", "127.0.0.1",
-                "--dir", str(self.dir), "--daemonize", "no", "--save", "",
-                "--logfile", str(self.dir / "redis.log"), "--protected-mode", "no"]  # fmt: skip
+        port = (
+            ["--port", "0", "--tls-port", str(self.port), *self._tls_files()]
+            if self.tls
+            else ["--port", str(self.port)]
+        )
+        argv = [
+            REDIS_SERVER,
+            *port,
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(self.dir),
+            "--daemonize",
+            "no",
+            "--save",
+            "",
+            "--logfile",
+            str(self.dir / "redis.log"),
+            "--protected-mode",
+            "no",
+        ]
         if self.aof:
             argv += ["--appendonly", "yes", "--appendfsync", "always"]
         else:
             argv += ["--appendonly", "no"]
         if self.cluster:
             config = str(self.dir / f"nodes-{self.port}.conf")
-            argv += ["--cluster-enabled", "yes", "--cluster-config-file", config,
-                     "--cluster-node-timeout", "5000"]  # fmt: skip
+            argv += [
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                config,
+                "--cluster-node-timeout",
+                "5000",
+            ]
         if self.password is not None:
             argv += ["--requirepass", self.password]
         return argv + self.extra
@@ -117,16 +150,43 @@ class RedisServer:
         """A self-signed certificate (made with openssl on first use); clients need no cert."""
         cert, key = self.dir / "cert.pem", self.dir / "key.pem"
         if not cert.exists():
-            subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days",
-                            "1", "-subj", "/CN=127.0.0.1", "-keyout", str(key), "-out", str(cert)],
-                           capture_output=True, check=True, timeout=60)  # fmt: skip
-        return ["--tls-cert-file", str(cert), "--tls-key-file", str(key), "--tls-ca-cert-file",
-                str(cert), "--tls-auth-clients", "no"]  # fmt: skip
+            subprocess.run(
+                [
+                    "openssl",
+                    "req",
+                    "-x509",
+                    "-newkey",
+                    "rsa:2048",
+                    "-nodes",
+                    "-days",
+                    "1",
+                    "-subj",
+                    "/CN=127.0.0.1",
+                    "-keyout",
+                    str(key),
+                    "-out",
+                    str(cert),
+                ],
+                capture_output=True,
+                check=True,
+                timeout=60,
+            )
+        return [
+            "--tls-cert-file",
+            str(cert),
+            "--tls-key-file",
+            str(key),
+            "--tls-ca-cert-file",
+            str(cert),
+            "--tls-auth-clients",
+            "no",
+        ]
 
     def start(self, timeout: float = 10.0) -> RedisServer:
         """Start the process and wait until it answers PING (and has loaded its data)."""
-        self.proc = subprocess.Popen(self.args(), stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL, cwd=self.dir)  # fmt: skip
+        self.proc = subprocess.Popen(
+            self.args(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=self.dir
+        )
         deadline = time.monotonic() + timeout
         while True:
             if self.proc.poll() is not None:
@@ -185,8 +245,9 @@ class RedisSentinel:
         monitor = f"sentinel monitor {self.name} 127.0.0.1 {self.master_port} 1"
         conf.write_text(f"port {self.port}\nbind 127.0.0.1\ndir {self.dir}\n{monitor}\n")
         quiet = subprocess.DEVNULL
-        self.proc = subprocess.Popen([REDIS_SERVER, str(conf), "--sentinel"], stdout=quiet,
-                                     stderr=quiet)  # fmt: skip
+        self.proc = subprocess.Popen(
+            [REDIS_SERVER, str(conf), "--sentinel"], stdout=quiet, stderr=quiet
+        )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             with contextlib.suppress(subprocess.SubprocessError, OSError):
@@ -214,8 +275,9 @@ class RedisCluster:
             port = free_port(cluster=True)
             if all(abs(port - p) > 1 and port + 10000 != p and p + 10000 != port for p in ports):
                 ports.append(port)
-        self.nodes = [RedisServer(Path(directory) / f"node{p}", port=p, cluster=True)
-                      for p in ports]  # fmt: skip
+        self.nodes = [
+            RedisServer(Path(directory) / f"node{p}", port=p, cluster=True) for p in ports
+        ]
 
     @property
     def url(self) -> str:
@@ -232,13 +294,21 @@ class RedisCluster:
         for node in self.nodes:
             node.start()
         addrs = [f"127.0.0.1:{n.port}" for n in self.nodes]
-        subprocess.run([REDIS_CLI, "--cluster", "create", *addrs, "--cluster-replicas", "0",
-                        "--cluster-yes"], capture_output=True, check=True, timeout=60)  # fmt: skip
+        subprocess.run(
+            [REDIS_CLI, "--cluster", "create", *addrs, "--cluster-replicas", "0", "--cluster-yes"],
+            capture_output=True,
+            check=True,
+            timeout=60,
+        )
         deadline = time.monotonic() + timeout
         while True:
             infos = [cli(n.port, "CLUSTER", "INFO") for n in self.nodes]
-            if all("cluster_state:ok" in i and "cluster_slots_assigned:16384" in i
-                   and f"cluster_known_nodes:{len(self.nodes)}" in i for i in infos):  # fmt: skip
+            if all(
+                "cluster_state:ok" in i
+                and "cluster_slots_assigned:16384" in i
+                and f"cluster_known_nodes:{len(self.nodes)}" in i
+                for i in infos
+            ):
                 return self
             if time.monotonic() > deadline:
                 self.stop()

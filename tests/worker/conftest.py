@@ -18,8 +18,13 @@ from conveyor.config import Settings
 from conveyor.worker.loop import Worker
 from tests.support.backends import BACKENDS
 
-FAST = {"poll_interval": 0.05, "heartbeat_interval": 0.5, "reap_interval": 0.2,
-        "timeout_grace": 0.5, "shutdown_timeout": 5.0}  # fmt: skip
+FAST = {
+    "poll_interval": 0.05,
+    "heartbeat_interval": 0.5,
+    "reap_interval": 0.2,
+    "timeout_grace": 0.5,
+    "shutdown_timeout": 5.0,
+}
 
 
 def wait_until(pred: Callable[[], Any], timeout: float = 5.0, interval: float = 0.01) -> Any:

@@ -22,8 +22,12 @@ from tests.worker.conftest import wait_until
 REPO = Path(__file__).resolve().parents[2]
 CONVEYOR = str(Path(sys.executable).parent / "conveyor")
 APP = "tests.worker.apps.jobs:app"
-FAST_ENV = {"CONVEYOR_POLL_INTERVAL": "0.05", "CONVEYOR_HEARTBEAT_INTERVAL": "0.5",
-            "CONVEYOR_REAP_INTERVAL": "0.2", "CONVEYOR_TIMEOUT_GRACE": "0.5"}  # fmt: skip
+FAST_ENV = {
+    "CONVEYOR_POLL_INTERVAL": "0.05",
+    "CONVEYOR_HEARTBEAT_INTERVAL": "0.5",
+    "CONVEYOR_REAP_INTERVAL": "0.2",
+    "CONVEYOR_TIMEOUT_GRACE": "0.5",
+}
 
 
 class Marks:
@@ -46,16 +50,32 @@ class Marks:
 class WorkerProcess:
     """``conveyor worker APP ...`` (or ``command``) as a real process: the supervisor."""
 
-    def __init__(self, url: str, tmp: Path, *args: str, env: dict[str, str] | None = None,
-                 command: list[str] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        url: str,
+        tmp: Path,
+        *args: str,
+        env: dict[str, str] | None = None,
+        command: list[str] | None = None,
+    ) -> None:
         self.log_path = tmp / f"worker-{time.monotonic_ns()}.err"
-        environ = {**os.environ, **FAST_ENV, "CONVEYOR_URL": url,
-                   "WORKER_TEST_LOG": str(tmp / "marks.jsonl"), **(env or {})}  # fmt: skip
+        environ = {
+            **os.environ,
+            **FAST_ENV,
+            "CONVEYOR_URL": url,
+            "WORKER_TEST_LOG": str(tmp / "marks.jsonl"),
+            **(env or {}),
+        }
         environ["PYTHONPATH"] = str(REPO) + os.pathsep + environ.get("PYTHONPATH", "")
         with open(self.log_path, "wb") as err:
-            self.proc = subprocess.Popen(command or [CONVEYOR, "worker", APP, *args], cwd=REPO,
-                                         env=environ, stdin=subprocess.DEVNULL, stdout=err,
-                                         stderr=err)  # fmt: skip
+            self.proc = subprocess.Popen(
+                command or [CONVEYOR, "worker", APP, *args],
+                cwd=REPO,
+                env=environ,
+                stdin=subprocess.DEVNULL,
+                stdout=err,
+                stderr=err,
+            )
 
     @property
     def pid(self) -> int:

@@ -28,13 +28,15 @@ from .conftest import FAST, running, wait_until
 STORED = [name for name in ("sqlite", "redis") if name in BACKENDS]
 BAD_ROWS = {
     "deep_args": lambda envelope: envelope.replace(
-        b'"args":[0]', b'"args":[' + deep_json_text(600).encode() + b"]"),
+        b'"args":[0]', b'"args":[' + deep_json_text(600).encode() + b"]"
+    ),
     "deep_args_typed": lambda envelope: envelope.replace(  # a typed value: decoded in claim
-        b'"args":[0]', b'"args":[' + deep_json_text(600).encode() + b',{"$dt":"2024-01-02"}]'),
+        b'"args":[0]', b'"args":[' + deep_json_text(600).encode() + b',{"$dt":"2024-01-02"}]'
+    ),
     "int_over_64_bits": lambda envelope: envelope.replace(
         b'"max_attempts":4', b'"max_attempts":' + str(UNENCODABLE["int_over_64_bits"]).encode()
     ),
-}  # fmt: skip
+}
 
 
 @pytest.fixture(params=STORED)
@@ -48,8 +50,9 @@ def stored(request: Any, tmp_path: Path) -> Iterator[Broker]:
 def _read_envelope(broker: Broker, job_id: str) -> bytes:
     if hasattr(broker, "path"):
         with sqlite3.connect(broker.path) as conn:
-            return bytes(conn.execute("SELECT payload FROM jobs WHERE id = ?", (job_id,))
-                         .fetchone()[0])  # fmt: skip
+            return bytes(
+                conn.execute("SELECT payload FROM jobs WHERE id = ?", (job_id,)).fetchone()[0]
+            )
     return bytes(broker.client.hget("conveyor:{default}:payloads", job_id))  # type: ignore[attr-defined]
 
 

@@ -103,8 +103,12 @@ def test_process_job_errors_and_crashes_are_recorded(live_app: Conveyor) -> None
 
     jobs = [boom.enqueue("bad"), die.enqueue(), local_fn.enqueue(), square.enqueue(7)]
     with running(app, concurrency=2, process_pool_size=1):
-        wait_until(lambda: all(j.refresh().state in (JobState.DEAD_LETTER, JobState.COMPLETED)
-                               for j in jobs), timeout=15)  # fmt: skip
+        wait_until(
+            lambda: all(
+                j.refresh().state in (JobState.DEAD_LETTER, JobState.COMPLETED) for j in jobs
+            ),
+            timeout=15,
+        )
     assert jobs[0].last_error == "ValueError: bad"
     assert jobs[1].errors[-1]["type"] == "ChildProcessDied" and "13" in str(jobs[1].last_error)
     assert "module level" in str(jobs[2].last_error)

@@ -127,13 +127,16 @@ def test_an_app_without_metrics_still_works(broker: Broker, clock: FakeClock) ->
     assert seen == ["firing"]
     assert mine.names().count("after_enqueue") == 5
     assert sorted(n for n in mine.names() if n.startswith("after_process")) == [
-        "after_process:completed", "after_process:completed", "after_process:dead_letter",
-    ]  # fmt: skip
+        "after_process:completed",
+        "after_process:completed",
+        "after_process:dead_letter",
+    ]
 
 
 def _claim_all(app: Conveyor, count: int) -> list[Running]:
-    leases = app.broker.claim(["default"], app.now(), limit=count, worker_id="w",
-                              visibility_timeout=30, max_lost=3)  # fmt: skip
+    leases = app.broker.claim(
+        ["default"], app.now(), limit=count, worker_id="w", visibility_timeout=30, max_lost=3
+    )
     assert len(leases) == count
     return [Running(lease, app.tasks.get(lease.job.task), "inline", None) for lease in leases]
 

@@ -23,25 +23,61 @@ from tests.worker.harness import WorkerProcess
 REPO = Path(__file__).resolve().parents[2]
 
 # Never in a worker process: the CLI, the dashboard stack, cron support, the read/alert APIs.
-WORKER_NEVER = ("click", "rich", "starlette", "jinja2", "prometheus_client", "uvicorn",
-                "croniter", "zoneinfo", "conveyor.cli", "conveyor.dashboard",
-                "conveyor.scheduler", "conveyor.monitoring.prometheus",
-                "conveyor.monitoring.inspect", "conveyor.monitoring.alerts",
-                "conveyor.monitoring.rules", "conveyor.core.cron", "decimal", "ctypes")  # fmt: skip
+WORKER_NEVER = (
+    "click",
+    "rich",
+    "starlette",
+    "jinja2",
+    "prometheus_client",
+    "uvicorn",
+    "croniter",
+    "zoneinfo",
+    "conveyor.cli",
+    "conveyor.dashboard",
+    "conveyor.scheduler",
+    "conveyor.monitoring.prometheus",
+    "conveyor.monitoring.inspect",
+    "conveyor.monitoring.alerts",
+    "conveyor.monitoring.rules",
+    "conveyor.core.cron",
+    "decimal",
+    "ctypes",
+)
 # The supervisor process additionally never loads the app, the broker, the worker loop, or
 # the heavier standard modules (it spawns with os.posix_spawn, not subprocess, and writes its
 # log lines with conveyor.worker.leanlog, not logging).
-SUPERVISOR_NEVER = (*WORKER_NEVER, "conveyor.app", "conveyor.broker", "conveyor.worker.loop",
-                    "conveyor.worker.child", "redis", "orjson", "asyncio", "typing",
-                    "dataclasses", "inspect", "subprocess", "selectors", "logging", "json",
-                    "re")  # fmt: skip
+SUPERVISOR_NEVER = (
+    *WORKER_NEVER,
+    "conveyor.app",
+    "conveyor.broker",
+    "conveyor.worker.loop",
+    "conveyor.worker.child",
+    "redis",
+    "orjson",
+    "asyncio",
+    "typing",
+    "dataclasses",
+    "inspect",
+    "subprocess",
+    "selectors",
+    "logging",
+    "json",
+    "re",
+)
 
 
 def _modules(code: str, **env: str) -> set[str]:
     """``sys.modules`` of a fresh interpreter after running ``code``."""
     script = f"{code}\nimport sys\nprint('MODULES', *sorted(sys.modules))"  # no json: it counts
-    out = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True,
-                         text=True, timeout=60, env={**os.environ, **env}, check=True)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **env},
+        check=True,
+    )
     line = next(x for x in out.stdout.splitlines() if x.startswith("MODULES "))
     return set(line.split()[1:])
 
@@ -54,17 +90,22 @@ def test_supervisor_module_imports_the_standard_library_only() -> None:
     modules = _modules("import conveyor.worker.supervisor")
     assert _loaded(modules, SUPERVISOR_NEVER) == []
     assert {m for m in modules if m.startswith("conveyor")} == {
-        "conveyor", "conveyor.worker", "conveyor.worker.leanlog", "conveyor.worker.procutil",
+        "conveyor",
+        "conveyor.worker",
+        "conveyor.worker.leanlog",
+        "conveyor.worker.procutil",
         "conveyor.worker.supervisor",
-    }  # fmt: skip
+    }
 
 
 def test_package_import_is_lazy_and_the_public_api_still_works() -> None:
     assert _loaded(_modules("import conveyor, conveyor.worker"), ("conveyor.app", "typing")) == []
-    modules = _modules("from conveyor import Conveyor, JobState, Retry\n"
-                       "from conveyor.worker import Worker\n"
-                       "assert Conveyor.__name__ == 'Conveyor' and Worker.__name__ == 'Worker'\n"
-                       "import conveyor\nassert 'Task' in dir(conveyor)")  # fmt: skip
+    modules = _modules(
+        "from conveyor import Conveyor, JobState, Retry\n"
+        "from conveyor.worker import Worker\n"
+        "assert Conveyor.__name__ == 'Conveyor' and Worker.__name__ == 'Worker'\n"
+        "import conveyor\nassert 'Task' in dir(conveyor)"
+    )
     assert "conveyor.app" in modules
 
 
@@ -73,9 +114,11 @@ def test_worker_process_imports_only_what_it_runs(url: str, tmp_path: Path) -> N
     """What ``python -m conveyor.worker.child`` loads for a plain sync app (no I/O happens)."""
     if url.startswith("redis"):
         pytest.importorskip("redis")
-    code = ("import conveyor.worker.child as c\n"
-            "app = c.load_app_ref('tests.worker.apps.jobs:app')\n"
-            "worker = app.worker('default', concurrency=1024)\n")  # fmt: skip
+    code = (
+        "import conveyor.worker.child as c\n"
+        "app = c.load_app_ref('tests.worker.apps.jobs:app')\n"
+        "worker = app.worker('default', concurrency=1024)\n"
+    )
     url = url.replace("footprint.db", str(tmp_path / "footprint.db"))
     modules = _modules(code, CONVEYOR_URL=url)
     assert "conveyor.worker.loop" in modules  # the probe did build a worker
@@ -83,18 +126,20 @@ def test_worker_process_imports_only_what_it_runs(url: str, tmp_path: Path) -> N
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("args", "entry"), [
-    ((), "-m conveyor.worker.supervisor"),
-    (("--no-supervisor",), "-m conveyor.worker.child --unsupervised"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("args", "entry"),
+    [
+        ((), "-m conveyor.worker.supervisor"),
+        (("--no-supervisor",), "-m conveyor.worker.child --unsupervised"),
+    ],
+)
 def test_conveyor_worker_execs_a_lean_process_under_the_same_pid(
     args: tuple[str, ...], entry: str, tmp_path: Path
 ) -> None:
     """``conveyor worker`` checks the app, then becomes the lean process (same pid)."""
     w = WorkerProcess(f"sqlite:///{tmp_path / 'jobs.db'}", tmp_path, "-c", "2", *args)
     try:
-        cmdline: Any = wait_until(lambda: entry in _cmdline(w.pid) and _cmdline(w.pid),
-                                  timeout=15)  # fmt: skip
+        cmdline: Any = wait_until(lambda: entry in _cmdline(w.pid) and _cmdline(w.pid), timeout=15)
         assert " worker tests.worker.apps.jobs:app" not in cmdline  # no longer the CLI
         w.wait_ready()
         w.signal(signal.SIGTERM)
@@ -116,8 +161,14 @@ def _cmdline(pid: int) -> str:
 def test_exec_opt_out_keeps_the_cli_process(args: tuple[str, ...], tmp_path: Path) -> None:
     """``CONVEYOR_WORKER_EXEC=0`` (as under a debugger or profiler): the CLI process stays and
     supervises (or works) itself."""
-    w = WorkerProcess(f"sqlite:///{tmp_path / 'jobs.db'}", tmp_path, "-c", "2", *args,
-                      env={"CONVEYOR_WORKER_EXEC": "0"})  # fmt: skip
+    w = WorkerProcess(
+        f"sqlite:///{tmp_path / 'jobs.db'}",
+        tmp_path,
+        "-c",
+        "2",
+        *args,
+        env={"CONVEYOR_WORKER_EXEC": "0"},
+    )
     try:
         w.wait_ready()
         assert " worker tests.worker.apps.jobs:app" in _cmdline(w.pid)

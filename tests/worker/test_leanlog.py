@@ -34,10 +34,14 @@ def _lean_line(fmt: str, msg: str, *args: object) -> str:
 
 
 def test_text_lines_match_the_logging_format() -> None:
-    shape = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} WARNING \[(\d+)\] "
-                       r"conveyor\.supervisor: worker process 12 started \(slot 0\)\n$")
-    for line in (_stdlib_line("text", "worker process %d started (slot %d)", 12, 0),
-                 _lean_line("text", "worker process %d started (slot %d)", 12, 0)):  # fmt: skip
+    shape = re.compile(
+        r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} WARNING \[(\d+)\] "
+        r"conveyor\.supervisor: worker process 12 started \(slot 0\)\n$"
+    )
+    for line in (
+        _stdlib_line("text", "worker process %d started (slot %d)", 12, 0),
+        _lean_line("text", "worker process %d started (slot %d)", 12, 0),
+    ):
         match = shape.match(line)
         assert match and int(match.group(1)) == os.getpid(), line
 
@@ -48,7 +52,11 @@ def test_json_lines_match_the_json_formatter() -> None:
     lean = json.loads(_lean_line("json", "%s", msg))
     assert list(lean) == list(stdlib) == ["ts", "level", "logger", "pid", "msg"]
     assert {k: lean[k] for k in ("level", "logger", "pid", "msg")} == {
-        "level": "warning", "logger": "conveyor.supervisor", "pid": os.getpid(), "msg": msg}
+        "level": "warning",
+        "logger": "conveyor.supervisor",
+        "pid": os.getpid(),
+        "msg": msg,
+    }
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", lean["ts"])
     assert json.loads(json_string(msg)) == msg
 

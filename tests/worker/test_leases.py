@@ -23,8 +23,9 @@ class Hooks(Middleware):
     def before_process(self, worker: Any, job: Any) -> None:
         self.calls.append(("before_process", job.id))
 
-    def after_process(self, worker: Any, job: Any, *, outcome: str, duration: float,
-                      error: BaseException | None) -> None:  # fmt: skip
+    def after_process(
+        self, worker: Any, job: Any, *, outcome: str, duration: float, error: BaseException | None
+    ) -> None:
         self.calls.append(("after_process", (job.id, outcome)))
 
     def on_lease_lost(self, worker: Any, job: Any) -> None:

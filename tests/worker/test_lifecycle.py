@@ -27,8 +27,9 @@ class Hooks(Middleware):
     def before_process(self, worker: Any, job: Any) -> None:
         self.calls.append(f"before:{job.task}")
 
-    def after_process(self, worker: Any, job: Any, *, outcome: str, duration: float,
-                      error: BaseException | None) -> None:  # fmt: skip
+    def after_process(
+        self, worker: Any, job: Any, *, outcome: str, duration: float, error: BaseException | None
+    ) -> None:
         self.calls.append(f"after:{job.task}:{outcome}:{type(error).__name__}")
 
     def on_retry(self, worker: Any, job: Any, retry_at: float) -> None:
@@ -119,16 +120,34 @@ def test_hooks_and_the_worker_survives_anything_a_job_does(live_app: Conveyor) -
     def fine() -> int:
         return 1
 
-    jobs = [flaky.enqueue(), exits.enqueue(), interrupts.enqueue(), permanent.enqueue(),
-            unserialisable.enqueue(), app.enqueue("no_such_task"), fine.enqueue()]  # fmt: skip
+    jobs = [
+        flaky.enqueue(),
+        exits.enqueue(),
+        interrupts.enqueue(),
+        permanent.enqueue(),
+        unserialisable.enqueue(),
+        app.enqueue("no_such_task"),
+        fine.enqueue(),
+    ]
     with running(app, concurrency=3):
-        wait_until(lambda: "after:fine:completed:NoneType" in hooks.calls
-                   and len([c for c in hooks.calls if c.startswith("after:")]) == 7)  # fmt: skip
+        wait_until(
+            lambda: (
+                "after:fine:completed:NoneType" in hooks.calls
+                and len([c for c in hooks.calls if c.startswith("after:")]) == 7
+            )
+        )
     # SystemExit is an ordinary, retryable error (issue 13, 12b); KeyboardInterrupt is outside
     # retry_on=(Exception,): a permanent failure. A result that cannot be stored: completed
     # without it (the work happened, issue 13).
-    assert states(app, jobs) == ["retry_scheduled", "retry_scheduled", "dead_letter", "dead_letter",
-                                 "completed", "dead_letter", "completed"]  # fmt: skip
+    assert states(app, jobs) == [
+        "retry_scheduled",
+        "retry_scheduled",
+        "dead_letter",
+        "dead_letter",
+        "completed",
+        "dead_letter",
+        "completed",
+    ]
     assert hooks.calls[0] == "start" and hooks.calls[-1] == "stop"
     assert "retry:flaky" in hooks.calls and "dead:permanent:permanent" in hooks.calls
     assert "dead:no_such_task:unknown_task" in hooks.calls
@@ -172,8 +191,9 @@ def test_registry_record_while_running_and_removed_on_exit(live_app: Conveyor) -
     job = hold.enqueue()
     with running(app, queues="high:5,default", concurrency=3) as worker:
         wait_until(lambda: job.refresh().state is JobState.ACTIVE)
-        record = wait_until(lambda: next((w for w in app.workers()
-                                          if job.id in w["running"]), None), timeout=3)  # fmt: skip
+        record = wait_until(
+            lambda: next((w for w in app.workers() if job.id in w["running"]), None), timeout=3
+        )
         assert record["id"] == worker.id and record["queues"] == ["high", "default"]
         assert record["concurrency"] == 3 and record["processed"] == 0
         assert 5_000_000 < record["rss"] < 500_000_000 and record["pid"] > 0
@@ -206,6 +226,7 @@ def test_json_outcome_lines(live_app: Conveyor, level: str) -> None:
     stream = io.StringIO()
     setup_logging("json", level, stream=stream)
     try:
+
         @app.task(max_attempts=1)
         def bad() -> None:
             raise ValueError("nope")

@@ -34,8 +34,9 @@ SCRIPT = textwrap.dedent("""
 
 def test_unguarded_script_is_explained_and_its_jobs_released(tmp_path: Path) -> None:
     (tmp_path / "script.py").write_text(SCRIPT)
-    proc = subprocess.run([sys.executable, "script.py"], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=120)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "script.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["exit_code"] == 5, proc.stderr[-3000:]  # stopped (EXIT_CONFIG), not serving

@@ -20,6 +20,7 @@ from tests.worker.conftest import wait_until
 
 pytestmark = pytest.mark.slow
 
+
 def test_sigterm_drains_in_flight_jobs_then_exits_0(env: dict[str, Any]) -> None:
     app, marks = env["app"], env["marks"]
     w = env["worker"]("-c", "2", "--shutdown-timeout", "10")
@@ -56,8 +57,10 @@ def test_unfinished_jobs_are_released_and_run_by_the_next_worker(env: dict[str, 
 def test_second_signal_releases_and_exits_now(env: dict[str, Any]) -> None:
     """Also the programmatic entry point: ``app.worker(processes=2).run()`` supervises too."""
     app, marks = env["app"], env["marks"]
-    code = ("import sys; from tests.worker.apps.jobs import app; "
-            "sys.exit(app.worker(processes=2, shutdown_timeout=60).run())")  # fmt: skip
+    code = (
+        "import sys; from tests.worker.apps.jobs import app; "
+        "sys.exit(app.worker(processes=2, shutdown_timeout=60).run())"
+    )
     w = env["worker"](command=[sys.executable, "-c", code])
     wait_until(lambda: len(app.workers()) == 2, timeout=15)
     job = app.enqueue("once_slow", args=["n", 60])

@@ -25,8 +25,11 @@ BIG = 2 * 1024 * 1024  # over the default 1 MiB result cap
 
 def make_app(broker: Broker, **settings: Any) -> Conveyor:
     """A live app (real clock) whose worker must record within a short lease."""
-    return Conveyor(broker, settings=Settings(**{**FAST, "visibility_timeout": 3.0, **settings}),
-                    rng=random.Random(1))  # fmt: skip
+    return Conveyor(
+        broker,
+        settings=Settings(**{**FAST, "visibility_timeout": 3.0, **settings}),
+        rng=random.Random(1),
+    )
 
 
 def test_unstorable_results_touch_only_their_own_job(broker: Broker) -> None:
@@ -54,8 +57,10 @@ def test_unstorable_results_touch_only_their_own_job(broker: Broker) -> None:
     jobs += [good.enqueue(1000 + k) for k in range(5)]
     started = time.monotonic()
     with running(app, concurrency=8):
-        wait_until(lambda: all(s == "completed" for s in
-                               (str(j.refresh().state) for j in jobs)), timeout=20)  # fmt: skip
+        wait_until(
+            lambda: all(s == "completed" for s in (str(j.refresh().state) for j in jobs)),
+            timeout=20,
+        )
         time.sleep(0.5)  # anything redelivered would run again now
     assert time.monotonic() - started < 20
     assert all(count == 1 for count in runs.values()), runs
@@ -85,8 +90,9 @@ def test_result_cap_is_a_setting(broker: Broker) -> None:
 
     small, large = echo.enqueue("x" * 50), echo.enqueue("y" * 200)
     with running(app, concurrency=2):
-        wait_until(lambda: all(j.refresh().state is JobState.COMPLETED for j in (small, large)),
-                   timeout=10)  # fmt: skip
+        wait_until(
+            lambda: all(j.refresh().state is JobState.COMPLETED for j in (small, large)), timeout=10
+        )
     assert small.refresh().result == "x" * 50 and small.errors == []
     large.refresh()
     assert large.result is None and "the limit is 100 bytes" in large.errors[0]["message"]

@@ -45,6 +45,7 @@ def test_processes_registry_restart_and_pause_resume(env: dict[str, Any]) -> Non
     victim = records[0]["pid"]
     os.kill(victim, signal.SIGKILL)
     wait_until(lambda: len(w.child_pids()) == 3, timeout=5)
+
     def live() -> set[int]:
         return {r["pid"] for r in app.workers()}
 
@@ -102,12 +103,22 @@ def test_max_memory_per_child_recycles(env: dict[str, Any]) -> None:
 def test_json_logs_and_metrics_endpoint(env: dict[str, Any]) -> None:
     app = env["app"]
     port = free_port()
-    w = env["worker"]("--log-format", "json", "--log-level", "debug", "--metrics-port",
-                      str(port), "--metrics-host", "127.0.0.1")  # fmt: skip
+    w = env["worker"](
+        "--log-format",
+        "json",
+        "--log-level",
+        "debug",
+        "--metrics-port",
+        str(port),
+        "--metrics-host",
+        "127.0.0.1",
+    )
     job = app.enqueue("sleeper", args=["j", 0.0])
     wait_until(lambda: job.refresh().state is JobState.COMPLETED, timeout=15)
-    line = wait_until(lambda: next((json.loads(x) for x in w.output().splitlines()
-                                    if '"outcome"' in x), None), timeout=5)  # fmt: skip
+    line = wait_until(
+        lambda: next((json.loads(x) for x in w.output().splitlines() if '"outcome"' in x), None),
+        timeout=5,
+    )
     assert line["job_id"] == job.id and line["outcome"] == "completed"
     assert line["task"] == "sleeper" and line["queue"] == "default" and line["attempt"] == 1
     assert line["worker"] and isinstance(line["duration"], float)
@@ -126,16 +137,20 @@ def _get(url: str) -> str | None:
         return None
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["nope_module:app"], "cannot import"),
-    (["tests.worker.apps.jobs:app", "--queues", "high:x"], "weight"),
-    (["tests.worker.apps.jobs:app", "--concurrency", "0"], "concurrency"),
-    (["tests.worker.apps.jobs:app", "--log-format", "xml"], "log-format"),
-    (["tests.worker.apps.jobs:missing"], "not a Conveyor app"),
-    (["tests.worker.apps.memory_app:app"], "memory://"),
-])  # fmt: skip
-def test_cli_refuses_bad_input(args: list[str], message: str, tmp_path: Any,
-                               monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["nope_module:app"], "cannot import"),
+        (["tests.worker.apps.jobs:app", "--queues", "high:x"], "weight"),
+        (["tests.worker.apps.jobs:app", "--concurrency", "0"], "concurrency"),
+        (["tests.worker.apps.jobs:app", "--log-format", "xml"], "log-format"),
+        (["tests.worker.apps.jobs:missing"], "not a Conveyor app"),
+        (["tests.worker.apps.memory_app:app"], "memory://"),
+    ],
+)
+def test_cli_refuses_bad_input(
+    args: list[str], message: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("CONVEYOR_URL", f"sqlite:///{tmp_path / 'x.db'}")
     result = CliRunner().invoke(cli, ["worker", *args])
     assert result.exit_code == 2, result.output

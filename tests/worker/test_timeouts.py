@@ -69,8 +69,9 @@ def test_async_job_is_cancelled(live_app: Conveyor) -> None:
 
 def test_process_job_is_killed(live_app: Conveyor) -> None:
     app = live_app
-    slow = app.task(executor="process", timeout=1, max_attempts=1,
-                    name="p_slow")(funcs.sleep_then_pid)  # fmt: skip
+    slow = app.task(executor="process", timeout=1, max_attempts=1, name="p_slow")(
+        funcs.sleep_then_pid
+    )
     pid = app.task(executor="process", name="p_pid")(funcs.pid)
     with running(app, process_pool_size=1) as worker:
         first = pid.enqueue()  # warm the child so the timing below excludes start-up

@@ -27,8 +27,12 @@ from conveyor.config import Settings
 
 from .conftest import running, wait_until
 
-SETTINGS = {"poll_interval": 0.5, "reap_interval": 2.0, "heartbeat_interval": 5.0,
-            "shutdown_timeout": 5.0}  # fmt: skip
+SETTINGS = {
+    "poll_interval": 0.5,
+    "reap_interval": 2.0,
+    "heartbeat_interval": 5.0,
+    "shutdown_timeout": 5.0,
+}
 LEASE_TARGET = 0.050
 DUE_TARGET = 0.020
 
@@ -58,8 +62,9 @@ def test_an_expired_lease_is_claimable_at_its_deadline_by_any_claim(broker: Brok
                 break
             assert now - deadline < 3.0, "the expired lease never came back"
             time.sleep(0.002)
-        app.broker.fail(again[0].id, again[0].token, app.now(), error={"kind": "error"},
-                        retry_at=None)  # fmt: skip
+        app.broker.fail(
+            again[0].id, again[0].token, app.now(), error={"kind": "error"}, retry_at=None
+        )
     assert statistics.median(lateness) < LEASE_TARGET, lateness
 
 

@@ -48,9 +48,19 @@ from ..core.state import JobState
 from .side import CounterStore, DocStore, EventStore, LogStore
 
 EVENT_TYPES = (
-    "enqueued", "started", "completed", "failed", "retry_scheduled", "dead_lettered",
-    "cancelled", "requeued", "released", "lease_lost", "worker_up", "worker_down",
-)  # fmt: skip
+    "enqueued",
+    "started",
+    "completed",
+    "failed",
+    "retry_scheduled",
+    "dead_lettered",
+    "cancelled",
+    "requeued",
+    "released",
+    "lease_lost",
+    "worker_up",
+    "worker_down",
+)
 
 
 class EnqueueResult(NamedTuple):
@@ -189,10 +199,14 @@ class JobAdmin(abc.ABC):
 
     @abc.abstractmethod
     def purge(
-        self, now: float, *, state: JobState = JobState.DEAD_LETTER,
+        self,
+        now: float,
+        *,
+        state: JobState = JobState.DEAD_LETTER,
         older_than: float | None = None,
-        queue: str | None = None, ids: Sequence[str] | None = None,
-    ) -> int:  # fmt: skip
+        queue: str | None = None,
+        ids: Sequence[str] | None = None,
+    ) -> int:
         """Delete terminal jobs in ``state`` finished more than ``older_than`` s ago."""
 
     @abc.abstractmethod
@@ -258,9 +272,14 @@ class JobStore(JobReads, JobAdmin):
 
     @abc.abstractmethod
     def fail(
-        self, job_id: str, token: str, now: float, *, error: Mapping[str, Any],
+        self,
+        job_id: str,
+        token: str,
+        now: float,
+        *,
+        error: Mapping[str, Any],
         retry_at: float | None,
-    ) -> JobState:  # fmt: skip
+    ) -> JobState:
         """Record a failed attempt (``error`` is appended to ``errors``, sets ``last_error``).
 
         ``retry_at`` set → ``retry_scheduled`` until then; None → ``dead_letter``.
@@ -269,9 +288,15 @@ class JobStore(JobReads, JobAdmin):
 
     @abc.abstractmethod
     def release(
-        self, job_id: str, token: str, now: float, *, delay: float = 0.0, penalize: bool = True,
+        self,
+        job_id: str,
+        token: str,
+        now: float,
+        *,
+        delay: float = 0.0,
+        penalize: bool = True,
         note: str = "released",
-    ) -> JobState:  # fmt: skip
+    ) -> JobState:
         """Give a leased job back: ``pending`` now, or ``scheduled`` after ``delay``.
 
         ``penalize=False`` (graceful shutdown) gives the attempt back (``attempts -= 1``).
@@ -340,8 +365,14 @@ class Broker(JobStore):
     events: EventStore
     counters: CounterStore
 
-    def doc_put(self, collection: str, name: str, doc: Mapping[str, Any], now: float,
-                ttl: float | None = None) -> None:  # fmt: skip
+    def doc_put(
+        self,
+        collection: str,
+        name: str,
+        doc: Mapping[str, Any],
+        now: float,
+        ttl: float | None = None,
+    ) -> None:
         """``docs.put``."""
         self.docs.put(collection, name, doc, now, ttl)
 
@@ -357,8 +388,15 @@ class Broker(JobStore):
         """``docs.delete``."""
         return self.docs.delete(collection, name)
 
-    def doc_update_if(self, collection: str, name: str, field: str, expected: Any,
-                      changes: Mapping[str, Any], now: float) -> bool:  # fmt: skip
+    def doc_update_if(
+        self,
+        collection: str,
+        name: str,
+        field: str,
+        expected: Any,
+        changes: Mapping[str, Any],
+        now: float,
+    ) -> bool:
         """``docs.update_if``."""
         return self.docs.update_if(collection, name, field, expected, changes, now)
 
@@ -374,13 +412,15 @@ class Broker(JobStore):
         """``events.add``."""
         self.events.add(events)
 
-    def events_read(self, after: str | None = None, limit: int = 100
-                    ) -> tuple[list[dict[str, Any]], str]:  # fmt: skip
+    def events_read(
+        self, after: str | None = None, limit: int = 100
+    ) -> tuple[list[dict[str, Any]], str]:
         """``events.read``."""
         return self.events.read(after, limit)
 
-    def counters_add(self, bucket: str, increments: Mapping[str, float], now: float,
-                     ttl: float) -> None:  # fmt: skip
+    def counters_add(
+        self, bucket: str, increments: Mapping[str, float], now: float, ttl: float
+    ) -> None:
         """``counters.add``."""
         self.counters.add(bucket, increments, now, ttl)
 

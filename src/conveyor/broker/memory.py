@@ -150,7 +150,8 @@ class MemoryBroker(MemoryReads, Broker):
                 self._known_queues.add(job.queue)
                 if job.idempotency_key:
                     self._idem[(job.queue, job.idempotency_key)] = (
-                        job.id, now + job.idempotency_ttl
+                        job.id,
+                        now + job.idempotency_ttl,
                     )
                 self._place(stored)
                 self._emit("enqueued", stored, now, state=str(stored.state))
@@ -167,9 +168,15 @@ class MemoryBroker(MemoryReads, Broker):
 
     # ------------------------------------------------------------------ consumers
     def claim(
-        self, queues: Sequence[str], now: float, *, limit: int = 1,
-        visibility_timeout: float = 30.0, worker_id: str = "", max_lost: int = 3,
-    ) -> Claimed:  # fmt: skip
+        self,
+        queues: Sequence[str],
+        now: float,
+        *,
+        limit: int = 1,
+        visibility_timeout: float = 30.0,
+        worker_id: str = "",
+        max_lost: int = 3,
+    ) -> Claimed:
         """Lease up to ``limit`` ready jobs, queues in the given order.
 
         First, for every queue: due delayed jobs become pending, expired leases come back.
@@ -200,8 +207,9 @@ class MemoryBroker(MemoryReads, Broker):
             self._seen.changes = self._changes
             if leases:
                 return Claimed(leases)
-            times = [t for t in (self._delayed.next_time(), self._leases.next_time())
-                     if t is not None]  # fmt: skip
+            times = [
+                t for t in (self._delayed.next_time(), self._leases.next_time()) if t is not None
+            ]
             return Claimed.of(leases, min(times) if times else None)
 
     def complete(self, acks: Sequence[Ack], now: float) -> list[bool]:
@@ -221,9 +229,14 @@ class MemoryBroker(MemoryReads, Broker):
             return out
 
     def fail(
-        self, job_id: str, token: str, now: float, *, error: Mapping[str, Any],
+        self,
+        job_id: str,
+        token: str,
+        now: float,
+        *,
+        error: Mapping[str, Any],
         retry_at: float | None,
-    ) -> JobState:  # fmt: skip
+    ) -> JobState:
         """Record a failed attempt; retry later or dead-letter."""
         with self._lock:
             job = self._leased(job_id, token)
@@ -239,9 +252,15 @@ class MemoryBroker(MemoryReads, Broker):
             return job.state
 
     def release(
-        self, job_id: str, token: str, now: float, *, delay: float = 0.0, penalize: bool = True,
+        self,
+        job_id: str,
+        token: str,
+        now: float,
+        *,
+        delay: float = 0.0,
+        penalize: bool = True,
         note: str = "released",
-    ) -> JobState:  # fmt: skip
+    ) -> JobState:
         """Give the job back (now or after ``delay``)."""
         with self._lock:
             job = self._leased(job_id, token)
@@ -309,8 +328,10 @@ class MemoryBroker(MemoryReads, Broker):
         return reaped
 
     def _expire_finished(self, now: float) -> None:
-        ttl = {JobState.COMPLETED: self.retention.completed_ttl,
-               JobState.CANCELLED: self.retention.cancelled_ttl}  # fmt: skip
+        ttl = {
+            JobState.COMPLETED: self.retention.completed_ttl,
+            JobState.CANCELLED: self.retention.cancelled_ttl,
+        }
         for key, ring in self._finished.items():
             state = JobState(key.rsplit("|", 1)[1])
             if state not in ttl:
@@ -346,10 +367,14 @@ class MemoryBroker(MemoryReads, Broker):
             return True
 
     def purge(
-        self, now: float, *, state: JobState = JobState.DEAD_LETTER,
+        self,
+        now: float,
+        *,
+        state: JobState = JobState.DEAD_LETTER,
         older_than: float | None = None,
-        queue: str | None = None, ids: Sequence[str] | None = None,
-    ) -> int:  # fmt: skip
+        queue: str | None = None,
+        ids: Sequence[str] | None = None,
+    ) -> int:
         """Delete matching terminal jobs."""
         if state not in TERMINAL_STATES:
             raise ValueError("purge: only terminal states can be purged")

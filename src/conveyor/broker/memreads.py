@@ -48,8 +48,9 @@ class MemoryReads:
     def peek(self, queue: str, n: int = 10) -> list[Job]:
         """Next ready jobs in claim order."""
         with self._lock:
-            ready = [j for j in self._jobs.values()
-                     if j.queue == queue and j.state is JobState.PENDING]  # fmt: skip
+            ready = [
+                j for j in self._jobs.values() if j.queue == queue and j.state is JobState.PENDING
+            ]
             ready.sort(key=lambda j: (j.priority, self._ready_seq.get(j.id, 0)))
             return [self._snap(j) for j in ready[:n]]
 
@@ -65,6 +66,9 @@ class MemoryReads:
     def oldest_pending(self, queue: str) -> float | None:
         """Ready time of the oldest pending job."""
         with self._lock:
-            times = [j.run_at or j.created_at for j in self._jobs.values()
-                     if j.queue == queue and j.state is JobState.PENDING]  # fmt: skip
+            times = [
+                j.run_at or j.created_at
+                for j in self._jobs.values()
+                if j.queue == queue and j.state is JobState.PENDING
+            ]
             return min(times) if times else None

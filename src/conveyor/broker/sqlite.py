@@ -31,11 +31,15 @@ from .sqlite_side import SqliteCounters, SqliteDocs, SqliteEvents, SqliteLogs
 from .sqlite_store import Tx
 
 _DELAYED = (JobState.SCHEDULED, JobState.RETRY_SCHEDULED)
-_SAVE = ("UPDATE jobs SET state = ?, seq = COALESCE(?, seq), run_at = ?, due_at = ?, lease_at = ?,"
-         " token = ?, finished_at = ?, last_error = ?, payload = ?, corrupt = COALESCE(corrupt, ?)"
-         " WHERE rid = ?")  # fmt: skip
-_INSERT = ("INSERT INTO jobs (id, queue, task, state, priority, seq, run_at, created_at, due_at,"
-           " finished_at, payload) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")  # fmt: skip
+_SAVE = (
+    "UPDATE jobs SET state = ?, seq = COALESCE(?, seq), run_at = ?, due_at = ?, lease_at = ?,"
+    " token = ?, finished_at = ?, last_error = ?, payload = ?, corrupt = COALESCE(corrupt, ?)"
+    " WHERE rid = ?"
+)
+_INSERT = (
+    "INSERT INTO jobs (id, queue, task, state, priority, seq, run_at, created_at, due_at,"
+    " finished_at, payload) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
 _LIVE_KEY = "SELECT job_id FROM idem WHERE queue = ? AND key = ? AND expires_at > ?"
 _FINISHED = "queue = ? AND state = ? AND finished_at IS NOT NULL"
 
@@ -54,11 +58,17 @@ class SqliteBroker(SqliteReads, Broker):
     """The Broker protocol on one SQLite file (see module docstring)."""
 
     def __init__(
-        self, path: str, retention: Retention | None = None, *, synchronous: str = "NORMAL",
-        busy_timeout: float = 30.0, url: str | None = None,
-    ) -> None:  # fmt: skip
-        super().__init__(path, retention, synchronous=synchronous, busy_timeout=busy_timeout,
-                         url=url)  # fmt: skip
+        self,
+        path: str,
+        retention: Retention | None = None,
+        *,
+        synchronous: str = "NORMAL",
+        busy_timeout: float = 30.0,
+        url: str | None = None,
+    ) -> None:
+        super().__init__(
+            path, retention, synchronous=synchronous, busy_timeout=busy_timeout, url=url
+        )
         self.docs, self.logs = SqliteDocs(self), SqliteLogs(self)  # side stores: composed parts
         self.events, self.counters = SqliteEvents(self), SqliteCounters(self)
 
@@ -73,12 +83,22 @@ class SqliteBroker(SqliteReads, Broker):
     def _save(self, tx: Tx, rec: Rec, token: str | None = None, placed: bool = True) -> None:
         """Write a job back; ``placed`` gives it the next sequence number (its new place)."""
         job, state = rec.job, rec.job.state
-        tx.conn.execute(_SAVE, (
-            str(state), tx.next_seq() if placed else None, job.run_at,
-            job.run_at if state in _DELAYED else None,
-            job.lease_expires_at if state is JobState.ACTIVE else None, token,
-            job.finished_at if state in TERMINAL_STATES else None, job.last_error,
-            rec.payload(), rec.corrupt, rec.rid))  # fmt: skip
+        tx.conn.execute(
+            _SAVE,
+            (
+                str(state),
+                tx.next_seq() if placed else None,
+                job.run_at,
+                job.run_at if state in _DELAYED else None,
+                job.lease_expires_at if state is JobState.ACTIVE else None,
+                token,
+                job.finished_at if state in TERMINAL_STATES else None,
+                job.last_error,
+                rec.payload(),
+                rec.corrupt,
+                rec.rid,
+            ),
+        )
         tx.count(job.queue, rec.state, str(state))
         if state in (JobState.COMPLETED, JobState.DEAD_LETTER):
             tx.finished.add((job.queue, str(state)))
@@ -92,14 +112,23 @@ class SqliteBroker(SqliteReads, Broker):
     def _before_commit(self, tx: Tx) -> None:
         """Cap the finished jobs (per queue, oldest first) touched by this transaction."""
         for queue, state in tx.finished:
-            cap = self.retention.completed_max if state == "completed" else \
-                self.retention.dead_letter_max  # fmt: skip
-            row = tx.conn.execute("SELECT n FROM counts WHERE queue = ? AND state = ?",
-                                  (queue, state)).fetchone()  # fmt: skip
+            cap = (
+                self.retention.completed_max
+                if state == "completed"
+                else self.retention.dead_letter_max
+            )
+            row = tx.conn.execute(
+                "SELECT n FROM counts WHERE queue = ? AND state = ?", (queue, state)
+            ).fetchone()
             excess = (row[0] if row else 0) + tx.deltas.get((queue, state), 0) - max(cap, 0)
             if excess > 0:
-                self._delete(tx, queue, state, f"rid IN (SELECT rid FROM jobs WHERE {_FINISHED}"
-                             " ORDER BY seq LIMIT ?)", (queue, state, excess))  # fmt: skip
+                self._delete(
+                    tx,
+                    queue,
+                    state,
+                    f"rid IN (SELECT rid FROM jobs WHERE {_FINISHED} ORDER BY seq LIMIT ?)",
+                    (queue, state, excess),
+                )
         super()._before_commit(tx)
 
     def enqueue(
@@ -125,30 +154,55 @@ class SqliteBroker(SqliteReads, Broker):
                     raise DuplicateJob(_first_repeat([j.id for j in jobs]))
                 results = [EnqueueResult(j.id, False, j.state) for j in jobs]
             new = [job for job, _ in fresh.values()]
-            tx.events.extend({"type": "enqueued", "job_id": j.id, "queue": j.queue, "task": j.task,
-                              "at": now, "state": str(j.state)} for j in new)  # fmt: skip
+            tx.events.extend(
+                {
+                    "type": "enqueued",
+                    "job_id": j.id,
+                    "queue": j.queue,
+                    "task": j.task,
+                    "at": now,
+                    "state": str(j.state),
+                }
+                for j in new
+            )
             for (queue, name), n in Counter((j.queue, str(j.state)) for j in new).items():
                 tx.count(queue, None, name, n)
             seq0 = tx.bump("seq", len(new)) - len(new)  # one range of places for the batch
             c, before = tx.conn, tx.conn.total_changes
             try:
-                c.executemany(_INSERT, [(
-                    j.id, j.queue, j.task, str(j.state), j.priority, seq0 + i, j.run_at,
-                    j.created_at, j.run_at if j.state in _DELAYED else None,
-                    j.finished_at if j.state in TERMINAL_STATES else None,
-                    p if p is not None else orjson.dumps(job_to_dict(j)))
-                    for i, (j, p) in enumerate(fresh.values(), 1)])  # fmt: skip
+                c.executemany(
+                    _INSERT,
+                    [
+                        (
+                            j.id,
+                            j.queue,
+                            j.task,
+                            str(j.state),
+                            j.priority,
+                            seq0 + i,
+                            j.run_at,
+                            j.created_at,
+                            j.run_at if j.state in _DELAYED else None,
+                            j.finished_at if j.state in TERMINAL_STATES else None,
+                            p if p is not None else orjson.dumps(job_to_dict(j)),
+                        )
+                        for i, (j, p) in enumerate(fresh.values(), 1)
+                    ],
+                )
             except sqlite3.IntegrityError:  # executemany stops at the first rejected row
                 job = new[c.total_changes - before]
                 if c.execute("SELECT 1 FROM jobs WHERE id = ?", (job.id,)).fetchone():
                     raise DuplicateJob(job.id) from None
                 raise
             keyed = [j for j in new if j.idempotency_key]
-            c.executemany("INSERT OR REPLACE INTO idem (queue, key, job_id, expires_at) VALUES"
-                          " (?, ?, ?, ?)", [(j.queue, j.idempotency_key, j.id,
-                                             now + j.idempotency_ttl) for j in keyed])  # fmt: skip
-            c.executemany("INSERT OR IGNORE INTO queues (name) VALUES (?)",
-                          [(q,) for q in sorted({j.queue for j in new})])  # fmt: skip
+            c.executemany(
+                "INSERT OR REPLACE INTO idem (queue, key, job_id, expires_at) VALUES (?, ?, ?, ?)",
+                [(j.queue, j.idempotency_key, j.id, now + j.idempotency_ttl) for j in keyed],
+            )
+            c.executemany(
+                "INSERT OR IGNORE INTO queues (name) VALUES (?)",
+                [(q,) for q in sorted({j.queue for j in new})],
+            )
             return results
 
     def _screen(
@@ -180,9 +234,15 @@ class SqliteBroker(SqliteReads, Broker):
         return results, fresh
 
     def claim(
-        self, queues: Sequence[str], now: float, *, limit: int = 1,
-        visibility_timeout: float = 30.0, worker_id: str = "", max_lost: int = 3,
-    ) -> Claimed:  # fmt: skip
+        self,
+        queues: Sequence[str],
+        now: float,
+        *,
+        limit: int = 1,
+        visibility_timeout: float = 30.0,
+        worker_id: str = "",
+        max_lost: int = 3,
+    ) -> Claimed:
         """Lease up to ``limit`` ready jobs, queues in the given order, in one transaction.
 
         First, like the reaper, for every queue: due delayed jobs become pending and expired
@@ -238,9 +298,14 @@ class SqliteBroker(SqliteReads, Broker):
 
     def _bury_corrupt(self, tx: Tx, rec: Rec, now: float, worker_id: str) -> None:
         """An undecodable row: active → dead_letter with kind ``decode_error``; bytes kept."""
-        error = {"kind": str(ErrorKind.DECODE_ERROR), "type": "DecodeError", "traceback": "",
-                 "message": str(rec.job.metadata.get("decode_error")),
-                 "worker": worker_id or None, "at": now}  # fmt: skip
+        error = {
+            "kind": str(ErrorKind.DECODE_ERROR),
+            "type": "DecodeError",
+            "traceback": "",
+            "message": str(rec.job.metadata.get("decode_error")),
+            "worker": worker_id or None,
+            "at": now,
+        }
         lifecycle.fail(rec.job, now, error, None)
         self._save(tx, rec)
         tx.emit("dead_lettered", rec.job, now, reason=str(ErrorKind.DECODE_ERROR))
@@ -259,9 +324,14 @@ class SqliteBroker(SqliteReads, Broker):
         return out
 
     def fail(
-        self, job_id: str, token: str, now: float, *, error: Mapping[str, Any],
+        self,
+        job_id: str,
+        token: str,
+        now: float,
+        *,
+        error: Mapping[str, Any],
         retry_at: float | None,
-    ) -> JobState:  # fmt: skip
+    ) -> JobState:
         """Record a failed attempt; retry at ``retry_at`` or dead-letter (None)."""
         with self._write() as tx:
             if (rec := self._leased(tx, job_id, token)) is None:
@@ -277,9 +347,15 @@ class SqliteBroker(SqliteReads, Broker):
             return job.state
 
     def release(
-        self, job_id: str, token: str, now: float, *, delay: float = 0.0, penalize: bool = True,
+        self,
+        job_id: str,
+        token: str,
+        now: float,
+        *,
+        delay: float = 0.0,
+        penalize: bool = True,
         note: str = "released",
-    ) -> JobState:  # fmt: skip
+    ) -> JobState:
         """Give the job back (pending now, or scheduled after ``delay``)."""
         with self._write() as tx:
             if (rec := self._leased(tx, job_id, token)) is None:
@@ -320,21 +396,31 @@ class SqliteBroker(SqliteReads, Broker):
         completed / cancelled TTLs, expired keys, documents and counters, free pages."""
         with self._write() as tx:
             reaped = self._expire(tx, now, max_lost, 2**62)
-            ttls = (("completed", self.retention.completed_ttl),
-                    ("cancelled", self.retention.cancelled_ttl))  # fmt: skip
-            for (queue,), (state, ttl) in itertools.product(tx.conn.execute(
-                    "SELECT name FROM queues").fetchall(), ttls):  # fmt: skip
+            ttls = (
+                ("completed", self.retention.completed_ttl),
+                ("cancelled", self.retention.cancelled_ttl),
+            )
+            for (queue,), (state, ttl) in itertools.product(
+                tx.conn.execute("SELECT name FROM queues").fetchall(), ttls
+            ):
                 # like the memory broker's rings: drop in finish order up to the first live one
-                self._delete(tx, queue, state, f"{_FINISHED} AND seq < COALESCE((SELECT seq FROM"
-                             f" jobs WHERE {_FINISHED} AND finished_at > ? ORDER BY seq LIMIT 1),"
-                             f" {2**63 - 1})", (queue, state, queue, state, now - ttl))  # fmt: skip
+                self._delete(
+                    tx,
+                    queue,
+                    state,
+                    f"{_FINISHED} AND seq < COALESCE((SELECT seq FROM"
+                    f" jobs WHERE {_FINISHED} AND finished_at > ? ORDER BY seq LIMIT 1),"
+                    f" {2**63 - 1})",
+                    (queue, state, queue, state, now - ttl),
+                )
             self._housekeep_side(tx, now)
             return reaped
 
     def _expire(self, tx: Tx, now: float, max_lost: int, limit: int) -> int:
         """Expired leases → pending (``lost += 1``), the ``max_lost``-th loss → dead letter."""
-        recs = self._rows(tx, "lease_at <= ? AND state = 'active' ORDER BY lease_at, seq LIMIT ?",
-                          (now, limit))  # fmt: skip
+        recs = self._rows(
+            tx, "lease_at <= ? AND state = 'active' ORDER BY lease_at, seq LIMIT ?", (now, limit)
+        )
         for rec in recs:
             job, worker = rec.job, rec.job.worker_id
             lifecycle.expire(job, now, max_lost)
@@ -363,19 +449,27 @@ class SqliteBroker(SqliteReads, Broker):
         return self._admin(job_id, now, (JobState.DEAD_LETTER, JobState.CANCELLED), "requeued")
 
     def purge(
-        self, now: float, *, state: JobState = JobState.DEAD_LETTER,
-        older_than: float | None = None, queue: str | None = None,
+        self,
+        now: float,
+        *,
+        state: JobState = JobState.DEAD_LETTER,
+        older_than: float | None = None,
+        queue: str | None = None,
         ids: Sequence[str] | None = None,
-    ) -> int:  # fmt: skip
+    ) -> int:
         """Delete terminal jobs in ``state`` (optionally by age, queue and ids)."""
         if state not in TERMINAL_STATES:
             raise ValueError("purge: only terminal states can be purged")
         id_list = None if ids is None else orjson.dumps(list(ids)).decode()
-        where = (f"{_FINISHED} AND finished_at <= ? AND (? IS NULL OR id IN"
-                 " (SELECT value FROM json_each(?)))")  # fmt: skip
+        where = (
+            f"{_FINISHED} AND finished_at <= ? AND (? IS NULL OR id IN"
+            " (SELECT value FROM json_each(?)))"
+        )
         cutoff = float("inf") if older_than is None else now - older_than
         with self._write() as tx:
             names = [r[0] for r in tx.conn.execute("SELECT name FROM queues")]
-            return sum(self._delete(tx, q, str(state), where,
-                                    (q, str(state), cutoff, id_list, id_list))
-                       for q in names if queue is None or q == queue)  # fmt: skip
+            return sum(
+                self._delete(tx, q, str(state), where, (q, str(state), cutoff, id_list, id_list))
+                for q in names
+                if queue is None or q == queue
+            )

@@ -19,22 +19,34 @@ from ..errors import DecodeError
 from .base import Page, SearchQuery
 from .sqlite_store import SqliteStore
 
-COLS = ("rid, id, queue, task, state, priority, run_at, created_at, finished_at, last_error,"
-        " payload")  # the row layout Rec reads
+COLS = (
+    "rid, id, queue, task, state, priority, run_at, created_at, finished_at, last_error,"
+    " payload"
+)  # the row layout Rec reads
 # How often an idle worker checks PRAGMA data_version: ~200 cheap reads a second buy a pickup
 # latency of a few ms (at 50 ms, p50 was ~27 ms and p99 ~55 ms in bench/).
 WAKE_POLL_S = 0.005
 READY = "queue = ? AND state = 'pending' ORDER BY priority, seq LIMIT ?"
-_SEARCH = {"id": "id >= :id AND id < :id || char(1114111)", "state": "state = :state",
-           "task": "task = :task", "queue": "queue = :queue", "since": "created_at >= :since",
-           "until": "created_at < :until", "error": "cv_icontains(last_error, :error)",
-           "text": "cv_text(payload, :text)"}  # indexed: id (prefix), state, task, queue, time
+_SEARCH = {
+    "id": "id >= :id AND id < :id || char(1114111)",
+    "state": "state = :state",
+    "task": "task = :task",
+    "queue": "queue = :queue",
+    "since": "created_at >= :since",
+    "until": "created_at < :until",
+    "error": "cv_icontains(last_error, :error)",
+    "text": "cv_text(payload, :text)",
+}  # indexed: id (prefix), state, task, queue, time
 _COUNTED = ("state", "queue")
-_COUNTED_TOTAL = ("SELECT COALESCE(SUM(n), 0) FROM counts WHERE queue != '' AND state ="
-                  " COALESCE(:state, state) AND queue = COALESCE(:queue, queue)")
+_COUNTED_TOTAL = (
+    "SELECT COALESCE(SUM(n), 0) FROM counts WHERE queue != '' AND state ="
+    " COALESCE(:state, state) AND queue = COALESCE(:queue, queue)"
+)
 #: The earliest delayed run_at and the earliest lease deadline (any queue; two index lookups).
-NEXT_DUE = ("SELECT (SELECT MIN(due_at) FROM jobs WHERE due_at IS NOT NULL),"
-             " (SELECT MIN(lease_at) FROM jobs WHERE lease_at IS NOT NULL)")
+NEXT_DUE = (
+    "SELECT (SELECT MIN(due_at) FROM jobs WHERE due_at IS NOT NULL),"
+    " (SELECT MIN(lease_at) FROM jobs WHERE lease_at IS NOT NULL)"
+)
 _BLANK: dict[str, Any] = {"args": [], "kwargs": {}, "metadata": {}, "result": None}
 _KEEP = object()  # "result unchanged": the stored encoded result passes through
 
@@ -65,18 +77,29 @@ class Rec:
     def spoil(self, row: tuple[Any, ...], raw: Any, exc: BaseException) -> None:
         """Treat the row as undecodable: a stub Job from its columns; the bytes kept as corrupt."""
         self.data = None
-        self.job = Job(id=row[1], task=row[3], queue=row[2], priority=row[5],
-                       state=JobState(row[4]), run_at=row[6], created_at=row[7],
-                       finished_at=row[8], last_error=row[9] or f"decode_error: {exc}",
-                       metadata={"decode_error": str(exc)})  # fmt: skip
+        self.job = Job(
+            id=row[1],
+            task=row[3],
+            queue=row[2],
+            priority=row[5],
+            state=JobState(row[4]),
+            run_at=row[6],
+            created_at=row[7],
+            finished_at=row[8],
+            last_error=row[9] or f"decode_error: {exc}",
+            metadata={"decode_error": str(exc)},
+        )
         self.corrupt = raw if isinstance(raw, bytes) else str(raw).encode()
 
     def payload(self) -> bytes:
         """The envelope of the (changed) job; undecoded parts pass through as stored."""
         job, data = self.job, self.data
         if data is None:  # corrupt: the stored bytes stay until the job is dead-lettered
-            return orjson.dumps(job_to_dict(job)) if job.state is JobState.DEAD_LETTER else \
-                self.corrupt or b""  # fmt: skip
+            return (
+                orjson.dumps(job_to_dict(job))
+                if job.state is JobState.DEAD_LETTER
+                else self.corrupt or b""
+            )
         saved = job.args, job.kwargs, job.metadata, job.result
         job.args, job.kwargs, job.metadata = [], {}, {}
         job.result = None if saved[3] is _KEEP else saved[3]
@@ -107,25 +130,42 @@ class SqliteReads(SqliteStore):
     def search(self, query: SearchQuery) -> Page:
         """Filter in SQL (an index narrows first), newest first, one page."""
         q = query
-        p = {"id": q.id or None, "state": str(q.state) if q.state else None, "task": q.task or None,
-             "queue": q.queue or None, "since": q.since, "until": q.until,
-             "error": q.error.lower() if q.error else None,
-             "text": q.text.lower().encode() if q.text else None,
-             "limit": q.page_size, "offset": (max(1, q.page) - 1) * q.page_size}  # fmt: skip
+        p = {
+            "id": q.id or None,
+            "state": str(q.state) if q.state else None,
+            "task": q.task or None,
+            "queue": q.queue or None,
+            "since": q.since,
+            "until": q.until,
+            "error": q.error.lower() if q.error else None,
+            "text": q.text.lower().encode() if q.text else None,
+            "limit": q.page_size,
+            "offset": (max(1, q.page) - 1) * q.page_size,
+        }
         where = " AND ".join(sql for key, sql in _SEARCH.items() if p[key] is not None) or "1"
         only_counts = all(p[k] is None for k in _SEARCH if k not in _COUNTED)
-        total = self._read(_COUNTED_TOTAL if only_counts else  # no filter beyond state / queue
-                           f"SELECT COUNT(*) FROM jobs WHERE {where}", p)[0][0]  # fmt: skip
+        total = self._read(
+            _COUNTED_TOTAL
+            if only_counts
+            # no filter beyond state / queue
+            else f"SELECT COUNT(*) FROM jobs WHERE {where}",
+            p,
+        )[0][0]
         order = "+created_at" if p["id"] else "created_at"  # "+": let the id index drive
-        rows = self._read(f"SELECT {COLS} FROM jobs WHERE {where} ORDER BY {order} DESC,"
-                          " id DESC LIMIT :limit OFFSET :offset", p)  # fmt: skip
+        rows = self._read(
+            f"SELECT {COLS} FROM jobs WHERE {where} ORDER BY {order} DESC,"
+            " id DESC LIMIT :limit OFFSET :offset",
+            p,
+        )
         return Page([Rec(r, True).job for r in rows], int(total), q.page, q.page_size)
 
     def oldest_pending(self, queue: str) -> float | None:
         """Ready time (run_at, or created_at when run_at is 0) of the oldest pending job."""
         sql = "SELECT MIN({}) FROM jobs WHERE queue = ? AND state = 'pending' AND run_at {} 0"
-        found = [self._read(sql.format(col, op), (queue,))[0][0]
-                 for col, op in (("run_at", "!="), ("created_at", "="))]  # fmt: skip
+        found = [
+            self._read(sql.format(col, op), (queue,))[0][0]
+            for col, op in (("run_at", "!="), ("created_at", "="))
+        ]
         return min((float(t) for t in found if t is not None), default=None)
 
     def wait_for_work(self, queues: Sequence[str], timeout: float, *, due: bool = False) -> None:
@@ -143,8 +183,11 @@ class SqliteReads(SqliteStore):
         deadline, version_sql = time.monotonic() + timeout, "PRAGMA data_version"
         view = getattr(self._local, "claim_view", None)
         self._local.claim_view = None
-        version, known = view if view is not None else (self._read(version_sql)[0][0],
-                                                        tuple(self._read(NEXT_DUE)[0]))  # fmt: skip
+        version, known = (
+            view
+            if view is not None
+            else (self._read(version_sql)[0][0], tuple(self._read(NEXT_DUE)[0]))
+        )
         while not self._has_ready(queues) and not _earlier(self._read(NEXT_DUE)[0], known):
             while version == (version := self._read(version_sql)[0][0]):
                 if (remaining := deadline - time.monotonic()) <= 0:

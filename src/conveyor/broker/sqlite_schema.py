@@ -32,7 +32,8 @@ CREATE INDEX jobs_state_created ON jobs (state, created_at);
 CREATE INDEX jobs_queue_created ON jobs (queue, created_at);
 CREATE INDEX jobs_task_created ON jobs (task, created_at)"""
 
-SCHEMA = """
+SCHEMA = (
+    """
 CREATE TABLE jobs (rid INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, queue TEXT NOT NULL,
   task TEXT NOT NULL, state TEXT NOT NULL, priority INTEGER NOT NULL, seq INTEGER NOT NULL,
   run_at REAL NOT NULL, created_at REAL NOT NULL, finished_at REAL, due_at REAL, lease_at REAL,
@@ -56,15 +57,17 @@ CREATE INDEX logs_name ON logs (name, seq);
 CREATE TABLE events (last INTEGER PRIMARY KEY, n INTEGER NOT NULL, body BLOB NOT NULL);
 CREATE TABLE counters (bucket TEXT PRIMARY KEY, body BLOB NOT NULL, expires_at REAL NOT NULL)
   WITHOUT ROWID;
-CREATE INDEX counters_expiry ON counters (expires_at);""" + SEARCH_INDEXES
+CREATE INDEX counters_expiry ON counters (expires_at);"""
+    + SEARCH_INDEXES
+)
 
 #: ``MIGRATIONS[v]`` turns a version ``v`` file into version ``v + 1``.
 MIGRATIONS: dict[int, str] = {
     1: "DROP INDEX IF EXISTS jobs_created;\nDROP INDEX IF EXISTS jobs_state_created;\n"
-       "DROP INDEX IF EXISTS jobs_queue_created;\nDROP INDEX IF EXISTS jobs_task_created;"
-       + SEARCH_INDEXES,
+    "DROP INDEX IF EXISTS jobs_queue_created;\nDROP INDEX IF EXISTS jobs_task_created;"
+    + SEARCH_INDEXES,
     2: "CREATE INDEX IF NOT EXISTS jobs_lease ON jobs (lease_at) WHERE lease_at IS NOT NULL",
-}  # fmt: skip
+}
 
 
 class SchemaError(RuntimeError):
@@ -84,7 +87,8 @@ def ensure_schema(conn: sqlite3.Connection, path: str) -> int:
         raise SchemaError(
             f"{path}: unknown schema version {version} (this Conveyor reads versions 1 to"
             f" {SCHEMA_VERSION} and migrates older files forward; a newer version was written"
-            " by a newer Conveyor: upgrade it, or use another file)")  # fmt: skip
+            " by a newer Conveyor: upgrade it, or use another file)"
+        )
     while 0 < version < SCHEMA_VERSION:
         _run(conn, MIGRATIONS[version])
         version += 1

@@ -33,8 +33,10 @@ EVENT_TRIM = 256  # trim old event rows when the event number crosses a multiple
 #: Connections inherited across fork(): referenced forever so the child never closes them.
 _ABANDONED: list[sqlite3.Connection] = []
 
-_UPSERT = ("INSERT INTO counts (queue, state, n) VALUES {} ON CONFLICT (queue, state)"
-           " DO UPDATE SET n = n + excluded.n")  # fmt: skip
+_UPSERT = (
+    "INSERT INTO counts (queue, state, n) VALUES {} ON CONFLICT (queue, state)"
+    " DO UPDATE SET n = n + excluded.n"
+)
 
 
 def _icontains(haystack: str | None, needle: str) -> bool:
@@ -84,8 +86,16 @@ class Tx:
 
     def emit(self, kind: str, job: Job, now: float, **extra: Any) -> None:
         """Queue one job event for insertion at commit."""
-        self.events.append({"type": kind, "job_id": job.id, "queue": job.queue,
-                            "task": job.task, "at": now, **extra})  # fmt: skip
+        self.events.append(
+            {
+                "type": kind,
+                "job_id": job.id,
+                "queue": job.queue,
+                "task": job.task,
+                "at": now,
+                **extra,
+            }
+        )
 
 
 class _Slot:
@@ -118,9 +128,14 @@ class SqliteStore:
     """Connection management, schema, transactions, housekeeping of the side tables, flush."""
 
     def __init__(
-        self, path: str, retention: Retention | None = None, *, synchronous: str = "NORMAL",
-        busy_timeout: float = 30.0, url: str | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        path: str,
+        retention: Retention | None = None,
+        *,
+        synchronous: str = "NORMAL",
+        busy_timeout: float = 30.0,
+        url: str | None = None,
+    ) -> None:
         if not path or path == ":memory:" or path.startswith("file:"):
             raise ValidationError("url", "SQLite needs a file path; use memory:// for in-memory")
         self.synchronous = synchronous.upper()
@@ -139,12 +154,21 @@ class SqliteStore:
 
     def _open(self) -> sqlite3.Connection:
         try:
-            conn = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None,
-                                   check_same_thread=False, cached_statements=256)  # fmt: skip
-            for pragma in (f"busy_timeout = {int(self.busy_timeout * 1000)}",
-                           f"synchronous = {self.synchronous}", "cache_size = -16000",
-                           "temp_store = MEMORY", "journal_size_limit = 67108864",
-                           "wal_autocheckpoint = 4000"):  # fmt: skip
+            conn = sqlite3.connect(
+                self.path,
+                timeout=self.busy_timeout,
+                isolation_level=None,
+                check_same_thread=False,
+                cached_statements=256,
+            )
+            for pragma in (
+                f"busy_timeout = {int(self.busy_timeout * 1000)}",
+                f"synchronous = {self.synchronous}",
+                "cache_size = -16000",
+                "temp_store = MEMORY",
+                "journal_size_limit = 67108864",
+                "wal_autocheckpoint = 4000",
+            ):
                 conn.execute(f"PRAGMA {pragma}")
         except sqlite3.Error as exc:
             raise BrokerUnavailable(f"cannot open SQLite database {self.path}: {exc}") from exc
@@ -253,10 +277,14 @@ class SqliteStore:
             last = tx.bump("event", len(tx.events))
             events = tx.events[-keep:] if keep > 0 else []
             first = last - len(events) + 1
-            tx.conn.executemany("INSERT INTO events (last, n, body) VALUES (?, ?, ?)", [
-                (first + i + len(chunk) - 1, len(chunk), orjson.dumps(chunk))
-                for i in range(0, len(events), EVENT_CHUNK)
-                for chunk in [events[i : i + EVENT_CHUNK]]])  # fmt: skip
+            tx.conn.executemany(
+                "INSERT INTO events (last, n, body) VALUES (?, ?, ?)",
+                [
+                    (first + i + len(chunk) - 1, len(chunk), orjson.dumps(chunk))
+                    for i in range(0, len(events), EVENT_CHUNK)
+                    for chunk in [events[i : i + EVENT_CHUNK]]
+                ],
+            )
             if (last - len(tx.events)) // EVENT_TRIM != last // EVENT_TRIM:  # amortised trim
                 tx.conn.execute("DELETE FROM events WHERE last <= ?", (last - keep,))
         self._settle(tx)
@@ -292,16 +320,23 @@ class SqliteStore:
         rest, _, query = url.split("://", 1)[-1].partition("?")
         opts = {k: v[-1] for k, v in parse_qs(query).items()}
         if not rest.startswith("/") or len(rest) < 2 or set(opts) - {"synchronous"}:
-            raise ValidationError("url", f"{url!r}: use sqlite:///relative.db or sqlite:////abs/"
-                                  "path.db (option: ?synchronous=full)")  # fmt: skip
-        return cls(unquote(rest[1:]), retention, synchronous=opts.get("synchronous", "NORMAL"),
-                   url=url)  # fmt: skip
+            raise ValidationError(
+                "url",
+                f"{url!r}: use sqlite:///relative.db or sqlite:////abs/"
+                "path.db (option: ?synchronous=full)",
+            )
+        return cls(
+            unquote(rest[1:]), retention, synchronous=opts.get("synchronous", "NORMAL"), url=url
+        )
 
     def pause(self, queue: str) -> None:
         """Stop handing out jobs of ``queue`` (running jobs finish)."""
         with self._write() as tx:
-            tx.conn.execute("INSERT INTO queues (name, paused) VALUES (?, 1)"
-                            " ON CONFLICT (name) DO UPDATE SET paused = 1", (queue,))  # fmt: skip
+            tx.conn.execute(
+                "INSERT INTO queues (name, paused) VALUES (?, 1)"
+                " ON CONFLICT (name) DO UPDATE SET paused = 1",
+                (queue,),
+            )
 
     def resume(self, queue: str) -> None:
         """Undo ``pause``."""
@@ -318,8 +353,10 @@ class SqliteStore:
 
     def counts(self) -> dict[str, dict[str, int]]:
         """Jobs per queue per state, from the ``counts`` table (no scan of ``jobs``)."""
-        out = {r[0]: dict.fromkeys(map(str, JobState), 0) for r in self._read(
-            "SELECT name FROM queues")}  # fmt: skip
+        out = {
+            r[0]: dict.fromkeys(map(str, JobState), 0)
+            for r in self._read("SELECT name FROM queues")
+        }
         for queue, state, n in self._read("SELECT queue, state, n FROM counts WHERE queue != ''"):
             out.setdefault(queue, dict.fromkeys(map(str, JobState), 0))[state] = n
         return out

@@ -12,11 +12,18 @@ from .common import console, emit_json, table
 
 @click.command("bench")
 @click.option(
-    "--url", default=None, envvar="CONVEYOR_URL",
+    "--url",
+    default=None,
+    envvar="CONVEYOR_URL",
     help="Broker URL to measure (default: CONVEYOR_URL or sqlite:///conveyor.db).",
-)  # fmt: skip
-@click.option("--jobs", default=5000, show_default=True, type=click.IntRange(100, 1_000_000),
-              help="Jobs for the single-enqueue pass (bulk uses twice as many).")  # fmt: skip
+)
+@click.option(
+    "--jobs",
+    default=5000,
+    show_default=True,
+    type=click.IntRange(100, 1_000_000),
+    help="Jobs for the single-enqueue pass (bulk uses twice as many).",
+)
 @click.option("--concurrency", default=16, show_default=True, type=click.IntRange(1, 1000))
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def bench(url: str | None, jobs: int, concurrency: int, as_json: bool) -> None:
@@ -30,12 +37,19 @@ def bench(url: str | None, jobs: int, concurrency: int, as_json: bool) -> None:
     if as_json:
         emit_json(dataclasses.asdict(result))
         return
-    table(f"Conveyor on {result.url}", ["measure", "value"], [
-        ("enqueue, one call per job", f"{result.enqueue_per_s:,.0f} jobs/s"),
-        ("bulk enqueue (enqueue_many of 1,000)", f"{result.bulk_enqueue_per_s:,.0f} jobs/s"),
-        (f"drain, one worker, concurrency {concurrency}", f"{result.drain_per_s:,.0f} jobs/s"),
-        ("pickup latency p50 / p99", f"{result.pickup_p50_ms:.1f} / {result.pickup_p99_ms:.1f} ms"),
-    ])  # fmt: skip
+    table(
+        f"Conveyor on {result.url}",
+        ["measure", "value"],
+        [
+            ("enqueue, one call per job", f"{result.enqueue_per_s:,.0f} jobs/s"),
+            ("bulk enqueue (enqueue_many of 1,000)", f"{result.bulk_enqueue_per_s:,.0f} jobs/s"),
+            (f"drain, one worker, concurrency {concurrency}", f"{result.drain_per_s:,.0f} jobs/s"),
+            (
+                "pickup latency p50 / p99",
+                f"{result.pickup_p50_ms:.1f} / {result.pickup_p99_ms:.1f} ms",
+            ),
+        ],
+    )
 
 
 def register(group: click.Group) -> None:

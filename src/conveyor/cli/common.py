@@ -45,8 +45,9 @@ def load_app(target: str) -> Conveyor:
     """Import ``module:attribute`` and return the Conveyor app it names."""
     module_name, sep, attr = target.partition(":")
     if not sep or not module_name or not attr:
-        raise click.BadParameter(f"{target!r} must be module:attribute, e.g. myproj.jobs:app",
-                                 param_hint="APP")  # fmt: skip
+        raise click.BadParameter(
+            f"{target!r} must be module:attribute, e.g. myproj.jobs:app", param_hint="APP"
+        )
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
@@ -86,10 +87,17 @@ def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> 
     get_console().print(t)
 
 
-app_option = click.option("--app", "app_target", default=None, metavar="APP",
-                          help="module:attribute of your Conveyor app.")  # fmt: skip
+app_option = click.option(
+    "--app",
+    "app_target",
+    default=None,
+    metavar="APP",
+    help="module:attribute of your Conveyor app.",
+)
 url_option = click.option(
-    "--url", default=None, envvar="CONVEYOR_URL",
+    "--url",
+    default=None,
+    envvar="CONVEYOR_URL",
     help="Broker URL (default: CONVEYOR_URL or sqlite:///conveyor.db).",
-)  # fmt: skip
+)
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")

@@ -15,11 +15,22 @@ from .common import console, emit_json, table
 
 @click.command("demo")
 @click.option("--url", default=None, help=f"Broker URL (default: {DEMO_URL}, no server needed).")
-@click.option("--jobs", "n_jobs", default=300, show_default=True,
-              type=click.IntRange(1, 100_000), help="How many jobs to enqueue.")  # fmt: skip
+@click.option(
+    "--jobs",
+    "n_jobs",
+    default=300,
+    show_default=True,
+    type=click.IntRange(1, 100_000),
+    help="How many jobs to enqueue.",
+)
 @click.option("--dashboard", is_flag=True, help="Also serve the dashboard and print its URL.")
-@click.option("--port", default=8000, show_default=True, type=click.IntRange(1, 65535),
-              help="Dashboard port (with --dashboard).")  # fmt: skip
+@click.option(
+    "--port",
+    default=8000,
+    show_default=True,
+    type=click.IntRange(1, 65535),
+    help="Dashboard port (with --dashboard).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def demo(url: str | None, n_jobs: int, dashboard: bool, port: int, as_json: bool) -> None:
     """Enqueue sample jobs, run a worker and the scheduler, and summarise the outcome."""
@@ -32,8 +43,14 @@ def demo(url: str | None, n_jobs: int, dashboard: bool, port: int, as_json: bool
         _serve_dashboard(app, port)
     if not as_json:
         console.print(f"[bold]Conveyor demo[/] on [cyan]{shown_url}[/]: {n_jobs} jobs")
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=console, disable=as_json) as progress:  # fmt: skip
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        disable=as_json,
+    ) as progress:
         bar = progress.add_task("processing", total=n_jobs)
         run = run_demo(app, n_jobs, lambda done, total: progress.update(bar, completed=done))
     summary = summarise(run)
@@ -49,21 +66,28 @@ def demo(url: str | None, n_jobs: int, dashboard: bool, port: int, as_json: bool
 
 def _print_summary(s: Any, url: str) -> None:
     rows = [
-        ("jobs enqueued", s.total), ("completed", s.completed),
+        ("jobs enqueued", s.total),
+        ("completed", s.completed),
         ("  of which retried, then completed", s.retried_then_completed),
         ("  of which delayed, then completed", s.delayed_completed),
         ("dead-lettered", s.dead_lettered),
         *((f"  reason: {reason}", count) for reason, count in s.dead_reasons.items()),
-        ("unfinished", s.unfinished), ("run time p50", f"{s.p50_ms:.1f} ms"),
-        ("run time p95", f"{s.p95_ms:.1f} ms"), ("schedule runs (every 2 s)", s.schedule_runs),
+        ("unfinished", s.unfinished),
+        ("run time p50", f"{s.p50_ms:.1f} ms"),
+        ("run time p95", f"{s.p95_ms:.1f} ms"),
+        ("schedule runs (every 2 s)", s.schedule_runs),
         ("wall time", f"{s.seconds:.1f} s"),
-    ]  # fmt: skip
+    ]
     table("Demo summary", ["what", "count"], rows)
     flag = f"--url {url}"
     console.print("\nNext, try:")
-    for cmd in (f"conveyor status {flag}", f"conveyor jobs {flag} --state dead_letter",
-                f"conveyor dlq list {flag}", f"conveyor dashboard --url {url}",
-                "conveyor demo --dashboard"):  # fmt: skip
+    for cmd in (
+        f"conveyor status {flag}",
+        f"conveyor jobs {flag} --state dead_letter",
+        f"conveyor dlq list {flag}",
+        f"conveyor dashboard --url {url}",
+        "conveyor demo --dashboard",
+    ):
         console.print(f"  [green]{cmd}[/]")
 
 

@@ -100,32 +100,69 @@ def _filters(**kw: Any) -> dict[str, Any]:
 
 
 def _print_page(title: str, page: Any) -> None:
-    rows = [(j.id, j.task, j.queue, str(j.state), f"{j.attempts}/{j.max_attempts or 'task'}",
-             when(j.created_at), preview_args(j, 40), (j.last_error or "")[:50])
-            for j in page.items]  # fmt: skip
-    table(f"{title} — {page.total} total, page {page.page}/{page.pages}",
-          ["id", "task", "queue", "state", "attempts", "created (UTC)", "args", "last error"],
-          rows)  # fmt: skip
+    rows = [
+        (
+            j.id,
+            j.task,
+            j.queue,
+            str(j.state),
+            f"{j.attempts}/{j.max_attempts or 'task'}",
+            when(j.created_at),
+            preview_args(j, 40),
+            (j.last_error or "")[:50],
+        )
+        for j in page.items
+    ]
+    table(
+        f"{title} — {page.total} total, page {page.page}/{page.pages}",
+        ["id", "task", "queue", "state", "attempts", "created (UTC)", "args", "last error"],
+        rows,
+    )
 
 
-QUEUE_COLUMNS = ["queue", "pending", "delayed", "active", "completed", "dead", "oldest pending",
-                 "per min", "error rate", "workers", "paused"]  # fmt: skip
+QUEUE_COLUMNS = [
+    "queue",
+    "pending",
+    "delayed",
+    "active",
+    "completed",
+    "dead",
+    "oldest pending",
+    "per min",
+    "error rate",
+    "workers",
+    "paused",
+]
 
 
 def _queue_row(q: dict[str, Any]) -> tuple[Any, ...]:
     c, rate = q["counts"], q["failure_rate"]
-    return (q["name"], q["depth"], c["scheduled"] + c["retry_scheduled"], c["active"],
-            c["completed"], q["dead_letters"], age(q["oldest_pending_age"]),
-            f"{q['throughput_per_minute']:.1f}", "" if rate is None else f"{rate * 100:.1f}%",
-            q["workers"], "yes" if q["paused"] else "")  # fmt: skip
+    return (
+        q["name"],
+        q["depth"],
+        c["scheduled"] + c["retry_scheduled"],
+        c["active"],
+        c["completed"],
+        q["dead_letters"],
+        age(q["oldest_pending_age"]),
+        f"{q['throughput_per_minute']:.1f}",
+        "" if rate is None else f"{rate * 100:.1f}%",
+        q["workers"],
+        "yes" if q["paused"] else "",
+    )
 
 
 @click.command("status")
 @app_option
 @url_option
 @json_option
-@click.option("--minutes", type=click.IntRange(1, 1440), default=5, show_default=True,
-              help="Window for throughput and error rate.")  # fmt: skip
+@click.option(
+    "--minutes",
+    type=click.IntRange(1, 1440),
+    default=5,
+    show_default=True,
+    help="Window for throughput and error rate.",
+)
 @friendly_errors
 def status_command(app_target: str | None, url: str | None, as_json: bool, minutes: int) -> None:
     """Queues (depth, rates, error rate), live workers and active alerts."""
@@ -134,10 +171,22 @@ def status_command(app_target: str | None, url: str | None, as_json: bool, minut
         emit_json(data)
         return
     table("Queues", QUEUE_COLUMNS, [_queue_row(q) for q in data["queues"]])
-    table("Workers", ["id", "queues", "concurrency", "running", "processed", "failed", "heartbeat"],
-          [(w.get("id"), ",".join(w["queues"]), w.get("concurrency"), len(w["running"]),
-            w.get("processed"), w.get("failed"), age(w["heartbeat_age"]))
-           for w in data["workers"]])  # fmt: skip
+    table(
+        "Workers",
+        ["id", "queues", "concurrency", "running", "processed", "failed", "heartbeat"],
+        [
+            (
+                w.get("id"),
+                ",".join(w["queues"]),
+                w.get("concurrency"),
+                len(w["running"]),
+                w.get("processed"),
+                w.get("failed"),
+                age(w["heartbeat_age"]),
+            )
+            for w in data["workers"]
+        ],
+    )
     if not data["alerts"]:
         console.print("[green]No alert is firing.[/]")
         return

@@ -15,12 +15,21 @@ from ..errors import ConveyorError
 
 # command name -> module defining it (each module has ``register(group)``).
 COMMANDS: dict[str, str] = {
-    "enqueue": "admin_cmds", "queues": "admin_cmds", "pause": "admin_cmds",
-    "resume": "admin_cmds", "worker": "worker_cmd", "scheduler": "scheduler_cmd",
-    "schedules": "scheduler_cmd", "status": "inspect_cmds", "jobs": "inspect_cmds",
-    "job": "inspect_cmds", "dlq": "inspect_cmds", "dashboard": "dashboard_cmd",
-    "demo": "demo_cmd", "bench": "bench_cmd",
-}  # fmt: skip
+    "enqueue": "admin_cmds",
+    "queues": "admin_cmds",
+    "pause": "admin_cmds",
+    "resume": "admin_cmds",
+    "worker": "worker_cmd",
+    "scheduler": "scheduler_cmd",
+    "schedules": "scheduler_cmd",
+    "status": "inspect_cmds",
+    "jobs": "inspect_cmds",
+    "job": "inspect_cmds",
+    "dlq": "inspect_cmds",
+    "dashboard": "dashboard_cmd",
+    "demo": "demo_cmd",
+    "bench": "bench_cmd",
+}
 
 
 class LazyGroup(click.Group):
@@ -45,8 +54,10 @@ class LazyGroup(click.Group):
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
 def cli(verbose: bool) -> None:
     """Conveyor: background jobs that are never lost."""
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
 
 
 def main() -> None:

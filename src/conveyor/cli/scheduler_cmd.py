@@ -60,8 +60,13 @@ def _get(app: Conveyor, name: str) -> Schedule:
 
 @click.command("scheduler")
 @click.argument("app_target", metavar="APP")
-@click.option("--interval", type=click.FloatRange(min=0.01), default=0.5, show_default=True,
-              help="Seconds between passes (sooner when a schedule is due).")  # fmt: skip
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0.01),
+    default=0.5,
+    show_default=True,
+    help="Seconds between passes (sooner when a schedule is due).",
+)
 @click.option("--no-sync", is_flag=True, help="Do not upsert the schedules declared in APP.")
 def scheduler_command(app_target: str, interval: float, no_sync: bool) -> None:
     """Run the scheduler of APP (module:attribute): fire schedules, promote due delayed jobs,
@@ -74,8 +79,10 @@ def scheduler_command(app_target: str, interval: float, no_sync: bool) -> None:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    console.print(f"[bold]conveyor scheduler[/] {scheduler.id} on {app.broker.url or 'broker'}",
-                  highlight=False)  # fmt: skip
+    console.print(
+        f"[bold]conveyor scheduler[/] {scheduler.id} on {app.broker.url or 'broker'}",
+        highlight=False,
+    )
     try:
         scheduler.run()
     except BrokerConfigError as exc:
@@ -89,14 +96,27 @@ def schedules_group() -> None:
 
 def _row(s: Schedule) -> dict[str, Any]:
     return {
-        "name": s.name, "task": s.task, "cron": s.cron, "every": s.every, "tz": s.tz,
-        "queue": s.queue, "priority": s.priority, "args": s.args, "kwargs": s.kwargs,
-        "misfire": s.misfire, "max_backfill": s.max_backfill, "misfire_grace": s.misfire_grace,
-        "overlap": s.overlap, "paused": s.paused, "source": s.source,
-        "next_fire_at": s.next_fire_at, "next_fire": _iso_utc(s.next_fire_at),
-        "last_fire_at": s.last_fire_at, "last_fire": _iso_utc(s.last_fire_at),
+        "name": s.name,
+        "task": s.task,
+        "cron": s.cron,
+        "every": s.every,
+        "tz": s.tz,
+        "queue": s.queue,
+        "priority": s.priority,
+        "args": s.args,
+        "kwargs": s.kwargs,
+        "misfire": s.misfire,
+        "max_backfill": s.max_backfill,
+        "misfire_grace": s.misfire_grace,
+        "overlap": s.overlap,
+        "paused": s.paused,
+        "source": s.source,
+        "next_fire_at": s.next_fire_at,
+        "next_fire": _iso_utc(s.next_fire_at),
+        "last_fire_at": s.last_fire_at,
+        "last_fire": _iso_utc(s.last_fire_at),
         "last_job_id": s.last_job_id,
-    }  # fmt: skip
+    }
 
 
 @schedules_group.command("list")
@@ -111,22 +131,38 @@ def list_command(app_target: str | None, url: str | None, as_json: bool) -> None
         rows_json += [{"name": name, "error": why} for name, why in invalid.items()]
         emit_json(sorted(rows_json, key=lambda r: str(r["name"])))
         return
-    rows = [(s.name, s.task, f"{s.expr} ({s.tz})", "paused" if s.paused else "active",
-             _when(s.next_fire_at, s.tz), _when(s.last_fire_at, s.tz),
-             f"misfire={s.misfire} overlap={s.overlap}") for s in schedules]  # fmt: skip
+    rows = [
+        (
+            s.name,
+            s.task,
+            f"{s.expr} ({s.tz})",
+            "paused" if s.paused else "active",
+            _when(s.next_fire_at, s.tz),
+            _when(s.last_fire_at, s.tz),
+            f"misfire={s.misfire} overlap={s.overlap}",
+        )
+        for s in schedules
+    ]
     rows += [(name, "", f"invalid: {why}", "invalid", "", "", "") for name, why in invalid.items()]
     table("Schedules", ["name", "task", "when", "status", "next run", "last run", "policies"], rows)
 
 
 @schedules_group.command("next")
 @click.argument("name")
-@click.option("-n", "count", type=click.IntRange(1, 1000), default=10, show_default=True,
-              help="How many upcoming runs to show.")  # fmt: skip
+@click.option(
+    "-n",
+    "count",
+    type=click.IntRange(1, 1000),
+    default=10,
+    show_default=True,
+    help="How many upcoming runs to show.",
+)
 @app_option
 @url_option
 @json_option
-def next_command(name: str, count: int, app_target: str | None, url: str | None,
-                 as_json: bool) -> None:  # fmt: skip
+def next_command(
+    name: str, count: int, app_target: str | None, url: str | None, as_json: bool
+) -> None:
     """The next N run times of schedule NAME, in its time zone and in UTC."""
     app = _app(app_target, url)
     schedule = _get(app, name)
@@ -135,15 +171,25 @@ def next_command(name: str, count: int, app_target: str | None, url: str | None,
     except ValidationError as exc:  # a bad stored definition (e.g. from an older version)
         raise click.ClickException(f"schedule {name!r} is invalid: {exc}") from exc
     if as_json:
-        emit_json({"name": name, "tz": schedule.tz, "paused": schedule.paused,
-                   "next": [{"at": t, "local": _iso(t, schedule.tz), "utc": _iso_utc(t)}
-                            for t in times]})  # fmt: skip
+        emit_json(
+            {
+                "name": name,
+                "tz": schedule.tz,
+                "paused": schedule.paused,
+                "next": [
+                    {"at": t, "local": _iso(t, schedule.tz), "utc": _iso_utc(t)} for t in times
+                ],
+            }
+        )
         return
     title = f"Next runs of {name} ({schedule.expr}, {schedule.tz})"
     if schedule.paused:
         title += " — paused"
-    table(title, ["#", "local", "UTC"],
-          [(i, _when(t, schedule.tz), _when(t)) for i, t in enumerate(times, 1)])  # fmt: skip
+    table(
+        title,
+        ["#", "local", "UTC"],
+        [(i, _when(t, schedule.tz), _when(t)) for i, t in enumerate(times, 1)],
+    )
 
 
 @schedules_group.command("history")
@@ -152,16 +198,25 @@ def next_command(name: str, count: int, app_target: str | None, url: str | None,
 @app_option
 @url_option
 @json_option
-def history_command(name: str, count: int, app_target: str | None, url: str | None,
-                    as_json: bool) -> None:  # fmt: skip
+def history_command(
+    name: str, count: int, app_target: str | None, url: str | None, as_json: bool
+) -> None:
     """Recent ticks of schedule NAME: fire time, job id, outcome (newest first)."""
     app = _app(app_target, url)
     entries = app.schedules.history(name, count)
     if as_json:
         emit_json(entries)
         return
-    rows = [(_iso_utc(e.get("fire_at")), e.get("outcome"), e.get("job_id") or "",
-             _detail(e), e.get("scheduler")) for e in entries]  # fmt: skip
+    rows = [
+        (
+            _iso_utc(e.get("fire_at")),
+            e.get("outcome"),
+            e.get("job_id") or "",
+            _detail(e),
+            e.get("scheduler"),
+        )
+        for e in entries
+    ]
     table(f"History of {name}", ["fire time (UTC)", "outcome", "job", "detail", "scheduler"], rows)
 
 
@@ -173,8 +228,9 @@ def _detail(entry: dict[str, Any]) -> str:
     return str(entry.get("error") or "")
 
 
-def _set_paused(name: str, paused: bool, app_target: str | None, url: str | None,
-                as_json: bool) -> None:  # fmt: skip
+def _set_paused(
+    name: str, paused: bool, app_target: str | None, url: str | None, as_json: bool
+) -> None:
     app = _app(app_target, url)
     try:
         schedule = app.schedules.set_paused(name, paused)
@@ -183,8 +239,10 @@ def _set_paused(name: str, paused: bool, app_target: str | None, url: str | None
     if as_json:
         emit_json(_row(schedule))
     else:
-        click.echo(f"{name}: {'paused' if paused else 'resumed'}; next run "
-                   f"{_when(schedule.next_fire_at, schedule.tz)}")  # fmt: skip
+        click.echo(
+            f"{name}: {'paused' if paused else 'resumed'}; next run "
+            f"{_when(schedule.next_fire_at, schedule.tz)}"
+        )
 
 
 @schedules_group.command("pause")

@@ -33,40 +33,104 @@ LEVELS = ("debug", "info", "warning", "error")
 
 @click.command("worker")
 @click.argument("app_target", metavar="APP")
-@click.option("-q", "--queues", default="default", show_default=True,
-              help="Queues to serve, with optional weights: high:5,default,low.")
-@click.option("-c", "--concurrency", type=click.IntRange(1, 10_000), default=32, show_default=True,
-              help="Jobs each worker process runs at once.")
-@click.option("-p", "--processes", type=click.IntRange(1, 1024), default=1, show_default=True,
-              help="Worker processes to run (each with --concurrency slots).")
-@click.option("--strict", is_flag=True,
-              help="Serve queues strictly in the given order (weights ignored).")
-@click.option("--visibility-timeout", type=click.FloatRange(min=1.0), default=None,
-              metavar="SECONDS", help="Lease length [default: CONVEYOR_VISIBILITY_TIMEOUT or 30].")
-@click.option("--shutdown-timeout", type=click.FloatRange(min=0.0), default=None,
-              metavar="SECONDS",
-              help="How long in-flight jobs may finish after SIGTERM [default: 30].")
-@click.option("--max-jobs-per-child", type=click.IntRange(min=1), default=None, metavar="N",
-              help="Replace a worker process after it has run N jobs.")
-@click.option("--max-memory-per-child", type=click.FloatRange(min=1.0), default=None,
-              metavar="MB", help="Replace a worker process whose resident memory passes MB.")
-@click.option("--log-format", type=click.Choice(FORMATS), default="text", show_default=True,
-              help="text for people, json (one object per line) for log pipelines.")
+@click.option(
+    "-q",
+    "--queues",
+    default="default",
+    show_default=True,
+    help="Queues to serve, with optional weights: high:5,default,low.",
+)
+@click.option(
+    "-c",
+    "--concurrency",
+    type=click.IntRange(1, 10_000),
+    default=32,
+    show_default=True,
+    help="Jobs each worker process runs at once.",
+)
+@click.option(
+    "-p",
+    "--processes",
+    type=click.IntRange(1, 1024),
+    default=1,
+    show_default=True,
+    help="Worker processes to run (each with --concurrency slots).",
+)
+@click.option(
+    "--strict", is_flag=True, help="Serve queues strictly in the given order (weights ignored)."
+)
+@click.option(
+    "--visibility-timeout",
+    type=click.FloatRange(min=1.0),
+    default=None,
+    metavar="SECONDS",
+    help="Lease length [default: CONVEYOR_VISIBILITY_TIMEOUT or 30].",
+)
+@click.option(
+    "--shutdown-timeout",
+    type=click.FloatRange(min=0.0),
+    default=None,
+    metavar="SECONDS",
+    help="How long in-flight jobs may finish after SIGTERM [default: 30].",
+)
+@click.option(
+    "--max-jobs-per-child",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="Replace a worker process after it has run N jobs.",
+)
+@click.option(
+    "--max-memory-per-child",
+    type=click.FloatRange(min=1.0),
+    default=None,
+    metavar="MB",
+    help="Replace a worker process whose resident memory passes MB.",
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(FORMATS),
+    default="text",
+    show_default=True,
+    help="text for people, json (one object per line) for log pipelines.",
+)
 @click.option("--log-level", type=click.Choice(LEVELS), default="info", show_default=True)
-@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None, metavar="PORT",
-              help="Serve Prometheus metrics on this port (needs the dashboard extra).")
-@click.option("--metrics-host", default="127.0.0.1", show_default=True,
-              help="Address the metrics server listens on (loopback by default: it has no "
-                   "auth; pass 0.0.0.0 deliberately to expose it).")
-@click.option("--no-supervisor", is_flag=True,
-              help="Run the one worker in this process (smallest footprint; no restarts or "
-                   "recycling: leave that to systemd/Kubernetes). Needs --processes 1.")
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    metavar="PORT",
+    help="Serve Prometheus metrics on this port (needs the dashboard extra).",
+)
+@click.option(
+    "--metrics-host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address the metrics server listens on (loopback by default: it has no "
+    "auth; pass 0.0.0.0 deliberately to expose it).",
+)
+@click.option(
+    "--no-supervisor",
+    is_flag=True,
+    help="Run the one worker in this process (smallest footprint; no restarts or "
+    "recycling: leave that to systemd/Kubernetes). Needs --processes 1.",
+)
 def worker_command(
-    app_target: str, queues: str, concurrency: int, processes: int, strict: bool,
-    visibility_timeout: float | None, shutdown_timeout: float | None,
-    max_jobs_per_child: int | None, max_memory_per_child: float | None, log_format: str,
-    log_level: str, metrics_port: int | None, metrics_host: str, no_supervisor: bool,
-) -> None:  # fmt: skip
+    app_target: str,
+    queues: str,
+    concurrency: int,
+    processes: int,
+    strict: bool,
+    visibility_timeout: float | None,
+    shutdown_timeout: float | None,
+    max_jobs_per_child: int | None,
+    max_memory_per_child: float | None,
+    log_format: str,
+    log_level: str,
+    metrics_port: int | None,
+    metrics_host: str,
+    no_supervisor: bool,
+) -> None:
     """Run workers for APP (module:attribute). SIGTERM/SIGINT drain; a second one stops now."""
     setup_logging(log_format, log_level)
     try:
@@ -75,24 +139,36 @@ def worker_command(
         raise click.BadParameter(str(exc), param_hint="--queues") from exc
     app = load_app(app_target)
     if app.broker.url.startswith("memory:"):
-        raise click.UsageError("the app uses memory://, which worker processes cannot share; "
-                               "use sqlite:///jobs.db or redis://")  # fmt: skip
+        raise click.UsageError(
+            "the app uses memory://, which worker processes cannot share; "
+            "use sqlite:///jobs.db or redis://"
+        )
     shutdown = app.settings.shutdown_timeout if shutdown_timeout is None else shutdown_timeout
     config = ChildConfig(
-        app=app_target, queues=queues, concurrency=concurrency, strict=strict,
-        visibility_timeout=visibility_timeout, shutdown_timeout=shutdown,
-        max_jobs=max_jobs_per_child, log_format=log_format, log_level=log_level.upper(),
-        sys_path=[os.getcwd()], metrics=metrics_port is not None,
-    )  # fmt: skip
+        app=app_target,
+        queues=queues,
+        concurrency=concurrency,
+        strict=strict,
+        visibility_timeout=visibility_timeout,
+        shutdown_timeout=shutdown,
+        max_jobs=max_jobs_per_child,
+        log_format=log_format,
+        log_level=log_level.upper(),
+        sys_path=[os.getcwd()],
+        metrics=metrics_port is not None,
+    )
     if no_supervisor and (processes != 1 or max_memory_per_child is not None):
-        raise click.UsageError("--no-supervisor runs one process: it cannot be combined "
-                               "with --processes > 1 or --max-memory-per-child")  # fmt: skip
+        raise click.UsageError(
+            "--no-supervisor runs one process: it cannot be combined "
+            "with --processes > 1 or --max-memory-per-child"
+        )
     if metrics_port is None and _may_exec():
         _close_quietly(app)
         if no_supervisor:
             _exec("-m", "conveyor.worker.child", "--unsupervised", config.to_json())
-        options = options_args(processes, max_memory_per_child, shutdown, log_format, log_level,
-                               app_target)  # fmt: skip
+        options = options_args(
+            processes, max_memory_per_child, shutdown, log_format, log_level, app_target
+        )
         _exec("-m", "conveyor.worker.supervisor", *options, config.to_json())
     if metrics_port is not None:
         start_metrics(app, metrics_port, metrics_host)
@@ -100,8 +176,13 @@ def worker_command(
         from ..worker.child import run_worker_process
 
         run_worker_process(config, supervised=False)
-    supervisor = Supervisor(config.to_json(), processes, app=app_target,
-                            max_memory_mb=max_memory_per_child, shutdown_timeout=shutdown)
+    supervisor = Supervisor(
+        config.to_json(),
+        processes,
+        app=app_target,
+        max_memory_mb=max_memory_per_child,
+        shutdown_timeout=shutdown,
+    )
     sys.exit(supervisor.run())
 
 
@@ -132,8 +213,12 @@ def start_metrics(app: object, port: int, host: str) -> bool:
     try:
         from ..monitoring.prometheus import start_metrics_server
     except ImportError as exc:
-        log.warning("--metrics-port %d ignored: metrics are unavailable (%s); "
-                    "pip install 'conveyor-jobs[dashboard]'", port, exc)  # fmt: skip
+        log.warning(
+            "--metrics-port %d ignored: metrics are unavailable (%s); "
+            "pip install 'conveyor-jobs[dashboard]'",
+            port,
+            exc,
+        )
         return False
     start_metrics_server(app, port, host)  # type: ignore[arg-type]
     log.info("Prometheus metrics on http://%s:%d/metrics", host, port)

@@ -62,9 +62,7 @@ class Backoff:
         """AWS decorrelated jitter: ``min(max, uniform(base, previous * 3))``."""
         return cls("decorrelated", base=base, factor=3.0, max=max, jitter=0.0)
 
-    def raw_delay(
-        self, failures: int, rng: random.Random, previous: float | None = None
-    ) -> float:
+    def raw_delay(self, failures: int, rng: random.Random, previous: float | None = None) -> float:
         """The delay before jitter after ``failures`` failed attempts (>= 1).
 
         ``previous``: the job's previous delay (decorrelated only; None means ``base``).
@@ -80,9 +78,7 @@ class Backoff:
         prev = self.base if previous is None or not previous > 0 else min(previous, self.max)
         return min(self.max, rng.uniform(self.base, max(self.base, prev * self.factor)))
 
-    def delay(
-        self, failures: int, rng: random.Random, previous: float | None = None
-    ) -> float:
+    def delay(self, failures: int, rng: random.Random, previous: float | None = None) -> float:
         """The jittered delay (seconds) after ``failures`` failed attempts.
 
         ``previous`` is the delay before the job's last attempt; only ``decorrelated`` uses it.

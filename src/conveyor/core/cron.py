@@ -219,9 +219,10 @@ def _whole_seconds(every: object) -> int:
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_EVERY:
         raise ValidationError(
-            "every", f"interval must be a whole number of seconds >= 1 and <= {MAX_EVERY} "
+            "every",
+            f"interval must be a whole number of seconds >= 1 and <= {MAX_EVERY} "
             f"(366 days), got {str(every)[:40]}",
-        )  # fmt: skip
+        )
     return value
 
 

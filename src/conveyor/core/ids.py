@@ -76,9 +76,17 @@ def new_ulid(now: float, rng: random.Random) -> str:
         return prefix[1] + rng.ulid_tail()
     b = rng.getrandbits(80)
     p = _PAIRS
-    return (prefix[1] + p[b >> 70] + p[(b >> 60) & 1023] + p[(b >> 50) & 1023]
-            + p[(b >> 40) & 1023] + p[(b >> 30) & 1023] + p[(b >> 20) & 1023]
-            + p[(b >> 10) & 1023] + p[b & 1023])  # fmt: skip
+    return (
+        prefix[1]
+        + p[b >> 70]
+        + p[(b >> 60) & 1023]
+        + p[(b >> 50) & 1023]
+        + p[(b >> 40) & 1023]
+        + p[(b >> 30) & 1023]
+        + p[(b >> 20) & 1023]
+        + p[(b >> 10) & 1023]
+        + p[b & 1023]
+    )
 
 
 def ulid_time(ulid: str) -> float:

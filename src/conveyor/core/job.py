@@ -197,8 +197,7 @@ def validate_exception_names(value: object, field_name: str) -> list[str]:
     for item in items:
         if isinstance(item, type) and issubclass(item, BaseException):
             names.append(exception_name(item))
-        elif (isinstance(item, str) and len(item) <= 300
-              and EXCEPTION_NAME_RE.fullmatch(item)):  # fmt: skip
+        elif isinstance(item, str) and len(item) <= 300 and EXCEPTION_NAME_RE.fullmatch(item):
             names.append(item)
         else:
             rule = "is neither an exception class nor a qualified name 'module.ClassName'"
@@ -220,8 +219,9 @@ def validate_max_attempts(max_attempts: object) -> int:
     if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
         raise ValidationError("max_attempts", f"must be an integer >= 1, got {max_attempts!r}")
     if max_attempts > MAX_ATTEMPTS_LIMIT:
-        raise ValidationError("max_attempts",
-                              f"must be <= {MAX_ATTEMPTS_LIMIT}, got {max_attempts}")  # fmt: skip
+        raise ValidationError(
+            "max_attempts", f"must be <= {MAX_ATTEMPTS_LIMIT}, got {max_attempts}"
+        )
     return max_attempts
 
 

@@ -66,8 +66,11 @@ def classify(
 
 def _named(exc: BaseException, names: Sequence[str]) -> bool:
     """True when ``exc``'s class or one of its bases is in ``names`` (``module.QualName``)."""
-    return any(exception_name(cls) in names for cls in type(exc).__mro__
-               if isinstance(cls, type) and issubclass(cls, BaseException))  # fmt: skip
+    return any(
+        exception_name(cls) in names
+        for cls in type(exc).__mro__
+        if isinstance(cls, type) and issubclass(cls, BaseException)
+    )
 
 
 def decide(

@@ -218,8 +218,15 @@ def encode_kwargs(kwargs: Any, path: str = "kwargs") -> Any:
     return encode_value(kwargs, path)
 
 
-_OPTIONAL = ("timeout", "started_at", "finished_at", "last_error", "idempotency_key",
-             "worker_id", "lease_expires_at")  # fmt: skip
+_OPTIONAL = (
+    "timeout",
+    "started_at",
+    "finished_at",
+    "last_error",
+    "idempotency_key",
+    "worker_id",
+    "lease_expires_at",
+)
 _DEFAULT_TTL = 300.0
 _CLASSIFICATION = ("retry_on", "dead_on")  # per-job overrides: written only when set
 
@@ -240,12 +247,18 @@ def envelope_dict(job: Job) -> dict[str, Any]:
     """
     f = job.__dict__  # plain reads of the dataclass fields (this runs once per enqueued job)
     data: dict[str, Any] = {
-        "v": ENVELOPE_VERSION, "id": f["id"], "task": f["task"],
-        "args": encode_args(f["args"]), "kwargs": encode_kwargs(f["kwargs"]),
-        "queue": f["queue"], "priority": f["priority"],
+        "v": ENVELOPE_VERSION,
+        "id": f["id"],
+        "task": f["task"],
+        "args": encode_args(f["args"]),
+        "kwargs": encode_kwargs(f["kwargs"]),
+        "queue": f["queue"],
+        "priority": f["priority"],
         "state": f["state"],  # a JobState: orjson writes its value
-        "max_attempts": f["max_attempts"], "run_at": f["run_at"], "created_at": f["created_at"],
-    }  # fmt: skip
+        "max_attempts": f["max_attempts"],
+        "run_at": f["run_at"],
+        "created_at": f["created_at"],
+    }
     for name in _OPTIONAL:
         value = f[name]
         if value is not None:
@@ -340,34 +353,36 @@ def job_from_dict(data: Any) -> Job:
     if missing:
         raise DecodeError(f"envelope is missing fields: {', '.join(missing)}")
     try:
-        return Job.fast({  # every field: no defaults to merge, no __init__
-            "id": str(data["id"]),
-            "task": str(data["task"]),
-            "args": list(decode_value(data.get("args") or [])),
-            "kwargs": dict(decode_value(data.get("kwargs") or {})),
-            "queue": str(data["queue"]),
-            "priority": int(data.get("priority", 0)),
-            "state": JobState(data["state"]),
-            "attempts": int(data.get("attempts", 0)),
-            "max_attempts": int(data.get("max_attempts", 4)),
-            "timeout": _opt_float(data.get("timeout")),
-            "run_at": float(data.get("run_at") or 0.0),
-            "created_at": float(data.get("created_at") or 0.0),
-            "started_at": _opt_float(data.get("started_at")),
-            "finished_at": _opt_float(data.get("finished_at")),
-            "result": decode_value(data.get("result")),
-            "last_error": data.get("last_error"),
-            "errors": list(data.get("errors") or []),
-            "history": list(data.get("history") or []),
-            "idempotency_key": data.get("idempotency_key"),
-            "idempotency_ttl": float(data.get("idempotency_ttl") or 300.0),
-            "metadata": dict(decode_value(data.get("metadata") or {})),
-            "lost": int(data.get("lost", 0)),
-            "worker_id": data.get("worker_id"),
-            "lease_expires_at": _opt_float(data.get("lease_expires_at")),
-            "retry_on": exception_names(data.get("retry_on"), "retry_on"),
-            "dead_on": exception_names(data.get("dead_on"), "dead_on"),
-        })
+        return Job.fast(
+            {  # every field: no defaults to merge, no __init__
+                "id": str(data["id"]),
+                "task": str(data["task"]),
+                "args": list(decode_value(data.get("args") or [])),
+                "kwargs": dict(decode_value(data.get("kwargs") or {})),
+                "queue": str(data["queue"]),
+                "priority": int(data.get("priority", 0)),
+                "state": JobState(data["state"]),
+                "attempts": int(data.get("attempts", 0)),
+                "max_attempts": int(data.get("max_attempts", 4)),
+                "timeout": _opt_float(data.get("timeout")),
+                "run_at": float(data.get("run_at") or 0.0),
+                "created_at": float(data.get("created_at") or 0.0),
+                "started_at": _opt_float(data.get("started_at")),
+                "finished_at": _opt_float(data.get("finished_at")),
+                "result": decode_value(data.get("result")),
+                "last_error": data.get("last_error"),
+                "errors": list(data.get("errors") or []),
+                "history": list(data.get("history") or []),
+                "idempotency_key": data.get("idempotency_key"),
+                "idempotency_ttl": float(data.get("idempotency_ttl") or 300.0),
+                "metadata": dict(decode_value(data.get("metadata") or {})),
+                "lost": int(data.get("lost", 0)),
+                "worker_id": data.get("worker_id"),
+                "lease_expires_at": _opt_float(data.get("lease_expires_at")),
+                "retry_on": exception_names(data.get("retry_on"), "retry_on"),
+                "dead_on": exception_names(data.get("dead_on"), "dead_on"),
+            }
+        )
     except (TypeError, ValueError, AttributeError) as exc:
         if isinstance(exc, DecodeError):
             raise

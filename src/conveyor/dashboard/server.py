@@ -272,15 +272,27 @@ def serve(
     if not cfg.auth_enabled:
         log.warning("dashboard running WITHOUT authentication on %s (loopback only)", host)
     web = create_app(app, cfg, host=host)
-    uvicorn.run(web, host=host, port=port, log_level="warning", timeout_graceful_shutdown=2,
-                **uvicorn_options(cfg))  # fmt: skip
+    uvicorn.run(
+        web,
+        host=host,
+        port=port,
+        log_level="warning",
+        timeout_graceful_shutdown=2,
+        **uvicorn_options(cfg),
+    )
 
 
 class BackgroundServer:
     """The dashboard served by uvicorn from a daemon thread (tests, ``conveyor demo``)."""
 
-    def __init__(self, app: Conveyor, host: str = "127.0.0.1", port: int = 0,
-                 config: DashboardConfig | None = None, **overrides: Any) -> None:  # fmt: skip
+    def __init__(
+        self,
+        app: Conveyor,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        config: DashboardConfig | None = None,
+        **overrides: Any,
+    ) -> None:
         import uvicorn
 
         cfg = config or DashboardConfig.from_env(**overrides)
@@ -293,11 +305,20 @@ class BackgroundServer:
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._sock.bind((host, port))
         self.port = int(self._sock.getsockname()[1])
-        uv_config = uvicorn.Config(self.web, log_level="warning", timeout_graceful_shutdown=1,
-                                   lifespan="off", **uvicorn_options(cfg))  # fmt: skip
+        uv_config = uvicorn.Config(
+            self.web,
+            log_level="warning",
+            timeout_graceful_shutdown=1,
+            lifespan="off",
+            **uvicorn_options(cfg),
+        )
         self.server = uvicorn.Server(uv_config)
-        self._thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self._sock]},
-                                        name="conveyor-dashboard", daemon=True)  # fmt: skip
+        self._thread = threading.Thread(
+            target=self.server.run,
+            kwargs={"sockets": [self._sock]},
+            name="conveyor-dashboard",
+            daemon=True,
+        )
 
     @property
     def url(self) -> str:
@@ -323,8 +344,13 @@ class BackgroundServer:
         self._sock.close()
 
 
-def serve_in_thread(app: Conveyor, host: str = "127.0.0.1", port: int = 0,
-                    config: DashboardConfig | None = None, **overrides: Any) -> str:  # fmt: skip
+def serve_in_thread(
+    app: Conveyor,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    config: DashboardConfig | None = None,
+    **overrides: Any,
+) -> str:
     """Serve the dashboard from a daemon thread until the process exits; returns its URL."""
     return BackgroundServer(app, host, port, config, **overrides).start().url
 

@@ -27,7 +27,6 @@ if TYPE_CHECKING:
     from ..runtime import HasRuntime
 
 
-
 def job_dict(job: Job, *, full: bool = True) -> dict[str, Any]:
     """A job as a dict; ``full=False`` leaves out errors, history and result (list rows)."""
     out = {f.name: getattr(job, f.name) for f in dataclasses.fields(Job)}

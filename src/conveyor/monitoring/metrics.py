@@ -113,8 +113,10 @@ class _Tally:
             yield "processed", float(processed)
         if failed:
             yield "failed", float(failed)
-        for prefix, count, total, buckets in (("run", self.run_n, self.run_sum, self.run_b),
-                                              ("wait", self.wait_n, self.wait_sum, self.wait_b)):
+        for prefix, count, total, buckets in (
+            ("run", self.run_n, self.run_sum, self.run_b),
+            ("wait", self.wait_n, self.wait_sum, self.wait_b),
+        ):
             if count:
                 yield f"{prefix}_n", float(count)
                 yield f"{prefix}_sum", total
@@ -166,9 +168,14 @@ class MetricsMiddleware(Middleware):
             self._schedule()
 
     def after_process(
-        self, worker: WorkerView, job: Job, *, outcome: str, duration: float,
+        self,
+        worker: WorkerView,
+        job: Job,
+        *,
+        outcome: str,
+        duration: float,
         error: BaseException | None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         """Count the outcome and record run and wait times (same counters as job_increments)."""
         self._count(worker, [job], [duration], outcome)
 
@@ -302,8 +309,11 @@ class MetricsMiddleware(Middleware):
                     totals[key] = totals.get(key, 0.0) + amount
             broker.counters.add(TOTALS_BUCKET, totals, self._now, TOTALS_TTL)
         except Exception:  # a metrics write must never break a worker
-            log.log(logging.DEBUG if quiet else logging.WARNING,
-                    "could not write metrics to the broker", exc_info=not quiet)  # fmt: skip
+            log.log(
+                logging.DEBUG if quiet else logging.WARNING,
+                "could not write metrics to the broker",
+                exc_info=not quiet,
+            )
 
 
 _LIVE: weakref.WeakSet[MetricsMiddleware] = weakref.WeakSet()

@@ -30,17 +30,38 @@ DEFAULT_MAX_BACKFILL = 100
 MAX_BACKFILL_LIMIT = 10_000
 NAME_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,150}\Z")  # \Z: "$" would accept a final "\n"
 #: Options accepted by ``app.cron`` / ``app.every`` / ``app.schedule_cron`` besides the timing.
-OPTION_NAMES = frozenset({
-    "name", "tz", "args", "kwargs", "queue", "priority", "misfire", "max_backfill",
-    "misfire_grace", "overlap", "paused",
-})  # fmt: skip
+OPTION_NAMES = frozenset(
+    {
+        "name",
+        "tz",
+        "args",
+        "kwargs",
+        "queue",
+        "priority",
+        "misfire",
+        "max_backfill",
+        "misfire_grace",
+        "overlap",
+        "paused",
+    }
+)
 #: Fields whose change means a different timetable: the next run is recomputed on upsert.
 TIMING_FIELDS = ("cron", "every", "tz")
 #: Fields copied from a (code or run-time) declaration onto the stored schedule.
 DEFINITION_FIELDS = (
-    "task", "cron", "every", "tz", "args", "kwargs", "queue", "priority", "misfire",
-    "max_backfill", "misfire_grace", "overlap",
-)  # fmt: skip
+    "task",
+    "cron",
+    "every",
+    "tz",
+    "args",
+    "kwargs",
+    "queue",
+    "priority",
+    "misfire",
+    "max_backfill",
+    "misfire_grace",
+    "overlap",
+)
 
 
 class ScheduleNotFound(ConveyorError, LookupError):
@@ -166,8 +187,11 @@ def build_schedule(
     if overlap not in OVERLAP_POLICIES:
         raise ValidationError("overlap", f"must be one of {', '.join(OVERLAP_POLICIES)}")
     max_backfill = options.get("max_backfill", DEFAULT_MAX_BACKFILL)
-    if (isinstance(max_backfill, bool) or not isinstance(max_backfill, int)
-            or not 1 <= max_backfill <= MAX_BACKFILL_LIMIT):  # fmt: skip
+    if (
+        isinstance(max_backfill, bool)
+        or not isinstance(max_backfill, int)
+        or not 1 <= max_backfill <= MAX_BACKFILL_LIMIT
+    ):
         raise ValidationError("max_backfill", f"must be an integer 1..{MAX_BACKFILL_LIMIT}")
     grace = options.get("misfire_grace", DEFAULT_MISFIRE_GRACE)
     if isinstance(grace, bool) or not isinstance(grace, int | float) or not grace >= 0:
@@ -226,5 +250,11 @@ def history_entry(
     fire_at: float, job_id: str | None, outcome: str, at: float, scheduler: str, **extra: Any
 ) -> dict[str, Any]:
     """One history record: fire time, job id, outcome, when it was decided and by whom."""
-    return {"fire_at": fire_at, "job_id": job_id, "outcome": outcome, "at": at,
-            "scheduler": scheduler, **extra}  # fmt: skip
+    return {
+        "fire_at": fire_at,
+        "job_id": job_id,
+        "outcome": outcome,
+        "at": at,
+        "scheduler": scheduler,
+        **extra,
+    }

@@ -203,8 +203,9 @@ class Scheduler:
             except BrokerConfigError:  # wrong password / database: retrying cannot help
                 raise
             except Exception:  # one failing duty must not stop the others
-                log.exception("scheduler plugin %r failed; retrying in %gs", slot.plugin.name,
-                              RETRY_AFTER)  # fmt: skip
+                log.exception(
+                    "scheduler plugin %r failed; retrying in %gs", slot.plugin.name, RETRY_AFTER
+                )
                 slot.due = at + RETRY_AFTER
         return self.enqueued - before
 

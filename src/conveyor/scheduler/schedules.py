@@ -56,19 +56,24 @@ class ScheduleRegistry:
         return self._decorator(cron=None, every=seconds, options=options)
 
     def _decorator(
-        self, *, cron: str | None, every: int | float | timedelta | None,
+        self,
+        *,
+        cron: str | None,
+        every: int | float | timedelta | None,
         options: Mapping[str, Any],
-    ) -> Callable[[F], F]:  # fmt: skip
+    ) -> Callable[[F], F]:
         opts = dict(options)
         # Validate timing and options now, so a bad declaration fails at import time.
-        build_schedule(opts.get("name") or "probe", "probe", cron=cron, every=every,
-                       **_without(opts, "name"))  # fmt: skip
+        build_schedule(
+            opts.get("name") or "probe", "probe", cron=cron, every=every, **_without(opts, "name")
+        )
 
         def decorate(fn: F) -> F:
             task = fn if isinstance(fn, Task) else self.register(fn)
             name = opts.get("name") or task.name
-            schedule = build_schedule(name, task.name, cron=cron, every=every, source="code",
-                                      **_without(opts, "name"))  # fmt: skip
+            schedule = build_schedule(
+                name, task.name, cron=cron, every=every, source="code", **_without(opts, "name")
+            )
             known = self.declared.get(schedule.name)
             if known is not None and known.definition() != schedule.definition():
                 raise ValidationError("name", f"schedule {name!r} is declared twice")
@@ -84,9 +89,14 @@ class ScheduleRegistry:
 
     # ------------------------------------------------------------------ run-time management
     def schedule(
-        self, name: str, task: str | Task, expr: str | None = None, *,
-        every: int | float | timedelta | None = None, **options: Any,
-    ) -> Schedule:  # fmt: skip
+        self,
+        name: str,
+        task: str | Task,
+        expr: str | None = None,
+        *,
+        every: int | float | timedelta | None = None,
+        **options: Any,
+    ) -> Schedule:
         """Create or replace a stored schedule now; returns it with its next run time.
 
         Give ``expr`` (cron) or ``every=``. Replacing with the same timetable keeps its state.
@@ -169,16 +179,24 @@ class ScheduleRegistry:
         for _ in range(_CAS_ATTEMPTS):
             doc = broker.docs.get(COLLECTION, schedule.name, now)
             if doc is None:
-                fresh = schedule.with_state(next_fire_at=schedule.spec.next_after(now),
-                                            created_at=now, updated_at=now, rev=1)  # fmt: skip
+                fresh = schedule.with_state(
+                    next_fire_at=schedule.spec.next_after(now),
+                    created_at=now,
+                    updated_at=now,
+                    rev=1,
+                )
                 broker.docs.put(COLLECTION, schedule.name, fresh.to_doc(), now)
                 return fresh
             current = Schedule.from_doc(doc)
             stored = _normalized(current.definition())
             if stored == wanted and current.source == schedule.source:
                 return current
-            changes: dict[str, Any] = {**wanted, "source": schedule.source, "updated_at": now,
-                                       "rev": current.rev + 1}  # fmt: skip
+            changes: dict[str, Any] = {
+                **wanted,
+                "source": schedule.source,
+                "updated_at": now,
+                "rev": current.rev + 1,
+            }
             if any(stored[key] != wanted[key] for key in TIMING_FIELDS):
                 changes["next_fire_at"] = schedule.spec.next_after(now)
             if broker.docs.update_if(COLLECTION, schedule.name, "rev", current.rev, changes, now):

@@ -131,12 +131,21 @@ def run_worker_process(config: ChildConfig, supervised: bool) -> None:
         sys.exit(EXIT_APP)
     if config.metrics:
         _add_metrics_middleware(app)
-    worker = app.worker(config.queues, concurrency=config.concurrency, strict=config.strict,
-                        visibility_timeout=config.visibility_timeout, max_jobs=config.max_jobs,
-                        shutdown_timeout=config.shutdown_timeout)  # fmt: skip
+    worker = app.worker(
+        config.queues,
+        concurrency=config.concurrency,
+        strict=config.strict,
+        visibility_timeout=config.visibility_timeout,
+        max_jobs=config.max_jobs,
+        shutdown_timeout=config.shutdown_timeout,
+    )
     if supervised:
-        threading.Thread(target=_watch_parent, args=(worker, os.getppid()), daemon=True,
-                         name="conveyor-parent-watch").start()  # fmt: skip
+        threading.Thread(
+            target=_watch_parent,
+            args=(worker, os.getppid()),
+            daemon=True,
+            name="conveyor-parent-watch",
+        ).start()
     if early:
         log.info("stop signal during start-up: exiting")
         sys.exit(0)

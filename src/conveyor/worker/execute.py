@@ -39,9 +39,15 @@ class Outcome:
         """The ``errors`` entry to store for a failed attempt."""
         assert self.decision is not None
         d = self.decision
-        return {"attempt": job.attempts, "kind": str(d.kind), "type": safe_text(d.exc_type),
-                "message": safe_text(d.message[:2000]), "traceback": safe_text(d.traceback),
-                "worker": worker_id, "at": now}  # fmt: skip
+        return {
+            "attempt": job.attempts,
+            "kind": str(d.kind),
+            "type": safe_text(d.exc_type),
+            "message": safe_text(d.message[:2000]),
+            "traceback": safe_text(d.traceback),
+            "worker": worker_id,
+            "at": now,
+        }
 
 
 def safe_text(text: str) -> str:
@@ -66,17 +72,18 @@ def permanent(kind: ErrorKind, exc_type: str, message: str) -> Outcome:
 def precheck(task: Task | None, job: Job) -> Outcome | None:
     """Refuse jobs that must never run: unknown task names, arguments that do not fit."""
     if task is None:
-        return permanent(ErrorKind.UNKNOWN_TASK, "UnknownTask",
-                         f"no task named {job.task!r} is registered in this worker")  # fmt: skip
+        return permanent(
+            ErrorKind.UNKNOWN_TASK,
+            "UnknownTask",
+            f"no task named {job.task!r} is registered in this worker",
+        )
     reason = task.check_arguments(job.args, job.kwargs)
     if reason is not None:
         return permanent(ErrorKind.BAD_ARGUMENTS, "TypeError", reason)
     return None
 
 
-def outcome_of_call(
-    task: Task, job: Job, call: Any, now: float, rng: random.Random
-) -> Outcome:
+def outcome_of_call(task: Task, job: Job, call: Any, now: float, rng: random.Random) -> Outcome:
     """Run ``call()`` (which runs the job) and classify what it did."""
     try:
         result = call()
@@ -100,16 +107,28 @@ def failure(
     """Classify an exception under the task's policy and the job's attempt budget."""
     # MAX_ATTEMPTS_UNSET (0): enqueued by name where the task is unknown; the task's value applies
     max_attempts = job.max_attempts or policy.max_attempts
-    decision = decide(exc, attempts=job.attempts, max_attempts=max_attempts, policy=policy,
-                      now=now, rng=rng, previous_delay=previous_delay(job),
-                      retry_on=job.retry_on, dead_on=job.dead_on)  # fmt: skip
+    decision = decide(
+        exc,
+        attempts=job.attempts,
+        max_attempts=max_attempts,
+        policy=policy,
+        now=now,
+        rng=rng,
+        previous_delay=previous_delay(job),
+        retry_on=job.retry_on,
+        dead_on=job.dead_on,
+    )
     return Outcome(False, decision=decision, error=exc)
 
 
 def reported(
-    run: Running, result: Any, exc: BaseException | None, remote_traceback: str | None,
-    now: float, rng: random.Random,
-) -> Outcome:  # fmt: skip
+    run: Running,
+    result: Any,
+    exc: BaseException | None,
+    remote_traceback: str | None,
+    now: float,
+    rng: random.Random,
+) -> Outcome:
     """The outcome of what an executor reported (an interrupted job is always a timeout)."""
     task = run.task
     assert task is not None

@@ -85,8 +85,7 @@ class ThreadExecutor:
                 gate = threading.Lock()
                 gate.acquire()
                 name = f"conveyor-job-{len(self._threads) + 1}"
-                thread = threading.Thread(target=self._main, args=(gate,), name=name,
-                                          daemon=True)  # fmt: skip
+                thread = threading.Thread(target=self._main, args=(gate,), name=name, daemon=True)
                 self._threads.append(thread)
                 thread.start()
             # else every thread is busy or about to look at the deque: one of them takes it

@@ -78,12 +78,12 @@ def start_helpers(recorder: Recorder, w: Wiring) -> Helpers:
     """Start the helper threads; returns them for ``stop_helpers``."""
     thread = recorder.start(w.done, w.recorded)
     watchdog = Watchdog(w.running_jobs, w.on_deadline, w.on_stuck, w.timeout_grace)
-    keeper = LeaseKeeper(w.broker, w.now, w.running_jobs, w.visibility_timeout,
-                         recorder.lease_lost)  # fmt: skip
+    keeper = LeaseKeeper(w.broker, w.now, w.running_jobs, w.visibility_timeout, recorder.lease_lost)
     helpers = Helpers(thread, watchdog, [watchdog, keeper])
     if w.describe is not None:
-        helpers.others.append(Heartbeat(w.broker, w.worker_id, w.now, w.describe,
-                                        w.heartbeat_interval))  # fmt: skip
+        helpers.others.append(
+            Heartbeat(w.broker, w.worker_id, w.now, w.describe, w.heartbeat_interval)
+        )
     for helper in helpers.others:
         helper.start()
     if w.warm_pool is not None:

@@ -44,15 +44,20 @@ def run_with_timeout(
 
     threading.Thread(target=target, name="conveyor-inline-job", daemon=True).start()
     if not done.wait(timeout):
-        log.warning("job %s (%s) passed its timeout of %gs: interrupting", run.job.id,
-                    run.job.task, timeout)  # fmt: skip
+        log.warning(
+            "job %s (%s) passed its timeout of %gs: interrupting", run.job.id, run.job.task, timeout
+        )
         interrupt_thread(run)
         if not done.wait(grace):
             run.settle()  # a result that arrives later is discarded
-            log.error("job %s (%s) ignored its timeout for %gs: recording it as timed out; "
-                      "its thread is abandoned and this worker should be recycled "
-                      "(exit_code EXIT_STUCK)", run.job.id, run.job.task,
-                      grace)  # fmt: skip
+            log.error(
+                "job %s (%s) ignored its timeout for %gs: recording it as timed out; "
+                "its thread is abandoned and this worker should be recycled "
+                "(exit_code EXIT_STUCK)",
+                run.job.id,
+                run.job.task,
+                grace,
+            )
             return reported(run, None, None, None, now, rng), True
     run.settle()
     result, exc = box[0]

@@ -42,8 +42,9 @@ def text_safe(text: str) -> str:
 class LeanLogger:
     """``info`` / ``warning`` / ``error`` / ``log(level, ...)`` like a ``logging.Logger``."""
 
-    def __init__(self, name: str, fmt: str = "text", level: str = "INFO",
-                 stream: TextIO | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, name: str, fmt: str = "text", level: str = "INFO", stream: TextIO | None = None
+    ) -> None:
         if fmt not in ("text", "json"):
             raise ValueError("log format must be one of text, json")
         self.name = name
@@ -61,8 +62,10 @@ class LeanLogger:
         name = _NAMES.get(level, f"Level {level}")
         if self.json:
             ts = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{millis:03d}Z"
-            line = (f'{{"ts":"{ts}","level":"{name.lower()}","logger":{json_string(self.name)},'
-                    f'"pid":{os.getpid()},"msg":{json_string(text)}}}')  # fmt: skip
+            line = (
+                f'{{"ts":"{ts}","level":"{name.lower()}","logger":{json_string(self.name)},'
+                f'"pid":{os.getpid()},"msg":{json_string(text)}}}'
+            )
         else:
             asctime = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now)) + f",{millis:03d}"
             line = f"{asctime} {name:<7} [{os.getpid()}] {self.name}: {text_safe(text)}"

@@ -38,8 +38,9 @@ class LeaseKeeper:
         self.interval = interval if interval is not None else visibility_timeout / 3.0
         self._on_lost = on_lost
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._main, name="conveyor-lease-keeper",
-                                        daemon=True)  # fmt: skip
+        self._thread = threading.Thread(
+            target=self._main, name="conveyor-lease-keeper", daemon=True
+        )
         self.rounds = 0
 
     def start(self) -> None:
@@ -63,8 +64,9 @@ class LeaseKeeper:
             return True
         asked = time.monotonic()
         try:
-            results = self.broker.extend([(r.job.id, r.token) for r in runs], self._now(),
-                                         self.visibility_timeout)  # fmt: skip
+            results = self.broker.extend(
+                [(r.job.id, r.token) for r in runs], self._now(), self.visibility_timeout
+            )
         except Exception:
             log.warning("lease keeper: extend failed; retrying soon", exc_info=True)
             return False

@@ -59,13 +59,22 @@ class Worker:
     """Runs jobs of some queues; see the module docstring for the two driving modes."""
 
     def __init__(
-        self, app: Runtime | HasRuntime, queues: Sequence[str] | str | None = None, *,
-        concurrency: int = 1, processes: int = 1, strict: bool = False,
-        visibility_timeout: float | None = None, worker_id: str | None = None,
-        max_lost: int | None = None, shutdown_timeout: float | None = None,
-        max_jobs: int | None = None, process_pool_size: int | None = None,
-        heartbeat: bool = True, handle_signals: bool = True,
-    ) -> None:  # fmt: skip
+        self,
+        app: Runtime | HasRuntime,
+        queues: Sequence[str] | str | None = None,
+        *,
+        concurrency: int = 1,
+        processes: int = 1,
+        strict: bool = False,
+        visibility_timeout: float | None = None,
+        worker_id: str | None = None,
+        max_lost: int | None = None,
+        shutdown_timeout: float | None = None,
+        max_jobs: int | None = None,
+        process_pool_size: int | None = None,
+        heartbeat: bool = True,
+        handle_signals: bool = True,
+    ) -> None:
         self.runtime = rt = as_runtime(app)
         self.app: Any = rt.owner  # the facade, for middleware that reads ``worker.app``
         self.broker = rt.broker
@@ -84,8 +93,15 @@ class Worker:
         suffix = new_ulid(rt.now(), rt.id_rng)[-6:]
         self.id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{suffix}"
         self._hard = threading.Event()
-        self.recorder = Recorder(self, self.id, rt.broker, rt.middleware, rt.now,
-                                 settings.max_result_bytes, self._hard.is_set)  # fmt: skip
+        self.recorder = Recorder(
+            self,
+            self.id,
+            rt.broker,
+            rt.middleware,
+            rt.now,
+            settings.max_result_bytes,
+            self._hard.is_set,
+        )
         self.exit_code = EXIT_OK
         self.started_at: float | None = None
         self._last_reap = -1e18
@@ -126,9 +142,14 @@ class Worker:
         """Claim and run one ready job inline; False when nothing is runnable at ``now``."""
         at = self.runtime.now() if now is None else now
         self.maintain(at, force=True)
-        leases = self.broker.claim(self.selector.order(), at, limit=1, worker_id=self.id,
-                                   visibility_timeout=self.visibility_timeout,
-                                   max_lost=self.max_lost)  # fmt: skip
+        leases = self.broker.claim(
+            self.selector.order(),
+            at,
+            limit=1,
+            worker_id=self.id,
+            visibility_timeout=self.visibility_timeout,
+            max_lost=self.max_lost,
+        )
         if not leases:
             return False
         lease = leases[0]
@@ -190,8 +211,15 @@ class Worker:
         if self.processes > 1:
             from .supervisor import supervise
 
-            return supervise(self.app, self.processes, self.selector, self.concurrency,
-                             self.max_jobs, self.visibility_timeout, self.shutdown_timeout)
+            return supervise(
+                self.app,
+                self.processes,
+                self.selector,
+                self.concurrency,
+                self.max_jobs,
+                self.visibility_timeout,
+                self.shutdown_timeout,
+            )
         # a wrong password or database: retrying cannot help
         if not broker_accepts(self.broker, self.id):
             self.exit_code = EXIT_CONFIG
@@ -210,16 +238,26 @@ class Worker:
             helpers = start_helpers(self.recorder, self._wiring())
             self._watchdog = helpers.watchdog
             emit(self.runtime.middleware, "on_worker_start", self)
-            log.info("worker %s: queues=%s concurrency=%d visibility_timeout=%gs", self.id,
-                     ",".join(self.queues), self.concurrency, self.visibility_timeout)  # fmt: skip
+            log.info(
+                "worker %s: queues=%s concurrency=%d visibility_timeout=%gs",
+                self.id,
+                ",".join(self.queues),
+                self.concurrency,
+                self.visibility_timeout,
+            )
             try:
                 self._claim_loop()
                 self._drain()
             finally:
                 stop_helpers(helpers, self._done, self._executors)
                 emit(self.runtime.middleware, "on_worker_stop", self)
-                log.info("worker %s stopped: processed=%d failed=%d exit_code=%d", self.id,
-                         self.processed, self.failed, self.exit_code)  # fmt: skip
+                log.info(
+                    "worker %s stopped: processed=%d failed=%d exit_code=%d",
+                    self.id,
+                    self.processed,
+                    self.failed,
+                    self.exit_code,
+                )
                 self._finished.set()
         return self.exit_code
 
@@ -259,13 +297,20 @@ class Worker:
         """What the helper threads need of this worker, handed over explicitly."""
         rt, pool = self.runtime, any(t.executor == "process" for t in self.runtime.tasks.values())
         return Wiring(
-            self.broker, rt.now, self.id, self.running_jobs, done=self._done,
-            recorded=self._recorded, on_deadline=self._on_deadline, on_stuck=self._on_stuck,
+            self.broker,
+            rt.now,
+            self.id,
+            self.running_jobs,
+            done=self._done,
+            recorded=self._recorded,
+            on_deadline=self._on_deadline,
+            on_stuck=self._on_stuck,
             describe=self.describe if self.heartbeat else None,
-            timeout_grace=rt.settings.timeout_grace, visibility_timeout=self.visibility_timeout,
+            timeout_grace=rt.settings.timeout_grace,
+            visibility_timeout=self.visibility_timeout,
             heartbeat_interval=rt.settings.heartbeat_interval,
             warm_pool=(lambda: self._executor("process").submit([])) if pool else None,
-        )  # fmt: skip
+        )
 
     # ------------------------------------------------------------------ claim loop
     def _claim_loop(self) -> None:
@@ -275,8 +320,7 @@ class Worker:
             self._maintain_safely()
             free = slots.wait_claimable(stopping)
             if self.max_jobs:  # never start more than the job limit allows
-                free = min(free, self.max_jobs - self.processed - self.failed
-                           - len(slots.inflight))  # fmt: skip
+                free = min(free, self.max_jobs - self.processed - self.failed - len(slots.inflight))
                 if free <= 0:
                     stopping.wait(0.05)
                     continue
@@ -307,9 +351,14 @@ class Worker:
 
     def _claim(self, free: int) -> list[Lease]:
         try:
-            leases = self.broker.claim(self.selector.order(), self.runtime.now(), limit=free,
-                                       worker_id=self.id, max_lost=self.max_lost,
-                                       visibility_timeout=self.visibility_timeout)  # fmt: skip
+            leases = self.broker.claim(
+                self.selector.order(),
+                self.runtime.now(),
+                limit=free,
+                worker_id=self.id,
+                max_lost=self.max_lost,
+                visibility_timeout=self.visibility_timeout,
+            )
         except BrokerConfigError as exc:  # permanent (e.g. the password changed): exit, do not spin
             log.error("worker %s: %s: stopping", self.id, exc)
             self.stop_now(EXIT_CONFIG)
@@ -317,8 +366,12 @@ class Worker:
         except Exception:
             self._claim_errors += 1
             delay = min(10.0, 0.5 * 2 ** (self._claim_errors - 1))
-            log.warning("claim failed (%d in a row); retrying in %.1fs", self._claim_errors,
-                        delay, exc_info=self._claim_errors == 1)  # fmt: skip
+            log.warning(
+                "claim failed (%d in a row); retrying in %.1fs",
+                self._claim_errors,
+                delay,
+                exc_info=self._claim_errors == 1,
+            )
             self._stopping.wait(delay)
             return []
         if self._claim_errors:
@@ -333,8 +386,9 @@ class Worker:
             task = tasks.get(job.task)
             rejected = precheck(task, job)
             if rejected is None and task is not None:
-                runs.append(Running(lease, task, choose_executor(task),
-                                    effective_timeout(task, job)))  # fmt: skip
+                runs.append(
+                    Running(lease, task, choose_executor(task), effective_timeout(task, job))
+                )
             else:
                 assert rejected is not None
                 runs.append(Running(lease, task, "none", None))
@@ -412,9 +466,13 @@ class Worker:
     def _on_stuck(self, run: Running) -> None:
         if not self._executors[run.executor].abandon(run):
             return
-        log.error("job %s (%s) ignored its timeout for %gs: recording it as timed out and "
-                  "recycling this worker process", run.job.id, run.job.task,
-                  self.runtime.settings.timeout_grace)  # fmt: skip
+        log.error(
+            "job %s (%s) ignored its timeout for %gs: recording it as timed out and "
+            "recycling this worker process",
+            run.job.id,
+            run.job.task,
+            self.runtime.settings.timeout_grace,
+        )
         if run.settle():
             rt = self.runtime
             self._done.put((run, reported(run, None, None, None, rt.now(), rt.rng)))
@@ -425,11 +483,14 @@ class Worker:
     def _drain(self) -> None:
         slots = self._slots
         if slots.inflight and not self._hard.is_set():
-            log.info("worker %s: waiting up to %gs for %d in-flight job(s)", self.id,
-                     self.shutdown_timeout, len(slots.inflight))  # fmt: skip
+            log.info(
+                "worker %s: waiting up to %gs for %d in-flight job(s)",
+                self.id,
+                self.shutdown_timeout,
+                len(slots.inflight),
+            )
         slots.wait_empty(time.monotonic() + self.shutdown_timeout, self._hard)
         for run in self.running_jobs():
             if run.settle():
                 self.recorder.release(run, f"worker shutdown ({self.id})")
                 slots.drop(run)
-

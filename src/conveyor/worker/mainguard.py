@@ -20,9 +20,11 @@ import sys
 
 from .procutil import EXIT_UNGUARDED_MAIN
 
-HELP = ("this script starts a worker when it is imported, and executor='process' re-imports "
-        "the main script in each pool child: put the code that enqueues and runs workers "
-        'under `if __name__ == "__main__":`')  # fmt: skip
+HELP = (
+    "this script starts a worker when it is imported, and executor='process' re-imports "
+    "the main script in each pool child: put the code that enqueues and runs workers "
+    'under `if __name__ == "__main__":`'
+)
 
 
 class UnguardedMain(RuntimeError):
@@ -48,10 +50,12 @@ def exit_unguarded() -> None:
 def explain() -> str:
     """The worker's one error message for a pool whose children re-run an unguarded script."""
     main = getattr(sys.modules.get("__main__"), "__file__", None) or "the main script"
-    return (f'{main} is missing its `if __name__ == "__main__":` guard. executor="process" '
-            "re-imports the main script in each pool child, and this one starts a worker when "
-            "imported: put the code that enqueues and runs workers under the guard. Its jobs "
-            "are released (not charged) and this worker stops.")  # fmt: skip
+    return (
+        f'{main} is missing its `if __name__ == "__main__":` guard. executor="process" '
+        "re-imports the main script in each pool child, and this one starts a worker when "
+        "imported: put the code that enqueues and runs workers under the guard. Its jobs "
+        "are released (not charged) and this worker stops."
+    )
 
 
 def is_bootstrap_error(exc: BaseException) -> bool:

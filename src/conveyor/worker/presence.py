@@ -57,12 +57,19 @@ class Describable(Protocol):
 
 def describe(worker: Describable) -> dict[str, Any]:
     """The registry record of a running worker."""
-    return {"id": worker.id, "host": socket.gethostname(), "pid": os.getpid(),
-            "queues": worker.queues, "concurrency": worker.concurrency,
-            "running": [r.job.id for r in worker.running_jobs()],
-            "started_at": worker.started_at, "processed": worker.processed,
-            "failed": worker.failed, "rss": rss_bytes(),
-            "state": "draining" if worker.draining else "running"}  # fmt: skip
+    return {
+        "id": worker.id,
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "queues": worker.queues,
+        "concurrency": worker.concurrency,
+        "running": [r.job.id for r in worker.running_jobs()],
+        "started_at": worker.started_at,
+        "processed": worker.processed,
+        "failed": worker.failed,
+        "rss": rss_bytes(),
+        "state": "draining" if worker.draining else "running",
+    }
 
 
 class Heartbeat:
@@ -115,7 +122,8 @@ class Heartbeat:
 
     def _event(self, kind: str) -> None:
         try:
-            self.broker.events.add([{"type": kind, "worker": self.worker_id, "at": self._now(),
-                                     "pid": os.getpid()}])  # fmt: skip
+            self.broker.events.add(
+                [{"type": kind, "worker": self.worker_id, "at": self._now(), "pid": os.getpid()}]
+            )
         except Exception:
             log.warning("heartbeat: could not record %s", kind, exc_info=True)

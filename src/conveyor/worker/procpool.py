@@ -53,8 +53,9 @@ class _Slot:
     def __init__(self, ctx: Any, index: int) -> None:
         self.index = index
         self.conn, child_conn = ctx.Pipe(duplex=True)
-        self.proc = ctx.Process(target=child_main, args=(child_conn,), daemon=True,
-                                name=f"conveyor-proc-{index}")  # fmt: skip
+        self.proc = ctx.Process(
+            target=child_main, args=(child_conn,), daemon=True, name=f"conveyor-proc-{index}"
+        )
         self.proc.start()
         child_conn.close()
         self.ready = False
@@ -91,8 +92,9 @@ class ProcessPool:
                 if is_bootstrap_error(exc):  # we ARE a pool child re-running an unguarded script
                     exit_unguarded()
                 raise
-            self._thread = threading.Thread(target=self._main, name="conveyor-procpool",
-                                            daemon=True)  # fmt: skip
+            self._thread = threading.Thread(
+                target=self._main, name="conveyor-procpool", daemon=True
+            )
             self._thread.start()
 
     def submit(self, runs: Sequence[Running]) -> None:
@@ -185,8 +187,9 @@ class ProcessPool:
                     while self._wake_r.poll():
                         self._wake_r.recv_bytes()
                 continue
-            found = next((s for s in self._slots
-                          if not s.dead and obj in (s.conn, s.proc.sentinel)), None)  # fmt: skip
+            found = next(
+                (s for s in self._slots if not s.dead and obj in (s.conn, s.proc.sentinel)), None
+            )
             if found is None:
                 continue
             slot = found
@@ -235,21 +238,33 @@ class ProcessPool:
         backoff = min(30.0, 0.5 * 2 ** (failures - 1)) if failures else 0.0
         slot.respawn_at = time.monotonic() + backoff
         if failures >= 3:
-            log.error("process pool: %d children in a row died while starting (exit code %s); "
-                      "failing the queued process jobs", failures, code)  # fmt: skip
+            log.error(
+                "process pool: %d children in a row died while starting (exit code %s); "
+                "failing the queued process jobs",
+                failures,
+                code,
+            )
             with self._lock:
                 queued, self._pending = list(self._pending), collections.deque()
             for waiting in queued:
-                self._report(waiting, None, ChildProcessDied(
-                    f"the process pool cannot start a child (exit code {code})"), None)  # fmt: skip
+                self._report(
+                    waiting,
+                    None,
+                    ChildProcessDied(f"the process pool cannot start a child (exit code {code})"),
+                    None,
+                )
         if run is not None:
             run.phase = LEFT
             if not run.interrupted:
-                log.error("process executor child %s died (exit code %s) running job %s",
-                          slot.proc.pid, code, run.job.id)  # fmt: skip
-            self._report(run, None, ChildProcessDied(f"child process exited with code {code}"),
-                         None)  # fmt: skip
-
+                log.error(
+                    "process executor child %s died (exit code %s) running job %s",
+                    slot.proc.pid,
+                    code,
+                    run.job.id,
+                )
+            self._report(
+                run, None, ChildProcessDied(f"child process exited with code {code}"), None
+            )
 
     def _give_up(self, slot: _Slot, run: Running | None) -> None:
         """Children re-run a main script without the guard: no child can ever start here.
@@ -305,8 +320,14 @@ def child_main(conn: Connection) -> None:
             reply: tuple[Any, ...] = ("ok", job_id, result)
             pickle.dumps(result)
         except BaseException as exc:
-            reply = ("err", job_id, _dump_exc(exc), type(exc).__name__, str(exc),
-                     "".join(traceback.format_exception(exc))[-4000:])  # fmt: skip
+            reply = (
+                "err",
+                job_id,
+                _dump_exc(exc),
+                type(exc).__name__,
+                str(exc),
+                "".join(traceback.format_exception(exc))[-4000:],
+            )
         try:
             conn.send(reply)
         except (OSError, ValueError):
@@ -316,8 +337,10 @@ def child_main(conn: Connection) -> None:
 def _resolve(module_name: str, qualname: str) -> Any:
     """Find a task's function by module and qualified name (unwrapping a ``Task``)."""
     if "<locals>" in qualname:
-        raise RuntimeError(f"{qualname} is not defined at module level: executor='process' "
-                           "tasks must be importable")  # fmt: skip
+        raise RuntimeError(
+            f"{qualname} is not defined at module level: executor='process' "
+            "tasks must be importable"
+        )
     module = sys.modules.get(module_name) or importlib.import_module(module_name)
     obj: Any = module
     for part in qualname.split("."):

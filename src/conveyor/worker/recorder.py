@@ -68,9 +68,15 @@ class Recorder:
     """Records outcomes for one worker (thread-safe)."""
 
     def __init__(
-        self, worker: Any, worker_id: str, broker: Broker, middleware: list[Middleware],
-        now: Callable[[], float], max_result_bytes: int, hard_stopping: Callable[[], bool],
-    ) -> None:  # fmt: skip
+        self,
+        worker: Any,
+        worker_id: str,
+        broker: Broker,
+        middleware: list[Middleware],
+        now: Callable[[], float],
+        max_result_bytes: int,
+        hard_stopping: Callable[[], bool],
+    ) -> None:
         self.worker = worker  # what the middleware hooks receive as ``worker``
         self.worker_id = worker_id
         self.broker = broker
@@ -124,11 +130,21 @@ class Recorder:
     def _dropped(self, run: Running, problem: str, now: float) -> Ack:
         """An ``Ack`` without the result, noting ``problem`` in the job's ``errors``."""
         job = run.job
-        log.warning("job %s (%s): result not stored, the job completes without it: %s",
-                    job.id, job.task, problem[:500])  # fmt: skip
-        error = {"attempt": job.attempts, "kind": str(ErrorKind.RESULT_ERROR),
-                 "type": "ValidationError", "message": safe_text(problem[:2000]),
-                 "traceback": "", "worker": self.worker_id, "at": now}  # fmt: skip
+        log.warning(
+            "job %s (%s): result not stored, the job completes without it: %s",
+            job.id,
+            job.task,
+            problem[:500],
+        )
+        error = {
+            "attempt": job.attempts,
+            "kind": str(ErrorKind.RESULT_ERROR),
+            "type": "ValidationError",
+            "message": safe_text(problem[:2000]),
+            "traceback": "",
+            "worker": self.worker_id,
+            "at": now,
+        }
         return Ack(job.id, run.token, None, job.queue, error)
 
     def _complete(self, batch: list[Ack], runs: list[Running], now: float) -> list[bool] | None:
@@ -150,9 +166,14 @@ class Recorder:
             log.warning("broker complete refused job %s's result: %s", ack.job_id, exc)
             # without the result, with a note; if even the note failed, the bare minimum
             message = BARE_NOTE if ack.error is not None else safe_text(f"result: {exc}"[:2000])
-            run_error = {"kind": str(ErrorKind.RESULT_ERROR), "type": type(exc).__name__,
-                         "message": message, "traceback": "", "worker": self.worker_id,
-                         "at": now}  # fmt: skip
+            run_error = {
+                "kind": str(ErrorKind.RESULT_ERROR),
+                "type": type(exc).__name__,
+                "message": message,
+                "traceback": "",
+                "worker": self.worker_id,
+                "at": now,
+            }
             retry = Ack(ack.job_id, ack.token, None, ack.queue, run_error)
             return self._complete([retry], runs, now)
 
@@ -165,26 +186,46 @@ class Recorder:
             wid = self.worker_id
             for run, duration in zip(runs, durations, strict=True):
                 job = run.job
-                fields = {"job_id": job.id, "task": job.task, "queue": job.queue,
-                          "attempt": job.attempts, "worker": wid,
-                          "duration": round(duration, 6), "outcome": "completed"}  # fmt: skip
-                log.debug("job %s task=%s queue=%s attempt=%d worker=%s duration=%.3fs "
-                          "outcome=completed", job.id, job.task, job.queue, job.attempts, wid,
-                          duration, extra={"job": fields})  # fmt: skip
+                fields = {
+                    "job_id": job.id,
+                    "task": job.task,
+                    "queue": job.queue,
+                    "attempt": job.attempts,
+                    "worker": wid,
+                    "duration": round(duration, 6),
+                    "outcome": "completed",
+                }
+                log.debug(
+                    "job %s task=%s queue=%s attempt=%d worker=%s duration=%.3fs outcome=completed",
+                    job.id,
+                    job.task,
+                    job.queue,
+                    job.attempts,
+                    wid,
+                    duration,
+                    extra={"job": fields},
+                )
         after = hooked(self.middleware, "after_process", "after_process_batch")
         if after:  # one call per middleware and batch (the default calls after_process per job)
             after_process_batch(after, self.worker, [run.job for run in runs], durations)
 
-    def start(self, done: queue.SimpleQueue[tuple[Running, Outcome] | None],
-              recorded: Callable[[list[Running]], None]) -> threading.Thread:  # fmt: skip
+    def start(
+        self,
+        done: queue.SimpleQueue[tuple[Running, Outcome] | None],
+        recorded: Callable[[list[Running]], None],
+    ) -> threading.Thread:
         """Start the recorder thread (``drain``); put None in ``done`` to stop it."""
-        thread = threading.Thread(target=self.drain, args=(done, recorded), daemon=True,
-                                  name="conveyor-recorder")  # fmt: skip
+        thread = threading.Thread(
+            target=self.drain, args=(done, recorded), daemon=True, name="conveyor-recorder"
+        )
         thread.start()
         return thread
 
-    def drain(self, done: queue.SimpleQueue[tuple[Running, Outcome] | None],
-              recorded: Callable[[list[Running]], None]) -> None:  # fmt: skip
+    def drain(
+        self,
+        done: queue.SimpleQueue[tuple[Running, Outcome] | None],
+        recorded: Callable[[list[Running]], None],
+    ) -> None:
         """Recorder thread: write what ``done`` delivers, in batches, until it yields None."""
         while True:
             item = done.get()
@@ -212,9 +253,13 @@ class Recorder:
         assert decision is not None
         error = outcome.error_entry(job, now, self.worker_id)
         try:
-            state = self._retrying("fail", lambda: self.broker.fail(
-                job.id, run.token, now, error=error, retry_at=decision.retry_at),
-                [run])  # fmt: skip
+            state = self._retrying(
+                "fail",
+                lambda: self.broker.fail(
+                    job.id, run.token, now, error=error, retry_at=decision.retry_at
+                ),
+                [run],
+            )
         except LeaseLost:
             return "lease_lost"
         except DETERMINISTIC:
@@ -247,12 +292,20 @@ class Recorder:
             except Exception:
                 left = lease_left(runs)
                 if left <= 0 or self.hard_stopping():
-                    log.exception("broker %s failed; giving up (the lease will expire and the "
-                                  "job will be redelivered)", what)  # fmt: skip
+                    log.exception(
+                        "broker %s failed; giving up (the lease will expire and the "
+                        "job will be redelivered)",
+                        what,
+                    )
                     return None
                 pause = min(delay, left)
-                log.warning("broker %s failed; retrying in %.2fs (lease valid for %.1fs)", what,
-                            pause, left, exc_info=True)  # fmt: skip
+                log.warning(
+                    "broker %s failed; retrying in %.2fs (lease valid for %.1fs)",
+                    what,
+                    pause,
+                    left,
+                    exc_info=True,
+                )
                 time.sleep(pause)
                 delay = min(MAX_DELAY, delay * 2)
 
@@ -269,30 +322,60 @@ class Recorder:
         error = outcome.error if outcome is not None else None
         decision = outcome.decision if outcome is not None else None
         detail = f" error={decision.exc_type}: {decision.message[:200]}" if decision else ""
-        level = (logging.DEBUG if name == "completed"
-                 else logging.INFO if name == "released" else logging.WARNING)  # fmt: skip
+        level = (
+            logging.DEBUG
+            if name == "completed"
+            else logging.INFO
+            if name == "released"
+            else logging.WARNING
+        )
         if log.isEnabledFor(level):
             fields: dict[str, Any] = {
-                "job_id": job.id, "task": job.task, "queue": job.queue, "attempt": job.attempts,
-                "worker": self.worker_id, "duration": round(duration, 6), "outcome": name,
-            }  # fmt: skip
+                "job_id": job.id,
+                "task": job.task,
+                "queue": job.queue,
+                "attempt": job.attempts,
+                "worker": self.worker_id,
+                "duration": round(duration, 6),
+                "outcome": name,
+            }
             if decision is not None:
-                fields.update(error_kind=str(decision.kind), error=decision.exc_type,
-                              message=decision.message[:500])  # fmt: skip
-            log.log(level, "job %s task=%s queue=%s attempt=%d worker=%s duration=%.3fs "
-                    "outcome=%s%s", job.id, job.task, job.queue, job.attempts, self.worker_id,
-                    duration, name, detail, extra={"job": fields})  # fmt: skip
+                fields.update(
+                    error_kind=str(decision.kind),
+                    error=decision.exc_type,
+                    message=decision.message[:500],
+                )
+            log.log(
+                level,
+                "job %s task=%s queue=%s attempt=%d worker=%s duration=%.3fs outcome=%s%s",
+                job.id,
+                job.task,
+                job.queue,
+                job.attempts,
+                self.worker_id,
+                duration,
+                name,
+                detail,
+                extra={"job": fields},
+            )
         if name != "released":
-            emit(self.middleware, "after_process", self.worker, job, outcome=name,
-                 duration=duration, error=error, reverse=True)  # fmt: skip
+            emit(
+                self.middleware,
+                "after_process",
+                self.worker,
+                job,
+                outcome=name,
+                duration=duration,
+                error=error,
+                reverse=True,
+            )
         else:  # a released job did not finish: no after_process, its own hook
             emit(self.middleware, "on_release", self.worker, job, reverse=True)
 
     def release(self, run: Running, note: str) -> str:
         """Give an unfinished job back without an attempt penalty (shutdown); log it."""
         try:
-            self.broker.release(run.job.id, run.token, self.now(), penalize=False,
-                                note=note)  # fmt: skip
+            self.broker.release(run.job.id, run.token, self.now(), penalize=False, note=note)
             name = "released"
         except LeaseLost:
             name = "lease_lost"
@@ -308,6 +391,9 @@ class Recorder:
             if run.lost_announced:
                 return
             run.lost = run.lost_announced = True
-        log.warning("job %s (%s): lease lost; this attempt's outcome will be discarded",
-                    run.job.id, run.job.task)  # fmt: skip
+        log.warning(
+            "job %s (%s): lease lost; this attempt's outcome will be discarded",
+            run.job.id,
+            run.job.task,
+        )
         emit(self.middleware, "on_lease_lost", self.worker, run.job)

@@ -23,9 +23,27 @@ QUEUED, RUNNING, LEFT = "queued", "running", "left"
 class Running:
     """One claimed job: lease, task, executor, timing and the flags its helpers set."""
 
-    __slots__ = ("claimed", "deadline", "executor", "handle", "interrupted", "job", "lease",
-                 "lease_until", "lock", "lost", "lost_announced", "phase", "settled", "started",
-                 "stuck", "task", "thread_ident", "timeout", "token")  # fmt: skip
+    __slots__ = (
+        "claimed",
+        "deadline",
+        "executor",
+        "handle",
+        "interrupted",
+        "job",
+        "lease",
+        "lease_until",
+        "lock",
+        "lost",
+        "lost_announced",
+        "phase",
+        "settled",
+        "started",
+        "stuck",
+        "task",
+        "thread_ident",
+        "timeout",
+        "token",
+    )
 
     def __init__(
         self, lease: Lease, task: Task | None, executor: str, timeout: float | None
@@ -53,8 +71,10 @@ class Running:
         self.lock = threading.Lock()
 
     def __repr__(self) -> str:
-        return (f"Running(job={self.job.id!r}, executor={self.executor!r}, "
-                f"phase={self.phase!r}, settled={self.settled!r})")  # fmt: skip
+        return (
+            f"Running(job={self.job.id!r}, executor={self.executor!r}, "
+            f"phase={self.phase!r}, settled={self.settled!r})"
+        )
 
     def begin(self, thread_ident: int | None = None) -> None:
         """Mark the start of execution; the timeout clock starts now."""

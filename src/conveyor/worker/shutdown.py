@@ -50,8 +50,9 @@ def stop_on_signals(worker: Stoppable) -> Iterator[None]:
         return
     reader, writer = socket.socketpair()
     writer.setblocking(False)
-    listener = threading.Thread(target=_listen, args=(reader, worker), daemon=True,
-                                name="conveyor-signals")  # fmt: skip
+    listener = threading.Thread(
+        target=_listen, args=(reader, worker), daemon=True, name="conveyor-signals"
+    )
     listener.start()
     previous: dict[signal.Signals, Any] = {sig: signal.signal(sig, _ignore) for sig in STOP_SIGNALS}
     old_fd = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
@@ -85,9 +86,12 @@ def _listen(reader: socket.socket, worker: Stoppable) -> None:
             received += 1
             name = signal.Signals(signum).name
             if received == 1:
-                log.warning("%s: draining (no new jobs; in-flight jobs get up to %gs); send it "
-                            "again to release them and exit now", name,
-                            worker.shutdown_timeout)  # fmt: skip
+                log.warning(
+                    "%s: draining (no new jobs; in-flight jobs get up to %gs); send it "
+                    "again to release them and exit now",
+                    name,
+                    worker.shutdown_timeout,
+                )
                 worker.stop(wait=False)
             else:
                 log.warning("%s again: releasing in-flight jobs and exiting now", name)

@@ -32,9 +32,12 @@ class Slots:
     """Busy slots and in-flight attempts of one worker (thread-safe)."""
 
     def __init__(
-        self, concurrency: int, *, linger: float = LINGER,
+        self,
+        concurrency: int,
+        *,
+        linger: float = LINGER,
         clock: Callable[[], float] = time.monotonic,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.concurrency = concurrency
         self.threshold = max(1, concurrency // 4)
         self.batch = max(self.threshold, MIN_BATCH)

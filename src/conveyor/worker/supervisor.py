@@ -128,10 +128,16 @@ class Supervisor:
 
     def run(self) -> int:
         """Supervise until every child has exited after a stop signal; returns the exit code."""
-        previous = {sig: signal.signal(sig, self._on_signal)
-                    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}  # fmt: skip
-        self.log.info("supervisor %d: starting %d worker process(es) for %s", os.getpid(),
-                 len(self.children), self.app)  # fmt: skip
+        previous = {
+            sig: signal.signal(sig, self._on_signal)
+            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+        }
+        self.log.info(
+            "supervisor %d: starting %d worker process(es) for %s",
+            os.getpid(),
+            len(self.children),
+            self.app,
+        )
         try:
             for child in self.children:
                 self._spawn(child)
@@ -169,9 +175,11 @@ class Supervisor:
             self._forwarded += 1
             if self._forwarded == 1:
                 self._stop_at = time.monotonic() + self.shutdown_timeout + KILL_MARGIN
-                self.log.warning("stop signal: worker processes drain for up to %gs; send it "
-                            "again to release their jobs and exit now",
-                            self.shutdown_timeout)  # fmt: skip
+                self.log.warning(
+                    "stop signal: worker processes drain for up to %gs; send it "
+                    "again to release their jobs and exit now",
+                    self.shutdown_timeout,
+                )
             elif self._forwarded == 2:
                 self.log.warning("second stop signal: worker processes release their jobs now")
             for child in self.children:
@@ -179,8 +187,9 @@ class Supervisor:
         if self._stop_at is not None and time.monotonic() >= self._stop_at:
             for child in self.children:
                 if child.proc is not None and child.proc.poll() is None:
-                    self.log.error("worker process %d did not stop in time: killing it",
-                                   child.proc.pid)
+                    self.log.error(
+                        "worker process %d did not stop in time: killing it", child.proc.pid
+                    )
                     self._send(child, signal.SIGKILL)
             self._stop_at = None
 
@@ -191,10 +200,13 @@ class Supervisor:
         # process ~1 MB. stdin from /dev/null, own process group, default SIGPIPE/SIGXFSZ (as
         # Popen's restore_signals); descriptors are close-on-exec by default (PEP 446).
         pid = os.posix_spawn(
-            self.python, argv, os.environ, setpgroup=0,
+            self.python,
+            argv,
+            os.environ,
+            setpgroup=0,
             file_actions=[(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)],
             setsigdef=(signal.SIGPIPE, signal.SIGXFSZ),
-        )  # fmt: skip
+        )
         child.proc = _Proc(pid)
         child.started = time.monotonic()
         child.term_sent_at = None
@@ -209,8 +221,9 @@ class Supervisor:
         if child.term_sent_at is not None and not self.signals:
             limit = self.shutdown_timeout + KILL_MARGIN
             if time.monotonic() - child.term_sent_at > limit and proc.poll() is None:
-                self.log.error("worker process %d did not recycle in %gs: killing it",
-                               proc.pid, limit)
+                self.log.error(
+                    "worker process %d did not recycle in %gs: killing it", proc.pid, limit
+                )
                 self._send(child, signal.SIGKILL)
         code = proc.poll()
         if code is None:
@@ -220,9 +233,12 @@ class Supervisor:
             self.log.info("worker process %d exited (code %d)", proc.pid, code)
             return
         if code == EXIT_CONFIG:  # the broker refused the credentials: a restart cannot help
-            self.log.error("worker process %d exited with a configuration error (e.g. the "
-                           "broker refused the credentials; see its log above): stopping every "
-                           "worker", proc.pid)  # fmt: skip
+            self.log.error(
+                "worker process %d exited with a configuration error (e.g. the "
+                "broker refused the credentials; see its log above): stopping every "
+                "worker",
+                proc.pid,
+            )
             self.exit_code = EXIT_CONFIG
             self.signals += 1  # stop the others as if a stop signal came
             return
@@ -234,12 +250,21 @@ class Supervisor:
         else:
             child.crashes += 1
             child.restart_at = time.monotonic() + min(MAX_BACKOFF, 0.5 * 2 ** (child.crashes - 1))
-        reason = {EXIT_RECYCLE: "job limit reached", EXIT_STUCK: "a job ignored its timeout",
-                  EXIT_OK: "recycled"}.get(code, "crashed")  # fmt: skip
+        reason = {
+            EXIT_RECYCLE: "job limit reached",
+            EXIT_STUCK: "a job ignored its timeout",
+            EXIT_OK: "recycled",
+        }.get(code, "crashed")
         delay = f" in {child.restart_at - time.monotonic():.1f}s" if child.restart_at else ""
-        self.log.log(INFO if planned else ERROR,
-                "worker process %d exited with code %d (%s) after %.1fs: restarting%s",
-                proc.pid, code, reason, lived, delay)  # fmt: skip
+        self.log.log(
+            INFO if planned else ERROR,
+            "worker process %d exited with code %d (%s) after %.1fs: restarting%s",
+            proc.pid,
+            code,
+            reason,
+            lived,
+            delay,
+        )
         if not child.restart_at:
             self._spawn(child)
 
@@ -250,8 +275,12 @@ class Supervisor:
                 continue
             rss = rss_bytes(child.proc.pid)
             if rss > self.max_memory:
-                self.log.warning("worker process %d uses %.0f MB (limit %.0f MB): recycling it",
-                            child.proc.pid, rss / 2**20, self.max_memory / 2**20)  # fmt: skip
+                self.log.warning(
+                    "worker process %d uses %.0f MB (limit %.0f MB): recycling it",
+                    child.proc.pid,
+                    rss / 2**20,
+                    self.max_memory / 2**20,
+                )
                 self._terminate(child)
 
     def _terminate(self, child: _Child) -> None:
@@ -266,11 +295,27 @@ class Supervisor:
                 os.kill(child.proc.pid, sig)
 
 
-def options_args(processes: int, max_memory_mb: float | None, shutdown_timeout: float,
-                 log_format: str, log_level: str, app: str) -> list[str]:  # fmt: skip
+def options_args(
+    processes: int,
+    max_memory_mb: float | None,
+    shutdown_timeout: float,
+    log_format: str,
+    log_level: str,
+    app: str,
+) -> list[str]:
     """The OPTIONS of ``python -m conveyor.worker.supervisor [OPTIONS] CHILD_CONFIG``."""
-    args = ["--processes", str(processes), "--shutdown-timeout", repr(shutdown_timeout),
-            "--log-format", log_format, "--log-level", log_level, "--app", app]  # fmt: skip
+    args = [
+        "--processes",
+        str(processes),
+        "--shutdown-timeout",
+        repr(shutdown_timeout),
+        "--log-format",
+        log_format,
+        "--log-level",
+        log_level,
+        "--app",
+        app,
+    ]
     if max_memory_mb is not None:
         args += ["--max-memory-mb", repr(max_memory_mb)]
     return args
@@ -284,32 +329,49 @@ def main(argv: list[str] | None = None) -> None:
     opts = {key[2:]: value for key, value in zip(args[:-1:2], args[1:-1:2], strict=True)}
     log = LeanLogger(LOGGER, opts.get("log-format", "text"), opts.get("log-level", "info"))
     memory = opts.get("max-memory-mb")
-    supervisor = Supervisor(args[-1], int(opts.get("processes", "1")), app=opts.get("app", "?"),
-                            max_memory_mb=float(memory) if memory else None,
-                            shutdown_timeout=float(opts.get("shutdown-timeout", "30")),
-                            log=log)  # fmt: skip
+    supervisor = Supervisor(
+        args[-1],
+        int(opts.get("processes", "1")),
+        app=opts.get("app", "?"),
+        max_memory_mb=float(memory) if memory else None,
+        shutdown_timeout=float(opts.get("shutdown-timeout", "30")),
+        log=log,
+    )
     sys.exit(supervisor.run())
 
 
 def supervise(
-    app: object, processes: int, selector: QueueSelector, concurrency: int,
-    max_jobs: int | None, visibility_timeout: float, shutdown_timeout: float,
-) -> int:  # fmt: skip
+    app: object,
+    processes: int,
+    selector: QueueSelector,
+    concurrency: int,
+    max_jobs: int | None,
+    visibility_timeout: float,
+    shutdown_timeout: float,
+) -> int:
     """Run ``processes`` copies of a programmatic worker (of ``app``) under a supervisor."""
     from ..errors import ValidationError
     from .child import ChildConfig, find_app_ref
 
     ref = find_app_ref(app)
     if ref is None:
-        raise ValidationError("processes", "processes > 1 needs the app importable as module:"
-                              "attribute; or run `conveyor worker APP --processes N`")
+        raise ValidationError(
+            "processes",
+            "processes > 1 needs the app importable as module:"
+            "attribute; or run `conveyor worker APP --processes N`",
+        )
     queues = ",".join(f"{name}:{weight}" for name, weight in selector.queues)
-    config = ChildConfig(app=ref, queues=queues, concurrency=concurrency,
-                         strict=selector.strict, max_jobs=max_jobs,
-                         visibility_timeout=visibility_timeout, sys_path=list(sys.path),
-                         shutdown_timeout=shutdown_timeout)  # fmt: skip
-    return Supervisor(config.to_json(), processes, app=ref,
-                      shutdown_timeout=shutdown_timeout).run()
+    config = ChildConfig(
+        app=ref,
+        queues=queues,
+        concurrency=concurrency,
+        strict=selector.strict,
+        max_jobs=max_jobs,
+        visibility_timeout=visibility_timeout,
+        sys_path=list(sys.path),
+        shutdown_timeout=shutdown_timeout,
+    )
+    return Supervisor(config.to_json(), processes, app=ref, shutdown_timeout=shutdown_timeout).run()
 
 
 if __name__ == "__main__":

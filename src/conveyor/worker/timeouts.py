@@ -37,8 +37,10 @@ def _async_exc_functions() -> tuple[Any, Any]:
         import ctypes
 
         api = ("PyThreadState_SetAsyncExc", ctypes.pythonapi)
-        _async_exc = (ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_ulong, ctypes.py_object)(api),
-                      ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p)(api))
+        _async_exc = (
+            ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_ulong, ctypes.py_object)(api),
+            ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p)(api),
+        )
     return _async_exc
 
 
@@ -100,8 +102,12 @@ class Watchdog:
                 continue
             if not run.interrupted:
                 if now >= run.deadline:
-                    log.warning("job %s (%s) passed its timeout of %gs: interrupting",
-                                run.job.id, run.job.task, run.timeout)  # fmt: skip
+                    log.warning(
+                        "job %s (%s) passed its timeout of %gs: interrupting",
+                        run.job.id,
+                        run.job.task,
+                        run.timeout,
+                    )
                     self._call(self._on_deadline, run)
                     next_at = min(next_at, now + self.grace)
                 else:

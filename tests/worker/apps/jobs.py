@@ -23,8 +23,10 @@ def mark(event: str, tag: str, **extra: Any) -> None:
     path = os.environ.get("WORKER_TEST_LOG")
     if not path:
         return
-    line = orjson.dumps({"event": event, "tag": tag, "pid": os.getpid(), "t": time.time(),
-                         **extra}) + b"\n"  # fmt: skip
+    line = (
+        orjson.dumps({"event": event, "tag": tag, "pid": os.getpid(), "t": time.time(), **extra})
+        + b"\n"
+    )
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, line)

@@ -61,9 +61,10 @@ def _group_batch(jobs: Sequence[Job], cluster: bool) -> dict[str, list[int]]:
             idxs.append(i)
     if len(groups) > 1 and cluster:
         raise ValidationError(
-            "jobs", "in Redis Cluster one enqueue_many batch must target a single queue"
+            "jobs",
+            "in Redis Cluster one enqueue_many batch must target a single queue"
             f" (atomicity is per queue); got {sorted(groups)}",
-        )  # fmt: skip
+        )
     return groups
 
 
@@ -126,8 +127,9 @@ class RedisBroker(ReadsMixin, LifecycleMixin, Broker):
             raise DuplicateJob(reply[1].decode())
         results = [EnqueueResult(job.id, False, job.state) for job in jobs]
         for n in range(1, len(reply), 3):  # only jobs whose idempotency key matched
-            results[order[reply[n] - 1]] = EnqueueResult(reply[n + 1].decode(), True,
-                                                         _STATES[reply[n + 2]])  # fmt: skip
+            results[order[reply[n] - 1]] = EnqueueResult(
+                reply[n + 1].decode(), True, _STATES[reply[n + 2]]
+            )
         where = self._where
         where.make_room(len(jobs))
         fresh = False
@@ -143,9 +145,15 @@ class RedisBroker(ReadsMixin, LifecycleMixin, Broker):
     # ------------------------------------------------------------------ consumers
     @guarded
     def claim(
-        self, queues: Sequence[str], now: float, *, limit: int = 1,
-        visibility_timeout: float = 30.0, worker_id: str = "", max_lost: int = 3,
-    ) -> Claimed:  # fmt: skip
+        self,
+        queues: Sequence[str],
+        now: float,
+        *,
+        limit: int = 1,
+        visibility_timeout: float = 30.0,
+        worker_id: str = "",
+        max_lost: int = 3,
+    ) -> Claimed:
         """Lease up to ``limit`` jobs, queues in the given order (one script call per queue).
 
         Each call first promotes due jobs and returns expired leases of its queue; an empty
@@ -159,8 +167,9 @@ class RedisBroker(ReadsMixin, LifecycleMixin, Broker):
         next_due: float | None = None
         for queue in queues:
             while len(leases) < limit:
-                opts = claim_options(queue, at, deadline, limit - len(leases), worker_id,
-                                     max_lost, self.retention)  # fmt: skip
+                opts = claim_options(
+                    queue, at, deadline, limit - len(leases), worker_id, max_lost, self.retention
+                )
                 reply = self.runner.run("claim", self.qkeys(queue), [opts])
                 more = more or reply[0] == ScriptCode.MORE
                 if reply[1]:
@@ -193,9 +202,15 @@ class RedisBroker(ReadsMixin, LifecycleMixin, Broker):
         self._bury_undecodable(queue, job_id, item[2].decode(), fields, message, worker_id, now)
 
     def _bury_undecodable(
-        self, queue: str, job_id: str, token: str, fields: dict[bytes, bytes], message: str,
-        worker_id: str, now: float,
-    ) -> None:  # fmt: skip
+        self,
+        queue: str,
+        job_id: str,
+        token: str,
+        fields: dict[bytes, bytes],
+        message: str,
+        worker_id: str,
+        now: float,
+    ) -> None:
         entry = codec.decode_error_entry(message, fields, worker_id, now)
         entry_json, _, last_error, _ = codec.error_json(entry, now)
         opts = fail_options(queue, now, None, "decode_error", True, self.retention)
@@ -239,9 +254,14 @@ class RedisBroker(ReadsMixin, LifecycleMixin, Broker):
 
     @guarded
     def fail(
-        self, job_id: str, token: str, now: float, *, error: Mapping[str, Any],
+        self,
+        job_id: str,
+        token: str,
+        now: float,
+        *,
+        error: Mapping[str, Any],
         retry_at: float | None,
-    ) -> JobState:  # fmt: skip
+    ) -> JobState:
         """Record a failed attempt; retry later or dead-letter. ``LeaseLost`` on a stale token."""
         queue = token_queue(token)
         if queue is None:
@@ -258,9 +278,15 @@ class RedisBroker(ReadsMixin, LifecycleMixin, Broker):
 
     @guarded
     def release(
-        self, job_id: str, token: str, now: float, *, delay: float = 0.0, penalize: bool = True,
+        self,
+        job_id: str,
+        token: str,
+        now: float,
+        *,
+        delay: float = 0.0,
+        penalize: bool = True,
         note: str = "released",
-    ) -> JobState:  # fmt: skip
+    ) -> JobState:
         """Give a leased job back (now, or after ``delay``). ``LeaseLost`` on a stale token."""
         queue = token_queue(token)
         if queue is None:
@@ -317,8 +343,9 @@ class RedisBroker(ReadsMixin, LifecycleMixin, Broker):
         queues = self.known_queues()
         reaped = 0
         while queues:
-            calls = [Call("reap", self.qkeys(q), [reap_options(q, now, max_lost, ret)])
-                     for q in queues]  # fmt: skip
+            calls = [
+                Call("reap", self.qkeys(q), [reap_options(q, now, max_lost, ret)]) for q in queues
+            ]
             replies = self.runner.run_many(calls)
             reaped += sum(int(r[0]) for r in replies)
             queues = [q for q, r in zip(queues, replies, strict=True) if r[1] == ScriptCode.MORE]
@@ -352,10 +379,14 @@ class RedisBroker(ReadsMixin, LifecycleMixin, Broker):
 
     @guarded
     def purge(
-        self, now: float, *, state: JobState = JobState.DEAD_LETTER,
-        older_than: float | None = None, queue: str | None = None,
+        self,
+        now: float,
+        *,
+        state: JobState = JobState.DEAD_LETTER,
+        older_than: float | None = None,
+        queue: str | None = None,
         ids: Sequence[str] | None = None,
-    ) -> int:  # fmt: skip
+    ) -> int:
         """Delete terminal jobs in ``state`` finished more than ``older_than`` s ago."""
         if state not in TERMINAL_STATES:
             raise ValueError("purge: only terminal states can be purged")

@@ -55,8 +55,9 @@ def claimed_fields(
     item: Sequence[Any], started: str, deadline: str, worker_id: str
 ) -> tuple[str, dict[bytes, bytes]]:
     """(id, job hash fields) from one job of claim.lua's reply (nil fields left out)."""
-    fields = {name: value for name, value in zip(_CLAIMED, item[3:], strict=False)
-              if value is not None}  # fmt: skip
+    fields = {
+        name: value for name, value in zip(_CLAIMED, item[3:], strict=False) if value is not None
+    }
     fields[b"state"] = b"active"
     fields[b"attempts"] = str(item[1]).encode()
     fields[b"token"] = item[2]
@@ -75,12 +76,28 @@ def enqueue_fields(job: Job, now: float, grace: float) -> list[Any]:
     """
     key = job.idempotency_key
     if not key:
-        return [str(job.state), job.priority, fmt_time(job.run_at), fmt_time(job.created_at),
-                job.task, "", "", 1]  # fmt: skip
+        return [
+            str(job.state),
+            job.priority,
+            fmt_time(job.run_at),
+            fmt_time(job.created_at),
+            job.task,
+            "",
+            "",
+            1,
+        ]
     exp = fmt_time(now + job.idempotency_ttl)
     px = int((job.idempotency_ttl + min(grace, job.idempotency_ttl)) * 1000)
-    return [str(job.state), job.priority, fmt_time(job.run_at), fmt_time(job.created_at),
-            job.task, key, exp, max(px, 1)]  # fmt: skip
+    return [
+        str(job.state),
+        job.priority,
+        fmt_time(job.run_at),
+        fmt_time(job.created_at),
+        job.task,
+        key,
+        exp,
+        max(px, 1),
+    ]
 
 
 def result_json(result: Any) -> bytes:
@@ -123,8 +140,14 @@ def job_from_hash(fields: Mapping[bytes, bytes], queue: str) -> Job:
         return _build(data, fields, queue, typed)
     except DecodeError:
         raise
-    except (TypeError, ValueError, AttributeError, KeyError, RecursionError,
-            orjson.JSONDecodeError) as exc:  # fmt: skip
+    except (
+        TypeError,
+        ValueError,
+        AttributeError,
+        KeyError,
+        RecursionError,
+        orjson.JSONDecodeError,
+    ) as exc:
         raise DecodeError(f"malformed job field: {exc!r}") from exc
 
 
@@ -170,35 +193,51 @@ def claimed_job(item: Sequence[Any], queue: str, now: float, expires: float, wor
         if not lost:  # claim.lua answers the hash's count; an old job keeps it in the envelope
             lost = get("lost", 0)
             lost = lost if type(lost) is int else int_field("lost", lost)
-        job = Job.fast({
-            "id": item[0].decode(), "task": task if type(task) is str else str(task),
-            "args": args if type(args) is list else list(args),  # orjson's lists are fresh
-            "kwargs": kwargs if type(kwargs) is dict else dict(kwargs), "queue": queue,
-            # orjson yields an int only within 64 bits; anything else is range-checked
-            "priority": priority if type(priority) is int else int_field("priority", priority),
-            "state": JobState.ACTIVE, "attempts": int(item[1]),
-            "max_attempts": max_attempts if type(max_attempts) is int
-            else int_field("max_attempts", max_attempts),
-            "timeout": None if timeout is None else float(timeout),
-            "run_at": float(run_at or get("run_at") or 0.0),
-            "created_at": float(get("created_at") or 0.0), "started_at": now,
-            "finished_at": None, "result": None,
-            "last_error": last_error.decode() if last_error else get("last_error"),
-            "errors": _lines(errors) if errors else list(get("errors") or ()),
-            "history": _lines(history) if history else list(get("history") or ()),
-            "idempotency_key": get("idempotency_key"),
-            "idempotency_ttl": float(ttl) if ttl else 300.0,
-            "metadata": metadata if type(metadata) is dict else dict(metadata),
-            "lost": int(lost),
-            "worker_id": worker_id or None,
-            "lease_expires_at": expires, "retry_on": None, "dead_on": None,
-        })  # fmt: skip
+        job = Job.fast(
+            {
+                "id": item[0].decode(),
+                "task": task if type(task) is str else str(task),
+                "args": args if type(args) is list else list(args),  # orjson's lists are fresh
+                "kwargs": kwargs if type(kwargs) is dict else dict(kwargs),
+                "queue": queue,
+                # orjson yields an int only within 64 bits; anything else is range-checked
+                "priority": priority if type(priority) is int else int_field("priority", priority),
+                "state": JobState.ACTIVE,
+                "attempts": int(item[1]),
+                "max_attempts": max_attempts
+                if type(max_attempts) is int
+                else int_field("max_attempts", max_attempts),
+                "timeout": None if timeout is None else float(timeout),
+                "run_at": float(run_at or get("run_at") or 0.0),
+                "created_at": float(get("created_at") or 0.0),
+                "started_at": now,
+                "finished_at": None,
+                "result": None,
+                "last_error": last_error.decode() if last_error else get("last_error"),
+                "errors": _lines(errors) if errors else list(get("errors") or ()),
+                "history": _lines(history) if history else list(get("history") or ()),
+                "idempotency_key": get("idempotency_key"),
+                "idempotency_ttl": float(ttl) if ttl else 300.0,
+                "metadata": metadata if type(metadata) is dict else dict(metadata),
+                "lost": int(lost),
+                "worker_id": worker_id or None,
+                "lease_expires_at": expires,
+                "retry_on": None,
+                "dead_on": None,
+            }
+        )
         if b'_on"' in raw:  # per-job retry_on / dead_on (rare): checked like job_from_dict
             job.retry_on = exception_names(get("retry_on"), "retry_on")
             job.dead_on = exception_names(get("dead_on"), "dead_on")
         return job
-    except (TypeError, ValueError, AttributeError, KeyError, RecursionError,
-            orjson.JSONDecodeError) as exc:  # fmt: skip
+    except (
+        TypeError,
+        ValueError,
+        AttributeError,
+        KeyError,
+        RecursionError,
+        orjson.JSONDecodeError,
+    ) as exc:
         raise DecodeError(f"malformed job field: {exc!r}") from exc
 
 
@@ -223,10 +262,16 @@ def _build(data: dict[str, Any], fields: Mapping[bytes, bytes], queue: str, type
     errors, history = field(b"errors"), field(b"history")
     lease = field(b"lease_expires_at") if state is JobState.ACTIVE else None
     return Job(
-        id=str(data["id"]), task=str(data["task"]), args=list(args), kwargs=dict(kwargs),
-        queue=queue, priority=int(get("priority", 0)), state=state,
+        id=str(data["id"]),
+        task=str(data["task"]),
+        args=list(args),
+        kwargs=dict(kwargs),
+        queue=queue,
+        priority=int(get("priority", 0)),
+        state=state,
         attempts=int(field(b"attempts") or get("attempts", 0)),
-        max_attempts=int(get("max_attempts", 4)), timeout=_opt(get("timeout")),
+        max_attempts=int(get("max_attempts", 4)),
+        timeout=_opt(get("timeout")),
         run_at=float(field(b"run_at") or get("run_at") or 0.0),
         created_at=float(get("created_at") or 0.0),
         started_at=_opt(field(b"started_at") or get("started_at")),
@@ -236,13 +281,14 @@ def _build(data: dict[str, Any], fields: Mapping[bytes, bytes], queue: str, type
         errors=_lines(errors) if errors is not None else list(get("errors") or []),
         history=_lines(history) if history is not None else list(get("history") or []),
         idempotency_key=get("idempotency_key"),
-        idempotency_ttl=float(get("idempotency_ttl") or 300.0), metadata=dict(metadata),
+        idempotency_ttl=float(get("idempotency_ttl") or 300.0),
+        metadata=dict(metadata),
         lost=int(field(b"lost") or get("lost", 0)),
         worker_id=(worker.decode() or None) if worker is not None else get("worker_id"),
         lease_expires_at=_opt(lease),
         retry_on=exception_names(get("retry_on"), "retry_on"),
         dead_on=exception_names(get("dead_on"), "dead_on"),
-    )  # fmt: skip
+    )
 
 
 def salvage(fields: Mapping[bytes, bytes], queue: str, job_id: str, problem: str) -> Job:
@@ -256,8 +302,13 @@ def salvage(fields: Mapping[bytes, bytes], queue: str, job_id: str, problem: str
         pass
     state = fields.get(b"state", b"").decode("utf-8", "replace")
     job.state = _STATES.get(state, JobState.DEAD_LETTER if state else JobState.PENDING)
-    for name, convert in (("attempts", int), ("lost", int), ("run_at", float),
-                          ("created_at", float), ("finished_at", float)):  # fmt: skip
+    for name, convert in (
+        ("attempts", int),
+        ("lost", int),
+        ("run_at", float),
+        ("created_at", float),
+        ("finished_at", float),
+    ):
         with contextlib.suppress(KeyError, ValueError):
             setattr(job, name, convert(fields[name.encode()]))
     for name in ("errors", "history"):
@@ -276,20 +327,36 @@ def salvage(fields: Mapping[bytes, bytes], queue: str, job_id: str, problem: str
 def stub_payload(job_id: str, queue: str, fields: Mapping[bytes, bytes]) -> bytes:
     """A minimal valid envelope replacing an undecodable one (the original goes to ``raw``)."""
     task = fields.get(b"task", b"").decode("utf-8", "replace") or UNDECODABLE_TASK
-    return orjson.dumps({"v": ENVELOPE_VERSION, "id": job_id, "task": task, "queue": queue,
-                         "state": "dead_letter", "args": [], "kwargs": {}})  # fmt: skip
+    return orjson.dumps(
+        {
+            "v": ENVELOPE_VERSION,
+            "id": job_id,
+            "task": task,
+            "queue": queue,
+            "state": "dead_letter",
+            "args": [],
+            "kwargs": {},
+        }
+    )
 
 
-def decode_error_entry(message: str, fields: Mapping[bytes, bytes], worker: str,
-                       now: float) -> dict[str, Any]:  # fmt: skip
+def decode_error_entry(
+    message: str, fields: Mapping[bytes, bytes], worker: str, now: float
+) -> dict[str, Any]:
     """The ``errors`` entry recorded when a claimed job cannot be decoded."""
     try:
         attempt = int(fields.get(b"attempts", b"0"))
     except ValueError:
         attempt = 0
-    return {"attempt": attempt, "kind": "decode_error", "type": "DecodeError",
-            "message": message[:2000], "traceback": "", "worker": worker or None,
-            "at": now}  # fmt: skip
+    return {
+        "attempt": attempt,
+        "kind": "decode_error",
+        "type": "DecodeError",
+        "message": message[:2000],
+        "traceback": "",
+        "worker": worker or None,
+        "at": now,
+    }
 
 
 _EVENT_FLOATS = ("at", "run_at")
@@ -329,8 +396,7 @@ def events_from_entry(fields: Mapping[bytes, bytes], queue: str | None) -> list[
             raise ValueError("malformed batch entry")
     except (ValueError, UnicodeDecodeError):
         return [event_from_fields(fields, queue)]
-    shared = event_from_fields({k: v for k, v in fields.items() if k not in _BATCH_FIELDS},
-                               queue)  # fmt: skip
+    shared = event_from_fields({k: v for k, v in fields.items() if k not in _BATCH_FIELDS}, queue)
     width = len(columns)
     out = []
     for start in range(0, len(values), width):

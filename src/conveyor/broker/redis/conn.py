@@ -146,8 +146,9 @@ def _connect(url: str) -> Connection:
     if scheme == "redis+cluster":
         node_cls: Any = redis.cluster.ClusterNode
         nodes = [node_cls(h, p) for h, p in _hosts(hosts, 6379)]
-        client: Any = redis.RedisCluster(startup_nodes=nodes, username=username, password=password,
-                                    **_cluster_opts(opts, query))  # fmt: skip
+        client: Any = redis.RedisCluster(
+            startup_nodes=nodes, username=username, password=password, **_cluster_opts(opts, query)
+        )
         return Connection(url, client, True, prefix, timeout)
     if scheme == "redis+sentinel":
         return _sentinel(url, hosts, path, username, password, sentinel_password, opts, prefix)
@@ -178,17 +179,25 @@ def _cluster_opts(opts: dict[str, Any], query: dict[str, str]) -> dict[str, Any]
 
 
 def _sentinel(
-    url: str, hosts: str, path: str, username: str | None, password: str | None,
-    sentinel_password: str | None, opts: dict[str, Any], prefix: str,
-) -> Connection:  # fmt: skip
+    url: str,
+    hosts: str,
+    path: str,
+    username: str | None,
+    password: str | None,
+    sentinel_password: str | None,
+    opts: dict[str, Any],
+    prefix: str,
+) -> Connection:
     from redis.sentinel import Sentinel
 
     parts = [p for p in path.split("/") if p]
     if not parts:
         raise ValidationError("url", "redis+sentinel:// needs the master name: .../<name>[/db]")
     db = int(parts[1]) if len(parts) > 1 else 0
-    sentinel_kwargs = {"socket_timeout": opts["socket_timeout"],
-                       "socket_connect_timeout": opts["socket_connect_timeout"]}  # fmt: skip
+    sentinel_kwargs = {
+        "socket_timeout": opts["socket_timeout"],
+        "socket_connect_timeout": opts["socket_connect_timeout"],
+    }
     if sentinel_password:
         sentinel_kwargs["password"] = sentinel_password
     sentinel_cls: Any = Sentinel
@@ -210,8 +219,16 @@ def ensure_ready(conn: Connection) -> None:
         conn.checked = True
 
 
-_KEPT = ("username", "password", "socket_timeout", "socket_connect_timeout", "ssl_cert_reqs",
-         "ssl_ca_certs", "ssl_certfile", "ssl_keyfile")  # fmt: skip
+_KEPT = (
+    "username",
+    "password",
+    "socket_timeout",
+    "socket_connect_timeout",
+    "ssl_cert_reqs",
+    "ssl_ca_certs",
+    "ssl_certfile",
+    "ssl_keyfile",
+)
 
 
 def _switch_to_cluster(conn: Connection) -> None:
@@ -229,8 +246,9 @@ def _switch_to_cluster(conn: Connection) -> None:
 
 def run_checks(conn: Connection) -> None:
     """Refuse Redis < 6.2; warn about eviction and missing persistence (on every primary)."""
-    clients = ([n.redis_connection for n in conn.client.get_primaries()] if conn.cluster
-               else [conn.client])  # fmt: skip
+    clients = (
+        [n.redis_connection for n in conn.client.get_primaries()] if conn.cluster else [conn.client]
+    )
     for client in clients:
         info = client.info()
         save: str | None = None
@@ -252,9 +270,10 @@ def check_server(info: dict[str, Any], save_config: str | None) -> list[str]:
         version = (0,)
     if version < MIN_VERSION:
         raise ValidationError(
-            "url", f"Redis {version_text} is too old: Conveyor needs Redis 6.2 or newer"
+            "url",
+            f"Redis {version_text} is too old: Conveyor needs Redis 6.2 or newer"
             " (ZSET/LIST commands and scripting semantics it relies on)",
-        )  # fmt: skip
+        )
     warnings = []
     policy = str(info.get("maxmemory_policy", "noeviction"))
     if policy != "noeviction":

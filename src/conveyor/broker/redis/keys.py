@@ -42,9 +42,21 @@ DEFAULT_PREFIX = "conveyor"
 
 #: Order of the per-queue keys passed as KEYS[1..14] to every job script (see lua/_lib.lua).
 QUEUE_KEY_SUFFIXES = (
-    "job:", "ready", "scheduled", "retry", "leases", "completed", "dead", "cancelled", "seq",
-    "events", "wake", "paused", "idem:", "payloads",
-)  # fmt: skip
+    "job:",
+    "ready",
+    "scheduled",
+    "retry",
+    "leases",
+    "completed",
+    "dead",
+    "cancelled",
+    "seq",
+    "events",
+    "wake",
+    "paused",
+    "idem:",
+    "payloads",
+)
 KEYS_PER_QUEUE = len(QUEUE_KEY_SUFFIXES)
 
 #: Terminal state -> the suffix of the set that holds jobs in that state.
@@ -52,9 +64,12 @@ TERMINAL_SETS = {"completed": "completed", "dead_letter": "dead", "cancelled": "
 
 #: Every state -> the per-queue ZSET that holds its jobs (its ZCARD is the count).
 STATE_SETS = {
-    "pending": "ready", "scheduled": "scheduled", "retry_scheduled": "retry", "active": "leases",
+    "pending": "ready",
+    "scheduled": "scheduled",
+    "retry_scheduled": "retry",
+    "active": "leases",
     **TERMINAL_SETS,
-}  # fmt: skip
+}
 
 _SAFE_COLLECTION = re.compile(r"^[A-Za-z0-9_.\-:]{1,200}\Z")
 

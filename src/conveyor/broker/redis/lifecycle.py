@@ -56,8 +56,9 @@ class LifecycleMixin(RedisBase):
             names = [queues[0]]
         else:
             names = []
-        return [self.keys.queue_key(q, "wake") for q in names] or [self.keys.global_wake], \
-            bool(names)  # fmt: skip
+        return [self.keys.queue_key(q, "wake") for q in names] or [self.keys.global_wake], bool(
+            names
+        )
 
     @guarded
     def _block(self, queues: Sequence[str], timeout: float, due: bool) -> None:

@@ -45,8 +45,14 @@ R = TypeVar("R")
 
 _REFUSED = (AuthenticationError, NoPermissionError)
 _BAD_CONFIG = re.compile(r"DB index is out of range|invalid DB index|SELECT is not allowed", re.I)
-_UNAVAILABLE = (RedisConnectionError, RedisTimeoutError, BusyLoadingError, ClusterDownError,
-                ReadOnlyError, TryAgainError)  # fmt: skip
+_UNAVAILABLE = (
+    RedisConnectionError,
+    RedisTimeoutError,
+    BusyLoadingError,
+    ClusterDownError,
+    ReadOnlyError,
+    TryAgainError,
+)
 _QUEUE_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,100}\Z")  # \Z: "$" would accept a final "\n"
 WHERE_MAX = 100_000
 
@@ -64,8 +70,9 @@ def guarded(fn: Callable[P, R]) -> Callable[P, R]:
         except _UNAVAILABLE as exc:
             raise BrokerUnavailable(f"Redis is unavailable: {exc}") from exc
         except OutOfMemoryError as exc:
-            raise StorageFull(f"Redis is out of memory (maxmemory reached, writes refused): {exc}"
-                              ) from exc  # fmt: skip
+            raise StorageFull(
+                f"Redis is out of memory (maxmemory reached, writes refused): {exc}"
+            ) from exc
         except ResponseError as exc:
             if _BAD_CONFIG.search(str(exc)):
                 raise refused(exc) from exc
@@ -77,8 +84,9 @@ def guarded(fn: Callable[P, R]) -> Callable[P, R]:
 def refused(exc: Exception) -> BrokerConfigError:
     """The permanent error for a refused connection: fix the URL or the server, do not retry."""
     if isinstance(exc, AuthenticationError | NoPermissionError):
-        return BrokerAuthError(f"Redis refused the credentials: {exc} (check the password / "
-                               "user in the broker URL)")  # fmt: skip
+        return BrokerAuthError(
+            f"Redis refused the credentials: {exc} (check the password / user in the broker URL)"
+        )
     return BrokerConfigError(f"Redis refused the configuration: {exc} (check the broker URL)")
 
 
@@ -182,8 +190,9 @@ class RedisBase:
             if fields:
                 return cached, fields
         queues = self.known_queues()
-        for queue, fields in zip(queues, self.fetch_many([(q, job_id) for q in queues]),
-                                 strict=True):  # fmt: skip
+        for queue, fields in zip(
+            queues, self.fetch_many([(q, job_id) for q in queues]), strict=True
+        ):
             if fields:
                 self.remember(job_id, queue)
                 return queue, fields

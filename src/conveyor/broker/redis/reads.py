@@ -76,8 +76,9 @@ class ReadsMixin(RedisBase):
         """The next ``n`` ready jobs in claim order, without claiming them."""
         if n <= 0:
             return []
-        members = self.client.zrange(self.keys.queue_key(validate_queue_name(queue), "ready"),
-                                     0, n - 1)  # fmt: skip
+        members = self.client.zrange(
+            self.keys.queue_key(validate_queue_name(queue), "ready"), 0, n - 1
+        )
         ids = [member_id(m) for m in members]
         hashes = self.fetch_many([(queue, i) for i in ids])
         return [self.decode_lenient(h, queue, i) for i, h in zip(ids, hashes, strict=True) if h]
@@ -108,11 +109,19 @@ class ReadsMixin(RedisBase):
             "error": (query.error or "").lower(),
             "text": (query.text or "").lower(),
         }
-        chunks = [(q, suffix, start) for (q, suffix), size in zip(plan, sizes, strict=True)
-                  for start in range(0, int(size), SEARCH_CHUNK)]  # fmt: skip
-        calls = [Call("search", self.qkeys(q), [options(set=suffix, offset=start,
-                                                        count=SEARCH_CHUNK, **filters)])
-                 for q, suffix, start in chunks]  # fmt: skip
+        chunks = [
+            (q, suffix, start)
+            for (q, suffix), size in zip(plan, sizes, strict=True)
+            for start in range(0, int(size), SEARCH_CHUNK)
+        ]
+        calls = [
+            Call(
+                "search",
+                self.qkeys(q),
+                [options(set=suffix, offset=start, count=SEARCH_CHUNK, **filters)],
+            )
+            for q, suffix, start in chunks
+        ]
         hits: list[tuple[float, str, str]] = []
         for (queue, _, _), reply in zip(chunks, self.runner.run_many(calls), strict=True):
             for n in range(1, len(reply), 2):
@@ -123,8 +132,9 @@ class ReadsMixin(RedisBase):
         start = (max(1, query.page) - 1) * query.page_size
         window = hits[start : start + query.page_size]
         hashes = self.fetch_many([(q, i) for _, i, q in window])
-        items = [self.decode_lenient(h, q, i) for (_, i, q), h in zip(window, hashes, strict=True)
-                 if h]  # fmt: skip
+        items = [
+            self.decode_lenient(h, q, i) for (_, i, q), h in zip(window, hashes, strict=True) if h
+        ]
         return Page(items, len(hits), query.page, query.page_size)
 
     def _exact_text(

@@ -60,9 +60,21 @@ except ImportError:  # pragma: no cover - hiredis is a dependency; redis-py pack
 #: Scripts that are not job transitions and do not get the shared prelude.
 _STANDALONE = frozenset({"doc_cas"})
 SCRIPT_NAMES = (
-    "enqueue", "claim", "complete", "fail", "release", "extend", "promote", "reap", "cancel",
-    "requeue", "purge", "oldest", "search", "doc_cas",
-)  # fmt: skip
+    "enqueue",
+    "claim",
+    "complete",
+    "fail",
+    "release",
+    "extend",
+    "promote",
+    "reap",
+    "cancel",
+    "requeue",
+    "purge",
+    "oldest",
+    "search",
+    "doc_cas",
+)
 
 
 @dataclass(frozen=True)
@@ -104,8 +116,10 @@ def lib_for(lib: str, body: str) -> str:
     if not starts:
         return lib
     header = lib[: starts[0][0]]
-    chunks = {name: lib[at : (starts[i + 1][0] if i + 1 < len(starts) else len(lib))]
-              for i, (at, name) in enumerate(starts)}  # fmt: skip
+    chunks = {
+        name: lib[at : (starts[i + 1][0] if i + 1 < len(starts) else len(lib))]
+        for i, (at, name) in enumerate(starts)
+    }
     needed: set[str] = set()
     todo = [body]
     while todo:
@@ -124,7 +138,7 @@ def load_all() -> dict[str, Script]:
     out = {}
     for name in SCRIPT_NAMES:
         body = _read(name)
-        source = (body if name in _STANDALONE else f"{lib_for(lib, body)}\n{body}")
+        source = body if name in _STANDALONE else f"{lib_for(lib, body)}\n{body}"
         data = source.encode("utf-8")
         out[name] = Script(name, data, hashlib.sha1(data).hexdigest())
     return out
@@ -246,8 +260,11 @@ class FastLane:
         try:
             pack = self._pack
             if pack is not None:
-                data = pack(tuple(commands[0])) if len(commands) == 1 else \
-                    b"".join([pack(tuple(command)) for command in commands])  # fmt: skip
+                data = (
+                    pack(tuple(commands[0]))
+                    if len(commands) == 1
+                    else b"".join([pack(tuple(command)) for command in commands])
+                )
                 wire = _wire(conn)
                 if wire is not None:
                     replies = _exchange(*wire, data, len(commands))

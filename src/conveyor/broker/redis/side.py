@@ -103,9 +103,13 @@ class RedisDocs(_Part):
 
     @guarded
     def put(
-        self, collection: str, name: str, doc: Mapping[str, Any], now: float,
+        self,
+        collection: str,
+        name: str,
+        doc: Mapping[str, Any],
+        now: float,
         ttl: float | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         """Create or replace a document (expiring ``ttl`` s after ``now``)."""
         key = self.keys.doc(collection, name)
         mapping: dict[bytes | str, bytes | str] = {_PRESENT: b"1"}
@@ -156,16 +160,20 @@ class RedisDocs(_Part):
 
     @guarded
     def update_if(
-        self, collection: str, name: str, field: str, expected: Any,
-        changes: Mapping[str, Any], now: float,
-    ) -> bool:  # fmt: skip
+        self,
+        collection: str,
+        name: str,
+        field: str,
+        expected: Any,
+        changes: Mapping[str, Any],
+        now: float,
+    ) -> bool:
         """Atomically merge ``changes`` if ``doc[field] == expected`` (doc_cas.lua)."""
         args: list[Any] = [fmt_time(now), field, _dump(expected)]
         for key, value in changes.items():
             args += [key, _dump(value)]
         reply = self.runner.run("doc_cas", [self.keys.doc(collection, name)], args)
         return bool(reply == ScriptCode.OK)
-
 
 
 class RedisLogs(_Part):
@@ -190,7 +198,6 @@ class RedisLogs(_Part):
         return [orjson.loads(item) for item in reversed(raw)]
 
 
-
 class RedisEvents(_Part):
     """``EventStore`` over the queues' streams and the global one."""
 
@@ -201,14 +208,16 @@ class RedisEvents(_Part):
             return
         pipe = self.client.pipeline(transaction=False)
         for event in events:
-            pipe.xadd(self.keys.events, {"event": orjson.dumps(dict(event), default=str)},
-                      maxlen=self.retention.events_max, approximate=True)  # fmt: skip
+            pipe.xadd(
+                self.keys.events,
+                {"event": orjson.dumps(dict(event), default=str)},
+                maxlen=self.retention.events_max,
+                approximate=True,
+            )
         pipe.execute()
 
     @guarded
-    def read(
-        self, after: str | None = None, limit: int = 100
-    ) -> tuple[list[dict[str, Any]], str]:
+    def read(self, after: str | None = None, limit: int = 100) -> tuple[list[dict[str, Any]], str]:
         """Events after ``after``, oldest first, merged over every stream; and the next cursor.
 
         A cursor position is a stream entry id, or ``<entry id>/<k>`` when a read stopped at
@@ -216,8 +225,9 @@ class RedisEvents(_Part):
         """
         state = _parse_cursor(after)
         names = [_GLOBAL, *self.known_queues()]
-        keys = [self.keys.events if n == _GLOBAL else self.keys.queue_key(n, "events")
-                for n in names]  # fmt: skip
+        keys = [
+            self.keys.events if n == _GLOBAL else self.keys.queue_key(n, "events") for n in names
+        ]
         pipe = self.client.pipeline(transaction=False)
         for name, key in zip(names, keys, strict=True):
             entry, inside, _ = state.get(name, "").partition("/")
@@ -246,14 +256,11 @@ class RedisEvents(_Part):
         return out, _cursor(state)
 
 
-
 class RedisCounters(_Part):
     """``CounterStore`` on Redis hashes."""
 
     @guarded
-    def add(
-        self, bucket: str, increments: Mapping[str, float], now: float, ttl: float
-    ) -> None:
+    def add(self, bucket: str, increments: Mapping[str, float], now: float, ttl: float) -> None:
         """Add to the counters of a bucket and push its expiry to ``now + ttl``."""
         key = self.keys.counters(bucket)
         pipe = self.client.pipeline(transaction=True)
@@ -274,6 +281,7 @@ class RedisCounters(_Part):
         out = {}
         for bucket, fields in zip(buckets, pipe.execute(), strict=True):
             if _live(fields, now):
-                out[bucket] = {k.decode(): float(v) for k, v in fields.items()
-                               if not k.startswith(b"\x00")}  # fmt: skip
+                out[bucket] = {
+                    k.decode(): float(v) for k, v in fields.items() if not k.startswith(b"\x00")
+                }
         return out
