@@ -1,0 +1,46 @@
+"""Client CPU per job of an in-process drain: a steadier A/B signal than wall-clock rates.
+
+Fills a private Redis with 20,000 no-op jobs, runs one threaded worker (``max_jobs``) until they
+are done, and prints jobs/s and the process's CPU time per job. Compare two source trees with
+PYTHONPATH, alternating, and keep the minimum of a few runs each:
+
+    redis-server --port 16500 --save '' --appendonly no --daemonize yes
+    PYTHONPATH=/tmp/old/src .venv/bin/python bench/drain_cpu.py old
+    PYTHONPATH=src .venv/bin/python bench/drain_cpu.py new
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+
+from conveyor import Conveyor, JobSpec
+
+JOBS = 20_000
+
+
+def main(label: str, url: str, concurrency: int) -> None:
+    """Drain ``JOBS`` jobs on ``url`` and print the rate and CPU per job."""
+    logging.disable(logging.WARNING)
+    app = Conveyor(url)
+    app.broker.flush_all()
+
+    @app.task
+    def bench_job(n: int) -> None:
+        return None
+
+    app.enqueue_many([JobSpec("bench_job", (i,)) for i in range(JOBS)])
+    worker = app.worker(
+        ["default"], concurrency=concurrency, handle_signals=False, heartbeat=False, max_jobs=JOBS
+    )
+    t0, c0 = time.perf_counter(), time.process_time()
+    worker.run()
+    t1, c1 = time.perf_counter(), time.process_time()
+    rate, cpu = JOBS / (t1 - t0), 1e6 * (c1 - c0) / JOBS
+    print(f"{label}: {worker.processed} jobs, wall {rate:,.0f}/s, cpu {cpu:.1f} us/job")
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:] + ["run", "redis://127.0.0.1:16500/0", "32"][len(sys.argv) - 1 :]
+    main(args[0], args[1], int(args[2]))
