@@ -342,7 +342,17 @@ def wait_settled(
     try:
         return wait_until(settled, timeout, "every job to finish", interval=0.2)  # type: ignore[no-any-return]
     except AssertionError as exc:
-        raise AssertionError(f"{exc}; counts now: {counts(app)}") from None
+        raise AssertionError(f"{exc}; counts now: {counts(app)}; {unfinished(app)}") from None
+
+
+def unfinished(app: Conveyor, limit: int = 5) -> str:
+    """Why the first few dead-lettered or still active jobs are not completed (for a failure)."""
+    lines = []
+    for state in ("dead_letter", "active"):
+        for job in app.search(queue=QUEUE, state=state, page_size=limit).items:
+            errors = [(e.get("kind"), e.get("message", "")[:200]) for e in job.errors[-3:]]
+            lines.append(f"{job.id} {state} attempts={job.attempts} lost={job.lost} {errors}")
+    return "; ".join(lines) or "no dead or active job"
 
 
 @dataclass
