@@ -43,10 +43,16 @@ def worker_kills(
     every: float = 2.0,
     processes: int = 4,
     concurrency: int = 4,
-    visibility: float = 4.0,
+    visibility: float = 4.7,
     seed: int = 1,
 ) -> None:
-    """Run the scenario and assert the R1 pass criteria."""
+    """Run the scenario and assert the R1 pass criteria.
+
+    ``visibility`` is deliberately not a multiple of ``every``: claims return an expired lease at
+    its deadline, so with a 4 s lease and a kill every 2 s a job held at one kill was redelivered
+    exactly at a later kill; three such coincidences made it a poison pill (``max_lost`` = 3,
+    R4's subject, not R1's). Seen once in three soak runs.
+    """
     app = checker_app(url)
     workers = start_workers(
         url,
