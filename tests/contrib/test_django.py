@@ -91,9 +91,11 @@ def test_unknown_setting_keys_are_refused_naming_them() -> None:
 
     from conveyor.contrib.django.conveyor_app import from_settings
 
-    with override_settings(CONVEYOR={"URL": "memory://", "QUEUES": ["x"]}):
-        with pytest.raises(ImproperlyConfigured, match="QUEUES"):
-            from_settings()
+    with (
+        override_settings(CONVEYOR={"URL": "memory://", "QUEUES": ["x"]}),
+        pytest.raises(ImproperlyConfigured, match="QUEUES"),
+    ):
+        from_settings()
 
 
 # --------------------------------------------------------------------- enqueue on commit
@@ -159,9 +161,8 @@ def test_bad_input_fails_at_the_call_inside_a_transaction() -> None:
 
     from tests.contrib.djapp.tasks import welcome
 
-    with transaction.atomic():
-        with pytest.raises(ValidationError, match="queue"):
-            welcome.options(queue="bad queue!").enqueue(1)
+    with transaction.atomic(), pytest.raises(ValidationError, match="queue"):
+        welcome.options(queue="bad queue!").enqueue(1)
 
 
 def test_on_commit_can_be_turned_off(django_project: Path) -> None:

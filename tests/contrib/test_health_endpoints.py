@@ -9,8 +9,6 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from conveyor import Conveyor
 from conveyor.monitoring.prometheus import start_metrics_server
 

@@ -17,12 +17,13 @@ import shlex
 import signal
 import subprocess
 import sys
-import time
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.examples.helpers import parse_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -34,7 +35,7 @@ NOT_RUN = {
     "(test_every_extra_named_exists checks the names)",
     "make demo": "installs system packages; CI runs `make check` itself",
     "make check": "installs system packages; CI runs `make check` itself",
-    "conveyor scheduler": "runs until stopped: parsed by the real CLI here (tests/scheduler runs it)",
+    "conveyor scheduler": "runs until stopped: parsed by the real CLI here (tests/scheduler)",
     "conveyor dashboard": "serves until stopped: parsed by the real CLI here (tests/dashboard)",
 }
 #: what a Python script block must print (its first line identifies it)
@@ -113,19 +114,6 @@ def stop(proc: subprocess.Popen[str]) -> str:
     return proc.stdout.read() if proc.stdout else ""
 
 
-def parse_cli(line: str) -> None:
-    """The real CLI accepts the command and every option (parsed, not invoked)."""
-    import click
-
-    from conveyor.cli.main import cli
-
-    args = shlex.split(line)[1:]
-    with click.Context(cli) as ctx:
-        command = cli.get_command(ctx, args[0])
-        assert command is not None, f"{line!r}: no such command"
-        command.make_context(args[0], args[1:], parent=ctx)
-
-
 def test_every_readme_block_runs_or_says_why_not(tmp_path: Path) -> None:
     env_note = []  # what ran, for the failure message
     worker: subprocess.Popen[str] | None = None
@@ -148,12 +136,17 @@ def test_every_readme_block_runs_or_says_why_not(tmp_path: Path) -> None:
                     elif line.startswith("conveyor "):
                         args = shlex.split(line)[1:]
                         proc = subprocess.run(
-                            [CONVEYOR, *args], cwd=tmp_path, capture_output=True, text=True,
+                            [CONVEYOR, *args],
+                            cwd=tmp_path,
+                            capture_output=True,
+                            text=True,
                             timeout=120,
                         )
                         assert proc.returncode == 0, f"{line}:\n{proc.stderr[-2000:]}"
                     else:
-                        pytest.fail(f"README.md:{block.line}: {line!r} is neither run nor in NOT_RUN")
+                        pytest.fail(
+                            f"README.md:{block.line}: {line!r} is neither run nor in NOT_RUN"
+                        )
             elif block.lang:
                 pytest.fail(f"README.md:{block.line}: a {block.lang} block the test does not know")
             else:  # plain text (diagrams): nothing to run

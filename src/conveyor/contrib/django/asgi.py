@@ -95,7 +95,9 @@ def _login_url(scope: Scope) -> str:
     return f"{resolve_url(settings.LOGIN_URL)}?{urlencode({'next': here})}"
 
 
-async def _respond(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
+async def _respond(
+    send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]
+) -> None:
     headers = [(b"content-type", b"text/plain; charset=utf-8"), *headers]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
