@@ -271,3 +271,44 @@ def test_docker_jobs_module_runs_a_job_on_redis(
     assert handle.refresh().state is JobState.COMPLETED
     assert "heartbeat-report" in jobs.app.schedules.declared
     jobs.app.close()
+
+
+DJANGO_ENQUEUE = """
+import django
+django.setup()
+from django.contrib.auth.models import User
+from django.db import transaction
+from shop.tasks import send_welcome
+with transaction.atomic():
+    user = User.objects.create_user("cli", email="cli@example.com")
+    print(send_welcome.enqueue(user.pk).id)
+"""
+
+
+def test_django_example_with_the_conveyor_worker_command(tmp_path: Path) -> None:
+    pytest.importorskip("django")
+    import signal
+
+    from conveyor import Conveyor
+
+    env = {**django_env(tmp_path), "DJANGO_SETTINGS_MODULE": "mysite.settings"}
+    run([sys.executable, "manage.py", "migrate", "-v0"], DJANGO, env)
+    conveyor_cmd = str(Path(sys.executable).with_name("conveyor"))
+    worker = subprocess.Popen(
+        [conveyor_cmd, "worker", "conveyor.contrib.django:app"],
+        cwd=DJANGO,
+        env={**os.environ, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        job_id = run([sys.executable, "-c", DJANGO_ENQUEUE], DJANGO, env).strip()
+        app = Conveyor(env["CONVEYOR_URL"])
+        wait_for(lambda: app.get_job(job_id).state is JobState.COMPLETED, timeout=60)
+        assert app.get_job(job_id).result == "welcome mail sent to cli@example.com"
+        app.close()
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        output = worker.communicate(timeout=60)[0]
+    assert worker.returncode == 0, output[-3000:]
