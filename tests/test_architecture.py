@@ -24,6 +24,7 @@ SURFACES = (
     "conveyor.dashboard",
     "conveyor.bench",
     "conveyor.demo",
+    "conveyor.contrib",  # framework integrations (docs/integrations.md)
 )
 #: the runtime layer
 RUNTIME = (

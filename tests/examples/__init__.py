@@ -1,1 +1,1 @@
-"""Tests for the runnable recipes in examples/ (one per seed exercise)."""
+"""Tests of examples/ (each example runs) and of the code blocks of README.md."""

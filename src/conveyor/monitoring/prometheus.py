@@ -178,10 +178,14 @@ def exposition(app: Runtime | HasRuntime) -> tuple[bytes, str]:
 
 
 def start_metrics_server(app: Runtime | HasRuntime, port: int, addr: str = "127.0.0.1") -> Any:
-    """Serve ``/metrics`` on ``addr:port`` from a daemon thread (``worker --metrics-port``).
+    """Serve ``/metrics`` on ``addr:port`` from a daemon thread (``worker --metrics-port``),
+    with the Kubernetes probes ``/healthz`` and ``/readyz`` apart from it (``health``).
 
-    Returns what ``prometheus_client.start_http_server`` returns (server, thread).
+    Returns ``(server, thread)`` as ``prometheus_client.start_http_server`` did.
     """
-    from prometheus_client import start_http_server
+    from .health import start_probe_server
 
-    return start_http_server(port, addr=addr, registry=registry_for(app))
+    registry = registry_for(app)
+    return start_probe_server(
+        app, port, addr, metrics=lambda: (generate_latest(registry), CONTENT_TYPE_LATEST)
+    )

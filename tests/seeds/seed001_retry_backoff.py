@@ -23,7 +23,7 @@ injected clock (``ahora_fn``) so the tests never sleep. The mapping onto Conveyo
 
 Conveyor's ``last_error`` uses the exercise's "Tipo: mensaje" format. One difference:
 Conveyor refuses ``factor < 1`` (a backoff that shrinks), which the exercise allows.
-Run it: ``python examples/seed001_retry_backoff.py``.
+Run it: ``python tests/seeds/seed001_retry_backoff.py``.
 """
 
 from __future__ import annotations

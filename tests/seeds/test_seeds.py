@@ -1,4 +1,4 @@
-"""The seed exercises, done with Conveyor (examples/seed*.py), give the outcomes they state.
+"""The seed exercises, done with Conveyor (tests/seeds/seed*.py), give the outcomes they state.
 
 Each example exposes its scenario as functions returning the observed facts; these tests
 assert what the exercise says must happen. The last test runs every script as a user would.
@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+SEEDS = Path(__file__).resolve().parent
+ROOT = SEEDS.parents[1]
 SCRIPTS = [
     "seed000_state_machine.py",
     "seed001_retry_backoff.py",
@@ -25,8 +26,8 @@ SCRIPTS = [
 
 
 def load(name: str) -> ModuleType:
-    """Import an example script by path (examples/ is not a package)."""
-    path = EXAMPLES / f"{name}.py"
+    """Import a seed script by path (as a user runs it, not as a package module)."""
+    path = SEEDS / f"{name}.py"
     spec = importlib.util.spec_from_file_location(f"conveyor_example_{name}", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -269,11 +270,11 @@ def test_every_script_runs() -> None:
     failures = []
     for script in SCRIPTS:
         proc = subprocess.run(
-            [sys.executable, str(EXAMPLES / script)],
+            [sys.executable, str(SEEDS / script)],
             capture_output=True,
             text=True,
             timeout=120,
-            cwd=EXAMPLES.parent,
+            cwd=ROOT,
         )
         if proc.returncode != 0 or not proc.stdout.startswith("Seed 00"):
             failures.append(f"{script}: exit {proc.returncode}\n{proc.stderr[-2000:]}")

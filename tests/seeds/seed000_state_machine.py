@@ -14,7 +14,7 @@ Conveyor already is that machine. The mapping:
     states pending/succeeded/dead_letter   ->  pending|retry_scheduled / completed / dead_letter
 
 Everything runs on ``memory://`` with a ``FakeClock``: no sleeping, the same result every run.
-Run it: ``python examples/seed000_state_machine.py``.
+Run it: ``python tests/seeds/seed000_state_machine.py``.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ own test expects; the lab's reference heap, keyed on ``(ready_at, priority)``, g
 
 This one uses real threads and the real clock (``memory://`` broker). It never sleeps for a
 fixed time to "let things happen": it waits on conditions with deadlines.
-Run it: ``python examples/seed002_priority_pool.py``.
+Run it: ``python tests/seeds/seed002_priority_pool.py``.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ consumer API is that queue. The mapping:
 Differences worth knowing: an acked job is kept as ``completed`` (inspectable until retention
 drops it) instead of being deleted; a consumer whose lease expired cannot ack any more
 (``LeaseLost``: fencing tokens stop a zombie from overwriting the newer delivery).
-Run it: ``python examples/seed004_visibility_timeout.py``.
+Run it: ``python tests/seeds/seed004_visibility_timeout.py``.
 """
 
 from __future__ import annotations

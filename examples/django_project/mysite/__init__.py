@@ -1,0 +1,1 @@
+"""The example Django project (settings, URLs, ASGI entry point)."""

@@ -1,0 +1,1 @@
+"""The example app: a sign-up that sends its welcome mail as a background job."""

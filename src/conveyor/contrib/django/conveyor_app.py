@@ -1,0 +1,102 @@
+"""The project's app from ``settings.CONVEYOR``, enqueueing on commit inside transactions.
+
+A job enqueued inside ``transaction.atomic()`` is validated and given its id at once (errors are
+raised where the call is), but stored only by ``transaction.on_commit``: a rollback leaves no job,
+and a worker never sees a job whose rows are not committed yet. The returned handle carries that
+id; ``handle.refresh()`` finds the job once the transaction committed. Outside a transaction
+(autocommit) the job is stored at once. Storing the job *inside* the database transaction (the
+PostgreSQL backend) is a later issue.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.db import DEFAULT_DB_ALIAS, transaction
+
+from ...app import Conveyor
+from ...config import Settings
+from ...errors import ConveyorError
+from ...handles import JobHandle
+from ...task import JobSpec, Task, check_options
+
+KEYS = ("URL", "SETTINGS", "ON_COMMIT", "DATABASE")
+
+
+class DjangoConveyor(Conveyor):
+    """A ``Conveyor`` whose enqueues inside ``transaction.atomic()`` wait for the commit."""
+
+    def __init__(
+        self,
+        url: Any = None,
+        *,
+        on_commit: bool = True,
+        database: str = DEFAULT_DB_ALIAS,
+        **options: Any,
+    ) -> None:
+        super().__init__(url, **options)
+        self.on_commit = on_commit
+        self.database = database  # the connection whose transaction defers enqueues
+
+    def in_transaction(self) -> bool:
+        """True inside ``transaction.atomic()`` on the configured database (deferral applies)."""
+        return self.on_commit and transaction.get_connection(self.database).in_atomic_block
+
+    def enqueue(
+        self,
+        task: str | Task,
+        args: Sequence[Any] | None = None,
+        kwargs: dict[str, Any] | None = None,
+        **options: Any,
+    ) -> JobHandle:
+        """``Conveyor.enqueue``, stored on commit inside a transaction."""
+        if not self.in_transaction():
+            return super().enqueue(task, args, kwargs, **options)
+        if args is not None and not isinstance(args, list | tuple):
+            return super().enqueue(task, args, kwargs, **options)  # its ValidationError
+        name = task.name if isinstance(task, Task) else task
+        spec = JobSpec(name, tuple(args or ()), dict(kwargs or {}), check_options(options))
+        return self.enqueue_many([spec])[0]
+
+    def enqueue_many(self, specs: Iterable[JobSpec]) -> list[JobHandle]:
+        """``Conveyor.enqueue_many``, stored (all or none) on commit inside a transaction."""
+        if not self.in_transaction():
+            return super().enqueue_many(specs)
+        now = self.now()
+        pinned: list[JobSpec] = []
+        handles: list[JobHandle] = []
+        for spec in specs:
+            job = self.build_job(spec, now)  # validates now, where the caller can see the error
+            pinned.append(replace(spec, options={**spec.options, "job_id": job.id}))
+            handles.append(JobHandle.bind(job, self))
+        store = super().enqueue_many
+        transaction.on_commit(lambda: store(pinned), using=self.database, robust=False)
+        return handles
+
+
+def from_settings() -> DjangoConveyor:
+    """Build the app ``settings.CONVEYOR`` describes (every key optional)."""
+    conf = getattr(settings, "CONVEYOR", {})
+    if not isinstance(conf, dict):
+        raise ImproperlyConfigured("settings.CONVEYOR must be a dict")
+    unknown = sorted(set(conf) - set(KEYS))
+    if unknown:
+        raise ImproperlyConfigured(
+            f"settings.CONVEYOR: unknown key(s) {', '.join(unknown)} (known: {', '.join(KEYS)})"
+        )
+    overrides = conf.get("SETTINGS", {})
+    if not isinstance(overrides, dict):
+        raise ImproperlyConfigured("settings.CONVEYOR['SETTINGS'] must be a dict")
+    try:
+        return DjangoConveyor(
+            conf.get("URL"),
+            settings=Settings.from_env(**overrides),
+            on_commit=bool(conf.get("ON_COMMIT", True)),
+            database=str(conf.get("DATABASE", DEFAULT_DB_ALIAS)),
+        )
+    except (ConveyorError, TypeError) as exc:
+        raise ImproperlyConfigured(f"settings.CONVEYOR: {exc}") from exc
