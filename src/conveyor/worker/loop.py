@@ -307,8 +307,8 @@ class Worker:
             self._slots.wake()
 
     def describe(self) -> dict[str, Any]:
-        """This worker's registry record."""
-        return describe(self)
+        """This worker's registry record (with the weight of each queue it serves)."""
+        return {**describe(self), "weights": dict(self.selector.queues)}
 
     def _wiring(self) -> Wiring:
         """What the helper threads need of this worker, handed over explicitly."""
