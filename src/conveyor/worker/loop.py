@@ -107,6 +107,7 @@ class Worker:
         self._last_reap = -1e18
         self._stopping = threading.Event()
         self._quiet = threading.Event()  # an operator asked: claim nothing new (control.py)
+        self.stopped_by_operator = False  # a ``stop`` command: a supervisor does not restart it
         self._finished = threading.Event()
         self._finished.set()
         self._slots = Slots(self.concurrency)
@@ -227,6 +228,7 @@ class Worker:
             return EXIT_CONFIG
         self._stopping.clear()
         self._quiet.clear()
+        self.stopped_by_operator = False
         self._hard.clear()
         self._finished.clear()
         self._slots = Slots(self.concurrency)
@@ -300,6 +302,7 @@ class Worker:
         """A control command read by the heartbeat: ``quiet`` stops claiming, ``stop`` drains."""
         if command == "stop" and not self._stopping.is_set():
             log.info("worker %s: an operator asked it to stop: draining", self.id)
+            self.stopped_by_operator = True
             self.stop(wait=False)
         elif command == "quiet" and not self._quiet.is_set():
             log.info("worker %s: an operator asked it to go quiet: no new jobs", self.id)
