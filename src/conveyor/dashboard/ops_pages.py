@@ -4,9 +4,10 @@ GET ``/workers`` (each worker process, its running jobs, quiet / stop), ``/queue
 latency, rates, paused, limits; pause / resume / clear), ``/queues/{name}/clear`` (the
 confirmation step, showing what would be deleted), ``/history`` (processed / failed over
 1 h / 24 h / 7 d) and the fragments htmx polls (``/fragments/workers``, ``/fragments/queues``,
-``/fragments/history``: not under ``/queues/`` where they could shadow a queue's name). POST ``/workers/{id}/quiet``, ``/workers/{id}/stop`` and
-``/queues/{name}/clear`` go through ``server.action`` (read-only refusal, CSRF) and are audited
-(``monitoring/ops.py``). Internal URLs carry the mount prefix (``root_path``).
+``/fragments/history``: not under ``/queues/``, where they could shadow a queue's name).
+POST ``/workers/{id}/quiet``, ``/workers/{id}/stop`` and ``/queues/{name}/clear`` go through
+``server.action`` (read-only refusal, CSRF) and are audited (``monitoring/ops.py``).
+Internal URLs carry the mount prefix (``root_path``).
 """
 
 from __future__ import annotations
@@ -151,4 +152,3 @@ def routes() -> list[Route]:
         Route("/history", history),
         Route("/fragments/history", history_chart),
     ]
-

@@ -39,8 +39,10 @@ def worker_rows(inspector: Inspector) -> list[dict[str, Any]]:
             jobs = [{"id": str(i)} for i in w["running"]]
         for job in jobs:
             started = job.get("started_at")
-            number = isinstance(started, int | float) and not isinstance(started, bool)
-            job["runtime"] = max(0.0, now - started) if number else None
+            if isinstance(started, int | float) and not isinstance(started, bool):
+                job["runtime"] = max(0.0, now - started)
+            else:
+                job["runtime"] = None
         wid = str(w.get("id", ""))
         rows.append({**w, "id": wid, "jobs": jobs, "command": control.read(rt.broker, wid, now)})
     return rows

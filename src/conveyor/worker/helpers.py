@@ -83,9 +83,7 @@ def start_helpers(recorder: Recorder, w: Wiring) -> Helpers:
     helpers = Helpers(thread, watchdog, [watchdog, keeper])
     if w.describe is not None:
         helpers.others.append(
-            Heartbeat(
-                w.broker, w.worker_id, w.now, w.describe, w.heartbeat_interval, w.on_command
-            )
+            Heartbeat(w.broker, w.worker_id, w.now, w.describe, w.heartbeat_interval, w.on_command)
         )
     for helper in helpers.others:
         helper.start()

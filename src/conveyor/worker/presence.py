@@ -71,9 +71,9 @@ def describe(worker: Describable) -> dict[str, Any]:
         "queues": worker.queues,
         "concurrency": worker.concurrency,
         "running": [r.job.id for r in running],
-        "jobs": [
-            {"id": r.job.id, "task": r.job.task, "queue": r.job.queue, "started_at": r.job.started_at}
-            for r in running
+        "jobs": [  # the running jobs, for the dashboard's workers page
+            {"id": j.id, "task": j.task, "queue": j.queue, "started_at": j.started_at}
+            for j in (r.job for r in running)
         ],
         "started_at": worker.started_at,
         "processed": worker.processed,
