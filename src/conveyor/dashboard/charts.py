@@ -84,7 +84,7 @@ def chart_model(points: Sequence[Mapping[str, Any]], step: float = 60.0) -> dict
                 "h": round(TOP + plot_h - y(processed[i]), 1),
                 "fy": y(failed[i]),
                 "fh": round(TOP + plot_h - y(failed[i]), 1),
-                "title": f"{time_label(times[i], 0)} UTC: {processed[i]} processed,"
+                "title": f"{time_label(times[i], span)} UTC: {processed[i]} processed,"
                 f" {failed[i]} failed",
             }
             for i in range(len(points))
