@@ -210,6 +210,12 @@ class JobAdmin(abc.ABC):
         """Delete terminal jobs in ``state`` finished more than ``older_than`` s ago."""
 
     @abc.abstractmethod
+    def clear_queue(self, queue: str, now: float) -> int:
+        """Delete every waiting job of ``queue`` (pending, scheduled, retry_scheduled) in one
+        atomic step per batch; returns how many. Active jobs keep their lease and finished
+        jobs stay: a job claimed before the clear is never touched by it."""
+
+    @abc.abstractmethod
     def pause(self, queue: str) -> None:
         """Stop handing out jobs of ``queue`` (running jobs finish)."""
 

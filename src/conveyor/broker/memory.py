@@ -392,6 +392,19 @@ class MemoryBroker(MemoryReads, Broker):
                 del self._jobs[job_id]
             return len(doomed)
 
+    def clear_queue(self, queue: str, now: float) -> int:
+        """Delete the waiting jobs of ``queue`` (heap entries of deleted jobs are skipped)."""
+        with self._lock:
+            doomed = [
+                j.id
+                for j in self._jobs.values()
+                if j.queue == queue and (j.state is JobState.PENDING or j.state in _DELAYED)
+            ]
+            for job_id in doomed:
+                del self._jobs[job_id]
+                self._ready_seq.pop(job_id, None)
+            return len(doomed)
+
     def pause(self, queue: str) -> None:
         """Pause a queue."""
         with self._lock:

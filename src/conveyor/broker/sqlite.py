@@ -448,6 +448,15 @@ class SqliteBroker(SqliteReads, Broker):
         """Revive a dead-letter or cancelled job: pending, attempts and lost reset to 0."""
         return self._admin(job_id, now, (JobState.DEAD_LETTER, JobState.CANCELLED), "requeued")
 
+    def clear_queue(self, queue: str, now: float) -> int:
+        """Delete the waiting jobs of ``queue`` in one write transaction."""
+        where = "queue = ? AND state = ?"
+        with self._write() as tx:
+            return sum(
+                self._delete(tx, queue, state, where, (queue, state))
+                for state in ("pending", "scheduled", "retry_scheduled")
+            )
+
     def purge(
         self,
         now: float,

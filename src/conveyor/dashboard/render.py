@@ -15,6 +15,7 @@ import orjson
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from ..monitoring.inspect import preview_args
+from .charts import chart_model
 
 TEMPLATES = Path(__file__).parent / "templates"
 STATIC = Path(__file__).parent / "static"
@@ -85,6 +86,7 @@ def build_environment() -> Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
+    env.filters["chart"] = chart_model  # processed/failed series -> SVG geometry (charts.py)
     env.filters.update(
         ts=ts, ago=ago, dur=dur, pct=pct, short=short, pretty=pretty, argprev=preview_args, seg=seg
     )

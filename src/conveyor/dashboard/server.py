@@ -105,6 +105,7 @@ class Dashboard:
             "flash": request.query_params.get("flash", ""),
             "path": request.url.path,
             "live_interval": self.config.live_interval,
+            "root_path": request.scope.get("root_path", ""),
         }
 
 
@@ -230,12 +231,13 @@ def create_app(
     ``config`` defaults to ``DashboardConfig.from_env(...)``."""
     from starlette.middleware.trustedhost import TrustedHostMiddleware
 
-    from . import api, forms, live, views
+    from . import api, forms, live, ops_pages, views
     from .middleware import SecurityMiddleware
 
     cfg = config or DashboardConfig.from_env(**overrides)
     dash = Dashboard(app, cfg)
     routes = [
+        *ops_pages.routes(),
         *views.routes(),
         *forms.routes(),
         *live.routes(),

@@ -9,6 +9,9 @@ Increments are buffered in memory and written with ``SideStores.counters.add`` a
   percentiles over any window of the last day;
 * ``metrics:total`` — cumulative totals: monotonic Prometheus counters and histograms.
 
+Each flush also feeds the processed / failed history (``history.py``: per minute for a day,
+per hour for a week) behind the dashboard's charts.
+
 Counter names inside a bucket are ``<queue>|<task>|<name>`` (queue and task names cannot contain
 ``|``). ``summarize`` (``metrics_read.py``, re-exported here) turns counters into rates and
 p50/p95/p99; ``ConveyorCollector`` is a prometheus-client collector that also reads live gauges
@@ -29,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.job import Job
 from ..middleware import AppView, Middleware, WorkerView
+from .history import write_history
 from .metrics_read import (
     BUCKET_TTL,
     FAILED_OUTCOMES,
@@ -308,6 +312,7 @@ class MetricsMiddleware(Middleware):
                 for key, amount in values.items():
                     totals[key] = totals.get(key, 0.0) + amount
             broker.counters.add(TOTALS_BUCKET, totals, self._now, TOTALS_TTL)
+            write_history(broker, pending, self._now)
         except Exception:  # a metrics write must never break a worker
             log.log(
                 logging.DEBUG if quiet else logging.WARNING,

@@ -115,7 +115,7 @@ def run_worker_process(config: ChildConfig, supervised: bool) -> None:
     restarts this process, so a stuck job's exit code is left to the process manager.
     """
     from .logs import setup_logging
-    from .procutil import EXIT_APP, EXIT_STUCK
+    from .procutil import EXIT_APP, EXIT_OK, EXIT_STOPPED, EXIT_STUCK
 
     early: list[int] = []  # a stop signal before the worker runs: exit cleanly, do not die
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -150,6 +150,8 @@ def run_worker_process(config: ChildConfig, supervised: bool) -> None:
         log.info("stop signal during start-up: exiting")
         sys.exit(0)
     code = worker.run()
+    if code == EXIT_OK and worker.stopped_by_operator:
+        code = EXIT_STOPPED  # the supervisor leaves this slot empty instead of restarting it
     try:
         app.close()
     except Exception:

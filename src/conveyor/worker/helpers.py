@@ -47,6 +47,7 @@ class Wiring:
     heartbeat_interval: float
     visibility_timeout: float
     warm_pool: Callable[[], None] | None = None  # start the process pool before the first job
+    on_command: Callable[[str], None] | None = None  # a control command (quiet / stop) arrived
 
 
 @dataclass
@@ -82,7 +83,7 @@ def start_helpers(recorder: Recorder, w: Wiring) -> Helpers:
     helpers = Helpers(thread, watchdog, [watchdog, keeper])
     if w.describe is not None:
         helpers.others.append(
-            Heartbeat(w.broker, w.worker_id, w.now, w.describe, w.heartbeat_interval)
+            Heartbeat(w.broker, w.worker_id, w.now, w.describe, w.heartbeat_interval, w.on_command)
         )
     for helper in helpers.others:
         helper.start()

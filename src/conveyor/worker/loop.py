@@ -106,6 +106,8 @@ class Worker:
         self.started_at: float | None = None
         self._last_reap = -1e18
         self._stopping = threading.Event()
+        self._quiet = threading.Event()  # an operator asked: claim nothing new (control.py)
+        self.stopped_by_operator = False  # a ``stop`` command: a supervisor does not restart it
         self._finished = threading.Event()
         self._finished.set()
         self._slots = Slots(self.concurrency)
@@ -225,6 +227,8 @@ class Worker:
             self.exit_code = EXIT_CONFIG
             return EXIT_CONFIG
         self._stopping.clear()
+        self._quiet.clear()
+        self.stopped_by_operator = False
         self._hard.clear()
         self._finished.clear()
         self._slots = Slots(self.concurrency)
@@ -289,9 +293,25 @@ class Worker:
         """True once asked to stop (no new claims)."""
         return self._stopping.is_set()
 
+    @property
+    def quiet(self) -> bool:
+        """True once an operator asked this worker to claim nothing new."""
+        return self._quiet.is_set()
+
+    def _on_command(self, command: str) -> None:
+        """A control command read by the heartbeat: ``quiet`` stops claiming, ``stop`` drains."""
+        if command == "stop" and not self._stopping.is_set():
+            log.info("worker %s: an operator asked it to stop: draining", self.id)
+            self.stopped_by_operator = True
+            self.stop(wait=False)
+        elif command == "quiet" and not self._quiet.is_set():
+            log.info("worker %s: an operator asked it to go quiet: no new jobs", self.id)
+            self._quiet.set()
+            self._slots.wake()
+
     def describe(self) -> dict[str, Any]:
-        """This worker's registry record."""
-        return describe(self)
+        """This worker's registry record (with the weight of each queue it serves)."""
+        return {**describe(self), "weights": dict(self.selector.queues)}
 
     def _wiring(self) -> Wiring:
         """What the helper threads need of this worker, handed over explicitly."""
@@ -310,6 +330,7 @@ class Worker:
             visibility_timeout=self.visibility_timeout,
             heartbeat_interval=rt.settings.heartbeat_interval,
             warm_pool=(lambda: self._executor("process").submit([])) if pool else None,
+            on_command=self._on_command,
         )
 
     # ------------------------------------------------------------------ claim loop
@@ -319,6 +340,9 @@ class Worker:
         while not stopping.is_set():
             self._maintain_safely()
             free = slots.wait_claimable(stopping)
+            if self._quiet.is_set():  # quiet: claim nothing; running jobs finish
+                stopping.wait(0.1)
+                continue
             if self.max_jobs:  # never start more than the job limit allows
                 free = min(free, self.max_jobs - self.processed - self.failed - len(slots.inflight))
                 if free <= 0:

@@ -6,7 +6,8 @@ ttl=2 * heartbeat_interval)`` with its id, host, pid, queues, concurrency, runni
 start time, processed / failed counts and resident memory. ``app.workers()`` and
 ``conveyor status`` read the collection; a worker killed with ``kill -9`` disappears within two
 intervals, and a clean exit deletes its document at once. ``worker_up`` / ``worker_down`` events
-go to the event stream.
+go to the event stream. Each beat also reads the worker's control flag (``control.py``: quiet or
+stop, set from the dashboard) and hands it to the worker, so a command takes one beat at most.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..broker.side import SideStores
+from . import control
 from .procutil import rss_bytes
 
 if TYPE_CHECKING:
@@ -51,29 +53,39 @@ class Describable(Protocol):
     def draining(self) -> bool:
         """Asked to stop."""
 
+    @property
+    def quiet(self) -> bool:
+        """Asked to stop claiming (running jobs finish)."""
+
     def running_jobs(self) -> list[Running]:
         """In-flight attempts."""
 
 
 def describe(worker: Describable) -> dict[str, Any]:
     """The registry record of a running worker."""
+    running = worker.running_jobs()
     return {
         "id": worker.id,
         "host": socket.gethostname(),
         "pid": os.getpid(),
         "queues": worker.queues,
         "concurrency": worker.concurrency,
-        "running": [r.job.id for r in worker.running_jobs()],
+        "running": [r.job.id for r in running],
+        "jobs": [  # the running jobs, for the dashboard's workers page
+            {"id": j.id, "task": j.task, "queue": j.queue, "started_at": j.started_at}
+            for j in (r.job for r in running)
+        ],
         "started_at": worker.started_at,
         "processed": worker.processed,
         "failed": worker.failed,
         "rss": rss_bytes(),
-        "state": "draining" if worker.draining else "running",
+        "state": "draining" if worker.draining else "quiet" if worker.quiet else "running",
     }
 
 
 class Heartbeat:
-    """Publishes ``describe()`` every ``interval`` seconds from its own thread."""
+    """Publishes ``describe()`` every ``interval`` seconds from its own thread; before each
+    write it reads the control flag and passes a command to ``on_command``."""
 
     def __init__(
         self,
@@ -82,8 +94,10 @@ class Heartbeat:
         now: Callable[[], float],
         describe: Callable[[], Mapping[str, Any]],
         interval: float,
+        on_command: Callable[[str], None] | None = None,
     ) -> None:
         self.broker = broker
+        self._on_command = on_command
         self.worker_id = worker_id
         self._now = now
         self._describe = describe
@@ -100,21 +114,41 @@ class Heartbeat:
     def stop(self) -> None:
         """Stop beating, delete the record and announce ``worker_down``."""
         self._stop.set()
-        self._thread.join(2.0)
+        if self._thread.is_alive():
+            self._thread.join(2.0)
         try:
             self.broker.docs.delete(COLLECTION, self.worker_id)
         except Exception:
             log.warning("heartbeat: could not delete the worker record", exc_info=True)
+        if self._on_command is not None:
+            try:
+                control.clear(self.broker, self.worker_id)
+            except Exception:
+                log.warning("heartbeat: could not clear the control flag", exc_info=True)
         self._event("worker_down")
 
     def publish(self) -> None:
-        """Write the record now (errors are logged; the next beat retries)."""
+        """Apply a pending command, then write the record (errors are logged; the next beat
+        retries)."""
+        self.poll_command()
         try:
             doc = dict(self._describe())
             doc["heartbeat_at"] = now = self._now()
             self.broker.docs.put(COLLECTION, self.worker_id, doc, now, ttl=2 * self.interval)
         except Exception:
             log.warning("heartbeat: could not publish the worker record", exc_info=True)
+
+    def poll_command(self) -> None:
+        """Read the control flag and hand a command to the worker (each beat)."""
+        if self._on_command is None:
+            return
+        try:
+            command = control.read(self.broker, self.worker_id, self._now())
+        except Exception:
+            log.warning("heartbeat: could not read the control flag", exc_info=True)
+            return
+        if command is not None:
+            self._on_command(command)
 
     def _main(self) -> None:
         while not self._stop.wait(self.interval):

@@ -16,6 +16,7 @@ EXIT_RECYCLE = 3  # --max-jobs-per-child reached: start a fresh process
 EXIT_STUCK = 4  # a job ignored its timeout: start a fresh process
 EXIT_CONFIG = 5  # the broker refused the credentials / configuration: do not restart
 EXIT_UNGUARDED_MAIN = 6  # a process-pool child re-ran a script without a __main__ guard
+EXIT_STOPPED = 7  # an operator stopped this worker (dashboard, control.py): do not restart it
 
 
 def rss_bytes(pid: int | None = None) -> int:

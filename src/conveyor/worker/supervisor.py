@@ -6,7 +6,9 @@
   recycle (exit 3: job limit; exit 4: a job ignored its timeout; exit 0 after a memory recycle),
   with exponential backoff (up to 30 s) when it keeps crashing soon after start. A child that
   exits with code 5 (the broker refused the credentials or configuration) is not restarted:
-  the supervisor stops every child and exits 5.
+  the supervisor stops every child and exits 5. A child that exits with code 7 was stopped by
+  an operator (the dashboard's STOP, ``control.py``): its slot stays empty, and once every slot
+  is empty that way the supervisor exits 0.
 * Recycles a child whose resident memory passes ``max_memory_mb``: SIGTERM (it drains), then a
   fresh one.
 * SIGTERM / SIGINT: forwarded as SIGTERM to every child (they drain for ``shutdown_timeout``);
@@ -33,7 +35,7 @@ import sys
 import time
 
 from .leanlog import LeanLogger
-from .procutil import EXIT_CONFIG, EXIT_OK, EXIT_RECYCLE, EXIT_STUCK, rss_bytes
+from .procutil import EXIT_CONFIG, EXIT_OK, EXIT_RECYCLE, EXIT_STOPPED, EXIT_STUCK, rss_bytes
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs this process ~0.6 MB
 if TYPE_CHECKING:
@@ -75,7 +77,7 @@ class _Proc:
 class _Child:
     """One supervised worker process slot."""
 
-    __slots__ = ("crashes", "index", "proc", "restart_at", "started", "term_sent_at")
+    __slots__ = ("crashes", "index", "proc", "restart_at", "started", "stopped", "term_sent_at")
 
     def __init__(self, index: int) -> None:
         self.index = index
@@ -84,6 +86,7 @@ class _Child:
         self.term_sent_at: float | None = None
         self.crashes = 0
         self.restart_at = 0.0
+        self.stopped = False  # an operator stopped it: never restarted
 
 
 class Supervisor:
@@ -146,7 +149,9 @@ class Supervisor:
                 self._handle_signals()
                 for child in self.children:
                     self._check(child)
-                if self.signals and all(c.proc is None for c in self.children):
+                if all(c.proc is None for c in self.children) and (
+                    self.signals or all(c.stopped for c in self.children)
+                ):
                     break
                 if self.max_memory and time.monotonic() - last_memory_check >= 1.0:
                     last_memory_check = time.monotonic()
@@ -215,7 +220,7 @@ class Supervisor:
     def _check(self, child: _Child) -> None:
         proc = child.proc
         if proc is None:
-            if not self.signals and time.monotonic() >= child.restart_at:
+            if not self.signals and not child.stopped and time.monotonic() >= child.restart_at:
                 self._spawn(child)
             return
         if child.term_sent_at is not None and not self.signals:
@@ -241,6 +246,10 @@ class Supervisor:
             )
             self.exit_code = EXIT_CONFIG
             self.signals += 1  # stop the others as if a stop signal came
+            return
+        if code == EXIT_STOPPED:
+            self.log.info("worker process %d stopped by an operator: not restarting it", proc.pid)
+            child.stopped = True
             return
         lived = time.monotonic() - child.started
         planned = code in (EXIT_RECYCLE, EXIT_STUCK) or (code == EXIT_OK and child.term_sent_at)

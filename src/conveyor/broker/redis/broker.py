@@ -378,6 +378,16 @@ class RedisBroker(ReadsMixin, LifecycleMixin, Broker):
         return bool(ok)
 
     @guarded
+    def clear_queue(self, queue: str, now: float) -> int:
+        """Delete the waiting jobs of ``queue``, ``PURGE_BATCH`` per atomic script call."""
+        total = 0
+        while True:
+            n = int(self.runner.run("clear", self.qkeys(queue), [PURGE_BATCH]))
+            total += n
+            if n < PURGE_BATCH:
+                return total
+
+    @guarded
     def purge(
         self,
         now: float,

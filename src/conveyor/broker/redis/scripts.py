@@ -71,6 +71,7 @@ SCRIPT_NAMES = (
     "cancel",
     "requeue",
     "purge",
+    "clear",
     "oldest",
     "search",
     "doc_cas",

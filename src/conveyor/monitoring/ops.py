@@ -1,0 +1,125 @@
+"""Reads and audited actions of the dashboard's workers, queues and history pages.
+
+* ``worker_rows`` — each live worker process with its running jobs (id, task, started,
+  runtime) and state (running / quiet / draining); ``quiet_worker`` / ``stop_worker`` send it a
+  control command (``worker/control.py``), honoured within one heartbeat.
+* ``queue_rows`` — per queue: depth by state, latency (age of the oldest pending job), rates
+  per minute, paused, the weights live workers give it and the ``limit`` column (``None``: no
+  per-queue limit exists yet; a flow-control feature fills it); ``clear_preview`` and
+  ``clear_queue`` delete a queue's waiting jobs (``Broker.clear_queue``), never running ones.
+* ``history`` — processed / failed per minute or hour (``history.py``).
+
+Every action is audited through ``Operator.audit`` like the others in ``actions.py``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..core.job import validate_queue_name
+from ..errors import ValidationError
+from ..worker import control
+from .actions import Operator
+from .history import RANGES, read_history
+from .inspect import Inspector
+from .metrics import flush_local
+
+#: The states ``clear_queue`` deletes.
+CLEARABLE = ("pending", "scheduled", "retry_scheduled")
+
+
+def worker_rows(inspector: Inspector) -> list[dict[str, Any]]:
+    """Live workers, each with ``jobs`` (id, task, queue, started_at, runtime) and ``command``."""
+    rt = inspector.runtime
+    now = rt.now()
+    rows = []
+    for w in inspector.workers():
+        jobs = [j for j in (w.get("jobs") or []) if isinstance(j, dict)]
+        if not jobs:  # an older worker: ids only
+            jobs = [{"id": str(i)} for i in w["running"]]
+        for job in jobs:
+            started = job.get("started_at")
+            if isinstance(started, int | float) and not isinstance(started, bool):
+                job["runtime"] = max(0.0, now - started)
+            else:
+                job["runtime"] = None
+        wid = str(w.get("id", ""))
+        rows.append({**w, "id": wid, "jobs": jobs, "command": control.read(rt.broker, wid, now)})
+    return rows
+
+
+def _live_worker(inspector: Inspector, worker_id: str) -> None:
+    if not any(str(w.get("id")) == worker_id for w in inspector.workers()):
+        raise ValidationError("worker", "no live worker has this id (it may have exited)")
+
+
+def quiet_worker(op: Operator, worker_id: str) -> str:
+    """Ask a live worker to stop claiming new jobs (running ones finish); audited."""
+    _live_worker(op.inspector, worker_id)
+    result = control.send(op.runtime.broker, worker_id, control.QUIET, op.runtime.now(), op.actor)
+    op.audit("worker.quiet", worker_id, "ok" if result == control.QUIET else "already stopping")
+    return result
+
+
+def stop_worker(op: Operator, worker_id: str) -> str:
+    """Ask a live worker to shut down gracefully (as on SIGTERM); audited."""
+    _live_worker(op.inspector, worker_id)
+    result = control.send(op.runtime.broker, worker_id, control.STOP, op.runtime.now(), op.actor)
+    op.audit("worker.stop", worker_id, "ok")
+    return result
+
+
+def queue_rows(inspector: Inspector, minutes: int = 5) -> list[dict[str, Any]]:
+    """One row per queue for the queues page (see the module docstring)."""
+    weights: dict[str, set[int]] = {}
+    for w in inspector.workers():
+        for name, weight in (w.get("weights") or {}).items():
+            if isinstance(weight, int) and not isinstance(weight, bool):
+                weights.setdefault(str(name), set()).add(weight)
+    rows = []
+    for q in inspector.queues(minutes):
+        c = q["counts"]
+        rows.append(
+            {
+                **q,
+                "pending": c["pending"],
+                "scheduled": c["scheduled"],
+                "running": c["active"],
+                "retrying": c["retry_scheduled"],
+                "dead": c["dead_letter"],
+                "waiting": sum(c[s] for s in CLEARABLE),
+                "latency": q["oldest_pending_age"],
+                "processed_per_minute": q["processed"] / max(1, minutes),
+                "failed_per_minute": q["failed"] / max(1, minutes),
+                "weights": sorted(weights.get(q["name"], ())),
+                "limit": None,
+            }
+        )
+    return rows
+
+
+def clear_preview(inspector: Inspector, queue: str) -> dict[str, Any]:
+    """What clearing ``queue`` would delete now: counts of its waiting and running jobs."""
+    validate_queue_name(queue)
+    row = next((r for r in queue_rows(inspector) if r["name"] == queue), None)
+    if row is None:
+        raise ValidationError("queue", f"no queue named {queue!r}")
+    return row
+
+
+def clear_queue(op: Operator, queue: str) -> int:
+    """Delete the waiting jobs of an existing queue (running jobs are untouched); audited."""
+    clear_preview(op.inspector, queue)
+    n = op.runtime.broker.clear_queue(queue, op.runtime.now())
+    op.audit("queue.clear", queue, "ok", deleted=n)
+    return n
+
+
+def history(inspector: Inspector, range_name: str, queue: str | None = None) -> dict[str, Any]:
+    """Processed / failed points of one range (``RANGES``), optionally of one queue."""
+    if queue is not None:
+        validate_queue_name(queue)
+    if range_name not in RANGES:
+        raise ValidationError("range", f"must be one of {', '.join(RANGES)}")
+    flush_local(inspector.runtime)
+    return read_history(inspector.runtime.broker, inspector.runtime.now(), range_name, queue)
