@@ -62,6 +62,8 @@ job_context: contextvars.ContextVar[JobRef | None] = contextvars.ContextVar(
 )
 #: ``(format, level)`` of the active ``configure_logging``, for the process pool's children.
 _ACTIVE: list[tuple[str, str | int]] = []
+#: Characters JSON allows raw that ``str.splitlines`` and some log readers treat as line ends.
+_LINE_BREAKS = {0x85: "\\u0085", 0x2028: "\\u2028", 0x2029: "\\u2029"}
 _STANDARD = frozenset(
     {*logging.LogRecord("", 0, "", 0, "", None, None).__dict__, "message", "asctime", "taskName"}
 )
@@ -172,9 +174,10 @@ class JsonFormatter(logging.Formatter):
         if trace:
             data["exc"] = trace
         try:
-            return orjson.dumps(data, default=str).decode()
+            line = orjson.dumps(data, default=str).decode()
         except (TypeError, orjson.JSONEncodeError):  # lone surrogates, huge ints, deep nesting
-            return orjson.dumps(_scrubbed(data)).decode()
+            line = orjson.dumps(_scrubbed(data)).decode()
+        return line.translate(_LINE_BREAKS)  # valid raw in JSON, but line breaks to many readers
 
 
 def _field(value: object) -> object:
