@@ -222,3 +222,42 @@ def test_configure_logging_is_public_and_replaces_itself() -> None:
         assert len(mine) == 1
     finally:
         reset_logging()
+
+
+@pytest.mark.slow
+def test_conveyor_worker_json_formats_the_users_logs(env: dict[str, Any]) -> None:
+    app = env["app"]
+    w = env["worker"]("--log-format", "json", "--concurrency", "2")
+    ok, bad, proc = (
+        app.enqueue("chatty", args=["t1"]),
+        app.enqueue("chatty", args=["t2"], kwargs={"fail": True}),
+        app.enqueue("proc_chatty", args=["p1"]),
+    )
+
+    def records() -> list[dict[str, Any]]:
+        return [json.loads(line) for line in w.output().splitlines() if line.strip()]
+
+    def mine() -> list[dict[str, Any]]:
+        return [r for r in records() if r["logger"] == "tests.worker.apps.chat"]
+
+    wait_until(lambda: len(mine()) == 5, timeout=30)  # every line of the output is JSON
+    by_msg = {r["msg"]: r for r in mine()}
+    says = by_msg["chatty says t1"]
+    assert (says["job_id"], says["task"], says["attempt"], says["level"]) == (
+        ok.id,
+        "chatty",
+        1,
+        "info",
+    )
+    warns = by_msg["chatty warns\nforged: t2"]
+    assert warns["job_id"] == bad.id and warns["level"] == "warning"
+    in_child = by_msg["proc_chatty says p1"]
+    assert in_child["job_id"] == proc.id and in_child["task"] == "proc_chatty"
+    assert in_child["pid"] == wait_until(lambda: proc.refresh().result, timeout=10)
+    failed = wait_until(
+        lambda: next((r for r in records() if r.get("outcome") == "dead_letter"), None),
+        timeout=10,
+    )
+    assert failed["job_id"] == bad.id and failed["level"] == "warning"
+    assert "ValueError: chatty failed t2" in failed["exc"]
+    assert "Traceback (most recent call last)" in failed["exc"]
