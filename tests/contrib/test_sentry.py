@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
-sentry_sdk = pytest.importorskip("sentry_sdk")
+pytest.importorskip("sentry_sdk")
 
+import sentry_sdk
 from sentry_sdk.envelope import Envelope
 from sentry_sdk.transport import Transport
 
