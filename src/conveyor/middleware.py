@@ -105,9 +105,7 @@ class Middleware:
                 error=None,
             )
 
-    def around_process(
-        self, worker: WorkerView, job: Job
-    ) -> AbstractContextManager[object] | None:
+    def around_process(self, worker: WorkerView, job: Job) -> AbstractContextManager[object] | None:
         """A context manager to enter around the handler ON THE HANDLER'S OWN THREAD (None: do
         nothing), e.g. a tracing span or a context variable the handler's code sees.
 

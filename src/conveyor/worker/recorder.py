@@ -397,4 +397,3 @@ class Recorder:
             run.job.task,
         )
         emit(self.middleware, "on_lease_lost", self.worker, run.job)
-
