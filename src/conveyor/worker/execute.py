@@ -14,6 +14,7 @@ import random
 import traceback
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ..core.job import ErrorKind, Job
@@ -151,7 +152,7 @@ def call_inline(task: Task, job: Job, around: Around | None = None) -> Any:
     token = job_context.set(job)
     try:
         if around is not None:
-            return around.call(job, lambda: _call(task, job))
+            return around.call(job, partial(_call, task, job))
         return _call(task, job)
     finally:
         job_context.reset(token)

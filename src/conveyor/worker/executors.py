@@ -20,6 +20,7 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .logs import job_context
@@ -137,7 +138,7 @@ class ThreadExecutor:
         try:
             try:
                 if run.around is not None:
-                    result = run.around.call(job, lambda: _invoke(task, job))
+                    result = run.around.call(job, partial(_invoke, task, job))
                 elif task.is_async:
                     result = asyncio.run(task.fn(*job.args, **job.kwargs))
                 else:
@@ -254,7 +255,8 @@ class AsyncioExecutor:
         error: BaseException | None = None
         try:
             if run.around is not None:
-                result = await run.around.acall(job, lambda: task.fn(*job.args, **job.kwargs))
+                # partial, not a lambda: a closure would make these locals cells for every job
+                result = await run.around.acall(job, partial(task.fn, *job.args, **job.kwargs))
             else:
                 result = await task.fn(*job.args, **job.kwargs)
         except BaseException as exc:
