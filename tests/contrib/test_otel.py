@@ -61,9 +61,10 @@ def memory_app(provider: TracerProvider, **options: Any) -> Conveyor:
 
 
 def test_the_job_span_is_a_child_of_the_enqueue_span(
-    provider: TracerProvider, exporter: InMemorySpanExporter
+    app: Conveyor, provider: TracerProvider, exporter: InMemorySpanExporter
 ) -> None:
-    app = memory_app(provider)
+    """On every backend (the trace context travels in the stored envelope)."""
+    app.middleware.append(OpenTelemetryMiddleware(provider))
     tracer = provider.get_tracer("test")
 
     @app.task
