@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from .handles import Delivery, JobHandle
     from .middleware import Middleware
     from .task import JobSpec, Task
+    from .worker.logs import configure_logging
 
 # public name -> submodule that defines it
 _EXPORTS = {
@@ -73,6 +74,7 @@ _EXPORTS = {
     "Middleware": ".middleware",
     "JobSpec": ".task",
     "Task": ".task",
+    "configure_logging": ".worker.logs",
 }
 
 __all__ = [
@@ -106,6 +108,7 @@ __all__ = [
     "Task",
     "UnknownTask",
     "ValidationError",
+    "configure_logging",
     "default_middleware",
 ]
 

@@ -14,6 +14,7 @@ import click
 
 from ..errors import ValidationError
 from .common import console, open_app, url_option
+from .log_options import log_options
 
 
 @click.command("dashboard")
@@ -42,6 +43,7 @@ from .common import console, open_app, url_option
     help="Comma-separated proxy addresses/networks whose X-Forwarded-For is trusted "
     "(default: none, the peer address counts).",
 )
+@log_options
 def dashboard_command(
     app_target: str | None,
     url: str | None,

@@ -12,6 +12,7 @@ import logging
 import click
 
 from ..errors import ConveyorError
+from ..worker.logs import configure_logging
 
 # command name -> module defining it (each module has ``register(group)``).
 COMMANDS: dict[str, str] = {
@@ -54,10 +55,7 @@ class LazyGroup(click.Group):
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
 def cli(verbose: bool) -> None:
     """Conveyor: background jobs that are never lost."""
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    configure_logging("text", logging.DEBUG if verbose else logging.WARNING)
 
 
 def main() -> None:

@@ -24,6 +24,7 @@ from .common import (
     table,
     url_option,
 )
+from .log_options import log_options
 
 
 def _when(ts: float | None, tz: str = "UTC") -> str:
@@ -68,6 +69,7 @@ def _get(app: Conveyor, name: str) -> Schedule:
     help="Seconds between passes (sooner when a schedule is due).",
 )
 @click.option("--no-sync", is_flag=True, help="Do not upsert the schedules declared in APP.")
+@log_options
 def scheduler_command(app_target: str, interval: float, no_sync: bool) -> None:
     """Run the scheduler of APP (module:attribute): fire schedules, promote due delayed jobs,
     reap expired leases. Run as many as you like: each tick is enqueued exactly once."""

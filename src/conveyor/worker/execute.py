@@ -14,14 +14,17 @@ import random
 import traceback
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ..core.job import ErrorKind, Job
 from ..core.retry import Decision, RetryPolicy, decide, previous_delay
 from ..middleware import hooked as hooked  # re-exported for the worker loop
+from .logs import job_context
 from .timeouts import timeout_error
 
 if TYPE_CHECKING:
+    from ..middleware import Around
     from ..task import Task
     from .running import Running
 
@@ -143,8 +146,19 @@ def reported(
     return outcome
 
 
-def call_inline(task: Task, job: Job) -> Any:
-    """Call the task function in this thread (async functions get a fresh event loop)."""
+def call_inline(task: Task, job: Job, around: Around | None = None) -> Any:
+    """Call the task function in this thread (async functions get a fresh event loop), inside
+    the job context (``worker/logs.py``) and the ``around_process`` hooks."""
+    token = job_context.set(job)
+    try:
+        if around is not None:
+            return around.call(job, partial(_call, task, job))
+        return _call(task, job)
+    finally:
+        job_context.reset(token)
+
+
+def _call(task: Task, job: Job) -> Any:
     if task.is_async:
         return asyncio.run(task.fn(*job.args, **job.kwargs))
     return task.fn(*job.args, **job.kwargs)
@@ -153,3 +167,12 @@ def call_inline(task: Task, job: Job) -> Any:
 def format_exc(exc: BaseException) -> str:
     """A trimmed traceback string."""
     return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-4000:]
+
+
+def log_extra(fields: dict[str, Any], decision: Decision | None) -> dict[str, Any]:
+    """The ``extra`` of a job's outcome line: its fields, and a failure's traceback (the
+    formatters of ``worker/logs.py`` print it as ``exc`` / indented lines: failures logged at
+    WARNING carry their traceback)."""
+    if decision is not None and decision.traceback:
+        return {"job": fields, "traceback_text": decision.traceback}
+    return {"job": fields}

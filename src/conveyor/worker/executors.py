@@ -20,10 +20,16 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from functools import partial
+from typing import TYPE_CHECKING, Any, Protocol
 
+from .logs import job_context
 from .running import LEFT, RUNNING, Running
 from .timeouts import clear_async_exception, inject_timeout
+
+if TYPE_CHECKING:
+    from ..core.job import Job
+    from ..task import Task
 
 log = logging.getLogger("conveyor.worker")
 
@@ -127,10 +133,13 @@ class ThreadExecutor:
     def _call(run: Running) -> tuple[Any, BaseException | None]:
         task, job = run.task, run.job
         assert task is not None
+        token = job_context.set(job)  # the job-context log filter reads it (worker/logs.py)
         run.begin(threading.get_ident())
         try:
             try:
-                if task.is_async:
+                if run.around is not None:
+                    result = run.around.call(job, partial(_invoke, task, job))
+                elif task.is_async:
                     result = asyncio.run(task.fn(*job.args, **job.kwargs))
                 else:
                     result = task.fn(*job.args, **job.kwargs)
@@ -138,7 +147,9 @@ class ThreadExecutor:
                 _leave(run)
         except BaseException as exc:
             _leave(run)
+            job_context.reset(token)
             return None, exc
+        job_context.reset(token)
         return result, None
 
     def interrupt(self, run: Running) -> None:
@@ -156,6 +167,13 @@ class ThreadExecutor:
             parked, self._parked = self._parked, []
         for gate in parked:
             gate.release()
+
+
+def _invoke(task: Task, job: Job) -> Any:
+    """Call the task function here (an async one on a fresh event loop)."""
+    if task.is_async:
+        return asyncio.run(task.fn(*job.args, **job.kwargs))
+    return task.fn(*job.args, **job.kwargs)
 
 
 def call_in_thread(run: Running) -> tuple[Any, BaseException | None]:
@@ -232,10 +250,15 @@ class AsyncioExecutor:
         task, job = run.task, run.job
         assert task is not None
         run.begin()
+        job_context.set(job)  # this asyncio task's own context: nothing to reset
         result: Any = None
         error: BaseException | None = None
         try:
-            result = await task.fn(*job.args, **job.kwargs)
+            if run.around is not None:
+                # partial, not a lambda: a closure would make these locals cells for every job
+                result = await run.around.acall(job, partial(task.fn, *job.args, **job.kwargs))
+            else:
+                result = await task.fn(*job.args, **job.kwargs)
         except BaseException as exc:
             error = exc
         run.phase = LEFT

@@ -33,7 +33,7 @@ from ..broker.base import Lease
 from ..core.ids import new_ulid
 from ..core.queues import QueueSelector, parse_queues
 from ..errors import BrokerConfigError
-from ..middleware import emit
+from ..middleware import Around, Middleware, emit
 from ..runtime import HasRuntime, Runtime, as_runtime
 from .execute import OK, Outcome, call_inline, hooked, outcome_of_call, precheck, reported
 from .executors import Executor, make_executor
@@ -183,15 +183,20 @@ class Worker:
             return rejected
         emit(self.runtime.middleware, "before_process", self, job)
         timeout = effective_timeout(task, job)
+        around = Around.of(self, self.runtime.middleware)
         if timeout:  # enforced as on the thread executor (see worker/inline.py)
             from .inline import run_with_timeout
 
             grace = self.runtime.settings.timeout_grace
-            outcome, stuck = run_with_timeout(lease, task, timeout, now, grace, self.runtime.rng)
+            outcome, stuck = run_with_timeout(
+                lease, task, timeout, now, grace, self.runtime.rng, around
+            )
             if stuck:
                 self.exit_code = EXIT_STUCK
             return outcome
-        return outcome_of_call(task, job, lambda: call_inline(task, job), now, self.runtime.rng)
+        return outcome_of_call(
+            task, job, lambda: call_inline(task, job, around), now, self.runtime.rng
+        )
 
     def record(
         self, lease: Lease, outcome: Outcome, now: float, started: float | None = None
@@ -424,10 +429,11 @@ class Worker:
         if refused:
             runs = [r for r in runs if r.executor != "none"]
         before = hooked(self.runtime.middleware, "before_process")
+        around = Around.of(self, self.runtime.middleware)
+        if before or around is not None:
+            self._before(runs, before, around)
         groups: dict[str, list[Running]] = {}
         for run in runs:
-            if before:
-                emit(before, "before_process", self, run.job)
             group = groups.get(run.executor)
             if group is None:
                 groups[run.executor] = [run]
@@ -442,6 +448,13 @@ class Worker:
                     self._report(run, None, exc, None)
         if self._watchdog is not None and any(r.timeout for r in runs):
             self._watchdog.poke()
+
+    def _before(self, runs: list[Running], before: list[Middleware], around: Around | None) -> None:
+        """``before_process`` hooks (here), and the ``around_process`` hooks for the executors."""
+        for run in runs:
+            if before:
+                emit(before, "before_process", self, run.job)
+            run.around = around
 
     def _executor(self, kind: str) -> Executor:
         ex = self._executors.get(kind)

@@ -29,7 +29,7 @@ from ..core.job import ErrorKind
 from ..core.serialization import result_problem
 from ..errors import LeaseLost
 from ..middleware import after_process_batch, emit, hooked
-from .execute import Outcome, safe_text
+from .execute import Outcome, log_extra, safe_text
 from .running import Running
 
 if TYPE_CHECKING:
@@ -356,7 +356,7 @@ class Recorder:
                 duration,
                 name,
                 detail,
-                extra={"job": fields},
+                extra=log_extra(fields, decision),
             )
         if name != "released":
             emit(

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ..broker.base import Lease
     from ..core.job import Job
+    from ..middleware import Around
     from ..task import Task
 
 QUEUED, RUNNING, LEFT = "queued", "running", "left"
@@ -24,6 +25,7 @@ class Running:
     """One claimed job: lease, task, executor, timing and the flags its helpers set."""
 
     __slots__ = (
+        "around",
         "claimed",
         "deadline",
         "executor",
@@ -68,6 +70,7 @@ class Running:
         self.settled = False  # an outcome (or a release) was decided; later ones are ignored
         self.thread_ident: int | None = None
         self.handle: Any = None  # executor-specific (asyncio task, process slot)
+        self.around: Around | None = None  # the middleware's around_process hooks, if any
         self.lock = threading.Lock()
 
     def __repr__(self) -> str:
