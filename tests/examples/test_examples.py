@@ -24,6 +24,7 @@ EXAMPLE_FILES = {
     "fastapi_app.py",
     "flask_app.py",
     "async_tasks.py",
+    "observability.py",  # run by tests/examples/test_observability_example.py
     "django_project",
     "docker",
     "README.md",
