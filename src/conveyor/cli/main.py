@@ -91,7 +91,10 @@ def cli(ctx: click.Context, verbose: bool) -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     if ctx.invoked_subcommand not in DAEMONS and not verbose:
-        logging.getLogger("conveyor.redis.checks").setLevel(logging.ERROR)
+        checks = logging.getLogger("conveyor.redis.checks")
+        previous = checks.level
+        checks.setLevel(logging.ERROR)
+        ctx.call_on_close(lambda: checks.setLevel(previous))  # in-process callers (tests)
 
 
 def main() -> None:

@@ -90,12 +90,35 @@ def as_col(column: str | Col) -> Col:
 
 
 def _min_width(col: Col, cells: Sequence[str]) -> int:
-    """Narrowest readable width: the longest header word, and a whole id for id columns."""
+    """Narrowest readable width: the longest header word, a short value whole, and a whole
+    id for id columns (long values wrap)."""
     words = max((len(w) for w in col.name.split()), default=1)
     if col.is_id:
         return max([words, *(len(c) for c in cells)])
     longest = max((len(c) for c in cells), default=0)
-    return max(words, min(longest, 8))
+    return max(words, min(longest, 12))
+
+
+def _natural_width(col: Col, cells: Sequence[str]) -> int:
+    """The width that shows the header and every value on one line (long values capped)."""
+    longest = max([len(col.name), *(len(c) for c in cells)])
+    return longest if col.is_id else min(longest, 60)
+
+
+def _spread(mins: list[int], naturals: list[int], room: int) -> list[int]:
+    """Widths from ``mins`` grown one column at a time towards ``naturals`` within ``room``."""
+    widths = list(mins)
+    spare = room - sum(widths)
+    while spare > 0:
+        grew = False
+        for i, natural in enumerate(naturals):
+            if spare > 0 and widths[i] < natural:
+                widths[i] += 1
+                spare -= 1
+                grew = True
+        if not grew:
+            break
+    return widths
 
 
 def fit_columns(widths: Sequence[int], drops: Sequence[int], total: int) -> list[int]:
@@ -123,17 +146,17 @@ def print_table(
 
     cols = [as_col(c) for c in columns]
     cells = [[literal(v, None if c.is_id else c.limit) for c, v in zip(cols, row)] for row in rows]
-    widths = [_min_width(c, [r[i] for r in cells]) for i, c in enumerate(cols)]
-    kept = fit_columns(widths, [c.drop for c in cols], console.width)
-    needed = sum(widths[i] for i in kept) + 3 * len(kept) + 1
-    if needed > console.width:
+    mins = [_min_width(c, [r[i] for r in cells]) for i, c in enumerate(cols)]
+    kept = fit_columns(mins, [c.drop for c in cols], console.width)
+    room = console.width - (3 * len(kept) + 1)
+    if sum(mins[i] for i in kept) > room:
         print_records(console, title, [c.name for c in cols], cells)
         return
+    naturals = [_natural_width(cols[i], [r[i] for r in cells]) for i in kept]
+    widths = _spread([mins[i] for i in kept], naturals, room)
     table = Table(title=Text(literal(title, None)), title_justify="left")
-    for i in kept:
-        table.add_column(
-            Text(cols[i].name), min_width=widths[i], no_wrap=cols[i].is_id, overflow="fold"
-        )
+    for i, width in zip(kept, widths):
+        table.add_column(Text(cols[i].name), width=width, no_wrap=cols[i].is_id, overflow="fold")
     for row in cells:
         table.add_row(*(Text(row[i]) for i in kept))
     console.print(table)
