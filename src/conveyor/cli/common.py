@@ -203,16 +203,16 @@ class AppCommand(click.Command):
         found = self._positionals(args)
         if not found:
             return args
-        first = args[found[0]]
+        apps = [i for i in found if looks_like_app(args[i])]
         if variadic:
-            if not looks_like_app(first):
+            if not apps or apps[0] != found[0]:
                 return args
         elif len(found) <= declared:
             return args
+        index = apps[0] if apps else found[0]
         if any(a == "--app" or a.startswith("--app=") for a in args):
             raise click.UsageError("the app is given twice: as APP and as --app", ctx=ctx)
-        rest = args[: found[0]] + args[found[0] + 1 :]
-        return ["--app", first, *rest]
+        return ["--app", args[index], *args[:index], *args[index + 1 :]]
 
 
 def setting_default(name: str) -> Any:
