@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..broker.side import SideStores
+from ..outage import OutageLog
 from .procutil import rss_bytes
 
 if TYPE_CHECKING:
@@ -113,8 +114,11 @@ class Heartbeat:
             doc = dict(self._describe())
             doc["heartbeat_at"] = now = self._now()
             self.broker.docs.put(COLLECTION, self.worker_id, doc, now, ttl=2 * self.interval)
-        except Exception:
-            log.warning("heartbeat: could not publish the worker record", exc_info=True)
+        except Exception as exc:
+            if not OutageLog.shared(self.broker).failed(exc, "heartbeat", log):
+                log.warning("heartbeat: could not publish the worker record", exc_info=True)
+            return
+        OutageLog.shared(self.broker).succeeded(log)
 
     def _main(self) -> None:
         while not self._stop.wait(self.interval):
