@@ -63,7 +63,9 @@ def test_app_positional_option_or_env(project: Path, monkeypatch: pytest.MonkeyP
 def test_worker_and_scheduler_take_app_the_same_ways(
     project: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    (project / "mem_jobs.py").write_text("from conveyor import Conveyor\napp = Conveyor('memory://')\n")
+    (project / "mem_jobs.py").write_text(
+        "from conveyor import Conveyor\napp = Conveyor('memory://')\n"
+    )
     for args in (["mem_jobs:app"], ["--app", "mem_jobs:app"]):
         result = run("worker", *args)
         assert result.exit_code == 2 and "memory://" in result.output, result.output

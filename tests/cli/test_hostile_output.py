@@ -101,7 +101,7 @@ def test_every_listing_prints_hostile_data_literally(
 
 
 def test_hostile_ids_in_errors_and_actions(cli_app: tuple[Conveyor, str]) -> None:
-    app, target = cli_app
+    _, target = cli_app
     missing = run("job", "[/]nope:two:\x1b[2J", "--app", target)
     assert missing.exit_code == 1 and "[/]nope:two:\\x1b[2J" in missing.output
     check(missing.output)

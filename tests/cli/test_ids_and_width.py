@@ -78,8 +78,13 @@ def test_status_fits_narrow_terminals(
     app.broker.doc_put(
         "workers",
         "w1",
-        {"id": "worker-host-12345-abcdef", "queues": ["emails"], "heartbeat_at": clock.now(),
-         "running": [], "concurrency": 4},
+        {
+            "id": "worker-host-12345-abcdef",
+            "queues": ["emails"],
+            "heartbeat_at": clock.now(),
+            "running": [],
+            "concurrency": 4,
+        },
         clock.now(),
         ttl=30,
     )
@@ -101,7 +106,11 @@ def test_columns_env_in_a_real_terminal_width(tmp_path: Path) -> None:
     for command in (["status"], ["jobs"], ["job", job_id[:10]]):
         out = subprocess.run(
             [sys.executable, "-m", "conveyor.cli.main", *command],
-            capture_output=True, text=True, env=env, timeout=60, check=False,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+            check=False,
         )
         assert out.returncode == 0, out.stderr
         assert job_id in out.stdout or command == ["status"]

@@ -46,13 +46,18 @@ def test_outage_logged_once_then_recovery(
     with caplog.at_level(logging.INFO):
         caplog.clear()
         server.stop()
-        _until(lambda: any("lost the connection" in r.getMessage() for r in caplog.records),
-               "the outage was noticed")
+        _until(
+            lambda: any("lost the connection" in r.getMessage() for r in caplog.records),
+            "the outage was noticed",
+        )
         time.sleep(OUTAGE)
         during = [r for r in conveyor_records() if r.levelno >= logging.WARNING]
         server.start()
-        _until(lambda: any("reconnected" in r.getMessage() for r in caplog.records),
-               "the recovery was logged", timeout=30)
+        _until(
+            lambda: any("reconnected" in r.getMessage() for r in caplog.records),
+            "the recovery was logged",
+            timeout=30,
+        )
         app.enqueue("note", args=[2])
         _until(lambda: 2 in done, "jobs run again after the outage", timeout=30)
     lines = [r.getMessage() for r in during]
@@ -66,4 +71,3 @@ def test_outage_logged_once_then_recovery(
     for thread in threads:
         thread.join(10)
     app.close()
-

@@ -76,6 +76,7 @@ def store_unvalidated(app: Any, job_id: str, task: str, *args: Any, **options: A
     app.broker.enqueue([dataclasses.replace(job, id=job_id)], now)
     return job_id
 
+
 #: Text a terminal would interpret (issue 20): rich markup, emoji codes, escape sequences,
 #: bidirectional overrides, NUL/BEL and a 40 KB value. The CLI must print each literally.
 TERMINAL_TEXT: dict[str, str] = {

@@ -237,8 +237,9 @@ def resume_command(queue: str, app_target: str | None, url: str | None, as_json:
         say(f"Queue {queue} resumed." if was_paused else f"Queue {queue} was not paused.")
 
 
-def _act(action: str, ids: tuple[str, ...], app_target: str | None, url: str | None,
-         as_json: bool) -> None:
+def _act(
+    action: str, ids: tuple[str, ...], app_target: str | None, url: str | None, as_json: bool
+) -> None:
     app = open_app(app_target, url)
     op = cli_operator(app)
     results = {job_id: getattr(op, action)(job_id) for job_id in resolve_ids(app, ids)}

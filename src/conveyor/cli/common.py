@@ -181,7 +181,8 @@ class AppCommand(click.Command):
             if isinstance(p, click.Option) and not p.is_flag and not p.count
             for name in p.opts
         }
-        out, i = [], 0
+        out: list[int] = []
+        i = 0
         while i < len(args):
             token = args[i]
             if token == "--":
@@ -224,7 +225,7 @@ def setting_default(name: str) -> Any:
         return fields[name].default
     import dataclasses
 
-    return {f.name: f.default for f in dataclasses.fields(Settings)}[name]  # type: ignore[arg-type]
+    return {f.name: f.default for f in dataclasses.fields(Settings)}[name]
 
 
 def emit_json(data: Any) -> None:

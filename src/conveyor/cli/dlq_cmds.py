@@ -9,8 +9,8 @@ import click
 
 from .common import AppCommand, app_option, emit_json, json_option, open_app, say, url_option
 from .inspect_cmds import page_json, print_page
-from .render import literal
 from .ops import cli_operator, filter_options, friendly_errors, resolve_ids, search_filters
+from .render import literal
 
 
 @click.group("dlq")

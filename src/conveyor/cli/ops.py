@@ -114,4 +114,6 @@ _FILTER_NAMES = {
 
 def search_filters(**kw: Any) -> dict[str, Any]:
     """The Inspector filters among the command's keyword arguments (empty ones dropped)."""
-    return {_FILTER_NAMES[k]: v for k, v in kw.items() if k in _FILTER_NAMES and v not in (None, "")}
+    return {
+        _FILTER_NAMES[k]: v for k, v in kw.items() if k in _FILTER_NAMES and v not in (None, "")
+    }

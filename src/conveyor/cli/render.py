@@ -56,7 +56,7 @@ def literal(value: Any, limit: int | None = CELL_LIMIT, *, keep_newlines: bool =
     if any(not ch.isprintable() for ch in text):  # fast path: plain text needs no scan
         text = "".join(
             ch
-            if (keep_newlines and ch == "\n") or not _invisible(ch) and ch != "\t"
+            if (keep_newlines and ch == "\n") or (not _invisible(ch) and ch != "\t")
             else _escape_char(ch)
             for ch in text
         )
@@ -145,7 +145,10 @@ def print_table(
     from rich.text import Text
 
     cols = [as_col(c) for c in columns]
-    cells = [[literal(v, None if c.is_id else c.limit) for c, v in zip(cols, row)] for row in rows]
+    cells = [
+        [literal(v, None if c.is_id else c.limit) for c, v in zip(cols, row, strict=False)]
+        for row in rows
+    ]
     mins = [_min_width(c, [r[i] for r in cells]) for i, c in enumerate(cols)]
     kept = fit_columns(mins, [c.drop for c in cols], console.width)
     room = console.width - (3 * len(kept) + 1)
@@ -155,7 +158,7 @@ def print_table(
     naturals = [_natural_width(cols[i], [r[i] for r in cells]) for i in kept]
     widths = _spread([mins[i] for i in kept], naturals, room)
     table = Table(title=Text(literal(title, None)), title_justify="left")
-    for i, width in zip(kept, widths):
+    for i, width in zip(kept, widths, strict=True):
         table.add_column(Text(cols[i].name), width=width, no_wrap=cols[i].is_id, overflow="fold")
     for row in cells:
         table.add_row(*(Text(row[i]) for i in kept))
@@ -180,7 +183,7 @@ def print_records(
     console.print(Text(literal(title, None), style="bold"))
     pad = max((len(n) for n in names), default=0)
     for row in rows:
-        for name, value in zip(names, row):
+        for name, value in zip(names, row, strict=False):
             if value:
                 console.print(Text(f"{name.ljust(pad)}  {value}"), overflow="fold")
         console.print()

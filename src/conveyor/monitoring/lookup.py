@@ -30,8 +30,7 @@ class AmbiguousJobId(ValidationError):
         more = f" and {total - len(candidates)} more" if total > len(candidates) else ""
         super().__init__(
             "id",
-            f"{prefix!r} matches {total} jobs: {', '.join(candidates)}{more};"
-            " type more of the id",
+            f"{prefix!r} matches {total} jobs: {', '.join(candidates)}{more}; type more of the id",
         )
 
 
