@@ -66,6 +66,8 @@ def test_commands_work_without_the_dashboard_extra(tmp_path: Path) -> None:
         ["schedules", "list"],
         ["cancel", job_id],
         ["--version"],
+        ["worker", "--help"],
+        ["scheduler", "--help"],
     ):
         result = conveyor(*command, env=env)
         assert result.returncode == 0, (command, result.stderr[-2000:])

@@ -159,10 +159,11 @@ def open_app(app_target: str | None, url: str | None, *, create: bool = False) -
 class AppCommand(click.Command):
     """A command that also takes its app as the first positional argument (``[APP]``).
 
-    A leading positional is the app when the command got more positionals than it declares,
-    or, for commands taking any number (``dlq requeue [APP] ID...``), when it reads
-    ``module:attribute`` and the module exists. It becomes ``--app`` (which beats
-    ``CONVEYOR_APP``); APP together with ``--app`` is refused.
+    When the command got more positionals than it declares, the first one that reads
+    ``module:attribute`` with an importable module (else the first) is the app, wherever it
+    stands (``job APP ID`` and ``job ID APP`` both work); for commands taking any number
+    (``dlq requeue [APP] ID...``) only a leading importable ``module:attribute`` is. It becomes
+    ``--app`` (which beats ``CONVEYOR_APP``); APP together with ``--app`` is refused.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

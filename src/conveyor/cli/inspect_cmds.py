@@ -25,9 +25,6 @@ from .common import (
 from .ops import age, filter_options, friendly_errors, resolve_ids, search_filters, when
 from .render import DETAIL_LIMIT, Col, literal
 
-# Re-exported for code that imported them from here before the split.
-from .ops import cli_operator  # noqa: F401  isort: skip
-
 JOB_COLUMNS = [
     Col("id", is_id=True),
     Col("task"),

@@ -74,7 +74,9 @@ def text(value: Any, limit: int | None = CELL_LIMIT, style: str = "") -> Text:
 
 @dataclass(frozen=True)
 class Col:
-    """A table column: ``drop`` orders what goes first on a narrow terminal (0: never)."""
+    """A table column: ``drop`` orders what goes first on a narrow terminal (0: never); an
+    id column is never wrapped or shortened (job ids are at most 200 characters; ``limit``
+    only stops a forged 40 KB worker id from flooding the terminal)."""
 
     name: str
     drop: int = 0
@@ -145,10 +147,7 @@ def print_table(
     from rich.text import Text
 
     cols = [as_col(c) for c in columns]
-    cells = [
-        [literal(v, None if c.is_id else c.limit) for c, v in zip(cols, row, strict=False)]
-        for row in rows
-    ]
+    cells = [[literal(v, c.limit) for c, v in zip(cols, row, strict=False)] for row in rows]
     mins = [_min_width(c, [r[i] for r in cells]) for i, c in enumerate(cols)]
     kept = fit_columns(mins, [c.drop for c in cols], console.width)
     room = console.width - (3 * len(kept) + 1)
