@@ -103,6 +103,7 @@ def test_columns_env_in_a_real_terminal_width(tmp_path: Path) -> None:
     job_id = app.enqueue("some.task", [1]).id
     app.close()
     env = {**os.environ, "COLUMNS": "60", "CONVEYOR_URL": url}
+    env.pop("CONVEYOR_APP", None)
     for command in (["status"], ["jobs"], ["job", job_id[:10]]):
         out = subprocess.run(
             [sys.executable, "-m", "conveyor.cli.main", *command],
