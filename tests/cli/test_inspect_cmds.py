@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from conveyor import Conveyor, FakeClock
@@ -138,8 +140,12 @@ def test_commands_have_help() -> None:
         assert result.exit_code == 0 and "Usage:" in result.output
 
 
-def test_url_option_opens_a_bare_app(tmp_path: object) -> None:
+def test_url_option_opens_a_bare_app(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/cli.db"
+    missing = run("status", "--url", url)  # issue 20: a read command never creates a database
+    assert missing.exit_code == 2 and "no SQLite database at" in missing.output
+    assert not (tmp_path / "cli.db").exists()
+    Conveyor(url).close()
     assert run_json("status", "--url", url) == {
         "now": pytest.approx(run_json("status", "--url", url)["now"], abs=60),
         "queues": [],

@@ -22,7 +22,7 @@ from ..errors import ValidationError
 from ..worker.child import ChildConfig
 from ..worker.logs import FORMATS, setup_logging
 from ..worker.supervisor import Supervisor, options_args
-from .common import load_app
+from .common import AppCommand, app_option, load_app, require_app, setting_default
 
 if TYPE_CHECKING:
     from ..app import Conveyor
@@ -31,8 +31,8 @@ log = logging.getLogger("conveyor.supervisor")
 LEVELS = ("debug", "info", "warning", "error")
 
 
-@click.command("worker")
-@click.argument("app_target", metavar="APP")
+@click.command("worker", cls=AppCommand)
+@app_option
 @click.option(
     "-q",
     "--queues",
@@ -64,14 +64,16 @@ LEVELS = ("debug", "info", "warning", "error")
     type=click.FloatRange(min=1.0),
     default=None,
     metavar="SECONDS",
-    help="Lease length [default: CONVEYOR_VISIBILITY_TIMEOUT or 30].",
+    help="Lease length [default: CONVEYOR_VISIBILITY_TIMEOUT or "
+    f"{setting_default('visibility_timeout'):g}].",
 )
 @click.option(
     "--shutdown-timeout",
     type=click.FloatRange(min=0.0),
     default=None,
     metavar="SECONDS",
-    help="How long in-flight jobs may finish after SIGTERM [default: 30].",
+    help="How long in-flight jobs may finish after SIGTERM [default: "
+    f"CONVEYOR_SHUTDOWN_TIMEOUT or {setting_default('shutdown_timeout'):g}].",
 )
 @click.option(
     "--max-jobs-per-child",
@@ -116,7 +118,7 @@ LEVELS = ("debug", "info", "warning", "error")
     "recycling: leave that to systemd/Kubernetes). Needs --processes 1.",
 )
 def worker_command(
-    app_target: str,
+    app_target: str | None,
     queues: str,
     concurrency: int,
     processes: int,
@@ -132,6 +134,7 @@ def worker_command(
     no_supervisor: bool,
 ) -> None:
     """Run workers for APP (module:attribute). SIGTERM/SIGINT drain; a second one stops now."""
+    app_target = require_app(app_target, "worker")
     setup_logging(log_format, log_level)
     try:
         parse_queues(queues)

@@ -25,6 +25,14 @@ def workers(rt: Runtime) -> list[dict[str, Any]]:
     return sorted(docs, key=lambda w: str(w.get("id")))
 
 
+def worker_queues(worker: dict[str, Any]) -> list[str]:
+    """Queue names a worker record serves (weights like ``high:5`` stripped)."""
+    raw = worker.get("queues") or []
+    if isinstance(raw, str):
+        raw = raw.split(",")
+    return [str(q).split(":", 1)[0].strip() for q in raw if str(q).strip()]
+
+
 def stats(rt: Runtime) -> dict[str, Any]:
     """Counts per queue and state, paused flags, and the live workers."""
     paused = rt.broker.paused_queues()

@@ -18,10 +18,10 @@ from ..core.state import JobState
 from ..errors import JobNotFound, ValidationError
 from ..runtime import Runtime, as_runtime
 from . import admin
+from .admin import worker_queues
 from .events import EventReader, check_cursor, job_events
 from .filters import clean_filters
 from .metrics import flush_local, read_counters, series, summarize
-from .prometheus import worker_queues
 
 if TYPE_CHECKING:
     from ..runtime import HasRuntime

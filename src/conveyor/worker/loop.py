@@ -34,6 +34,7 @@ from ..core.ids import new_ulid
 from ..core.queues import QueueSelector, parse_queues
 from ..errors import BrokerConfigError
 from ..middleware import Around, Middleware, emit
+from ..outage import OutageLog
 from ..runtime import HasRuntime, Runtime, as_runtime
 from .execute import OK, Outcome, call_inline, hooked, outcome_of_call, precheck, reported
 from .executors import Executor, make_executor
@@ -116,6 +117,7 @@ class Worker:
         self._watchdog: Watchdog | None = None
         self._run_thread: int | None = None
         self._claim_errors = 0
+        self._outage = OutageLog.shared(self.broker)  # one line per outage, not per retry
         self._guard_lock = threading.Lock()
         self._guard_reported = False  # the missing __main__ guard was logged
 
@@ -375,8 +377,9 @@ class Worker:
     def _maintain_safely(self) -> None:
         try:
             self.maintain(self.runtime.now())
-        except Exception:
-            log.warning("reaping expired leases failed", exc_info=True)
+        except Exception as exc:
+            if not self._outage.failed(exc, "reaping expired leases", log):
+                log.warning("reaping expired leases failed", exc_info=True)
 
     def _claim(self, free: int) -> list[Lease]:
         try:
@@ -392,17 +395,19 @@ class Worker:
             log.error("worker %s: %s: stopping", self.id, exc)
             self.stop_now(EXIT_CONFIG)
             return []
-        except Exception:
+        except Exception as exc:
             self._claim_errors += 1
             delay = min(10.0, 0.5 * 2 ** (self._claim_errors - 1))
-            log.warning(
-                "claim failed (%d in a row); retrying in %.1fs",
-                self._claim_errors,
-                delay,
-                exc_info=self._claim_errors == 1,
-            )
+            if not self._outage.failed(exc, "claim", log):  # an outage is logged once
+                log.warning(
+                    "claim failed (%d in a row); retrying in %.1fs",
+                    self._claim_errors,
+                    delay,
+                    exc_info=self._claim_errors == 1,
+                )
             self._stopping.wait(delay)
             return []
+        self._outage.succeeded(log)
         if self._claim_errors:
             log.info("claiming works again after %d failure(s)", self._claim_errors)
             self._claim_errors = 0
