@@ -27,6 +27,7 @@ from . import codec, idguard
 from .codec import fmt_time
 from .codes import ScriptCode, options
 from .keys import TERMINAL_SETS
+from .admin import JobAdminMixin
 from .lifecycle import LifecycleMixin
 from .plumbing import guarded, token_queue
 from .reads import ReadsMixin
@@ -68,7 +69,7 @@ def _group_batch(jobs: Sequence[Job], cluster: bool) -> dict[str, list[int]]:
     return groups
 
 
-class RedisBroker(ReadsMixin, LifecycleMixin, Broker):
+class RedisBroker(ReadsMixin, LifecycleMixin, JobAdminMixin, Broker):
     """Redis (standalone, Sentinel or Cluster) backend; build it with ``from_url``."""
 
     has_server_clock = True

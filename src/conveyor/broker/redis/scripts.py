@@ -71,6 +71,8 @@ SCRIPT_NAMES = (
     "cancel",
     "requeue",
     "purge",
+    "run_now",
+    "delete_job",
     "oldest",
     "search",
     "doc_cas",
