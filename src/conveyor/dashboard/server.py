@@ -5,6 +5,10 @@ a JSON API under ``/api/v1`` with an OpenAPI document, and Prometheus ``/metrics
 outermost first: the Host check, ids as path segments and the body cap (``hardening``), then
 headers, rate limits, authentication and the cross-site check (``middleware``); ``action`` wraps
 every state-changing endpoint with the read-only and CSRF checks, so no write can skip them.
+
+Mountable under any prefix (``api.mount("/admin/jobs", create_app(app))``): routing and every
+check use the path below the ASGI ``root_path`` (``route_path``), and every link, asset, live
+URL, form action and redirect is built from ``root_path`` (templates: ``{{ root_path }}/...``).
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -40,6 +44,8 @@ from .hardening import (
     SegmentPaths,
     SessionStore,
     check_hosts,
+    root_of,
+    route_path,
     trusted_hosts,
     uvicorn_options,
 )
@@ -104,6 +110,9 @@ class Dashboard:
             "read_only": self.config.read_only,
             "flash": request.query_params.get("flash", ""),
             "path": request.url.path,
+            "root_path": root_of(request.scope),
+            # this page with its query (filters, page), for forms that must come back here
+            "here": safe_target(request, str(request.url)) or at_root(request, "/"),
             "live_interval": self.config.live_interval,
         }
 
@@ -125,9 +134,56 @@ def client_of(request: Request) -> str:
     return request.client.host if request.client else ""
 
 
+def at_root(request: Request, path: str) -> str:
+    """A dashboard path (``/dead``) as a URL path under the mount prefix (``/admin/jobs/dead``)."""
+    return root_of(request.scope) + path
+
+
 def wants_json(request: Request) -> bool:
     """API, metrics and live paths answer errors in JSON/plain text, not HTML."""
-    return request.url.path.startswith(("/api/", "/live/", "/metrics"))
+    return route_path(request.scope).startswith(("/api/", "/live/", "/metrics"))
+
+
+def safe_target(request: Request, target: Any) -> str | None:
+    """``target`` as a path (with query) inside this dashboard, or None when it is not one.
+
+    Accepts a path (``/admin/jobs/dead?page=2``) or a full URL of this very origin (a
+    ``Referer``); refuses other hosts, scheme-relative ``//host`` and backslash tricks, and
+    paths outside the mount prefix, so a redirect can never leave the dashboard.
+    """
+    if not isinstance(target, str) or not target or len(target) > 4000:
+        return None
+    if any(ord(c) < 32 for c in target) or "\\" in target:
+        return None
+    parts = urlsplit(target)
+    if parts.scheme or parts.netloc:
+        origin = f"{request.url.scheme}://{request.url.netloc}"
+        if f"{parts.scheme}://{parts.netloc}" != origin:
+            return None
+    path = parts.path
+    if not path.startswith("/") or path.startswith("//"):
+        return None
+    root = root_of(request.scope)
+    if root and not (path == root or path.startswith(root + "/")):
+        return None
+    query = urlencode([(k, v) for k, v in parse_qsl(parts.query) if k != "flash"])
+    return path + ("?" + query if query else "")
+
+
+def back(request: Request, data: Mapping[str, Any], default: str, avoid: str = "") -> str:
+    """Where an action returns to: the form's ``next``, else the page the request came from
+    (htmx's ``HX-Current-URL`` or the ``Referer``), else ``default`` (a dashboard path).
+    Only same-origin paths inside the dashboard qualify (``safe_target``); ``avoid`` (a page
+    the action made vanish, e.g. a deleted job's) is skipped."""
+    for candidate in (
+        data.get("next"),
+        request.headers.get("hx-current-url"),
+        request.headers.get("referer"),
+    ):
+        target = safe_target(request, candidate)
+        if target is not None and (not avoid or target.partition("?")[0] != avoid):
+            return target
+    return at_root(request, default)
 
 
 def error_response(request: Request, status: int, message: str, **extra: Any) -> Response:
@@ -186,7 +242,9 @@ def action(
 
 
 def done(request: Request, target: str, flash: str = "") -> Response:
-    """After an HTML action: htmx gets ``HX-Redirect``, plain forms a 303 redirect."""
+    """After an HTML action: htmx gets ``HX-Redirect``, plain forms a 303 redirect.
+
+    ``target`` is a URL path under the mount prefix (``back`` or ``at_root`` build it)."""
     url = target + (("&" if "?" in target else "?") + "flash=" + quote(flash) if flash else "")
     if request.headers.get("hx-request"):
         return Response(status_code=204, headers={"HX-Redirect": url})
@@ -242,7 +300,10 @@ def create_app(
         *api.routes(),
         Route("/healthz", lambda request: PlainTextResponse("ok")),
         # Browsers ask for /favicon.ico on their own; answer it rather than log a 404.
-        Route("/favicon.ico", lambda request: RedirectResponse("/static/favicon.svg", 301)),
+        Route(
+            "/favicon.ico",
+            lambda request: RedirectResponse(at_root(request, "/static/favicon.svg"), 301),
+        ),
         Mount("/static", StaticFiles(directory=str(STATIC)), name="static"),
     ]
     web = Starlette(routes=routes, exception_handlers=dict(_exception_handlers()))

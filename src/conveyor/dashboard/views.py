@@ -14,7 +14,7 @@ from ..broker.base import Page
 from ..core.state import JobState
 from ..monitoring.filters import SEARCH_FIELDS
 from ..monitoring.prometheus import exposition
-from .server import dashboard_of, identity_of, int_param
+from .server import at_root, dashboard_of, identity_of, int_param, safe_target
 
 PAGE_SIZE = 50
 
@@ -133,11 +133,11 @@ def login_page(request: Request) -> Response:
     """The login form (token or username/password)."""
     dash = dashboard_of(request)
     if not dash.config.auth_enabled or identity_of(request).via in ("cookie", "header"):
-        return Response(status_code=303, headers={"location": "/"})
+        return Response(status_code=303, headers={"location": at_root(request, "/")})
     return dash.page(
         request,
         "login.html",
-        next=safe_next(request.query_params.get("next")),
+        next=safe_next(request, request.query_params.get("next")),
         has_password=bool(dash.config.password),
         has_token=bool(dash.config.token),
         error="",
@@ -150,11 +150,9 @@ def metrics(request: Request) -> Response:
     return Response(body, media_type=content_type)
 
 
-def safe_next(target: str | None) -> str:
-    """A same-site path to go to after login (never another host)."""
-    if not target or not target.startswith("/") or target.startswith("//") or "\\" in target:
-        return "/"
-    return target
+def safe_next(request: Request, target: str | None) -> str:
+    """A path inside this dashboard to go to after login (never another host or app)."""
+    return safe_target(request, target) or at_root(request, "/")
 
 
 def routes() -> list[Route]:
