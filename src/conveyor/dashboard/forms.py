@@ -20,8 +20,9 @@ from starlette.routing import Route
 from ..monitoring.actions import Operator
 from ..monitoring.filters import SEARCH_FIELDS
 from .hardening import segment
+from .redirects import at_root, back, done
 from .security import SESSION_COOKIE, check_login
-from .server import action, at_root, back, client_of, dashboard_of, done
+from .server import action, client_of, dashboard_of
 from .views import safe_next
 
 

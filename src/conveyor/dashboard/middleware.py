@@ -21,6 +21,7 @@ from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .hardening import route_path
+from .redirects import at_root
 from .security import (
     CSRF_COOKIE,
     SECURITY_HEADERS,
@@ -31,7 +32,7 @@ from .security import (
     is_loopback,
     new_csrf_seed,
 )
-from .server import PUBLIC_PATHS, SAFE_METHODS, Dashboard, at_root, client_of, wants_json
+from .server import PUBLIC_PATHS, SAFE_METHODS, Dashboard, client_of, wants_json
 
 OPEN_BEYOND_LOOPBACK = (
     "this dashboard has no credentials, so it only answers on a loopback address: set "
@@ -97,10 +98,8 @@ class SecurityMiddleware:
         """A refusal response, or None to let the request through (identity set on scope)."""
         path = route_path(request.scope)
         dash, client = self.dash, client_of(request)
-        config = dash.config
-        if not (config.auth_enabled or config.external_auth or path == "/healthz"):
-            if not _on_loopback(request):
-                return JSONResponse({"error": OPEN_BEYOND_LOOPBACK}, status_code=403)
+        if _open_beyond_loopback(dash, request, path):
+            return JSONResponse({"error": OPEN_BEYOND_LOOPBACK}, status_code=403)
         if path == "/login" and request.method == "POST":
             wait = dash.login_limiter.allow(f"login:{client}")
             if wait:
@@ -133,10 +132,14 @@ class SecurityMiddleware:
         return None
 
 
-def _on_loopback(request: Request) -> bool:
-    """True when the request arrived on a loopback address of this host (ASGI ``server``)."""
+def _open_beyond_loopback(dash: Dashboard, request: Request, path: str) -> bool:
+    """True for a request that arrived on a non-loopback address (ASGI ``server``) of a
+    dashboard without credentials (``/healthz`` excepted): ``check_bind``'s rule, per request."""
+    config = dash.config
+    if config.auth_enabled or config.external_auth or path == "/healthz":
+        return False
     server = request.scope.get("server")
-    return isinstance(server, tuple | list) and bool(server) and is_loopback(str(server[0]))
+    return not (isinstance(server, tuple | list) and server and is_loopback(str(server[0])))
 
 
 def _never(sid: str) -> bool:

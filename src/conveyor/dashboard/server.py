@@ -20,7 +20,6 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -49,6 +48,7 @@ from .hardening import (
     trusted_hosts,
     uvicorn_options,
 )
+from .redirects import at_root, safe_target
 from .render import STATIC, Renderer
 from .security import (
     CSRF_COOKIE,
@@ -134,56 +134,9 @@ def client_of(request: Request) -> str:
     return request.client.host if request.client else ""
 
 
-def at_root(request: Request, path: str) -> str:
-    """A dashboard path (``/dead``) as a URL path under the mount prefix (``/admin/jobs/dead``)."""
-    return root_of(request.scope) + path
-
-
 def wants_json(request: Request) -> bool:
     """API, metrics and live paths answer errors in JSON/plain text, not HTML."""
     return route_path(request.scope).startswith(("/api/", "/live/", "/metrics"))
-
-
-def safe_target(request: Request, target: Any) -> str | None:
-    """``target`` as a path (with query) inside this dashboard, or None when it is not one.
-
-    Accepts a path (``/admin/jobs/dead?page=2``) or a full URL of this very origin (a
-    ``Referer``); refuses other hosts, scheme-relative ``//host`` and backslash tricks, and
-    paths outside the mount prefix, so a redirect can never leave the dashboard.
-    """
-    if not isinstance(target, str) or not target or len(target) > 4000:
-        return None
-    if any(ord(c) < 32 for c in target) or "\\" in target:
-        return None
-    parts = urlsplit(target)
-    if parts.scheme or parts.netloc:
-        origin = f"{request.url.scheme}://{request.url.netloc}"
-        if f"{parts.scheme}://{parts.netloc}" != origin:
-            return None
-    path = parts.path
-    if not path.startswith("/") or path.startswith("//"):
-        return None
-    root = root_of(request.scope)
-    if root and not (path == root or path.startswith(root + "/")):
-        return None
-    query = urlencode([(k, v) for k, v in parse_qsl(parts.query) if k != "flash"])
-    return path + ("?" + query if query else "")
-
-
-def back(request: Request, data: Mapping[str, Any], default: str, avoid: str = "") -> str:
-    """Where an action returns to: the form's ``next``, else the page the request came from
-    (htmx's ``HX-Current-URL`` or the ``Referer``), else ``default`` (a dashboard path).
-    Only same-origin paths inside the dashboard qualify (``safe_target``); ``avoid`` (a page
-    the action made vanish, e.g. a deleted job's) is skipped."""
-    for candidate in (
-        data.get("next"),
-        request.headers.get("hx-current-url"),
-        request.headers.get("referer"),
-    ):
-        target = safe_target(request, candidate)
-        if target is not None and (not avoid or target.partition("?")[0] != avoid):
-            return target
-    return at_root(request, default)
 
 
 def error_response(request: Request, status: int, message: str, **extra: Any) -> Response:
@@ -213,7 +166,10 @@ async def read_body(request: Request) -> dict[str, Any]:
         return data
     if "form" in ctype:
         form = await request.form()
-        return {k: v for k, v in form.items() if isinstance(v, str)}
+        fields: dict[str, Any] = {k: v for k, v in form.items() if isinstance(v, str)}
+        if "ids" in form:  # the checkboxes of a bulk selection: every value, in order
+            fields["ids"] = [v for v in form.getlist("ids") if isinstance(v, str)]
+        return fields
     return {}
 
 
@@ -239,16 +195,6 @@ def action(
 
     endpoint.__name__ = getattr(handler, "__name__", "action")
     return endpoint
-
-
-def done(request: Request, target: str, flash: str = "") -> Response:
-    """After an HTML action: htmx gets ``HX-Redirect``, plain forms a 303 redirect.
-
-    ``target`` is a URL path under the mount prefix (``back`` or ``at_root`` build it)."""
-    url = target + (("&" if "?" in target else "?") + "flash=" + quote(flash) if flash else "")
-    if request.headers.get("hx-request"):
-        return Response(status_code=204, headers={"HX-Redirect": url})
-    return RedirectResponse(url, status_code=303)
 
 
 def _exception_handlers() -> Mapping[Any, Any]:

@@ -14,7 +14,8 @@ from ..broker.base import Page
 from ..core.state import JobState
 from ..monitoring.filters import SEARCH_FIELDS
 from ..monitoring.prometheus import exposition
-from .server import at_root, dashboard_of, identity_of, int_param, safe_target
+from .redirects import at_root, safe_target
+from .server import dashboard_of, identity_of, int_param
 
 PAGE_SIZE = 50
 
