@@ -234,13 +234,14 @@ def create_app(
     ``config`` defaults to ``DashboardConfig.from_env(...)``."""
     from starlette.middleware.trustedhost import TrustedHostMiddleware
 
-    from . import api, forms, live, views
+    from . import api, bulk, forms, live, views
     from .middleware import SecurityMiddleware
 
     cfg = config or DashboardConfig.from_env(**overrides)
     dash = Dashboard(app, cfg)
     routes = [
         *views.routes(),
+        *bulk.routes(),
         *forms.routes(),
         *live.routes(),
         *api.routes(),

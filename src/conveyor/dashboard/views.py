@@ -14,6 +14,7 @@ from ..broker.base import Page
 from ..core.state import JobState
 from ..monitoring.filters import SEARCH_FIELDS
 from ..monitoring.prometheus import exposition
+from .bulk import actions_for
 from .redirects import at_root, safe_target
 from .server import dashboard_of, identity_of, int_param
 
@@ -76,6 +77,8 @@ def jobs(request: Request) -> Response:
         pager=pager(request, result, filters),
         states=[s.value for s in JobState],
         queues=dash.app.broker.queues(),
+        bulk_actions=actions_for("jobs"),
+        bulk_filters=filters,
     )
 
 
@@ -100,6 +103,8 @@ def dead(request: Request) -> Response:
         nav="dead",
         pager=pager(request, result, filters),
         queues=dash.app.broker.queues(),
+        bulk_actions=actions_for("dead"),
+        bulk_filters={**filters, "state": "dead_letter"},
     )
 
 
