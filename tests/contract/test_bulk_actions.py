@@ -22,7 +22,7 @@ def states(app: Conveyor, ids: list[str]) -> list[JobState]:
 def test_bulk_run_now_on_selected_jobs(app: Conveyor, clock: FakeClock) -> None:
     ids = [app.enqueue("t", delay=600).id for _ in range(3)]
     op = Operator(app, actor="ops", source="test")
-    result = op.bulk("run_now", ids=ids[:2] + ["no-such-job"])
+    result = op.bulk("run_now", ids=[*ids[:2], "no-such-job"])
     assert (result.matched, result.done, result.truncated) == (3, 2, False)
     assert states(app, ids) == [JobState.PENDING, JobState.PENDING, JobState.SCHEDULED]
     entry = app.broker.logs.read(actions.AUDIT_LOG, 10)[-1]

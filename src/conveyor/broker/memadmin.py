@@ -27,7 +27,6 @@ class MemoryJobAdmin:
     _tokens: dict[str, str]
     _make_ready: Callable[[Job], None]
 
-
     def run_now(self, job_id: str, now: float) -> bool:
         """A scheduled or retrying job becomes pending now (behind its priority's ready jobs)."""
         with self._lock:

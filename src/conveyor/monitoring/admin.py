@@ -2,9 +2,9 @@
 
 ``app.stats()``, ``app.workers()``, ``app.search(...)``, ``app.cancel``, ``app.requeue_dead``,
 ``app.purge_dead``, ``app.pause`` and ``app.resume`` delegate here, and so do the audited
-``Operator`` actions (with ``run_now`` and ``delete_job``) and the ``Inspector`` (``monitoring/actions.py``, ``inspect.py``), which
-therefore never need the facade. Each function validates its input (``ValidationError`` naming
-the field) and makes one broker call.
+``Operator`` actions and the ``Inspector`` (``monitoring/actions.py``, ``inspect.py``), which
+therefore never need the facade (``run_now`` and ``delete_job`` serve only operators). Each
+function validates its input (``ValidationError`` naming the field) and makes one broker call.
 """
 
 from __future__ import annotations

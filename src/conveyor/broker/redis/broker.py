@@ -24,10 +24,10 @@ from ...core.state import TERMINAL_STATES, JobState
 from ...errors import DecodeError, DuplicateJob, LeaseLost, ValidationError
 from ..base import Ack, Broker, Claimed, EnqueueResult, Lease
 from . import codec, idguard
+from .admin import JobAdminMixin
 from .codec import fmt_time
 from .codes import ScriptCode, options
 from .keys import TERMINAL_SETS
-from .admin import JobAdminMixin
 from .lifecycle import LifecycleMixin
 from .plumbing import guarded, token_queue
 from .reads import ReadsMixin
