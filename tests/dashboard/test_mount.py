@@ -123,6 +123,8 @@ def test_api_and_live_under_the_prefix(mounted: TestClient) -> None:
     assert mounted.get(PREFIX + "/api/v1/overview", headers=AUTH).status_code == 200
     assert mounted.get(PREFIX + "/live/overview").status_code == 401, "JSON refusal, no redirect"
     assert mounted.get(PREFIX + "/healthz").text == "ok"
+    spec = mounted.get(PREFIX + "/api/v1/openapi.json", headers=AUTH).json()
+    assert f"{PREFIX}/api/v1/jobs" in spec["paths"]
 
 
 @pytest.mark.parametrize("standalone", [False, True], ids=["mounted", "standalone"])
