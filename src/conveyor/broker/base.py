@@ -216,6 +216,20 @@ class JobAdmin(abc.ABC):
         jobs stay: a job claimed before the clear is never touched by it."""
 
     @abc.abstractmethod
+    def run_now(self, job_id: str, now: float) -> bool:
+        """Make a scheduled or retry_scheduled job due now: pending, ``run_at = now``.
+
+        Attempts, errors and history are kept; False (nothing changed) in any other state.
+        """
+
+    @abc.abstractmethod
+    def delete_job(self, job_id: str, now: float) -> bool:
+        """Delete one job that is not running (any state but active), for good.
+
+        False when the job does not exist or is active (a running job cannot be deleted).
+        """
+
+    @abc.abstractmethod
     def pause(self, queue: str) -> None:
         """Stop handing out jobs of ``queue`` (running jobs finish)."""
 

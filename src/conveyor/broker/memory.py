@@ -20,6 +20,7 @@ from ..core.serialization import decode_job
 from ..core.state import TERMINAL_STATES, JobState
 from ..errors import DuplicateJob, LeaseLost
 from .base import Ack, Broker, Claimed, EnqueueResult, Lease
+from .memadmin import MemoryJobAdmin
 from .memreads import MemoryReads
 from .memstore import MemoryCounters, MemoryDocs, MemoryEvents, MemoryLogs
 from .memtimers import TimeHeap
@@ -27,7 +28,7 @@ from .memtimers import TimeHeap
 _DELAYED = (JobState.SCHEDULED, JobState.RETRY_SCHEDULED)
 
 
-class MemoryBroker(MemoryReads, Broker):
+class MemoryBroker(MemoryReads, MemoryJobAdmin, Broker):
     """All state in dicts and heaps behind one lock."""
 
     events: MemoryEvents  # job transitions ``emit`` into it under the lock

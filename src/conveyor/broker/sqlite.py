@@ -26,6 +26,7 @@ from ..core.serialization import job_to_dict
 from ..core.state import TERMINAL_STATES, JobState
 from ..errors import DuplicateJob, LeaseLost
 from .base import Ack, Broker, Claimed, EnqueueResult, Lease
+from .sqlite_admin import SqliteJobAdmin
 from .sqlite_rows import COLS, NEXT_DUE, READY, Rec, SqliteReads
 from .sqlite_side import SqliteCounters, SqliteDocs, SqliteEvents, SqliteLogs
 from .sqlite_store import Tx
@@ -54,7 +55,7 @@ def _first_repeat(ids: Sequence[str]) -> str:
     raise ValueError("no repeated id")
 
 
-class SqliteBroker(SqliteReads, Broker):
+class SqliteBroker(SqliteReads, SqliteJobAdmin, Broker):
     """The Broker protocol on one SQLite file (see module docstring)."""
 
     def __init__(

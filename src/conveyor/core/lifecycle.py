@@ -106,3 +106,11 @@ def requeue(job: Job, now: float) -> None:
 def promote(job: Job) -> None:
     """scheduled / retry_scheduled → pending (its run_at has come)."""
     job.state = transition(job.state, Event.PROMOTE)
+
+
+def run_now(job: Job, now: float) -> None:
+    """scheduled / retry_scheduled → pending at once (an operator's "run now"); attempts,
+    errors and history kept, the early start noted in the history."""
+    job.state = transition(job.state, Event.PROMOTE)
+    job.record_event("run_now", now, "made due now by an operator")
+    job.run_at = now

@@ -144,9 +144,10 @@ def get_csrf(request: Request, data: dict[str, Any]) -> Any:
 
 def get_openapi(request: Request, data: dict[str, Any]) -> Any:
     """This API's OpenAPI 3.1 document."""
+    from .hardening import root_of
     from .openapi import document
 
-    return document(OPERATIONS, PREFIX)
+    return document(OPERATIONS, root_of(request.scope) + PREFIX)  # paths under a mount prefix
 
 
 # ---------------------------------------------------------------------- actions

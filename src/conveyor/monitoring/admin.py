@@ -3,8 +3,8 @@
 ``app.stats()``, ``app.workers()``, ``app.search(...)``, ``app.cancel``, ``app.requeue_dead``,
 ``app.purge_dead``, ``app.pause`` and ``app.resume`` delegate here, and so do the audited
 ``Operator`` actions and the ``Inspector`` (``monitoring/actions.py``, ``inspect.py``), which
-therefore never need the facade. Each function validates its input (``ValidationError`` naming
-the field) and makes one broker call.
+therefore never need the facade (``run_now`` and ``delete_job`` serve only operators). Each
+function validates its input (``ValidationError`` naming the field) and makes one broker call.
 """
 
 from __future__ import annotations
@@ -77,6 +77,16 @@ def cancel(rt: Runtime, job_id: str) -> bool:
 def requeue_dead(rt: Runtime, job_id: str) -> bool:
     """Run a dead-lettered (or cancelled) job again with fresh attempts."""
     return rt.broker.requeue(job_id, rt.now())
+
+
+def run_now(rt: Runtime, job_id: str) -> bool:
+    """Make a scheduled or retrying job due now; False in any other state."""
+    return rt.broker.run_now(job_id, rt.now())
+
+
+def delete_job(rt: Runtime, job_id: str) -> bool:
+    """Delete a job that is not running; False when it is running or unknown."""
+    return rt.broker.delete_job(job_id, rt.now())
 
 
 def purge_dead(rt: Runtime, older_than: float | None = None, queue: str | None = None) -> int:

@@ -294,9 +294,13 @@ def tasks_total(tasks: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
 def timeline(job: Job, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The job's life, oldest first: stream events when complete, else rebuilt from the record."""
     if events and events[0].get("type") == "enqueued":
-        return [
+        out = [
             {"at": e.get("at"), "event": e.get("type"), "detail": _event_detail(e)} for e in events
         ]
+        # operator notes with no event of their own (an early "run_now") join from the record
+        notes = [h for h in job.history if h.get("event") == "run_now"]
+        out += [{"at": h.get("at"), "event": "run_now", "detail": h.get("note", "")} for h in notes]
+        return sorted(out, key=lambda e: _num(e["at"])) if notes else out
     entries = [{"at": job.created_at, "event": "enqueued", "detail": f"queue {job.queue}"}]
     entries += [
         {

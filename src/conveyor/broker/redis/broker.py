@@ -24,6 +24,7 @@ from ...core.state import TERMINAL_STATES, JobState
 from ...errors import DecodeError, DuplicateJob, LeaseLost, ValidationError
 from ..base import Ack, Broker, Claimed, EnqueueResult, Lease
 from . import codec, idguard
+from .admin import JobAdminMixin
 from .codec import fmt_time
 from .codes import ScriptCode, options
 from .keys import TERMINAL_SETS
@@ -68,7 +69,7 @@ def _group_batch(jobs: Sequence[Job], cluster: bool) -> dict[str, list[int]]:
     return groups
 
 
-class RedisBroker(ReadsMixin, LifecycleMixin, Broker):
+class RedisBroker(ReadsMixin, LifecycleMixin, JobAdminMixin, Broker):
     """Redis (standalone, Sentinel or Cluster) backend; build it with ``from_url``."""
 
     has_server_clock = True

@@ -72,6 +72,8 @@ SCRIPT_NAMES = (
     "requeue",
     "purge",
     "clear",
+    "run_now",
+    "delete_job",
     "oldest",
     "search",
     "doc_cas",
