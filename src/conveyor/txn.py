@@ -66,8 +66,7 @@ def placeholder(raw: Any) -> str:
     if style not in _PLACEHOLDERS:
         raise ValidationError(
             "connection",
-            f"unsupported DB-API driver {root!r} (paramstyle {style!r}): "
-            "use sqlite3 or psycopg",
+            f"unsupported DB-API driver {root!r} (paramstyle {style!r}): use sqlite3 or psycopg",
         )
     return _PLACEHOLDERS[str(style)]
 
@@ -87,9 +86,7 @@ def _is_sqlalchemy_session(obj: Any) -> bool:
 
 def _is_sqlalchemy_connection(obj: Any) -> bool:
     """An ``sqlalchemy.engine.Connection``."""
-    return type(obj).__module__.startswith("sqlalchemy.engine") and hasattr(
-        obj, "in_transaction"
-    )
+    return type(obj).__module__.startswith("sqlalchemy.engine") and hasattr(obj, "in_transaction")
 
 
 def _is_django_connection(obj: Any) -> bool:

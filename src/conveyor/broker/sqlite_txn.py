@@ -40,7 +40,7 @@ def enqueue_in_transaction(
     if not jobs:
         return []
     check_database(broker.path, conn)
-    _begin(conn)
+    begin_transaction(conn)
     conn.execute(f"SAVEPOINT {_SAVEPOINT}")
     try:
         tx = Tx(conn)
@@ -78,7 +78,7 @@ def check_database(path: str, conn: sqlite3.Connection) -> None:
         )
 
 
-def _begin(conn: sqlite3.Connection) -> None:
+def begin_transaction(conn: sqlite3.Connection) -> None:
     """Make sure a transaction is open: the job must commit with the caller's work, not alone.
 
     In the stdlib's legacy mode (``isolation_level`` is a string) the module would begin one

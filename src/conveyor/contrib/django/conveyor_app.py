@@ -53,8 +53,9 @@ class DjangoConveyor(Conveyor):
         kwargs: dict[str, Any] | None = None,
         **options: Any,
     ) -> JobHandle:
-        """``Conveyor.enqueue``, stored on commit inside a transaction."""
-        if not self.in_transaction():
+        """``Conveyor.enqueue``, stored on commit inside a transaction (or, with
+        ``connection=``, inside that transaction: docs/transactions.md)."""
+        if not self.in_transaction() or options.get("connection") is not None:
             return super().enqueue(task, args, kwargs, **options)
         if args is not None and not isinstance(args, list | tuple):
             return super().enqueue(task, args, kwargs, **options)  # its ValidationError
@@ -62,10 +63,14 @@ class DjangoConveyor(Conveyor):
         spec = JobSpec(name, tuple(args or ()), dict(kwargs or {}), check_options(options))
         return self.enqueue_many([spec])[0]
 
-    def enqueue_many(self, specs: Iterable[JobSpec]) -> list[JobHandle]:
-        """``Conveyor.enqueue_many``, stored (all or none) on commit inside a transaction."""
-        if not self.in_transaction():
-            return super().enqueue_many(specs)
+    def enqueue_many(self, specs: Iterable[JobSpec], connection: Any = None) -> list[JobHandle]:
+        """``Conveyor.enqueue_many``, stored (all or none) on commit inside a transaction.
+
+        ``connection`` (e.g. ``django.db.connection``): stored inside that transaction instead
+        of after it, when the broker shares the database or an outbox is installed.
+        """
+        if connection is not None or not self.in_transaction():
+            return super().enqueue_many(specs, connection)
         now = self.now()
         pinned: list[JobSpec] = []
         handles: list[JobHandle] = []
