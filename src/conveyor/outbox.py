@@ -15,7 +15,7 @@ SQLite and PostgreSQL. Recipes, migrations and guarantees: docs/transactions.md.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .broker.base import EnqueueResult
@@ -82,11 +82,15 @@ class Outbox:
         relay_in_worker: bool = False,
         batch: int = 500,
         interval: float = 0.5,
+        connect: Callable[[], Any] | None = None,
     ) -> None:
         """Install on ``app``. ``url``: the database the relay reads (``sqlite:///path`` or
-        ``postgresql://...``); ``relay_in_worker``: every worker of this app also relays."""
+        ``postgresql://...``), or ``connect``: a function returning a new DB-API connection to
+        it (the Django integration uses Django's settings); ``relay_in_worker``: every worker
+        of this app also relays."""
         self.app = app
         self.url = url
+        self.connect = connect
         self.table = check_table(table)
         self.batch, self.interval = batch, interval
         app.runtime.producer.transactional = self

@@ -18,7 +18,7 @@ import importlib
 import logging
 import sqlite3
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .core.job import Job
@@ -57,7 +57,9 @@ class Relay:
     ) -> None:
         self.outbox = outbox
         self.url = url or outbox.url
-        if not self.url:
+        # an explicit url wins; else the outbox's own connect function, else its url
+        self._connect: Callable[[], Any] | None = None if url else outbox.connect
+        if self._connect is None and not self.url:
             raise ValidationError(
                 "url", "the relay needs the outbox's database: Outbox(app, url=...) or --db"
             )
@@ -73,7 +75,7 @@ class Relay:
     def relay_once(self) -> int:
         """Move one batch; returns the number of rows it deleted (0: the outbox is empty)."""
         if self._conn is None:
-            self._conn = connect(self.url or "")
+            self._conn = self._connect() if self._connect else connect(self.url or "")
         try:
             n = self._batch(self._conn)
         except BaseException:
