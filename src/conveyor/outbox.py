@@ -16,16 +16,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .broker.base import EnqueueResult
 from .core.job import Job
 from .core.serialization import encode_envelope
 from .errors import DuplicateJob, ValidationError
+from .runtime import HasRuntime, Runtime, as_runtime
 from .txn import is_sqlite, placeholder, raw_connection
-
-if TYPE_CHECKING:
-    from .app import Conveyor
 
 DEFAULT_TABLE = "conveyor_outbox"
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Za-z0-9_]{0,62})?$")
@@ -75,7 +73,7 @@ class Outbox:
 
     def __init__(
         self,
-        app: Conveyor,
+        app: Runtime | HasRuntime,
         url: str | None = None,
         *,
         table: str = DEFAULT_TABLE,
@@ -88,16 +86,16 @@ class Outbox:
         ``postgresql://...``), or ``connect``: a function returning a new DB-API connection to
         it (the Django integration uses Django's settings); ``relay_in_worker``: every worker
         of this app also relays."""
-        self.app = app
+        self.app = as_runtime(app)  # a Conveyor app or its runtime
         self.url = url
         self.connect = connect
         self.table = check_table(table)
         self.batch, self.interval = batch, interval
-        app.runtime.producer.transactional = self
+        self.app.producer.transactional = self
         if relay_in_worker:
             from .relay import RelayInWorker
 
-            app.middleware.append(RelayInWorker(self))
+            self.app.middleware.append(RelayInWorker(self))
 
     def create_table(self, connection: Any) -> None:
         """Run ``ddl`` with ``connection`` (committed by you, or at once in autocommit)."""
