@@ -213,3 +213,14 @@ def test_relay_killed_with_kill_9_mid_batch_loses_and_duplicates_nothing(
     assert _jobs(rapp) == n  # 0 duplicates
     found = {rapp.get_job(i).args[0] for i in ids}
     assert found == set(range(n))  # 0 lost: every row became its own job
+
+
+def test_bad_table_batch_and_url_are_refused_by_name(rapp: Conveyor, tmp_path: Path) -> None:
+    with pytest.raises(ValidationError, match=r"^table: "):
+        Outbox(rapp, "sqlite:///x.db", table="orders; DROP TABLE orders")
+    with pytest.raises(ValidationError, match=r"^url: "):
+        Relay(Outbox(rapp))  # no database to read
+    with pytest.raises(ValidationError, match=r"^batch: "):
+        Relay(Outbox(rapp, f"sqlite:///{tmp_path / 'o.db'}"), batch=-1)
+    with pytest.raises(ValidationError, match=r"^url: "):
+        Relay(Outbox(rapp, "mysql://db/shop")).relay_once()
