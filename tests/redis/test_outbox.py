@@ -224,3 +224,29 @@ def test_bad_table_batch_and_url_are_refused_by_name(rapp: Conveyor, tmp_path: P
         Relay(Outbox(rapp, f"sqlite:///{tmp_path / 'o.db'}"), batch=-1)
     with pytest.raises(ValidationError, match=r"^url: "):
         Relay(Outbox(rapp, "mysql://db/shop")).relay_once()
+
+
+def test_create_table_and_sqlalchemy_table_make_a_working_outbox(
+    rapp: Conveyor, tmp_path: Path
+) -> None:
+    from conveyor.outbox import sqlalchemy_table
+
+    first = tmp_path / "a.db"
+    outbox = Outbox(rapp, f"sqlite:///{first}")
+    conn = sqlite3.connect(first)
+    outbox.create_table(conn)
+    outbox.create_table(conn)  # idempotent
+    conn.commit()
+    rapp.tasks["ship"].options(connection=conn).enqueue(1)
+    conn.commit()
+    second = tmp_path / "b.db"
+    metadata = sa.MetaData()
+    sqlalchemy_table(metadata)
+    engine = sa.create_engine(f"sqlite:///{second}")
+    metadata.create_all(engine)
+    other = Outbox(rapp, f"sqlite:///{second}")
+    with engine.begin() as sconn:
+        rapp.tasks["ship"].options(connection=sconn).enqueue(2)
+    assert Relay(outbox).relay_once() == 1 and Relay(other).relay_once() == 1
+    assert _jobs(rapp) == 2
+    engine.dispose()
