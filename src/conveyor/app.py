@@ -215,9 +215,13 @@ class Conveyor:
         """Enqueue by task name (the task need not be registered in this process)."""
         return self.runtime.enqueue(task, args, kwargs, **options)
 
-    def enqueue_many(self, specs: Iterable[JobSpec]) -> list[JobHandle]:
-        """Store every job or none (atomic), returning their handles in order."""
-        return self.runtime.enqueue_many(specs)
+    def enqueue_many(self, specs: Iterable[JobSpec], connection: Any = None) -> list[JobHandle]:
+        """Store every job or none (atomic), returning their handles in order.
+
+        ``connection``: a database connection (DB-API, SQLAlchemy ``Connection``/``Session``,
+        Django's): the jobs are stored inside its transaction (docs/transactions.md).
+        """
+        return self.runtime.enqueue_many(specs, connection)
 
     def build_job(self, spec: JobSpec, now: float) -> Job:
         """Validate a spec and build the Job record it describes (not stored)."""

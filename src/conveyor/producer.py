@@ -18,10 +18,10 @@ built jobs and their encoded envelopes in ONE ``Broker.enqueue`` call (atomic: a
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
-from .broker.base import Broker
+from .broker.base import Broker, EnqueueResult
 from .config import Settings
 from .core.cache import BoundedCache
 from .core.ids import new_ulid
@@ -40,6 +40,15 @@ from .handles import JobHandle
 from .middleware import Middleware, after_enqueue_batch, hooked
 from .producer_envelopes import PlainEnvelopes
 from .task import JobSpec, Task, check_options
+from .txn import raw_connection
+
+
+class TransactionalStore(Protocol):
+    """Stores jobs inside the caller's transaction (``Broker`` has the same method)."""
+
+    def enqueue_in_transaction(self, connection: Any, jobs: Sequence[Job]) -> list[EnqueueResult]:
+        """Store ``jobs`` with the raw DB-API ``connection``; see ``Broker``."""
+        ...
 
 
 class Host(Protocol):
@@ -70,6 +79,8 @@ class Producer:
         self.envelopes = PlainEnvelopes(app.settings.max_payload_bytes)
         self._hook_key: tuple[Middleware, ...] | None = None
         self._hook_lists: tuple[list[Middleware], list[Middleware]] = ([], [])
+        #: what stores ``connection=`` enqueues instead of the broker (``conveyor.outbox``)
+        self.transactional: TransactionalStore | None = None
 
     def hooks(self) -> tuple[list[Middleware], list[Middleware]]:
         """The middleware with enqueue hooks: ``(before_enqueue, after_enqueue[_batch])``.
@@ -86,8 +97,11 @@ class Producer:
             )
         return self._hook_lists
 
-    def enqueue_many(self, specs: Iterable[JobSpec]) -> list[JobHandle]:
-        """Store every job or none (atomic), returning their handles in order."""
+    def enqueue_many(self, specs: Iterable[JobSpec], connection: Any = None) -> list[JobHandle]:
+        """Store every job or none (atomic), returning their handles in order.
+
+        ``connection``: store them inside the caller's database transaction (``conveyor.txn``).
+        """
         app = self.app
         now = app.now()
         defaults: dict[str, tuple[Any, ...]] = {}
@@ -106,7 +120,7 @@ class Producer:
                     d = defaults[spec.task] = self._defaults(spec.task)
                 jobs.append(self._plain(d, spec.args, spec.kwargs, now))
                 plain.append(d)
-        return self.store(jobs, plain, now)
+        return self.store(jobs, plain, now, connection)
 
     def enqueue_one(self, name: str, args: Any, kwargs: Any) -> JobHandle:
         """``app.enqueue`` without options: one job, no ``JobSpec``."""
@@ -115,11 +129,18 @@ class Producer:
         return self.store([self._plain(d, args, kwargs, now)], [d], now)[0]
 
     def store(
-        self, jobs: list[JobHandle], plain: list[tuple[Any, ...] | None], now: float
+        self,
+        jobs: list[JobHandle],
+        plain: list[tuple[Any, ...] | None],
+        now: float,
+        connection: Any = None,
     ) -> list[JobHandle]:
         """Run the enqueue middleware, encode once, store in one broker call, bind results.
 
         ``plain[i]``: the task defaults job ``i`` was built from without options, else None.
+        ``connection``: the caller's database connection; the jobs are then stored inside its
+        transaction by ``transactional`` (the outbox, when one is installed) or the broker's
+        ``enqueue_in_transaction`` (payloads are still encoded first: the size check).
         """
         if not jobs:
             return []
@@ -140,7 +161,11 @@ class Producer:
             ]
         # plain jobs carry new ULIDs, never custom ids (unless a before_enqueue hook changed one)
         fresh = not before and all(d is not None for d in plain)
-        results = app.broker.enqueue(jobs, now, payloads, fresh_ids=fresh)
+        if connection is not None:
+            store = self.transactional or app.broker
+            results = store.enqueue_in_transaction(raw_connection(connection), jobs)
+        else:
+            results = app.broker.enqueue(jobs, now, payloads, fresh_ids=fresh)
         if after:  # one call per batch (metrics: one buffered update instead of one per job)
             after_enqueue_batch(after, app.owner, jobs, [res.duplicate for res in results])
         handles = jobs
@@ -148,7 +173,9 @@ class Producer:
             if res.duplicate:
                 if handles is jobs:
                     handles = list(jobs)
-                existing = app.broker.get(res.id) or job
+                existing = app.broker.get(res.id)
+                if existing is None:  # uncommitted (same transaction): report its id at least
+                    existing = Job.fast({**job.__dict__, "id": res.id, "state": res.state})
                 handles[i] = JobHandle.bind(existing, app, duplicate=True)
         return handles
 

@@ -131,12 +131,16 @@ class Runtime:
         name = task.name if isinstance(task, Task) else task
         if not options:
             return self.producer.enqueue_one(name, args, kwargs)
+        connection = options.pop("connection", None)  # docs/transactions.md
         spec = JobSpec(name, tuple(args or ()), dict(kwargs or {}), check_options(options))
-        return self.producer.enqueue_many((spec,))[0]
+        return self.producer.enqueue_many((spec,), connection)[0]
 
-    def enqueue_many(self, specs: Iterable[JobSpec]) -> list[JobHandle]:
-        """Store every job or none (atomic), returning their handles in order."""
-        return self.producer.enqueue_many(specs)
+    def enqueue_many(self, specs: Iterable[JobSpec], connection: Any = None) -> list[JobHandle]:
+        """Store every job or none (atomic), returning their handles in order.
+
+        ``connection``: inside that database transaction (docs/transactions.md).
+        """
+        return self.producer.enqueue_many(specs, connection)
 
 
 def as_runtime(source: Runtime | HasRuntime) -> Runtime:

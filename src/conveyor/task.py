@@ -100,7 +100,7 @@ class JobSpec:
 class Enqueuer(Protocol):
     """What a task needs of its app: ``enqueue_many`` (the facade or its runtime)."""
 
-    def enqueue_many(self, specs: Iterable[JobSpec]) -> list[JobHandle]:
+    def enqueue_many(self, specs: Iterable[JobSpec], connection: Any = None) -> list[JobHandle]:
         """Store every job or none, returning their handles in order."""
         ...
 
@@ -144,8 +144,10 @@ class Task:
 
         ``retry_on`` / ``dead_on`` replace the task's classification for this job (exception
         classes or qualified names; ``PermanentError`` is always permanent).
+        ``connection``: enqueue inside that database transaction (docs/transactions.md).
         """
-        return TaskOptions(self, check_options(options))
+        connection = options.pop("connection", None)
+        return TaskOptions(self, check_options(options), connection)
 
     def spec(self, *args: Any, **kwargs: Any) -> JobSpec:
         """Build an un-enqueued job for ``app.enqueue_many``."""
@@ -191,10 +193,13 @@ class TaskOptions:
 
     task: Task
     opts: Mapping[str, Any]
+    #: the caller's database connection: enqueue inside its transaction (``conveyor.txn``)
+    connection: Any = None
 
     def options(self, **options: Any) -> TaskOptions:
         """Layer more options on top."""
-        return replace(self, opts={**self.opts, **check_options(options)})
+        connection = options.pop("connection", self.connection)
+        return replace(self, opts={**self.opts, **check_options(options)}, connection=connection)
 
     def spec(self, *args: Any, **kwargs: Any) -> JobSpec:
         """Build an un-enqueued job."""
@@ -202,6 +207,9 @@ class TaskOptions:
 
     def enqueue(self, *args: Any, **kwargs: Any) -> JobHandle:
         """Enqueue with these options."""
+        if self.connection is not None:
+            specs = [self.spec(*args, **kwargs)]
+            return self.task.app.enqueue_many(specs, connection=self.connection)[0]
         return self.task.app.enqueue_many([self.spec(*args, **kwargs)])[0]
 
 

@@ -45,6 +45,7 @@ from typing import Any, NamedTuple
 
 from ..core.job import Job
 from ..core.state import JobState
+from ..errors import ValidationError
 from .side import CounterStore, DocStore, EventStore, LogStore
 
 EVENT_TYPES = (
@@ -268,6 +269,24 @@ class JobStore(JobReads, JobAdmin):
         every id was just minted by ``new_ulid`` (the producer's plain path): a backend that must
         otherwise check ids across queues (Redis) may skip that check.
         """
+
+    def enqueue_in_transaction(self, connection: Any, jobs: Sequence[Job]) -> list[EnqueueResult]:
+        """Store ``jobs`` with the caller's DB-API ``connection``, inside its open transaction.
+
+        Same results as ``enqueue`` (``now`` is each job's ``created_at``): the jobs exist for
+        workers only once the caller commits, never if it rolls back; a conflict (taken id)
+        is raised after rolling back to a savepoint, so the caller's own work survives.
+        Backends whose storage is not the caller's database refuse: by default this raises
+        ``ValidationError`` naming ``connection`` and pointing to the outbox
+        (``conveyor.outbox``, docs/transactions.md).
+        """
+        kind = type(self).__name__
+        raise ValidationError(
+            "connection",
+            f"{kind} cannot enqueue inside your database transaction (its jobs live elsewhere);"
+            " use the transactional outbox (conveyor.outbox.Outbox, docs/transactions.md)"
+            " or enqueue after commit",
+        )
 
     # ----------------------------------------------------------------- consumers
     @abc.abstractmethod

@@ -30,6 +30,7 @@ from .sqlite_admin import SqliteJobAdmin
 from .sqlite_rows import COLS, NEXT_DUE, READY, Rec, SqliteReads
 from .sqlite_side import SqliteCounters, SqliteDocs, SqliteEvents, SqliteLogs
 from .sqlite_store import Tx
+from .sqlite_txn import enqueue_in_transaction
 
 _DELAYED = (JobState.SCHEDULED, JobState.RETRY_SCHEDULED)
 _SAVE = (
@@ -146,65 +147,75 @@ class SqliteBroker(SqliteReads, SqliteJobAdmin, Broker):
         ``id`` rejects a taken id during the INSERT, which rolls the whole batch back.
         """
         with self._write() as tx:
-            if any(job.idempotency_key for job in jobs):
-                results, fresh = self._screen(tx, jobs, now, payloads)
-            else:
-                blobs: Sequence[bytes | None] = payloads or [None] * len(jobs)
-                fresh = {j.id: (j, p) for j, p in zip(jobs, blobs, strict=True)}
-                if len(fresh) != len(jobs):  # an id twice in the batch: report the first
-                    raise DuplicateJob(_first_repeat([j.id for j in jobs]))
-                results = [EnqueueResult(j.id, False, j.state) for j in jobs]
-            new = [job for job, _ in fresh.values()]
-            tx.events.extend(
-                {
-                    "type": "enqueued",
-                    "job_id": j.id,
-                    "queue": j.queue,
-                    "task": j.task,
-                    "at": now,
-                    "state": str(j.state),
-                }
-                for j in new
-            )
-            for (queue, name), n in Counter((j.queue, str(j.state)) for j in new).items():
-                tx.count(queue, None, name, n)
-            seq0 = tx.bump("seq", len(new)) - len(new)  # one range of places for the batch
-            c, before = tx.conn, tx.conn.total_changes
-            try:
-                c.executemany(
-                    _INSERT,
-                    [
-                        (
-                            j.id,
-                            j.queue,
-                            j.task,
-                            str(j.state),
-                            j.priority,
-                            seq0 + i,
-                            j.run_at,
-                            j.created_at,
-                            j.run_at if j.state in _DELAYED else None,
-                            j.finished_at if j.state in TERMINAL_STATES else None,
-                            p if p is not None else orjson.dumps(job_to_dict(j)),
-                        )
-                        for i, (j, p) in enumerate(fresh.values(), 1)
-                    ],
-                )
-            except sqlite3.IntegrityError:  # executemany stops at the first rejected row
-                job = new[c.total_changes - before]
-                if c.execute("SELECT 1 FROM jobs WHERE id = ?", (job.id,)).fetchone():
-                    raise DuplicateJob(job.id) from None
-                raise
-            keyed = [j for j in new if j.idempotency_key]
+            return self._insert(tx, jobs, now, payloads)
+
+    def enqueue_in_transaction(self, connection: Any, jobs: Sequence[Job]) -> list[EnqueueResult]:
+        """Store ``jobs`` in the caller's open transaction on this file; see ``sqlite_txn``."""
+        return enqueue_in_transaction(self, connection, jobs)
+
+    def _insert(
+        self, tx: Tx, jobs: Sequence[Job], now: float, payloads: Sequence[bytes] | None
+    ) -> list[EnqueueResult]:
+        """``enqueue``'s work inside ``tx`` (the broker's own or the caller's transaction)."""
+        if any(job.idempotency_key for job in jobs):
+            results, fresh = self._screen(tx, jobs, now, payloads)
+        else:
+            blobs: Sequence[bytes | None] = payloads or [None] * len(jobs)
+            fresh = {j.id: (j, p) for j, p in zip(jobs, blobs, strict=True)}
+            if len(fresh) != len(jobs):  # an id twice in the batch: report the first
+                raise DuplicateJob(_first_repeat([j.id for j in jobs]))
+            results = [EnqueueResult(j.id, False, j.state) for j in jobs]
+        new = [job for job, _ in fresh.values()]
+        tx.events.extend(
+            {
+                "type": "enqueued",
+                "job_id": j.id,
+                "queue": j.queue,
+                "task": j.task,
+                "at": now,
+                "state": str(j.state),
+            }
+            for j in new
+        )
+        for (queue, name), n in Counter((j.queue, str(j.state)) for j in new).items():
+            tx.count(queue, None, name, n)
+        seq0 = tx.bump("seq", len(new)) - len(new)  # one range of places for the batch
+        c, before = tx.conn, tx.conn.total_changes
+        try:
             c.executemany(
-                "INSERT OR REPLACE INTO idem (queue, key, job_id, expires_at) VALUES (?, ?, ?, ?)",
-                [(j.queue, j.idempotency_key, j.id, now + j.idempotency_ttl) for j in keyed],
+                _INSERT,
+                [
+                    (
+                        j.id,
+                        j.queue,
+                        j.task,
+                        str(j.state),
+                        j.priority,
+                        seq0 + i,
+                        j.run_at,
+                        j.created_at,
+                        j.run_at if j.state in _DELAYED else None,
+                        j.finished_at if j.state in TERMINAL_STATES else None,
+                        p if p is not None else orjson.dumps(job_to_dict(j)),
+                    )
+                    for i, (j, p) in enumerate(fresh.values(), 1)
+                ],
             )
-            c.executemany(
-                "INSERT OR IGNORE INTO queues (name) VALUES (?)",
-                [(q,) for q in sorted({j.queue for j in new})],
-            )
-            return results
+        except sqlite3.IntegrityError:  # executemany stops at the first rejected row
+            job = new[c.total_changes - before]
+            if c.execute("SELECT 1 FROM jobs WHERE id = ?", (job.id,)).fetchone():
+                raise DuplicateJob(job.id) from None
+            raise
+        keyed = [j for j in new if j.idempotency_key]
+        c.executemany(
+            "INSERT OR REPLACE INTO idem (queue, key, job_id, expires_at) VALUES (?, ?, ?, ?)",
+            [(j.queue, j.idempotency_key, j.id, now + j.idempotency_ttl) for j in keyed],
+        )
+        c.executemany(
+            "INSERT OR IGNORE INTO queues (name) VALUES (?)",
+            [(q,) for q in sorted({j.queue for j in new})],
+        )
+        return results
 
     def _screen(
         self, tx: Tx, jobs: Sequence[Job], now: float, payloads: Sequence[bytes] | None

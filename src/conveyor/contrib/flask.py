@@ -78,9 +78,10 @@ class FlaskConveyor:
             raise RuntimeError("FlaskConveyor: call init_app(app) before using it")
         return self._last
 
-    def enqueue_many(self, specs: Iterable[JobSpec]) -> list[JobHandle]:
-        """Store jobs on the current app's Conveyor (what declared tasks enqueue through)."""
-        return self.app.enqueue_many(specs)
+    def enqueue_many(self, specs: Iterable[JobSpec], connection: Any = None) -> list[JobHandle]:
+        """Store jobs on the current app's Conveyor (what declared tasks enqueue through);
+        ``connection``: inside that database transaction (docs/transactions.md)."""
+        return self.app.enqueue_many(specs, connection)
 
     def enqueue(
         self,
