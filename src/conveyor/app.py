@@ -326,7 +326,11 @@ class Conveyor:
         return Delivery(self.runtime, leases[0], vt) if leases else None
 
     def worker(self, queues: Sequence[str] | str | None = None, **options: Any) -> Worker:
-        """A worker over ``queues`` (``["high:5", "default"]``, or "high:5,default")."""
+        """A worker over ``queues`` (``["high:5", "default"]``, or "high:5,default").
+
+        Without ``queues`` it serves ``default`` plus every ``queue=`` its registered tasks
+        declare (and logs which at start-up).
+        """
         from .worker.loop import Worker
 
         return Worker(self.runtime, queues, **options)

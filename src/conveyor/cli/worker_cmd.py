@@ -36,9 +36,9 @@ LEVELS = ("debug", "info", "warning", "error")
 @click.option(
     "-q",
     "--queues",
-    default="default",
-    show_default=True,
-    help="Queues to serve, with optional weights: high:5,default,low.",
+    default=None,
+    help="Queues to serve, with optional weights: high:5,default,low "
+    "[default: default plus every queue the app's tasks declare].",
 )
 @click.option(
     "-c",
@@ -117,7 +117,7 @@ LEVELS = ("debug", "info", "warning", "error")
 )
 def worker_command(
     app_target: str,
-    queues: str,
+    queues: str | None,
     concurrency: int,
     processes: int,
     strict: bool,
@@ -134,7 +134,8 @@ def worker_command(
     """Run workers for APP (module:attribute). SIGTERM/SIGINT drain; a second one stops now."""
     setup_logging(log_format, log_level)
     try:
-        parse_queues(queues)
+        if queues is not None:
+            parse_queues(queues)
     except ValidationError as exc:
         raise click.BadParameter(str(exc), param_hint="--queues") from exc
     app = load_app(app_target)
