@@ -13,8 +13,8 @@ from __future__ import annotations
 import logging
 import os
 import random
-from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from collections.abc import Callable, Coroutine, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, cast, overload
 
 from .broker.base import Broker, Page
 from .broker.factory import broker_from_url
@@ -39,7 +39,23 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("conveyor")
 F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
+R = TypeVar("R")
 _default_url_logged = False
+
+
+class TaskDecorator(Protocol):
+    """What ``@app.task(...)`` returns: registers a function as a typed ``Task[P, R]``."""
+
+    @overload
+    def __call__(self, fn: Callable[P, Coroutine[Any, Any, R]], /) -> Task[P, R]: ...
+
+    @overload
+    def __call__(self, fn: Callable[P, R], /) -> Task[P, R]: ...
+
+    def __call__(self, fn: Callable[..., Any], /) -> Task[..., Any]:
+        """Register ``fn``."""
+        ...
 
 
 def default_middleware() -> list[Middleware]:
@@ -60,7 +76,11 @@ class Conveyor:
         rng: random.Random | None = None,
         settings: Settings | None = None,
         middleware: Iterable[Middleware] | None = None,
+        strict_names: bool = True,
     ) -> None:
+        #: refuse ``enqueue`` by a task name this app does not register (when it registers
+        #: any); False for producers that enqueue other services' tasks by name
+        self.strict_names = strict_names
         settings = settings or Settings.from_env()
         if isinstance(url, Broker):
             broker = url
@@ -130,7 +150,7 @@ class Conveyor:
         self.runtime.id_rng = value
 
     @property
-    def tasks(self) -> dict[str, Task]:
+    def tasks(self) -> dict[str, Task[..., Any]]:
         """Registered tasks by name."""
         return self.runtime.tasks
 
@@ -145,7 +165,10 @@ class Conveyor:
 
     # ------------------------------------------------------------------ tasks
     @overload
-    def task(self, fn: Callable[..., Any], /) -> Task: ...
+    def task(self, fn: Callable[P, Coroutine[Any, Any, R]], /) -> Task[P, R]: ...
+
+    @overload
+    def task(self, fn: Callable[P, R], /) -> Task[P, R]: ...
 
     @overload
     def task(
@@ -163,7 +186,7 @@ class Conveyor:
         dead_on: tuple[type[BaseException], ...] = (),
         executor: ExecutorKind = "auto",
         idempotency_ttl: float | None = None,
-    ) -> Callable[[Callable[..., Any]], Task]: ...
+    ) -> TaskDecorator: ...
 
     def task(
         self,
@@ -180,10 +203,14 @@ class Conveyor:
         dead_on: tuple[type[BaseException], ...] = (),
         executor: ExecutorKind = "auto",
         idempotency_ttl: float | None = None,
-    ) -> Task | Callable[[Callable[..., Any]], Task]:
-        """Register a function as a task: ``@app.task`` or ``@app.task(queue="high", ...)``."""
+    ) -> Task[..., Any] | TaskDecorator:
+        """Register a function as a task: ``@app.task`` or ``@app.task(queue="high", ...)``.
 
-        def register(func: Callable[..., Any]) -> Task:
+        The result is a ``Task[P, R]`` typed by the function (``R``: what an ``async def``
+        returns when awaited), so mypy checks enqueue arguments and ``wait()``'s result.
+        """
+
+        def register(func: Callable[..., Any]) -> Task[..., Any]:
             task = build_task(
                 self,
                 func,
@@ -202,29 +229,49 @@ class Conveyor:
             self.tasks[task.name] = task
             return task
 
-        return register(fn) if fn is not None else register
+        return register(fn) if fn is not None else cast(TaskDecorator, register)
 
     # ------------------------------------------------------------------ enqueue
     def enqueue(
         self,
-        task: str | Task,
+        task: str | Task[..., Any],
         args: Sequence[Any] | None = None,
         kwargs: dict[str, Any] | None = None,
         **options: Any,
-    ) -> JobHandle:
-        """Enqueue by task name (the task need not be registered in this process)."""
-        return self.runtime.enqueue(task, args, kwargs, **options)
+    ) -> JobHandle[Any]:
+        """Enqueue by task name. The arguments are bound against a registered task's
+        signature; a name this app does not register is refused (with a "did you mean")
+        when the app registers any task, unless ``Conveyor(strict_names=False)``. An app
+        with no tasks at all enqueues any name (a producer of another service's tasks)."""
+        return self.runtime.enqueue(task, args, kwargs, known_only=self.strict_names, **options)
 
-    def enqueue_many(self, specs: Iterable[JobSpec]) -> list[JobHandle]:
+    async def enqueue_async(
+        self,
+        task: str | Task[..., Any],
+        args: Sequence[Any] | None = None,
+        kwargs: dict[str, Any] | None = None,
+        **options: Any,
+    ) -> JobHandle[Any]:
+        """``enqueue`` for async code: never blocks the event loop."""
+        return await self.runtime.enqueue_async(
+            task, args, kwargs, known_only=self.strict_names, **options
+        )
+
+    def enqueue_many(self, specs: Iterable[JobSpec]) -> list[JobHandle[Any]]:
         """Store every job or none (atomic), returning their handles in order."""
-        return self.runtime.enqueue_many(specs)
+        return self.runtime.enqueue_many(specs, known_only=self.strict_names)
+
+    async def enqueue_many_async(self, specs: Iterable[JobSpec]) -> list[JobHandle[Any]]:
+        """``enqueue_many`` for async code (Redis: its native async client; SQLite and
+        memory: a worker thread), never blocking the event loop."""
+        return await self.runtime.enqueue_many_async(specs, known_only=self.strict_names)
 
     def build_job(self, spec: JobSpec, now: float) -> Job:
         """Validate a spec and build the Job record it describes (not stored)."""
         return self.runtime.producer.build_job(spec, now)
 
     # ------------------------------------------------------------------ inspection
-    def get_job(self, job_id: str) -> JobHandle:
+    def get_job(self, job_id: str) -> JobHandle[Any]:
         """A fresh snapshot of a job; ``JobNotFound`` if it does not exist."""
         job = self.broker.get(job_id)
         if job is None:
@@ -239,7 +286,7 @@ class Conveyor:
         """Heartbeat records of live workers."""
         return admin.workers(self.runtime)
 
-    def peek(self, queue: str, n: int = 10) -> list[JobHandle]:
+    def peek(self, queue: str, n: int = 10) -> list[JobHandle[Any]]:
         """The next ``n`` ready jobs of a queue, in the order workers would take them."""
         jobs = self.broker.peek(validate_queue_name(queue), n)
         return [JobHandle.bind(j, self.runtime) for j in jobs]
@@ -273,7 +320,7 @@ class Conveyor:
             page_size=page_size,
         )
 
-    def dead_letters(self, queue: str | None = None, limit: int = 100) -> list[JobHandle]:
+    def dead_letters(self, queue: str | None = None, limit: int = 100) -> list[JobHandle[Any]]:
         """Dead-lettered jobs, newest first."""
         page = self.search(state=JobState.DEAD_LETTER, queue=queue, page_size=min(limit, 1000))
         return [JobHandle.bind(j, self.runtime) for j in page.items]
@@ -369,7 +416,7 @@ class Conveyor:
         return self.schedules.every(seconds, **options)
 
     def schedule_cron(
-        self, name: str, task: str | Task, expr: str | None = None, **options: Any
+        self, name: str, task: str | Task[..., Any], expr: str | None = None, **options: Any
     ) -> Any:
         """Create or replace a stored schedule at run time."""
         return self.schedules.schedule(name, task, expr, **options)

@@ -40,6 +40,7 @@ from .handles import JobHandle
 from .middleware import Middleware, after_enqueue_batch, hooked
 from .producer_envelopes import PlainEnvelopes
 from .task import JobSpec, Task, check_options
+from .task_args import unknown_task_error
 
 
 class Host(Protocol):
@@ -48,7 +49,7 @@ class Host(Protocol):
     broker: Broker
     settings: Settings
     middleware: list[Middleware]
-    tasks: dict[str, Task]
+    tasks: dict[str, Task[..., Any]]
     id_rng: random.Random
     owner: Any  # what the enqueue middleware hooks receive as ``app``
 
@@ -86,17 +87,55 @@ class Producer:
             )
         return self._hook_lists
 
-    def enqueue_many(self, specs: Iterable[JobSpec]) -> list[JobHandle]:
-        """Store every job or none (atomic), returning their handles in order."""
+    def enqueue_many(
+        self, specs: Iterable[JobSpec], *, known_only: bool = False
+    ) -> list[JobHandle[Any]]:
+        """Store every job or none (atomic), returning their handles in order.
+
+        ``known_only``: refuse a task name this app has not registered (when it has any).
+        """
+        jobs, plain, now = self.build_batch(specs, known_only)
+        return self.store(jobs, plain, now)
+
+    async def enqueue_many_async(
+        self, specs: Iterable[JobSpec], *, known_only: bool = False
+    ) -> list[JobHandle[Any]]:
+        """``enqueue_many`` for async callers: jobs are built and encoded on the caller's
+        thread (CPU only), the broker call never blocks the event loop."""
+        jobs, plain, now = self.build_batch(specs, known_only)
+        if not jobs:
+            return []
+        payloads, after, fresh = self.encode(jobs, plain)
+        results = await self.app.broker.enqueue_async(jobs, now, payloads, fresh_ids=fresh)
+        if after:
+            after_enqueue_batch(after, self.app.owner, jobs, [res.duplicate for res in results])
+        handles = jobs
+        for i, res in enumerate(results):
+            if res.duplicate:
+                existing = await self.app.broker.get_async(res.id)
+                handles = list(handles) if handles is jobs else handles
+                handles[i] = JobHandle.bind(existing or jobs[i], self.app, duplicate=True)
+        return handles
+
+    def build_batch(
+        self, specs: Iterable[JobSpec], known_only: bool
+    ) -> tuple[list[JobHandle[Any]], list[tuple[Any, ...] | None], float]:
+        """Check each spec (type, task name, arguments) and build its job as a handle."""
         app = self.app
         now = app.now()
+        tasks = app.tasks
         defaults: dict[str, tuple[Any, ...]] = {}
-        jobs: list[JobHandle] = []
+        jobs: list[JobHandle[Any]] = []
         plain: list[tuple[Any, ...] | None] = []  # the task defaults of a job without options
         for spec in specs:
             if type(spec) is not JobSpec and not isinstance(spec, JobSpec):
                 kind = type(spec).__name__
                 raise ValidationError("jobs", f"enqueue_many takes JobSpec items, got {kind}")
+            task = tasks.get(spec.task)
+            if task is not None:
+                task.binder.require(spec.args, spec.kwargs)
+            elif known_only and tasks:
+                raise unknown_task_error(spec.task, list(tasks))
             if spec.options:
                 jobs.append(JobHandle.bind(self.build_job(spec, now), app))
                 plain.append(None)
@@ -106,23 +145,26 @@ class Producer:
                     d = defaults[spec.task] = self._defaults(spec.task)
                 jobs.append(self._plain(d, spec.args, spec.kwargs, now))
                 plain.append(d)
-        return self.store(jobs, plain, now)
+        return jobs, plain, now
 
-    def enqueue_one(self, name: str, args: Any, kwargs: Any) -> JobHandle:
+    def enqueue_one(
+        self, name: str, args: Any, kwargs: Any, *, known_only: bool = False
+    ) -> JobHandle[Any]:
         """``app.enqueue`` without options: one job, no ``JobSpec``."""
+        task = self.app.tasks.get(name)
+        if task is not None:
+            task.binder.require(args or (), kwargs or {})
+        elif known_only and self.app.tasks:
+            raise unknown_task_error(name, list(self.app.tasks))
         now = self.app.now()
         d = self._defaults(name)
         return self.store([self._plain(d, args, kwargs, now)], [d], now)[0]
 
-    def store(
-        self, jobs: list[JobHandle], plain: list[tuple[Any, ...] | None], now: float
-    ) -> list[JobHandle]:
-        """Run the enqueue middleware, encode once, store in one broker call, bind results.
-
-        ``plain[i]``: the task defaults job ``i`` was built from without options, else None.
-        """
-        if not jobs:
-            return []
+    def encode(
+        self, jobs: list[JobHandle[Any]], plain: list[tuple[Any, ...] | None]
+    ) -> tuple[list[bytes], list[Middleware], bool]:
+        """Run ``before_enqueue`` hooks and encode every job once: (payloads, the
+        ``after_enqueue`` middleware, whether every id is freshly minted)."""
         app = self.app
         before, after = self.hooks()
         limit = app.settings.max_payload_bytes
@@ -140,6 +182,19 @@ class Producer:
             ]
         # plain jobs carry new ULIDs, never custom ids (unless a before_enqueue hook changed one)
         fresh = not before and all(d is not None for d in plain)
+        return payloads, after, fresh
+
+    def store(
+        self, jobs: list[JobHandle[Any]], plain: list[tuple[Any, ...] | None], now: float
+    ) -> list[JobHandle[Any]]:
+        """Run the enqueue middleware, encode once, store in one broker call, bind results.
+
+        ``plain[i]``: the task defaults job ``i`` was built from without options, else None.
+        """
+        if not jobs:
+            return []
+        app = self.app
+        payloads, after, fresh = self.encode(jobs, plain)
         results = app.broker.enqueue(jobs, now, payloads, fresh_ids=fresh)
         if after:  # one call per batch (metrics: one buffered update instead of one per job)
             after_enqueue_batch(after, app.owner, jobs, [res.duplicate for res in results])
@@ -174,7 +229,7 @@ class Producer:
             float(app.settings.idempotency_ttl if ttl is None else ttl),
         )
 
-    def _plain(self, d: tuple[Any, ...], args: Any, kwargs: Any, now: float) -> JobHandle:
+    def _plain(self, d: tuple[Any, ...], args: Any, kwargs: Any, now: float) -> JobHandle[Any]:
         """A pending job with the task's defaults, built as the handle that will be returned."""
         return JobHandle.fast(self._plain_fields(d, args, kwargs, now))
 

@@ -26,6 +26,10 @@ COLS = (
 # How often an idle worker checks PRAGMA data_version: ~200 cheap reads a second buy a pickup
 # latency of a few ms (at 50 ms, p50 was ~27 ms and p99 ~55 ms in bench/).
 WAKE_POLL_S = 0.005
+#: First and longest pause between two ``data_version`` reads of ``wait_change`` (a job's
+#: waiter): a bounded backoff.
+CHANGE_POLL_MIN_S = 0.002
+CHANGE_POLL_MAX_S = 0.05
 READY = "queue = ? AND state = 'pending' ORDER BY priority, seq LIMIT ?"
 _SEARCH = {
     "id": "id >= :id AND id < :id || char(1114111)",
@@ -193,6 +197,29 @@ class SqliteReads(SqliteStore):
                 if (remaining := deadline - time.monotonic()) <= 0:
                     return
                 time.sleep(min(remaining, WAKE_POLL_S))
+
+    def change_cursor(self, queue: str) -> Any:
+        """(this thread's ``PRAGMA data_version``, the first poll pause): the version moves
+        when another connection commits."""
+        return (self._read("PRAGMA data_version")[0][0], CHANGE_POLL_MIN_S)
+
+    def wait_change(self, queue: str, job_id: str, cursor: Any, timeout: float) -> Any:
+        """Return once another connection committed since ``cursor`` (or after ``timeout``).
+
+        Polls ``PRAGMA data_version`` (shared memory, not the file) with a backoff that
+        carries over from call to call: every 2 ms at first, growing by half each time to at
+        most ``CHANGE_POLL_MAX_S``. A short job's result is seen within a few ms; a long wait,
+        even on a busy database, costs at most ~20 version reads and job reads a second.
+        Must run on the thread that took ``cursor`` (the version is per connection).
+        """
+        seen, pause = cursor
+        deadline = time.monotonic() + timeout
+        while (version := self._read("PRAGMA data_version")[0][0]) == seen:
+            if (remaining := deadline - time.monotonic()) <= 0:
+                break
+            time.sleep(min(remaining, pause))
+            pause = min(pause * 1.5, CHANGE_POLL_MAX_S)
+        return (version, min(pause * 1.5, CHANGE_POLL_MAX_S))
 
     def _has_ready(self, queues: Sequence[str]) -> bool:
         paused = {r[0] for r in self._read("SELECT name FROM queues WHERE paused = 1")}

@@ -69,7 +69,7 @@ def permanent(kind: ErrorKind, exc_type: str, message: str) -> Outcome:
     return Outcome(False, decision=Decision(kind, None, exc_type, message, ""))
 
 
-def precheck(task: Task | None, job: Job) -> Outcome | None:
+def precheck(task: Task[..., Any] | None, job: Job) -> Outcome | None:
     """Refuse jobs that must never run: unknown task names, arguments that do not fit."""
     if task is None:
         return permanent(
@@ -83,7 +83,9 @@ def precheck(task: Task | None, job: Job) -> Outcome | None:
     return None
 
 
-def outcome_of_call(task: Task, job: Job, call: Any, now: float, rng: random.Random) -> Outcome:
+def outcome_of_call(
+    task: Task[..., Any], job: Job, call: Any, now: float, rng: random.Random
+) -> Outcome:
     """Run ``call()`` (which runs the job) and classify what it did."""
     try:
         result = call()
@@ -143,7 +145,7 @@ def reported(
     return outcome
 
 
-def call_inline(task: Task, job: Job) -> Any:
+def call_inline(task: Task[..., Any], job: Job) -> Any:
     """Call the task function in this thread (async functions get a fresh event loop)."""
     if task.is_async:
         return asyncio.run(task.fn(*job.args, **job.kwargs))

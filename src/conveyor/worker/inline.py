@@ -28,7 +28,7 @@ log = logging.getLogger("conveyor.worker")
 
 
 def run_with_timeout(
-    lease: Lease, task: Task, timeout: float, now: float, grace: float, rng: random.Random
+    lease: Lease, task: Task[..., Any], timeout: float, now: float, grace: float, rng: random.Random
 ) -> tuple[Outcome, bool]:
     """Run the leased job with ``timeout`` seconds to finish; never raises.
 
