@@ -243,7 +243,9 @@ class Conveyor:
         signature; a name this app does not register is refused (with a "did you mean")
         when the app registers any task, unless ``Conveyor(strict_names=False)``. An app
         with no tasks at all enqueues any name (a producer of another service's tasks)."""
-        return self.runtime.enqueue(task, args, kwargs, known_only=self.strict_names, **options)
+        return self.runtime.enqueue(
+            task, args, kwargs, bind=True, known_only=self.strict_names, **options
+        )
 
     async def enqueue_async(
         self,
@@ -254,17 +256,17 @@ class Conveyor:
     ) -> JobHandle[Any]:
         """``enqueue`` for async code: never blocks the event loop."""
         return await self.runtime.enqueue_async(
-            task, args, kwargs, known_only=self.strict_names, **options
+            task, args, kwargs, bind=True, known_only=self.strict_names, **options
         )
 
     def enqueue_many(self, specs: Iterable[JobSpec]) -> list[JobHandle[Any]]:
         """Store every job or none (atomic), returning their handles in order."""
-        return self.runtime.enqueue_many(specs, known_only=self.strict_names)
+        return self.runtime.enqueue_many(specs, bind=True, known_only=self.strict_names)
 
     async def enqueue_many_async(self, specs: Iterable[JobSpec]) -> list[JobHandle[Any]]:
         """``enqueue_many`` for async code (Redis: its native async client; SQLite and
         memory: a worker thread), never blocking the event loop."""
-        return await self.runtime.enqueue_many_async(specs, known_only=self.strict_names)
+        return await self.runtime.enqueue_many_async(specs, bind=True, known_only=self.strict_names)
 
     def build_job(self, spec: JobSpec, now: float) -> Job:
         """Validate a spec and build the Job record it describes (not stored)."""

@@ -11,6 +11,8 @@ Two families live here:
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class ConveyorError(Exception):
     """Root of every error Conveyor raises."""
@@ -132,7 +134,7 @@ class JobFailed(ConveyorError):
     type, message, traceback) or None; the message carries the job's ``last_error``.
     """
 
-    def __init__(self, job: object, state: str, error: dict[str, object] | None) -> None:
+    def __init__(self, job: Any, state: str, error: dict[str, Any] | None) -> None:
         self.job = job
         self.state = state
         self.error = error

@@ -88,21 +88,24 @@ class Producer:
         return self._hook_lists
 
     def enqueue_many(
-        self, specs: Iterable[JobSpec], *, known_only: bool = False
+        self, specs: Iterable[JobSpec], *, bind: bool = False, known_only: bool = False
     ) -> list[JobHandle[Any]]:
         """Store every job or none (atomic), returning their handles in order.
 
+        ``bind``: check the arguments of registered tasks against their signatures;
         ``known_only``: refuse a task name this app has not registered (when it has any).
+        The ``Conveyor`` facade asks for both; workers' and operators' paths (scheduler,
+        dashboard, CLI) store what they are given and let the worker judge it.
         """
-        jobs, plain, now = self.build_batch(specs, known_only)
+        jobs, plain, now = self.build_batch(specs, bind, known_only)
         return self.store(jobs, plain, now)
 
     async def enqueue_many_async(
-        self, specs: Iterable[JobSpec], *, known_only: bool = False
+        self, specs: Iterable[JobSpec], *, bind: bool = False, known_only: bool = False
     ) -> list[JobHandle[Any]]:
         """``enqueue_many`` for async callers: jobs are built and encoded on the caller's
         thread (CPU only), the broker call never blocks the event loop."""
-        jobs, plain, now = self.build_batch(specs, known_only)
+        jobs, plain, now = self.build_batch(specs, bind, known_only)
         if not jobs:
             return []
         payloads, after, fresh = self.encode(jobs, plain)
@@ -118,7 +121,7 @@ class Producer:
         return handles
 
     def build_batch(
-        self, specs: Iterable[JobSpec], known_only: bool
+        self, specs: Iterable[JobSpec], bind: bool, known_only: bool
     ) -> tuple[list[JobHandle[Any]], list[tuple[Any, ...] | None], float]:
         """Check each spec (type, task name, arguments) and build its job as a handle."""
         app = self.app
@@ -131,11 +134,12 @@ class Producer:
             if type(spec) is not JobSpec and not isinstance(spec, JobSpec):
                 kind = type(spec).__name__
                 raise ValidationError("jobs", f"enqueue_many takes JobSpec items, got {kind}")
-            task = tasks.get(spec.task)
-            if task is not None:
-                task.binder.require(spec.args, spec.kwargs)
-            elif known_only and tasks:
-                raise unknown_task_error(spec.task, list(tasks))
+            if bind:
+                task = tasks.get(spec.task)
+                if task is not None:
+                    task.binder.require(spec.args, spec.kwargs)
+                elif known_only and tasks:
+                    raise unknown_task_error(spec.task, list(tasks))
             if spec.options:
                 jobs.append(JobHandle.bind(self.build_job(spec, now), app))
                 plain.append(None)
@@ -148,14 +152,15 @@ class Producer:
         return jobs, plain, now
 
     def enqueue_one(
-        self, name: str, args: Any, kwargs: Any, *, known_only: bool = False
+        self, name: str, args: Any, kwargs: Any, *, bind: bool = False, known_only: bool = False
     ) -> JobHandle[Any]:
-        """``app.enqueue`` without options: one job, no ``JobSpec``."""
-        task = self.app.tasks.get(name)
-        if task is not None:
-            task.binder.require(args or (), kwargs or {})
-        elif known_only and self.app.tasks:
-            raise unknown_task_error(name, list(self.app.tasks))
+        """``app.enqueue`` without options: one job, no ``JobSpec`` (flags: ``enqueue_many``)."""
+        if bind:
+            task = self.app.tasks.get(name)
+            if task is not None:
+                task.binder.require(args or (), kwargs or {})
+            elif known_only and self.app.tasks:
+                raise unknown_task_error(name, list(self.app.tasks))
         now = self.app.now()
         d = self._defaults(name)
         return self.store([self._plain(d, args, kwargs, now)], [d], now)[0]

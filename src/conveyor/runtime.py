@@ -122,16 +122,19 @@ class Runtime:
         args: Sequence[Any] | None = None,
         kwargs: dict[str, Any] | None = None,
         *,
+        bind: bool = False,
         known_only: bool = False,
         **options: Any,
     ) -> JobHandle[Any]:
         """Enqueue by task name (the task need not be registered in this process, unless
-        ``known_only`` and this app registers tasks)."""
+        ``known_only`` and this app registers tasks); ``bind``: check the arguments of a
+        registered task (``Producer.enqueue_many``)."""
         name = _enqueue_name(task, args, kwargs)
+        flags = {"bind": bind, "known_only": known_only}
         if not options:
-            return self.producer.enqueue_one(name, args, kwargs, known_only=known_only)
+            return self.producer.enqueue_one(name, args, kwargs, **flags)
         spec = JobSpec(name, tuple(args or ()), dict(kwargs or {}), check_options(options))
-        return self.producer.enqueue_many((spec,), known_only=known_only)[0]
+        return self.producer.enqueue_many((spec,), **flags)[0]
 
     async def enqueue_async(
         self,
@@ -139,26 +142,28 @@ class Runtime:
         args: Sequence[Any] | None = None,
         kwargs: dict[str, Any] | None = None,
         *,
+        bind: bool = False,
         known_only: bool = False,
         **options: Any,
     ) -> JobHandle[Any]:
         """``enqueue`` without blocking the event loop."""
         name = _enqueue_name(task, args, kwargs)
         spec = JobSpec(name, tuple(args or ()), dict(kwargs or {}), check_options(options))
-        handles = await self.producer.enqueue_many_async((spec,), known_only=known_only)
+        flags = {"bind": bind, "known_only": known_only}
+        handles = await self.producer.enqueue_many_async((spec,), **flags)
         return handles[0]
 
     def enqueue_many(
-        self, specs: Iterable[JobSpec], *, known_only: bool = False
+        self, specs: Iterable[JobSpec], *, bind: bool = False, known_only: bool = False
     ) -> list[JobHandle[Any]]:
         """Store every job or none (atomic), returning their handles in order."""
-        return self.producer.enqueue_many(specs, known_only=known_only)
+        return self.producer.enqueue_many(specs, bind=bind, known_only=known_only)
 
     async def enqueue_many_async(
-        self, specs: Iterable[JobSpec], *, known_only: bool = False
+        self, specs: Iterable[JobSpec], *, bind: bool = False, known_only: bool = False
     ) -> list[JobHandle[Any]]:
         """``enqueue_many`` without blocking the event loop."""
-        return await self.producer.enqueue_many_async(specs, known_only=known_only)
+        return await self.producer.enqueue_many_async(specs, bind=bind, known_only=known_only)
 
 
 def _enqueue_name(task: str | Task[..., Any], args: object, kwargs: object) -> str:

@@ -135,6 +135,7 @@ class Task(Generic[P, R]):
         self.is_async = inspect.iscoroutinefunction(self.fn)
         self.binder = ArgBinder(self.name, self.fn)
         self.signature: inspect.Signature | None = self.binder.signature
+        self._shapes = self.binder.shapes  # the verdicts by argument shape (check_arguments)
         self._plain = TaskOptions(self, {})
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Any:
