@@ -13,6 +13,7 @@ from __future__ import annotations
 import difflib
 import logging
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -20,6 +21,10 @@ from typing import Any
 from .errors import ValidationError
 
 DEFAULT_URL = "sqlite:///conveyor.db"
+#: The rule of ``url`` / ``CONVEYOR_URL`` (also in ``settings_env``): checked here without
+#: pydantic, so a worker configured by ``CONVEYOR_URL`` alone stays lean (docs/benchmarks.md).
+URL_PATTERN = r"^[A-Za-z][A-Za-z0-9+.\-]*://"
+URL_RULE = "must be a broker URL (memory://, sqlite:///path, redis://host)"
 
 
 @dataclass(frozen=True)
@@ -77,8 +82,11 @@ class Settings:
         wanted = [k for k in given if k in ENV_VARIABLES]
         if len(wanted) != len(given):
             _warn_misspelt(set(given) - set(wanted))
-        if not wanted and not overrides:
-            return cls()
+        if not overrides and wanted in ([], ["CONVEYOR_URL"]):
+            url = env.get("CONVEYOR_URL")
+            if url is not None:
+                _check_url(url, "CONVEYOR_URL")
+            return cls._trusted(url=url, retention=Retention())
         from .settings_env import load
 
         return load({k: env[k] for k in wanted}, overrides)
@@ -113,12 +121,19 @@ def _check(obj: Any, exclude: str = "") -> None:
         for f in fields(obj)
         if f.name != exclude and not _same(getattr(obj, f.name), f.default)
     }
+    if "url" in changed:
+        _check_url(changed.pop("url"), "url")
     if changed:
         from .settings_env import check_values
 
         for name, value in check_values(type(obj), changed).items():
             if name in changed:
                 object.__setattr__(obj, name, value)
+
+
+def _check_url(value: Any, name: str) -> None:
+    if value is not None and not (isinstance(value, str) and re.match(URL_PATTERN, value)):
+        raise SettingsError([(name, f"{URL_RULE}, got {value!r}")])
 
 
 def _same(value: Any, default: Any) -> bool:

@@ -24,11 +24,10 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 from pydantic_settings.sources import EnvSettingsSource
 
-from .config import Retention, Settings, SettingsError
+from .config import URL_PATTERN, URL_RULE, Retention, Settings, SettingsError
 
 _S, _R = Settings(), Retention()
 _ENVIRON: contextvars.ContextVar[Mapping[str, str]] = contextvars.ContextVar("environ")
-_URL_RULE = r"^[A-Za-z][A-Za-z0-9+.\-]*://"
 
 
 class _MappingEnv(EnvSettingsSource):
@@ -102,7 +101,7 @@ class SettingsModel(_Sourced):
     url: str | None = Field(
         _S.url,
         min_length=1,
-        pattern=_URL_RULE,
+        pattern=URL_PATTERN,
         description="broker URL when the app gives none (`sqlite:///conveyor.db` then)",
     )
     visibility_timeout: float = Field(
@@ -215,7 +214,7 @@ _RULES = {
     "int_from_float": "must be a whole number",
     "finite_number": "must be a finite number",
     "string_too_short": "must not be empty",
-    "string_pattern_mismatch": "must be a broker URL (memory://, sqlite:///path, redis://host)",
+    "string_pattern_mismatch": URL_RULE,
 }
 
 

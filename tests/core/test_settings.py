@@ -98,13 +98,15 @@ def test_a_misspelt_variable_is_reported(caplog: Any) -> None:
     assert "did you mean CONVEYOR_VISIBILITY_TIMEOUT?" in caplog.text
 
 
-def test_defaults_do_not_load_pydantic() -> None:
+def test_defaults_and_a_url_alone_do_not_load_pydantic() -> None:
+    """A worker configured by CONVEYOR_URL alone stays lean (idle RSS, docs/benchmarks.md)."""
     code = (
         "import sys; from conveyor.config import Settings; Settings.from_env({}); "
-        "print('pydantic' in sys.modules)"
+        "s = Settings.from_env({'CONVEYOR_URL': 'redis://h:1/0'}); "
+        "print(s.url, 'pydantic' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False"
+    assert out.stdout.strip() == "redis://h:1/0 False"
 
 
 def test_docs_table_lists_every_variable_with_its_default_and_rule() -> None:

@@ -96,3 +96,21 @@ def test_wait_times_out(live_app: Conveyor) -> None:
     assert isinstance(info.value, TimeoutError)
     assert info.value.state == "pending"
     assert 0.3 <= elapsed < 3.0
+
+
+def test_the_protocol_default_wait_is_a_bounded_backoff() -> None:
+    """A broker without a wake-up signal (a third-party backend) waits 5, 10, 20 ... ms, at
+    most 200 ms a round and never past the timeout."""
+    from conveyor.broker.base import Broker
+    from conveyor.broker.memory import MemoryBroker
+
+    broker = MemoryBroker()
+    began = time.monotonic()
+    cursor: Any = 0
+    for _ in range(4):
+        cursor = Broker.wait_change(broker, "q", "id", cursor, 10.0)
+    elapsed = time.monotonic() - began
+    assert cursor == 4 and 0.07 <= elapsed < 1.0
+    began = time.monotonic()
+    Broker.wait_change(broker, "q", "id", 100, 0.01)
+    assert time.monotonic() - began < 0.15
