@@ -72,8 +72,9 @@ def test_start_up_log_names_the_queues_and_their_source(caplog: Any) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("mode", [(), ("--no-supervisor",)], ids=["supervised", "unsupervised"])
 def test_cli_worker_without_queues_runs_jobs_of_every_task_queue(
-    shared_url: str, tmp_path: Any
+    shared_url: str, tmp_path: Any, mode: tuple[str, ...]
 ) -> None:
     from tests.worker.harness import CONVEYOR, Marks, WorkerProcess
 
@@ -90,7 +91,7 @@ def test_cli_worker_without_queues_runs_jobs_of_every_task_queue(
         proc = WorkerProcess(
             shared_url,
             tmp_path,
-            command=[CONVEYOR, "worker", "tests.worker.apps.queued:app", "--no-supervisor"],
+            command=[CONVEYOR, "worker", "tests.worker.apps.queued:app", *mode],
         )
         try:
             wait_until(
