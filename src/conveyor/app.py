@@ -14,7 +14,7 @@ import logging
 import os
 import random
 from collections.abc import Callable, Coroutine, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast, overload
 
 from .broker.base import Broker, Page
 from .broker.factory import broker_from_url
@@ -29,7 +29,7 @@ from .middleware import Middleware
 from .monitoring import admin
 from .monitoring.metrics import MetricsMiddleware
 from .runtime import Runtime
-from .task import ExecutorKind, JobSpec, Task, build_task
+from .task import ExecutorKind, JobSpec, Task, TaskDecorator, build_task
 
 if TYPE_CHECKING:
     from .monitoring.alerts import AlertManager
@@ -42,20 +42,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 P = ParamSpec("P")
 R = TypeVar("R")
 _default_url_logged = False
-
-
-class TaskDecorator(Protocol):
-    """What ``@app.task(...)`` returns: registers a function as a typed ``Task[P, R]``."""
-
-    @overload
-    def __call__(self, fn: Callable[P, Coroutine[Any, Any, R]], /) -> Task[P, R]: ...
-
-    @overload
-    def __call__(self, fn: Callable[P, R], /) -> Task[P, R]: ...
-
-    def __call__(self, fn: Callable[..., Any], /) -> Task[..., Any]:
-        """Register ``fn``."""
-        ...
 
 
 def default_middleware() -> list[Middleware]:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import datetime as dt
 import inspect
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, Protocol, TypeVar, overload
 
 from .core.backoff import DEFAULT_BACKOFF, Backoff
 from .core.job import validate_exception_names, validate_max_attempts, validate_non_negative
@@ -222,6 +222,20 @@ class TaskOptions(Generic[P, R]):
         handles = await self.task.app.enqueue_many_async([spec])
         handle: JobHandle[R] = handles[0]
         return handle
+
+
+class TaskDecorator(Protocol):
+    """What ``@app.task(...)`` returns: registers a function as a typed ``Task[P, R]``."""
+
+    @overload
+    def __call__(self, fn: Callable[P, Coroutine[Any, Any, R]], /) -> Task[P, R]: ...
+
+    @overload
+    def __call__(self, fn: Callable[P, R], /) -> Task[P, R]: ...
+
+    def __call__(self, fn: Callable[..., Any], /) -> Task[..., Any]:
+        """Register ``fn``."""
+        ...
 
 
 def _seconds(value: float | dt.timedelta) -> float:

@@ -44,13 +44,10 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from ..core.job import Job
-from ..core.state import TERMINAL_STATES, JobState
+from ..core.state import JobState
 from .side import CounterStore, DocStore, EventStore, LogStore
+from .waits import JobWaits
 
-#: Longest single ``wait_change`` inside ``watch`` (the loop re-reads the job after each).
-WAIT_SLICE = 5.0
-#: Longest ``watch`` a default ``watch_async`` runs on a worker thread at a time.
-ASYNC_SLICE = 1.0
 EVENT_TYPES = (
     "enqueued",
     "started",
@@ -222,7 +219,7 @@ class JobAdmin(abc.ABC):
         """Undo ``pause``."""
 
 
-class JobStore(JobReads, JobAdmin):
+class JobStore(JobReads, JobAdmin, JobWaits):
     """Job transitions and lifecycle (plus reads and admin): what producers, workers and the
     promote / reap duties call."""
 
@@ -346,77 +343,6 @@ class JobStore(JobReads, JobAdmin):
         import time
 
         time.sleep(timeout)
-
-    # ----------------------------------------------------------------- waiting on one job
-    def change_cursor(self, queue: str) -> Any:
-        """An opaque mark of "now" for ``wait_change``; take it BEFORE reading a job's state,
-        so a change between the read and the wait still ends the wait (default: a round count).
-        """
-        return 0
-
-    def wait_change(self, queue: str, job_id: str, cursor: Any, timeout: float) -> Any:
-        """Block up to ``timeout`` s or until something that may concern ``job_id`` (of
-        ``queue``) changed since ``cursor``; return the cursor to pass next time.
-
-        Backends that can be woken (memory: a condition; SQLite: ``PRAGMA data_version``;
-        Redis: the queue's event stream) return soon after the job finishes. This default has
-        nothing to wake it: it sleeps a bounded backoff (5 ms, doubling, at most 200 ms).
-        """
-        import time
-
-        rounds = int(cursor)
-        time.sleep(max(0.0, min(timeout, 0.005 * 2 ** min(rounds, 6))))
-        return rounds + 1
-
-    def watch(self, job_id: str, queue: str, timeout: float) -> Job | None:
-        """Wait up to ``timeout`` s for the job to reach a terminal state; return its latest
-        snapshot (terminal, or not yet when time ran out), or None if it does not exist."""
-        import time
-
-        end = time.monotonic() + timeout
-        cursor = self.change_cursor(queue)
-        while True:
-            job = self.get(job_id)
-            left = end - time.monotonic()
-            if job is None or job.state in TERMINAL_STATES or left <= 0:
-                return job
-            cursor = self.wait_change(queue, job_id, cursor, min(left, WAIT_SLICE))
-
-    # ----------------------------------------------------------------- async producers
-    async def enqueue_async(
-        self,
-        jobs: Sequence[Job],
-        now: float,
-        payloads: Sequence[bytes] | None = None,
-        *,
-        fresh_ids: bool = False,
-    ) -> list[EnqueueResult]:
-        """``enqueue`` for async callers: by default on a worker thread (``asyncio.to_thread``),
-        so the event loop never blocks; Redis overrides it with its native async client."""
-        import asyncio
-
-        return await asyncio.to_thread(self.enqueue, jobs, now, payloads, fresh_ids=fresh_ids)
-
-    async def get_async(self, job_id: str) -> Job | None:
-        """``get`` for async callers (a worker thread by default)."""
-        import asyncio
-
-        return await asyncio.to_thread(self.get, job_id)
-
-    async def watch_async(self, job_id: str, queue: str, timeout: float) -> Job | None:
-        """``watch`` for async callers. By default ``watch`` runs on a worker thread in slices
-        of at most ``ASYNC_SLICE`` s, so a cancelled waiter leaves no thread blocked for long."""
-        import asyncio
-        import time
-
-        end = time.monotonic() + timeout
-        while True:
-            left = end - time.monotonic()
-            job = await asyncio.to_thread(
-                self.watch, job_id, queue, max(0.0, min(left, ASYNC_SLICE))
-            )
-            if job is None or job.state in TERMINAL_STATES or end - time.monotonic() <= 0:
-                return job
 
     @abc.abstractmethod
     def flush_all(self) -> None:
