@@ -26,6 +26,7 @@ if TYPE_CHECKING:
         ConveyorError,
         DuplicateJob,
         IllegalTransition,
+        JobFailed,
         JobNotFound,
         JobTimeout,
         LeaseLost,
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
         StorageFull,
         UnknownTask,
         ValidationError,
+        WaitTimeout,
     )
     from .handles import Delivery, JobHandle
     from .middleware import Middleware
@@ -61,6 +63,7 @@ _EXPORTS = {
     "StorageFull": ".errors",
     "DuplicateJob": ".errors",
     "IllegalTransition": ".errors",
+    "JobFailed": ".errors",
     "JobNotFound": ".errors",
     "JobTimeout": ".errors",
     "LeaseLost": ".errors",
@@ -69,6 +72,7 @@ _EXPORTS = {
     "Retry": ".errors",
     "UnknownTask": ".errors",
     "ValidationError": ".errors",
+    "WaitTimeout": ".errors",
     "Delivery": ".handles",
     "JobHandle": ".handles",
     "Middleware": ".middleware",
@@ -92,6 +96,7 @@ __all__ = [
     "FakeClock",
     "IllegalTransition",
     "Job",
+    "JobFailed",
     "JobHandle",
     "JobNotFound",
     "JobSpec",
@@ -108,6 +113,7 @@ __all__ = [
     "Task",
     "UnknownTask",
     "ValidationError",
+    "WaitTimeout",
     "configure_logging",
     "default_middleware",
 ]

@@ -91,7 +91,7 @@ def test_search_filters_and_pagination(app: Conveyor, clock: FakeClock) -> None:
 
 def test_search_by_state_and_error(app: Conveyor) -> None:
     dead = dead_job(app, 5)
-    app.enqueue("t")
+    Conveyor(app.broker, clock=app.clock).enqueue("t")  # a name-only producer
     page = app.search(state=JobState.DEAD_LETTER, error="PermanentError")
     assert [j.id for j in page.items] == [dead]
     assert app.search(error="nothing like it").total == 0

@@ -47,6 +47,7 @@ from ..core.job import Job
 from ..core.state import JobState
 from ..errors import ValidationError
 from .side import CounterStore, DocStore, EventStore, LogStore
+from .waits import JobWaits
 
 EVENT_TYPES = (
     "enqueued",
@@ -239,7 +240,7 @@ class JobAdmin(abc.ABC):
         """Undo ``pause``."""
 
 
-class JobStore(JobReads, JobAdmin):
+class JobStore(JobReads, JobAdmin, JobWaits):
     """Job transitions and lifecycle (plus reads and admin): what producers, workers and the
     promote / reap duties call."""
 

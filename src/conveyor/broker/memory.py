@@ -40,6 +40,8 @@ class MemoryBroker(MemoryReads, MemoryJobAdmin, Broker):
         self._wake = threading.Condition(self._lock)
         self._changes = 0  # bumped with every notify of _wake (see wait_for_work)
         self._seen = threading.local()  # per thread: _changes as of its last claim
+        self._ended = threading.Condition(self._lock)  # notified when a job finishes (watch)
+        self._ends = 0  # jobs finished so far: the cursor of change_cursor / wait_change
         self._jobs: dict[str, Job] = {}
         self._tokens: dict[str, str] = {}
         self._ready: dict[str, list[tuple[int, int, str]]] = {}
@@ -97,6 +99,9 @@ class MemoryBroker(MemoryReads, MemoryJobAdmin, Broker):
 
     def _finish(self, job: Job) -> None:
         self._tokens.pop(job.id, None)
+        self._ends += 1
+        self._ended.notify_all()  # waiters on a job's result (a separate condition: idle
+        # workers on _wake are not woken by finishing jobs)
         ring = self._finished.setdefault(f"{job.queue}|{job.state}", deque())
         ring.append(job.id)
         cap = (
@@ -438,6 +443,17 @@ class MemoryBroker(MemoryReads, MemoryJobAdmin, Broker):
             if getattr(self._seen, "changes", self._changes) == self._changes:
                 self._wake.wait(timeout)
             self._seen.changes = self._changes
+
+    def change_cursor(self, queue: str) -> int:
+        """How many jobs have finished so far."""
+        return self._ends
+
+    def wait_change(self, queue: str, job_id: str, cursor: Any, timeout: float) -> int:
+        """Wait on the condition every finishing job notifies (no polling)."""
+        with self._ended:
+            if self._ends == cursor:
+                self._ended.wait(timeout)
+            return self._ends
 
     def flush_all(self) -> None:
         """Forget everything."""

@@ -84,7 +84,7 @@ class Operator:
         args: Sequence[Any] | None = None,
         kwargs: Mapping[str, Any] | None = None,
         **options: Any,
-    ) -> JobHandle:
+    ) -> JobHandle[Any]:
         """Enqueue by task name (the task need not be registered in this process)."""
         unknown = set(options) - set(ENQUEUE_OPTIONS)
         if unknown:

@@ -72,7 +72,7 @@ def permanent(kind: ErrorKind, exc_type: str, message: str) -> Outcome:
     return Outcome(False, decision=Decision(kind, None, exc_type, message, ""))
 
 
-def precheck(task: Task | None, job: Job) -> Outcome | None:
+def precheck(task: Task[..., Any] | None, job: Job) -> Outcome | None:
     """Refuse jobs that must never run: unknown task names, arguments that do not fit."""
     if task is None:
         return permanent(
@@ -86,7 +86,9 @@ def precheck(task: Task | None, job: Job) -> Outcome | None:
     return None
 
 
-def outcome_of_call(task: Task, job: Job, call: Any, now: float, rng: random.Random) -> Outcome:
+def outcome_of_call(
+    task: Task[..., Any], job: Job, call: Any, now: float, rng: random.Random
+) -> Outcome:
     """Run ``call()`` (which runs the job) and classify what it did."""
     try:
         result = call()
@@ -146,7 +148,7 @@ def reported(
     return outcome
 
 
-def call_inline(task: Task, job: Job, around: Around | None = None) -> Any:
+def call_inline(task: Task[..., Any], job: Job, around: Around | None = None) -> Any:
     """Call the task function in this thread (async functions get a fresh event loop), inside
     the job context (``worker/logs.py``) and the ``around_process`` hooks."""
     token = job_context.set(job)
@@ -158,7 +160,7 @@ def call_inline(task: Task, job: Job, around: Around | None = None) -> Any:
         job_context.reset(token)
 
 
-def _call(task: Task, job: Job) -> Any:
+def _call(task: Task[..., Any], job: Job) -> Any:
     if task.is_async:
         return asyncio.run(task.fn(*job.args, **job.kwargs))
     return task.fn(*job.args, **job.kwargs)

@@ -169,7 +169,7 @@ class ThreadExecutor:
             gate.release()
 
 
-def _invoke(task: Task, job: Job) -> Any:
+def _invoke(task: Task[..., Any], job: Job) -> Any:
     """Call the task function here (an async one on a fresh event loop)."""
     if task.is_async:
         return asyncio.run(task.fn(*job.args, **job.kwargs))

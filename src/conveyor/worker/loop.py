@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..broker.base import Lease
 from ..core.ids import new_ulid
-from ..core.queues import QueueSelector, parse_queues
+from ..core.queues import QueueSelector, parse_queues, task_queues
 from ..errors import BrokerConfigError
 from ..middleware import Around, Middleware, emit
 from ..outage import OutageLog
@@ -79,7 +79,10 @@ class Worker:
         self.runtime = rt = as_runtime(app)
         self.app: Any = rt.owner  # the facade, for middleware that reads ``worker.app``
         self.broker = rt.broker
-        self.selector = QueueSelector(parse_queues(queues), strict)
+        #: where the queues came from: "given" (``queues=`` / ``--queues``) or the app's tasks
+        self.queue_source = "given" if queues is not None else "the app's tasks"
+        spec = queues if queues is not None else task_queues(rt.tasks.values())
+        self.selector = QueueSelector(parse_queues(spec), strict)
         self.concurrency = max(1, int(concurrency))
         self.processes = processes
         settings = rt.settings
@@ -250,9 +253,10 @@ class Worker:
             self._watchdog = helpers.watchdog
             emit(self.runtime.middleware, "on_worker_start", self)
             log.info(
-                "worker %s: queues=%s concurrency=%d visibility_timeout=%gs",
+                "worker %s: queues=%s (%s) concurrency=%d visibility_timeout=%gs",
                 self.id,
                 ",".join(self.queues),
+                self.queue_source,
                 self.concurrency,
                 self.visibility_timeout,
             )

@@ -48,7 +48,7 @@ class Running:
     )
 
     def __init__(
-        self, lease: Lease, task: Task | None, executor: str, timeout: float | None
+        self, lease: Lease, task: Task[..., Any] | None, executor: str, timeout: float | None
     ) -> None:
         self.lease = lease
         self.job: Job = lease.job  # the job snapshot taken when it was claimed
@@ -105,13 +105,13 @@ class Running:
         return time.monotonic() - (self.started if self.started is not None else self.claimed)
 
 
-def effective_timeout(task: Task | None, job: Job) -> float | None:
+def effective_timeout(task: Task[..., Any] | None, job: Job) -> float | None:
     """The job's own timeout, else its task's; None or 0 means no limit."""
     value = job.timeout if job.timeout is not None else (task.timeout if task else None)
     return float(value) if value else None
 
 
-def choose_executor(task: Task) -> str:
+def choose_executor(task: Task[..., Any]) -> str:
     """Where a task runs: asyncio for ``async def``, a child process, or the thread pool."""
     if task.executor == "process":
         return "process"

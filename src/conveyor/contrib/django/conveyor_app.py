@@ -28,6 +28,7 @@ from ...config import Settings
 from ...errors import ConveyorError
 from ...handles import JobHandle
 from ...task import JobSpec, Task, check_options
+from ...task_args import unknown_task_error
 
 KEYS = ("URL", "SETTINGS", "ON_COMMIT", "DATABASE", "IN_TRANSACTION", "OUTBOX")
 OUTBOX_KEYS = ("TABLE", "RELAY_IN_WORKER", "BATCH", "INTERVAL")
@@ -59,11 +60,11 @@ class DjangoConveyor(Conveyor):
 
     def enqueue(
         self,
-        task: str | Task,
+        task: str | Task[..., Any],
         args: Sequence[Any] | None = None,
         kwargs: dict[str, Any] | None = None,
         **options: Any,
-    ) -> JobHandle:
+    ) -> JobHandle[Any]:
         """``Conveyor.enqueue``, stored on commit inside a transaction (or, with
         ``connection=``, inside that transaction: docs/transactions.md)."""
         if not self.in_transaction() or options.get("connection") is not None:
@@ -74,7 +75,9 @@ class DjangoConveyor(Conveyor):
         spec = JobSpec(name, tuple(args or ()), dict(kwargs or {}), check_options(options))
         return self.enqueue_many([spec])[0]
 
-    def enqueue_many(self, specs: Iterable[JobSpec], connection: Any = None) -> list[JobHandle]:
+    def enqueue_many(
+        self, specs: Iterable[JobSpec], connection: Any = None
+    ) -> list[JobHandle[Any]]:
         """``Conveyor.enqueue_many``, stored (all or none) on commit inside a transaction.
 
         ``connection`` (e.g. ``django.db.connection``): stored inside that transaction instead
@@ -86,14 +89,38 @@ class DjangoConveyor(Conveyor):
             return super().enqueue_many(specs, transaction.get_connection(self.database))
         now = self.now()
         pinned: list[JobSpec] = []
-        handles: list[JobHandle] = []
+        handles: list[JobHandle[Any]] = []
         for spec in specs:
+            task = self.tasks.get(spec.task)  # the same checks as an immediate enqueue
+            if task is not None:
+                task.binder.require(spec.args, spec.kwargs)
+            elif self.strict_names and self.tasks:
+                raise unknown_task_error(spec.task, list(self.tasks))
             job = self.build_job(spec, now)  # validates now, where the caller can see the error
             pinned.append(replace(spec, options={**spec.options, "job_id": job.id}))
             handles.append(JobHandle.bind(job, self))
         store = super().enqueue_many
         transaction.on_commit(lambda: store(pinned), using=self.database, robust=False)
         return handles
+
+    async def enqueue_many_async(self, specs: Iterable[JobSpec]) -> list[JobHandle[Any]]:
+        """``Conveyor.enqueue_many_async``; inside ``transaction.atomic()`` the jobs are
+        deferred to the commit like ``enqueue_many`` (building them never blocks)."""
+        if self.in_transaction():
+            return self.enqueue_many(specs)
+        return await super().enqueue_many_async(specs)
+
+    async def enqueue_async(
+        self,
+        task: str | Task[..., Any],
+        args: Sequence[Any] | None = None,
+        kwargs: dict[str, Any] | None = None,
+        **options: Any,
+    ) -> JobHandle[Any]:
+        """``Conveyor.enqueue_async``, deferred to the commit inside a transaction."""
+        if self.in_transaction():
+            return self.enqueue(task, args, kwargs, **options)
+        return await super().enqueue_async(task, args, kwargs, **options)
 
 
 def from_settings() -> DjangoConveyor:
