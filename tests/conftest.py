@@ -65,3 +65,17 @@ def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     cluster.start()
     yield cluster
     cluster.stop()
+
+
+# ---------------------------------------------------------------------- real PostgreSQL (issue 17)
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[Any]:
+    """One private PostgreSQL cluster for the session (initdb + pg_ctl, free loopback port)."""
+    from tests.support import pg_proc
+
+    if not pg_proc.available():
+        pytest.skip("PostgreSQL server binaries (or psycopg) are not installed")
+    server = pg_proc.PgServer()
+    server.start()
+    yield server
+    server.stop()
