@@ -51,6 +51,10 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     server = redis_proc.RedisServer(tmp_path_factory.mktemp("redis"))
     server.start()
     yield server
+    import logging
+
+    # Brokers a test left open retry their pool connections: silence that once the server goes.
+    logging.getLogger("psycopg.pool").setLevel(logging.CRITICAL)
     server.stop()
 
 
@@ -78,4 +82,8 @@ def pg_server() -> Iterator[Any]:
     server = pg_proc.PgServer()
     server.start()
     yield server
+    import logging
+
+    # Brokers a test left open retry their pool connections: silence that once the server goes.
+    logging.getLogger("psycopg.pool").setLevel(logging.CRITICAL)
     server.stop()

@@ -26,9 +26,9 @@ from ...errors import LeaseLost, ValidationError
 from ..base import Ack, Broker, Claimed, EnqueueResult, Lease
 from ..sqlite_rows import Rec
 from .enqueue import insert_jobs
-from .reads import COLS, READY, PgReads
+from .reads import COLS, PgReads
 from .side import PgCounters, PgDocs, PgEvents, PgLogs
-from .store import Tx, parse_url
+from .store import Tx, one, parse_url
 
 _DELAYED = (JobState.SCHEDULED, JobState.RETRY_SCHEDULED)
 #: A job becomes ready (NOTIFY its queue) when it reaches one of these states.
@@ -185,7 +185,9 @@ class PostgresBroker(PgReads, Broker):
         with self._write() as tx:
             self._promote(tx, now, 1000)
             self._expire(tx, now, max_lost, 1000)
-            paused = {r[0] for r in tx.conn.execute(self.sql("SELECT name FROM {S}.queues WHERE paused"))}
+            paused = {
+                r[0] for r in tx.conn.execute(self.sql("SELECT name FROM {S}.queues WHERE paused"))
+            }
             for queue in (q for q in queues if q not in paused):
                 while len(leases) < limit:
                     got = self._claim_rows(tx, queue, limit - len(leases), now, visibility_timeout)
@@ -208,7 +210,7 @@ class PostgresBroker(PgReads, Broker):
         return recs
 
     def _next_due(self, tx: Tx) -> float | None:
-        row = tx.conn.execute(self.sql(_NEXT_DUE)).fetchone()
+        row = one(tx.conn.execute(self.sql(_NEXT_DUE)))
         times = [float(t) for t in row if t is not None]
         return min(times) if times else None
 

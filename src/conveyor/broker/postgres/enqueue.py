@@ -24,7 +24,7 @@ from ...core.serialization import job_to_dict
 from ...core.state import TERMINAL_STATES, JobState
 from ...errors import DuplicateJob, ValidationError
 from ..base import EnqueueResult
-from .store import Tx
+from .store import Tx, one
 
 if TYPE_CHECKING:
     from .broker import PostgresBroker
@@ -73,18 +73,32 @@ def _screen(
                 (job.queue, job.idempotency_key, job.id, now + job.idempotency_ttl, now),
             ).fetchone()
             if got is None:  # a live key: the existing job
-                existing = c.execute(
-                    b.sql("SELECT job_id FROM {S}.idem WHERE queue = %s AND key = %s"),
-                    (job.queue, job.idempotency_key),
-                ).fetchone()[0]
+                existing = one(
+                    c.execute(
+                        b.sql("SELECT job_id FROM {S}.idem WHERE queue = %s AND key = %s"),
+                        (job.queue, job.idempotency_key),
+                    )
+                )[0]
                 row = c.execute(
                     b.sql("SELECT state FROM {S}.jobs WHERE id = %s"), (existing,)
                 ).fetchone()
-                results.append(EnqueueResult(existing, True, JobState(row[0]) if row else job.state))
+                results.append(
+                    EnqueueResult(existing, True, JobState(row[0]) if row else job.state)
+                )
                 continue
         fresh.append(i)
         results.append(EnqueueResult(job.id, False, job.state))
     return results, fresh
+
+
+def _register(b: PostgresBroker, tx: Tx, queues: list[str]) -> None:
+    """Make sure the queues are listed (``queues()``); an existing row is not locked."""
+    tx.conn.execute(
+        b.sql(
+            "INSERT INTO {S}.queues (name) SELECT unnest(%s::text[]) ON CONFLICT (name) DO NOTHING"
+        ),
+        (queues,),
+    )
 
 
 def insert_jobs(
@@ -132,14 +146,11 @@ def insert_jobs(
     ]
     counts = Counter((j.queue, str(j.state)) for j in new)
     queues = sorted({j.queue for j in new})
-    if queues:
-        tx.conn.execute(
-            b.sql(
-                "INSERT INTO {S}.queues (name) SELECT unnest(%s::text[])"
-                " ON CONFLICT (name) DO NOTHING"
-            ),
-            (queues,),
-        )
+    if queues and deferred:  # committed apart: a new queue row must not wait for the caller
+        with b._write() as own:
+            _register(b, own, queues)
+    elif queues:
+        _register(b, tx, queues)
     tx.notify.update(queues)
     if not deferred:
         tx.events.extend(events)
@@ -147,7 +158,9 @@ def insert_jobs(
             tx.count(queue, None, state, n)
     elif new:
         with tx.conn.cursor() as cur:
-            cur.execute(b.sql("INSERT INTO {S}.events_pending (body) VALUES (%s)"), (orjson.dumps(events),))
+            cur.execute(
+                b.sql("INSERT INTO {S}.events_pending (body) VALUES (%s)"), (orjson.dumps(events),)
+            )
             cur.executemany(
                 b.sql("INSERT INTO {S}.counts_log (queue, state, d) VALUES (%s, %s, %s)"),
                 [(q, s, n) for (q, s), n in sorted(counts.items())],
@@ -170,10 +183,12 @@ def enqueue_on(
     if not conn.autocommit and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
         conn.execute("SELECT 1")  # begin the caller's implicit transaction: ours nests in it
     if now is None:
-        now = float(conn.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()[0])
+        now = float(one(conn.execute("SELECT extract(epoch FROM clock_timestamp())::float8"))[0])
     with conn.transaction():  # a SAVEPOINT inside the caller's transaction
         tx = Tx(conn)
         results = insert_jobs(b, tx, jobs, now, payloads, deferred=True)
         for queue in sorted(tx.notify):  # queued by the server, delivered at the caller's COMMIT
-            conn.execute("SELECT pg_notify(%s, %s)", (b.channel, queue if len(queue) < 2000 else ""))
+            conn.execute(
+                "SELECT pg_notify(%s, %s)", (b.channel, queue if len(queue) < 2000 else "")
+            )
     return results

@@ -70,8 +70,7 @@ class PgReads(PgStore):
         if not q.error and not q.text:
             total = self._read(f"SELECT count(*) FROM {{S}}.jobs WHERE {where}", p)[0][0]
             rows = self._read(
-                f"SELECT {COLS} FROM {{S}}.jobs WHERE {where} {order} LIMIT %(lim)s"
-                " OFFSET %(off)s",
+                f"SELECT {COLS} FROM {{S}}.jobs WHERE {where} {order} LIMIT %(lim)s OFFSET %(off)s",
                 p | {"lim": size, "off": offset},
             )
             return Page([Rec(tuple(r), True).job for r in rows], int(total), q.page, size)
@@ -84,14 +83,14 @@ class PgReads(PgStore):
             and (not q.text or _text_match(r[2], q.text.lower().encode()))
         ]
         chosen = rids[offset : offset + size]
-        rows = self._read(
-            f"SELECT {COLS} FROM {{S}}.jobs WHERE rid = ANY(%s) {order}", (chosen,)
-        )
+        rows = self._read(f"SELECT {COLS} FROM {{S}}.jobs WHERE rid = ANY(%s) {order}", (chosen,))
         return Page([Rec(tuple(r), True).job for r in rows], len(rids), q.page, size)
 
     def oldest_pending(self, queue: str) -> float | None:
         """Ready time (run_at, or created_at when run_at is 0) of the oldest pending job."""
-        sql = "SELECT min({}) FROM {{S}}.jobs WHERE queue = %s AND state = 'pending' AND run_at {} 0"
+        sql = (
+            "SELECT min({}) FROM {{S}}.jobs WHERE queue = %s AND state = 'pending' AND run_at {} 0"
+        )
         found = [
             self._read(sql.format(col, op), (queue,))[0][0]
             for col, op in (("run_at", "!="), ("created_at", "="))

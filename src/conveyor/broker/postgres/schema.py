@@ -169,5 +169,7 @@ def ensure_schema(conn: Any, schema: str, *, migrate: bool, where: str) -> tuple
                 conn.execute(sql)
             version += 1
         if found != version:
-            conn.execute(f"UPDATE {quote_ident(schema)}.schema_version SET version = %s", (version,))
+            conn.execute(
+                f"UPDATE {quote_ident(schema)}.schema_version SET version = %s", (version,)
+            )
         return found, version

@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 
 from ...config import Retention
-from .store import PgStore, Tx
+from .store import PgStore, Tx, one
 
 
 class _Part:
@@ -170,10 +170,14 @@ class PgCounters(_Part):
                 ),
                 (bucket, now + ttl),
             )
-            row = c.execute(
-                self._sql("SELECT body, expires_at FROM {S}.counters WHERE bucket = %s FOR UPDATE"),
-                (bucket,),
-            ).fetchone()
+            row = one(
+                c.execute(
+                    self._sql(
+                        "SELECT body, expires_at FROM {S}.counters WHERE bucket = %s FOR UPDATE"
+                    ),
+                    (bucket,),
+                )
+            )
             values: dict[str, float] = {} if row[1] <= now else orjson.loads(row[0])
             for key, amount in increments.items():
                 values[key] = values.get(key, 0.0) + amount

@@ -12,6 +12,7 @@ docs/architecture-postgres.md.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -33,6 +34,14 @@ EVENT_CHUNK = 500  # events per row of ``events``
 EVENT_TRIM = 256  # trim old event rows when the event number crosses a multiple of this
 T = TypeVar("T")
 _OPTIONS = {"schema", "migrate", "pool_size"}
+
+
+def one(cursor: psycopg.Cursor[Any]) -> Any:
+    """The single row a statement must return (``fetchone`` that never yields None)."""
+    row = cursor.fetchone()
+    if row is None:
+        raise BrokerUnavailable("PostgreSQL returned no row where one was expected")
+    return row
 
 
 class Tx:
@@ -139,20 +148,19 @@ class PgStore:
     def _failed(self, exc: psycopg.Error) -> BrokerUnavailable:
         """The Conveyor error for a connection-level failure; stale pool connections dropped."""
         if isinstance(exc, psycopg.OperationalError) and self._pool is not None:
-            try:
+            with contextlib.suppress(Exception):  # the check must not mask the original error
                 self._pool.check()
-            except Exception:  # the check itself must not mask the original error
-                pass
         return BrokerUnavailable(f"PostgreSQL {self._where()}: {exc}")
 
     def _read(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[Any]:
         """Run one read statement (autocommit); all its rows."""
         try:
             with self.pool().connection() as conn:
-                return conn.execute(self.sql(sql), params).fetchall()
+                rows: list[Any] = conn.execute(self.sql(sql), params).fetchall()
+                return rows
         except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
-            raise self._failed(exc) if isinstance(exc, psycopg.Error) else BrokerUnavailable(
-                str(exc)
+            raise (
+                self._failed(exc) if isinstance(exc, psycopg.Error) else BrokerUnavailable(str(exc))
             ) from exc
 
     @contextmanager
@@ -196,10 +204,12 @@ class PgStore:
         ).fetchall()
         if early:
             tx.events[:0] = [e for (body,) in early for e in orjson.loads(body)]
-        last = c.execute(
-            self.sql("UPDATE {S}.meta SET n = n + %s WHERE key = 'event' RETURNING n"),
-            (len(tx.events),),
-        ).fetchone()[0]
+        last = one(
+            c.execute(
+                self.sql("UPDATE {S}.meta SET n = n + %s WHERE key = 'event' RETURNING n"),
+                (len(tx.events),),
+            )
+        )[0]
         events = tx.events[-keep:] if keep > 0 else []
         first = last - len(events) + 1
         rows = [
@@ -226,7 +236,7 @@ class PgStore:
             " (queue, state) DO UPDATE SET n = {S}.counts.n + excluded.n RETURNING n"
         )
         for (queue, state), d in deltas:
-            totals[queue, state] = tx.conn.execute(upsert, (queue, state, d)).fetchone()[0]
+            totals[queue, state] = one(tx.conn.execute(upsert, (queue, state, d)))[0]
         for queue, state in sorted(tx.finished):
             cap = (
                 self.retention.completed_max
@@ -263,7 +273,9 @@ class PgStore:
     def resume(self, queue: str) -> None:
         """Undo ``pause`` (and wake the idle workers of the queue)."""
         with self._write() as tx:
-            tx.conn.execute(self.sql("UPDATE {S}.queues SET paused = false WHERE name = %s"), (queue,))
+            tx.conn.execute(
+                self.sql("UPDATE {S}.queues SET paused = false WHERE name = %s"), (queue,)
+            )
             tx.notify.add(queue)
 
     def paused_queues(self) -> set[str]:
@@ -276,9 +288,10 @@ class PgStore:
 
     def counts(self) -> dict[str, dict[str, int]]:
         """Jobs per queue per state, from the ``counts`` table (no scan of ``jobs``)."""
-        out = {r[0]: dict.fromkeys(map(str, JobState), 0) for r in self._read(
-            "SELECT name FROM {S}.queues"
-        )}
+        out = {
+            r[0]: dict.fromkeys(map(str, JobState), 0)
+            for r in self._read("SELECT name FROM {S}.queues")
+        }
         for queue, state, n in self._read(
             "SELECT queue, state, sum(n)::bigint FROM (SELECT queue, state, n FROM {S}.counts"
             " UNION ALL SELECT queue, state, d FROM {S}.counts_log) t GROUP BY queue, state"
@@ -325,7 +338,5 @@ class PgStore:
             listeners, self._listeners = self._listeners, []
             self._local = threading.local()
         for conn in listeners:
-            try:
+            with contextlib.suppress(Exception):  # a dead connection: nothing left to release
                 conn.close()
-            except Exception:  # a dead connection: nothing left to release
-                pass
