@@ -139,7 +139,7 @@ class PgStore:
                     min_size=1,
                     max_size=self.pool_size,
                     kwargs={"autocommit": True, "connect_timeout": 10},
-                    timeout=30.0,
+                    timeout=5.0,  # fail fast while the server is down (BrokerUnavailable)
                     open=True,
                     name=f"conveyor-{self.schema}",
                 )
