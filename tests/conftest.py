@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 from collections.abc import Iterator
 from pathlib import Path
@@ -78,6 +79,8 @@ def pg_server() -> Iterator[Any]:
     from tests.support import pg_proc
 
     if not pg_proc.available():
+        if os.environ.get("CONVEYOR_REQUIRE_POSTGRES", "") not in ("", "0"):  # CI: never skip
+            pytest.fail("CONVEYOR_REQUIRE_POSTGRES is set but PostgreSQL is not installed")
         pytest.skip("PostgreSQL server binaries (or psycopg) are not installed")
     server = pg_proc.PgServer()
     server.start()

@@ -114,6 +114,8 @@ def start_pg() -> Iterator[StartPg]:
     from tests.support import pg_proc
 
     if not pg_proc.available():
+        if os.environ.get("CONVEYOR_REQUIRE_POSTGRES", "") not in ("", "0"):  # CI: never skip
+            pytest.fail("CONVEYOR_REQUIRE_POSTGRES is set but PostgreSQL is not installed")
         pytest.skip("PostgreSQL server binaries (or psycopg) are not installed")
     started: list[Any] = []
 

@@ -53,6 +53,17 @@ def available() -> bool:
     return True
 
 
+def _children(pid: int) -> list[int]:
+    """Pids whose parent is ``pid`` (read from /proc: no procps needed)."""
+    out: list[int] = []
+    for stat in glob.glob("/proc/[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = Path(stat).read_text().rsplit(")", 1)[1].split()
+            if int(fields[1]) == pid:
+                out.append(int(stat.split("/")[2]))
+    return out
+
+
 class PgServer:
     """One private PostgreSQL cluster on loopback."""
 
@@ -145,10 +156,7 @@ class PgServer:
         pid = self.pid()
         if pid is None:
             return
-        children = subprocess.run(
-            ["pgrep", "-P", str(pid)], capture_output=True, text=True, check=False
-        ).stdout.split()
-        for p in [pid, *map(int, children)]:
+        for p in [pid, *_children(pid)]:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(p, signal.SIGKILL)
         deadline = time.monotonic() + 10
