@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("psycopg")
 
-from conveyor.broker.postgres.broker import PostgresBroker  # noqa: E402
+from conveyor.broker.postgres.broker import PostgresBroker
 
 
 @pytest.fixture
