@@ -74,23 +74,28 @@ def test_notify_fires_only_at_commit(pg: PostgresBroker, conn: Any, pg_server: A
         assert [n.payload for n in notes] == ["default"]
 
 
-def test_a_waiting_worker_wakes_at_commit_not_before(pg: PostgresBroker, conn: Any) -> None:
+def test_a_waiting_worker_wakes_at_commit_not_before(
+    pg: PostgresBroker, conn: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from conveyor.broker.postgres import reads
+
+    monkeypatch.setattr(reads, "SAFETY_POLL_S", 60.0)  # only the NOTIFY can wake it in time
     woke: list[float] = []
-    pg.wait_for_work(["default"], 0.01)  # LISTEN is set up (as after a first empty claim)
+    assert claim_ids(pg) == []  # an empty claim: this thread now LISTENs
 
     def wait() -> None:
-        pg.wait_for_work(["default"], 20.0)
+        pg.wait_for_work(["default"], 30.0)
         woke.append(time.monotonic())
 
     t = threading.Thread(target=wait)
-    t.start()
     pg.enqueue_in_transaction(conn, [job("j-wake")])
+    t.start()
     time.sleep(0.5)
     assert woke == []
     committed = time.monotonic()
     conn.commit()
-    t.join(20)
-    assert woke and woke[0] - committed < 5.0
+    t.join(30)
+    assert woke and woke[0] - committed < 10.0
     assert claim_ids(pg) == ["j-wake"]
 
 

@@ -48,7 +48,7 @@ def test_claim_and_search_use_their_indexes(pg: PostgresBroker, pg_server: Any) 
         s = "conveyor"
         cases = {
             "jobs_ready": (
-                f"SELECT rid FROM {s}.jobs WHERE queue = 'q3' AND state = 'pending'"
+                f"SELECT rid FROM {s}.jobs WHERE queue = 'q5' AND state = 'pending'"
                 " ORDER BY priority, seq LIMIT 10 FOR UPDATE SKIP LOCKED"
             ),
             "jobs_due": f"SELECT min(due_at) FROM {s}.jobs WHERE due_at IS NOT NULL",

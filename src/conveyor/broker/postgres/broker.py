@@ -182,6 +182,7 @@ class PostgresBroker(PgReads, Broker):
         empty claim reports ``next_due`` over all queues.
         """
         leases: list[Lease] = []
+        self._drain_notifies()  # LISTEN before claiming: a NOTIFY after it wakes the next wait
         with self._write() as tx:
             self._promote(tx, now, 1000)
             self._expire(tx, now, max_lost, 1000)

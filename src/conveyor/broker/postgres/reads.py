@@ -36,6 +36,14 @@ _SEARCH = {
 }  # indexed: id (prefix), state, task, queue, time; error and text are filtered in Python
 
 
+#: The total of a search filtered by state and/or queue only: from the counts (no scan).
+_COUNTED_TOTAL = (
+    "SELECT COALESCE(sum(n), 0) FROM (SELECT queue, state, n FROM {S}.counts UNION ALL"
+    " SELECT queue, state, d FROM {S}.counts_log) t WHERE state = COALESCE(%(state)s, state)"
+    " AND queue = COALESCE(%(queue)s, queue)"
+)
+
+
 class PgReads(PgStore):
     """The read-only job queries and ``wait_for_work`` of ``PostgresBroker``."""
 
@@ -68,7 +76,10 @@ class PgReads(PgStore):
         offset, size = (max(1, q.page) - 1) * q.page_size, q.page_size
         order = "ORDER BY created_at DESC, id DESC"
         if not q.error and not q.text:
-            total = self._read(f"SELECT count(*) FROM {{S}}.jobs WHERE {where}", p)[0][0]
+            counted = all(p[k] is None for k in _SEARCH if k not in ("state", "queue"))
+            total = self._read(
+                _COUNTED_TOTAL if counted else f"SELECT count(*) FROM {{S}}.jobs WHERE {where}", p
+            )[0][0]
             rows = self._read(
                 f"SELECT {COLS} FROM {{S}}.jobs WHERE {where} {order} LIMIT %(lim)s OFFSET %(off)s",
                 p | {"lim": size, "off": offset},
@@ -109,7 +120,7 @@ class PgReads(PgStore):
             conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
         except psycopg.Error:
             return None
-        local.listener, local.pid = conn, os.getpid()
+        local.listener, local.pid, local.primed = conn, os.getpid(), False
         with self._lock:
             self._listeners.append(conn)
         return conn
@@ -131,7 +142,7 @@ class PgReads(PgStore):
             return
         first = not getattr(self._local, "primed", False)
         self._local.primed = True
-        if first and self._has_ready(queues):  # LISTEN just began: earlier NOTIFYs were missed
+        if first and self._has_ready(queues):  # LISTEN began after this thread's last claim
             return
         while (remaining := deadline - time.monotonic()) > 0:
             try:
@@ -144,6 +155,18 @@ class PgReads(PgStore):
                 return
             if deadline - time.monotonic() > 0 and self._has_ready(queues):
                 return
+
+    def _drain_notifies(self) -> None:
+        """Before a claim: make sure this thread LISTENs, and discard the NOTIFYs already
+        received (the claim sees their jobs), so the connection's queue never grows."""
+        conn = self._listener()
+        if conn is None:
+            return
+        try:
+            for _ in conn.notifies(timeout=0):
+                pass
+        except psycopg.Error:
+            self._drop_listener(conn)
 
     def _drop_listener(self, conn: psycopg.Connection[Any]) -> None:
         self._local.listener = None
