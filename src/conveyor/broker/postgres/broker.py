@@ -120,7 +120,8 @@ class PostgresBroker(PgReads, Broker):
                 job.lease_expires_at if state is JobState.ACTIVE else None,
                 token,
                 job.finished_at if state in TERMINAL_STATES else None,
-                job.last_error,
+                # text cannot hold NUL; the envelope in ``payload`` keeps the exact error
+                job.last_error.replace("\x00", "\ufffd") if job.last_error else job.last_error,
                 rec.payload(),
                 rec.corrupt,
                 rec.rid,
