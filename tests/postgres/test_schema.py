@@ -83,3 +83,12 @@ def test_an_older_schema_migrates_only_when_asked(
         version = c.execute("SELECT version FROM conveyor.schema_version").fetchone()
         probe = c.execute("SELECT to_regclass('conveyor.jobs_probe')").fetchone()
     assert version == (pg_schema.SCHEMA_VERSION,) and probe[0] is not None
+
+
+def test_bad_url_options_are_named(pg_server: Any) -> None:
+    from conveyor import ValidationError
+
+    with pytest.raises(ValidationError, match="migrate"):
+        PostgresBroker.from_url(pg_server.url + "?migrate=maybe")
+    with pytest.raises(ValidationError, match="pool_size"):
+        PostgresBroker.from_url(pg_server.url + "?pool_size=lots")
