@@ -48,7 +48,6 @@ _CLAIM = (
     " 'pending', j.priority, j.run_at, j.created_at, j.finished_at, j.last_error, j.payload,"
     " picked.seq"
 )
-_FINISHED = "queue = %s AND state = %s AND finished_at IS NOT NULL"
 _NEXT_DUE = (
     "SELECT (SELECT min(due_at) FROM {S}.jobs WHERE due_at IS NOT NULL),"
     " (SELECT min(lease_at) FROM {S}.jobs WHERE lease_at IS NOT NULL)"
@@ -400,15 +399,6 @@ class PostgresBroker(PgReads, Broker):
         ids: Sequence[str] | None = None,
     ) -> int:
         """Delete terminal jobs in ``state`` (optionally by age, queue and ids)."""
-        if state not in TERMINAL_STATES:
-            raise ValueError("purge: only terminal states can be purged")
-        where = f"{_FINISHED} AND finished_at <= %s AND (%s::text[] IS NULL OR id = ANY(%s))"
-        cutoff = float("inf") if older_than is None else now - older_than
-        id_list = None if ids is None else [str(i) for i in ids]
-        with self._write() as tx:
-            names = [r[0] for r in tx.conn.execute(self.sql("SELECT name FROM {S}.queues"))]
-            return sum(
-                self._delete(tx, q, str(state), where, (q, str(state), cutoff, id_list, id_list))
-                for q in names
-                if queue is None or q == queue
-            )
+        from .maintenance import purge_jobs
+
+        return purge_jobs(self, now, state, older_than, queue, ids)

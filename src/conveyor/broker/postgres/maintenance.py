@@ -1,12 +1,14 @@
-"""Housekeeping of the PostgreSQL backend, run inside ``reap_expired``'s transaction: the
+"""Housekeeping of the PostgreSQL backend: inside ``reap_expired``'s transaction the
 completed / cancelled TTLs (``Retention``) and folding ``counts_log`` (the count deltas written
-by enqueues in callers' transactions) into ``counts``.
+by enqueues in callers' transactions) into ``counts``; and ``purge`` (operator deletes).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from ...core.state import TERMINAL_STATES, JobState
 from .store import Tx
 
 if TYPE_CHECKING:
@@ -39,3 +41,26 @@ def fold_counts(b: PostgresBroker, tx: Tx) -> None:
     ).fetchall()
     for queue, state, d in rows:
         tx.deltas[queue, state] = tx.deltas.get((queue, state), 0) + int(d)
+
+
+def purge_jobs(
+    b: PostgresBroker,
+    now: float,
+    state: JobState,
+    older_than: float | None,
+    queue: str | None,
+    ids: Sequence[str] | None,
+) -> int:
+    """``PostgresBroker.purge``: delete terminal jobs in ``state`` (by age, queue and ids)."""
+    if state not in TERMINAL_STATES:
+        raise ValueError("purge: only terminal states can be purged")
+    where = f"{_FINISHED} AND finished_at <= %s AND (%s::text[] IS NULL OR id = ANY(%s))"
+    cutoff = float("inf") if older_than is None else now - older_than
+    id_list = None if ids is None else [str(i) for i in ids]
+    with b._write() as tx:
+        names = [r[0] for r in tx.conn.execute(b.sql("SELECT name FROM {S}.queues"))]
+        return sum(
+            b._delete(tx, q, str(state), where, (q, str(state), cutoff, id_list, id_list))
+            for q in names
+            if queue is None or q == queue
+        )
