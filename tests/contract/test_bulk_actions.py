@@ -20,7 +20,7 @@ def states(app: Conveyor, ids: list[str]) -> list[JobState]:
 
 
 def test_bulk_run_now_on_selected_jobs(app: Conveyor, clock: FakeClock) -> None:
-    ids = [app.enqueue("t", delay=600).id for _ in range(3)]
+    ids = [app.runtime.enqueue("t", delay=600).id for _ in range(3)]
     op = Operator(app, actor="ops", source="test")
     result = op.bulk("run_now", ids=[*ids[:2], "no-such-job"])
     assert (result.matched, result.done, result.truncated) == (3, 2, False)
@@ -37,7 +37,7 @@ def test_bulk_on_every_search_result(app: Conveyor, clock: FakeClock) -> None:
 
     for i in range(4):
         doomed.enqueue(i)
-    keep = app.enqueue("other", delay=60).id
+    keep = app.runtime.enqueue("other", delay=60).id
     app.worker().run_until_idle()
     op = Operator(app, actor="ops")
     filters = {"task": "doomed", "state": "dead_letter"}
@@ -56,7 +56,7 @@ def test_bulk_on_every_search_result(app: Conveyor, clock: FakeClock) -> None:
 def test_bulk_is_bounded(app: Conveyor, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(actions, "BULK_LIMIT", 3)
     monkeypatch.setattr(actions, "BULK_BATCH", 2)
-    ids = [app.enqueue("t", delay=60).id for _ in range(5)]
+    ids = [app.runtime.enqueue("t", delay=60).id for _ in range(5)]
     result = Operator(app).bulk("run_now", filters={"task": "t"})
     assert (result.matched, result.done, result.truncated) == (3, 3, True)
     assert states(app, ids).count(JobState.PENDING) == 3
@@ -87,7 +87,7 @@ def test_bulk_refuses_bad_input(app: Conveyor, kwargs: dict[str, object], field:
 
 
 def test_delete_unfinished_is_opt_in(app: Conveyor) -> None:
-    job = app.enqueue("t")
+    job = app.runtime.enqueue("t")
     op = Operator(app)
     assert not op.delete(job.id), "the API's delete stays finished-only"
     assert op.delete(job.id, unfinished=True)

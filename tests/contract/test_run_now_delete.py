@@ -22,7 +22,7 @@ def retrying_job(app: Conveyor, broker: Broker) -> str:
 
 
 def test_run_now_makes_a_scheduled_job_due(app: Conveyor, broker: Broker, clock: FakeClock) -> None:
-    job = app.enqueue("t", delay=3600)
+    job = app.runtime.enqueue("t", delay=3600)
     assert broker.claim(["default"], clock.now(), limit=1) == []
     assert broker.run_now(job.id, clock.now())
     snap = broker.get(job.id)
@@ -43,10 +43,10 @@ def test_run_now_of_a_retrying_job_keeps_attempts(
 
 
 def test_run_now_refuses_other_states(app: Conveyor, broker: Broker, clock: FakeClock) -> None:
-    pending = app.enqueue("t")
-    running = app.enqueue("t", priority=-1)
+    pending = app.runtime.enqueue("t")
+    running = app.runtime.enqueue("t", priority=-1)
     broker.claim(["default"], clock.now(), limit=1, visibility_timeout=3600)
-    cancelled = app.enqueue("t", delay=60)
+    cancelled = app.runtime.enqueue("t", delay=60)
     app.cancel(cancelled.id)
     for job_id in (pending.id, running.id, cancelled.id, "no-such-job"):
         assert not broker.run_now(job_id, clock.now()), job_id
@@ -58,9 +58,9 @@ def test_delete_removes_any_job_that_is_not_running(
     app: Conveyor, broker: Broker, clock: FakeClock
 ) -> None:
     retrying = retrying_job(app, broker)
-    pending = app.enqueue("t").id
-    scheduled = app.enqueue("t", delay=60).id
-    cancelled = app.enqueue("t", delay=60).id
+    pending = app.runtime.enqueue("t").id
+    scheduled = app.runtime.enqueue("t", delay=60).id
+    cancelled = app.runtime.enqueue("t", delay=60).id
     app.cancel(cancelled)
     for job_id in (retrying, pending, scheduled, cancelled):
         assert broker.delete_job(job_id, clock.now()), job_id
@@ -72,7 +72,7 @@ def test_delete_removes_any_job_that_is_not_running(
 
 
 def test_delete_refuses_a_running_job(app: Conveyor, broker: Broker, clock: FakeClock) -> None:
-    job = app.enqueue("t")
+    job = app.runtime.enqueue("t")
     lease = broker.claim(["default"], clock.now(), limit=1)[0]
     assert not broker.delete_job(job.id, clock.now())
     from conveyor.broker.base import Ack
