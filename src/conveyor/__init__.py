@@ -26,6 +26,7 @@ if TYPE_CHECKING:
         ConveyorError,
         DuplicateJob,
         IllegalTransition,
+        JobCancelled,
         JobNotFound,
         JobTimeout,
         LeaseLost,
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
     from .handles import Delivery, JobHandle
     from .middleware import Middleware
     from .task import JobSpec, Task
+    from .worker.jobctx import JobContext, current_job
     from .worker.logs import configure_logging
 
 # public name -> submodule that defines it
@@ -63,6 +65,7 @@ _EXPORTS = {
     "IllegalTransition": ".errors",
     "JobNotFound": ".errors",
     "JobTimeout": ".errors",
+    "JobCancelled": ".errors",
     "LeaseLost": ".errors",
     "PayloadTooLarge": ".errors",
     "PermanentError": ".errors",
@@ -75,6 +78,8 @@ _EXPORTS = {
     "JobSpec": ".task",
     "Task": ".task",
     "configure_logging": ".worker.logs",
+    "current_job": ".worker.jobctx",  # issue 16
+    "JobContext": ".worker.jobctx",
 }
 
 __all__ = [
@@ -92,6 +97,8 @@ __all__ = [
     "FakeClock",
     "IllegalTransition",
     "Job",
+    "JobCancelled",
+    "JobContext",
     "JobHandle",
     "JobNotFound",
     "JobSpec",
@@ -109,6 +116,7 @@ __all__ = [
     "UnknownTask",
     "ValidationError",
     "configure_logging",
+    "current_job",
     "default_middleware",
 ]
 

@@ -280,7 +280,9 @@ class Conveyor:
 
     # ------------------------------------------------------------------ admin
     def cancel(self, job_id: str) -> bool:
-        """Cancel a job that has not started; False if it is running or finished."""
+        """Cancel a job: a waiting one at once; a RUNNING one is stopped by the worker holding
+        its lease (within about a second) and ends ``cancelled``, never retried. False if it
+        is finished or unknown (see docs/operations.md)."""
         return admin.cancel(self.runtime, job_id)
 
     def requeue_dead(self, job_id: str) -> bool:

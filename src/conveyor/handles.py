@@ -50,6 +50,14 @@ class JobHandle(Job):
             setattr(self, name, getattr(fresh, name))
         return self
 
+    @property
+    def progress(self) -> dict[str, Any] | None:
+        """The job's last ``current_job().progress()`` report (``fraction``, ``message``,
+        ``attempt``, ``at``), read from the broker on each access; None before any (issue 16)."""
+        from .broker.jobdocs import read_progress
+
+        return read_progress(self._app.broker, self.id, self._app.now())
+
 
 class Delivery:
     """A low-level leased job (SQS style): ``ack()``, ``nack(delay)``, ``extend(seconds)``."""

@@ -19,6 +19,7 @@ from typing import Any
 from ..core.job import validate_queue_name
 from ..errors import ValidationError
 from ..worker import control
+from ..worker.jobctx import progress_text, read_progress
 from .actions import Operator
 from .history import RANGES, read_history
 from .inspect import Inspector
@@ -27,6 +28,8 @@ from .metrics import flush_local
 #: The states ``clear_queue`` deletes.
 CLEARABLE = ("pending", "scheduled", "retry_scheduled")
 
+
+PROGRESS_SHOWN = 20  # running jobs per worker whose progress the workers page shows
 
 def worker_rows(inspector: Inspector) -> list[dict[str, Any]]:
     """Live workers, each with ``jobs`` (id, task, queue, started_at, runtime) and ``command``."""
@@ -37,7 +40,9 @@ def worker_rows(inspector: Inspector) -> list[dict[str, Any]]:
         jobs = [j for j in (w.get("jobs") or []) if isinstance(j, dict)]
         if not jobs:  # an older worker: ids only
             jobs = [{"id": str(i)} for i in w["running"]]
-        for job in jobs:
+        for i, job in enumerate(jobs):
+            if i < PROGRESS_SHOWN:  # read live (not from the heartbeat): the page polls
+                job["progress"] = progress_text(read_progress(rt.broker, str(job["id"]), now))
             started = job.get("started_at")
             if isinstance(started, int | float) and not isinstance(started, bool):
                 job["runtime"] = max(0.0, now - started)

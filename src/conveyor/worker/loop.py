@@ -36,9 +36,11 @@ from ..errors import BrokerConfigError
 from ..middleware import Around, Middleware, emit
 from ..outage import OutageLog
 from ..runtime import HasRuntime, Runtime, as_runtime
+from .cancel import CANCELLED, stop_job
 from .execute import OK, Outcome, call_inline, hooked, outcome_of_call, precheck, reported
 from .executors import Executor, make_executor
 from .helpers import Wiring, broker_accepts, start_helpers, stop_helpers
+from .jobctx import JobBoard
 from .mainguard import UnguardedMain, exit_unguarded, explain, in_bootstrapping_child
 from .presence import describe
 from .procutil import EXIT_CONFIG as EXIT_CONFIG
@@ -113,6 +115,7 @@ class Worker:
         self._finished.set()
         self._slots = Slots(self.concurrency)
         self._done: queue.SimpleQueue[tuple[Running, Outcome] | None] = queue.SimpleQueue()
+        self.board = JobBoard(rt.broker, rt.now)  # current_job() contexts and their progress
         self._executors: dict[str, Executor] = {}
         self._watchdog: Watchdog | None = None
         self._run_thread: int | None = None
@@ -184,6 +187,15 @@ class Worker:
             assert rejected is not None
             return rejected
         emit(self.runtime.middleware, "before_process", self, job)
+        run = Running(lease, task, "inline", None)
+        self.board.add([run])  # current_job() works inline too (no cancelling: no watcher)
+        try:
+            return self._execute(lease, task, now)
+        finally:
+            self.board.remove([run])
+
+    def _execute(self, lease: Lease, task: Any, now: float) -> Outcome:
+        job = lease.job
         timeout = effective_timeout(task, job)
         around = Around.of(self, self.runtime.middleware)
         if timeout:  # enforced as on the thread executor (see worker/inline.py)
@@ -338,6 +350,8 @@ class Worker:
             heartbeat_interval=rt.settings.heartbeat_interval,
             warm_pool=(lambda: self._executor("process").submit([])) if pool else None,
             on_command=self._on_command,
+            on_cancel=self._on_cancel,
+            board=self.board,
         )
 
     # ------------------------------------------------------------------ claim loop
@@ -433,6 +447,7 @@ class Worker:
             self._done.put((run, outcome))
         if refused:
             runs = [r for r in runs if r.executor != "none"]
+        self.board.add(runs)
         before = hooked(self.runtime.middleware, "before_process")
         around = Around.of(self, self.runtime.middleware)
         if before or around is not None:
@@ -490,6 +505,7 @@ class Worker:
             log.info("worker %s: %d jobs done (limit %d): recycling", self.id, done, self.max_jobs)
             self.exit_code = EXIT_RECYCLE
             self._stopping.set()
+        self.board.remove(runs)  # their last progress is written, their contexts dropped
         self._slots.recorded(runs)
 
     def _pool_unusable(self, exc: UnguardedMain) -> None:
@@ -501,7 +517,13 @@ class Worker:
         log.error("worker %s: the process pool cannot start: %s", self.id, explain())
         self.stop_now(EXIT_CONFIG)
 
-    # ------------------------------------------------------------------ timeouts, leases
+    # ------------------------------------------------------------------ timeouts, cancels
+    def _on_cancel(self, run: Running) -> None:
+        """An operator cancelled this running job (worker/cancel.py): stop it."""
+        if stop_job(run, self._executors.get(run.executor)):  # it never started
+            self._done.put((run, CANCELLED))
+            self._slots.freed()
+
     def _on_deadline(self, run: Running) -> None:
         self._executors[run.executor].interrupt(run)
 

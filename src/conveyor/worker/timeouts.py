@@ -44,9 +44,10 @@ def _async_exc_functions() -> tuple[Any, Any]:
     return _async_exc
 
 
-def inject_timeout(thread_ident: int) -> bool:
-    """Schedule ``JobTimeout`` to be raised in the thread ``thread_ident``; True if it exists."""
-    return bool(_async_exc_functions()[0](thread_ident, JobTimeout))
+def inject_timeout(thread_ident: int, exc_type: type[BaseException] = JobTimeout) -> bool:
+    """Schedule ``exc_type`` (``JobTimeout``; ``JobCancelled`` for a cancel) to be raised in
+    the thread ``thread_ident``; True if it exists."""
+    return bool(_async_exc_functions()[0](thread_ident, exc_type))
 
 
 def clear_async_exception() -> None:
