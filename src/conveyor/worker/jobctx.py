@@ -6,10 +6,10 @@ Inside a handler, ``current_job()`` returns a ``JobContext``: ``id``, ``attempt`
 
 Progress is stored beside the job (the side store's ``job_progress`` collection, one document
 per job id: ``broker/jobdocs.py``) where ``job.progress``, the dashboard's job page and the
-/workers page read it. A report never touches the broker on the handler's thread: it only replaces the job's
-latest value, and the worker's job watcher (``cancel.JobWatcher``) writes the latest value of
-each job at most once per ``PROGRESS_INTERVAL`` seconds (``ProgressThrottle``), plus once when
-the job ends — so a tight loop reporting a million times costs a handful of writes.
+/workers page read it. A report never touches the broker on the handler's thread: it only
+replaces the job's latest value, and the worker's job watcher (``cancel.JobWatcher``) writes the
+latest value of each job at most once per ``PROGRESS_INTERVAL`` seconds (``ProgressThrottle``),
+plus once when the job ends, so a tight loop reporting a million times costs a handful of writes.
 
 The worker registers a context for each job it starts (``JobBoard``); ``current_job()`` finds it
 through the log job context (``worker/logs.py``), which every executor sets. In a process-pool
