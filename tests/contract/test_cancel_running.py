@@ -127,9 +127,15 @@ def test_progress_is_throttled_and_readable(app: Conveyor, clock: FakeClock) -> 
 
 @pytest.mark.parametrize(
     ("fraction", "message", "field"),
-    [(1.5, "", "fraction"), (-0.1, "", "fraction"), (float("nan"), "", "fraction"),
-     (True, "", "fraction"), ("0.5", "", "fraction"), (0.5, 7, "message")],
-)  # fmt: skip
+    [
+        (1.5, "", "fraction"),
+        (-0.1, "", "fraction"),
+        (float("nan"), "", "fraction"),
+        (True, "", "fraction"),
+        ("0.5", "", "fraction"),
+        (0.5, 7, "message"),
+    ],
+)
 def test_bad_progress_is_a_validation_error(
     app: Conveyor, clock: FakeClock, fraction: object, message: object, field: str
 ) -> None:

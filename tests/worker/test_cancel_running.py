@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 from conveyor import Conveyor, JobCancelled, JobState, current_job
+from conveyor.worker.loop import EXIT_STUCK
 from tests.worker.apps import funcs
 from tests.worker.conftest import running, wait_until
 
@@ -91,6 +92,37 @@ def test_thread_job_can_poll_ctx_cancelled(live_app: Conveyor) -> None:
         _cancel_and_time(app, job)
         assert observed.wait(2)
         _never_retried(job)
+
+
+def test_thread_job_blocked_in_c_is_recorded_cancelled_after_the_grace(
+    live_app: Conveyor,
+) -> None:
+    app = live_app  # timeout_grace is 0.5 s in these tests
+    gate = threading.Event()
+    started = threading.Event()
+
+    @app.task(max_attempts=5)
+    def blocked() -> None:
+        started.set()
+        gate.wait(30)  # one C call: JobCancelled cannot get in until it returns
+
+    @app.task
+    def other() -> None:
+        gate.wait(30)
+
+    job = blocked.enqueue()
+    with running(app, concurrency=2) as worker:
+        assert started.wait(5)
+        bystander = other.enqueue()
+        wait_until(lambda: bystander.refresh().state is JobState.ACTIVE, timeout=3)
+        elapsed = _cancel_and_time(app, job)
+        assert elapsed < CANCEL_DEADLINE + 0.5, f"took {elapsed:.2f}s"
+        # as for a timeout: the thread cannot be killed, so the process is recycled and the
+        # other running job is given back
+        wait_until(lambda: worker.exit_code == EXIT_STUCK, timeout=3)
+        wait_until(lambda: bystander.refresh().state is JobState.PENDING, timeout=3)
+        _never_retried(job)
+    gate.set()
 
 
 def test_async_job_is_cancelled(live_app: Conveyor) -> None:

@@ -186,9 +186,8 @@ class Inspector:
             **job_dict(job),
             "timeline": timeline(job, [e.to_dict() for e in job_events(self.broker, job_id)]),
             "progress": jobdocs.read_progress(self.broker, job_id, now),  # current_job().progress()
-            "cancel_requested": jobdocs.cancel_requested(self.broker, {job_id}, now)
-            if job.state is JobState.ACTIVE
-            else False,
+            "cancel_requested": job.state is JobState.ACTIVE
+            and bool(jobdocs.cancel_requested(self.broker, {job_id}, now)),
         }
 
     def dead_letters(

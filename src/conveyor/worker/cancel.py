@@ -63,6 +63,7 @@ def stop_job(run: Running, executor: Executor | None) -> bool:
         if run.cancel_requested or run.settled:
             return False
         run.cancel_requested = True
+        run.cancelled_at = time.monotonic()  # the watchdog's grace counts from here
         queued = run.phase == QUEUED
     log.info("job %s (%s): cancelled by an operator: stopping it", run.job.id, run.job.task)
     if queued and run.settle():

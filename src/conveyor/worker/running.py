@@ -27,6 +27,7 @@ class Running:
     __slots__ = (
         "around",
         "cancel_requested",
+        "cancelled_at",
         "claimed",
         "deadline",
         "executor",
@@ -66,6 +67,7 @@ class Running:
         self.phase = QUEUED
         self.interrupted = False  # the timeout fired (or a cancel came) and the executor was told
         self.cancel_requested = False  # an operator cancelled it while it ran (worker/cancel.py)
+        self.cancelled_at: float | None = None  # monotonic time of that request
         self.stuck = False  # it ignored the interruption past the grace period
         self.lost = False  # the broker said the lease is gone; outcome will be discarded
         self.lost_announced = False  # the lease-lost warning and hook happened
