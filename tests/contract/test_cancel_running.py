@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import pytest
 
-from conveyor import Conveyor, FakeClock, JobState, LeaseLost, ValidationError
+from conveyor import Conveyor, FakeClock, JobState, LeaseLost, ValidationError, current_job
 from conveyor.broker.base import Ack, Lease
 from conveyor.broker.jobdocs import cancel_requested
 from conveyor.worker.jobctx import PROGRESS_INTERVAL, JobBoard
+from conveyor.worker.logs import job_context
 from conveyor.worker.running import Running
 
 
@@ -103,8 +104,15 @@ def test_progress_is_throttled_and_readable(app: Conveyor, clock: FakeClock) -> 
     board.add([run])
     from conveyor.worker import jobctx
 
-    ctx = jobctx._contexts[job.id]
+    ctx = board.context(run)
     assert (ctx.id, ctx.attempt, ctx.task, ctx.queue) == (job.id, 1, "t", "default")
+    token = job_context.set(lease.job)  # what every executor sets around a handler
+    try:
+        assert current_job() is ctx and not ctx.cancelled
+    finally:
+        job_context.reset(token)
+    with pytest.raises(RuntimeError, match="only available inside a job handler"):
+        current_job()
     for i in range(10_000):  # a tight loop: nothing is written by the reports themselves
         ctx.progress(i / 10_000, f"step {i}")
     assert job.progress is None
@@ -122,7 +130,7 @@ def test_progress_is_throttled_and_readable(app: Conveyor, clock: FakeClock) -> 
     ctx.progress(1.0, "done")
     board.remove([run])  # the job ended: its last report is written at once
     assert job.progress["fraction"] == 1.0 and job.progress["message"] == "done"
-    assert job.id not in jobctx._contexts
+    assert job.id not in jobctx._active
 
 
 @pytest.mark.parametrize(
@@ -141,9 +149,8 @@ def test_bad_progress_is_a_validation_error(
 ) -> None:
     job = app.enqueue("t")
     board = JobBoard(app.broker, clock.now)
-    board.add([Running(_claim(app, clock.now()), None, "thread", None)])
-    from conveyor.worker import jobctx
-
+    ctx = board.context(Running(_claim(app, clock.now()), None, "thread", None))
+    assert ctx.id == job.id
     with pytest.raises(ValidationError) as err:
-        jobctx._contexts[job.id].progress(fraction, message)  # type: ignore[arg-type]
+        ctx.progress(fraction, message)  # type: ignore[arg-type]
     assert err.value.field == field

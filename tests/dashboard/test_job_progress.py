@@ -67,15 +67,19 @@ def test_cli_cancels_a_running_job(dash_app: Conveyor) -> None:
     import sys
     import types
 
-    from tests.cli.conftest import run_json
+    from tests.cli.conftest import run, run_json
 
     job_id = _running(dash_app)
     module = types.ModuleType("jobctx_cli_app")
     module.app = dash_app  # type: ignore[attr-defined]
     sys.modules["jobctx_cli_app"] = module
     try:
+        shown = run("job", job_id, "--app", "jobctx_cli_app:app").output
         out = run_json("cancel", job_id, "--app", "jobctx_cli_app:app")
+        after = run("job", job_id, "--app", "jobctx_cli_app:app").output
     finally:
         del sys.modules["jobctx_cli_app"]
+    assert "40% resized 2 of 5" in shown and "requested" not in shown
     assert out == {"done": [job_id], "refused": []}
+    assert "requested: its worker is stopping it" in after
     assert cancel_requested(dash_app.broker, {job_id}, dash_app.now()) == {job_id}

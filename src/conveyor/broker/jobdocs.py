@@ -49,3 +49,15 @@ def cancel_requested(side: SideStores, job_ids: Collection[str], now: float) -> 
 def forget_cancel(side: SideStores, job_id: str) -> None:
     """Drop the request for ``job_id`` (it was honoured, or the job is requeued)."""
     side.docs.delete(CANCEL_COLLECTION, job_id)
+
+
+def progress_text(doc: dict[str, Any] | None) -> str | None:
+    """``"40% resized 2 of 5"`` for a stored progress document (None: no progress)."""
+    if not doc:
+        return None
+    fraction = doc.get("fraction")
+    if isinstance(fraction, bool) or not isinstance(fraction, int | float):
+        return None
+    message = doc.get("message")
+    text = f"{round(float(fraction) * 100)}%"
+    return f"{text} {message}" if isinstance(message, str) and message else text

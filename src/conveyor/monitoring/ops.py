@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..broker.jobdocs import progress_text, read_progress
 from ..core.job import validate_queue_name
 from ..errors import ValidationError
 from ..worker import control
-from ..worker.jobctx import progress_text, read_progress
 from .actions import Operator
 from .history import RANGES, read_history
 from .inspect import Inspector
@@ -30,6 +30,7 @@ CLEARABLE = ("pending", "scheduled", "retry_scheduled")
 
 
 PROGRESS_SHOWN = 20  # running jobs per worker whose progress the workers page shows
+
 
 def worker_rows(inspector: Inspector) -> list[dict[str, Any]]:
     """Live workers, each with ``jobs`` (id, task, queue, started_at, runtime) and ``command``."""

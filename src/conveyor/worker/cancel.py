@@ -154,4 +154,3 @@ class JobWatcher:
             spent = time.monotonic() - began
             if spent > self.interval:  # a slow broker: do not add to its load
                 self._stop.wait(min(5.0, spent))
-

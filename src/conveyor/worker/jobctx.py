@@ -40,8 +40,10 @@ log = logging.getLogger("conveyor.worker")
 PROGRESS_INTERVAL = 0.5  # at most one progress write per job per this many seconds
 MAX_MESSAGE = 1000  # characters of a progress message that are kept
 
-#: the contexts of the jobs running in this process, by job id (``JobBoard`` fills it)
-_contexts: dict[str, JobContext] = {}
+#: the jobs running in this process (job id -> its attempt and its worker's board): filled by
+#: ``JobBoard.add`` and emptied by ``remove`` (plain dict operations: a few hundred ns per job);
+#: a ``JobContext`` is only built when the handler calls ``current_job()``
+_active: dict[str, tuple[Running, JobBoard]] = {}
 
 
 class ProgressThrottle:
@@ -139,22 +141,33 @@ class JobBoard:
         self._mine: dict[str, JobContext] = {}
 
     def add(self, runs: Iterable[Running]) -> None:
-        """Jobs about to start: make their contexts findable by ``current_job()``."""
+        """Jobs about to start: make them findable by ``current_job()``."""
+        for run in runs:
+            _active[run.job.id] = (run, self)
+
+    def context(self, run: Running) -> JobContext:
+        """The context of ``run`` (built on the handler's first ``current_job()`` call)."""
         with self.lock:
-            for run in runs:
-                ctx = JobContext(run.job, run, self)
-                self._mine[ctx.id] = _contexts[ctx.id] = ctx
+            ctx = self._mine.get(run.job.id)
+            if ctx is None or ctx._run is not run:
+                ctx = self._mine[run.job.id] = JobContext(run.job, run, self)
+            return ctx
 
     def remove(self, runs: Iterable[Running]) -> None:
         """Jobs that ended: write their last progress now and forget them."""
         ended: list[JobContext] = []
-        with self.lock:
-            for run in runs:
-                ctx = self._mine.pop(run.job.id, None)
-                if ctx is not None and ctx._run is run:
-                    ended.append(ctx)
-                    if _contexts.get(ctx.id) is ctx:
-                        del _contexts[ctx.id]
+        mine = self._mine
+        for run in runs:
+            key = run.job.id
+            entry = _active.get(key)
+            if entry is not None and entry[0] is run:
+                del _active[key]
+            if mine:  # only jobs whose handler called current_job()
+                with self.lock:
+                    ctx = mine.get(key)
+                    if ctx is not None and ctx._run is run:
+                        del mine[key]
+                        ended.append(ctx)
         if ended:
             self._write(ended, self.now(), force=True)
 
@@ -188,19 +201,7 @@ def current_job() -> JobContext:
     job = job_context.get()
     if job is None:
         raise RuntimeError("current_job() is only available inside a job handler")
-    ctx = _contexts.get(job.id)
-    if ctx is not None:
-        return ctx
+    entry = _active.get(job.id)
+    if entry is not None:
+        return entry[1].context(entry[0])
     return JobContext(job, None, None)  # detached: a process child, or a handler called by hand
-
-
-def progress_text(doc: dict[str, Any] | None) -> str | None:
-    """``"40% resized 2 of 5"`` for a stored progress document (None: no progress)."""
-    if not doc:
-        return None
-    fraction = doc.get("fraction")
-    if isinstance(fraction, bool) or not isinstance(fraction, int | float):
-        return None
-    message = doc.get("message")
-    text = f"{round(float(fraction) * 100)}%"
-    return f"{text} {message}" if isinstance(message, str) and message else text
