@@ -83,3 +83,20 @@ def test_cli_cancels_a_running_job(dash_app: Conveyor) -> None:
     assert out == {"done": [job_id], "refused": []}
     assert "requested: its worker is stopping it" in after
     assert cancel_requested(dash_app.broker, {job_id}, dash_app.now()) == {job_id}
+
+
+def test_hostile_progress_messages_are_escaped(
+    browser_client: tuple[TestClient, str], dash_app: Conveyor
+) -> None:
+    from tests.support.hostile import HOSTILE_TEXT
+
+    client, _ = browser_client
+    job_id = _running(dash_app)
+    jobs = [{"id": job_id, "task": "add", "queue": "default", "started_at": dash_app.now()}]
+    fake_worker(dash_app, running=[job_id], jobs=jobs)
+    for text in HOSTILE_TEXT.values():
+        value = {"fraction": 0.5, "message": text[:1000], "attempt": 1, "at": dash_app.now()}
+        write_progress(dash_app.broker, job_id, value, dash_app.now())
+        for html in (client.get(f"/jobs/{job_id}").text, client.get("/fragments/workers").text):
+            assert "<script>alert" not in html and "<img src=x" not in html
+            assert "50%" in html
