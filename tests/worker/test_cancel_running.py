@@ -191,3 +191,31 @@ def test_progress_is_visible_while_the_job_runs(live_app: Conveyor) -> None:
         assert job.refresh().state is JobState.ACTIVE
         gate.set()
         wait_until(lambda: job.refresh().state is JobState.COMPLETED, timeout=5)
+
+
+def test_a_backend_without_cancel_running_dead_letters_instead(tmp_path: Any) -> None:
+    """A backend written before issue 16 (``JobStore.cancel_running`` not overridden): the
+    cancelled job is dead-lettered (kind permanent, type JobCancelled), never retried."""
+    from conveyor.broker.base import JobStore
+    from conveyor.broker.memory import MemoryBroker
+    from conveyor.config import Settings
+    from tests.worker.conftest import FAST
+
+    class OldBroker(MemoryBroker):
+        cancel_running = JobStore.cancel_running
+
+    app = Conveyor(OldBroker(), settings=Settings(**FAST))  # type: ignore[arg-type]
+    started = threading.Event()
+
+    @app.task(max_attempts=5)
+    def busy() -> None:
+        started.set()
+        while True:
+            time.sleep(0.01)
+
+    job = busy.enqueue()
+    with running(app):
+        assert started.wait(5)
+        assert app.cancel(job.id)
+        wait_until(lambda: job.refresh().state is JobState.DEAD_LETTER, timeout=5)
+    assert job.attempts == 1 and job.errors[-1]["type"] == "JobCancelled"

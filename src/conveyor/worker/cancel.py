@@ -41,6 +41,7 @@ from .running import QUEUED
 
 if TYPE_CHECKING:
     from ..broker.side import SideStores
+    from ..core.state import JobState
     from .executors import Executor
     from .jobctx import JobBoard
     from .recorder import Recorder
@@ -79,9 +80,7 @@ def record_cancelled(recorder: Recorder, run: Running, now: float) -> str:
     note = f"cancelled while running on {recorder.worker_id}"
     try:
         state = recorder._retrying(
-            "cancel_running",
-            lambda: broker.cancel_running(job.id, run.token, now, note=note),
-            [run],
+            "cancel_running", lambda: _write(recorder, run, now, note), [run]
         )
     except LeaseLost:
         return "lease_lost"
@@ -93,6 +92,23 @@ def record_cancelled(recorder: Recorder, run: Running, now: float) -> str:
     with contextlib.suppress(Exception):  # best effort: the request expires anyway
         forget(broker, job.id)
     return "cancelled"
+
+
+def _write(recorder: Recorder, run: Running, now: float, note: str) -> JobState:
+    job, broker = run.job, recorder.broker
+    try:
+        return broker.cancel_running(job.id, run.token, now, note=note)
+    except NotImplementedError:  # a backend from before issue 16: never retried all the same
+        error = {
+            "attempt": job.attempts,
+            "kind": "permanent",
+            "type": "JobCancelled",
+            "message": f"{note} ({type(broker).__name__} cannot record 'cancelled')",
+            "traceback": "",
+            "worker": recorder.worker_id,
+            "at": now,
+        }
+        return broker.fail(job.id, run.token, now, error=error, retry_at=None)
 
 
 class JobWatcher:
