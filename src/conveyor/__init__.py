@@ -26,6 +26,7 @@ if TYPE_CHECKING:
         ConveyorError,
         DuplicateJob,
         IllegalTransition,
+        JobCancelled,
         JobFailed,
         JobNotFound,
         JobTimeout,
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
     from .handles import Delivery, JobHandle
     from .middleware import Middleware
     from .task import JobSpec, Task
+    from .worker.jobctx import JobContext, current_job
     from .worker.logs import configure_logging
 
 # public name -> submodule that defines it
@@ -66,6 +68,7 @@ _EXPORTS = {
     "JobFailed": ".errors",
     "JobNotFound": ".errors",
     "JobTimeout": ".errors",
+    "JobCancelled": ".errors",
     "LeaseLost": ".errors",
     "PayloadTooLarge": ".errors",
     "PermanentError": ".errors",
@@ -79,6 +82,8 @@ _EXPORTS = {
     "JobSpec": ".task",
     "Task": ".task",
     "configure_logging": ".worker.logs",
+    "current_job": ".worker.jobctx",  # issue 16
+    "JobContext": ".worker.jobctx",
 }
 
 __all__ = [
@@ -96,6 +101,8 @@ __all__ = [
     "FakeClock",
     "IllegalTransition",
     "Job",
+    "JobCancelled",
+    "JobContext",
     "JobFailed",
     "JobHandle",
     "JobNotFound",
@@ -115,6 +122,7 @@ __all__ = [
     "ValidationError",
     "WaitTimeout",
     "configure_logging",
+    "current_job",
     "default_middleware",
 ]
 

@@ -253,9 +253,7 @@ class Conveyor:
         ``connection``: a database connection (DB-API, SQLAlchemy ``Connection``/``Session``,
         Django's): the jobs are stored inside its transaction (docs/transactions.md).
         """
-        return self.runtime.enqueue_many(
-            specs, connection, bind=True, known_only=self.strict_names
-        )
+        return self.runtime.enqueue_many(specs, connection, bind=True, known_only=self.strict_names)
 
     async def enqueue_many_async(self, specs: Iterable[JobSpec]) -> list[JobHandle[Any]]:
         """``enqueue_many`` for async code (Redis: its native async client; SQLite and
@@ -323,7 +321,9 @@ class Conveyor:
 
     # ------------------------------------------------------------------ admin
     def cancel(self, job_id: str) -> bool:
-        """Cancel a job that has not started; False if it is running or finished."""
+        """Cancel a job: a waiting one at once; a RUNNING one is stopped by the worker holding
+        its lease (within about a second) and ends ``cancelled``, never retried. False if it
+        is finished or unknown (see docs/operations.md)."""
         return admin.cancel(self.runtime, job_id)
 
     def requeue_dead(self, job_id: str) -> bool:

@@ -114,6 +114,11 @@ class JobTimeout(Exception):
     """Raised inside a job (or recorded for it) when it runs past its timeout."""
 
 
+class JobCancelled(Exception):
+    """Raised inside a running thread job an operator cancelled (``app.cancel``); the job ends
+    ``cancelled`` and is never retried (``worker/cancel.py``)."""
+
+
 # ---------------------------------------------------------------------- storage refusals (issue 13)
 class StorageFull(ConveyorError):
     """The backend refuses writes for lack of room: Redis out of memory (``maxmemory`` with

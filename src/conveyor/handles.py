@@ -94,6 +94,14 @@ class JobHandle(Job, Generic[R]):
             raise JobFailed(job, state.value, job.errors[-1] if job.errors else None)
         raise WaitTimeout(self.id, timeout, state.value)
 
+    @property
+    def progress(self) -> dict[str, Any] | None:
+        """The job's last ``current_job().progress()`` report (``fraction``, ``message``,
+        ``attempt``, ``at``), read from the broker on each access; None before any (issue 16)."""
+        from .broker.jobdocs import read_progress
+
+        return read_progress(self._app.broker, self.id, self._app.now())
+
 
 class Delivery:
     """A low-level leased job (SQS style): ``ack()``, ``nack(delay)``, ``extend(seconds)``."""

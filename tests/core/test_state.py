@@ -26,6 +26,8 @@ EXPECTED = {
     (S.RETRY_SCHEDULED, E.CANCEL): S.CANCELLED,
     (S.DEAD_LETTER, E.REQUEUE): S.PENDING,
     (S.CANCELLED, E.REQUEUE): S.PENDING,
+    # issue 16: a running job cancelled by an operator, recorded by the lease holder (fenced)
+    (S.ACTIVE, E.CANCEL_RUNNING): S.CANCELLED,
 }
 
 

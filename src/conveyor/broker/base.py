@@ -352,6 +352,18 @@ class JobStore(JobReads, JobAdmin, JobWaits):
         One call for all of a worker's in-flight jobs; False where the lease is lost.
         """
 
+    def cancel_running(
+        self, job_id: str, token: str, now: float, *, note: str = "cancelled while running"
+    ) -> JobState:
+        """Record that the lease holder stopped a job an operator cancelled: ``active`` →
+        ``cancelled`` (event ``cancel_running``), lease dropped at once, never retried.
+
+        Fenced like ``fail``: raises ``LeaseLost`` on a stale token or a job that is not
+        active. The note goes to the job's history. (Not abstract: a backend written before
+        issue 16 still loads; its workers then cannot cancel running jobs.)
+        """
+        raise NotImplementedError(f"{type(self).__name__} cannot cancel running jobs")
+
     # ----------------------------------------------------------------- maintenance
     @abc.abstractmethod
     def promote_due(self, now: float, limit: int = 1000) -> int:

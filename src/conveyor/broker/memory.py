@@ -276,6 +276,18 @@ class MemoryBroker(MemoryReads, MemoryJobAdmin, Broker):
             self._place(job)
             return job.state
 
+    def cancel_running(
+        self, job_id: str, token: str, now: float, *, note: str = "cancelled while running"
+    ) -> JobState:
+        """active → cancelled by the lease holder (fenced)."""
+        with self._lock:
+            job = self._leased(job_id, token)
+            lifecycle.cancel_running(job, now, note)
+            self._tokens.pop(job_id, None)
+            self._emit("cancelled", job, now, note=note)
+            self._finish(job)
+            return job.state
+
     def extend(
         self, leases: Sequence[tuple[str, str]], now: float, visibility_timeout: float
     ) -> list[bool]:

@@ -377,6 +377,18 @@ class SqliteBroker(SqliteReads, SqliteJobAdmin, Broker):
             tx.emit("released", rec.job, now, note=note)
             return rec.job.state
 
+    def cancel_running(
+        self, job_id: str, token: str, now: float, *, note: str = "cancelled while running"
+    ) -> JobState:
+        """active → cancelled by the lease holder (fenced), in one write transaction."""
+        with self._write() as tx:
+            if (rec := self._leased(tx, job_id, token)) is None:
+                raise LeaseLost(job_id)
+            lifecycle.cancel_running(rec.job, now, note)
+            self._save(tx, rec)
+            tx.emit("cancelled", rec.job, now, note=note)
+            return rec.job.state
+
     def extend(
         self, leases: Sequence[tuple[str, str]], now: float, visibility_timeout: float
     ) -> list[bool]:

@@ -92,6 +92,14 @@ def cancel(job: Job, now: float) -> None:
     job.record_event("cancelled", now)
 
 
+def cancel_running(job: Job, now: float, note: str) -> None:
+    """active → cancelled: the lease holder stopped the job an operator cancelled (issue 16)."""
+    job.state = transition(job.state, Event.CANCEL_RUNNING)
+    job.finished_at = now
+    job.record_event("cancelled", now, note, job.worker_id)
+    job.lease_expires_at = None
+
+
 def requeue(job: Job, now: float) -> None:
     """dead_letter / cancelled → pending with fresh attempts; history and errors kept."""
     job.state = transition(job.state, Event.REQUEUE)

@@ -96,13 +96,15 @@ def _job_url(job_id: str) -> str:
 
 
 def cancel_job(request: Request, data: dict[str, Any]) -> Response:
-    """Cancel a job that has not started."""
+    """Cancel a job (a running one: its worker is asked to stop it)."""
     job_id = request.path_params["id"]
     ok = dashboard_of(request).operator(request).cancel(job_id)
     return done(
         request,
         back(request, data, _job_url(job_id)),
-        "Job cancelled." if ok else "The job could not be cancelled (already running or finished).",
+        "Job cancelled (a running job stops within about a second)."
+        if ok
+        else "The job could not be cancelled (already finished).",
     )
 
 

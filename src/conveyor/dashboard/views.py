@@ -86,7 +86,8 @@ def job(request: Request) -> Response:
     """One job: arguments, result, error history with tracebacks, timeline; live state."""
     dash = dashboard_of(request)
     detail = dash.inspector.job(request.path_params["id"])
-    return dash.page(request, "job.html", job=detail, nav="jobs")
+    progress = detail.get("progress")
+    return dash.page(request, "job.html", job=detail, progress=progress, nav="jobs")
 
 
 def dead(request: Request) -> Response:

@@ -97,9 +97,9 @@ class Operator:
         return handle
 
     def cancel(self, job_id: str) -> bool:
-        """Cancel a job that has not started."""
+        """Cancel a job: a waiting one at once, a running one by asking its worker to stop it."""
         self._require(job_id)
-        ok = admin.cancel(self.runtime, job_id)
+        ok = admin.cancel(self.runtime, job_id, by=self.actor)
         self.audit("job.cancel", job_id, "ok" if ok else "refused")
         return ok
 

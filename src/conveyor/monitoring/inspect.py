@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from ..broker import jobdocs
 from ..broker.base import Broker, Page
 from ..core.job import Job, validate_queue_name, validate_task_name
 from ..core.state import JobState
@@ -180,9 +181,13 @@ class Inspector:
         job = self.runtime.broker.get(job_id)
         if job is None:
             raise JobNotFound(job_id)
+        now = self.runtime.now()
         return {
             **job_dict(job),
             "timeline": timeline(job, [e.to_dict() for e in job_events(self.broker, job_id)]),
+            "progress": jobdocs.read_progress(self.broker, job_id, now),  # current_job().progress()
+            "cancel_requested": job.state is JobState.ACTIVE
+            and bool(jobdocs.cancel_requested(self.broker, {job_id}, now)),
         }
 
     def dead_letters(

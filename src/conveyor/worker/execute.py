@@ -37,6 +37,9 @@ class Outcome:
     result: Any = None
     decision: Decision | None = None
     error: BaseException | None = None  # the exception, for after_process hooks
+    #: an operator cancelled the running job and it stopped: recorded as ``cancelled``
+    #: (``Broker.cancel_running``), never retried
+    cancelled: bool = False
 
     def error_entry(self, job: Job, now: float, worker_id: str) -> Mapping[str, Any]:
         """The ``errors`` entry to store for a failed attempt."""
@@ -134,9 +137,15 @@ def reported(
     now: float,
     rng: random.Random,
 ) -> Outcome:
-    """The outcome of what an executor reported (an interrupted job is always a timeout)."""
+    """The outcome of what an executor reported: a cancelled job that stopped by raising
+    (the injected ``JobCancelled``, a cancelled task, a killed child) ends cancelled; an
+    interrupted one is otherwise a timeout."""
     task = run.task
     assert task is not None
+    if run.cancel_requested:  # stopped on request (it raised, or ignored it past the grace)
+        if exc is not None or run.stuck:
+            return Outcome(False, error=exc, cancelled=True)
+        return success(result)  # it finished its work anyway: completed
     if run.interrupted:
         exc, remote_traceback = timeout_error(run), None
     elif exc is None:

@@ -328,6 +328,22 @@ class RedisBroker(ReadsMixin, LifecycleMixin, JobAdminMixin, Broker):
         return state
 
     @guarded
+    def cancel_running(
+        self, job_id: str, token: str, now: float, *, note: str = "cancelled while running"
+    ) -> JobState:
+        """active → cancelled by the lease holder (cancel_running.lua, fenced)."""
+        queue = token_queue(token)
+        if queue is None:
+            raise LeaseLost(job_id)
+        opts = options(
+            queue=queue, now=fmt_time(now), note=note, events_max=str(self.retention.events_max)
+        )
+        reply = self.runner.run("cancel_running", self.qkeys(queue), [opts, job_id, token])
+        if reply[0] != ScriptCode.OK:
+            raise LeaseLost(job_id)
+        return JobState.CANCELLED
+
+    @guarded
     def extend(
         self, leases: Sequence[tuple[str, str]], now: float, visibility_timeout: float
     ) -> list[bool]:

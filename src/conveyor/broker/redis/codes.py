@@ -31,7 +31,16 @@ class ScriptCode(IntEnum):
 
 
 #: Scripts whose scalar options are one JSON object in ARGV[1].
-PACKED = ("enqueue", "claim", "complete", "fail", "release", "reap", "search")
+PACKED = (
+    "enqueue",
+    "claim",
+    "complete",
+    "fail",
+    "release",
+    "reap",
+    "search",
+    "cancel_running",
+)
 
 _dumps = orjson.dumps
 

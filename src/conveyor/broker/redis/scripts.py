@@ -69,6 +69,7 @@ SCRIPT_NAMES = (
     "promote",
     "reap",
     "cancel",
+    "cancel_running",
     "requeue",
     "purge",
     "clear",
