@@ -7,7 +7,7 @@ Playwright's chromium and saves PNGs to docs/images/:
     .venv/bin/python scripts/screenshots.py [--out docs/images] [--chromium /usr/bin/chromium]
 
 Pages: overview, jobs (with a bulk selection), job detail, dead letters, bulk confirmation,
-schedules, queue, alerts, login — and /workers and /queues when this version has them.
+schedules, queue, alerts, workers, queues, history and login.
 """
 
 from __future__ import annotations
@@ -91,6 +91,9 @@ def run(out: Path, chromium: str) -> list[Path]:
                     "dead-letters": ("/dead", False),
                     "schedules": ("/schedules", False),
                     "alerts": ("/alerts", False),
+                    "workers": ("/workers", False),
+                    "queues": ("/queues", False),
+                    "history": ("/history", False),
                 }
                 for name, (path, full) in plain.items():
                     saved.append(shoot(page, url, path, out / f"dashboard-{name}.png", full))
@@ -104,9 +107,6 @@ def run(out: Path, chromium: str) -> list[Path]:
                 page.click('button[name=bulk][value="selected:run_now"]')
                 page.screenshot(path=str(out / "dashboard-bulk-confirm.png"))
                 saved.append(out / "dashboard-bulk-confirm.png")
-                for name in ("workers", "queues"):  # pages another change adds
-                    if page.goto(url + "/" + name).status == 200:
-                        saved.append(shoot(page, url, "/" + name, out / f"dashboard-{name}.png"))
                 browser.close()
         finally:
             server.stop()
