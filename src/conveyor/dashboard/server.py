@@ -286,6 +286,7 @@ def serve(
         host=host,
         port=port,
         log_level="warning",
+        log_config=None,  # uvicorn's loggers use the process's handler (--log-format json too)
         timeout_graceful_shutdown=2,
         **uvicorn_options(cfg),
     )
