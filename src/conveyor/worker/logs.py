@@ -69,8 +69,10 @@ _STANDARD = frozenset(
 )
 
 
-def current_job() -> JobRef | None:
-    """The job whose handler is running here (id, task, queue, attempts), else None."""
+def running_job_ref() -> JobRef | None:
+    """The job whose handler is running here (id, task, queue, attempts), else None.
+
+    Handlers use the public ``conveyor.current_job()`` (worker/jobctx.py), built on this."""
     return job_context.get()
 
 
