@@ -40,6 +40,15 @@ if TYPE_CHECKING:
     from .middleware import Middleware
     from .task import JobSpec, Task
     from .worker.logs import configure_logging
+    from .workflow import (
+        Workflow,
+        WorkflowFailed,
+        WorkflowHandle,
+        WorkflowPending,
+        chain,
+        chord,
+        group,
+    )
 
 # public name -> submodule that defines it
 _EXPORTS = {
@@ -75,6 +84,13 @@ _EXPORTS = {
     "JobSpec": ".task",
     "Task": ".task",
     "configure_logging": ".worker.logs",
+    "Workflow": ".workflow",
+    "WorkflowFailed": ".workflow",
+    "WorkflowHandle": ".workflow",
+    "WorkflowPending": ".workflow",
+    "chain": ".workflow",
+    "chord": ".workflow",
+    "group": ".workflow",
 }
 
 __all__ = [
@@ -108,8 +124,15 @@ __all__ = [
     "Task",
     "UnknownTask",
     "ValidationError",
+    "Workflow",
+    "WorkflowFailed",
+    "WorkflowHandle",
+    "WorkflowPending",
+    "chain",
+    "chord",
     "configure_logging",
     "default_middleware",
+    "group",
 ]
 
 

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from .scheduler.runner import Scheduler
     from .scheduler.schedules import ScheduleRegistry
     from .worker.loop import Worker
+    from .workflow import Workflow
 
 log = logging.getLogger("conveyor")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -279,6 +280,12 @@ class Conveyor:
         return [JobHandle.bind(j, self.runtime) for j in page.items]
 
     # ------------------------------------------------------------------ admin
+    def workflow(self, name: str = "", *, policy: str = "fail") -> Workflow:
+        """An explicit DAG: ``dag.add(task.s(...), after=[...])``, then ``dag.enqueue()``."""
+        from .workflow import Workflow
+
+        return Workflow(self, name, policy)  # type: ignore[arg-type]
+
     def cancel(self, job_id: str) -> bool:
         """Cancel a job that has not started; False if it is running or finished."""
         return admin.cancel(self.runtime, job_id)

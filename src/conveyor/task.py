@@ -16,6 +16,7 @@ from .errors import PermanentError, ValidationError
 
 if TYPE_CHECKING:
     from .handles import JobHandle
+    from .workflow.canvas import Signature
 
 #: Distinct argument shapes remembered per task by ``Task.check_arguments``.
 SHAPE_CACHE_MAX = 256
@@ -155,6 +156,10 @@ class Task:
         """Enqueue a job that runs ``fn(*args, **kwargs)`` as soon as a worker is free."""
         return TaskOptions(self, {}).enqueue(*args, **kwargs)
 
+    def s(self, *args: Any, **kwargs: Any) -> Signature:
+        """A signature for workflows: ``chain(fetch.s(url), parse.s())`` (docs/workflows.md)."""
+        return TaskOptions(self, {}).s(*args, **kwargs)
+
     def enqueue_in(self, seconds: float | dt.timedelta, *args: Any, **kwargs: Any) -> JobHandle:
         """Enqueue to run ``seconds`` from now."""
         return self.options(delay=_seconds(seconds)).enqueue(*args, **kwargs)
@@ -203,6 +208,12 @@ class TaskOptions:
     def enqueue(self, *args: Any, **kwargs: Any) -> JobHandle:
         """Enqueue with these options."""
         return self.task.app.enqueue_many([self.spec(*args, **kwargs)])[0]
+
+    def s(self, *args: Any, **kwargs: Any) -> Signature:
+        """A workflow signature with these options."""
+        from .workflow.canvas import Signature
+
+        return Signature(self.task, tuple(args), dict(kwargs), dict(self.opts))
 
 
 def _seconds(value: float | dt.timedelta) -> float:

@@ -45,6 +45,7 @@ from typing import Any, NamedTuple
 
 from ..core.job import Job
 from ..core.state import JobState
+from .flowstore import WorkflowStore
 from .side import CounterStore, DocStore, EventStore, LogStore
 
 EVENT_TYPES = (
@@ -224,7 +225,7 @@ class JobAdmin(abc.ABC):
         """Undo ``pause``."""
 
 
-class JobStore(JobReads, JobAdmin):
+class JobStore(JobReads, JobAdmin, WorkflowStore):
     """Job transitions and lifecycle (plus reads and admin): what producers, workers and the
     promote / reap duties call."""
 

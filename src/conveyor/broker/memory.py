@@ -20,11 +20,14 @@ from ..core.serialization import decode_job
 from ..core.state import TERMINAL_STATES, JobState
 from ..errors import DuplicateJob, LeaseLost
 from .base import Ack, Broker, Claimed, EnqueueResult, Lease
+from .flow import FlowEdge, FlowNode
+from .memflow import MemoryFlow
 from .memreads import MemoryReads
 from .memstore import MemoryCounters, MemoryDocs, MemoryEvents, MemoryLogs
 from .memtimers import TimeHeap
 
 _DELAYED = (JobState.SCHEDULED, JobState.RETRY_SCHEDULED)
+_CANCELLABLE = (JobState.PENDING, *_DELAYED, JobState.WAITING)
 
 
 class MemoryBroker(MemoryReads, Broker):
@@ -53,6 +56,7 @@ class MemoryBroker(MemoryReads, Broker):
         self.docs, self.logs = MemoryDocs(self._lock), MemoryLogs(self._lock)
         self.events = MemoryEvents(self._lock, self.retention.events_max)
         self.counters = MemoryCounters(self._lock)
+        self.flow = MemoryFlow(self)
 
     # ------------------------------------------------------------------ helpers
     def _emit(self, kind: str, job: Job, now: float, **extra: Any) -> None:
@@ -157,6 +161,39 @@ class MemoryBroker(MemoryReads, Broker):
                 self._emit("enqueued", stored, now, state=str(stored.state))
             return results
 
+    def enqueue_workflow(
+        self,
+        jobs: Sequence[Job],
+        payloads: Sequence[bytes],
+        nodes: Sequence[FlowNode],
+        edges: Sequence[FlowEdge],
+        now: float,
+    ) -> None:
+        """Store the nodes and the graph under one lock (``WorkflowStore``)."""
+        with self._lock:
+            self.enqueue(jobs, now, payloads)
+            self.flow.add(nodes, edges)
+
+    def workflow_jobs(self, workflow_id: str) -> list[Job]:
+        """The workflow's stored nodes (snapshots)."""
+        with self._lock:
+            ids = self.flow.members.get(workflow_id, [])
+            return [self._snap(self._jobs[i]) for i in ids if i in self._jobs]
+
+    def workflow_edges(self, workflow_id: str) -> list[FlowEdge]:
+        """The workflow's edges."""
+        with self._lock:
+            return self.flow.edges(workflow_id)
+
+    def cancel_workflow(self, workflow_id: str, now: float) -> int:
+        """Cancel the nodes that have not started."""
+        with self._lock:
+            ids = [i for i in self.flow.members.get(workflow_id, []) if i in self._jobs]
+            doomed = [i for i in ids if self._jobs[i].state in _CANCELLABLE]
+            for job_id in doomed:
+                self.cancel(job_id, now)  # a node cancelled by the cascade answers False
+            return len(doomed)
+
     def _live_key(self, key: tuple[str, str], now: float) -> str | None:
         item = self._idem.get(key)
         if item is None:
@@ -225,6 +262,7 @@ class MemoryBroker(MemoryReads, Broker):
                 lifecycle.complete(job, now, ack.result, ack.error)
                 self._emit("completed", job, now, attempt=job.attempts)
                 self._finish(job)
+                self.flow.done(job, now)
                 out.append(True)
             return out
 
@@ -246,6 +284,7 @@ class MemoryBroker(MemoryReads, Broker):
             if retry_at is None:
                 self._emit("dead_lettered", job, now, reason=error.get("kind"))
                 self._finish(job)
+                self.flow.done(job, now)
             else:
                 self._emit("retry_scheduled", job, now, run_at=retry_at)
                 self._make_delayed(job)
@@ -322,6 +361,7 @@ class MemoryBroker(MemoryReads, Broker):
             if job.state is JobState.DEAD_LETTER:
                 self._emit("dead_lettered", job, now, reason="worker_lost")
                 self._finish(job)
+                self.flow.done(job, now)
             else:
                 self._make_ready(job)
             reaped += 1
@@ -348,11 +388,12 @@ class MemoryBroker(MemoryReads, Broker):
         """Cancel a not-yet-started job."""
         with self._lock:
             job = self._jobs.get(job_id)
-            if job is None or job.state not in (JobState.PENDING, *_DELAYED):
+            if job is None or job.state not in _CANCELLABLE:
                 return False
             lifecycle.cancel(job, now)
             self._emit("cancelled", job, now)
             self._finish(job)
+            self.flow.done(job, now)
             return True
 
     def requeue(self, job_id: str, now: float) -> bool:

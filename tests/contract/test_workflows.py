@@ -1,0 +1,177 @@
+"""Contract: chains, groups, chords, DAGs, failure policies, nested workflows, cancel (issue 16).
+
+Every node is stored at enqueue (waiting ones in ``waiting``); finishing a node releases its
+dependants in the same atomic step, on every backend.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from conveyor import (
+    Conveyor,
+    ErrorKind,
+    JobState,
+    PermanentError,
+    WorkflowFailed,
+    WorkflowPending,
+    chain,
+    chord,
+    group,
+)
+from conveyor.errors import ValidationError
+
+
+def tasks(app: Conveyor) -> Any:
+    class T:
+        @app.task
+        def add(a: int, b: int) -> int:
+            return a + b
+
+        @app.task
+        def double(x: int) -> int:
+            return 2 * x
+
+        @app.task
+        def total(xs: list[int]) -> int:
+            return sum(xs)
+
+        @app.task
+        def echo(*xs: Any) -> list[Any]:
+            return list(xs)
+
+        @app.task(max_attempts=1)
+        def boom(*_: Any) -> None:
+            raise PermanentError("boom")
+
+    return T
+
+
+def test_chain_passes_each_result_to_the_next(app: Conveyor) -> None:
+    t = tasks(app)
+    flow = chain(t.add.s(1, 2), t.double.s(), t.add.s(10)).enqueue()
+    states = [j.state for j in flow.jobs()]
+    assert states == [JobState.PENDING, JobState.WAITING, JobState.WAITING]
+    with pytest.raises(WorkflowPending):
+        flow.result()
+    app.worker().run_until_idle()
+    assert flow.result() == 16  # (1+2)*2 + 10
+    assert [j.args for j in flow.jobs()] == [[1, 2], [3], [6, 10]]
+
+
+def test_group_and_chord(app: Conveyor) -> None:
+    t = tasks(app)
+    fan = group(t.double.s(i) for i in range(5)).enqueue()
+    both = chord(group(t.double.s(i) for i in range(5)), t.echo.s("tail")).enqueue()
+    app.worker().run_until_idle()
+    assert fan.result() == [0, 2, 4, 6, 8]
+    assert both.result() == [[0, 2, 4, 6, 8], "tail"]
+    assert both.status()["completed"] == 6
+
+
+def test_dag_with_diamond_dependencies(app: Conveyor) -> None:
+    t = tasks(app)
+    dag = app.workflow(name="nightly")
+    a = dag.add(t.add.s(1, 1))
+    b = dag.add(t.double.s(), after=[a])
+    c = dag.add(t.add.s(100), after=[a])
+    d = dag.add(t.total.s(), after=[b, c])
+    dag.add(t.echo.s(), after=[d], results=False)
+    flow = dag.enqueue()
+    worker = app.worker()
+    worker.run_until_idle()
+    jobs = flow.jobs()
+    assert [j.state for j in jobs] == [JobState.COMPLETED] * 5
+    assert jobs[3].args == [[4, 102]] and jobs[3].result == 106
+    assert flow.result() == []
+    assert all(j.metadata["workflow"]["name"] == "nightly" for j in jobs)
+
+
+def test_fail_the_rest_names_the_failed_parent(app: Conveyor) -> None:
+    t = tasks(app)
+    flow = chain(t.boom.s(), t.double.s(), t.double.s()).enqueue()
+    app.worker().run_until_idle()
+    first, second, third = flow.jobs()
+    assert first.state is JobState.DEAD_LETTER
+    assert second.state is third.state is JobState.CANCELLED
+    assert second.errors[-1]["kind"] == ErrorKind.UPSTREAM_FAILED
+    assert second.errors[-1]["parent"] == first.id and first.id in (second.last_error or "")
+    assert third.errors[-1]["parent"] == second.id
+    with pytest.raises(WorkflowFailed) as info:
+        flow.result()
+    assert info.value.job.id == first.id
+
+
+def test_continue_and_ignore_policies(app: Conveyor) -> None:
+    t = tasks(app)
+    cont = chord([t.boom.s(), t.double.s(2)], t.echo.s()).enqueue(policy="continue")
+    ign = chord([t.boom.s(), t.double.s(2)], t.echo.s()).enqueue(policy="ignore")
+    app.worker().run_until_idle()
+    assert cont.result() == [[None, 4]]
+    assert ign.result() == [[4]]
+    dag = app.workflow()
+    bad = dag.add(t.boom.s())
+    ok = dag.add(t.double.s(3))
+    dag.add(t.echo.s(), after=[bad, ok], policy="continue")
+    flow = dag.enqueue()
+    app.worker().run_until_idle()
+    assert flow.result() == [[None, 6]]
+
+
+def test_nested_workflows(app: Conveyor) -> None:
+    t = tasks(app)
+    inner = app.workflow()
+    x = inner.add(t.double.s())
+    inner.add(t.double.s(), after=[x])
+    outer = chain(
+        t.add.s(1, 0),
+        group(chain(t.double.s(), t.double.s()), t.add.s(5)),
+        t.total.s(),
+        inner,
+    ).enqueue()
+    app.worker().run_until_idle()
+    assert outer.result() == (4 + 6) * 4
+    assert len(outer.jobs()) == 7
+
+
+def test_cancel_a_workflow(app: Conveyor) -> None:
+    t = tasks(app)
+    flow = chain(t.double.s(1), t.double.s(), t.double.s()).enqueue()
+    assert flow.cancel() >= 2
+    assert {j.state for j in flow.jobs()} == {JobState.CANCELLED}
+    assert app.worker().run_until_idle() == 0
+
+
+def test_completion_after_a_lost_lease_releases_once(app: Conveyor, clock: Any) -> None:
+    """Fencing: the first worker's late completion is refused, the dependant runs once."""
+    t = tasks(app)
+    flow = chord([t.double.s(1)], t.echo.s()).enqueue()
+    broker = app.broker
+    [old] = broker.claim(["default"], clock.now(), visibility_timeout=5)
+    clock.advance(6)
+    [new] = broker.claim(["default"], clock.now(), visibility_timeout=5)
+    assert new.job.id == old.job.id
+    from conveyor.broker.base import Ack
+
+    assert broker.complete([Ack(old.id, old.token, 99, "default")], clock.now()) == [False]
+    assert broker.complete([Ack(new.id, new.token, 2, "default")], clock.now()) == [True]
+    assert broker.complete([Ack(new.id, new.token, 2, "default")], clock.now()) == [False]
+    callback = flow.jobs()[1]
+    assert callback.state is JobState.PENDING and callback.args == [[2]]
+    app.worker().run_until_idle()
+    assert flow.result() == [[2]]
+
+
+def test_bad_input_is_refused_clearly(app: Conveyor) -> None:
+    t = tasks(app)
+    with pytest.raises(ValidationError, match="chain"):
+        chain(t.add)  # type: ignore[arg-type]
+    with pytest.raises(ValidationError, match="policy"):
+        chain(t.add.s(1, 2)).enqueue(policy="explode")  # type: ignore[arg-type]
+    with pytest.raises(ValidationError, match="idempotency_key"):
+        chain(t.add.options(idempotency_key="k").s(1, 2)).enqueue()
+    with pytest.raises(ValidationError, match="group"):
+        group([])
+    assert app.broker.counts().get("default", {}).get("pending", 0) == 0
