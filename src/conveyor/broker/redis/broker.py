@@ -40,6 +40,7 @@ from .scriptargs import (
 )
 from .scripts import Call
 from .side import RedisCounters, RedisDocs, RedisEvents, RedisLogs
+from .workflows import RedisWorkflows
 
 PURGE_BATCH = 1000
 _STATES = {state.value.encode(): state for state in JobState}
@@ -68,7 +69,7 @@ def _group_batch(jobs: Sequence[Job], cluster: bool) -> dict[str, list[int]]:
     return groups
 
 
-class RedisBroker(ReadsMixin, LifecycleMixin, Broker):
+class RedisBroker(RedisWorkflows, ReadsMixin, LifecycleMixin, Broker):
     """Redis (standalone, Sentinel or Cluster) backend; build it with ``from_url``."""
 
     has_server_clock = True

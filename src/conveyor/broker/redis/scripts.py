@@ -75,6 +75,7 @@ SCRIPT_NAMES = (
     "oldest",
     "search",
     "doc_cas",
+    "wf_enqueue",
 )
 
 

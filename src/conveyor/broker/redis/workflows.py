@@ -1,0 +1,113 @@
+"""Workflows on Redis: ``enqueue_workflow`` is one script (``wf_enqueue.lua``), the release of
+dependants happens inside the finishing scripts (``wf_done`` in ``lua/_lib.lua``).
+
+Nodes may sit in several queues, so the scripts write keys of several hash tags: workflows
+need a standalone or Sentinel server (Redis Cluster refuses them with a clear error).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from ...core.job import Job
+from ...core.state import JobState
+from ...errors import ValidationError
+from ..flow import FlowEdge, FlowNode
+from .codec import fmt_time
+from .codes import options
+from .plumbing import guarded
+
+if TYPE_CHECKING:
+    from .broker import RedisBroker
+
+_NOT_STARTED = frozenset(
+    {JobState.WAITING, JobState.PENDING, JobState.SCHEDULED, JobState.RETRY_SCHEDULED}
+)
+
+
+class RedisWorkflows:
+    """The ``WorkflowStore`` methods of ``RedisBroker`` (mixed in)."""
+
+    @guarded
+    def enqueue_workflow(
+        self: RedisBroker,
+        jobs: Sequence[Job],
+        payloads: Sequence[bytes],
+        nodes: Sequence[FlowNode],
+        edges: Sequence[FlowEdge],
+        now: float,
+    ) -> None:
+        """All nodes, records and the index in one script call."""
+        if self.cluster:
+            raise ValidationError("workflow", "workflows need a standalone or Sentinel Redis")
+        queue_of = {job.id: job.queue for job in jobs}
+        ins: dict[str, list[list[str]]] = defaultdict(list)
+        outs: dict[str, list[list[str]]] = defaultdict(list)
+        for e in edges:
+            ins[e.child].append([e.parent, e.policy])
+            outs[e.parent].append([e.child, queue_of[e.child], e.policy])
+        index = {
+            "nodes": [[job.id, job.queue] for job in jobs],
+            "edges": [[e.parent, e.child, e.policy] for e in edges],
+        }
+        opts = options(
+            now=fmt_time(now),
+            events_max=str(self.retention.events_max),
+            prefix=self.keys.prefix,
+            index=orjson.dumps(index).decode(),
+        )
+        args: list[Any] = [opts]
+        for job, payload, node in zip(jobs, payloads, nodes, strict=True):
+            self.qkeys(job.queue)  # validates the queue name
+            args += (
+                job.id,
+                job.queue,
+                payload,
+                str(job.state),
+                job.priority,
+                fmt_time(job.run_at),
+                fmt_time(job.created_at),
+                job.task,
+                node.workflow,
+                node.parents,
+                node.passing,
+                node.trigger,
+                orjson.dumps(ins[job.id]),
+                orjson.dumps(outs[job.id]),
+            )
+        self.register({job.queue for job in jobs})
+        workflow = nodes[0].workflow if nodes else ""
+        self.runner.run("wf_enqueue", [self.keys.workflow(workflow)], args)
+        for job in jobs:
+            self.remember(job.id, job.queue)
+
+    def _index(self: RedisBroker, workflow_id: str) -> dict[str, Any]:
+        raw = self.client.get(self.keys.workflow(workflow_id))
+        return {"nodes": [], "edges": []} if raw is None else dict(orjson.loads(raw))
+
+    @guarded
+    def workflow_jobs(self: RedisBroker, workflow_id: str) -> list[Job]:
+        """The workflow's stored nodes, in enqueue order."""
+        nodes = [(q, i) for i, q in self._index(workflow_id)["nodes"]]
+        out = []
+        for (queue, job_id), fields in zip(nodes, self.fetch_many(nodes), strict=True):
+            if fields:
+                out.append(self.decode_lenient(fields, queue, job_id))
+        return out
+
+    @guarded
+    def workflow_edges(self: RedisBroker, workflow_id: str) -> list[FlowEdge]:
+        """The workflow's edges."""
+        return [FlowEdge(p, c, pol) for p, c, pol in self._index(workflow_id)["edges"]]
+
+    def cancel_workflow(self: RedisBroker, workflow_id: str, now: float) -> int:
+        """Cancel the nodes that have not started, one atomic cancel each (a cancelled node's
+        dependants end in the same step, so later ones answer False)."""
+        doomed = [j.id for j in self.workflow_jobs(workflow_id) if j.state in _NOT_STARTED]
+        for job_id in doomed:
+            self.cancel(job_id, now)
+        return len(doomed)
