@@ -37,6 +37,8 @@ if TYPE_CHECKING:
     from .scheduler.schedules import ScheduleRegistry
     from .worker.loop import Worker
     from .workflow import Workflow
+    from .workflow.batch import Batch
+    from .workflow.canvas import Signature
 
 log = logging.getLogger("conveyor")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -285,6 +287,26 @@ class Conveyor:
         from .workflow import Workflow
 
         return Workflow(self, name, policy)  # type: ignore[arg-type]
+
+    def batch(
+        self,
+        *,
+        on_complete: Signature | None = None,
+        on_success: Signature | None = None,
+        on_failure: Signature | None = None,
+        name: str = "",
+    ) -> Batch:
+        """``with app.batch(on_complete=notify.s()) as b:`` enqueue jobs; stored at the end of
+        the block with the callbacks, atomically; ``b.status()`` counts (docs/workflows.md)."""
+        from .workflow.batch import Batch
+
+        return Batch(
+            self.runtime,
+            on_complete=on_complete,
+            on_success=on_success,
+            on_failure=on_failure,
+            name=name,
+        )
 
     def cancel(self, job_id: str) -> bool:
         """Cancel a job that has not started; False if it is running or finished."""

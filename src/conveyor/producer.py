@@ -37,6 +37,7 @@ from .core.lifecycle import initial_state
 from .core.serialization import encode_envelope
 from .errors import ValidationError
 from .handles import JobHandle
+from .batchctx import current_batch
 from .middleware import Middleware, after_enqueue_batch, hooked
 from .producer_envelopes import PlainEnvelopes
 from .task import JobSpec, Task, check_options
@@ -124,6 +125,9 @@ class Producer:
         if not jobs:
             return []
         app = self.app
+        batch = current_batch.get()
+        if batch is not None and (kept := batch.collect(app, jobs)) is not None:
+            return kept  # stored with the batch's callbacks when its block ends
         before, after = self.hooks()
         limit = app.settings.max_payload_bytes
         if before:

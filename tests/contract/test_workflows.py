@@ -175,3 +175,45 @@ def test_bad_input_is_refused_clearly(app: Conveyor) -> None:
     with pytest.raises(ValidationError, match="group"):
         group([])
     assert app.broker.counts().get("default", {}).get("pending", 0) == 0
+
+
+def test_batch_callbacks_fire_once(app: Conveyor) -> None:
+    t = tasks(app)
+    calls: list[str] = []
+
+    @app.task
+    def note(what: str) -> None:
+        calls.append(what)
+
+    with app.batch(
+        on_complete=note.s("complete"), on_success=note.s("success"), on_failure=note.s("failure")
+    ) as b:
+        handles = [t.double.enqueue(i) for i in range(4)]
+        assert app.broker.get(handles[0].id) is None  # stored when the block ends
+    assert b.status() == {"total": 4, "pending": 4, "completed": 0, "failed": 0}
+    worker = app.worker()
+    worker.run_until_idle()
+    assert sorted(calls) == ["complete", "success"]
+    assert b.status() == {"total": 4, "pending": 0, "completed": 4, "failed": 0}
+    assert [h.refresh().result for h in handles] == [0, 2, 4, 6]
+    worker.run_until_idle()
+    assert sorted(calls) == ["complete", "success"]  # once
+
+    calls.clear()
+    with app.batch(
+        on_complete=note.s("complete"), on_success=note.s("success"), on_failure=note.s("failure")
+    ) as bad:
+        t.double.enqueue(1)
+        t.boom.enqueue()
+    worker.run_until_idle()
+    assert sorted(calls) == ["complete", "failure"]
+    assert bad.status() == {"total": 2, "pending": 0, "completed": 1, "failed": 1}
+
+
+def test_a_batch_block_that_raises_stores_nothing(app: Conveyor) -> None:
+    t = tasks(app)
+    with pytest.raises(RuntimeError), app.batch(on_complete=t.echo.s()):
+        t.double.enqueue(1)
+        raise RuntimeError("producer died")
+    assert app.worker().run_until_idle() == 0
+    assert sum(sum(c.values()) for c in app.broker.counts().values()) == 0

@@ -20,10 +20,10 @@ from ..core.state import JobState
 from ..errors import ValidationError
 from ..handles import JobHandle
 from ..middleware import after_enqueue_batch
-from ..runtime import Runtime
 from ..task import JobSpec
 from .canvas import Canvas, Signature, check_policy
 from .handle import WorkflowHandle
+from .host import FlowHost
 
 #: The ``metadata`` key a workflow node carries: ``{"id": <workflow id>, "name": <name>}``.
 META_KEY = "workflow"
@@ -32,7 +32,7 @@ META_KEY = "workflow"
 class Builder:
     """Collects the nodes and edges of one workflow."""
 
-    def __init__(self, runtime: Runtime, workflow_id: str, name: str, policy: Policy) -> None:
+    def __init__(self, runtime: FlowHost, workflow_id: str, name: str, policy: Policy) -> None:
         self.runtime = runtime
         self.workflow_id = workflow_id
         self.name = name
@@ -89,15 +89,16 @@ class Builder:
         return WorkflowHandle(rt, self.workflow_id, [h.id for h in handles], sinks)
 
 
-def runtime_of(item: Canvas, app: Any = None) -> Runtime:
+def runtime_of(item: Canvas, app: Any = None) -> FlowHost:
     """The runtime that stores ``item``: the given app's, else its first task's app's."""
     if app is None:
         first = next(iter(item.tasks()), None)
         app = None if first is None else first.app
     rt = getattr(app, "runtime", app)
-    if not isinstance(rt, Runtime):
+    if rt is None or not hasattr(rt, "producer") or not hasattr(rt, "broker"):
         raise ValidationError("workflow", "cannot tell which app stores it (no task inside)")
-    return rt
+    host: FlowHost = rt
+    return host
 
 
 def enqueue(item: Canvas, *, name: str, policy: Policy, app: Any = None) -> WorkflowHandle:

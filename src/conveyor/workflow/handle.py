@@ -10,7 +10,7 @@ from ..core.state import TERMINAL_STATES, JobState
 from ..errors import ConveyorError
 
 if TYPE_CHECKING:
-    from ..runtime import Runtime
+    from .host import FlowHost
 
 
 class WorkflowFailed(ConveyorError):
@@ -29,7 +29,7 @@ class WorkflowPending(ConveyorError):
 class WorkflowHandle:
     """A stored workflow: its id, node ids and last steps (``sinks``)."""
 
-    def __init__(self, runtime: Runtime, workflow_id: str, ids: list[str], sinks: list[str]):
+    def __init__(self, runtime: FlowHost, workflow_id: str, ids: list[str], sinks: list[str]):
         self._rt = runtime
         self.id = workflow_id
         self.ids = ids
