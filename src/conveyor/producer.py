@@ -21,6 +21,7 @@ import random
 from collections.abc import Iterable
 from typing import Any, Protocol
 
+from .batchctx import current_batch
 from .broker.base import Broker
 from .config import Settings
 from .core.cache import BoundedCache
@@ -37,7 +38,6 @@ from .core.lifecycle import initial_state
 from .core.serialization import encode_envelope
 from .errors import ValidationError
 from .handles import JobHandle
-from .batchctx import current_batch
 from .middleware import Middleware, after_enqueue_batch, hooked
 from .producer_envelopes import PlainEnvelopes
 from .task import JobSpec, Task, check_options

@@ -22,6 +22,7 @@ from .admin import worker_queues
 from .events import EventReader, check_cursor, job_events
 from .filters import clean_filters
 from .metrics import flush_local, read_counters, series, summarize
+from .workflows import workflow_of
 
 if TYPE_CHECKING:
     from ..runtime import HasRuntime
@@ -180,8 +181,10 @@ class Inspector:
         job = self.runtime.broker.get(job_id)
         if job is None:
             raise JobNotFound(job_id)
+        out = job_dict(job)
         return {
-            **job_dict(job),
+            **out,
+            "workflow_id": workflow_of(out),
             "timeline": timeline(job, [e.to_dict() for e in job_events(self.broker, job_id)]),
         }
 

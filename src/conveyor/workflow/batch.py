@@ -24,7 +24,6 @@ from .canvas import Signature
 from .host import FlowHost
 
 if TYPE_CHECKING:
-    from ..handles import JobHandle
     from .handle import WorkflowHandle
 
 _FAILED = (JobState.DEAD_LETTER, JobState.CANCELLED)
@@ -109,4 +108,9 @@ class Batch:
         done = states[JobState.COMPLETED]
         failed = sum(states[s] for s in _FAILED)
         total = len(self.jobs)
-        return {"total": total, "pending": total - done - failed, "completed": done, "failed": failed}
+        return {
+            "total": total,
+            "pending": total - done - failed,
+            "completed": done,
+            "failed": failed,
+        }

@@ -63,7 +63,11 @@ class WorkflowHandle:
         if any(j is None or j.state is not JobState.COMPLETED for j in last):
             ended = [j for j in last if j is not None and j.state in TERMINAL_STATES]
             if failed or len(ended) == len(last):
-                bad = failed[0] if failed else next(j for j in ended if j.state is not JobState.COMPLETED)
+                bad = (
+                    failed[0]
+                    if failed
+                    else next(j for j in ended if j.state is not JobState.COMPLETED)
+                )
                 raise WorkflowFailed(self.id, bad)
             raise WorkflowPending(f"workflow {self.id} has not finished")
         results = [j.result for j in last if j is not None]
