@@ -134,9 +134,13 @@ def test_workflow_keys_built_in_lua_mirror_keys_py(rbroker: RedisBroker) -> None
     lib = resources.files("conveyor.broker.redis").joinpath("lua", "_lib.lua").read_text()
     start = lib.index("local function wf_qkeys")
     body = lib[start : lib.index("\nend\n", start) + 5]
-    script = body + "local k = wf_qkeys(ARGV[1], ARGV[2])\n" + (
-        "return {k.job, k.ready, k.scheduled, k.retry, k.leases, k.completed, k.dead,"
-        " k.cancelled, k.seq, k.events, k.wake, k.paused, k.idem, k.payloads, k.waiting, k.wf}"
+    script = (
+        body
+        + "local k = wf_qkeys(ARGV[1], ARGV[2])\n"
+        + (
+            "return {k.job, k.ready, k.scheduled, k.retry, k.leases, k.completed, k.dead,"
+            " k.cancelled, k.seq, k.events, k.wake, k.paused, k.idem, k.payloads, k.waiting, k.wf}"
+        )
     )
     client = redis.Redis.from_url(rbroker.url)
     got = [k.decode() for k in client.eval(script, 0, "conveyor", "mail")]

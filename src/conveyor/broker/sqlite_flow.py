@@ -11,7 +11,7 @@ the child when its counter reaches zero. Plain SQL on purpose: the PostgreSQL ba
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import orjson
 
@@ -135,7 +135,7 @@ class SqliteWorkflows:
     """The ``WorkflowStore`` methods of ``SqliteBroker`` (mixed in)."""
 
     def enqueue_workflow(
-        self: SqliteBroker,
+        self,
         jobs: Sequence[Job],
         payloads: Sequence[bytes],
         nodes: Sequence[FlowNode],
@@ -143,17 +143,19 @@ class SqliteWorkflows:
         now: float,
     ) -> None:
         """Jobs, nodes and edges in one transaction."""
-        with self._write() as tx:
-            self._enqueue(tx, jobs, now, payloads)
+        b = cast("SqliteBroker", self)
+        with b._write() as tx:
+            b._enqueue(tx, jobs, now, payloads)
             store(tx, nodes, edges)
 
-    def workflow_jobs(self: SqliteBroker, workflow_id: str) -> list[Job]:
+    def workflow_jobs(self, workflow_id: str) -> list[Job]:
         """The workflow's stored nodes, in enqueue order."""
-        with self._write() as tx:
+        b = cast("SqliteBroker", self)
+        with b._write() as tx:
             ids = member_ids(tx, workflow_id)
             found = {
                 r.job.id: r.job
-                for r in self._rows(
+                for r in b._rows(
                     tx,
                     "id IN (SELECT id FROM wf_nodes WHERE workflow = ?)",
                     (workflow_id,),
@@ -162,26 +164,28 @@ class SqliteWorkflows:
             }
         return [found[i] for i in ids if i in found]
 
-    def workflow_edges(self: SqliteBroker, workflow_id: str) -> list[FlowEdge]:
+    def workflow_edges(self, workflow_id: str) -> list[FlowEdge]:
         """The workflow's edges."""
-        with self._write() as tx:
+        b = cast("SqliteBroker", self)
+        with b._write() as tx:
             return edges_of(tx, workflow_id)
 
-    def cancel_workflow(self: SqliteBroker, workflow_id: str, now: float) -> int:
+    def cancel_workflow(self, workflow_id: str, now: float) -> int:
         """Cancel the nodes that have not started, in one transaction."""
-        with self._write() as tx:
+        b = cast("SqliteBroker", self)
+        with b._write() as tx:
             where = (
                 "id IN (SELECT id FROM wf_nodes WHERE workflow = ?) AND state IN"
                 " ('waiting', 'pending', 'scheduled', 'retry_scheduled')"
             )
-            recs = self._rows(tx, where, (workflow_id,))
-            ops = SqliteFlow(self, tx, now)
+            recs = b._rows(tx, where, (workflow_id,))
+            ops = SqliteFlow(b, tx, now)
             for rec in recs:
                 if ops.state(rec.job.id) not in _CANCELLABLE:
                     continue  # ended by the cascade of an earlier one
-                rec = self._rows(tx, "id = ?", (rec.job.id,))[0]
+                rec = b._rows(tx, "id = ?", (rec.job.id,))[0]
                 lifecycle.cancel(rec.job, now)
-                self._save(tx, rec)
+                b._save(tx, rec)
                 tx.emit("cancelled", rec.job, now)
                 ops.done(rec.job)
             return len(recs)

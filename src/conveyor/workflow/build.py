@@ -71,7 +71,7 @@ class Builder:
         self.jobs.append(job)
         self.nodes.append(FlowNode(job.id, self.workflow_id, len(after), passing, trigger))
         self.edges.extend(FlowEdge(p, job.id, self.policy) for p in after)
-        return job.id
+        return str(job.id)
 
     def store(self, sinks: list[str]) -> WorkflowHandle:
         """Run the enqueue middleware, encode, store atomically; the handle."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import orjson
 
@@ -34,7 +34,7 @@ class RedisWorkflows:
 
     @guarded
     def enqueue_workflow(
-        self: RedisBroker,
+        self,
         jobs: Sequence[Job],
         payloads: Sequence[bytes],
         nodes: Sequence[FlowNode],
@@ -42,7 +42,8 @@ class RedisWorkflows:
         now: float,
     ) -> None:
         """All nodes, records and the index in one script call."""
-        if self.cluster:
+        b = cast("RedisBroker", self)
+        if b.cluster:
             raise ValidationError("workflow", "workflows need a standalone or Sentinel Redis")
         queue_of = {job.id: job.queue for job in jobs}
         ins: dict[str, list[list[str]]] = defaultdict(list)
@@ -56,13 +57,13 @@ class RedisWorkflows:
         }
         opts = options(
             now=fmt_time(now),
-            events_max=str(self.retention.events_max),
-            prefix=self.keys.prefix,
+            events_max=str(b.retention.events_max),
+            prefix=b.keys.prefix,
             index=orjson.dumps(index).decode(),
         )
         args: list[Any] = [opts]
         for job, payload, node in zip(jobs, payloads, nodes, strict=True):
-            self.qkeys(job.queue)  # validates the queue name
+            b.qkeys(job.queue)  # validates the queue name
             args += (
                 job.id,
                 job.queue,
@@ -79,35 +80,39 @@ class RedisWorkflows:
                 orjson.dumps(ins[job.id]),
                 orjson.dumps(outs[job.id]),
             )
-        self.register({job.queue for job in jobs})
+        b.register({job.queue for job in jobs})
         workflow = nodes[0].workflow if nodes else ""
-        self.runner.run("wf_enqueue", [self.keys.workflow(workflow)], args)
+        b.runner.run("wf_enqueue", [b.keys.workflow(workflow)], args)
         for job in jobs:
-            self.remember(job.id, job.queue)
+            b.remember(job.id, job.queue)
 
-    def _index(self: RedisBroker, workflow_id: str) -> dict[str, Any]:
-        raw = self.client.get(self.keys.workflow(workflow_id))
+    def _index(self, workflow_id: str) -> dict[str, Any]:
+        b = cast("RedisBroker", self)
+        raw = b.client.get(b.keys.workflow(workflow_id))
         return {"nodes": [], "edges": []} if raw is None else dict(orjson.loads(raw))
 
     @guarded
-    def workflow_jobs(self: RedisBroker, workflow_id: str) -> list[Job]:
+    def workflow_jobs(self, workflow_id: str) -> list[Job]:
         """The workflow's stored nodes, in enqueue order."""
-        nodes = [(q, i) for i, q in self._index(workflow_id)["nodes"]]
+        b = cast("RedisBroker", self)
+        nodes = [(q, i) for i, q in b._index(workflow_id)["nodes"]]
         out = []
-        for (queue, job_id), fields in zip(nodes, self.fetch_many(nodes), strict=True):
+        for (queue, job_id), fields in zip(nodes, b.fetch_many(nodes), strict=True):
             if fields:
-                out.append(self.decode_lenient(fields, queue, job_id))
+                out.append(b.decode_lenient(fields, queue, job_id))
         return out
 
     @guarded
-    def workflow_edges(self: RedisBroker, workflow_id: str) -> list[FlowEdge]:
+    def workflow_edges(self, workflow_id: str) -> list[FlowEdge]:
         """The workflow's edges."""
-        return [FlowEdge(p, c, pol) for p, c, pol in self._index(workflow_id)["edges"]]
+        b = cast("RedisBroker", self)
+        return [FlowEdge(p, c, pol) for p, c, pol in b._index(workflow_id)["edges"]]
 
-    def cancel_workflow(self: RedisBroker, workflow_id: str, now: float) -> int:
+    def cancel_workflow(self, workflow_id: str, now: float) -> int:
         """Cancel the nodes that have not started, one atomic cancel each (a cancelled node's
         dependants end in the same step, so later ones answer False)."""
-        doomed = [j.id for j in self.workflow_jobs(workflow_id) if j.state in _NOT_STARTED]
+        b = cast("RedisBroker", self)
+        doomed = [j.id for j in b.workflow_jobs(workflow_id) if j.state in _NOT_STARTED]
         for job_id in doomed:
-            self.cancel(job_id, now)
+            b.cancel(job_id, now)
         return len(doomed)
