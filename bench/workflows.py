@@ -46,7 +46,7 @@ def chord_latency(url: str, members: int, concurrency: int) -> dict[str, Any]:
         return len(results)
 
     t0 = time.perf_counter()
-    flow = chord([member.s(n) for n in range(members)], callback.s()).enqueue()
+    flow = chord([member.partial(n) for n in range(members)], callback.partial()).enqueue()
     enqueued = time.perf_counter() - t0
     worker = app.worker(concurrency=concurrency, handle_signals=False)
     thread = threading.Thread(target=worker.run, daemon=True)
@@ -94,8 +94,10 @@ def overhead(url: str, nodes: int) -> dict[str, Any]:
     out: dict[str, Any] = {"nodes": nodes}
     shapes = {
         "plain": lambda: app.enqueue_many([node.spec(i) for i in range(nodes)]),
-        "chain": lambda: chain(*[node.s(i) for i in range(nodes)]).enqueue(),
-        "chord": lambda: chord([node.s(i) for i in range(nodes - 1)], node.s()).enqueue(),
+        "chain": lambda: chain(*[node.partial(i) for i in range(nodes)]).enqueue(),
+        "chord": lambda: chord(
+            [node.partial(i) for i in range(nodes - 1)], node.partial()
+        ).enqueue(),
     }
     for name, build in shapes.items():
         app.broker.flush_all()

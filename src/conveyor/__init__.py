@@ -26,6 +26,8 @@ if TYPE_CHECKING:
         ConveyorError,
         DuplicateJob,
         IllegalTransition,
+        JobCancelled,
+        JobFailed,
         JobNotFound,
         JobTimeout,
         LeaseLost,
@@ -35,10 +37,12 @@ if TYPE_CHECKING:
         StorageFull,
         UnknownTask,
         ValidationError,
+        WaitTimeout,
     )
     from .handles import Delivery, JobHandle
     from .middleware import Middleware
     from .task import JobSpec, Task
+    from .worker.jobctx import JobContext, current_job
     from .worker.logs import configure_logging
     from .workflow import (
         Workflow,
@@ -70,14 +74,17 @@ _EXPORTS = {
     "StorageFull": ".errors",
     "DuplicateJob": ".errors",
     "IllegalTransition": ".errors",
+    "JobFailed": ".errors",
     "JobNotFound": ".errors",
     "JobTimeout": ".errors",
+    "JobCancelled": ".errors",
     "LeaseLost": ".errors",
     "PayloadTooLarge": ".errors",
     "PermanentError": ".errors",
     "Retry": ".errors",
     "UnknownTask": ".errors",
     "ValidationError": ".errors",
+    "WaitTimeout": ".errors",
     "Delivery": ".handles",
     "JobHandle": ".handles",
     "Middleware": ".middleware",
@@ -91,6 +98,8 @@ _EXPORTS = {
     "chain": ".workflow",
     "chord": ".workflow",
     "group": ".workflow",
+    "current_job": ".worker.jobctx",  # issue 16
+    "JobContext": ".worker.jobctx",
 }
 
 __all__ = [
@@ -108,6 +117,9 @@ __all__ = [
     "FakeClock",
     "IllegalTransition",
     "Job",
+    "JobCancelled",
+    "JobContext",
+    "JobFailed",
     "JobHandle",
     "JobNotFound",
     "JobSpec",
@@ -130,7 +142,9 @@ __all__ = [
     "WorkflowPending",
     "chain",
     "chord",
+    "WaitTimeout",
     "configure_logging",
+    "current_job",
     "default_middleware",
     "group",
 ]

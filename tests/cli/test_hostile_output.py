@@ -29,7 +29,8 @@ def seed(app: Conveyor, clock: FakeClock) -> dict[str, str]:
         raise PermanentError(ALL + TERMINAL_TEXT["huge"])
 
     ids = {
-        "args": app.enqueue("add", [ALL, TERMINAL_TEXT["huge"]], {"k": ALL}).id,
+        # a name-only producer (no signature binding): the stored kwargs are hostile on purpose
+        "args": app.runtime.enqueue("add", [ALL, TERMINAL_TEXT["huge"]], {"k": ALL}).id,
         "dead": app.enqueue("hostile_boom", [ALL], queue="default").id,
         "odd_id": store_unvalidated(app, HOSTILE_ID, HOSTILE_TASK, ALL),
     }

@@ -80,3 +80,39 @@ def test_dashboard_logs_json(tmp_path: Path) -> None:
         assert line["level"] == "warning" and line["logger"] == "conveyor.dashboard"
     finally:
         stop(proc)
+
+
+def test_dashboard_server_lines_are_json_too(tmp_path: Path) -> None:
+    """uvicorn's own loggers go through the same handler (before: plain text lines)."""
+    import socket
+
+    port = free_port()
+    proc, err = start(
+        tmp_path,
+        "dashboard",
+        "tests.worker.apps.jobs:app",
+        "--port",
+        str(port),
+        "--log-format",
+        "json",
+    )
+    try:
+        wait_until(lambda: any("authentication" in r["msg"] for r in json_lines(err)), timeout=20)
+        def connect() -> socket.socket | None:
+            try:
+                return socket.create_connection(("127.0.0.1", port), timeout=5)
+            except OSError:
+                return None  # not listening yet
+
+        with wait_until(connect, timeout=20) as sock:
+            sock.sendall(b"\x00 not http at all\r\n\r\n")  # uvicorn warns: invalid HTTP request
+            with contextlib.suppress(OSError):
+                sock.recv(1024)
+        line = wait_until(
+            lambda: next((r for r in json_lines(err) if r["logger"].startswith("uvicorn")), None),
+            timeout=20,
+        )
+        assert line["level"] == "warning" and "Invalid HTTP request" in line["msg"]
+    finally:
+        stop(proc)
+    assert all(isinstance(r, dict) for r in json_lines(err))

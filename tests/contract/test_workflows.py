@@ -24,6 +24,13 @@ from conveyor import (
 from conveyor.errors import ValidationError
 
 
+@pytest.fixture(autouse=True)
+def _workflow_backends(backend: str) -> None:
+    """PostgreSQL joins once its broker ports broker/sqlite_flow.py (not yet)."""
+    if backend == "postgres":
+        pytest.skip("workflows are not implemented on PostgreSQL yet")
+
+
 def tasks(app: Conveyor) -> Any:
     class T:
         @app.task
@@ -51,7 +58,7 @@ def tasks(app: Conveyor) -> Any:
 
 def test_chain_passes_each_result_to_the_next(app: Conveyor) -> None:
     t = tasks(app)
-    flow = chain(t.add.s(1, 2), t.double.s(), t.add.s(10)).enqueue()
+    flow = chain(t.add.partial(1, 2), t.double.partial(), t.add.partial(10)).enqueue()
     states = [j.state for j in flow.jobs()]
     assert states == [JobState.PENDING, JobState.WAITING, JobState.WAITING]
     with pytest.raises(WorkflowPending):
@@ -63,8 +70,8 @@ def test_chain_passes_each_result_to_the_next(app: Conveyor) -> None:
 
 def test_group_and_chord(app: Conveyor) -> None:
     t = tasks(app)
-    fan = group(t.double.s(i) for i in range(5)).enqueue()
-    both = chord(group(t.double.s(i) for i in range(5)), t.echo.s("tail")).enqueue()
+    fan = group(t.double.partial(i) for i in range(5)).enqueue()
+    both = chord(group(t.double.partial(i) for i in range(5)), t.echo.partial("tail")).enqueue()
     app.worker().run_until_idle()
     assert fan.result() == [0, 2, 4, 6, 8]
     assert both.result() == [[0, 2, 4, 6, 8], "tail"]
@@ -74,11 +81,11 @@ def test_group_and_chord(app: Conveyor) -> None:
 def test_dag_with_diamond_dependencies(app: Conveyor) -> None:
     t = tasks(app)
     dag = app.workflow(name="nightly")
-    a = dag.add(t.add.s(1, 1))
-    b = dag.add(t.double.s(), after=[a])
-    c = dag.add(t.add.s(100), after=[a])
-    d = dag.add(t.total.s(), after=[b, c])
-    dag.add(t.echo.s(), after=[d], results=False)
+    a = dag.add(t.add.partial(1, 1))
+    b = dag.add(t.double.partial(), after=[a])
+    c = dag.add(t.add.partial(100), after=[a])
+    d = dag.add(t.total.partial(), after=[b, c])
+    dag.add(t.echo.partial(), after=[d], results=False)
     flow = dag.enqueue()
     worker = app.worker()
     worker.run_until_idle()
@@ -91,7 +98,7 @@ def test_dag_with_diamond_dependencies(app: Conveyor) -> None:
 
 def test_fail_the_rest_names_the_failed_parent(app: Conveyor) -> None:
     t = tasks(app)
-    flow = chain(t.boom.s(), t.double.s(), t.double.s()).enqueue()
+    flow = chain(t.boom.partial(), t.double.partial(), t.double.partial()).enqueue()
     app.worker().run_until_idle()
     first, second, third = flow.jobs()
     assert first.state is JobState.DEAD_LETTER
@@ -106,15 +113,17 @@ def test_fail_the_rest_names_the_failed_parent(app: Conveyor) -> None:
 
 def test_continue_and_ignore_policies(app: Conveyor) -> None:
     t = tasks(app)
-    cont = chord([t.boom.s(), t.double.s(2)], t.echo.s()).enqueue(policy="continue")
-    ign = chord([t.boom.s(), t.double.s(2)], t.echo.s()).enqueue(policy="ignore")
+    cont = chord([t.boom.partial(), t.double.partial(2)], t.echo.partial()).enqueue(
+        policy="continue"
+    )
+    ign = chord([t.boom.partial(), t.double.partial(2)], t.echo.partial()).enqueue(policy="ignore")
     app.worker().run_until_idle()
     assert cont.result() == [[None, 4]]
     assert ign.result() == [[4]]
     dag = app.workflow()
-    bad = dag.add(t.boom.s())
-    ok = dag.add(t.double.s(3))
-    dag.add(t.echo.s(), after=[bad, ok], policy="continue")
+    bad = dag.add(t.boom.partial())
+    ok = dag.add(t.double.partial(3))
+    dag.add(t.echo.partial(), after=[bad, ok], policy="continue")
     flow = dag.enqueue()
     app.worker().run_until_idle()
     assert flow.result() == [[None, 6]]
@@ -123,12 +132,12 @@ def test_continue_and_ignore_policies(app: Conveyor) -> None:
 def test_nested_workflows(app: Conveyor) -> None:
     t = tasks(app)
     inner = app.workflow()
-    x = inner.add(t.double.s())
-    inner.add(t.double.s(), after=[x])
+    x = inner.add(t.double.partial())
+    inner.add(t.double.partial(), after=[x])
     outer = chain(
-        t.add.s(1, 0),
-        group(chain(t.double.s(), t.double.s()), t.add.s(5)),
-        t.total.s(),
+        t.add.partial(1, 0),
+        group(chain(t.double.partial(), t.double.partial()), t.add.partial(5)),
+        t.total.partial(),
         inner,
     ).enqueue()
     app.worker().run_until_idle()
@@ -138,7 +147,7 @@ def test_nested_workflows(app: Conveyor) -> None:
 
 def test_cancel_a_workflow(app: Conveyor) -> None:
     t = tasks(app)
-    flow = chain(t.double.s(1), t.double.s(), t.double.s()).enqueue()
+    flow = chain(t.double.partial(1), t.double.partial(), t.double.partial()).enqueue()
     assert flow.cancel() >= 2
     assert {j.state for j in flow.jobs()} == {JobState.CANCELLED}
     assert app.worker().run_until_idle() == 0
@@ -147,7 +156,7 @@ def test_cancel_a_workflow(app: Conveyor) -> None:
 def test_completion_after_a_lost_lease_releases_once(app: Conveyor, clock: Any) -> None:
     """Fencing: the first worker's late completion is refused, the dependant runs once."""
     t = tasks(app)
-    flow = chord([t.double.s(1)], t.echo.s()).enqueue()
+    flow = chord([t.double.partial(1)], t.echo.partial()).enqueue()
     broker = app.broker
     [old] = broker.claim(["default"], clock.now(), visibility_timeout=5)
     clock.advance(6)
@@ -169,9 +178,9 @@ def test_bad_input_is_refused_clearly(app: Conveyor) -> None:
     with pytest.raises(ValidationError, match="chain"):
         chain(t.add)  # type: ignore[arg-type]
     with pytest.raises(ValidationError, match="policy"):
-        chain(t.add.s(1, 2)).enqueue(policy="explode")  # type: ignore[arg-type]
+        chain(t.add.partial(1, 2)).enqueue(policy="explode")  # type: ignore[arg-type]
     with pytest.raises(ValidationError, match="idempotency_key"):
-        chain(t.add.options(idempotency_key="k").s(1, 2)).enqueue()
+        chain(t.add.options(idempotency_key="k").partial(1, 2)).enqueue()
     with pytest.raises(ValidationError, match="group"):
         group([])
     assert app.broker.counts().get("default", {}).get("pending", 0) == 0
@@ -186,7 +195,9 @@ def test_batch_callbacks_fire_once(app: Conveyor) -> None:
         calls.append(what)
 
     with app.batch(
-        on_complete=note.s("complete"), on_success=note.s("success"), on_failure=note.s("failure")
+        on_complete=note.partial("complete"),
+        on_success=note.partial("success"),
+        on_failure=note.partial("failure"),
     ) as b:
         handles = [t.double.enqueue(i) for i in range(4)]
         assert app.broker.get(handles[0].id) is None  # stored when the block ends
@@ -201,7 +212,9 @@ def test_batch_callbacks_fire_once(app: Conveyor) -> None:
 
     calls.clear()
     with app.batch(
-        on_complete=note.s("complete"), on_success=note.s("success"), on_failure=note.s("failure")
+        on_complete=note.partial("complete"),
+        on_success=note.partial("success"),
+        on_failure=note.partial("failure"),
     ) as bad:
         t.double.enqueue(1)
         t.boom.enqueue()
@@ -212,8 +225,21 @@ def test_batch_callbacks_fire_once(app: Conveyor) -> None:
 
 def test_a_batch_block_that_raises_stores_nothing(app: Conveyor) -> None:
     t = tasks(app)
-    with pytest.raises(RuntimeError), app.batch(on_complete=t.echo.s()):
+    with pytest.raises(RuntimeError), app.batch(on_complete=t.echo.partial()):
         t.double.enqueue(1)
         raise RuntimeError("producer died")
     assert app.worker().run_until_idle() == 0
     assert sum(sum(c.values()) for c in app.broker.counts().values()) == 0
+
+
+def test_task_s_is_a_complete_step_that_gets_no_result(app: Conveyor) -> None:
+    """``task.s(...)`` (a bound ``JobSpec``) may be a node: it keeps its own arguments;
+    ``task.partial(...)`` is bound at build time with its parents' result first."""
+    t = tasks(app)
+    flow = chain(t.add.s(1, 2), t.add.s(5, 5), t.double.partial()).enqueue()
+    app.worker().run_until_idle()
+    assert flow.result() == 20 and [j.args for j in flow.jobs()] == [[1, 2], [5, 5], [10]]
+    with pytest.raises(ValidationError, match="args"):
+        chain(t.add.s(1, 2), t.add.partial(1, 2)).enqueue()  # 3 arguments for add(a, b)
+    with pytest.raises(ValidationError):
+        t.double.s()  # task.s binds at once (a missing argument)

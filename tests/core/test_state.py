@@ -26,6 +26,8 @@ EXPECTED = {
     (S.RETRY_SCHEDULED, E.CANCEL): S.CANCELLED,
     (S.DEAD_LETTER, E.REQUEUE): S.PENDING,
     (S.CANCELLED, E.REQUEUE): S.PENDING,
+    # issue 16: a running job cancelled by an operator, recorded by the lease holder (fenced)
+    (S.ACTIVE, E.CANCEL_RUNNING): S.CANCELLED,
     # workflows: a node waits for its parents, then runs or ends with the failed parent named
     (S.WAITING, E.RELEASE_PARENTS): S.PENDING,
     (S.WAITING, E.UPSTREAM_FAILED): S.CANCELLED,

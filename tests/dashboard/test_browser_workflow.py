@@ -46,7 +46,9 @@ def test_workflow_graph_from_a_job_page(
 ) -> None:
     expect = playwright_sync.expect
     add, boom = flow_app.tasks["add"], flow_app.tasks["boom"]
-    flow = chord(group([add.s(1, 2), boom.s(), add.s(3, 4)]), add.s(1)).enqueue(name="nightly")
+    flow = chord(
+        group([add.partial(1, 2), boom.partial(), add.partial(3, 4)]), add.partial(1)
+    ).enqueue(name="nightly")
     flow_app.worker().run_until_idle()
     page = login(browser, flow_server.url)
     errors: list[str] = []

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import quote
 
+import pytest
 from starlette.testclient import TestClient
 
 from conveyor import Conveyor, chord, group
@@ -17,9 +18,18 @@ from .conftest import AUTH, PASSWORD, TOKEN, USER
 from .test_hostile_data import attr_urls
 
 
+@pytest.fixture(autouse=True)
+def _workflow_backends(backend: str) -> None:
+    """PostgreSQL joins once its broker stores workflows (not yet)."""
+    if backend == "postgres":
+        pytest.skip("workflows are not implemented on PostgreSQL yet")
+
+
 def _flow(app: Conveyor, name: str = "nightly") -> Any:
     add, boom = app.tasks["add"], app.tasks["boom"]
-    flow = chord(group([add.s(1, 2), boom.s(), add.s(3, 4)]), add.s(1)).enqueue(name=name)
+    flow = chord(
+        group([add.partial(1, 2), boom.partial(), add.partial(3, 4)]), add.partial(1)
+    ).enqueue(name=name)
     return flow
 
 
@@ -58,7 +68,7 @@ def test_unknown_workflow_is_404(api: TestClient) -> None:
 def test_hostile_names_arguments_and_forged_ids(api: TestClient, dash_app: Conveyor) -> None:
     add = dash_app.tasks["add"]
     for key, text in HOSTILE_TEXT.items():
-        flow = group([add.s(text, text)]).enqueue(name=text[:200])
+        flow = group([add.partial(text, text)]).enqueue(name=text[:200])
         page = api.get(f"/workflows/{quote(flow.id, safe='')}")
         assert page.status_code == 200, key
         assert "<script>" not in page.text and "<b>badly" not in page.text

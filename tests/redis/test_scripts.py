@@ -80,12 +80,16 @@ def test_every_script_call_touches_one_slot(rbroker: RedisBroker) -> None:
     b.complete([Ack(leases[0].id, leases[0].token, {"ok": 1})], T0)
     b.fail(leases[1].id, leases[1].token, T0, error={"kind": "error"}, retry_at=None)
     b.release(leases[2].id, leases[2].token, T0)
+    running = b.claim(["default", "mail"], T0, limit=1, worker_id="w")[0]
+    b.cancel_running(running.id, running.token, T0)  # issue 16
     b.promote_due(T0 + 10)
     b.reap_expired(T0 + 1000)
     b.cancel("later", T0)
     b.requeue(leases[1].id, T0)
     b.purge(T0, queue="default")
     b.clear_queue("mail", T0)
+    b.enqueue([job("soon", state=_scheduled(), run_at=T0 + 50)], T0)
+    assert b.run_now("soon", T0) and b.delete_job("soon", T0)
     b.oldest_pending("default")
     assert b.search(SearchQuery(task="t", text="zzz")).total == 0
     b.doc_put("c", "d", {"x": 1}, T0)

@@ -40,7 +40,9 @@ def test_chord_callback_once_under_worker_kills(
         shared_url, "-p", "3", "-c", "4", "--visibility-timeout", "2.3", "--shutdown-timeout", "5"
     )
     workers.wait_ready(3)
-    flow = chord([part.s(n, 0.02) for n in range(MEMBERS)], gather.s()).enqueue(name="r-w1")
+    flow = chord([part.partial(n, 0.02) for n in range(MEMBERS)], gather.partial()).enqueue(
+        name="r-w1"
+    )
     rng = random.Random(3)
     kills: list[Kill] = []
     deadline = time.monotonic() + 180

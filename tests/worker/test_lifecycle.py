@@ -125,7 +125,7 @@ def test_hooks_and_the_worker_survives_anything_a_job_does(live_app: Conveyor) -
         interrupts.enqueue(),
         permanent.enqueue(),
         unserialisable.enqueue(),
-        app.enqueue("no_such_task"),
+        app.runtime.enqueue("no_such_task"),  # as a name-only producer would (no name check)
         fine.enqueue(),
     ]
     with running(app, concurrency=3):

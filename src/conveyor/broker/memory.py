@@ -22,6 +22,7 @@ from ..errors import DuplicateJob, LeaseLost
 from .base import Ack, Broker, Claimed, EnqueueResult, Lease
 from .flow import FlowEdge, FlowNode
 from .memflow import MemoryFlow
+from .memadmin import MemoryJobAdmin
 from .memreads import MemoryReads
 from .memstore import MemoryCounters, MemoryDocs, MemoryEvents, MemoryLogs
 from .memtimers import TimeHeap
@@ -30,7 +31,7 @@ _DELAYED = (JobState.SCHEDULED, JobState.RETRY_SCHEDULED)
 _CANCELLABLE = (JobState.PENDING, *_DELAYED, JobState.WAITING)
 
 
-class MemoryBroker(MemoryReads, Broker):
+class MemoryBroker(MemoryReads, MemoryJobAdmin, Broker):
     """All state in dicts and heaps behind one lock."""
 
     events: MemoryEvents  # job transitions ``emit`` into it under the lock
@@ -42,6 +43,8 @@ class MemoryBroker(MemoryReads, Broker):
         self._wake = threading.Condition(self._lock)
         self._changes = 0  # bumped with every notify of _wake (see wait_for_work)
         self._seen = threading.local()  # per thread: _changes as of its last claim
+        self._ended = threading.Condition(self._lock)  # notified when a job finishes (watch)
+        self._ends = 0  # jobs finished so far: the cursor of change_cursor / wait_change
         self._jobs: dict[str, Job] = {}
         self._tokens: dict[str, str] = {}
         self._ready: dict[str, list[tuple[int, int, str]]] = {}
@@ -100,6 +103,9 @@ class MemoryBroker(MemoryReads, Broker):
 
     def _finish(self, job: Job) -> None:
         self._tokens.pop(job.id, None)
+        self._ends += 1
+        self._ended.notify_all()  # waiters on a job's result (a separate condition: idle
+        # workers on _wake are not woken by finishing jobs)
         ring = self._finished.setdefault(f"{job.queue}|{job.state}", deque())
         ring.append(job.id)
         cap = (
@@ -309,6 +315,19 @@ class MemoryBroker(MemoryReads, Broker):
             self._place(job)
             return job.state
 
+    def cancel_running(
+        self, job_id: str, token: str, now: float, *, note: str = "cancelled while running"
+    ) -> JobState:
+        """active → cancelled by the lease holder (fenced)."""
+        with self._lock:
+            job = self._leased(job_id, token)
+            lifecycle.cancel_running(job, now, note)
+            self._tokens.pop(job_id, None)
+            self._emit("cancelled", job, now, note=note)
+            self._finish(job)
+            self.flow.done(job, now)
+            return job.state
+
     def extend(
         self, leases: Sequence[tuple[str, str]], now: float, visibility_timeout: float
     ) -> list[bool]:
@@ -478,6 +497,17 @@ class MemoryBroker(MemoryReads, Broker):
             if getattr(self._seen, "changes", self._changes) == self._changes:
                 self._wake.wait(timeout)
             self._seen.changes = self._changes
+
+    def change_cursor(self, queue: str) -> int:
+        """How many jobs have finished so far."""
+        return self._ends
+
+    def wait_change(self, queue: str, job_id: str, cursor: Any, timeout: float) -> int:
+        """Wait on the condition every finishing job notifies (no polling)."""
+        with self._ended:
+            if self._ends == cursor:
+                self._ended.wait(timeout)
+            return self._ends
 
     def flush_all(self) -> None:
         """Forget everything."""

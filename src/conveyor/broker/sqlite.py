@@ -27,9 +27,11 @@ from ..core.state import TERMINAL_STATES, JobState
 from ..errors import DuplicateJob, LeaseLost
 from .base import Ack, Broker, Claimed, EnqueueResult, Lease
 from .sqlite_flow import SqliteFlow, SqliteWorkflows
+from .sqlite_admin import SqliteJobAdmin
 from .sqlite_rows import COLS, NEXT_DUE, READY, Rec, SqliteReads
 from .sqlite_side import SqliteCounters, SqliteDocs, SqliteEvents, SqliteLogs
 from .sqlite_store import Tx
+from .sqlite_txn import enqueue_in_transaction
 
 _DELAYED = (JobState.SCHEDULED, JobState.RETRY_SCHEDULED)
 _CANCELLABLE = (JobState.PENDING, *_DELAYED, JobState.WAITING)
@@ -56,7 +58,7 @@ def _first_repeat(ids: Sequence[str]) -> str:
     raise ValueError("no repeated id")
 
 
-class SqliteBroker(SqliteWorkflows, SqliteReads, Broker):
+class SqliteBroker(SqliteWorkflows, SqliteReads, SqliteJobAdmin, Broker):
     """The Broker protocol on one SQLite file (see module docstring)."""
 
     def __init__(
@@ -147,12 +149,16 @@ class SqliteBroker(SqliteWorkflows, SqliteReads, Broker):
         ``id`` rejects a taken id during the INSERT, which rolls the whole batch back.
         """
         with self._write() as tx:
-            return self._enqueue(tx, jobs, now, payloads)
+            return self._insert(tx, jobs, now, payloads)
 
-    def _enqueue(
+    def enqueue_in_transaction(self, connection: Any, jobs: Sequence[Job]) -> list[EnqueueResult]:
+        """Store ``jobs`` in the caller's open transaction on this file; see ``sqlite_txn``."""
+        return enqueue_in_transaction(self, connection, jobs)
+
+    def _insert(
         self, tx: Tx, jobs: Sequence[Job], now: float, payloads: Sequence[bytes] | None
     ) -> list[EnqueueResult]:
-        """The body of ``enqueue`` inside an open transaction."""
+        """``enqueue``'s work inside ``tx`` (the broker's own or the caller's transaction)."""
         if any(job.idempotency_key for job in jobs):
             results, fresh = self._screen(tx, jobs, now, payloads)
         else:
@@ -373,6 +379,19 @@ class SqliteBroker(SqliteWorkflows, SqliteReads, Broker):
             lifecycle.release(rec.job, now, delay, penalize, note)
             self._save(tx, rec)
             tx.emit("released", rec.job, now, note=note)
+            return rec.job.state
+
+    def cancel_running(
+        self, job_id: str, token: str, now: float, *, note: str = "cancelled while running"
+    ) -> JobState:
+        """active → cancelled by the lease holder (fenced), in one write transaction."""
+        with self._write() as tx:
+            if (rec := self._leased(tx, job_id, token)) is None:
+                raise LeaseLost(job_id)
+            lifecycle.cancel_running(rec.job, now, note)
+            self._save(tx, rec)
+            tx.emit("cancelled", rec.job, now, note=note)
+            SqliteFlow(self, tx, now).done(rec.job)
             return rec.job.state
 
     def extend(

@@ -145,7 +145,7 @@ class SqliteWorkflows:
         """Jobs, nodes and edges in one transaction."""
         b = cast("SqliteBroker", self)
         with b._write() as tx:
-            b._enqueue(tx, jobs, now, payloads)
+            b._insert(tx, jobs, now, payloads)
             store(tx, nodes, edges)
 
     def workflow_jobs(self, workflow_id: str) -> list[Job]:

@@ -252,7 +252,7 @@ def _act(
         for job_id in done:
             say(f"{verb} {job_id}.")
     if refused:
-        why = {"cancel": "already started or finished", "retry": "not dead-lettered or cancelled"}
+        why = {"cancel": "already finished", "retry": "not dead-lettered or cancelled"}
         raise click.ClickException(f"{why[action]}: {literal(', '.join(refused))}")
 
 
@@ -265,7 +265,7 @@ def _act(
 def cancel_command(
     ids: tuple[str, ...], app_target: str | None, url: str | None, as_json: bool
 ) -> None:
-    """Cancel jobs that have not started (IDs in full or unique prefixes)."""
+    """Cancel jobs; a running one is stopped by its worker (IDs in full or unique prefixes)."""
     _act("cancel", ids, app_target, url, as_json)
 
 

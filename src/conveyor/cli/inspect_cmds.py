@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from ..broker.jobdocs import progress_text
 from ..core.state import JobState
 from .common import (
     AppCommand,
@@ -204,6 +205,8 @@ def _facts(job: dict[str, Any]) -> list[tuple[str, Any]]:
         ("kwargs", job["kwargs"]),
         ("result", job["result"]),
         ("last error", job["last_error"]),
+        ("progress", progress_text(job.get("progress"))),  # current_job().progress()
+        ("cancel", "requested: its worker is stopping it" if job.get("cancel_requested") else None),
     ]
     return [(k, v) for k, v in facts if v not in (None, "")]
 

@@ -35,6 +35,8 @@ COMMANDS: dict[str, str] = {
     "dashboard": "dashboard_cmd",
     "demo": "demo_cmd",
     "bench": "bench_cmd",
+    "relay": "relay_cmd",
+    "migrate": "migrate_cmd",
 }
 #: Long-running processes: they show the broker's start-up warnings (persistence, eviction);
 #: one-shot commands do not repeat them on every call.

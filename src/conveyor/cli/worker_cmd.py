@@ -36,9 +36,9 @@ LEVELS = ("debug", "info", "warning", "error")
 @click.option(
     "-q",
     "--queues",
-    default="default",
-    show_default=True,
-    help="Queues to serve, with optional weights: high:5,default,low.",
+    default=None,
+    help="Queues to serve, with optional weights: high:5,default,low "
+    "[default: default plus every queue the app's tasks declare].",
 )
 @click.option(
     "-c",
@@ -119,7 +119,7 @@ LEVELS = ("debug", "info", "warning", "error")
 )
 def worker_command(
     app_target: str | None,
-    queues: str,
+    queues: str | None,
     concurrency: int,
     processes: int,
     strict: bool,
@@ -137,7 +137,8 @@ def worker_command(
     app_target = require_app(app_target, "worker")
     setup_logging(log_format, log_level)
     try:
-        parse_queues(queues)
+        if queues is not None:
+            parse_queues(queues)
     except ValidationError as exc:
         raise click.BadParameter(str(exc), param_hint="--queues") from exc
     app = load_app(app_target)

@@ -10,6 +10,7 @@
                     └─cancel──> cancelled     active ──bury / expire_poison──> dead_letter
     pending / scheduled / retry_scheduled ──cancel──> cancelled
     dead_letter / cancelled ──requeue──> pending
+    active ──cancel_running (lease holder, fenced)──> cancelled
     (enqueue a workflow node) ──> waiting ──release_parents──> pending
                                     │ └──upstream_failed / cancel──> cancelled
 
@@ -55,6 +56,9 @@ class Event(StrEnum):
     EXPIRE_POISON = "expire_poison"  # lease ran out for the max_lost-th time
     CANCEL = "cancel"  # operator cancelled before it ran
     REQUEUE = "requeue"  # operator revived a terminal job
+    # issue 16: an operator cancelled a RUNNING job; its worker stopped it and records the
+    # cancellation with its lease token (fenced: a stale holder changes nothing)
+    CANCEL_RUNNING = "cancel_running"
     RELEASE_PARENTS = "release_parents"  # a workflow node's last parent finished: it may run
     UPSTREAM_FAILED = "upstream_failed"  # a parent failed under the "fail the rest" policy
 
@@ -82,6 +86,8 @@ TRANSITIONS: dict[tuple[JobState, Event], JobState] = {
     (_S.RETRY_SCHEDULED, _E.CANCEL): _S.CANCELLED,
     (_S.DEAD_LETTER, _E.REQUEUE): _S.PENDING,
     (_S.CANCELLED, _E.REQUEUE): _S.PENDING,
+    # cancelling a running job (issue 16; worker/cancel.py): never retried
+    (_S.ACTIVE, _E.CANCEL_RUNNING): _S.CANCELLED,
     (_S.WAITING, _E.RELEASE_PARENTS): _S.PENDING,
     (_S.WAITING, _E.UPSTREAM_FAILED): _S.CANCELLED,
     (_S.WAITING, _E.CANCEL): _S.CANCELLED,

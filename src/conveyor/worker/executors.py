@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ..errors import JobCancelled, JobTimeout
 from .logs import job_context
 from .running import LEFT, RUNNING, Running
 from .timeouts import clear_async_exception, inject_timeout
@@ -134,7 +135,9 @@ class ThreadExecutor:
         task, job = run.task, run.job
         assert task is not None
         token = job_context.set(job)  # the job-context log filter reads it (worker/logs.py)
-        run.begin(threading.get_ident())
+        if not run.begin(threading.get_ident()):  # cancelled before it started
+            job_context.reset(token)
+            return None, None
         try:
             try:
                 if run.around is not None:
@@ -169,7 +172,7 @@ class ThreadExecutor:
             gate.release()
 
 
-def _invoke(task: Task, job: Job) -> Any:
+def _invoke(task: Task[..., Any], job: Job) -> Any:
     """Call the task function here (an async one on a fresh event loop)."""
     if task.is_async:
         return asyncio.run(task.fn(*job.args, **job.kwargs))
@@ -182,21 +185,20 @@ def call_in_thread(run: Running) -> tuple[Any, BaseException | None]:
 
 
 def interrupt_thread(run: Running) -> None:
-    """Raise ``JobTimeout`` inside the thread running ``run`` (at its next Python bytecode)."""
+    """Raise ``JobTimeout`` (``JobCancelled`` for a cancel) inside the thread running ``run``
+    (at its next Python bytecode)."""
     with run.lock:
         if run.phase == RUNNING and run.thread_ident is not None and not run.interrupted:
             run.interrupted = True
-            inject_timeout(run.thread_ident)
+            exc_type = JobCancelled if run.cancel_requested else JobTimeout
+            inject_timeout(run.thread_ident, exc_type)
         else:
             run.interrupted = True
 
 
 def _leave(run: Running) -> None:
     """The job's call returned: no more interruptions; drop one that is still pending."""
-    if run.timeout is None:  # never interrupted: no lock needed
-        run.phase = LEFT
-        return
-    with run.lock:
+    with run.lock:  # any job may be interrupted (a cancel): always under the lock
         if run.phase == LEFT:
             return
         run.phase = LEFT
@@ -249,7 +251,9 @@ class AsyncioExecutor:
     async def _run(self, run: Running) -> None:
         task, job = run.task, run.job
         assert task is not None
-        run.begin()
+        if not run.begin():  # cancelled before it started
+            self._tasks.discard(run.handle)
+            return
         job_context.set(job)  # this asyncio task's own context: nothing to reset
         result: Any = None
         error: BaseException | None = None

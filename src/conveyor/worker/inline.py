@@ -30,7 +30,7 @@ log = logging.getLogger("conveyor.worker")
 
 def run_with_timeout(
     lease: Lease,
-    task: Task,
+    task: Task[..., Any],
     timeout: float,
     now: float,
     grace: float,

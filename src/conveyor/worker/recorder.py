@@ -29,6 +29,7 @@ from ..core.job import ErrorKind
 from ..core.serialization import result_problem
 from ..errors import LeaseLost
 from ..middleware import after_process_batch, emit, hooked
+from .cancel import record_cancelled
 from .execute import Outcome, log_extra, safe_text
 from .running import Running
 
@@ -95,6 +96,8 @@ class Recorder:
         for i, (run, outcome) in enumerate(items):
             if run.lost:
                 names[i] = "lease_lost"
+            elif outcome.cancelled:  # stopped on an operator's request (worker/cancel.py)
+                names[i] = record_cancelled(self, run, now)
             elif outcome.ok:
                 acks.append(i)
             else:

@@ -20,6 +20,7 @@ from ..core.ids import new_ulid
 from ..core.job import Job
 from ..core.state import JobState
 from ..errors import ValidationError
+from ..task import JobSpec
 from .canvas import Signature
 from .host import FlowHost
 
@@ -36,9 +37,9 @@ class Batch:
         self,
         runtime: FlowHost,
         *,
-        on_complete: Signature | None = None,
-        on_success: Signature | None = None,
-        on_failure: Signature | None = None,
+        on_complete: Signature | JobSpec | None = None,
+        on_success: Signature | JobSpec | None = None,
+        on_failure: Signature | JobSpec | None = None,
         name: str = "",
     ) -> None:
         for field, sig in (
@@ -46,8 +47,8 @@ class Batch:
             ("on_success", on_success),
             ("on_failure", on_failure),
         ):
-            if sig is not None and not isinstance(sig, Signature):
-                raise ValidationError(field, "takes a signature: task.s(...)")
+            if sig is not None and not isinstance(sig, Signature | JobSpec):
+                raise ValidationError(field, "takes task.s(...) or task.partial(...)")
         self._rt = runtime
         self.name = name
         self.id = new_ulid(runtime.now(), runtime.id_rng)
@@ -90,12 +91,12 @@ class Batch:
         ids = [job.id for job in self.jobs]
         sinks = []
         if (sig := self.callbacks["on_complete"]) is not None:
-            sinks.append(b.add(sig, ids, "none"))
+            sinks.append(_add(b, sig, ids, "all_done"))
         if (sig := self.callbacks["on_success"]) is not None:
             with b.edge_policy("fail"):
-                sinks.append(b.add(sig, ids, "none"))
+                sinks.append(_add(b, sig, ids, "all_done"))
         if self.on_failure is not None and ids:
-            sinks.append(b.add(self.on_failure, ids, "none", trigger="one_failed"))
+            sinks.append(_add(b, self.on_failure, ids, "one_failed"))
         return b.store(sinks or ids)
 
     def status(self) -> dict[str, int]:
@@ -114,3 +115,10 @@ class Batch:
             "completed": done,
             "failed": failed,
         }
+
+
+def _add(b: Any, sig: Signature | JobSpec, after: list[str], trigger: Any) -> str:
+    """A callback node (it gets no results: a batch may hold thousands of jobs)."""
+    if isinstance(sig, JobSpec):
+        return str(b.add_spec(sig, after, "none", trigger))
+    return str(b.add(sig, after, "none", trigger))

@@ -56,6 +56,8 @@ class Builder:
     ) -> str:
         """One node running ``sig`` after ``after``; returns its job id."""
         spec = JobSpec(sig.task.name, tuple(sig.args), dict(sig.kwargs), dict(sig.options))
+        given = (None,) if passing != "none" else ()  # the parents' result comes first
+        sig.task.binder.require((*given, *sig.args), sig.kwargs)
         return self.add_spec(spec, after, passing, trigger)
 
     def add_spec(
@@ -96,7 +98,9 @@ def runtime_of(item: Canvas, app: Any = None) -> FlowHost:
         app = None if first is None else first.app
     rt = getattr(app, "runtime", app)
     if rt is None or not hasattr(rt, "producer") or not hasattr(rt, "broker"):
-        raise ValidationError("workflow", "cannot tell which app stores it (no task inside)")
+        raise ValidationError(
+            "workflow", "cannot tell which app stores it: pass enqueue(app=...) or use app.workflow"
+        )
     host: FlowHost = rt
     return host
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..broker.flow import POLICIES, PassMode, Policy
 from ..errors import ValidationError
+from ..task import JobSpec
 
 if TYPE_CHECKING:
     from ..task import Task
@@ -32,11 +33,13 @@ class Canvas:
         """Add this item's nodes after ``after`` (see module doc)."""
         raise NotImplementedError
 
-    def tasks(self) -> Iterable[Task]:
+    def tasks(self) -> Iterable[Task[..., Any]]:
         """The tasks of every signature inside (to find the app)."""
         raise NotImplementedError
 
-    def enqueue(self, *, name: str = "", policy: Policy = "fail") -> WorkflowHandle:
+    def enqueue(
+        self, *, name: str = "", policy: Policy = "fail", app: Any = None
+    ) -> WorkflowHandle:
         """Store the whole graph atomically (all or nothing) and return its handle.
 
         ``policy`` applies to every edge: "fail" (default) ends the dependants of a failed node
@@ -45,14 +48,31 @@ class Canvas:
         """
         from .build import enqueue
 
-        return enqueue(self, name=name, policy=policy)
+        return enqueue(self, name=name, policy=policy, app=app)
+
+
+@dataclass(frozen=True)
+class Spec(Canvas):
+    """A complete job (``task.s(...)``, a ``JobSpec``): its arguments are bound already, so it
+    gets no result from its parents (Celery's immutable signature)."""
+
+    spec: JobSpec
+
+    def build(self, b: Builder, after: list[str], passing: PassMode) -> Built:
+        """One node that receives nothing."""
+        return [b.add_spec(self.spec, after, "none")], "one"
+
+    def tasks(self) -> Iterable[Task[..., Any]]:
+        """No Task object: the app comes from another item or ``enqueue(app=...)``."""
+        return ()
 
 
 @dataclass(frozen=True)
 class Signature(Canvas):
-    """One task call with its arguments and options (``task.s(*args, **kwargs)``)."""
+    """One task call whose first argument comes from its parents (``task.partial(...)``);
+    without parents it runs with just its own arguments."""
 
-    task: Task
+    task: Task[..., Any]
     args: tuple[Any, ...] = ()
     kwargs: Mapping[str, Any] = field(default_factory=dict)
     options: Mapping[str, Any] = field(default_factory=dict)
@@ -61,7 +81,7 @@ class Signature(Canvas):
         """One node."""
         return [b.add(self, after, passing)], "one"
 
-    def tasks(self) -> Iterable[Task]:
+    def tasks(self) -> Iterable[Task[..., Any]]:
         """This signature's task."""
         return (self.task,)
 
@@ -69,7 +89,7 @@ class Signature(Canvas):
 class Chain(Canvas):
     """Items run one after the other; each gets its predecessor's result first."""
 
-    def __init__(self, *items: Canvas) -> None:
+    def __init__(self, *items: Canvas | JobSpec) -> None:
         self.items = [_canvas(i, "chain") for i in items]
         if not self.items:
             raise ValidationError("chain", "needs at least one item")
@@ -80,7 +100,7 @@ class Chain(Canvas):
             after, passing = item.build(b, after, passing)
         return after, passing
 
-    def tasks(self) -> Iterable[Task]:
+    def tasks(self) -> Iterable[Task[..., Any]]:
         """Every task inside."""
         return [t for i in self.items for t in i.tasks()]
 
@@ -88,7 +108,7 @@ class Chain(Canvas):
 class Group(Canvas):
     """Items run in parallel; a successor gets the list of their results, in order."""
 
-    def __init__(self, items: Iterable[Canvas]) -> None:
+    def __init__(self, items: Iterable[Canvas | JobSpec]) -> None:
         self.items = [_canvas(i, "group") for i in items]
         if not self.items:
             raise ValidationError("group", "needs at least one item")
@@ -100,35 +120,38 @@ class Group(Canvas):
             sinks.extend(item.build(b, after, passing)[0])
         return sinks, "all"
 
-    def tasks(self) -> Iterable[Task]:
+    def tasks(self) -> Iterable[Task[..., Any]]:
         """Every task inside."""
         return [t for i in self.items for t in i.tasks()]
 
 
-def chain(*items: Canvas) -> Chain:
-    """``chain(a.s(x), b.s(), c.s())``: each result is the next job's first argument."""
+def chain(*items: Canvas | JobSpec) -> Chain:
+    """``chain(a.s(x), b.partial(), c.partial())``: each result is the next one's first argument
+    (a ``task.s(...)`` step has all its arguments and gets no result)."""
     return Chain(*items)
 
 
-def group(*items: Canvas | Iterable[Canvas]) -> Group:
+def group(*items: Canvas | JobSpec | Iterable[Canvas | JobSpec]) -> Group:
     """``group(a.s(1), a.s(2))`` or ``group(a.s(i) for i in ...)``: run in parallel."""
-    if len(items) == 1 and not isinstance(items[0], Canvas):
+    if len(items) == 1 and not isinstance(items[0], Canvas | JobSpec):
         return Group(items[0])
     return Group(items)  # type: ignore[arg-type]
 
 
-def chord(header: Canvas | Iterable[Canvas], body: Canvas) -> Chain:
-    """``chord(group(...), callback.s())``: the callback gets the list of results, in order."""
-    head = header if isinstance(header, Canvas) else Group(header)
-    if isinstance(head, Signature):
+def chord(header: Canvas | JobSpec | Iterable[Canvas | JobSpec], body: Canvas | JobSpec) -> Chain:
+    """``chord(group(...), callback.partial())``: the callback gets the list of results."""
+    head = _canvas(header, "chord") if isinstance(header, Canvas | JobSpec) else Group(header)
+    if isinstance(head, Signature | Spec):
         head = Group([head])
-    return Chain(head, body)
+    return Chain(head, _canvas(body, "chord"))
 
 
 def _canvas(item: object, where: str) -> Canvas:
     """Refuse what is not a canvas item (a plain task, a handle) with a clear error."""
+    if isinstance(item, JobSpec):
+        return Spec(item)
     if not isinstance(item, Canvas):
-        rule = "takes signatures (task.s(...)), chains, groups, chords or workflows"
+        rule = "takes task.s(...), task.partial(...), chains, groups, chords or workflows"
         raise ValidationError(where, f"{rule}, got {type(item).__name__}")
     return item
 

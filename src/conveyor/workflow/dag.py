@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..broker.flow import PassMode, Policy
 from ..errors import ValidationError
+from ..task import JobSpec
 from .canvas import Built, Canvas, _canvas, check_policy
 
 if TYPE_CHECKING:
@@ -47,7 +48,7 @@ class Workflow(Canvas):
 
     def add(
         self,
-        item: Canvas,
+        item: Canvas | JobSpec,
         *,
         after: Sequence[NodeRef] = (),
         policy: Policy | None = None,
@@ -59,7 +60,7 @@ class Workflow(Canvas):
         their results (in ``after`` order); ``results=False`` passes nothing. ``policy``
         overrides the workflow's for these edges.
         """
-        _canvas(item, "workflow.add")
+        item = _canvas(item, "workflow.add")
         for ref in after:
             if not isinstance(ref, NodeRef) or ref.dag is not self:
                 raise ValidationError("after", "takes what this workflow's add() returned")
@@ -87,12 +88,15 @@ class Workflow(Canvas):
         sinks = [n for i, (nodes, _) in enumerate(built) if i not in used for n in nodes]
         return sinks, "one" if len(sinks) == 1 else "all"
 
-    def tasks(self) -> Iterable[Task]:
+    def tasks(self) -> Iterable[Task[..., Any]]:
         """Every task inside."""
         return [t for s in self._steps for t in s.item.tasks()]
 
-    def enqueue(self, *, name: str = "", policy: Policy | None = None) -> WorkflowHandle:
+    def enqueue(
+        self, *, name: str = "", policy: Policy | None = None, app: Any = None
+    ) -> WorkflowHandle:
         """Store the DAG atomically and return its handle."""
         from .build import enqueue
 
-        return enqueue(self, name=name or self.name, policy=policy or self.policy, app=self.app)
+        chosen = policy or self.policy
+        return enqueue(self, name=name or self.name, policy=chosen, app=app or self.app)
