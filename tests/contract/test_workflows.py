@@ -243,3 +243,23 @@ def test_task_s_is_a_complete_step_that_gets_no_result(app: Conveyor) -> None:
         chain(t.add.s(1, 2), t.add.partial(1, 2)).enqueue()  # 3 arguments for add(a, b)
     with pytest.raises(ValidationError):
         t.double.s()  # task.s binds at once (a missing argument)
+
+
+def test_wait_returns_the_last_result_or_raises_the_failure(app: Conveyor) -> None:
+    import threading
+
+    from conveyor.errors import WaitTimeout
+
+    t = tasks(app)
+    flow = chain(t.add.s(1, 2), t.double.partial()).enqueue()
+    with pytest.raises(WaitTimeout):
+        flow.wait(timeout=0.05)
+    runner = threading.Thread(target=app.worker().run_until_idle)
+    runner.start()
+    assert flow.wait(timeout=30) == 6
+    runner.join(30)
+    bad = chain(t.boom.s(), t.double.partial()).enqueue()
+    app.worker().run_until_idle()
+    with pytest.raises(WorkflowFailed) as info:
+        bad.wait(timeout=5)
+    assert info.value.job.id == bad.ids[0]

@@ -88,7 +88,8 @@ class Builder:
         rt.broker.enqueue_workflow(handles, payloads, self.nodes, self.edges, self.now)
         if after:
             after_enqueue_batch(after, rt.owner, handles, [False] * len(handles))
-        return WorkflowHandle(rt, self.workflow_id, [h.id for h in handles], sinks)
+        queues = {h.id: h.queue for h in handles if h.id in set(sinks)}
+        return WorkflowHandle(rt, self.workflow_id, [h.id for h in handles], sinks, queues)
 
 
 def runtime_of(item: Canvas, app: Any = None) -> FlowHost:

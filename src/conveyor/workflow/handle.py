@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from ..core.job import Job
 from ..core.state import TERMINAL_STATES, JobState
-from ..errors import ConveyorError
+from ..errors import ConveyorError, WaitTimeout
 
 if TYPE_CHECKING:
     from .host import FlowHost
@@ -29,11 +30,19 @@ class WorkflowPending(ConveyorError):
 class WorkflowHandle:
     """A stored workflow: its id, node ids and last steps (``sinks``)."""
 
-    def __init__(self, runtime: FlowHost, workflow_id: str, ids: list[str], sinks: list[str]):
+    def __init__(
+        self,
+        runtime: FlowHost,
+        workflow_id: str,
+        ids: list[str],
+        sinks: list[str],
+        queues: dict[str, str] | None = None,
+    ):
         self._rt = runtime
         self.id = workflow_id
         self.ids = ids
         self.sinks = sinks
+        self._queues = queues or {}  # sink id -> queue (where ``watch`` listens)
 
     def __repr__(self) -> str:
         return f"<WorkflowHandle {self.id} nodes={len(self.ids)}>"
@@ -72,6 +81,29 @@ class WorkflowHandle:
             raise WorkflowPending(f"workflow {self.id} has not finished")
         results = [j.result for j in last if j is not None]
         return results[0] if len(results) == 1 else results
+
+    def wait(self, timeout: float | None = None) -> Any:
+        """Block until every last step finished; return ``result()``. Raises
+        ``WorkflowFailed`` if a step failed, ``WaitTimeout`` after ``timeout`` seconds. Uses
+        the broker's wake-ups (``Broker.watch``: condition, ``data_version``, event stream)."""
+        end = time.monotonic() + (float("inf") if timeout is None else float(timeout))
+        for sink in self.sinks:
+            left = max(0.0, end - time.monotonic())
+            job = self._rt.broker.watch(sink, self._queues.get(sink, "default"), left)
+            if job is not None and job.state not in TERMINAL_STATES:
+                raise WaitTimeout(sink, float(timeout or 0.0), str(job.state))
+        return self.result()
+
+    async def wait_async(self, timeout: float | None = None) -> Any:
+        """``wait`` for async code (never blocks the event loop)."""
+        end = time.monotonic() + (float("inf") if timeout is None else float(timeout))
+        for sink in self.sinks:
+            left = max(0.0, end - time.monotonic())
+            queue = self._queues.get(sink, "default")
+            job = await self._rt.broker.watch_async(sink, queue, left)
+            if job is not None and job.state not in TERMINAL_STATES:
+                raise WaitTimeout(sink, float(timeout or 0.0), str(job.state))
+        return self.result()
 
     def cancel(self) -> int:
         """Cancel every node that has not started; returns how many."""
