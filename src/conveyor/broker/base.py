@@ -45,8 +45,8 @@ from typing import Any, NamedTuple
 
 from ..core.job import Job
 from ..core.state import JobState
-from .flowstore import WorkflowStore
 from ..errors import ValidationError
+from .flowstore import WorkflowStore
 from .side import CounterStore, DocStore, EventStore, LogStore
 from .waits import JobWaits
 

@@ -8,7 +8,7 @@ dependants are released in the same atomic step (``flow.finished``).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ..core import lifecycle
 from ..core.job import Job
@@ -107,3 +107,47 @@ class MemoryFlow:
         lifecycle.upstream_failed(job, self._now, parent, detail)
         broker._emit("cancelled", job, self._now, reason="upstream_failed", parent=parent)
         broker._finish(job)
+
+
+class MemoryWorkflows:
+    """The ``WorkflowStore`` methods of ``MemoryBroker`` (mixed in)."""
+
+    def enqueue_workflow(
+        self,
+        jobs: Sequence[Job],
+        payloads: Sequence[bytes],
+        nodes: Sequence[FlowNode],
+        edges: Sequence[FlowEdge],
+        now: float,
+    ) -> None:
+        """Store the nodes and the graph under one lock (``WorkflowStore``)."""
+        b = cast("MemoryBroker", self)
+        with b._lock:
+            b.enqueue(jobs, now, payloads)
+            b.flow.add(nodes, edges)
+
+    def workflow_jobs(self, workflow_id: str) -> list[Job]:
+        """The workflow's stored nodes (snapshots)."""
+        b = cast("MemoryBroker", self)
+        with b._lock:
+            ids = b.flow.members.get(workflow_id, [])
+            return [b._snap(b._jobs[i]) for i in ids if i in b._jobs]
+
+    def workflow_edges(self, workflow_id: str) -> list[FlowEdge]:
+        """The workflow's edges."""
+        b = cast("MemoryBroker", self)
+        with b._lock:
+            return b.flow.edges(workflow_id)
+
+    def cancel_workflow(self, workflow_id: str, now: float) -> int:
+        """Cancel the nodes that have not started."""
+        b = cast("MemoryBroker", self)
+        with b._lock:
+            ids = [i for i in b.flow.members.get(workflow_id, []) if i in b._jobs]
+            doomed = [i for i in ids if b._jobs[i].state in _CANCELLABLE]
+            for job_id in doomed:
+                b.cancel(job_id, now)  # a node cancelled by the cascade answers False
+            return len(doomed)
+
+
+_CANCELLABLE = (JobState.PENDING, JobState.SCHEDULED, JobState.RETRY_SCHEDULED, JobState.WAITING)

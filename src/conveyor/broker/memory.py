@@ -20,9 +20,8 @@ from ..core.serialization import decode_job
 from ..core.state import TERMINAL_STATES, JobState
 from ..errors import DuplicateJob, LeaseLost
 from .base import Ack, Broker, Claimed, EnqueueResult, Lease
-from .flow import FlowEdge, FlowNode
-from .memflow import MemoryFlow
 from .memadmin import MemoryJobAdmin
+from .memflow import MemoryFlow, MemoryWorkflows
 from .memreads import MemoryReads
 from .memstore import MemoryCounters, MemoryDocs, MemoryEvents, MemoryLogs
 from .memtimers import TimeHeap
@@ -31,7 +30,7 @@ _DELAYED = (JobState.SCHEDULED, JobState.RETRY_SCHEDULED)
 _CANCELLABLE = (JobState.PENDING, *_DELAYED, JobState.WAITING)
 
 
-class MemoryBroker(MemoryReads, MemoryJobAdmin, Broker):
+class MemoryBroker(MemoryWorkflows, MemoryReads, MemoryJobAdmin, Broker):
     """All state in dicts and heaps behind one lock."""
 
     events: MemoryEvents  # job transitions ``emit`` into it under the lock
@@ -166,39 +165,6 @@ class MemoryBroker(MemoryReads, MemoryJobAdmin, Broker):
                 self._place(stored)
                 self._emit("enqueued", stored, now, state=str(stored.state))
             return results
-
-    def enqueue_workflow(
-        self,
-        jobs: Sequence[Job],
-        payloads: Sequence[bytes],
-        nodes: Sequence[FlowNode],
-        edges: Sequence[FlowEdge],
-        now: float,
-    ) -> None:
-        """Store the nodes and the graph under one lock (``WorkflowStore``)."""
-        with self._lock:
-            self.enqueue(jobs, now, payloads)
-            self.flow.add(nodes, edges)
-
-    def workflow_jobs(self, workflow_id: str) -> list[Job]:
-        """The workflow's stored nodes (snapshots)."""
-        with self._lock:
-            ids = self.flow.members.get(workflow_id, [])
-            return [self._snap(self._jobs[i]) for i in ids if i in self._jobs]
-
-    def workflow_edges(self, workflow_id: str) -> list[FlowEdge]:
-        """The workflow's edges."""
-        with self._lock:
-            return self.flow.edges(workflow_id)
-
-    def cancel_workflow(self, workflow_id: str, now: float) -> int:
-        """Cancel the nodes that have not started."""
-        with self._lock:
-            ids = [i for i in self.flow.members.get(workflow_id, []) if i in self._jobs]
-            doomed = [i for i in ids if self._jobs[i].state in _CANCELLABLE]
-            for job_id in doomed:
-                self.cancel(job_id, now)  # a node cancelled by the cascade answers False
-            return len(doomed)
 
     def _live_key(self, key: tuple[str, str], now: float) -> str | None:
         item = self._idem.get(key)

@@ -26,8 +26,8 @@ from ..core.serialization import job_to_dict
 from ..core.state import TERMINAL_STATES, JobState
 from ..errors import DuplicateJob, LeaseLost
 from .base import Ack, Broker, Claimed, EnqueueResult, Lease
-from .sqlite_flow import SqliteFlow, SqliteWorkflows
 from .sqlite_admin import SqliteJobAdmin
+from .sqlite_flow import SqliteFlow, SqliteWorkflows
 from .sqlite_rows import COLS, NEXT_DUE, READY, Rec, SqliteReads
 from .sqlite_side import SqliteCounters, SqliteDocs, SqliteEvents, SqliteLogs
 from .sqlite_store import Tx
