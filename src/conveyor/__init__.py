@@ -44,6 +44,15 @@ if TYPE_CHECKING:
     from .task import JobSpec, Task
     from .worker.jobctx import JobContext, current_job
     from .worker.logs import configure_logging
+    from .workflow import (
+        Workflow,
+        WorkflowFailed,
+        WorkflowHandle,
+        WorkflowPending,
+        chain,
+        chord,
+        group,
+    )
 
 # public name -> submodule that defines it
 _EXPORTS = {
@@ -82,6 +91,13 @@ _EXPORTS = {
     "JobSpec": ".task",
     "Task": ".task",
     "configure_logging": ".worker.logs",
+    "Workflow": ".workflow",
+    "WorkflowFailed": ".workflow",
+    "WorkflowHandle": ".workflow",
+    "WorkflowPending": ".workflow",
+    "chain": ".workflow",
+    "chord": ".workflow",
+    "group": ".workflow",
     "current_job": ".worker.jobctx",  # issue 16
     "JobContext": ".worker.jobctx",
 }
@@ -121,9 +137,16 @@ __all__ = [
     "UnknownTask",
     "ValidationError",
     "WaitTimeout",
+    "Workflow",
+    "WorkflowFailed",
+    "WorkflowHandle",
+    "WorkflowPending",
+    "chain",
+    "chord",
     "configure_logging",
     "current_job",
     "default_middleware",
+    "group",
 ]
 
 

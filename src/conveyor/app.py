@@ -36,6 +36,9 @@ if TYPE_CHECKING:
     from .scheduler.runner import Scheduler
     from .scheduler.schedules import ScheduleRegistry
     from .worker.loop import Worker
+    from .workflow import Workflow
+    from .workflow.batch import Batch
+    from .workflow.canvas import Signature
 
 log = logging.getLogger("conveyor")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -320,6 +323,32 @@ class Conveyor:
         return [JobHandle.bind(j, self.runtime) for j in page.items]
 
     # ------------------------------------------------------------------ admin
+    def workflow(self, name: str = "", *, policy: str = "fail") -> Workflow:
+        """An explicit DAG: ``dag.add(task.s(...), after=[...])``, then ``dag.enqueue()``."""
+        from .workflow import Workflow
+
+        return Workflow(self, name, policy)  # type: ignore[arg-type]
+
+    def batch(
+        self,
+        *,
+        on_complete: Signature | JobSpec | None = None,
+        on_success: Signature | JobSpec | None = None,
+        on_failure: Signature | JobSpec | None = None,
+        name: str = "",
+    ) -> Batch:
+        """``with app.batch(on_complete=notify.s()) as b:`` enqueue jobs; stored at the end of
+        the block with the callbacks, atomically; ``b.status()`` counts (docs/workflows.md)."""
+        from .workflow.batch import Batch
+
+        return Batch(
+            self.runtime,
+            on_complete=on_complete,
+            on_success=on_success,
+            on_failure=on_failure,
+            name=name,
+        )
+
     def cancel(self, job_id: str) -> bool:
         """Cancel a job: a waiting one at once; a RUNNING one is stopped by the worker holding
         its lease (within about a second) and ends ``cancelled``, never retried. False if it

@@ -21,6 +21,7 @@ import random
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
+from .batchctx import current_batch
 from .broker.base import Broker, EnqueueResult
 from .config import Settings
 from .core.cache import BoundedCache
@@ -224,6 +225,9 @@ class Producer:
         if not jobs:
             return []
         app = self.app
+        batch = current_batch.get()
+        if batch is not None and connection is None and (kept := batch.collect(app, jobs)):
+            return kept  # stored with the batch's callbacks when its block ends
         payloads, after, fresh = self.encode(jobs, plain)
         if connection is not None:
             store = self.transactional or app.broker

@@ -17,6 +17,7 @@ from .task_args import ArgBinder
 
 if TYPE_CHECKING:
     from .handles import JobHandle
+    from .workflow.canvas import Signature
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -167,6 +168,11 @@ class Task(Generic[P, R]):
         """Short for ``spec`` (a signature, in Celery's words): an un-enqueued job."""
         return self._plain.spec(*args, **kwargs)
 
+    def partial(self, *args: Any, **kwargs: Any) -> Signature:
+        """A workflow step that gets its parents' result as first argument:
+        ``chain(fetch.s(url), parse.partial(), store.partial())`` (docs/workflows.md)."""
+        return self._plain.partial(*args, **kwargs)
+
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle[R]:
         """Enqueue a job that runs ``fn(*args, **kwargs)`` as soon as a worker is free."""
         return self._plain.enqueue(*args, **kwargs)
@@ -217,6 +223,13 @@ class TaskOptions(Generic[P, R]):
     def s(self, *args: P.args, **kwargs: P.kwargs) -> JobSpec:
         """Short for ``spec``."""
         return self.spec(*args, **kwargs)
+
+    def partial(self, *args: Any, **kwargs: Any) -> Signature:
+        """A workflow step whose first argument comes from its parents (docs/workflows.md);
+        the arguments are bound when the workflow is built."""
+        from .workflow.canvas import Signature
+
+        return Signature(self.task, tuple(args), dict(kwargs), dict(self.opts))
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle[R]:
         """Enqueue with these options."""

@@ -46,6 +46,7 @@ from typing import Any, NamedTuple
 from ..core.job import Job
 from ..core.state import JobState
 from ..errors import ValidationError
+from .flowstore import WorkflowStore
 from .side import CounterStore, DocStore, EventStore, LogStore
 from .waits import JobWaits
 
@@ -240,7 +241,7 @@ class JobAdmin(abc.ABC):
         """Undo ``pause``."""
 
 
-class JobStore(JobReads, JobAdmin, JobWaits):
+class JobStore(JobReads, JobAdmin, JobWaits, WorkflowStore):
     """Job transitions and lifecycle (plus reads and admin): what producers, workers and the
     promote / reap duties call."""
 

@@ -21,14 +21,16 @@ from ..core.state import TERMINAL_STATES, JobState
 from ..errors import DuplicateJob, LeaseLost
 from .base import Ack, Broker, Claimed, EnqueueResult, Lease
 from .memadmin import MemoryJobAdmin
+from .memflow import MemoryFlow, MemoryWorkflows
 from .memreads import MemoryReads
 from .memstore import MemoryCounters, MemoryDocs, MemoryEvents, MemoryLogs
 from .memtimers import TimeHeap
 
 _DELAYED = (JobState.SCHEDULED, JobState.RETRY_SCHEDULED)
+_CANCELLABLE = (JobState.PENDING, *_DELAYED, JobState.WAITING)
 
 
-class MemoryBroker(MemoryReads, MemoryJobAdmin, Broker):
+class MemoryBroker(MemoryWorkflows, MemoryReads, MemoryJobAdmin, Broker):
     """All state in dicts and heaps behind one lock."""
 
     events: MemoryEvents  # job transitions ``emit`` into it under the lock
@@ -56,6 +58,7 @@ class MemoryBroker(MemoryReads, MemoryJobAdmin, Broker):
         self.docs, self.logs = MemoryDocs(self._lock), MemoryLogs(self._lock)
         self.events = MemoryEvents(self._lock, self.retention.events_max)
         self.counters = MemoryCounters(self._lock)
+        self.flow = MemoryFlow(self)
 
     # ------------------------------------------------------------------ helpers
     def _emit(self, kind: str, job: Job, now: float, **extra: Any) -> None:
@@ -231,6 +234,7 @@ class MemoryBroker(MemoryReads, MemoryJobAdmin, Broker):
                 lifecycle.complete(job, now, ack.result, ack.error)
                 self._emit("completed", job, now, attempt=job.attempts)
                 self._finish(job)
+                self.flow.done(job, now)
                 out.append(True)
             return out
 
@@ -252,6 +256,7 @@ class MemoryBroker(MemoryReads, MemoryJobAdmin, Broker):
             if retry_at is None:
                 self._emit("dead_lettered", job, now, reason=error.get("kind"))
                 self._finish(job)
+                self.flow.done(job, now)
             else:
                 self._emit("retry_scheduled", job, now, run_at=retry_at)
                 self._make_delayed(job)
@@ -286,6 +291,7 @@ class MemoryBroker(MemoryReads, MemoryJobAdmin, Broker):
             self._tokens.pop(job_id, None)
             self._emit("cancelled", job, now, note=note)
             self._finish(job)
+            self.flow.done(job, now)
             return job.state
 
     def extend(
@@ -340,6 +346,7 @@ class MemoryBroker(MemoryReads, MemoryJobAdmin, Broker):
             if job.state is JobState.DEAD_LETTER:
                 self._emit("dead_lettered", job, now, reason="worker_lost")
                 self._finish(job)
+                self.flow.done(job, now)
             else:
                 self._make_ready(job)
             reaped += 1
@@ -366,11 +373,12 @@ class MemoryBroker(MemoryReads, MemoryJobAdmin, Broker):
         """Cancel a not-yet-started job."""
         with self._lock:
             job = self._jobs.get(job_id)
-            if job is None or job.state not in (JobState.PENDING, *_DELAYED):
+            if job is None or job.state not in _CANCELLABLE:
                 return False
             lifecycle.cancel(job, now)
             self._emit("cancelled", job, now)
             self._finish(job)
+            self.flow.done(job, now)
             return True
 
     def requeue(self, job_id: str, now: float) -> bool:

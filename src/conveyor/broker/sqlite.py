@@ -27,12 +27,14 @@ from ..core.state import TERMINAL_STATES, JobState
 from ..errors import DuplicateJob, LeaseLost
 from .base import Ack, Broker, Claimed, EnqueueResult, Lease
 from .sqlite_admin import SqliteJobAdmin
+from .sqlite_flow import SqliteFlow, SqliteWorkflows
 from .sqlite_rows import COLS, NEXT_DUE, READY, Rec, SqliteReads
 from .sqlite_side import SqliteCounters, SqliteDocs, SqliteEvents, SqliteLogs
 from .sqlite_store import Tx
 from .sqlite_txn import enqueue_in_transaction
 
 _DELAYED = (JobState.SCHEDULED, JobState.RETRY_SCHEDULED)
+_CANCELLABLE = (JobState.PENDING, *_DELAYED, JobState.WAITING)
 _SAVE = (
     "UPDATE jobs SET state = ?, seq = COALESCE(?, seq), run_at = ?, due_at = ?, lease_at = ?,"
     " token = ?, finished_at = ?, last_error = ?, payload = ?, corrupt = COALESCE(corrupt, ?)"
@@ -56,7 +58,7 @@ def _first_repeat(ids: Sequence[str]) -> str:
     raise ValueError("no repeated id")
 
 
-class SqliteBroker(SqliteReads, SqliteJobAdmin, Broker):
+class SqliteBroker(SqliteWorkflows, SqliteReads, SqliteJobAdmin, Broker):
     """The Broker protocol on one SQLite file (see module docstring)."""
 
     def __init__(
@@ -332,6 +334,7 @@ class SqliteBroker(SqliteReads, SqliteJobAdmin, Broker):
                     lifecycle.complete(rec.job, now, ack.result, ack.error)
                     self._save(tx, rec)
                     tx.emit("completed", rec.job, now, attempt=rec.job.attempts)
+                    SqliteFlow(self, tx, now).done(rec.job)
                 out.append(rec is not None)
         return out
 
@@ -354,6 +357,7 @@ class SqliteBroker(SqliteReads, SqliteJobAdmin, Broker):
             tx.emit("failed", job, now, attempt=job.attempts, error=job.last_error)
             if retry_at is None:
                 tx.emit("dead_lettered", job, now, reason=error.get("kind"))
+                SqliteFlow(self, tx, now).done(job)
             else:
                 tx.emit("retry_scheduled", job, now, run_at=retry_at)
             return job.state
@@ -387,6 +391,7 @@ class SqliteBroker(SqliteReads, SqliteJobAdmin, Broker):
             lifecycle.cancel_running(rec.job, now, note)
             self._save(tx, rec)
             tx.emit("cancelled", rec.job, now, note=note)
+            SqliteFlow(self, tx, now).done(rec.job)
             return rec.job.state
 
     def extend(
@@ -452,6 +457,7 @@ class SqliteBroker(SqliteReads, SqliteJobAdmin, Broker):
             tx.emit("lease_lost", job, now, worker=worker, lost=job.lost)
             if job.state is JobState.DEAD_LETTER:
                 tx.emit("dead_lettered", job, now, reason="worker_lost")
+                SqliteFlow(self, tx, now).done(job)
         return len(recs)
 
     def _admin(self, job_id: str, now: float, allowed: Sequence[JobState], event: str) -> bool:
@@ -462,11 +468,13 @@ class SqliteBroker(SqliteReads, SqliteJobAdmin, Broker):
             (lifecycle.cancel if event == "cancelled" else lifecycle.requeue)(recs[0].job, now)
             self._save(tx, recs[0])
             tx.emit(event, recs[0].job, now)
+            if event == "cancelled":
+                SqliteFlow(self, tx, now).done(recs[0].job)
             return True
 
     def cancel(self, job_id: str, now: float) -> bool:
         """Cancel a job that has not started (scheduled / pending / retry_scheduled)."""
-        return self._admin(job_id, now, (JobState.PENDING, *_DELAYED), "cancelled")
+        return self._admin(job_id, now, _CANCELLABLE, "cancelled")
 
     def requeue(self, job_id: str, now: float) -> bool:
         """Revive a dead-letter or cancelled job: pending, attempts and lost reset to 0."""

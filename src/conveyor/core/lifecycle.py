@@ -116,6 +116,24 @@ def promote(job: Job) -> None:
     job.state = transition(job.state, Event.PROMOTE)
 
 
+def release_parents(job: Job, now: float, inputs: list[Any]) -> None:
+    """waiting → pending: the node's last parent finished; ``inputs`` (its parents' results, as
+    the workflow passes them) go before its own arguments."""
+    job.state = transition(job.state, Event.RELEASE_PARENTS)
+    if inputs:
+        job.args = [*inputs, *job.args]
+    job.run_at = now
+
+
+def upstream_failed(job: Job, now: float, parent_id: str, detail: str) -> None:
+    """waiting → cancelled: parent ``parent_id`` failed and the edge's policy is "fail the rest"."""
+    job.state = transition(job.state, Event.UPSTREAM_FAILED)
+    message = f"parent {parent_id} {detail}"
+    job.record_error(kind=ErrorKind.UPSTREAM_FAILED, message=message, at=now)
+    job.errors[-1]["parent"] = parent_id
+    job.finished_at = now
+
+
 def run_now(job: Job, now: float) -> None:
     """scheduled / retry_scheduled → pending at once (an operator's "run now"); attempts,
     errors and history kept, the early start noted in the history."""

@@ -23,6 +23,7 @@ from .admin import worker_queues
 from .events import EventReader, check_cursor, job_events
 from .filters import clean_filters
 from .metrics import flush_local, read_counters, series, summarize
+from .workflows import workflow_of
 
 if TYPE_CHECKING:
     from ..runtime import HasRuntime
@@ -181,9 +182,11 @@ class Inspector:
         job = self.runtime.broker.get(job_id)
         if job is None:
             raise JobNotFound(job_id)
+        out = job_dict(job)
         now = self.runtime.now()
         return {
-            **job_dict(job),
+            **out,
+            "workflow_id": workflow_of(out),
             "timeline": timeline(job, [e.to_dict() for e in job_events(self.broker, job_id)]),
             "progress": jobdocs.read_progress(self.broker, job_id, now),  # current_job().progress()
             "cancel_requested": job.state is JobState.ACTIVE

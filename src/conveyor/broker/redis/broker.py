@@ -41,6 +41,7 @@ from .scriptargs import (
 )
 from .scripts import Call
 from .side import RedisCounters, RedisDocs, RedisEvents, RedisLogs
+from .workflows import RedisWorkflows
 
 PURGE_BATCH = 1000
 _STATES = {state.value.encode(): state for state in JobState}
@@ -69,7 +70,7 @@ def _group_batch(jobs: Sequence[Job], cluster: bool) -> dict[str, list[int]]:
     return groups
 
 
-class RedisBroker(ReadsMixin, LifecycleMixin, JobAdminMixin, Broker):
+class RedisBroker(RedisWorkflows, ReadsMixin, LifecycleMixin, JobAdminMixin, Broker):
     """Redis (standalone, Sentinel or Cluster) backend; build it with ``from_url``."""
 
     has_server_clock = True

@@ -40,6 +40,7 @@ PACKED = (
     "reap",
     "search",
     "cancel_running",
+    "wf_enqueue",
 )
 
 _dumps = orjson.dumps

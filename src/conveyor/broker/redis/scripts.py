@@ -78,6 +78,7 @@ SCRIPT_NAMES = (
     "oldest",
     "search",
     "doc_cas",
+    "wf_enqueue",
 )
 
 
