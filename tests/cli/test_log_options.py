@@ -98,6 +98,7 @@ def test_dashboard_server_lines_are_json_too(tmp_path: Path) -> None:
     )
     try:
         wait_until(lambda: any("authentication" in r["msg"] for r in json_lines(err)), timeout=20)
+
         def connect() -> socket.socket | None:
             try:
                 return socket.create_connection(("127.0.0.1", port), timeout=5)
