@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from conveyor import Conveyor, FakeClock
+from conveyor.core.state import JobState
 from conveyor.monitoring.rules import QueueDepth
 
 from .conftest import run, run_json
@@ -151,18 +152,7 @@ def test_url_option_opens_a_bare_app(tmp_path: Path) -> None:
         "queues": [],
         "workers": [],
         "alerts": [],
-        "totals": {
-            s: 0
-            for s in (
-                "scheduled",
-                "pending",
-                "active",
-                "retry_scheduled",
-                "completed",
-                "dead_letter",
-                "cancelled",
-            )
-        },
+        "totals": {s.value: 0 for s in JobState},  # every state, new ones included
     }
     bad = run("status", "--url", "nope://x")
     assert bad.exit_code == 2
