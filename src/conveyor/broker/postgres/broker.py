@@ -25,6 +25,7 @@ from ...core.state import TERMINAL_STATES, JobState
 from ...errors import LeaseLost, ValidationError
 from ..base import Ack, Broker, Claimed, EnqueueResult, Lease
 from ..sqlite_rows import Rec
+from .admin import PgJobAdmin
 from .enqueue import insert_jobs
 from .reads import COLS, PgReads
 from .side import PgCounters, PgDocs, PgEvents, PgLogs
@@ -54,7 +55,7 @@ _NEXT_DUE = (
 )
 
 
-class PostgresBroker(PgReads, Broker):
+class PostgresBroker(PgJobAdmin, PgReads, Broker):
     """The Broker protocol on one PostgreSQL schema (see module docstring)."""
 
     def __init__(
@@ -369,36 +370,3 @@ class PostgresBroker(PgReads, Broker):
         n = int(tx.conn.execute(self.sql(f"DELETE FROM {{S}}.jobs WHERE {where}"), params).rowcount)
         tx.deltas[queue, state] = tx.deltas.get((queue, state), 0) - n
         return n
-
-    # ------------------------------------------------------------------ admin
-    def _admin(self, job_id: str, now: float, allowed: Sequence[JobState], event: str) -> bool:
-        with self._write() as tx:
-            recs = self._rows(tx, "id = %s", (job_id,), "FOR UPDATE")
-            if not recs or recs[0].job.state not in allowed:
-                return False
-            (lifecycle.cancel if event == "cancelled" else lifecycle.requeue)(recs[0].job, now)
-            self._save(tx, recs[0])
-            tx.emit(event, recs[0].job, now)
-            return True
-
-    def cancel(self, job_id: str, now: float) -> bool:
-        """Cancel a job that has not started (scheduled / pending / retry_scheduled)."""
-        return self._admin(job_id, now, (JobState.PENDING, *_DELAYED), "cancelled")
-
-    def requeue(self, job_id: str, now: float) -> bool:
-        """Revive a dead-letter or cancelled job: pending, attempts and lost reset to 0."""
-        return self._admin(job_id, now, (JobState.DEAD_LETTER, JobState.CANCELLED), "requeued")
-
-    def purge(
-        self,
-        now: float,
-        *,
-        state: JobState = JobState.DEAD_LETTER,
-        older_than: float | None = None,
-        queue: str | None = None,
-        ids: Sequence[str] | None = None,
-    ) -> int:
-        """Delete terminal jobs in ``state`` (optionally by age, queue and ids)."""
-        from .maintenance import purge_jobs
-
-        return purge_jobs(self, now, state, older_than, queue, ids)
