@@ -30,6 +30,7 @@ from .enqueue import insert_jobs
 from .reads import COLS, PgReads
 from .side import PgCounters, PgDocs, PgEvents, PgLogs
 from .store import Tx, one, parse_url
+from .waits import PgWaits
 
 _DELAYED = (JobState.SCHEDULED, JobState.RETRY_SCHEDULED)
 #: A job becomes ready (NOTIFY its queue) when it reaches one of these states.
@@ -55,7 +56,7 @@ _NEXT_DUE = (
 )
 
 
-class PostgresBroker(PgJobAdmin, PgReads, Broker):
+class PostgresBroker(PgJobAdmin, PgWaits, PgReads, Broker):
     """The Broker protocol on one PostgreSQL schema (see module docstring)."""
 
     def __init__(
@@ -131,6 +132,8 @@ class PostgresBroker(PgJobAdmin, PgReads, Broker):
         rec.state = str(state)
         if state in (JobState.COMPLETED, JobState.DEAD_LETTER):
             tx.finished.add((job.queue, str(state)))
+        if state in TERMINAL_STATES:
+            tx.done.add(job.queue)  # wakes the job's waiters (postgres/waits.py)
         if state in _WAKES:
             tx.notify.add(job.queue)
 
@@ -369,4 +372,11 @@ class PostgresBroker(PgJobAdmin, PgReads, Broker):
         """Delete the ``queue`` / ``state`` jobs matching ``where``; keep ``counts`` in step."""
         n = int(tx.conn.execute(self.sql(f"DELETE FROM {{S}}.jobs WHERE {where}"), params).rowcount)
         tx.deltas[queue, state] = tx.deltas.get((queue, state), 0) - n
+        if n and state not in ("completed", "dead_letter", "cancelled"):
+            tx.done.add(queue)  # a waiter of a deleted job learns it is gone
         return n
+
+    def close(self) -> None:
+        """Close the pool, the listeners and the waiters' listener; later calls reopen."""
+        self._close_waits()
+        super().close()

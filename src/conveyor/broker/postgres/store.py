@@ -46,7 +46,8 @@ def one(cursor: psycopg.Cursor[Any]) -> Any:
 
 class Tx:
     """One transaction and what to settle before COMMIT: events, count deltas, finished
-    (queue, state) pairs, queues to NOTIFY."""
+    (queue, state) pairs, queues to NOTIFY (ready jobs: ``notify``; finished or deleted jobs,
+    for their waiters: ``done``)."""
 
     def __init__(self, conn: psycopg.Connection[Any]) -> None:
         self.conn = conn
@@ -54,6 +55,7 @@ class Tx:
         self.deltas: dict[tuple[str, str], int] = {}
         self.finished: set[tuple[str, str]] = set()
         self.notify: set[str] = set()
+        self.done: set[str] = set()
 
     def count(self, queue: str, old: str | None, new: str | None, n: int = 1) -> None:
         """Record ``n`` jobs moving between states (None: inserted / deleted) for ``counts``."""
@@ -102,6 +104,7 @@ class PgStore:
         self.conninfo, self.schema, self.pool_size = conninfo, schema, pool_size
         self.s = quote_ident(schema)
         self.channel = f"conveyor_{schema}"[:63]
+        self.done_channel = f"conveyor.done_{schema}"[:63]  # finished jobs (postgres/waits.py)
         self.retention = retention or Retention()
         self.url = url or conninfo
         self._lock = threading.Lock()
@@ -186,9 +189,11 @@ class PgStore:
         """Number and store the events, apply the count deltas, send the NOTIFYs."""
         self._write_events(tx)
         self._settle(tx)
-        for queue in sorted(tx.notify):
+        notes = [(self.channel, q) for q in sorted(tx.notify)]
+        notes += [(self.done_channel, q) for q in sorted(tx.done)]
+        for channel, queue in notes:
             payload = queue if len(queue.encode()) < 7000 else ""  # "" wakes every waiter
-            tx.conn.execute("SELECT pg_notify(%s, %s)", (self.channel, payload))
+            tx.conn.execute("SELECT pg_notify(%s, %s)", (channel, payload))
 
     def _write_events(self, tx: Tx) -> None:
         keep = self.retention.events_max
