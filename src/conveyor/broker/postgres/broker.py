@@ -161,7 +161,8 @@ class PostgresBroker(PgJobAdmin, PgWaits, PgReads, Broker):
 
         Rollback → no job; commit → the jobs become visible and the workers' NOTIFY fires
         (never before). Runs under a SAVEPOINT: a refused batch (``DuplicateJob``) rolls back
-        only itself and the caller's transaction goes on. ``now`` defaults to the server clock.
+        only itself and the caller's transaction goes on. ``now`` defaults to the jobs'
+        ``created_at`` (as on every backend); ``payloads``: the producer's encoded envelopes.
         Returns what ``enqueue`` returns (id, duplicate, state per job).
         """
         from .enqueue import enqueue_on
