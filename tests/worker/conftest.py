@@ -69,15 +69,17 @@ def states(app: Conveyor, jobs: list[Any]) -> list[str]:
 
 
 # ---------------------------------------------------------------------- real processes
-SHARED = [name for name in ("sqlite", "redis") if name in BACKENDS]
+SHARED = [name for name in ("sqlite", "redis", "postgres") if name in BACKENDS]
 
 
 @pytest.fixture(params=SHARED)
 def shared_url(request: Any, tmp_path: Path) -> str:
-    """A broker URL several processes can share."""
+    """A broker URL several processes can share (a flushed Redis database or PostgreSQL
+    schema)."""
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'jobs.db'}"
-    server = request.getfixturevalue("redis_server")
+    fixture = "pg_server" if request.param == "postgres" else "redis_server"
+    server = request.getfixturevalue(fixture)
     admin = Conveyor(server.url)
     admin.broker.flush_all()
     admin.close()
