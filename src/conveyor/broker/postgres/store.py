@@ -13,6 +13,7 @@ docs/architecture-postgres.md.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -34,6 +35,33 @@ EVENT_CHUNK = 500  # events per row of ``events``
 EVENT_TRIM = 256  # trim old event rows when the event number crosses a multiple of this
 T = TypeVar("T")
 _OPTIONS = {"schema", "migrate", "pool_size"}
+
+
+class PoolRetryFilter(logging.Filter):
+    """Moves psycopg_pool's warning per failed reconnect attempt of a Conveyor pool (named
+    ``conveyor-<schema>``) to DEBUG: Conveyor logs an outage once, and its end once with the
+    retry count (``conveyor/outage.py``), instead of a line per retry. Other pools are untouched.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Downgrade the record in place when it is one of ours; always keep it."""
+        args = record.args if isinstance(record.args, tuple) else ()
+        if (
+            record.levelno == logging.WARNING
+            and args
+            and isinstance(args[0], str)
+            and args[0].startswith("conveyor-")
+            and str(record.msg).startswith(("error connecting in", "reconnection attempt in"))
+        ):
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return True
+
+
+def _quiet_pool_retries() -> None:
+    """Install ``PoolRetryFilter`` on the ``psycopg.pool`` logger once per process."""
+    pool_log = logging.getLogger("psycopg.pool")
+    if not any(isinstance(f, PoolRetryFilter) for f in pool_log.filters):
+        pool_log.addFilter(PoolRetryFilter())
 
 
 def one(cursor: psycopg.Cursor[Any]) -> Any:
@@ -137,6 +165,7 @@ class PgStore:
         with self._lock:
             if self._pool is None or self._pid != os.getpid():
                 self._pid = os.getpid()
+                _quiet_pool_retries()
                 self._pool = psycopg_pool.ConnectionPool(
                     self.conninfo,
                     min_size=1,
