@@ -90,3 +90,27 @@ def test_outage_logged_once_then_recovery(
     for thread in threads:
         thread.join(10)
     app.close()
+
+
+def test_readyz_fails_promptly_while_postgres_is_down(private_pg: pg_proc.PgServer) -> None:
+    """The worker's readiness probe answers 503 while the server is down (within a probe's
+    usual timeout), /healthz stays 200, and /readyz is 200 again after the restart."""
+    from tests.contrib.test_health_endpoints import get, serve
+
+    app = Conveyor(private_pg.url)
+    server, base = serve(app)
+    try:
+        assert get(base + "/readyz")[0] == 200
+        private_pg.kill()
+        for _ in range(3):  # the first finds the dead connection, the next ones no server
+            began = time.monotonic()
+            status, _, body = get(base + "/readyz")
+            assert status == 503 and body.startswith("broker unavailable"), body
+            assert time.monotonic() - began < 3.0, "a Kubernetes probe would time out first"
+        assert get(base + "/healthz")[0] == 200  # do not restart a worker for a broker outage
+        private_pg.start()
+        _until(lambda: get(base + "/readyz")[0] == 200, "ready again after the restart")
+    finally:
+        server.shutdown()
+        server.server_close()
+        app.close()

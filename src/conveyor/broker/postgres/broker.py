@@ -56,7 +56,7 @@ _NEXT_DUE = (
 )
 
 
-class PostgresBroker(PgJobAdmin, PgWaits, PgReads, Broker):
+class PostgresBroker(PgReads, PgWaits, PgJobAdmin, Broker):
     """The Broker protocol on one PostgreSQL schema (see module docstring)."""
 
     def __init__(

@@ -35,6 +35,8 @@ EVENT_CHUNK = 500  # events per row of ``events``
 EVENT_TRIM = 256  # trim old event rows when the event number crosses a multiple of this
 T = TypeVar("T")
 _OPTIONS = {"schema", "migrate", "pool_size"}
+#: How long a caller waits for a pooled connection while the server is known to be down.
+DOWN_WAIT_S = 0.5
 
 
 class PoolRetryFilter(logging.Filter):
@@ -140,6 +142,7 @@ class PgStore:
         self._pid = os.getpid()
         self._local = threading.local()
         self._listeners: list[psycopg.Connection[Any]] = []  # wait_for_work's, one per thread
+        self._down = False  # a connection-level failure seen and no connection since
         try:
             with psycopg.connect(conninfo, autocommit=True, connect_timeout=10) as conn:
                 ensure_schema(conn, schema, migrate=migrate, where=self._where())
@@ -177,36 +180,43 @@ class PgStore:
                 )
             return self._pool
 
-    def _failed(self, exc: psycopg.Error) -> BrokerUnavailable:
-        """The Conveyor error for a connection-level failure; stale pool connections dropped."""
+    def _failed(self, exc: Exception) -> BrokerUnavailable:
+        """The Conveyor error for a connection-level failure; stale pool connections dropped.
+        Until a connection works again, callers wait ``DOWN_WAIT_S`` for one, not 5 s."""
+        state = getattr(exc, "sqlstate", None) or ""
+        self._down = not state or state.startswith(("08", "57P"))  # no server, not a busy one
         if isinstance(exc, psycopg.OperationalError) and self._pool is not None:
             with contextlib.suppress(Exception):  # the check must not mask the original error
                 self._pool.check()
         return BrokerUnavailable(f"PostgreSQL {self._where()}: {exc}")
 
+    @contextmanager
+    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection: wait up to 5 s for one, or ``DOWN_WAIT_S`` while the server is
+        known to be down (a probe, an enqueue in a web request fail fast during an outage)."""
+        with self.pool().connection(timeout=DOWN_WAIT_S if self._down else None) as conn:
+            self._down = False
+            yield conn
+
     def _read(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[Any]:
         """Run one read statement (autocommit); all its rows."""
         try:
-            with self.pool().connection() as conn:
+            with self._connection() as conn:
                 rows: list[Any] = conn.execute(self.sql(sql), params).fetchall()
                 return rows
         except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
-            raise (
-                self._failed(exc) if isinstance(exc, psycopg.Error) else BrokerUnavailable(str(exc))
-            ) from exc
+            raise self._failed(exc) from exc
 
     @contextmanager
     def _write(self) -> Iterator[Tx]:
         """One transaction; commits on success (events, counts and NOTIFY settled first)."""
         try:
-            with self.pool().connection() as conn, conn.transaction():
+            with self._connection() as conn, conn.transaction():
                 tx = Tx(conn)
                 yield tx
                 self._before_commit(tx)
         except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
-            if isinstance(exc, psycopg.Error):
-                raise self._failed(exc) from exc
-            raise BrokerUnavailable(str(exc)) from exc
+            raise self._failed(exc) from exc
 
     def in_tx(self, fn: Callable[[Tx], T]) -> T:
         """Run ``fn`` in one ``_write`` transaction; its result."""
