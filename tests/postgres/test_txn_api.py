@@ -140,3 +140,17 @@ def test_sqlalchemy_connection_and_session(app: Conveyor, form: str, pg_server: 
             assert kept.wait(timeout=30) == f"shipped {form}"
     finally:
         engine.dispose()
+
+
+def test_another_drivers_connection_is_refused(app: Conveyor) -> None:
+    import sqlite3
+
+    from conveyor.errors import ValidationError
+
+    other = sqlite3.connect(":memory:")
+    try:
+        with pytest.raises(ValidationError, match=r"connection.*psycopg"):
+            app.tasks["ship"].options(connection=other).enqueue(6)
+    finally:
+        other.close()
+    assert jobs(app) == 0
