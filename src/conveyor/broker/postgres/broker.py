@@ -378,6 +378,8 @@ class PostgresBroker(PgReads, PgWaits, PgJobAdmin, Broker):
         return n
 
     def close(self) -> None:
-        """Close the pool, the listeners and the waiters' listener; later calls reopen."""
+        """Close the pool, the listeners and the waiters' listener; later calls reopen, but the
+        app's background writes (buffered metrics) see ``_closed`` and drop, as on Redis."""
+        self._closed = True
         self._close_waits()
         super().close()
