@@ -104,8 +104,15 @@ class Outbox:
         for statement in ddl(self.table):
             cur.execute(statement)
 
-    def enqueue_in_transaction(self, connection: Any, jobs: Sequence[Job]) -> list[EnqueueResult]:
-        """One outbox row per job with the caller's raw DB-API ``connection``, in a savepoint.
+    def enqueue_in_transaction(
+        self,
+        connection: Any,
+        jobs: Sequence[Job],
+        *,
+        payloads: Sequence[bytes] | None = None,
+    ) -> list[EnqueueResult]:
+        """One outbox row per job with the caller's raw DB-API ``connection``, in a savepoint
+        (``payloads``: the envelopes the producer encoded, stored as they are).
 
         Idempotency keys are resolved when the relay pushes (the broker keeps them), so every
         result here is ``duplicate=False``. A job id already in the outbox raises
@@ -114,7 +121,10 @@ class Outbox:
         if not jobs:
             return []
         limit = self.app.settings.max_payload_bytes
-        rows = [(job.id, job.created_at, encode_envelope(job, limit).decode()) for job in jobs]
+        blobs = payloads or [encode_envelope(job, limit) for job in jobs]
+        rows = [
+            (job.id, job.created_at, blob.decode()) for job, blob in zip(jobs, blobs, strict=True)
+        ]
         p = placeholder(connection)
         if is_sqlite(connection):
             from .broker.sqlite_txn import begin_transaction

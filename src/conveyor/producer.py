@@ -48,8 +48,15 @@ from .txn import raw_connection
 class TransactionalStore(Protocol):
     """Stores jobs inside the caller's transaction (``Broker`` has the same method)."""
 
-    def enqueue_in_transaction(self, connection: Any, jobs: Sequence[Job]) -> list[EnqueueResult]:
-        """Store ``jobs`` with the raw DB-API ``connection``; see ``Broker``."""
+    def enqueue_in_transaction(
+        self,
+        connection: Any,
+        jobs: Sequence[Job],
+        *,
+        payloads: Sequence[bytes] | None = None,
+    ) -> list[EnqueueResult]:
+        """Store ``jobs`` (encoded as ``payloads``) with the raw DB-API ``connection``; see
+        ``Broker``."""
         ...
 
 
@@ -220,7 +227,7 @@ class Producer:
         ``plain[i]``: the task defaults job ``i`` was built from without options, else None.
         ``connection``: the caller's database connection; the jobs are then stored inside its
         transaction by ``transactional`` (the outbox, when one is installed) or the broker's
-        ``enqueue_in_transaction`` (payloads are still encoded first: the size check).
+        ``enqueue_in_transaction``, given the payloads encoded here (encoded once).
         """
         if not jobs:
             return []
@@ -231,7 +238,8 @@ class Producer:
         payloads, after, fresh = self.encode(jobs, plain)
         if connection is not None:
             store = self.transactional or app.broker
-            results = store.enqueue_in_transaction(raw_connection(connection), jobs)
+            raw = raw_connection(connection)
+            results = store.enqueue_in_transaction(raw, jobs, payloads=payloads)
         else:
             results = app.broker.enqueue(jobs, now, payloads, fresh_ids=fresh)
         if after:  # one call per batch (metrics: one buffered update instead of one per job)

@@ -1,24 +1,36 @@
 """Run by tests/contrib/test_django_txn.py in a subprocess (Django is configured once per
-process): in-transaction enqueue with Django's connection, on the broker's own SQLite file
-(``IN_TRANSACTION``) or through the outbox to Redis (``OUTBOX``).
+process): in-transaction enqueue with Django's connection, on the broker's own SQLite file or
+PostgreSQL database (``IN_TRANSACTION``) or through the outbox to Redis (``OUTBOX``).
 
-argv: mode (``sqlite`` | ``outbox``), the Django database file, the Redis url (outbox mode).
+argv: mode (``sqlite`` | ``postgres`` | ``outbox``), the Django database (a SQLite file; for
+``postgres`` a ``postgresql://user@host:port/db`` URL), the Redis url (outbox mode).
 Prints ``OK`` when every check passed.
 """
 
 from __future__ import annotations
 
 import sys
+from typing import Any
+from urllib.parse import urlsplit
 
 import django
 from django.conf import settings
 
 mode, db = sys.argv[1], sys.argv[2]
-conveyor_conf: dict[str, object] = (
-    {"URL": f"sqlite:///{db}", "IN_TRANSACTION": True}
-    if mode == "sqlite"
-    else {"URL": sys.argv[3], "OUTBOX": {"TABLE": "conveyor_outbox"}}
-)
+conveyor_conf: dict[str, object] = {
+    "sqlite": {"URL": f"sqlite:///{db}", "IN_TRANSACTION": True},
+    "postgres": {"URL": db, "IN_TRANSACTION": True},
+}.get(mode) or {"URL": sys.argv[3], "OUTBOX": {"TABLE": "conveyor_outbox"}}
+database: dict[str, Any] = {"ENGINE": "django.db.backends.sqlite3", "NAME": db}
+if mode == "postgres":  # Django's tables in "public", Conveyor's in schema "conveyor"
+    url = urlsplit(db)
+    database = {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": url.path.lstrip("/"),
+        "USER": url.username,
+        "HOST": url.hostname,
+        "PORT": url.port,
+    }
 settings.configure(
     SECRET_KEY="django-txn-test",
     INSTALLED_APPS=[
@@ -26,7 +38,7 @@ settings.configure(
         "django.contrib.contenttypes",
         "conveyor.contrib.django",
     ],
-    DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": db}},
+    DATABASES={"default": database},
     USE_TZ=True,
     CONVEYOR=conveyor_conf,
 )
@@ -73,18 +85,17 @@ try:
 except Rollback:
     pass
 with connection.cursor() as cursor:
-    outbox_rows = (
-        cursor.execute("SELECT count(*) FROM conveyor_outbox").fetchone()[0]
-        if mode == "outbox"
-        else 0
-    )
+    outbox_rows = 0
+    if mode == "outbox":
+        cursor.execute("SELECT count(*) FROM conveyor_outbox")
+        outbox_rows = cursor.fetchone()[0]
 assert jobs() == 0 and outbox_rows == 0, (jobs(), outbox_rows)
 
 with transaction.atomic():
     user = User.objects.create(username="ada")
     welcome.enqueue(user.id)
     other = User.objects.create(username="bob")
-    welcome.options(connection=connection).enqueue(other.id)  # the explicit form
+    handle_id = welcome.options(connection=connection).enqueue(other.id).id  # the explicit form
     assert jobs() == 0  # not visible before the commit
 if mode == "outbox":
     relay = Relay(app.runtime.producer.transactional)  # type: ignore[arg-type]
@@ -93,4 +104,20 @@ if mode == "outbox":
 assert jobs() == 2, jobs()
 app.worker(handle_signals=False, heartbeat=False).run_until_idle()
 assert sorted(seen) == ["ada", "bob"], seen
+
+if mode == "postgres":  # a taken id: DuplicateJob, and the caller's transaction goes on
+    from conveyor import DuplicateJob
+
+    with transaction.atomic():
+        kept = User.objects.create(username="cy")
+        try:
+            welcome.options(job_id=handle_id).enqueue(kept.id)
+        except DuplicateJob:
+            pass
+        else:
+            raise AssertionError("a taken id was accepted")
+        welcome.enqueue(kept.id)
+    assert User.objects.filter(username="cy").exists()
+    app.worker(handle_signals=False, heartbeat=False).run_until_idle()
+    assert sorted(seen) == ["ada", "bob", "cy"], seen
 print("OK")

@@ -1,6 +1,7 @@
 """Django: enqueue inside ``transaction.atomic()`` stored in the transaction itself.
 
-* ``IN_TRANSACTION``: the broker is a SQLite file that is also Django's database;
+* ``IN_TRANSACTION``: the broker is a SQLite file that is also Django's database, or the
+  PostgreSQL database Django uses (its tables in ``public``, Conveyor's in ``conveyor``);
 * ``OUTBOX``: the broker is the real redis-server, the outbox table is in Django's database.
 
 Rollback -> no job (no outbox row); commit -> the worker runs it (after the relay, for Redis).
@@ -39,3 +40,8 @@ def test_in_transaction_on_the_shared_sqlite_file(tmp_path: Path) -> None:
 
 def test_outbox_in_the_django_database_relayed_to_redis(tmp_path: Path, redis_server: Any) -> None:
     _run("outbox", str(tmp_path / "site.db"), redis_server.url)
+
+
+def test_in_transaction_on_the_shared_postgres_database(pg_server: Any) -> None:
+    pytest.importorskip("psycopg")
+    _run("postgres", pg_server.new_database())

@@ -272,9 +272,16 @@ class JobStore(JobReads, JobAdmin, JobWaits, WorkflowStore):
         otherwise check ids across queues (Redis) may skip that check.
         """
 
-    def enqueue_in_transaction(self, connection: Any, jobs: Sequence[Job]) -> list[EnqueueResult]:
+    def enqueue_in_transaction(
+        self,
+        connection: Any,
+        jobs: Sequence[Job],
+        *,
+        payloads: Sequence[bytes] | None = None,
+    ) -> list[EnqueueResult]:
         """Store ``jobs`` with the caller's DB-API ``connection``, inside its open transaction.
 
+        ``payloads``: the envelopes the producer already encoded, as for ``enqueue``.
         Same results as ``enqueue`` (``now`` is each job's ``created_at``): the jobs exist for
         workers only once the caller commits, never if it rolls back; a conflict (taken id)
         is raised after rolling back to a savepoint, so the caller's own work survives.

@@ -151,9 +151,15 @@ class SqliteBroker(SqliteWorkflows, SqliteReads, SqliteJobAdmin, Broker):
         with self._write() as tx:
             return self._insert(tx, jobs, now, payloads)
 
-    def enqueue_in_transaction(self, connection: Any, jobs: Sequence[Job]) -> list[EnqueueResult]:
+    def enqueue_in_transaction(
+        self,
+        connection: Any,
+        jobs: Sequence[Job],
+        *,
+        payloads: Sequence[bytes] | None = None,
+    ) -> list[EnqueueResult]:
         """Store ``jobs`` in the caller's open transaction on this file; see ``sqlite_txn``."""
-        return enqueue_in_transaction(self, connection, jobs)
+        return enqueue_in_transaction(self, connection, jobs, payloads)
 
     def _insert(
         self, tx: Tx, jobs: Sequence[Job], now: float, payloads: Sequence[bytes] | None

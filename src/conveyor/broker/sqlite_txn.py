@@ -28,9 +28,13 @@ _SAVEPOINT = "conveyor_enqueue"
 
 
 def enqueue_in_transaction(
-    broker: SqliteBroker, conn: Any, jobs: Sequence[Job]
+    broker: SqliteBroker,
+    conn: Any,
+    jobs: Sequence[Job],
+    payloads: Sequence[bytes] | None = None,
 ) -> list[EnqueueResult]:
-    """Insert ``jobs`` with ``conn`` inside its transaction (begun here in legacy mode)."""
+    """Insert ``jobs`` (encoded as ``payloads`` when given) with ``conn`` inside its transaction
+    (begun here in legacy mode)."""
     if not isinstance(conn, sqlite3.Connection):
         raise ValidationError(
             "connection",
@@ -44,7 +48,7 @@ def enqueue_in_transaction(
     conn.execute(f"SAVEPOINT {_SAVEPOINT}")
     try:
         tx = Tx(conn)
-        results = broker._insert(tx, jobs, jobs[0].created_at, None)
+        results = broker._insert(tx, jobs, jobs[0].created_at, payloads)
         broker._before_commit(tx)
     except BaseException as exc:
         conn.execute(f"ROLLBACK TO {_SAVEPOINT}")
