@@ -76,14 +76,14 @@ def redis_restarts(
         killed_at = time.time()
         server.kill()
         # Down for at least `downtime` seconds (a fault parameter) and until both sides have felt
-        # it: enqueues fail and the worker processes log failed claims.
+        # it: enqueues fail and the worker processes log the outage (outage.py: one line).
         up_at = time.monotonic() + downtime
 
         def felt(failed: int = failed, seen: int = seen, up_at: float = up_at) -> bool:
             return (
                 time.monotonic() >= up_at
                 and len(producer.failed) >= failed + 3
-                and "claim failed" in workers.output()[seen:]
+                and "lost the connection" in workers.output()[seen:]  # the outage log line
             )
 
         wait_until(felt, 30, "producer and workers to notice the outage")
