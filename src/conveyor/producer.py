@@ -281,4 +281,5 @@ class Producer:
             metadata=metadata,
             retry_on=opts.get("retry_on"),
             dead_on=opts.get("dead_on"),
+            expires_at=None if opts.get("expires_in") is None else now + opts["expires_in"],
         )

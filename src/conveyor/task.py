@@ -35,6 +35,7 @@ _OPTION_NAMES = frozenset(
         "metadata",
         "retry_on",
         "dead_on",
+        "expires_in",
     }
 )
 
@@ -60,6 +61,8 @@ def check_options(options: Mapping[str, Any]) -> dict[str, Any]:
         validate_non_negative(out["idempotency_ttl"], "idempotency_ttl")
     if out.get("timeout") is not None:
         validate_non_negative(out["timeout"], "timeout")
+    if out.get("expires_in") is not None:
+        out["expires_in"] = validate_non_negative(out["expires_in"], "expires_in")
     for name in ("retry_on", "dead_on"):  # stored by qualified name (docs/wire-format.md)
         if out.get(name) is not None:
             out[name] = validate_exception_names(out[name], name)

@@ -26,6 +26,8 @@ EXPECTED = {
     (S.RETRY_SCHEDULED, E.CANCEL): S.CANCELLED,
     (S.DEAD_LETTER, E.REQUEUE): S.PENDING,
     (S.CANCELLED, E.REQUEUE): S.PENDING,
+    (S.PENDING, E.LAPSE): S.EXPIRED,
+    (S.EXPIRED, E.REQUEUE): S.PENDING,
 }
 
 
@@ -48,7 +50,8 @@ def test_terminal_states_only_leave_by_requeue() -> None:
     for (state, event), _ in TRANSITIONS.items():
         if state in TERMINAL_STATES:
             assert event is Event.REQUEUE
-    assert {s.value for s in TERMINAL_STATES} == {"completed", "dead_letter", "cancelled"}
+    terminal = {"completed", "dead_letter", "cancelled", "expired"}
+    assert {s.value for s in TERMINAL_STATES} == terminal
 
 
 def test_unknown_names_are_illegal() -> None:

@@ -61,6 +61,7 @@ EVENT_TYPES = (
     "lease_lost",
     "worker_up",
     "worker_down",
+    "expired",  # issue 15: not started before its expires_at
 )
 
 

@@ -26,6 +26,7 @@ from .memstore import MemoryCounters, MemoryDocs, MemoryEvents, MemoryLogs
 from .memtimers import TimeHeap
 
 _DELAYED = (JobState.SCHEDULED, JobState.RETRY_SCHEDULED)
+_REQUEUEABLE = (JobState.DEAD_LETTER, JobState.CANCELLED, JobState.EXPIRED)
 
 
 class MemoryBroker(MemoryReads, MemoryJobAdmin, Broker):
@@ -103,11 +104,17 @@ class MemoryBroker(MemoryReads, MemoryJobAdmin, Broker):
             self.retention.completed_max
             if job.state is JobState.COMPLETED
             else self.retention.dead_letter_max
-            if job.state is JobState.DEAD_LETTER
+            if job.state in (JobState.DEAD_LETTER, JobState.EXPIRED)
             else None
         )
         while cap is not None and len(ring) > cap:
             self._drop(ring.popleft(), job.state)
+
+    def _lapse(self, job: Job, now: float) -> None:
+        """pending → expired at claim (issue 15): it never runs; kept like a dead letter."""
+        lifecycle.lapse(job, now)
+        self._emit("expired", job, now)
+        self._finish(job)
 
     def _drop(self, job_id: str, state: JobState) -> None:
         job = self._jobs.get(job_id)
@@ -196,6 +203,9 @@ class MemoryBroker(MemoryReads, MemoryJobAdmin, Broker):
                     if job is None or job.state is not JobState.PENDING:
                         continue
                     if self._ready_seq.get(job_id) != seq:
+                        continue
+                    if job.expires_at is not None and lifecycle.is_lapsed(job, now):
+                        self._lapse(job, now)
                         continue
                     lifecycle.claim(job, now, visibility_timeout, worker_id)
                     token = f"{job.attempts}.{next(self._seq)}"
@@ -360,7 +370,7 @@ class MemoryBroker(MemoryReads, MemoryJobAdmin, Broker):
         """Revive a dead or cancelled job."""
         with self._lock:
             job = self._jobs.get(job_id)
-            if job is None or job.state not in (JobState.DEAD_LETTER, JobState.CANCELLED):
+            if job is None or job.state not in _REQUEUEABLE:
                 return False
             lifecycle.requeue(job, now)
             self._emit("requeued", job, now)

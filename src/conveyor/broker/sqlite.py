@@ -293,7 +293,15 @@ class SqliteBroker(SqliteReads, SqliteJobAdmin, Broker):
     def _lease(
         self, tx: Tx, rec: Rec, now: float, visibility_timeout: float, worker_id: str
     ) -> Lease | None:
-        """Lease one ready row; an undecodable one is dead-lettered (``decode_error``) instead."""
+        """Lease one ready row; an undecodable one is dead-lettered (``decode_error``) instead.
+
+        A row past its ``expires_at`` (issue 15) becomes ``expired`` and is not leased.
+        """
+        if rec.corrupt is None and rec.job.expires_at is not None and rec.job.expires_at <= now:
+            lifecycle.lapse(rec.job, now)
+            self._save(tx, rec)
+            tx.emit("expired", rec.job, now)
+            return None
         if rec.corrupt is None:
             lifecycle.claim(rec.job, now, visibility_timeout, worker_id)
             token = secrets.token_hex(12)
@@ -458,7 +466,8 @@ class SqliteBroker(SqliteReads, SqliteJobAdmin, Broker):
 
     def requeue(self, job_id: str, now: float) -> bool:
         """Revive a dead-letter or cancelled job: pending, attempts and lost reset to 0."""
-        return self._admin(job_id, now, (JobState.DEAD_LETTER, JobState.CANCELLED), "requeued")
+        revivable = (JobState.DEAD_LETTER, JobState.CANCELLED, JobState.EXPIRED)
+        return self._admin(job_id, now, revivable, "requeued")
 
     def clear_queue(self, queue: str, now: float) -> int:
         """Delete the waiting jobs of ``queue`` in one write transaction."""

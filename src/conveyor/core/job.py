@@ -75,6 +75,8 @@ class Job:
     # Job built by assigning ``__dict__`` without these keys reads the class attribute, None.
     retry_on: list[str] | None = None
     dead_on: list[str] | None = None
+    # issue 15: epoch seconds after which a job that has not started never runs (state expired)
+    expires_at: float | None = None
 
     @classmethod
     def fast(cls, values: dict[str, Any]) -> Self:

@@ -176,6 +176,8 @@ def job_to_dict(job: Job) -> dict[str, Any]:
     for name in _CLASSIFICATION:
         if (value := getattr(job, name, None)) is not None:
             data[name] = value
+    if (expires_at := getattr(job, "expires_at", None)) is not None:  # issue 15: when set
+        data["expires_at"] = expires_at
     return data
 
 
@@ -226,6 +228,7 @@ _OPTIONAL = (
     "idempotency_key",
     "worker_id",
     "lease_expires_at",
+    "expires_at",
 )
 _DEFAULT_TTL = 300.0
 _CLASSIFICATION = ("retry_on", "dead_on")  # per-job overrides: written only when set
@@ -260,7 +263,7 @@ def envelope_dict(job: Job) -> dict[str, Any]:
         "created_at": f["created_at"],
     }
     for name in _OPTIONAL:
-        value = f[name]
+        value = f.get(name)
         if value is not None:
             data[name] = value
     if f["idempotency_key"] is not None or f["idempotency_ttl"] != _DEFAULT_TTL:
@@ -381,6 +384,7 @@ def job_from_dict(data: Any) -> Job:
                 "lease_expires_at": _opt_float(data.get("lease_expires_at")),
                 "retry_on": exception_names(data.get("retry_on"), "retry_on"),
                 "dead_on": exception_names(data.get("dead_on"), "dead_on"),
+                "expires_at": _opt_float(data.get("expires_at")),
             }
         )
     except (TypeError, ValueError, AttributeError) as exc:

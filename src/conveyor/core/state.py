@@ -10,9 +10,10 @@
                     └─cancel──> cancelled     active ──bury / expire_poison──> dead_letter
     pending / scheduled / retry_scheduled ──cancel──> cancelled
     dead_letter / cancelled ──requeue──> pending
+    pending ──lapse (expires_at passed before it started)──> expired ──requeue──> pending
 
-Terminal states (``completed``, ``dead_letter``, ``cancelled``) never run again unless an
-operator requeues the job.
+Terminal states (``completed``, ``dead_letter``, ``cancelled``, ``expired``) never run again
+unless an operator requeues the job.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ class JobState(StrEnum):
     COMPLETED = "completed"
     DEAD_LETTER = "dead_letter"
     CANCELLED = "cancelled"
+    EXPIRED = "expired"  # not started before its expires_at (issue 15): never ran
 
 
 class Event(StrEnum):
@@ -48,10 +50,11 @@ class Event(StrEnum):
     EXPIRE_POISON = "expire_poison"  # lease ran out for the max_lost-th time
     CANCEL = "cancel"  # operator cancelled before it ran
     REQUEUE = "requeue"  # operator revived a terminal job
+    LAPSE = "lapse"  # a claim found it past its expires_at: it will never run
 
 
 TERMINAL_STATES: frozenset[JobState] = frozenset(
-    {JobState.COMPLETED, JobState.DEAD_LETTER, JobState.CANCELLED}
+    {JobState.COMPLETED, JobState.DEAD_LETTER, JobState.CANCELLED, JobState.EXPIRED}
 )
 
 _S = JobState
@@ -73,6 +76,9 @@ TRANSITIONS: dict[tuple[JobState, Event], JobState] = {
     (_S.RETRY_SCHEDULED, _E.CANCEL): _S.CANCELLED,
     (_S.DEAD_LETTER, _E.REQUEUE): _S.PENDING,
     (_S.CANCELLED, _E.REQUEUE): _S.PENDING,
+    # expiry (issue 15): kept apart from the entries above
+    (_S.PENDING, _E.LAPSE): _S.EXPIRED,
+    (_S.EXPIRED, _E.REQUEUE): _S.PENDING,
 }
 
 
@@ -97,5 +103,5 @@ def allowed(state: JobState | str, event: Event | str) -> bool:
 
 
 def is_terminal(state: JobState | str) -> bool:
-    """True for completed, dead_letter and cancelled."""
+    """True for completed, dead_letter, cancelled and expired."""
     return JobState(state) in TERMINAL_STATES

@@ -18,6 +18,7 @@ Redis Cluster slot (queue names are validated: no braces, spaces or colons)::
     <p>:{<q>}:wake         LIST    wake-up markers for idle workers (BLPOP), at most 16
     <p>:{<q>}:paused       STRING  exists while the queue is paused
     <p>:{<q>}:idem:<key>   STRING  "<expires_at>|<job id>" (PX: logical TTL + grace)
+    <p>:{<q>}:expired      ZSET    id -> finished_at (expired: not started before expires_at)
 
 Global keys (never touched by a job script)::
 
@@ -40,7 +41,7 @@ import re
 
 DEFAULT_PREFIX = "conveyor"
 
-#: Order of the per-queue keys passed as KEYS[1..14] to every job script (see lua/_lib.lua).
+#: Order of the per-queue keys passed as KEYS[1..15] to every job script (see lua/_lib.lua).
 QUEUE_KEY_SUFFIXES = (
     "job:",
     "ready",
@@ -56,11 +57,17 @@ QUEUE_KEY_SUFFIXES = (
     "paused",
     "idem:",
     "payloads",
+    "expired",  # issue 15 (appended: the first 14 keep their positions)
 )
 KEYS_PER_QUEUE = len(QUEUE_KEY_SUFFIXES)
 
 #: Terminal state -> the suffix of the set that holds jobs in that state.
-TERMINAL_SETS = {"completed": "completed", "dead_letter": "dead", "cancelled": "cancelled"}
+TERMINAL_SETS = {
+    "completed": "completed",
+    "dead_letter": "dead",
+    "cancelled": "cancelled",
+    "expired": "expired",
+}
 
 #: Every state -> the per-queue ZSET that holds its jobs (its ZCARD is the count).
 STATE_SETS = {
@@ -88,7 +95,7 @@ class KeySchema:
         return f"{self.prefix}:{{{queue}}}:"
 
     def queue_keys(self, queue: str) -> list[str]:
-        """KEYS[1..14] of every job script, in ``QUEUE_KEY_SUFFIXES`` order."""
+        """KEYS[1..15] of every job script, in ``QUEUE_KEY_SUFFIXES`` order."""
         base = self.tag(queue)
         return [base + suffix for suffix in QUEUE_KEY_SUFFIXES]
 

@@ -1,7 +1,7 @@
 -- _lib.lua: helpers shared by every job script (scripts.py prepends this file to each script;
 -- it is never run on its own).
 --
--- Every job script receives the 14 keys of ONE queue, in this order (keys.py QUEUE_KEY_SUFFIXES):
+-- Every job script receives the 15 keys of ONE queue, in this order (keys.py QUEUE_KEY_SUFFIXES):
 --   KEYS[b+1]  <p>:{q}:job:       prefix of the job hashes (<p>:{q}:job:<id>): mutable fields
 --   KEYS[b+2]  <p>:{q}:ready      ZSET score = priority, member = "<seq %016x>:<id>"
 --   KEYS[b+3]  <p>:{q}:scheduled  ZSET id -> run_at
@@ -17,7 +17,8 @@
 --   KEYS[b+13] <p>:{q}:idem:      prefix of idempotency keys
 --   KEYS[b+14] <p>:{q}:payloads   HASH id -> immutable JSON envelope (kept out of the job hash
 --                                 so that hash holds only small values and stays a listpack)
--- (b = 0, except in enqueue.lua which takes several groups of 14.) Job hashes and idempotency
+--   KEYS[b+15] <p>:{q}:expired    ZSET id -> finished_at (expired: not started in time)
+-- (b = 0, except in enqueue.lua which takes several groups of 15.) Job hashes and idempotency
 -- keys are built from the two prefixes, so they carry the same {q} hash tag and slot.
 --
 -- Times are never computed here: callers pass them as strings formatted by Python (repr of a
@@ -44,6 +45,7 @@ local function qkeys(b)
     leases = KEYS[b + 5], completed = KEYS[b + 6], dead = KEYS[b + 7],
     cancelled = KEYS[b + 8], seq = KEYS[b + 9], events = KEYS[b + 10], wake = KEYS[b + 11],
     paused = KEYS[b + 12], idem = KEYS[b + 13], payloads = KEYS[b + 14],
+    expired = KEYS[b + 15],
   }
 end
 

@@ -12,7 +12,7 @@
 -- sets last_error, in the same step as the completion.
 --
 -- Input
---   KEYS: the 14 queue keys (_lib.lua)
+--   KEYS: the 15 queue keys (_lib.lua)
 --   ARGV: [1] options (JSON object): queue, now, completed_max, events_max
 --         then per ack (5 values): id, token, result JSON ("" = null), errors entry JSON
 --         ("" = none), last_error (used with an entry)

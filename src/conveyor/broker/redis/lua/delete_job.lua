@@ -2,7 +2,7 @@
 -- it leaves its state's set and its hash and payload are dropped. No event (like purge).
 --
 -- Input
---   KEYS: the 14 queue keys (_lib.lua)
+--   KEYS: the 15 queue keys (_lib.lua)
 --   ARGV: [1] id
 -- Output: CODE_OK deleted | CODE_NO not found or active
 local q = qkeys(0)
@@ -11,7 +11,7 @@ local f = hmget(q.job .. id, 'state', 'rk')
 if not f or not f[1] then return CODE_NO end
 local sets = {
   scheduled = q.scheduled, retry_scheduled = q.retry, completed = q.completed,
-  dead_letter = q.dead, cancelled = q.cancelled,
+  dead_letter = q.dead, cancelled = q.cancelled, expired = q.expired,
 }
 if f[1] == 'pending' then
   redis.call('ZREM', q.ready, f[2] or id)

@@ -7,16 +7,17 @@
 -- learns the new next due time and sleeps until it).
 --
 -- Input
---   KEYS: G groups of the 14 queue keys (see _lib.lua), one group per queue of the batch.
+--   KEYS: G groups of the 15 queue keys (see _lib.lua), one group per queue of the batch.
 --         Redis Cluster: always exactly one group (one slot); a standalone server takes
 --         several, which makes a multi-queue enqueue_many one atomic script.
 --   ARGV: [1] options (JSON object): now, events_max
---         then per group (G = #KEYS / 14, in KEYS order): queue name, n, and the group's
+--         then per group (G = #KEYS / 15, in KEYS order): queue name, n, and the group's
 --         defaults state ("pending"|"scheduled"), priority, run_at, created_at, task; then
 --         its n job records, each one of
 --           short (3 values): id, payload (JSON envelope), ""  -- the group defaults apply
---           full (11 values): id, payload, "f", state, priority, run_at, created_at, task,
---                             idempotency key ("" = none), key expiry (now + ttl), key PX ms
+--           full (12 values): id, payload, "f", state, priority, run_at, created_at, task,
+--                             idempotency key ("" = none), key expiry (now + ttl), key PX ms,
+--                             expires_at ("" = none; stored as the hash field claim.lua checks)
 -- Output:
 --   {CODE_DUPLICATE_ID, id}  a job with this id already exists in its queue: nothing stored
 --   {CODE_OK, i_1, id_1, state_1, i_2, ...}  one triple per job NOT stored because its
@@ -25,7 +26,7 @@
 --             the id and state it was sent with.
 local o = cjson.decode(ARGV[1])
 local now, maxlen = o.now, o.events_max
-local groups = #KEYS / 14
+local groups = #KEYS / 15
 local nnow = tonumber(now)
 
 -- phase 1: parse, decide duplicates, refuse existing ids (nothing written yet).
@@ -35,7 +36,7 @@ local at, full, dup, jk, qs = {}, {}, {}, {}, {}
 local pos = 2
 local k = 0
 for g = 1, groups do
-  local q = qkeys((g - 1) * 14)
+  local q = qkeys((g - 1) * 15)
   qs[g] = q
   local n = tonumber(ARGV[pos + 1])
   pos = pos + 7
@@ -60,7 +61,7 @@ for g = 1, groups do
         end
         if not d then batch_keys[key] = id end
       end
-      pos = pos + 11
+      pos = pos + 12
     else
       full[k] = false
       pos = pos + 3
@@ -137,6 +138,9 @@ for g = 1, groups do
       end
       payloads[#payloads + 1] = id
       payloads[#payloads + 1] = ARGV[a + 1]
+      if full[k] and ARGV[a + 11] ~= '' then
+        redis.call('HSET', key, 'expires_at', ARGV[a + 11])
+      end
       if full[k] and ARGV[a + 8] ~= '' then
         redis.call('SET', q.idem .. ARGV[a + 8], ARGV[a + 9] .. '|' .. id, 'PX', ARGV[a + 10])
       end
@@ -144,7 +148,7 @@ for g = 1, groups do
       rows[#rows + 1] = task
       rows[#rows + 1] = state
     end
-    if full[k] then pos = pos + 11 else pos = pos + 3 end
+    if full[k] then pos = pos + 12 else pos = pos + 3 end
   end
   if #ready > 0 then
     bulk('ZADD', q.ready, ready)

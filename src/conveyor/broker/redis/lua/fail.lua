@@ -8,7 +8,7 @@
 -- are kept in field "raw" (used for kind decode_error right after a claim).
 --
 -- Input
---   KEYS: the 14 queue keys (_lib.lua)
+--   KEYS: the 15 queue keys (_lib.lua)
 --   ARGV: [1] options (JSON object): queue, now, retry_at ("" = dead-letter), kind (error
 --         kind: the dead_lettered reason), dead_max (dead_letter_max), events_max,
 --         has_attempt ("1" if the entry has "attempt", else "0")

@@ -6,7 +6,7 @@
 -- jobs of its priority; with one it is scheduled until run_at. Both push a wake-up marker.
 --
 -- Input
---   KEYS: the 14 queue keys (_lib.lua)
+--   KEYS: the 15 queue keys (_lib.lua)
 --   ARGV: [1] options (JSON object): queue, now, run_at ("" = ready now), penalize ("1" /
 --         "0"), note, events_max
 --         then the job: [2] id  [3] token

@@ -4,7 +4,7 @@
 -- priority and idle workers are woken.
 --
 -- Input
---   KEYS: the 14 queue keys (_lib.lua)
+--   KEYS: the 15 queue keys (_lib.lua)
 --   ARGV: [1] id  [2] now
 -- Output: CODE_OK made due | CODE_NO not found or not scheduled / retry_scheduled
 local q = qkeys(0)
