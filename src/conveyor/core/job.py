@@ -40,6 +40,8 @@ class ErrorKind(StrEnum):
     # the handler returned, but its value could not be stored (not JSON, too big): the job is
     # completed WITHOUT its result (its work happened; re-running it would repeat side effects)
     RESULT_ERROR = "result_error"
+    # the handler raised RateLimited: rescheduled, no attempt spent, never stored in ``errors``
+    RATE_LIMITED = "rate_limited"
 
 
 @dataclass
