@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from .broker.base import Broker, Page
     from .core.backoff import Backoff
     from .core.clock import Clock, FakeClock, SystemClock
+    from .core.flow import ConcurrencyLimit, RateLimit
     from .core.job import ErrorKind, Job
     from .core.state import JobState
     from .errors import (
@@ -68,6 +69,8 @@ _EXPORTS = {
     "PayloadTooLarge": ".errors",
     "PermanentError": ".errors",
     "RateLimited": ".errors",
+    "RateLimit": ".core.flow",
+    "ConcurrencyLimit": ".core.flow",
     "Retry": ".errors",
     "UnknownTask": ".errors",
     "ValidationError": ".errors",
@@ -86,6 +89,7 @@ __all__ = [
     "BrokerConfigError",
     "BrokerUnavailable",
     "Clock",
+    "ConcurrencyLimit",
     "Conveyor",
     "ConveyorError",
     "Delivery",
@@ -104,6 +108,7 @@ __all__ = [
     "Page",
     "PayloadTooLarge",
     "PermanentError",
+    "RateLimit",
     "RateLimited",
     "Retry",
     "StorageFull",

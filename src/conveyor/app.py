@@ -21,6 +21,7 @@ from .broker.factory import broker_from_url
 from .config import DEFAULT_URL, Settings
 from .core.backoff import Backoff
 from .core.clock import Clock, SystemClock
+from .core.flow import ConcurrencyLimit, RateLimit, task_flow
 from .core.job import Job, validate_queue_name
 from .core.state import JobState
 from .errors import JobNotFound, ValidationError
@@ -163,6 +164,9 @@ class Conveyor:
         dead_on: tuple[type[BaseException], ...] = (),
         executor: ExecutorKind = "auto",
         idempotency_ttl: float | None = None,
+        rate_limit: str | RateLimit | None = None,
+        concurrency: int | ConcurrencyLimit | None = None,
+        fair_by: str | Callable[..., Any] | None = None,
     ) -> Callable[[Callable[..., Any]], Task]: ...
 
     def task(
@@ -180,8 +184,16 @@ class Conveyor:
         dead_on: tuple[type[BaseException], ...] = (),
         executor: ExecutorKind = "auto",
         idempotency_ttl: float | None = None,
+        rate_limit: str | RateLimit | None = None,
+        concurrency: int | ConcurrencyLimit | None = None,
+        fair_by: str | Callable[..., Any] | None = None,
     ) -> Task | Callable[[Callable[..., Any]], Task]:
-        """Register a function as a task: ``@app.task`` or ``@app.task(queue="high", ...)``."""
+        """Register a function as a task: ``@app.task`` or ``@app.task(queue="high", ...)``.
+
+        ``rate_limit`` / ``concurrency`` / ``fair_by``: flow control, enforced by the claim on
+        every worker together (docs/flow-control.md).
+        """
+        flow = task_flow(rate_limit, concurrency, fair_by)
 
         def register(func: Callable[..., Any]) -> Task:
             task = build_task(
@@ -198,6 +210,7 @@ class Conveyor:
                 dead_on=dead_on,
                 executor=executor,
                 idempotency_ttl=idempotency_ttl,
+                flow=flow,
             )
             self.tasks[task.name] = task
             return task

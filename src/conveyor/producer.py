@@ -118,15 +118,35 @@ class Producer:
                 d = defaults.get(spec.task)
                 if d is None:
                     d = defaults[spec.task] = self._defaults(spec.task)
-                jobs.append(self._plain(d, spec.args, spec.kwargs, now))
-                plain.append(d)
+                handle = self._plain(d, spec.args, spec.kwargs, now)
+                jobs.append(handle)
+                plain.append(d if self._flowed(handle) is None else None)
         return self.store(jobs, plain, now, connection)
+
+    def _flowed(self, job: Job) -> dict[str, Any] | None:
+        """Set the ``flow`` record of a job whose task has flow control (issue 15).
+
+        One dict lookup per job when no task has flow control (the common case).
+        """
+        task = self.app.tasks.get(job.task)
+        if task is None or task.flow is None:
+            return None
+        record = task.flow_record(job.args, job.kwargs)  # bad keys are refused by name first
+        if not getattr(self.app.broker, "supports_flow", False):
+            raise ValidationError(
+                "rate_limit",
+                f"flow control (rate_limit, concurrency, fair_by) of task {task.name!r} is not"
+                f" implemented on the {type(self.app.broker).__name__} backend yet",
+            )
+        job.flow = record
+        return job.flow
 
     def enqueue_one(self, name: str, args: Any, kwargs: Any) -> JobHandle:
         """``app.enqueue`` without options: one job, no ``JobSpec``."""
         now = self.app.now()
         d = self._defaults(name)
-        return self.store([self._plain(d, args, kwargs, now)], [d], now)[0]
+        handle = self._plain(d, args, kwargs, now)
+        return self.store([handle], [d if self._flowed(handle) is None else None], now)[0]
 
     def store(
         self,
@@ -237,7 +257,9 @@ class Producer:
         if not spec.options:
             fields = self._plain_fields(self._defaults(name), spec.args, spec.kwargs, now)
             del fields["_app"]
-            return Job.fast(fields)
+            job = Job.fast(fields)
+            self._flowed(job)
+            return job
         if name not in _VALID_TASKS:
             _VALID_TASKS.put(validate_task_name(name), True)
         app = self.app
@@ -264,7 +286,7 @@ class Producer:
         metadata = opts.get("metadata") or {}
         if not isinstance(metadata, dict):
             raise ValidationError("metadata", "must be a dict")
-        return Job(
+        job = Job(
             id=job_id,
             task=name,
             args=list(spec.args),
@@ -283,3 +305,5 @@ class Producer:
             dead_on=opts.get("dead_on"),
             expires_at=None if opts.get("expires_in") is None else now + opts["expires_in"],
         )
+        self._flowed(job)
+        return job

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from .core.backoff import DEFAULT_BACKOFF, Backoff
 from .core.cache import BoundedCache
+from .core.flow import TaskFlow, job_flow
 from .core.job import validate_exception_names, validate_max_attempts, validate_non_negative
 from .core.retry import RetryPolicy, max_attempts_from
 from .errors import PermanentError, ValidationError
@@ -121,6 +122,8 @@ class Task:
     policy: RetryPolicy = field(default_factory=RetryPolicy)
     executor: ExecutorKind = "auto"
     idempotency_ttl: float | None = None
+    #: rate limit / per-key concurrency / fair groups (issue 15; docs/flow-control.md)
+    flow: TaskFlow | None = None
 
     def __post_init__(self) -> None:
         self.is_async = inspect.iscoroutinefunction(self.fn)
@@ -132,6 +135,12 @@ class Task:
         self._shapes: BoundedCache[tuple[int, tuple[str, ...]], str | None] = BoundedCache(
             SHAPE_CACHE_MAX
         )
+
+    def flow_record(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        """The ``flow`` record of a job of this task (its limiter keys evaluated now)."""
+        assert self.flow is not None
+        params = list(self.signature.parameters) if self.signature is not None else []
+        return job_flow(self.name, self.flow, args, kwargs, params)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the function directly, in this process (no job)."""
@@ -235,6 +244,7 @@ def build_task(
     dead_on: tuple[type[BaseException], ...],
     executor: ExecutorKind,
     idempotency_ttl: float | None,
+    flow: TaskFlow | None = None,
 ) -> Task:
     """Validate decorator arguments and build the Task."""
     from .core.job import validate_priority, validate_queue_name, validate_task_name
@@ -262,4 +272,5 @@ def build_task(
             if idempotency_ttl is None
             else validate_non_negative(idempotency_ttl, "idempotency_ttl")
         ),
+        flow=flow,
     )

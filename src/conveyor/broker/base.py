@@ -65,6 +65,11 @@ EVENT_TYPES = (
 )
 
 
+#: Backends that enforce flow control (issue 15: ``flow`` records of jobs) set
+#: ``supports_flow = True`` on their class; the producer refuses such jobs elsewhere.
+SUPPORTS_FLOW_ATTRIBUTE = "supports_flow"
+
+
 class EnqueueResult(NamedTuple):
     """Outcome of storing one job: its id, and whether an idempotency key matched.
 

@@ -11,6 +11,7 @@ import itertools
 import threading
 from collections import deque
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from ..config import Retention
@@ -21,6 +22,7 @@ from ..core.state import TERMINAL_STATES, JobState
 from ..errors import DuplicateJob, LeaseLost
 from .base import Ack, Broker, Claimed, EnqueueResult, Lease
 from .memadmin import MemoryJobAdmin
+from .memflow import MemoryFlow
 from .memreads import MemoryReads
 from .memstore import MemoryCounters, MemoryDocs, MemoryEvents, MemoryLogs
 from .memtimers import TimeHeap
@@ -33,6 +35,7 @@ class MemoryBroker(MemoryReads, MemoryJobAdmin, Broker):
     """All state in dicts and heaps behind one lock."""
 
     events: MemoryEvents  # job transitions ``emit`` into it under the lock
+    supports_flow = True  # rate limits, concurrency, fair groups (issue 15)
 
     def __init__(self, retention: Retention | None = None, url: str = "memory://") -> None:
         self.url = url
@@ -55,6 +58,8 @@ class MemoryBroker(MemoryReads, MemoryJobAdmin, Broker):
         self.docs, self.logs = MemoryDocs(self._lock), MemoryLogs(self._lock)
         self.events = MemoryEvents(self._lock, self.retention.events_max)
         self.counters = MemoryCounters(self._lock)
+        self.flow = MemoryFlow()  # issue 15: groups, buckets, slots (broker/memflow.py)
+        self.flow.lookup = self._pending_seq
 
     # ------------------------------------------------------------------ helpers
     def _emit(self, kind: str, job: Job, now: float, **extra: Any) -> None:
@@ -65,6 +70,10 @@ class MemoryBroker(MemoryReads, MemoryJobAdmin, Broker):
     def _make_ready(self, job: Job) -> None:
         seq = next(self._seq)
         self._ready_seq[job.id] = seq
+        if job.flow is not None:  # flow-controlled: waits in its group (memflow.py)
+            self.flow.add(job, seq)
+            self._notify()
+            return
         heapq.heappush(self._ready.setdefault(job.queue, []), (job.priority, seq, job.id))
         self._notify()
 
@@ -97,7 +106,7 @@ class MemoryBroker(MemoryReads, MemoryJobAdmin, Broker):
         return job
 
     def _finish(self, job: Job) -> None:
-        self._tokens.pop(job.id, None)
+        self._unlease(job)
         ring = self._finished.setdefault(f"{job.queue}|{job.state}", deque())
         ring.append(job.id)
         cap = (
@@ -115,6 +124,32 @@ class MemoryBroker(MemoryReads, MemoryJobAdmin, Broker):
         lifecycle.lapse(job, now)
         self._emit("expired", job, now)
         self._finish(job)
+
+    def _pending_seq(self, job_id: str, seq: int) -> Job | None:
+        job = self._jobs.get(job_id)
+        if job is None or job.state is not JobState.PENDING or self._ready_seq.get(job_id) != seq:
+            return None
+        return job
+
+    def _unlease(self, job: Job) -> None:
+        """The job left ``active``: its token goes, its concurrency slots free (issue 15)."""
+        self._tokens.pop(job.id, None)
+        if job.flow is not None:
+            self.flow.free(job)
+
+    def _not_lapsed(self, job: Job, now: float) -> bool:
+        if job.expires_at is not None and lifecycle.is_lapsed(job, now):
+            self._lapse(job, now)
+            return False
+        return True
+
+    def _lease_one(self, job: Job, now: float, visibility_timeout: float, worker_id: str) -> Lease:
+        lifecycle.claim(job, now, visibility_timeout, worker_id)
+        token = f"{job.attempts}.{next(self._seq)}"
+        self._tokens[job.id] = token
+        self._leases.push(now + visibility_timeout, job.id)
+        self._emit("started", job, now, attempt=job.attempts, worker=worker_id)
+        return Lease(self._snap(job), token, now + visibility_timeout)
 
     def _drop(self, job_id: str, state: JobState) -> None:
         job = self._jobs.get(job_id)
@@ -196,6 +231,10 @@ class MemoryBroker(MemoryReads, MemoryJobAdmin, Broker):
             for queue in queues:
                 if queue in self._paused:
                     continue
+                if self.flow.heaps.get(queue):  # grouped jobs first (issue 15)
+                    ok = partial(self._not_lapsed, now=now)
+                    for grouped in self.flow.take(queue, now, limit - len(leases), ok):
+                        leases.append(self._lease_one(grouped, now, visibility_timeout, worker_id))
                 heap = self._ready.get(queue, [])
                 while heap and len(leases) < limit:
                     _, seq, job_id = heapq.heappop(heap)
@@ -204,23 +243,17 @@ class MemoryBroker(MemoryReads, MemoryJobAdmin, Broker):
                         continue
                     if self._ready_seq.get(job_id) != seq:
                         continue
-                    if job.expires_at is not None and lifecycle.is_lapsed(job, now):
-                        self._lapse(job, now)
+                    if job.expires_at is not None and not self._not_lapsed(job, now):
                         continue
-                    lifecycle.claim(job, now, visibility_timeout, worker_id)
-                    token = f"{job.attempts}.{next(self._seq)}"
-                    self._tokens[job_id] = token
-                    self._leases.push(now + visibility_timeout, job_id)
-                    self._emit("started", job, now, attempt=job.attempts, worker=worker_id)
-                    leases.append(Lease(self._snap(job), token, now + visibility_timeout))
+                    leases.append(self._lease_one(job, now, visibility_timeout, worker_id))
                 if len(leases) >= limit:
                     break
             self._seen.changes = self._changes
             if leases:
                 return Claimed(leases)
-            times = [
-                t for t in (self._delayed.next_time(), self._leases.next_time()) if t is not None
-            ]
+            served = [q for q in queues if q not in self._paused]
+            nexts = (self._delayed.next_time(), self._leases.next_time())
+            times = [t for t in (*nexts, self.flow.next_time(served)) if t is not None]
             return Claimed.of(leases, min(times) if times else None)
 
     def complete(self, acks: Sequence[Ack], now: float) -> list[bool]:
@@ -252,7 +285,7 @@ class MemoryBroker(MemoryReads, MemoryJobAdmin, Broker):
         with self._lock:
             job = self._leased(job_id, token)
             lifecycle.fail(job, now, error, retry_at)
-            self._tokens.pop(job_id, None)
+            self._unlease(job)
             self._emit("failed", job, now, attempt=job.attempts, error=job.last_error)
             if retry_at is None:
                 self._emit("dead_lettered", job, now, reason=error.get("kind"))
@@ -276,7 +309,7 @@ class MemoryBroker(MemoryReads, MemoryJobAdmin, Broker):
         with self._lock:
             job = self._leased(job_id, token)
             lifecycle.release(job, now, delay, penalize, note)
-            self._tokens.pop(job_id, None)
+            self._unlease(job)
             self._emit("released", job, now, note=note)
             self._place(job)
             return job.state
@@ -328,7 +361,7 @@ class MemoryBroker(MemoryReads, MemoryJobAdmin, Broker):
             job = self._jobs[job_id]
             worker = job.worker_id
             lifecycle.expire(job, now, max_lost)
-            self._tokens.pop(job_id, None)
+            self._unlease(job)
             self._emit("lease_lost", job, now, worker=worker, lost=job.lost)
             if job.state is JobState.DEAD_LETTER:
                 self._emit("dead_lettered", job, now, reason="worker_lost")

@@ -79,6 +79,8 @@ class Job:
     dead_on: list[str] | None = None
     # issue 15: epoch seconds after which a job that has not started never runs (state expired)
     expires_at: float | None = None
+    # issue 15: the limiters and group of a flow-controlled job (core/flow.py), None: none
+    flow: dict[str, Any] | None = None
 
     @classmethod
     def fast(cls, values: dict[str, Any]) -> Self:

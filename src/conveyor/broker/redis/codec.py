@@ -229,6 +229,7 @@ def claimed_job(item: Sequence[Any], queue: str, now: float, expires: float, wor
                 "retry_on": None,
                 "dead_on": None,
                 "expires_at": None if (exp := get("expires_at")) is None else float(exp),
+                "flow": get("flow"),
             }
         )
         if b'_on"' in raw:  # per-job retry_on / dead_on (rare): checked like job_from_dict
@@ -294,6 +295,7 @@ def _build(data: dict[str, Any], fields: Mapping[bytes, bytes], queue: str, type
         retry_on=exception_names(get("retry_on"), "retry_on"),
         dead_on=exception_names(get("dead_on"), "dead_on"),
         expires_at=_opt(field(b"expires_at")),  # the hash field: requeue deletes it
+        flow=get("flow"),
     )
 
 
