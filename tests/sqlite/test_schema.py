@@ -46,6 +46,7 @@ def _make_v1(path: str, n: int) -> list[str]:
     broker.enqueue(jobs, T0)
     broker.close()
     with sqlite3.connect(path) as conn:
+        _downgrade_to_v3(conn)
         for name, cols in V1_SEARCH_INDEXES.items():
             conn.execute(f"DROP INDEX {name}")
             conn.execute(f"CREATE INDEX {name} ON jobs {cols}")
@@ -56,7 +57,7 @@ def _make_v1(path: str, n: int) -> list[str]:
 def test_new_file_gets_the_current_version(db_path: str) -> None:
     broker = SqliteBroker(db_path)
     conn = broker._conn()
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
     assert _lease_index(conn)
     assert _columns(conn) == V2_COLUMNS
     broker.close()
@@ -88,16 +89,50 @@ def test_version_2_file_gets_the_lease_index(db_path: str) -> None:
     broker.claim(["default"], T0, visibility_timeout=5)
     broker.close()
     with sqlite3.connect(db_path) as conn:
+        _downgrade_to_v3(conn)
         conn.execute("DROP INDEX jobs_lease")
         conn.execute("PRAGMA user_version = 2")
     broker = SqliteBroker(db_path)
     conn = broker._conn()
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == 3 and _lease_index(conn)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 4 and _lease_index(conn)
     again = broker.claim(["default"], T0 + 6, visibility_timeout=5)  # the lease expired
     assert [lease.id for lease in again] == ["j1"] and again[0].job.lost == 1
 
 
-@pytest.mark.parametrize("version", [4, 99, -1])
+def _downgrade_to_v3(conn: sqlite3.Connection) -> None:
+    """Turn a current file into the version 3 layout (no flow control: issue 15)."""
+    for trigger in ("flow_ready_ins", "flow_ready_upd", "flow_unlease"):
+        conn.execute(f"DROP TRIGGER {trigger}")
+    for table in ("flow_groups", "flow_buckets", "flow_slots", "flow_waiters", "flow_limits"):
+        conn.execute(f"DROP TABLE {table}")
+    conn.execute("DROP INDEX jobs_ready")
+    conn.execute("DROP INDEX jobs_group")
+    conn.execute("ALTER TABLE jobs DROP COLUMN grp")
+    conn.execute(
+        "CREATE INDEX jobs_ready ON jobs (queue, priority, seq, run_at) WHERE state = 'pending'"
+    )
+    conn.execute("PRAGMA user_version = 3")
+
+
+def test_version_3_file_gets_flow_control(db_path: str) -> None:
+    """Version 4 (issue 15) adds jobs.grp, the flow tables and triggers; old jobs keep running."""
+    broker = SqliteBroker(db_path)
+    broker.enqueue([Job(id="old", task="t", run_at=T0, created_at=T0)], T0)
+    broker.close()
+    with sqlite3.connect(db_path) as conn:
+        _downgrade_to_v3(conn)
+    broker = SqliteBroker(db_path)
+    assert broker._conn().execute("PRAGMA user_version").fetchone()[0] == 4
+    flow = {"g": "rate:t", "r": [["rate:t", 1.0, 60.0, 1.0]]}
+    grouped = [Job(id=f"g{i}", task="t", run_at=T0, created_at=T0, flow=flow) for i in range(2)]
+    broker.enqueue(grouped, T0)
+    claimed = broker.claim(["default"], T0, limit=10)
+    assert sorted(lease.id for lease in claimed) == ["g0", "old"], "one token, then throttled"
+    assert broker.claim(["default"], T0, limit=10).next_due == pytest.approx(T0 + 60)
+    broker.close()
+
+
+@pytest.mark.parametrize("version", [5, 99, -1])
 def test_newer_or_unknown_versions_are_refused(db_path: str, version: int) -> None:
     SqliteBroker(db_path).close()
     with sqlite3.connect(db_path) as conn:

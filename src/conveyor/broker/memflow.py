@@ -20,7 +20,7 @@ import itertools
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from ..core.flow import bucket_take, limiter_base
+from ..core.flow import bucket_take, limiter_base, limiter_label
 from ..core.job import Job
 
 Eligible = Callable[[Job], bool]
@@ -107,7 +107,7 @@ class MemoryFlow:
             if len(running) >= n:
                 self.waiters.setdefault(name, set()).add(key)
                 self.parked.add(key)
-                self.blocked[key] = f"waiting for {_shown(name)} ({len(running)} running)"
+                self.blocked[key] = f"waiting for {limiter_label(name)} ({len(running)} running)"
                 return float("inf")
         wait = 0.0
         takes: list[tuple[str, tuple[float, float]]] = []
@@ -116,7 +116,8 @@ class MemoryFlow:
             taken, state, next_at = bucket_take(self.buckets.get(name), rate, per, burst, now)
             if not taken:
                 wait = max(wait, next_at)
-                self.blocked[key] = f"throttled by rate limit {_rate_label(name, rate, per)}"
+                label = limiter_label(name, [rate, per])
+                self.blocked[key] = f"throttled by rate limit {label}"
             takes.append((name, state))
         if wait:
             return wait  # nothing taken: every bucket of the group must have a token
@@ -163,14 +164,3 @@ class MemoryFlow:
             "blocked": {f"{q}:{g}": why for (q, g), why in sorted(self.blocked.items())},
             "overrides": dict(self.overrides),
         }
-
-
-def _shown(name: str) -> str:
-    """``conc:sync:account_id=42`` -> ``account_id=42`` (what an operator recognises)."""
-    parts = name.split(":", 2)
-    return parts[2] if len(parts) == 3 else parts[-1]
-
-
-def _rate_label(name: str, rate: float, per: float) -> str:
-    unit = {1.0: "s", 60.0: "m", 3600.0: "h", 86400.0: "d"}.get(per, f"{per:g}s")
-    return f"{name.split(':', 1)[-1]}:{rate:g}/{unit}"

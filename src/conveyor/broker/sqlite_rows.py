@@ -26,7 +26,7 @@ COLS = (
 # How often an idle worker checks PRAGMA data_version: ~200 cheap reads a second buy a pickup
 # latency of a few ms (at 50 ms, p50 was ~27 ms and p99 ~55 ms in bench/).
 WAKE_POLL_S = 0.005
-READY = "queue = ? AND state = 'pending' ORDER BY priority, seq LIMIT ?"
+READY = "queue = ? AND state = 'pending' AND grp IS NULL ORDER BY priority, seq LIMIT ?"
 _SEARCH = {
     "id": "id >= :id AND id < :id || char(1114111)",
     "state": "state = :state",

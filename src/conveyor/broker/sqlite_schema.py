@@ -17,13 +17,56 @@ Version history:
 * 3 — ``jobs_lease (lease_at) WHERE lease_at IS NOT NULL``: every claim returns expired leases
   (and an empty one reports the earliest deadline), so finding them must not walk the active
   rows. Migration 2 → 3 creates that index.
+* 4 - flow control (issue 15): ``jobs.grp`` (the group of a flow-controlled job, else NULL);
+  ``jobs_ready`` covers only ungrouped pending jobs, ``jobs_group`` the grouped ones; tables
+  ``flow_groups``, ``flow_buckets``, ``flow_slots``, ``flow_waiters``, ``flow_limits`` and the
+  triggers that schedule a group when one of its jobs becomes pending and free a job's
+  concurrency slots when it leaves ``active`` (sqlite_flow.py). Migration 3 to 4 adds them.
 """
 
 from __future__ import annotations
 
 import sqlite3
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
+
+#: Flow control (issue 15), plain SQL (PostgreSQL ports it as is, bar ``INSERT OR IGNORE``).
+FLOW_SCHEMA = """
+DROP INDEX IF EXISTS jobs_ready;
+CREATE INDEX jobs_ready ON jobs (queue, priority, seq, run_at)
+  WHERE state = 'pending' AND grp IS NULL;
+CREATE INDEX jobs_group ON jobs (queue, grp, priority, seq)
+  WHERE state = 'pending' AND grp IS NOT NULL;
+CREATE TABLE flow_groups (queue TEXT NOT NULL, grp TEXT NOT NULL, due REAL, rr INTEGER NOT NULL,
+  why TEXT, PRIMARY KEY (queue, grp)) WITHOUT ROWID;
+CREATE INDEX flow_groups_due ON flow_groups (queue, due, rr) WHERE due IS NOT NULL;
+CREATE TABLE flow_buckets (name TEXT PRIMARY KEY, tokens REAL NOT NULL, at REAL NOT NULL)
+  WITHOUT ROWID;
+CREATE TABLE flow_slots (name TEXT NOT NULL, job_id TEXT NOT NULL, PRIMARY KEY (name, job_id))
+  WITHOUT ROWID;
+CREATE INDEX flow_slots_job ON flow_slots (job_id);
+CREATE TABLE flow_waiters (name TEXT NOT NULL, queue TEXT NOT NULL, grp TEXT NOT NULL,
+  PRIMARY KEY (name, queue, grp)) WITHOUT ROWID;
+CREATE TABLE flow_limits (name TEXT PRIMARY KEY, spec TEXT NOT NULL) WITHOUT ROWID;
+CREATE TRIGGER flow_ready_ins AFTER INSERT ON jobs
+  WHEN NEW.grp IS NOT NULL AND NEW.state = 'pending'
+BEGIN
+  INSERT OR IGNORE INTO flow_groups (queue, grp, due, rr) VALUES (NEW.queue, NEW.grp, 0, NEW.seq);
+END;
+CREATE TRIGGER flow_ready_upd AFTER UPDATE OF state ON jobs
+  WHEN NEW.grp IS NOT NULL AND NEW.state = 'pending'
+BEGIN
+  INSERT OR IGNORE INTO flow_groups (queue, grp, due, rr) VALUES (NEW.queue, NEW.grp, 0, NEW.seq);
+END;
+CREATE TRIGGER flow_unlease AFTER UPDATE OF state ON jobs
+  WHEN OLD.state = 'active' AND NEW.state != 'active' AND NEW.grp IS NOT NULL
+BEGIN
+  UPDATE flow_groups SET due = 0, why = NULL WHERE due IS NULL AND (queue, grp) IN
+    (SELECT w.queue, w.grp FROM flow_waiters w JOIN flow_slots s ON s.name = w.name
+     WHERE s.job_id = OLD.id);
+  DELETE FROM flow_waiters WHERE name IN (SELECT name FROM flow_slots WHERE job_id = OLD.id);
+  DELETE FROM flow_slots WHERE job_id = OLD.id;
+END"""
 
 #: The search indexes of the current version (also the target of the 1 → 2 migration).
 SEARCH_INDEXES = """
@@ -37,8 +80,7 @@ SCHEMA = (
 CREATE TABLE jobs (rid INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, queue TEXT NOT NULL,
   task TEXT NOT NULL, state TEXT NOT NULL, priority INTEGER NOT NULL, seq INTEGER NOT NULL,
   run_at REAL NOT NULL, created_at REAL NOT NULL, finished_at REAL, due_at REAL, lease_at REAL,
-  token TEXT, last_error TEXT, payload BLOB NOT NULL, corrupt BLOB);
-CREATE INDEX jobs_ready ON jobs (queue, priority, seq, run_at) WHERE state = 'pending';
+  token TEXT, last_error TEXT, payload BLOB NOT NULL, corrupt BLOB, grp TEXT);
 CREATE INDEX jobs_due ON jobs (due_at, seq) WHERE due_at IS NOT NULL;
 CREATE INDEX jobs_lease ON jobs (lease_at) WHERE lease_at IS NOT NULL;
 CREATE INDEX jobs_finished ON jobs (queue, state, seq, finished_at) WHERE finished_at IS NOT NULL;
@@ -59,6 +101,8 @@ CREATE TABLE counters (bucket TEXT PRIMARY KEY, body BLOB NOT NULL, expires_at R
   WITHOUT ROWID;
 CREATE INDEX counters_expiry ON counters (expires_at);"""
     + SEARCH_INDEXES
+    + ";"
+    + FLOW_SCHEMA
 )
 
 #: ``MIGRATIONS[v]`` turns a version ``v`` file into version ``v + 1``.
@@ -67,6 +111,7 @@ MIGRATIONS: dict[int, str] = {
     "DROP INDEX IF EXISTS jobs_queue_created;\nDROP INDEX IF EXISTS jobs_task_created;"
     + SEARCH_INDEXES,
     2: "CREATE INDEX IF NOT EXISTS jobs_lease ON jobs (lease_at) WHERE lease_at IS NOT NULL",
+    3: "ALTER TABLE jobs ADD COLUMN grp TEXT;" + FLOW_SCHEMA,
 }
 
 
@@ -99,6 +144,22 @@ def ensure_schema(conn: sqlite3.Connection, path: str) -> int:
 
 def _run(conn: sqlite3.Connection, script: str) -> None:
     """Execute ``;``-separated statements one by one (``executescript`` would COMMIT)."""
-    for statement in script.split(";\n"):
-        if statement.strip():
-            conn.execute(statement)
+    for statement in _statements(script):
+        conn.execute(statement)
+
+
+def _statements(script: str) -> list[str]:
+    """Split on ``;`` line ends, keeping a trigger's ``BEGIN ... END`` body in one piece."""
+    out: list[str] = []
+    for part in script.split(";\n"):
+        if out and _open(out[-1]):
+            out[-1] += ";\n" + part
+        elif part.strip():
+            out.append(part)
+    return out
+
+
+def _open(statement: str) -> bool:
+    """True inside a trigger body (BEGIN seen, END not yet)."""
+    text = statement.upper()
+    return "\nBEGIN" in text and not text.rstrip().endswith("END")

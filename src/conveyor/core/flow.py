@@ -181,6 +181,8 @@ def limiter_base(name: str) -> str:
 def limiter_label(name: str, spec: Sequence[Any] | None = None) -> str:
     """How an operator reads a limiter: ``rate:partner`` + ``10/s`` -> "partner:10/s"."""
     kind, _, rest = name.partition(":")
+    if kind == "conc":
+        return rest.split(":", 1)[-1]  # "account_id=42" (or the task, for a global limit)
     if kind == "rate" and spec:
         tokens, per = float(spec[0]), float(spec[1])
         unit = {1.0: "s", 60.0: "m", 3600.0: "h", 86400.0: "d"}.get(per, f"{per:g}s")
