@@ -73,6 +73,7 @@ class RedisBroker(ReadsMixin, LifecycleMixin, JobAdminMixin, Broker):
     """Redis (standalone, Sentinel or Cluster) backend; build it with ``from_url``."""
 
     has_server_clock = True
+    supports_flow = True  # rate limits, concurrency, fair groups (issue 15; lua/_lib.lua)
 
     def __init__(self, url: str, retention: Retention | None = None) -> None:
         super().__init__(url, retention)

@@ -68,15 +68,17 @@ def claimed_fields(
 
 
 def enqueue_fields(job: Job, now: float, grace: float) -> list[Any]:
-    """The 9 values of a "full" job record of enqueue.lua after its id, payload and "f".
+    """The 11 values of a "full" job record of enqueue.lua after its id, payload and "f".
 
     state, priority, run_at, created_at, task, idempotency key ("" = none), key expiry, key PX,
-    expires_at ("" = none).
+    expires_at ("" = none), flow group and flow record JSON ("" = none; issue 15).
     An idempotency key is valid until ``now + ttl`` (checked against the caller's clock); Redis
     deletes it ``ttl + min(ttl, grace)`` real seconds after the enqueue, so keys cannot pile up.
     """
     key = job.idempotency_key
     expires = "" if job.expires_at is None else fmt_time(job.expires_at)
+    flow = job.flow
+    grp, record = ("", "") if flow is None else (flow["g"], orjson.dumps(flow).decode())
     if not key:
         return [
             str(job.state),
@@ -88,6 +90,8 @@ def enqueue_fields(job: Job, now: float, grace: float) -> list[Any]:
             "",
             1,
             expires,
+            grp,
+            record,
         ]
     exp = fmt_time(now + job.idempotency_ttl)
     px = int((job.idempotency_ttl + min(grace, job.idempotency_ttl)) * 1000)
@@ -101,6 +105,8 @@ def enqueue_fields(job: Job, now: float, grace: float) -> list[Any]:
         exp,
         max(px, 1),
         expires,
+        grp,
+        record,
     ]
 
 

@@ -19,6 +19,16 @@ Redis Cluster slot (queue names are validated: no braces, spaces or colons)::
     <p>:{<q>}:paused       STRING  exists while the queue is paused
     <p>:{<q>}:idem:<key>   STRING  "<expires_at>|<job id>" (PX: logical TTL + grace)
     <p>:{<q>}:expired      ZSET    id -> finished_at (expired: not started before expires_at)
+    <p>:{<q>}:f:           prefix of the flow-control keys of the queue (issue 15, lua/_flow.lua):
+      f:groups             ZSET    group -> round-robin number (groups that may be served now)
+      f:gdelay             ZSET    group -> time its next token exists (throttled groups)
+      f:parked             SET     groups waiting for a concurrency slot
+      f:g:<group>          ZSET    the group's pending jobs (score = priority, member as ready)
+      f:tb:<bucket>        HASH    token bucket: tokens, at
+      f:slot:<slot>        SET     job ids holding a concurrency slot (their owners)
+      f:wait:<slot>        SET     groups parked until that slot frees
+      f:why                HASH    group -> why it waits (operators)
+      f:limits             HASH    limiter -> JSON spec set at run time (overrides the jobs')
 
 Global keys (never touched by a job script)::
 
@@ -41,7 +51,7 @@ import re
 
 DEFAULT_PREFIX = "conveyor"
 
-#: Order of the per-queue keys passed as KEYS[1..15] to every job script (see lua/_lib.lua).
+#: Order of the per-queue keys passed as KEYS[1..16] to every job script (see lua/_lib.lua).
 QUEUE_KEY_SUFFIXES = (
     "job:",
     "ready",
@@ -58,6 +68,7 @@ QUEUE_KEY_SUFFIXES = (
     "idem:",
     "payloads",
     "expired",  # issue 15 (appended: the first 14 keep their positions)
+    "f:",  # issue 15: prefix of the flow-control keys (groups, buckets, slots)
 )
 KEYS_PER_QUEUE = len(QUEUE_KEY_SUFFIXES)
 
@@ -95,7 +106,7 @@ class KeySchema:
         return f"{self.prefix}:{{{queue}}}:"
 
     def queue_keys(self, queue: str) -> list[str]:
-        """KEYS[1..15] of every job script, in ``QUEUE_KEY_SUFFIXES`` order."""
+        """KEYS[1..16] of every job script, in ``QUEUE_KEY_SUFFIXES`` order."""
         base = self.tag(queue)
         return [base + suffix for suffix in QUEUE_KEY_SUFFIXES]
 

@@ -46,6 +46,7 @@ def enqueue_group(
         if (
             not job.idempotency_key
             and job.expires_at is None
+            and job.flow is None
             and job.state == state
             and job.priority == prio
             and job.run_at == run_at

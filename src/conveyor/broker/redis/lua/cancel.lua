@@ -2,7 +2,7 @@
 -- (transition: scheduled | pending | retry_scheduled -> cancelled).
 --
 -- Input
---   KEYS: the 15 queue keys (_lib.lua)
+--   KEYS: the 16 queue keys (_lib.lua)
 --   ARGV: [1] queue name  [2] id  [3] now  [4] events_max
 -- Output: CODE_OK cancelled | CODE_NO not found or not cancellable (active or terminal)
 local q = qkeys(0)

@@ -16,7 +16,7 @@
 -- (fail.lua with a stub payload), so a claim never hands out garbage and nothing loops.
 --
 -- Input
---   KEYS: the 15 queue keys (_lib.lua)
+--   KEYS: the 16 queue keys (_lib.lua)
 --   ARGV: [1] options (JSON object): queue, now, deadline (lease deadline = now +
 --         visibility_timeout), limit, worker ("" = none), events_max, promote_max (promote /
 --         expiry batch limit), dead_max (dead_letter_max), max_lost
@@ -67,6 +67,29 @@ if redis.call('EXISTS', q.paused) == 1 then return {CODE_NO, ''} end
 local out = {CODE_NO, ''}
 local leased, ids, rows = {}, {}, {}
 local claimed = 0
+
+-- lease one pending job (f = its HMGET fields: state, attempts, task, run_at, lost, errors,
+-- history, last_error, ...) with fencing token number `seq`
+local function lease_one(id, key, f, seq)
+  local attempts = (tonumber(f[2]) or 0) + 1
+  local token = string.format('%d', seq) .. ':' .. qname
+  redis.call('HSET', key, 'state', 'active', 'attempts', attempts, 'started_at', now,
+    'lease_expires_at', deadline, 'token', token, 'worker_id', worker)
+  leased[#leased + 1] = deadline
+  leased[#leased + 1] = id
+  ids[#ids + 1] = id
+  rows[#rows + 1] = id
+  rows[#rows + 1] = f[3] or ''
+  rows[#rows + 1] = attempts
+  out[#out + 1] = {id, attempts, token, false, f[4], f[5], f[6], f[7], f[8]}
+  claimed = claimed + 1
+end
+
+-- flow control (issue 15; _flow.lua): grouped jobs first, only when the queue has groups
+if redis.call('EXISTS', q.flow .. 'groups', q.flow .. 'gdelay') > 0 then
+  flow_take(q, now, nnow, limit, function() return claimed end, lease_one, lapse)
+end
+
 while claimed < limit do
   local popped = redis.call('ZPOPMIN', q.ready, limit - claimed)
   if #popped == 0 then break end
@@ -82,18 +105,7 @@ while claimed < limit do
     elseif f[1] == 'pending' and f[9] and tonumber(f[9]) <= nnow then
       lapse(id, key, f[3], f[2])
     elseif f[1] == 'pending' then
-      local attempts = (tonumber(f[2]) or 0) + 1
-      local token = string.format('%d', seq) .. ':' .. qname
-      redis.call('HSET', key, 'state', 'active', 'attempts', attempts, 'started_at', now,
-        'lease_expires_at', deadline, 'token', token, 'worker_id', worker)
-      leased[#leased + 1] = deadline
-      leased[#leased + 1] = id
-      ids[#ids + 1] = id
-      rows[#rows + 1] = id
-      rows[#rows + 1] = f[3] or ''
-      rows[#rows + 1] = attempts
-      out[#out + 1] = {id, attempts, token, false, f[4], f[5], f[6], f[7], f[8]}
-      claimed = claimed + 1
+      lease_one(id, key, f, seq)
     end
   end
 end
@@ -103,7 +115,8 @@ if #leased > 0 then
   for i = 1, #ids do out[i + 2][4] = payloads[i] end
   emit_many(q, maxlen, 'started', now, {'worker', worker}, {'job_id', 'task', 'attempt'}, rows)
 end
-if claimed > 0 and redis.call('ZCARD', q.ready) > 0 then
+if claimed > 0 and (redis.call('ZCARD', q.ready) > 0
+    or redis.call('ZCARD', q.flow .. 'groups') > 0) then
   out[1] = CODE_MORE
   wake(q)
 elseif claimed == 0 then

@@ -2,7 +2,7 @@
 -- it leaves its state's set and its hash and payload are dropped. No event (like purge).
 --
 -- Input
---   KEYS: the 15 queue keys (_lib.lua)
+--   KEYS: the 16 queue keys (_lib.lua)
 --   ARGV: [1] id
 -- Output: CODE_OK deleted | CODE_NO not found or active
 local q = qkeys(0)

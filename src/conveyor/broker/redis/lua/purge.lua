@@ -2,7 +2,7 @@
 -- (completed, dead_letter or cancelled; no state change for any other job).
 --
 -- Input
---   KEYS: the 15 queue keys (_lib.lua)
+--   KEYS: the 16 queue keys (_lib.lua)
 --   ARGV: [1] state ("completed" | "dead_letter" | "cancelled" | "expired")  [2] cutoff ("+inf" = all)
 --         [3] batch limit  then optional job ids (only these are considered)
 -- Output: the number of jobs deleted (== limit: call again for the rest)

@@ -6,7 +6,7 @@
 -- the client checks it exactly on the few jobs that pass.
 --
 -- Input
---   KEYS: the 15 queue keys (_lib.lua)
+--   KEYS: the 16 queue keys (_lib.lua)
 --   ARGV: [1] options (JSON object): set ("ready" | "scheduled" | "retry" | "leases" |
 --         "completed" | "dead" | "cancelled" | "expired"), offset, count, prefix (id prefix), task,
 --         since, until, error (substring, lower case), text (substring, lower case);
