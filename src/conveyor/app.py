@@ -28,6 +28,7 @@ from .errors import JobNotFound, ValidationError
 from .handles import Delivery, JobHandle
 from .middleware import Middleware
 from .monitoring import admin
+from .monitoring import limits as limits_mod
 from .monitoring.metrics import MetricsMiddleware
 from .runtime import Runtime
 from .task import ExecutorKind, JobSpec, Task, build_task
@@ -216,6 +217,37 @@ class Conveyor:
             return task
 
         return register(fn) if fn is not None else register
+
+    # ------------------------------------------------------------------ flow control
+    def queue(
+        self,
+        name: str,
+        *,
+        rate_limit: str | RateLimit | None = None,
+        concurrency: int | ConcurrencyLimit | None = None,
+    ) -> None:
+        """Limit a whole queue: every job enqueued to it from this app shares one token
+        bucket (``rate_limit="10/s"``) and at most ``concurrency`` of them run at once,
+        on all workers together (docs/flow-control.md)."""
+        validate_queue_name(name)
+        flow = task_flow(rate_limit, concurrency, None)
+        for limit in (flow.rate_limit, flow.concurrency) if flow else ():
+            if limit is not None and limit.key is not None:
+                raise ValidationError("queue", "queue limits take no key (use a task's limits)")
+        if flow is None:
+            self.runtime.producer.queue_flows.pop(name, None)
+        else:
+            self.runtime.producer.queue_flows[name] = flow
+
+    def limits(self) -> dict[str, Any]:
+        """Declared limits, run-time overrides, bucket tokens, running per key, waiting per
+        group (``monitoring/limits.py``)."""
+        return limits_mod.limits(self.runtime)
+
+    def set_limit(self, name: str, value: str | int | None, burst: float | None = None) -> None:
+        """Change a limit at run time, for every worker, without a restart: ``rate:<task>``
+        takes ``"10/s"``, ``conc:<task>`` an integer; ``None`` restores the declared one."""
+        limits_mod.set_limit(self.runtime, name, value, burst)
 
     # ------------------------------------------------------------------ enqueue
     def enqueue(

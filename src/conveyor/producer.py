@@ -24,6 +24,7 @@ from typing import Any, Protocol
 from .broker.base import Broker, EnqueueResult
 from .config import Settings
 from .core.cache import BoundedCache
+from .core.flow import TaskFlow, with_queue
 from .core.ids import new_ulid
 from .core.job import (
     MAX_ATTEMPTS_UNSET,
@@ -76,6 +77,8 @@ class Producer:
 
     def __init__(self, app: Host) -> None:
         self.app = app
+        #: limits of whole queues (``app.queue(name, rate_limit=..., concurrency=...)``)
+        self.queue_flows: dict[str, TaskFlow] = {}
         self.envelopes = PlainEnvelopes(app.settings.max_payload_bytes)
         self._hook_key: tuple[Middleware, ...] | None = None
         self._hook_lists: tuple[list[Middleware], list[Middleware]] = ([], [])
@@ -129,13 +132,17 @@ class Producer:
         One dict lookup per job when no task has flow control (the common case).
         """
         task = self.app.tasks.get(job.task)
-        if task is None or task.flow is None:
+        queued = self.queue_flows.get(job.queue) if self.queue_flows else None
+        if (task is None or task.flow is None) and queued is None:
             return None
-        record = task.flow_record(job.args, job.kwargs)  # bad keys are refused by name first
+        # bad keys are refused by name first
+        record = task.flow_record(job.args, job.kwargs) if task and task.flow else None
+        if queued is not None:
+            record = with_queue(record, job.queue, queued)
         if not getattr(self.app.broker, "supports_flow", False):
             raise ValidationError(
                 "rate_limit",
-                f"flow control (rate_limit, concurrency, fair_by) of task {task.name!r} is not"
+                f"flow control (rate_limit, concurrency, fair_by) of task {job.task!r} is not"
                 f" implemented on the {type(self.app.broker).__name__} backend yet",
             )
         job.flow = record

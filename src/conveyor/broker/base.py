@@ -165,6 +165,17 @@ class JobReads(abc.ABC):
     def get(self, job_id: str) -> Job | None:
         """A fresh snapshot of the job, or None."""
 
+    # -------------------------------------------------------- flow control (issue 15)
+    def flow_set_limit(self, name: str, spec: list[float] | None) -> None:
+        """Override a limiter's limit at run time (``[tokens, per, burst]`` or ``[n]``; None
+        clears); workers pick it up on their next claim. Backends with ``supports_flow``."""
+        raise ValidationError("limits", f"{type(self).__name__} has no flow control")
+
+    def flow_status(self, now: float) -> dict[str, Any]:
+        """``limits`` (run-time overrides), ``buckets`` (tokens), ``running`` (job ids per
+        slot), ``groups`` (queue, group, waiting, why) of flow control."""
+        return {"limits": {}, "buckets": {}, "running": {}, "groups": []}
+
     @abc.abstractmethod
     def paused_queues(self) -> set[str]:
         """Names of paused queues."""

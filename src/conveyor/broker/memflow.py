@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..core.flow import bucket_take, limiter_base, limiter_label
 from ..core.job import Job
+from ..core.state import JobState
 
 Eligible = Callable[[Job], bool]
 
@@ -154,13 +155,42 @@ class MemoryFlow:
         times = [self.heaps[q][0][0] for q in queues if self.heaps.get(q)]
         return min(times) if times else None
 
-    # ------------------------------------------------------------------ reading
-    def snapshot(self, now: float, pending: Mapping[tuple[str, str], int]) -> dict[str, Any]:
-        """Tokens, running per key and waiting per group, for operators (limits page)."""
-        return {
-            "buckets": {n: round(s[0], 3) for n, s in sorted(self.buckets.items())},
-            "running": {n: sorted(ids) for n, ids in sorted(self.slots.items())},
-            "groups": {f"{q}:{g}": n for (q, g), n in sorted(pending.items())},
-            "blocked": {f"{q}:{g}": why for (q, g), why in sorted(self.blocked.items())},
-            "overrides": dict(self.overrides),
-        }
+
+class MemoryFlowAdmin:
+    """``flow_set_limit`` / ``flow_status`` of the memory broker (mixed into MemoryBroker)."""
+
+    _lock: Any
+    flow: MemoryFlow
+    _jobs: dict[str, Job]
+
+    def flow_set_limit(self, name: str, spec: list[float] | None) -> None:
+        """Override the limit of a limiter (``rate:<task>``) or one bucket / slot; None clears."""
+        with self._lock:
+            if spec is None:
+                self.flow.overrides.pop(name, None)
+            else:
+                self.flow.overrides[name] = [float(v) for v in spec]
+            # every waiting group is looked at again by the next claim, under the new limit
+            for key in [*self.flow.parked, *self.flow.placed]:
+                self.flow.parked.discard(key)
+                if key in self.flow.jobs:
+                    self.flow._schedule(key, 0.0)
+            self.flow.waiters.clear()
+
+    def flow_status(self, now: float) -> dict[str, Any]:
+        """Run-time limits, bucket tokens, running jobs per slot, waiting jobs per group."""
+        with self._lock:
+            waiting: dict[tuple[str, str], int] = {}
+            for job in self._jobs.values():
+                if job.flow is not None and job.state is JobState.PENDING:
+                    key = (job.queue, str(job.flow["g"]))
+                    waiting[key] = waiting.get(key, 0) + 1
+            return {
+                "limits": {n: list(s) for n, s in sorted(self.flow.overrides.items())},
+                "buckets": {n: round(s[0], 3) for n, s in sorted(self.flow.buckets.items())},
+                "running": {n: sorted(ids) for n, ids in sorted(self.flow.slots.items())},
+                "groups": [
+                    {"queue": q, "group": g, "waiting": n, "why": self.flow.blocked.get((q, g))}
+                    for (q, g), n in sorted(waiting.items())
+                ],
+            }

@@ -22,7 +22,7 @@ from ..core.state import TERMINAL_STATES, JobState
 from ..errors import DuplicateJob, LeaseLost
 from .base import Ack, Broker, Claimed, EnqueueResult, Lease
 from .memadmin import MemoryJobAdmin
-from .memflow import MemoryFlow
+from .memflow import MemoryFlow, MemoryFlowAdmin
 from .memreads import MemoryReads
 from .memstore import MemoryCounters, MemoryDocs, MemoryEvents, MemoryLogs
 from .memtimers import TimeHeap
@@ -31,7 +31,7 @@ _DELAYED = (JobState.SCHEDULED, JobState.RETRY_SCHEDULED)
 _REQUEUEABLE = (JobState.DEAD_LETTER, JobState.CANCELLED, JobState.EXPIRED)
 
 
-class MemoryBroker(MemoryReads, MemoryJobAdmin, Broker):
+class MemoryBroker(MemoryReads, MemoryJobAdmin, MemoryFlowAdmin, Broker):
     """All state in dicts and heaps behind one lock."""
 
     events: MemoryEvents  # job transitions ``emit`` into it under the lock

@@ -58,7 +58,7 @@ def _first_repeat(ids: Sequence[str]) -> str:
     raise ValueError("no repeated id")
 
 
-class SqliteBroker(SqliteReads, SqliteJobAdmin, Broker):
+class SqliteBroker(SqliteReads, SqliteJobAdmin, sqlite_flow.SqliteFlowAdmin, Broker):
     """The Broker protocol on one SQLite file (see module docstring)."""
 
     supports_flow = True  # rate limits, concurrency, fair groups (issue 15; sqlite_flow.py)

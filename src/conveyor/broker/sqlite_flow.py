@@ -115,3 +115,50 @@ def spec(tx: Tx, name: str, own: Sequence[Any]) -> list[float]:
     ).fetchone()
     values = orjson.loads(row[0]) if row is not None else own
     return [float(v) for v in values]
+
+
+class SqliteFlowAdmin:
+    """``flow_set_limit`` / ``flow_status`` of the SQLite backend (mixed into SqliteBroker)."""
+
+    _write: Callable[[], Any]
+    _read: Callable[..., list[Any]]
+
+    def flow_set_limit(self, name: str, spec: list[float] | None) -> None:
+        """Override the limit of a limiter (``rate:<task>``) or one bucket / slot; None clears.
+
+        Parked groups are looked at again by the next claim (a raised concurrency limit)."""
+        with self._write() as tx:
+            if spec is None:
+                tx.conn.execute("DELETE FROM flow_limits WHERE name = ?", (name,))
+            else:
+                tx.conn.execute(
+                    "INSERT OR REPLACE INTO flow_limits (name, spec) VALUES (?, ?)",
+                    (name, orjson.dumps([float(v) for v in spec]).decode()),
+                )
+            # every waiting group is looked at again by the next claim, under the new limit
+            tx.conn.execute("UPDATE flow_groups SET due = 0, why = NULL")
+            tx.conn.execute("DELETE FROM flow_waiters")
+
+    def flow_status(self, now: float) -> dict[str, Any]:
+        """Run-time limits, bucket tokens, running jobs per slot, waiting jobs per group."""
+        running: dict[str, list[str]] = {}
+        for name, job_id in self._read("SELECT name, job_id FROM flow_slots ORDER BY name, job_id"):
+            running.setdefault(name, []).append(job_id)
+        why = {(q, g): w for q, g, w in self._read("SELECT queue, grp, why FROM flow_groups")}
+        waiting = self._read(
+            "SELECT queue, grp, COUNT(*) FROM jobs WHERE state = 'pending' AND grp IS NOT NULL"
+            " GROUP BY queue, grp ORDER BY queue, grp"
+        )
+        return {
+            "limits": {
+                n: orjson.loads(s) for n, s in self._read("SELECT name, spec FROM flow_limits")
+            },
+            "buckets": {
+                n: round(t, 3) for n, t in self._read("SELECT name, tokens FROM flow_buckets")
+            },
+            "running": running,
+            "groups": [
+                {"queue": q, "group": g, "waiting": n, "why": why.get((q, g))}
+                for q, g, n in waiting
+            ],
+        }

@@ -159,6 +159,24 @@ def job_flow(
     return record
 
 
+def with_queue(record: dict[str, Any] | None, queue: str, flow: TaskFlow) -> dict[str, Any]:
+    """``record`` (or none) plus the limits of its queue (``app.queue(name, rate_limit=...,
+    concurrency=...)``: limiters ``rate:@<queue>`` / ``conc:@<queue>``, shared by every job of
+    the queue)."""
+    out: dict[str, Any] = {k: v for k, v in (record or {}).items()}
+    parts = [p for p in str(out.get("g", "")).split("|") if p]
+    if flow.rate_limit is not None:
+        name = f"rate:@{queue}"
+        out["r"] = [*out.get("r", []), [name, *flow.rate_limit.bucket()]]
+        parts.append(name)
+    if flow.concurrency is not None:
+        name = f"conc:@{queue}"
+        out["c"] = [*out.get("c", []), [name, flow.concurrency.n]]
+        parts.append(name)
+    out["g"] = "|".join(parts)
+    return out
+
+
 def bucket_take(
     state: tuple[float, float] | None, rate: float, per: float, burst: float, now: float
 ) -> tuple[bool, tuple[float, float], float]:

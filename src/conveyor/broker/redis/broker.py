@@ -27,6 +27,7 @@ from . import codec, idguard
 from .admin import JobAdminMixin
 from .codec import fmt_time
 from .codes import ScriptCode, options
+from .flowadmin import FlowAdminMixin
 from .keys import TERMINAL_SETS
 from .lifecycle import LifecycleMixin
 from .plumbing import guarded, token_queue
@@ -69,7 +70,7 @@ def _group_batch(jobs: Sequence[Job], cluster: bool) -> dict[str, list[int]]:
     return groups
 
 
-class RedisBroker(ReadsMixin, LifecycleMixin, JobAdminMixin, Broker):
+class RedisBroker(ReadsMixin, LifecycleMixin, JobAdminMixin, FlowAdminMixin, Broker):
     """Redis (standalone, Sentinel or Cluster) backend; build it with ``from_url``."""
 
     has_server_clock = True

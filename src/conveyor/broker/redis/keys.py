@@ -114,6 +114,10 @@ class KeySchema:
         """One per-queue key (``suffix`` from ``QUEUE_KEY_SUFFIXES``)."""
         return self.tag(queue) + suffix
 
+    def flow(self, queue: str, suffix: str) -> str:
+        """One flow-control key of ``queue`` (issue 15): ``<p>:{<q>}:f:<suffix>``."""
+        return f"{self.tag(queue)}f:{suffix}"
+
     def job(self, queue: str, job_id: str) -> str:
         """The hash of one job."""
         return f"{self.tag(queue)}job:{job_id}"
