@@ -161,8 +161,10 @@ def test_url_option_opens_a_bare_app(tmp_path: Path) -> None:
                 "completed",
                 "dead_letter",
                 "cancelled",
+                "expired",
             )
         },
+        "flow": [],
     }
     bad = run("status", "--url", "nope://x")
     assert bad.exit_code == 2

@@ -36,6 +36,7 @@ COMMANDS: dict[str, str] = {
     "demo": "demo_cmd",
     "bench": "bench_cmd",
     "relay": "relay_cmd",
+    "limits": "limits_cmd",
 }
 #: Long-running processes: they show the broker's start-up warnings (persistence, eviction);
 #: one-shot commands do not repeat them on every call.

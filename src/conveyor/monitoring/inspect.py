@@ -21,6 +21,7 @@ from . import admin
 from .admin import worker_queues
 from .events import EventReader, check_cursor, job_events
 from .filters import clean_filters
+from .limits import flow_waits, why_waiting
 from .metrics import flush_local, read_counters, series, summarize
 
 if TYPE_CHECKING:
@@ -157,6 +158,7 @@ class Inspector:
             "workers": self.workers(),
             "alerts": self.alerts(include_resolved=False),
             "totals": totals,
+            "flow": flow_waits(self.runtime),
         }
 
     # ------------------------------------------------------------------ jobs
@@ -180,10 +182,14 @@ class Inspector:
         job = self.runtime.broker.get(job_id)
         if job is None:
             raise JobNotFound(job_id)
-        return {
+        out = {
             **job_dict(job),
             "timeline": timeline(job, [e.to_dict() for e in job_events(self.broker, job_id)]),
         }
+        if job.flow is not None and job.state is JobState.PENDING:  # issue 15: why it waits
+            status = self.runtime.broker.flow_status(self.runtime.now())
+            out["waiting_for"] = why_waiting(status, job)
+        return out
 
     def dead_letters(
         self, filters: Mapping[str, Any] | None = None, *, page: int = 1, page_size: int = 50

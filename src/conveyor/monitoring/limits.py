@@ -75,6 +75,13 @@ def limits(rt: Runtime) -> dict[str, Any]:
     return {"declared": declared(rt), **status}
 
 
+def flow_waits(rt: Runtime) -> list[dict[str, Any]]:
+    """The groups that wait for a limit (queue, group, waiting, why): ``conveyor status``."""
+    if not getattr(rt.broker, "supports_flow", False):
+        return []
+    return [g for g in rt.broker.flow_status(rt.now())["groups"] if g.get("why")]
+
+
 def why_waiting(status: dict[str, Any], job: Job) -> str | None:
     """Why a pending flow-controlled job waits ("throttled by rate limit partner:10/s",
     "waiting for account_id=42 (1 running)"), from a ``limits`` / ``flow_status`` result."""
@@ -86,4 +93,12 @@ def why_waiting(status: dict[str, Any], job: Job) -> str | None:
     return None
 
 
-__all__ = ["declared", "limiter_base", "limits", "parse_limit", "set_limit", "why_waiting"]
+__all__ = [
+    "declared",
+    "flow_waits",
+    "limiter_base",
+    "limits",
+    "parse_limit",
+    "set_limit",
+    "why_waiting",
+]
