@@ -135,8 +135,10 @@ class MemoryFlow:
         return [float(v) for v in (found or spec)]
 
     # ------------------------------------------------------------------ releasing
-    def free(self, job: Job) -> None:
-        """``job`` left ``active``: its slots free (only if it owns them) and waiters wake."""
+    def free(self, job: Job) -> bool:
+        """``job`` left ``active``: its slots free (only if it owns them) and waiters wake;
+        True when a waiting group was put back in line."""
+        woke = False
         for name, _ in (job.flow or {}).get("c") or ():
             owners = self.slots.get(name)
             if owners is None or job.id not in owners:
@@ -149,6 +151,8 @@ class MemoryFlow:
                 self.parked.discard(key)
                 if key not in self.placed and key in self.jobs:
                     self._schedule(key, 0.0)
+                    woke = True
+        return woke
 
     def next_time(self, queues: Iterable[str]) -> float | None:
         """The earliest time a group of ``queues`` becomes eligible (for an empty claim)."""

@@ -134,8 +134,8 @@ class MemoryBroker(MemoryReads, MemoryJobAdmin, MemoryFlowAdmin, Broker):
     def _unlease(self, job: Job) -> None:
         """The job left ``active``: its token goes, its concurrency slots free (issue 15)."""
         self._tokens.pop(job.id, None)
-        if job.flow is not None:
-            self.flow.free(job)
+        if job.flow is not None and self.flow.free(job):
+            self._notify()  # an idle worker claims the job that waited for this slot
 
     def _not_lapsed(self, job: Job, now: float) -> bool:
         if job.expires_at is not None and lifecycle.is_lapsed(job, now):

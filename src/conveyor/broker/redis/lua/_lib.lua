@@ -165,6 +165,7 @@ local function free_slots(q, id, key)
         redis.call('HDEL', f .. 'why', g)
         group_ready(q, g)
       end
+      if #waiting > 0 then wake(q) end  -- an idle worker claims what waited for this slot
     end
   end
 end
