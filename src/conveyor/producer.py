@@ -24,7 +24,13 @@ from typing import Any, Protocol
 from .broker.base import Broker, EnqueueResult
 from .config import Settings
 from .core.cache import BoundedCache
-from .core.flow import TaskFlow, with_queue
+from .core.flow import (
+    UNIQUE_TTL,
+    TaskFlow,
+    unique_idempotency_key,
+    with_queue,
+    with_unique_slot,
+)
 from .core.ids import new_ulid
 from .core.job import (
     MAX_ATTEMPTS_UNSET,
@@ -126,6 +132,15 @@ class Producer:
                 plain.append(d if self._flowed(handle) is None else None)
         return self.store(jobs, plain, now, connection)
 
+    def _check_flow(self, job: Job) -> None:
+        """Refuse a flow-controlled job on a backend that cannot enforce it."""
+        if not getattr(self.app.broker, "supports_flow", False):
+            raise ValidationError(
+                "rate_limit",
+                f"flow control (rate_limit, concurrency, fair_by, unique) of task {job.task!r}"
+                f" is not implemented on the {type(self.app.broker).__name__} backend yet",
+            )
+
     def _flowed(self, job: Job) -> dict[str, Any] | None:
         """Set the ``flow`` record of a job whose task has flow control (issue 15).
 
@@ -139,13 +154,8 @@ class Producer:
         record = task.flow_record(job.args, job.kwargs) if task and task.flow else None
         if queued is not None:
             record = with_queue(record, job.queue, queued)
-        if not getattr(self.app.broker, "supports_flow", False):
-            raise ValidationError(
-                "rate_limit",
-                f"flow control (rate_limit, concurrency, fair_by) of task {job.task!r} is not"
-                f" implemented on the {type(self.app.broker).__name__} backend yet",
-            )
         job.flow = record
+        self._check_flow(job)
         return job.flow
 
     def enqueue_one(self, name: str, args: Any, kwargs: Any) -> JobHandle:
@@ -285,6 +295,13 @@ class Producer:
         key = opts.get("idempotency_key")
         if key is not None:
             validate_identifier(key, "idempotency_key")
+        unique = opts.get("unique")
+        if unique is not None:  # issue 15: carried by the brokers' idempotency keys
+            ukey = opts.get("unique_key") or _args_key(name, spec.args, spec.kwargs)
+            if unique != "while_running":  # that one dedups nothing: it holds (a slot of 1)
+                key = unique_idempotency_key(unique, ukey)
+                if opts.get("idempotency_ttl") is None:
+                    ttl = UNIQUE_TTL
         job_id = opts.get("job_id")
         if job_id is None:
             job_id = new_ulid(now, app.id_rng)
@@ -313,4 +330,22 @@ class Producer:
             expires_at=None if opts.get("expires_in") is None else now + opts["expires_in"],
         )
         self._flowed(job)
+        if unique in ("while_running", "until_done"):
+            job.flow = with_unique_slot(job.flow, ukey)
+            self._check_flow(job)
         return job
+
+
+def _args_key(task: str, args: Any, kwargs: Any) -> str:
+    """The default unique key of a job: its task and a digest of its arguments."""
+    import hashlib
+
+    import orjson
+
+    from .core.serialization import encode_value
+
+    raw = orjson.dumps(
+        [task, encode_value(list(args), "args"), encode_value(dict(kwargs), "kwargs")],
+        option=orjson.OPT_SORT_KEYS,
+    )
+    return f"{task}:{hashlib.sha1(raw, usedforsecurity=False).hexdigest()[:20]}"

@@ -10,8 +10,13 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from .core.backoff import DEFAULT_BACKOFF, Backoff
 from .core.cache import BoundedCache
-from .core.flow import TaskFlow, job_flow
-from .core.job import validate_exception_names, validate_max_attempts, validate_non_negative
+from .core.flow import UNIQUE_MODES, TaskFlow, job_flow
+from .core.job import (
+    validate_exception_names,
+    validate_identifier,
+    validate_max_attempts,
+    validate_non_negative,
+)
 from .core.retry import RetryPolicy, max_attempts_from
 from .errors import PermanentError, ValidationError
 
@@ -37,6 +42,8 @@ _OPTION_NAMES = frozenset(
         "retry_on",
         "dead_on",
         "expires_in",
+        "unique",
+        "unique_key",
     }
 )
 
@@ -62,12 +69,25 @@ def check_options(options: Mapping[str, Any]) -> dict[str, Any]:
         validate_non_negative(out["idempotency_ttl"], "idempotency_ttl")
     if out.get("timeout") is not None:
         validate_non_negative(out["timeout"], "timeout")
-    if out.get("expires_in") is not None:
-        out["expires_in"] = validate_non_negative(out["expires_in"], "expires_in")
+    _check_flow_options(out)
     for name in ("retry_on", "dead_on"):  # stored by qualified name (docs/wire-format.md)
         if out.get(name) is not None:
             out[name] = validate_exception_names(out[name], name)
     return out
+
+
+def _check_flow_options(out: dict[str, Any]) -> None:
+    """``unique`` / ``unique_key`` / ``expires_in`` (issue 15), in place."""
+    if out.get("unique") is not None and out["unique"] not in UNIQUE_MODES:
+        raise ValidationError("unique", f"must be one of {', '.join(UNIQUE_MODES)}")
+    if out.get("unique_key") is not None:
+        if out.get("unique") is None:
+            raise ValidationError("unique_key", "needs unique= (while_queued, ...)")
+        validate_identifier(out["unique_key"], "unique_key")
+    if out.get("unique") is not None and out.get("idempotency_key") is not None:
+        raise ValidationError("unique", "cannot be combined with idempotency_key")
+    if out.get("expires_in") is not None:
+        out["expires_in"] = validate_non_negative(out["expires_in"], "expires_in")
 
 
 def validate_time(value: object, field_name: str) -> float:

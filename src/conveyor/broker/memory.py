@@ -16,6 +16,7 @@ from typing import Any
 
 from ..config import Retention
 from ..core import lifecycle
+from ..core.flow import unique_holds
 from ..core.job import Job
 from ..core.serialization import decode_job
 from ..core.state import TERMINAL_STATES, JobState
@@ -176,6 +177,10 @@ class MemoryBroker(MemoryReads, MemoryJobAdmin, MemoryFlowAdmin, Broker):
                     raise DuplicateJob(job.id)
                 key = (job.queue, job.idempotency_key) if job.idempotency_key else None
                 existing = self._live_key(key, now) if key else None
+                if existing is not None and key and key[1].startswith("unique:"):
+                    held = self._jobs.get(existing)
+                    if not unique_holds(key[1], str(held.state) if held else None):
+                        existing = None
                 if key and existing is None:
                     existing = batch_keys.get(key)
                 if existing is not None:

@@ -177,6 +177,40 @@ def with_queue(record: dict[str, Any] | None, queue: str, flow: TaskFlow) -> dic
     return out
 
 
+UNIQUE_MODES = ("while_queued", "while_running", "until_done")
+UNIQUE_TTL = 30 * 86400.0  # a unique key outlives any realistic wait; its job's state decides
+_WAITING = ("pending", "scheduled", "retry_scheduled")
+_TERMINAL = ("completed", "dead_letter", "cancelled", "expired")
+
+
+def unique_idempotency_key(mode: str, key: str) -> str:
+    """The idempotency key that carries a ``unique=`` job (the brokers' dedup machinery)."""
+    return f"unique:{mode}:{key}"
+
+
+def unique_holds(key: str, state: str | None) -> bool:
+    """Does a live idempotency ``key`` still deduplicate, given its job's ``state``?
+
+    ``unique:while_queued:``: only while that job waits; ``unique:until_done:``: until it
+    finishes; any other key: for its whole TTL (plain idempotency keys).
+    """
+    if key.startswith("unique:while_queued:"):
+        return state in _WAITING
+    if key.startswith("unique:until_done:"):
+        return state is not None and state not in _TERMINAL
+    return True
+
+
+def with_unique_slot(record: dict[str, Any] | None, key: str) -> dict[str, Any]:
+    """``record`` plus a concurrency slot of 1 for a ``while_running`` unique key: a second
+    job with the key waits until the first finishes."""
+    out: dict[str, Any] = dict(record or {})
+    name = f"conc:unique:{key}"
+    out["c"] = [*out.get("c", []), [name, 1]]
+    out["g"] = "|".join(p for p in (str(out.get("g", "")), name) if p)
+    return out
+
+
 def bucket_take(
     state: tuple[float, float] | None, rate: float, per: float, burst: float, now: float
 ) -> tuple[bool, tuple[float, float], float]:

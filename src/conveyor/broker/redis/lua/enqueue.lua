@@ -59,6 +59,21 @@ for g = 1, groups do
             local bar = string.find(v, '|', 1, true)
             local exp = bar and tonumber(string.sub(v, 1, bar - 1))
             if exp and exp > nnow then d = string.sub(v, bar + 1) end
+            -- unique jobs (issue 15): the key holds only while its job waits / is not done
+            if d and string.sub(key, 1, 7) == 'unique:' then
+              local st = redis.pcall('HGET', q.job .. d, 'state')
+              if type(st) ~= 'string' then st = nil end
+              if string.sub(key, 1, 20) == 'unique:while_queued:' then
+                if st ~= 'pending' and st ~= 'scheduled' and st ~= 'retry_scheduled' then
+                  d = false
+                end
+              elseif string.sub(key, 1, 18) == 'unique:until_done:' then
+                if not st or st == 'completed' or st == 'dead_letter' or st == 'cancelled'
+                    or st == 'expired' then
+                  d = false
+                end
+              end
+            end
           end
         end
         if not d then batch_keys[key] = id end
