@@ -234,13 +234,14 @@ def create_app(
     ``config`` defaults to ``DashboardConfig.from_env(...)``."""
     from starlette.middleware.trustedhost import TrustedHostMiddleware
 
-    from . import api, bulk, forms, live, ops_pages, views
+    from . import api, bulk, forms, limits_pages, live, ops_pages, views
     from .middleware import SecurityMiddleware
 
     cfg = config or DashboardConfig.from_env(**overrides)
     dash = Dashboard(app, cfg)
     routes = [
         *ops_pages.routes(),
+        *limits_pages.routes(),
         *views.routes(),
         *bulk.routes(),
         *forms.routes(),
