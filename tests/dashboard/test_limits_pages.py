@@ -55,3 +55,12 @@ def test_limits_api(dash_app: Conveyor, api: TestClient) -> None:
     assert bad.status_code == 422 and "name" in bad.text
     r = api.post("/api/limits", json={"name": "conc:flow.sync", "value": None})
     assert r.json()["limits"]["limits"] == {}
+
+
+def test_prometheus_exports_limits(dash_app: Conveyor) -> None:
+    from conveyor.monitoring.prometheus import exposition
+
+    _setup(dash_app)
+    text = exposition(dash_app)[0].decode()
+    assert 'conveyor_limit_running{slot="conc:flow.sync:account_id=42"} 1.0' in text
+    assert 'why="waiting for account_id=42 (1 running)"' in text
