@@ -207,6 +207,8 @@ class Producer:
             after_enqueue_batch(after, app.owner, jobs, [res.duplicate for res in results])
         handles = jobs
         for i, (job, res) in enumerate(zip(jobs, results, strict=True)):
+            if res.duplicate and (job.idempotency_key or "").startswith("debounce:"):
+                app.broker.replace_waiting(res.id, job, now)  # newest args, delay restarts
             if res.duplicate:
                 if handles is jobs:
                     handles = list(jobs)
@@ -295,13 +297,9 @@ class Producer:
         key = opts.get("idempotency_key")
         if key is not None:
             validate_identifier(key, "idempotency_key")
-        unique = opts.get("unique")
-        if unique is not None:  # issue 15: carried by the brokers' idempotency keys
-            ukey = opts.get("unique_key") or _args_key(name, spec.args, spec.kwargs)
-            if unique != "while_running":  # that one dedups nothing: it holds (a slot of 1)
-                key = unique_idempotency_key(unique, ukey)
-                if opts.get("idempotency_ttl") is None:
-                    ttl = UNIQUE_TTL
+        unique, ukey = opts.get("unique"), ""
+        if unique is not None or opts.get("debounce") is not None:
+            key, ttl, run_at, ukey = _dedup(opts, spec, now, ttl, run_at)
         job_id = opts.get("job_id")
         if job_id is None:
             job_id = new_ulid(now, app.id_rng)
@@ -349,3 +347,20 @@ def _args_key(task: str, args: Any, kwargs: Any) -> str:
         option=orjson.OPT_SORT_KEYS,
     )
     return f"{task}:{hashlib.sha1(raw, usedforsecurity=False).hexdigest()[:20]}"
+
+
+def _dedup(
+    opts: dict[str, Any], spec: JobSpec, now: float, ttl: float, run_at: float
+) -> tuple[str | None, float, float, str]:
+    """Issue 15: (idempotency key, its ttl, run_at, unique key) of a ``unique=`` or
+    ``debounce=`` job; both ride on the brokers' idempotency keys, whose hold ends with the
+    job's state (``core.flow.unique_holds``)."""
+    long_ttl = UNIQUE_TTL if opts.get("idempotency_ttl") is None else ttl
+    if opts.get("debounce") is not None:  # one waiting job per key, the newest args win
+        ukey = opts.get("unique_key") or spec.task
+        return f"debounce:{ukey}", long_ttl, now + float(opts["debounce"]), ukey
+    unique = opts["unique"]
+    ukey = opts.get("unique_key") or _args_key(spec.task, spec.args, spec.kwargs)
+    if unique == "while_running":  # dedups nothing: a slot of 1 holds the second job
+        return None, ttl, run_at, ukey
+    return unique_idempotency_key(unique, ukey), long_ttl, run_at, ukey

@@ -44,6 +44,7 @@ _OPTION_NAMES = frozenset(
         "expires_in",
         "unique",
         "unique_key",
+        "debounce",
     }
 )
 
@@ -80,8 +81,13 @@ def _check_flow_options(out: dict[str, Any]) -> None:
     """``unique`` / ``unique_key`` / ``expires_in`` (issue 15), in place."""
     if out.get("unique") is not None and out["unique"] not in UNIQUE_MODES:
         raise ValidationError("unique", f"must be one of {', '.join(UNIQUE_MODES)}")
+    if out.get("debounce") is not None:
+        if out.get("unique") is not None or out.get("idempotency_key") is not None:
+            raise ValidationError("debounce", "cannot be combined with unique / idempotency_key")
+        if validate_non_negative(out["debounce"], "debounce") <= 0:
+            raise ValidationError("debounce", "must be a number of seconds > 0")
     if out.get("unique_key") is not None:
-        if out.get("unique") is None:
+        if out.get("unique") is None and out.get("debounce") is None:
             raise ValidationError("unique_key", "needs unique= (while_queued, ...)")
         validate_identifier(out["unique_key"], "unique_key")
     if out.get("unique") is not None and out.get("idempotency_key") is not None:

@@ -84,6 +84,8 @@ def test_every_script_call_touches_one_slot(rbroker: RedisBroker) -> None:
     b.purge(T0, queue="default")
     b.clear_queue("mail", T0)
     b.enqueue([job("soon", state=_scheduled(), run_at=T0 + 50)], T0)
+    b.enqueue([job("later2", state=_scheduled(), run_at=T0 + 50)], T0)
+    assert b.replace_waiting("later2", job("later2", run_at=T0 + 60), T0)  # debounce.lua
     assert b.run_now("soon", T0) and b.delete_job("soon", T0)
     b.oldest_pending("default")
     assert b.search(SearchQuery(task="t", text="zzz")).total == 0

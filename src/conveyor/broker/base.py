@@ -166,6 +166,11 @@ class JobReads(abc.ABC):
         """A fresh snapshot of the job, or None."""
 
     # -------------------------------------------------------- flow control (issue 15)
+    def replace_waiting(self, job_id: str, job: Job, now: float) -> bool:
+        """``debounce``: a job that still waits takes ``job``'s arguments (and metadata); a
+        scheduled one also its ``run_at`` (its delay restarts). False when it no longer waits."""
+        raise ValidationError("debounce", f"{type(self).__name__} cannot replace waiting jobs")
+
     def flow_set_limit(self, name: str, spec: list[float] | None) -> None:
         """Override a limiter's limit at run time (``[tokens, per, burst]`` or ``[n]``; None
         clears); workers pick it up on their next claim. Backends with ``supports_flow``."""

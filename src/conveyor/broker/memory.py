@@ -177,7 +177,7 @@ class MemoryBroker(MemoryReads, MemoryJobAdmin, MemoryFlowAdmin, Broker):
                     raise DuplicateJob(job.id)
                 key = (job.queue, job.idempotency_key) if job.idempotency_key else None
                 existing = self._live_key(key, now) if key else None
-                if existing is not None and key and key[1].startswith("unique:"):
+                if existing is not None and key and key[1].startswith(("unique:", "debounce:")):
                     held = self._jobs.get(existing)
                     if not unique_holds(key[1], str(held.state) if held else None):
                         existing = None

@@ -239,7 +239,7 @@ class SqliteBroker(SqliteReads, SqliteJobAdmin, sqlite_flow.SqliteFlowAdmin, Bro
                 raise DuplicateJob(job.id)
             key = (job.queue, job.idempotency_key) if job.idempotency_key else None
             live = c.execute(_LIVE_KEY, (*key, now)).fetchone() if key else None
-            if live and key and key[1].startswith("unique:"):
+            if live and key and key[1].startswith(("unique:", "debounce:")):
                 held = c.execute("SELECT state FROM jobs WHERE id = ?", (live[0],)).fetchone()
                 live = live if unique_holds(key[1], held[0] if held else None) else None
             existing = live[0] if live else batch_keys.get(key) if key else None

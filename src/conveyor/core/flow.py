@@ -194,7 +194,7 @@ def unique_holds(key: str, state: str | None) -> bool:
     ``unique:while_queued:``: only while that job waits; ``unique:until_done:``: until it
     finishes; any other key: for its whole TTL (plain idempotency keys).
     """
-    if key.startswith("unique:while_queued:"):
+    if key.startswith(("unique:while_queued:", "debounce:")):
         return state in _WAITING
     if key.startswith("unique:until_done:"):
         return state is not None and state not in _TERMINAL

@@ -76,6 +76,7 @@ SCRIPT_NAMES = (
     "delete_job",
     "oldest",
     "search",
+    "debounce",
     "doc_cas",
 )
 

@@ -60,10 +60,11 @@ for g = 1, groups do
             local exp = bar and tonumber(string.sub(v, 1, bar - 1))
             if exp and exp > nnow then d = string.sub(v, bar + 1) end
             -- unique jobs (issue 15): the key holds only while its job waits / is not done
-            if d and string.sub(key, 1, 7) == 'unique:' then
+            if d and (string.sub(key, 1, 7) == 'unique:' or string.sub(key, 1, 9) == 'debounce:') then
               local st = redis.pcall('HGET', q.job .. d, 'state')
               if type(st) ~= 'string' then st = nil end
-              if string.sub(key, 1, 20) == 'unique:while_queued:' then
+              if string.sub(key, 1, 20) == 'unique:while_queued:'
+                  or string.sub(key, 1, 9) == 'debounce:' then
                 if st ~= 'pending' and st ~= 'scheduled' and st ~= 'retry_scheduled' then
                   d = false
                 end
