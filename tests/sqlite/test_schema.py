@@ -101,8 +101,6 @@ def test_version_2_file_gets_the_lease_index(db_path: str) -> None:
 
 def _downgrade_to_v3(conn: sqlite3.Connection) -> None:
     """Turn a current file into the version 3 layout (no flow control: issue 15)."""
-    for trigger in ("flow_ready_ins", "flow_ready_upd", "flow_unlease"):
-        conn.execute(f"DROP TRIGGER {trigger}")
     for table in ("flow_groups", "flow_buckets", "flow_slots", "flow_waiters", "flow_limits"):
         conn.execute(f"DROP TABLE {table}")
     conn.execute("DROP INDEX jobs_ready")

@@ -107,6 +107,8 @@ class SqliteBroker(SqliteReads, SqliteJobAdmin, sqlite_flow.SqliteFlowAdmin, Bro
             ),
         )
         tx.count(job.queue, rec.state, str(state))
+        if job.flow is not None:  # issue 15: group and slot bookkeeping of grouped jobs
+            sqlite_flow.on_save(tx, job, rec.state)
         if state in (JobState.COMPLETED, JobState.DEAD_LETTER):
             tx.finished.add((job.queue, str(state)))
 
@@ -212,6 +214,9 @@ class SqliteBroker(SqliteReads, SqliteJobAdmin, sqlite_flow.SqliteFlowAdmin, Bro
             if c.execute("SELECT 1 FROM jobs WHERE id = ?", (job.id,)).fetchone():
                 raise DuplicateJob(job.id) from None
             raise
+        grouped = [j for j in new if j.flow is not None]
+        if grouped:
+            sqlite_flow.on_insert(tx, grouped)
         keyed = [j for j in new if j.idempotency_key]
         c.executemany(
             "INSERT OR REPLACE INTO idem (queue, key, job_id, expires_at) VALUES (?, ?, ?, ?)",

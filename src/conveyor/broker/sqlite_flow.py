@@ -6,11 +6,12 @@ recently had) waiting jobs, ``due`` = when a claim should look at it again (0: n
 until a concurrency slot frees), ``rr`` = its round-robin place. A claim reads the groups of the
 queue that are due, oldest ``(due, rr)`` first, asks their limiters (``flow_buckets``,
 ``flow_slots``, overrides in ``flow_limits``) and leases the head job of each group that may
-run; the group then goes behind the others (``rr`` = a fresh sequence number). Triggers
-(sqlite_schema.py) schedule a group when one of its jobs becomes pending and free a job's
-slots, waking the groups that waited for them, when it leaves ``active`` (any way: complete,
-fail, release, expired lease). A group found empty is deleted: idle groups cost nothing, and a
-claim touches only the groups it serves (index ``flow_groups_due``), never all of them.
+run; the group then goes behind the others (``rr`` = a fresh sequence number). ``on_save`` /
+``on_insert`` (called by the broker for grouped jobs only) schedule a group when one of its
+jobs becomes pending and free a job's slots, waking the groups that waited for them, when it
+leaves ``active`` (any way: complete, fail, release, expired lease). A group found empty is
+deleted: idle groups cost nothing, and a claim touches only the groups it serves (index
+``flow_groups_due``), never all of them.
 """
 
 from __future__ import annotations
@@ -63,6 +64,38 @@ def take(tx: Tx, queue: str, now: float, want: int, lease: Lease) -> list[Any]:
         else:
             c.execute(_RESCHEDULE, (verdict, tx.next_seq(), why, queue, grp))
     return out
+
+
+_SCHEDULE = "INSERT OR IGNORE INTO flow_groups (queue, grp, due, rr) VALUES (?, ?, 0, ?)"
+_WAKE = (
+    "UPDATE flow_groups SET due = 0, why = NULL WHERE due IS NULL AND (queue, grp) IN"
+    " (SELECT w.queue, w.grp FROM flow_waiters w JOIN flow_slots s ON s.name = w.name"
+    " WHERE s.job_id = ?)"
+)
+
+
+def on_insert(tx: Tx, jobs: Sequence[Any]) -> None:
+    """Newly stored grouped jobs: the groups of the pending ones are scheduled."""
+    tx.conn.executemany(
+        _SCHEDULE,
+        [(j.queue, j.flow["g"], tx.next_seq()) for j in jobs if str(j.state) == "pending"],
+    )
+
+
+def on_save(tx: Tx, job: Any, old_state: str) -> None:
+    """A grouped job was written: pending -> its group is scheduled; it left ``active`` -> the
+    slots it owns free (fenced by its id) and the groups that waited for them wake."""
+    new_state = str(job.state)
+    if old_state == "active" and new_state != "active":
+        c = tx.conn
+        c.execute(_WAKE, (job.id,))
+        c.execute(
+            "DELETE FROM flow_waiters WHERE name IN (SELECT name FROM flow_slots WHERE job_id = ?)",
+            (job.id,),
+        )
+        c.execute("DELETE FROM flow_slots WHERE job_id = ?", (job.id,))
+    if new_state == "pending":
+        tx.conn.execute(_SCHEDULE, (job.queue, job.flow["g"], tx.next_seq()))
 
 
 def admit(
