@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from ..core import lifecycle
 from ..core.flow import bucket_take, limiter_base, limiter_label
 from ..core.job import Job
 from ..core.state import JobState
+from .base import Lease
 
 Eligible = Callable[[Job], bool]
 
@@ -198,3 +200,51 @@ class MemoryFlowAdmin:
                     for (q, g), n in sorted(waiting.items())
                 ],
             }
+
+
+class MemoryFlowHooks:
+    """The memory broker's per-job steps of issue 15 (expiry at claim, slots at lease end),
+    kept here so memory.py keeps its size."""
+
+    _jobs: dict[str, Job]
+    _ready_seq: dict[str, int]
+    _tokens: dict[str, str]
+    _seq: Iterator[int]
+    _leases: Any
+    flow: MemoryFlow
+    _notify: Callable[[], None]
+    _emit: Callable[..., None]
+    _finish: Callable[[Job], None]
+    _snap: Callable[[Job], Job]
+
+    def _lapse(self, job: Job, now: float) -> None:
+        """pending → expired at claim (issue 15): it never runs; kept like a dead letter."""
+        lifecycle.lapse(job, now)
+        self._emit("expired", job, now)
+        self._finish(job)
+
+    def _pending_seq(self, job_id: str, seq: int) -> Job | None:
+        job = self._jobs.get(job_id)
+        if job is None or job.state is not JobState.PENDING or self._ready_seq.get(job_id) != seq:
+            return None
+        return job
+
+    def _unlease(self, job: Job) -> None:
+        """The job left ``active``: its token goes, its concurrency slots free (issue 15)."""
+        self._tokens.pop(job.id, None)
+        if job.flow is not None and self.flow.free(job):
+            self._notify()  # an idle worker claims the job that waited for this slot
+
+    def _not_lapsed(self, job: Job, now: float) -> bool:
+        if job.expires_at is not None and lifecycle.is_lapsed(job, now):
+            self._lapse(job, now)
+            return False
+        return True
+
+    def _lease_one(self, job: Job, now: float, visibility_timeout: float, worker_id: str) -> Lease:
+        lifecycle.claim(job, now, visibility_timeout, worker_id)
+        token = f"{job.attempts}.{next(self._seq)}"
+        self._tokens[job.id] = token
+        self._leases.push(now + visibility_timeout, job.id)
+        self._emit("started", job, now, attempt=job.attempts, worker=worker_id)
+        return Lease(self._snap(job), token, now + visibility_timeout)

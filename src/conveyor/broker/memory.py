@@ -23,7 +23,7 @@ from ..core.state import TERMINAL_STATES, JobState
 from ..errors import DuplicateJob, LeaseLost
 from .base import Ack, Broker, Claimed, EnqueueResult, Lease
 from .memadmin import MemoryJobAdmin
-from .memflow import MemoryFlow, MemoryFlowAdmin
+from .memflow import MemoryFlow, MemoryFlowAdmin, MemoryFlowHooks
 from .memreads import MemoryReads
 from .memstore import MemoryCounters, MemoryDocs, MemoryEvents, MemoryLogs
 from .memtimers import TimeHeap
@@ -32,7 +32,7 @@ _DELAYED = (JobState.SCHEDULED, JobState.RETRY_SCHEDULED)
 _REQUEUEABLE = (JobState.DEAD_LETTER, JobState.CANCELLED, JobState.EXPIRED)
 
 
-class MemoryBroker(MemoryReads, MemoryJobAdmin, MemoryFlowAdmin, Broker):
+class MemoryBroker(MemoryReads, MemoryJobAdmin, MemoryFlowAdmin, MemoryFlowHooks, Broker):
     """All state in dicts and heaps behind one lock."""
 
     events: MemoryEvents  # job transitions ``emit`` into it under the lock
@@ -119,38 +119,6 @@ class MemoryBroker(MemoryReads, MemoryJobAdmin, MemoryFlowAdmin, Broker):
         )
         while cap is not None and len(ring) > cap:
             self._drop(ring.popleft(), job.state)
-
-    def _lapse(self, job: Job, now: float) -> None:
-        """pending → expired at claim (issue 15): it never runs; kept like a dead letter."""
-        lifecycle.lapse(job, now)
-        self._emit("expired", job, now)
-        self._finish(job)
-
-    def _pending_seq(self, job_id: str, seq: int) -> Job | None:
-        job = self._jobs.get(job_id)
-        if job is None or job.state is not JobState.PENDING or self._ready_seq.get(job_id) != seq:
-            return None
-        return job
-
-    def _unlease(self, job: Job) -> None:
-        """The job left ``active``: its token goes, its concurrency slots free (issue 15)."""
-        self._tokens.pop(job.id, None)
-        if job.flow is not None and self.flow.free(job):
-            self._notify()  # an idle worker claims the job that waited for this slot
-
-    def _not_lapsed(self, job: Job, now: float) -> bool:
-        if job.expires_at is not None and lifecycle.is_lapsed(job, now):
-            self._lapse(job, now)
-            return False
-        return True
-
-    def _lease_one(self, job: Job, now: float, visibility_timeout: float, worker_id: str) -> Lease:
-        lifecycle.claim(job, now, visibility_timeout, worker_id)
-        token = f"{job.attempts}.{next(self._seq)}"
-        self._tokens[job.id] = token
-        self._leases.push(now + visibility_timeout, job.id)
-        self._emit("started", job, now, attempt=job.attempts, worker=worker_id)
-        return Lease(self._snap(job), token, now + visibility_timeout)
 
     def _drop(self, job_id: str, state: JobState) -> None:
         job = self._jobs.get(job_id)
@@ -250,7 +218,13 @@ class MemoryBroker(MemoryReads, MemoryJobAdmin, MemoryFlowAdmin, Broker):
                         continue
                     if job.expires_at is not None and not self._not_lapsed(job, now):
                         continue
-                    leases.append(self._lease_one(job, now, visibility_timeout, worker_id))
+                    # _lease_one, inlined: the hot path of every claim
+                    lifecycle.claim(job, now, visibility_timeout, worker_id)
+                    token = f"{job.attempts}.{next(self._seq)}"
+                    self._tokens[job_id] = token
+                    self._leases.push(now + visibility_timeout, job_id)
+                    self._emit("started", job, now, attempt=job.attempts, worker=worker_id)
+                    leases.append(Lease(self._snap(job), token, now + visibility_timeout))
                 if len(leases) >= limit:
                     break
             self._seen.changes = self._changes

@@ -105,7 +105,19 @@ while claimed < limit do
     elseif f[1] == 'pending' and f[9] and tonumber(f[9]) <= nnow then
       lapse(id, key, f[3], f[2])
     elseif f[1] == 'pending' then
-      lease_one(id, key, f, seq)
+      -- lease_one, inlined: this loop is the hot path of every claim
+      local attempts = (tonumber(f[2]) or 0) + 1
+      local token = string.format('%d', seq) .. ':' .. qname
+      redis.call('HSET', key, 'state', 'active', 'attempts', attempts, 'started_at', now,
+        'lease_expires_at', deadline, 'token', token, 'worker_id', worker)
+      leased[#leased + 1] = deadline
+      leased[#leased + 1] = id
+      ids[#ids + 1] = id
+      rows[#rows + 1] = id
+      rows[#rows + 1] = f[3] or ''
+      rows[#rows + 1] = attempts
+      out[#out + 1] = {id, attempts, token, false, f[4], f[5], f[6], f[7], f[8]}
+      claimed = claimed + 1
     end
   end
 end
