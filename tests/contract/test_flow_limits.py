@@ -133,6 +133,13 @@ def test_bad_limits_are_refused_by_name(app: Conveyor) -> None:
     with pytest.raises(ValidationError, match="missing"):
         x3.enqueue(1)
 
+    @app.task(name="x4", concurrency=ConcurrencyLimit(1, key="account"))
+    def x4(account: str) -> None: ...
+
+    for hostile in ("a\nb", "{slot}", "x" * 300, "a|b"):
+        with pytest.raises(ValidationError, match="account"):
+            x4.enqueue(hostile)
+
 
 def test_backends_without_flow_control_refuse_it(app: Conveyor) -> None:
     if getattr(app.broker, "supports_flow", False):
