@@ -150,3 +150,21 @@ def test_backends_without_flow_control_refuse_it(app: Conveyor) -> None:
 
     with pytest.raises(ValidationError, match="flow control"):
         refused.enqueue()
+
+
+def test_grouped_jobs_are_counted_as_pending(app: Conveyor, clock: FakeClock) -> None:
+    flow_app = needs_flow(app)
+
+    @flow_app.task(name="flow.counted", fair_by="tenant")
+    def counted(tenant: str) -> None: ...
+
+    jobs = [counted.enqueue(t) for t in ("a", "a", "b")]
+    assert flow_app.stats()["queues"]["default"]["pending"] == 3
+    assert flow_app.cancel(jobs[0].id)
+    assert len(claim(flow_app, clock, limit=1)) == 1
+    counts = flow_app.stats()["queues"]["default"]
+    assert (counts["pending"], counts["active"], counts["cancelled"]) == (1, 1, 1)
+    waiting = next(j for j in jobs if str(j.refresh().state) == "pending")
+    assert flow_app.broker.delete_job(waiting.id, clock.now())
+    assert flow_app.stats()["queues"]["default"]["pending"] == 0
+    assert claim(flow_app, clock) == []

@@ -28,6 +28,7 @@ Redis Cluster slot (queue names are validated: no braces, spaces or colons)::
       f:slot:<slot>        SET     job ids holding a concurrency slot (their owners)
       f:wait:<slot>        SET     groups parked until that slot frees
       f:why                HASH    group -> why it waits (operators)
+      f:npend              STRING  pending jobs waiting in groups (part of the pending count)
       f:limits             HASH    limiter -> JSON spec set at run time (overrides the jobs')
 
 Global keys (never touched by a job script)::

@@ -141,6 +141,7 @@ local function make_ready(q, id, prio, grp)
   local m = member(redis.call('INCR', q.seq), id)
   if grp then
     redis.call('ZADD', q.flow .. 'g:' .. grp, prio, m)
+    redis.call('INCR', q.flow .. 'npend')  -- pending jobs in groups (counts: reads.py)
     group_ready(q, grp)
   else
     redis.call('ZADD', q.ready, prio, m)
@@ -399,14 +400,17 @@ local function flow_take(q, now, nnow, limit, count, lease_one, lapse)
       local f = redis.pcall('HMGET', key, 'state', 'attempts', 'task', 'run_at', 'lost',
         'errors', 'history', 'last_error', 'expires_at', 'flow')
       if f.err or f[1] ~= 'pending' then
-        redis.call('ZREM', gk, head[1])  -- stale: cancelled, deleted or leased elsewhere
+        redis.call('ZREM', gk, head[1])  -- stale: its job is gone or no longer pending
+        redis.call('DECR', F .. 'npend')
       elseif f[9] and tonumber(f[9]) <= nnow then
         redis.call('ZREM', gk, head[1])
+        redis.call('DECR', F .. 'npend')
         lapse(id, key, f[3], f[2])
       else
         local verdict, why = flow_admit(q, nnow, now, id, cjson.decode(f[10] or '{}'), g)
         if verdict == nil then
           redis.call('ZREM', gk, head[1])
+          redis.call('DECR', F .. 'npend')
           redis.call('ZADD', F .. 'groups', redis.call('INCR', q.seq), g)
           lease_one(id, key, f, redis.call('INCR', q.seq))
         else

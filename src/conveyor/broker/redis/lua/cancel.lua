@@ -8,10 +8,13 @@
 local q = qkeys(0)
 local qname, id, now = ARGV[1], ARGV[2], ARGV[3]
 local key = q.job .. id
-local f = hmget(key, 'state', 'rk', 'attempts', 'task')
+local f = hmget(key, 'state', 'rk', 'attempts', 'task', 'grp')
 if not f then return CODE_NO end
 local state = f[1]
-if state == 'pending' then
+if state == 'pending' and f[5] then  -- waiting in a flow group (issue 15)
+  redis.call('ZREM', q.flow .. 'g:' .. f[5], f[2] or id)
+  redis.call('DECR', q.flow .. 'npend')
+elseif state == 'pending' then
   redis.call('ZREM', q.ready, f[2] or id)
 elseif state == 'scheduled' then
   redis.call('ZREM', q.scheduled, id)

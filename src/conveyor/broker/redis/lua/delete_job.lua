@@ -7,8 +7,14 @@
 -- Output: CODE_OK deleted | CODE_NO not found or active
 local q = qkeys(0)
 local id = ARGV[1]
-local f = hmget(q.job .. id, 'state', 'rk')
+local f = hmget(q.job .. id, 'state', 'rk', 'grp')
 if not f or not f[1] then return CODE_NO end
+if f[1] == 'pending' and f[3] then  -- waiting in a flow group (issue 15)
+  redis.call('ZREM', q.flow .. 'g:' .. f[3], f[2] or id)
+  redis.call('DECR', q.flow .. 'npend')
+  drop_jobs(q, {id})
+  return CODE_OK
+end
 local sets = {
   scheduled = q.scheduled, retry_scheduled = q.retry, completed = q.completed,
   dead_letter = q.dead, cancelled = q.cancelled, expired = q.expired,

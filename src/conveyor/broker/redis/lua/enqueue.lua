@@ -150,6 +150,7 @@ for g = 1, groups do
         seq = seq + 1
         local m = string.format('%016x:%s', seq, id)
         redis.call('ZADD', q.flow .. 'g:' .. grp, prio, m)
+        redis.call('INCR', q.flow .. 'npend')
         group_ready(q, grp)
         redis.call('HSET', key, 'state', state, 'priority', prio, 'run_at', run_at,
           'created_at', created, 'task', task, 'rk', m)
