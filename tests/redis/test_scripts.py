@@ -144,12 +144,14 @@ def test_workflow_keys_built_in_lua_mirror_keys_py(rbroker: RedisBroker) -> None
         + "local k = wf_qkeys(ARGV[1], ARGV[2])\n"
         + (
             "return {k.job, k.ready, k.scheduled, k.retry, k.leases, k.completed, k.dead,"
-            " k.cancelled, k.seq, k.events, k.wake, k.paused, k.idem, k.payloads, k.waiting, k.wf}"
+            " k.cancelled, k.seq, k.events, k.wake, k.paused, k.idem, k.payloads, k.expired,"
+            " k.flow, k.waiting, k.wf}"
         )
     )
     client = redis.Redis.from_url(rbroker.url)
     got = [k.decode() for k in client.eval(script, 0, "conveyor", "mail")]
     schema = rbroker.keys
-    assert got[:14] == schema.queue_keys("mail")
-    assert got[14] == schema.state_set("mail", "waiting")
-    assert got[15] + "x" == schema.wf_node("mail", "x")
+    n = len(schema.queue_keys("mail"))
+    assert n == 16 and got[:n] == schema.queue_keys("mail")  # flow control's two included
+    assert got[n] == schema.state_set("mail", "waiting")
+    assert got[n + 1] + "x" == schema.wf_node("mail", "x")
