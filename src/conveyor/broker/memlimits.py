@@ -18,13 +18,16 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..core import lifecycle
 from ..core.flow import bucket_take, limiter_base, limiter_label
 from ..core.job import Job
 from ..core.state import JobState
 from .base import Lease
+
+if TYPE_CHECKING:
+    from .memflow import MemoryFlow
 
 Eligible = Callable[[Job], bool]
 
@@ -212,6 +215,7 @@ class MemoryLimitsHooks:
     _seq: Iterator[int]
     _leases: Any
     limits: MemoryLimits
+    flow: MemoryFlow  # the workflow nodes and edges (issue 16)
     _notify: Callable[[], None]
     _emit: Callable[..., None]
     _finish: Callable[[Job], None]
@@ -222,6 +226,7 @@ class MemoryLimitsHooks:
         lifecycle.lapse(job, now)
         self._emit("expired", job, now)
         self._finish(job)
+        self.flow.done(job, now)  # a workflow node that never ran fails its dependants
 
     def _pending_seq(self, job_id: str, seq: int) -> Job | None:
         job = self._jobs.get(job_id)

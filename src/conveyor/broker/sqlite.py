@@ -331,6 +331,7 @@ class SqliteBroker(
             lifecycle.lapse(rec.job, now)
             self._save(tx, rec)
             tx.emit("expired", rec.job, now)
+            SqliteFlow(self, tx, now).done(rec.job)  # a workflow node: its dependants fail
             return None
         if rec.corrupt is None:
             lifecycle.claim(rec.job, now, vt, wid)

@@ -55,6 +55,8 @@ local function lapse(id, key, task, attempts)
   history(key, 'expired', now, attempts or 0, 'not started before its expires_at', nil)
   finish(q, q.expired, id, now, dead_max)  -- capped like the dead letters
   emit(q, maxlen, 'type', 'expired', 'job_id', id, 'task', task or '', 'at', now)
+  -- a workflow node that never ran fails its dependants (issue 16; wf_done in _lib.lua)
+  if redis.call('HGET', key, 'wf') then wf_done(q, qname, id, false, nil, now, maxlen) end
 end
 
 promote(q, now, o.promote_max)
