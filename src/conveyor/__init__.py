@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from .broker.base import Broker, Page
     from .core.backoff import Backoff
     from .core.clock import Clock, FakeClock, SystemClock
+    from .core.flow import ConcurrencyLimit, RateLimit
     from .core.job import ErrorKind, Job
     from .core.state import JobState
     from .errors import (
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
         LeaseLost,
         PayloadTooLarge,
         PermanentError,
+        RateLimited,
         Retry,
         StorageFull,
         UnknownTask,
@@ -81,6 +83,9 @@ _EXPORTS = {
     "LeaseLost": ".errors",
     "PayloadTooLarge": ".errors",
     "PermanentError": ".errors",
+    "RateLimited": ".errors",
+    "RateLimit": ".core.flow",
+    "ConcurrencyLimit": ".core.flow",
     "Retry": ".errors",
     "UnknownTask": ".errors",
     "ValidationError": ".errors",
@@ -109,6 +114,7 @@ __all__ = [
     "BrokerConfigError",
     "BrokerUnavailable",
     "Clock",
+    "ConcurrencyLimit",
     "Conveyor",
     "ConveyorError",
     "Delivery",
@@ -130,6 +136,8 @@ __all__ = [
     "Page",
     "PayloadTooLarge",
     "PermanentError",
+    "RateLimit",
+    "RateLimited",
     "Retry",
     "StorageFull",
     "SystemClock",

@@ -21,12 +21,14 @@ from .broker.factory import broker_from_url
 from .config import DEFAULT_URL, Settings
 from .core.backoff import Backoff
 from .core.clock import Clock, SystemClock
+from .core.flow import ConcurrencyLimit, RateLimit, task_flow
 from .core.job import Job, validate_queue_name
 from .core.state import JobState
 from .errors import JobNotFound, ValidationError
 from .handles import Delivery, JobHandle
 from .middleware import Middleware
 from .monitoring import admin
+from .monitoring import limits as limits_mod
 from .monitoring.metrics import MetricsMiddleware
 from .runtime import Runtime
 from .task import ExecutorKind, JobSpec, Task, TaskDecorator, build_task
@@ -175,6 +177,9 @@ class Conveyor:
         dead_on: tuple[type[BaseException], ...] = (),
         executor: ExecutorKind = "auto",
         idempotency_ttl: float | None = None,
+        rate_limit: str | RateLimit | None = None,
+        concurrency: int | ConcurrencyLimit | None = None,
+        fair_by: str | Callable[..., Any] | None = None,
     ) -> TaskDecorator: ...
 
     def task(
@@ -192,12 +197,19 @@ class Conveyor:
         dead_on: tuple[type[BaseException], ...] = (),
         executor: ExecutorKind = "auto",
         idempotency_ttl: float | None = None,
+        rate_limit: str | RateLimit | None = None,
+        concurrency: int | ConcurrencyLimit | None = None,
+        fair_by: str | Callable[..., Any] | None = None,
     ) -> Task[..., Any] | TaskDecorator:
         """Register a function as a task: ``@app.task`` or ``@app.task(queue="high", ...)``.
+
+        ``rate_limit`` / ``concurrency`` / ``fair_by``: flow control, enforced by the claim on
+        every worker together (docs/flow-control.md).
 
         The result is a ``Task[P, R]`` typed by the function (``R``: what an ``async def``
         returns when awaited), so mypy checks enqueue arguments and ``wait()``'s result.
         """
+        flow = task_flow(rate_limit, concurrency, fair_by)
 
         def register(func: Callable[..., Any]) -> Task[..., Any]:
             task = build_task(
@@ -214,11 +226,43 @@ class Conveyor:
                 dead_on=dead_on,
                 executor=executor,
                 idempotency_ttl=idempotency_ttl,
+                flow=flow,
             )
             self.tasks[task.name] = task
             return task
 
         return register(fn) if fn is not None else cast(TaskDecorator, register)
+
+    # ------------------------------------------------------------------ flow control
+    def queue(
+        self,
+        name: str,
+        *,
+        rate_limit: str | RateLimit | None = None,
+        concurrency: int | ConcurrencyLimit | None = None,
+    ) -> None:
+        """Limit a whole queue: every job enqueued to it from this app shares one token
+        bucket (``rate_limit="10/s"``) and at most ``concurrency`` of them run at once,
+        on all workers together (docs/flow-control.md)."""
+        validate_queue_name(name)
+        flow = task_flow(rate_limit, concurrency, None)
+        for limit in (flow.rate_limit, flow.concurrency) if flow else ():
+            if limit is not None and limit.key is not None:
+                raise ValidationError("queue", "queue limits take no key (use a task's limits)")
+        if flow is None:
+            self.runtime.producer.queue_flows.pop(name, None)
+        else:
+            self.runtime.producer.queue_flows[name] = flow
+
+    def limits(self) -> dict[str, Any]:
+        """Declared limits, run-time overrides, bucket tokens, running per key, waiting per
+        group (``monitoring/limits.py``)."""
+        return limits_mod.limits(self.runtime)
+
+    def set_limit(self, name: str, value: str | int | None, burst: float | None = None) -> None:
+        """Change a limit at run time, for every worker, without a restart: ``rate:<task>``
+        takes ``"10/s"``, ``conc:<task>`` an integer; ``None`` restores the declared one."""
+        limits_mod.set_limit(self.runtime, name, value, burst)
 
     # ------------------------------------------------------------------ enqueue
     def enqueue(

@@ -110,6 +110,31 @@ class Retry(Exception):
         super().__init__(reason or f"retry requested (delay={delay})")
 
 
+class RateLimited(Exception):
+    """Raised by a handler: the service it calls said "too many requests" (issue 15).
+
+    The job is rescheduled ``retry_after`` seconds later WITHOUT spending an attempt or counting
+    a failure (no ``errors`` entry; a ``released`` history note says why).
+    """
+
+    def __init__(self, retry_after: float = 1.0, reason: str = "") -> None:
+        if (
+            isinstance(retry_after, bool)
+            or not isinstance(retry_after, int | float)
+            or not 0 <= retry_after < float("inf")
+        ):
+            raise ValidationError(
+                "retry_after", f"must be a finite number >= 0, got {retry_after!r}"
+            )
+        self.retry_after = float(retry_after)
+        self.reason = reason
+        super().__init__(reason or f"rate limited (retry after {self.retry_after:g}s)")
+
+    def __reduce__(self) -> tuple[type[RateLimited], tuple[float, str]]:
+        """Pickles as itself (a process-pool child sends it back to the worker)."""
+        return (RateLimited, (self.retry_after, self.reason))
+
+
 class JobTimeout(Exception):
     """Raised inside a job (or recorded for it) when it runs past its timeout."""
 

@@ -25,6 +25,13 @@ from .batchctx import current_batch
 from .broker.base import Broker, EnqueueResult
 from .config import Settings
 from .core.cache import BoundedCache
+from .core.flow import (
+    UNIQUE_TTL,
+    TaskFlow,
+    unique_idempotency_key,
+    with_queue,
+    with_unique_slot,
+)
 from .core.ids import new_ulid
 from .core.job import (
     MAX_ATTEMPTS_UNSET,
@@ -85,6 +92,8 @@ class Producer:
 
     def __init__(self, app: Host) -> None:
         self.app = app
+        #: limits of whole queues (``app.queue(name, rate_limit=..., concurrency=...)``)
+        self.queue_flows: dict[str, TaskFlow] = {}
         self.envelopes = PlainEnvelopes(app.settings.max_payload_bytes)
         self._hook_key: tuple[Middleware, ...] | None = None
         self._hook_lists: tuple[list[Middleware], list[Middleware]] = ([], [])
@@ -173,9 +182,36 @@ class Producer:
                 d = defaults.get(spec.task)
                 if d is None:
                     d = defaults[spec.task] = self._defaults(spec.task)
-                jobs.append(self._plain(d, spec.args, spec.kwargs, now))
-                plain.append(d)
+                handle = self._plain(d, spec.args, spec.kwargs, now)
+                jobs.append(handle)
+                plain.append(d if self._flowed(handle) is None else None)
         return jobs, plain, now
+
+    def _check_flow(self, job: Job) -> None:
+        """Refuse a flow-controlled job on a backend that cannot enforce it."""
+        if not getattr(self.app.broker, "supports_flow", False):
+            raise ValidationError(
+                "rate_limit",
+                f"flow control (rate_limit, concurrency, fair_by, unique) of task {job.task!r}"
+                f" is not implemented on the {type(self.app.broker).__name__} backend yet",
+            )
+
+    def _flowed(self, job: Job) -> dict[str, Any] | None:
+        """Set the ``flow`` record of a job whose task has flow control (issue 15).
+
+        One dict lookup per job when no task has flow control (the common case).
+        """
+        task = self.app.tasks.get(job.task)
+        queued = self.queue_flows.get(job.queue) if self.queue_flows else None
+        if (task is None or task.flow is None) and queued is None:
+            return None
+        # bad keys are refused by name first
+        record = task.flow_record(job.args, job.kwargs) if task and task.flow else None
+        if queued is not None:
+            record = with_queue(record, job.queue, queued)
+        job.flow = record
+        self._check_flow(job)
+        return job.flow
 
     def enqueue_one(
         self, name: str, args: Any, kwargs: Any, *, bind: bool = False, known_only: bool = False
@@ -189,7 +225,8 @@ class Producer:
                 raise unknown_task_error(name, list(self.app.tasks))
         now = self.app.now()
         d = self._defaults(name)
-        return self.store([self._plain(d, args, kwargs, now)], [d], now)[0]
+        handle = self._plain(d, args, kwargs, now)
+        return self.store([handle], [d if self._flowed(handle) is None else None], now)[0]
 
     def encode(
         self, jobs: list[JobHandle[Any]], plain: list[tuple[Any, ...] | None]
@@ -246,6 +283,8 @@ class Producer:
             after_enqueue_batch(after, app.owner, jobs, [res.duplicate for res in results])
         handles = jobs
         for i, (job, res) in enumerate(zip(jobs, results, strict=True)):
+            if res.duplicate and (job.idempotency_key or "").startswith("debounce:"):
+                app.broker.replace_waiting(res.id, job, now)  # newest args, delay restarts
             if res.duplicate:
                 if handles is jobs:
                     handles = list(jobs)
@@ -313,7 +352,9 @@ class Producer:
         if not spec.options:
             fields = self._plain_fields(self._defaults(name), spec.args, spec.kwargs, now)
             del fields["_app"]
-            return Job.fast(fields)
+            job = Job.fast(fields)
+            self._flowed(job)
+            return job
         if name not in _VALID_TASKS:
             _VALID_TASKS.put(validate_task_name(name), True)
         app = self.app
@@ -332,6 +373,9 @@ class Producer:
         key = opts.get("idempotency_key")
         if key is not None:
             validate_identifier(key, "idempotency_key")
+        unique, ukey = opts.get("unique"), ""
+        if unique is not None or opts.get("debounce") is not None:
+            key, ttl, run_at, ukey = _dedup(opts, spec, now, ttl, run_at)
         job_id = opts.get("job_id")
         if job_id is None:
             job_id = new_ulid(now, app.id_rng)
@@ -340,7 +384,7 @@ class Producer:
         metadata = opts.get("metadata") or {}
         if not isinstance(metadata, dict):
             raise ValidationError("metadata", "must be a dict")
-        return Job(
+        job = Job(
             id=job_id,
             task=name,
             args=list(spec.args),
@@ -357,4 +401,42 @@ class Producer:
             metadata=metadata,
             retry_on=opts.get("retry_on"),
             dead_on=opts.get("dead_on"),
+            expires_at=None if opts.get("expires_in") is None else now + opts["expires_in"],
         )
+        self._flowed(job)
+        if unique in ("while_running", "until_done"):
+            job.flow = with_unique_slot(job.flow, ukey)
+            self._check_flow(job)
+        return job
+
+
+def _args_key(task: str, args: Any, kwargs: Any) -> str:
+    """The default unique key of a job: its task and a digest of its arguments."""
+    import hashlib
+
+    import orjson
+
+    from .core.serialization import encode_value
+
+    raw = orjson.dumps(
+        [task, encode_value(list(args), "args"), encode_value(dict(kwargs), "kwargs")],
+        option=orjson.OPT_SORT_KEYS,
+    )
+    return f"{task}:{hashlib.sha1(raw, usedforsecurity=False).hexdigest()[:20]}"
+
+
+def _dedup(
+    opts: dict[str, Any], spec: JobSpec, now: float, ttl: float, run_at: float
+) -> tuple[str | None, float, float, str]:
+    """Issue 15: (idempotency key, its ttl, run_at, unique key) of a ``unique=`` or
+    ``debounce=`` job; both ride on the brokers' idempotency keys, whose hold ends with the
+    job's state (``core.flow.unique_holds``)."""
+    long_ttl = UNIQUE_TTL if opts.get("idempotency_ttl") is None else ttl
+    if opts.get("debounce") is not None:  # one waiting job per key, the newest args win
+        ukey = opts.get("unique_key") or spec.task
+        return f"debounce:{ukey}", long_ttl, now + float(opts["debounce"]), ukey
+    unique = opts["unique"]
+    ukey = opts.get("unique_key") or _args_key(spec.task, spec.args, spec.kwargs)
+    if unique == "while_running":  # dedups nothing: a slot of 1 holds the second job
+        return None, ttl, run_at, ukey
+    return unique_idempotency_key(unique, ukey), long_ttl, run_at, ukey

@@ -9,7 +9,13 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, Protocol, TypeVar, overload
 
 from .core.backoff import DEFAULT_BACKOFF, Backoff
-from .core.job import validate_exception_names, validate_max_attempts, validate_non_negative
+from .core.flow import UNIQUE_MODES, TaskFlow, job_flow
+from .core.job import (
+    validate_exception_names,
+    validate_identifier,
+    validate_max_attempts,
+    validate_non_negative,
+)
 from .core.retry import RetryPolicy, max_attempts_from
 from .errors import PermanentError, ValidationError
 from .task_args import SHAPE_CACHE_MAX as SHAPE_CACHE_MAX
@@ -37,6 +43,10 @@ _OPTION_NAMES = frozenset(
         "metadata",
         "retry_on",
         "dead_on",
+        "expires_in",
+        "unique",
+        "unique_key",
+        "debounce",
     }
 )
 
@@ -62,10 +72,30 @@ def check_options(options: Mapping[str, Any]) -> dict[str, Any]:
         validate_non_negative(out["idempotency_ttl"], "idempotency_ttl")
     if out.get("timeout") is not None:
         validate_non_negative(out["timeout"], "timeout")
+    _check_flow_options(out)
     for name in ("retry_on", "dead_on"):  # stored by qualified name (docs/wire-format.md)
         if out.get(name) is not None:
             out[name] = validate_exception_names(out[name], name)
     return out
+
+
+def _check_flow_options(out: dict[str, Any]) -> None:
+    """``unique`` / ``unique_key`` / ``expires_in`` (issue 15), in place."""
+    if out.get("unique") is not None and out["unique"] not in UNIQUE_MODES:
+        raise ValidationError("unique", f"must be one of {', '.join(UNIQUE_MODES)}")
+    if out.get("debounce") is not None:
+        if out.get("unique") is not None or out.get("idempotency_key") is not None:
+            raise ValidationError("debounce", "cannot be combined with unique / idempotency_key")
+        if validate_non_negative(out["debounce"], "debounce") <= 0:
+            raise ValidationError("debounce", "must be a number of seconds > 0")
+    if out.get("unique_key") is not None:
+        if out.get("unique") is None and out.get("debounce") is None:
+            raise ValidationError("unique_key", "needs unique= (while_queued, ...)")
+        validate_identifier(out["unique_key"], "unique_key")
+    if out.get("unique") is not None and out.get("idempotency_key") is not None:
+        raise ValidationError("unique", "cannot be combined with idempotency_key")
+    if out.get("expires_in") is not None:
+        out["expires_in"] = validate_non_negative(out["expires_in"], "expires_in")
 
 
 def validate_time(value: object, field_name: str) -> float:
@@ -133,6 +163,8 @@ class Task(Generic[P, R]):
     policy: RetryPolicy = field(default_factory=RetryPolicy)
     executor: ExecutorKind = "auto"
     idempotency_ttl: float | None = None
+    #: rate limit / per-key concurrency / fair groups (issue 15; docs/flow-control.md)
+    flow: TaskFlow | None = None
 
     def __post_init__(self) -> None:
         self.is_async = inspect.iscoroutinefunction(self.fn)
@@ -140,6 +172,12 @@ class Task(Generic[P, R]):
         self.signature: inspect.Signature | None = self.binder.signature
         self._shapes = self.binder.shapes  # the verdicts by argument shape (check_arguments)
         self._plain = TaskOptions(self, {})
+
+    def flow_record(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        """The ``flow`` record of a job of this task (its limiter keys evaluated now)."""
+        assert self.flow is not None
+        params = list(self.signature.parameters) if self.signature is not None else []
+        return job_flow(self.name, self.flow, args, kwargs, params)
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Any:
         """Call the function directly, in this process (no job)."""
@@ -285,6 +323,7 @@ def build_task(
     dead_on: tuple[type[BaseException], ...],
     executor: ExecutorKind,
     idempotency_ttl: float | None,
+    flow: TaskFlow | None = None,
 ) -> Task[P, Any]:
     """Validate decorator arguments and build the Task."""
     from .core.job import validate_priority, validate_queue_name, validate_task_name
@@ -312,4 +351,5 @@ def build_task(
             if idempotency_ttl is None
             else validate_non_negative(idempotency_ttl, "idempotency_ttl")
         ),
+        flow=flow,
     )

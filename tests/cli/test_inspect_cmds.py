@@ -153,6 +153,7 @@ def test_url_option_opens_a_bare_app(tmp_path: Path) -> None:
         "workers": [],
         "alerts": [],
         "totals": {s.value: 0 for s in JobState},  # every state, new ones included
+        "flow": [],
     }
     bad = run("status", "--url", "nope://x")
     assert bad.exit_code == 2

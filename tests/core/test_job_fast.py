@@ -53,6 +53,8 @@ def every_field_set() -> dict[str, Any]:
         "lease_expires_at": 1030.0,
         "retry_on": ["builtins.OSError"],
         "dead_on": ["builtins.KeyError"],
+        "expires_at": 4000.0,
+        "flow": {"g": "rate:mod.work", "r": [["rate:mod.work", 10.0, 1.0, 10.0]]},
     }
     assert set(values) == JOB_FIELDS, "a new Job field needs a value here"
     return values

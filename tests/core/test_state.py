@@ -32,6 +32,8 @@ EXPECTED = {
     (S.WAITING, E.RELEASE_PARENTS): S.PENDING,
     (S.WAITING, E.UPSTREAM_FAILED): S.CANCELLED,
     (S.WAITING, E.CANCEL): S.CANCELLED,
+    (S.PENDING, E.LAPSE): S.EXPIRED,
+    (S.EXPIRED, E.REQUEUE): S.PENDING,
 }
 
 
@@ -54,7 +56,8 @@ def test_terminal_states_only_leave_by_requeue() -> None:
     for (state, event), _ in TRANSITIONS.items():
         if state in TERMINAL_STATES:
             assert event is Event.REQUEUE
-    assert {s.value for s in TERMINAL_STATES} == {"completed", "dead_letter", "cancelled"}
+    terminal = {"completed", "dead_letter", "cancelled", "expired"}
+    assert {s.value for s in TERMINAL_STATES} == terminal
 
 
 def test_unknown_names_are_illegal() -> None:

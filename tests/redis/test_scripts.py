@@ -11,7 +11,7 @@ import redis
 from conveyor.broker.base import Ack, SearchQuery
 from conveyor.broker.flow import FlowEdge, FlowNode
 from conveyor.broker.redis import RedisBroker
-from conveyor.broker.redis.keys import key_slot
+from conveyor.broker.redis.keys import KEYS_PER_QUEUE, key_slot
 from conveyor.broker.redis.scripts import SCRIPT_NAMES, ScriptRunner
 from conveyor.core.job import Job
 from conveyor.core.serialization import encode_envelope
@@ -89,6 +89,8 @@ def test_every_script_call_touches_one_slot(rbroker: RedisBroker) -> None:
     b.purge(T0, queue="default")
     b.clear_queue("mail", T0)
     b.enqueue([job("soon", state=_scheduled(), run_at=T0 + 50)], T0)
+    b.enqueue([job("later2", state=_scheduled(), run_at=T0 + 50)], T0)
+    assert b.replace_waiting("later2", job("later2", run_at=T0 + 60), T0)  # debounce.lua
     assert b.run_now("soon", T0) and b.delete_job("soon", T0)
     b.oldest_pending("default")
     assert b.search(SearchQuery(task="t", text="zzz")).total == 0
@@ -106,11 +108,10 @@ def test_every_script_call_touches_one_slot(rbroker: RedisBroker) -> None:
     used = {name for name, _ in recorder.seen}
     assert used == set(SCRIPT_NAMES), set(SCRIPT_NAMES) - used
     for name, keys in recorder.seen:
-        # enqueue takes one group of 14 keys per queue: a multi-queue batch on a standalone
-        # server is one atomic script; Redis Cluster only ever gets one group (test_cluster.py)
-        groups = (
-            [keys[i : i + 14] for i in range(0, len(keys), 14)] if name == "enqueue" else [keys]
-        )
+        # enqueue takes one group of KEYS_PER_QUEUE keys per queue: a multi-queue batch on a
+        # standalone server is one atomic script; Redis Cluster only ever gets one group
+        n = KEYS_PER_QUEUE
+        groups = [keys[i : i + n] for i in range(0, len(keys), n)] if name == "enqueue" else [keys]
         for group in groups:
             assert len({key_slot(k) for k in group}) == 1, (name, group)
     # and every key in the database sits in the slot of its hash tag
@@ -143,12 +144,14 @@ def test_workflow_keys_built_in_lua_mirror_keys_py(rbroker: RedisBroker) -> None
         + "local k = wf_qkeys(ARGV[1], ARGV[2])\n"
         + (
             "return {k.job, k.ready, k.scheduled, k.retry, k.leases, k.completed, k.dead,"
-            " k.cancelled, k.seq, k.events, k.wake, k.paused, k.idem, k.payloads, k.waiting, k.wf}"
+            " k.cancelled, k.seq, k.events, k.wake, k.paused, k.idem, k.payloads, k.expired,"
+            " k.flow, k.waiting, k.wf}"
         )
     )
     client = redis.Redis.from_url(rbroker.url)
     got = [k.decode() for k in client.eval(script, 0, "conveyor", "mail")]
     schema = rbroker.keys
-    assert got[:14] == schema.queue_keys("mail")
-    assert got[14] == schema.state_set("mail", "waiting")
-    assert got[15] + "x" == schema.wf_node("mail", "x")
+    n = len(schema.queue_keys("mail"))
+    assert n == 16 and got[:n] == schema.queue_keys("mail")  # flow control's two included
+    assert got[n] == schema.state_set("mail", "waiting")
+    assert got[n + 1] + "x" == schema.wf_node("mail", "x")

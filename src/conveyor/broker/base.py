@@ -63,7 +63,13 @@ EVENT_TYPES = (
     "lease_lost",
     "worker_up",
     "worker_down",
+    "expired",  # issue 15: not started before its expires_at
 )
+
+
+#: Backends that enforce flow control (issue 15: ``flow`` records of jobs) set
+#: ``supports_flow = True`` on their class; the producer refuses such jobs elsewhere.
+SUPPORTS_FLOW_ATTRIBUTE = "supports_flow"
 
 
 class EnqueueResult(NamedTuple):
@@ -160,6 +166,22 @@ class JobReads(abc.ABC):
     @abc.abstractmethod
     def get(self, job_id: str) -> Job | None:
         """A fresh snapshot of the job, or None."""
+
+    # -------------------------------------------------------- flow control (issue 15)
+    def replace_waiting(self, job_id: str, job: Job, now: float) -> bool:
+        """``debounce``: a job that still waits takes ``job``'s arguments (and metadata); a
+        scheduled one also its ``run_at`` (its delay restarts). False when it no longer waits."""
+        raise ValidationError("debounce", f"{type(self).__name__} cannot replace waiting jobs")
+
+    def flow_set_limit(self, name: str, spec: list[float] | None) -> None:
+        """Override a limiter's limit at run time (``[tokens, per, burst]`` or ``[n]``; None
+        clears); workers pick it up on their next claim. Backends with ``supports_flow``."""
+        raise ValidationError("limits", f"{type(self).__name__} has no flow control")
+
+    def flow_status(self, now: float) -> dict[str, Any]:
+        """``limits`` (run-time overrides), ``buckets`` (tokens), ``running`` (job ids per
+        slot), ``groups`` (queue, group, waiting, why) of flow control."""
+        return {"limits": {}, "buckets": {}, "running": {}, "groups": []}
 
     @abc.abstractmethod
     def paused_queues(self) -> set[str]:

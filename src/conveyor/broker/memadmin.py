@@ -26,6 +26,7 @@ class MemoryJobAdmin:
     _ready_seq: dict[str, int]
     _tokens: dict[str, str]
     _make_ready: Callable[[Job], None]
+    _make_delayed: Callable[[Job], None]
 
     def run_now(self, job_id: str, now: float) -> bool:
         """A scheduled or retrying job becomes pending now (behind its priority's ready jobs)."""
@@ -35,6 +36,20 @@ class MemoryJobAdmin:
                 return False
             lifecycle.run_now(job, now)
             self._make_ready(job)
+            return True
+
+    def replace_waiting(self, job_id: str, job: Job, now: float) -> bool:
+        """``debounce`` (issue 15): newest arguments; a scheduled job's delay restarts."""
+        with self._lock:
+            stored = self._jobs.get(job_id)
+            if stored is None or stored.state not in (JobState.PENDING, *_DELAYED):
+                return False
+            stored.args, stored.kwargs = list(job.args), dict(job.kwargs)
+            stored.metadata = dict(job.metadata)
+            stored.record_event("debounced", now, "arguments replaced by a newer enqueue")
+            if stored.state is JobState.SCHEDULED:
+                stored.run_at = job.run_at
+                self._make_delayed(stored)
             return True
 
     def delete_job(self, job_id: str, now: float) -> bool:

@@ -11,10 +11,12 @@ import itertools
 import threading
 from collections import deque
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from ..config import Retention
 from ..core import lifecycle
+from ..core.flow import unique_holds
 from ..core.job import Job
 from ..core.serialization import decode_job
 from ..core.state import TERMINAL_STATES, JobState
@@ -22,18 +24,23 @@ from ..errors import DuplicateJob, LeaseLost
 from .base import Ack, Broker, Claimed, EnqueueResult, Lease
 from .memadmin import MemoryJobAdmin
 from .memflow import MemoryFlow, MemoryWorkflows
+from .memlimits import MemoryLimits, MemoryLimitsAdmin, MemoryLimitsHooks
 from .memreads import MemoryReads
 from .memstore import MemoryCounters, MemoryDocs, MemoryEvents, MemoryLogs
 from .memtimers import TimeHeap
 
 _DELAYED = (JobState.SCHEDULED, JobState.RETRY_SCHEDULED)
 _CANCELLABLE = (JobState.PENDING, *_DELAYED, JobState.WAITING)
+_REQUEUEABLE = (JobState.DEAD_LETTER, JobState.CANCELLED, JobState.EXPIRED)
 
 
-class MemoryBroker(MemoryWorkflows, MemoryReads, MemoryJobAdmin, Broker):
+class MemoryBroker(
+    MemoryWorkflows, MemoryReads, MemoryJobAdmin, MemoryLimitsAdmin, MemoryLimitsHooks, Broker
+):
     """All state in dicts and heaps behind one lock."""
 
     events: MemoryEvents  # job transitions ``emit`` into it under the lock
+    supports_flow = True  # rate limits, concurrency, fair groups (issue 15)
 
     def __init__(self, retention: Retention | None = None, url: str = "memory://") -> None:
         self.url = url
@@ -58,7 +65,9 @@ class MemoryBroker(MemoryWorkflows, MemoryReads, MemoryJobAdmin, Broker):
         self.docs, self.logs = MemoryDocs(self._lock), MemoryLogs(self._lock)
         self.events = MemoryEvents(self._lock, self.retention.events_max)
         self.counters = MemoryCounters(self._lock)
-        self.flow = MemoryFlow(self)
+        self.flow = MemoryFlow(self)  # issue 16: workflow nodes and edges (broker/memflow.py)
+        self.limits = MemoryLimits()  # issue 15: groups, buckets, slots (broker/memlimits.py)
+        self.limits.lookup = self._pending_seq
 
     # ------------------------------------------------------------------ helpers
     def _emit(self, kind: str, job: Job, now: float, **extra: Any) -> None:
@@ -69,6 +78,10 @@ class MemoryBroker(MemoryWorkflows, MemoryReads, MemoryJobAdmin, Broker):
     def _make_ready(self, job: Job) -> None:
         seq = next(self._seq)
         self._ready_seq[job.id] = seq
+        if job.flow is not None:  # flow-controlled: waits in its group (memlimits.py)
+            self.limits.add(job, seq)
+            self._notify()
+            return
         heapq.heappush(self._ready.setdefault(job.queue, []), (job.priority, seq, job.id))
         self._notify()
 
@@ -101,7 +114,7 @@ class MemoryBroker(MemoryWorkflows, MemoryReads, MemoryJobAdmin, Broker):
         return job
 
     def _finish(self, job: Job) -> None:
-        self._tokens.pop(job.id, None)
+        self._unlease(job)
         self._ends += 1
         self._ended.notify_all()  # waiters on a job's result (a separate condition: idle
         # workers on _wake are not woken by finishing jobs)
@@ -111,7 +124,7 @@ class MemoryBroker(MemoryWorkflows, MemoryReads, MemoryJobAdmin, Broker):
             self.retention.completed_max
             if job.state is JobState.COMPLETED
             else self.retention.dead_letter_max
-            if job.state is JobState.DEAD_LETTER
+            if job.state in (JobState.DEAD_LETTER, JobState.EXPIRED)
             else None
         )
         while cap is not None and len(ring) > cap:
@@ -142,6 +155,10 @@ class MemoryBroker(MemoryWorkflows, MemoryReads, MemoryJobAdmin, Broker):
                     raise DuplicateJob(job.id)
                 key = (job.queue, job.idempotency_key) if job.idempotency_key else None
                 existing = self._live_key(key, now) if key else None
+                if existing is not None and key and key[1].startswith(("unique:", "debounce:")):
+                    held = self._jobs.get(existing)
+                    if not unique_holds(key[1], str(held.state) if held else None):
+                        existing = None
                 if key and existing is None:
                     existing = batch_keys.get(key)
                 if existing is not None:
@@ -197,6 +214,10 @@ class MemoryBroker(MemoryWorkflows, MemoryReads, MemoryJobAdmin, Broker):
             for queue in queues:
                 if queue in self._paused:
                     continue
+                if self.limits.heaps.get(queue):  # grouped jobs first (issue 15)
+                    ok = partial(self._not_lapsed, now=now)
+                    for grouped in self.limits.take(queue, now, limit - len(leases), ok):
+                        leases.append(self._lease_one(grouped, now, visibility_timeout, worker_id))
                 heap = self._ready.get(queue, [])
                 while heap and len(leases) < limit:
                     _, seq, job_id = heapq.heappop(heap)
@@ -205,6 +226,9 @@ class MemoryBroker(MemoryWorkflows, MemoryReads, MemoryJobAdmin, Broker):
                         continue
                     if self._ready_seq.get(job_id) != seq:
                         continue
+                    if job.expires_at is not None and not self._not_lapsed(job, now):
+                        continue
+                    # _lease_one, inlined: the hot path of every claim
                     lifecycle.claim(job, now, visibility_timeout, worker_id)
                     token = f"{job.attempts}.{next(self._seq)}"
                     self._tokens[job_id] = token
@@ -216,9 +240,9 @@ class MemoryBroker(MemoryWorkflows, MemoryReads, MemoryJobAdmin, Broker):
             self._seen.changes = self._changes
             if leases:
                 return Claimed(leases)
-            times = [
-                t for t in (self._delayed.next_time(), self._leases.next_time()) if t is not None
-            ]
+            served = [q for q in queues if q not in self._paused]
+            nexts = (self._delayed.next_time(), self._leases.next_time())
+            times = [t for t in (*nexts, self.limits.next_time(served)) if t is not None]
             return Claimed.of(leases, min(times) if times else None)
 
     def complete(self, acks: Sequence[Ack], now: float) -> list[bool]:
@@ -251,7 +275,7 @@ class MemoryBroker(MemoryWorkflows, MemoryReads, MemoryJobAdmin, Broker):
         with self._lock:
             job = self._leased(job_id, token)
             lifecycle.fail(job, now, error, retry_at)
-            self._tokens.pop(job_id, None)
+            self._unlease(job)
             self._emit("failed", job, now, attempt=job.attempts, error=job.last_error)
             if retry_at is None:
                 self._emit("dead_lettered", job, now, reason=error.get("kind"))
@@ -276,7 +300,7 @@ class MemoryBroker(MemoryWorkflows, MemoryReads, MemoryJobAdmin, Broker):
         with self._lock:
             job = self._leased(job_id, token)
             lifecycle.release(job, now, delay, penalize, note)
-            self._tokens.pop(job_id, None)
+            self._unlease(job)
             self._emit("released", job, now, note=note)
             self._place(job)
             return job.state
@@ -341,7 +365,7 @@ class MemoryBroker(MemoryWorkflows, MemoryReads, MemoryJobAdmin, Broker):
             job = self._jobs[job_id]
             worker = job.worker_id
             lifecycle.expire(job, now, max_lost)
-            self._tokens.pop(job_id, None)
+            self._unlease(job)
             self._emit("lease_lost", job, now, worker=worker, lost=job.lost)
             if job.state is JobState.DEAD_LETTER:
                 self._emit("dead_lettered", job, now, reason="worker_lost")
@@ -385,7 +409,7 @@ class MemoryBroker(MemoryWorkflows, MemoryReads, MemoryJobAdmin, Broker):
         """Revive a dead or cancelled job."""
         with self._lock:
             job = self._jobs.get(job_id)
-            if job is None or job.state not in (JobState.DEAD_LETTER, JobState.CANCELLED):
+            if job is None or job.state not in _REQUEUEABLE:
                 return False
             lifecycle.requeue(job, now)
             self._emit("requeued", job, now)

@@ -15,16 +15,19 @@ import secrets
 import sqlite3
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import orjson
 
 from ..config import Retention
 from ..core import lifecycle
+from ..core.flow import unique_holds
 from ..core.job import ErrorKind, Job
 from ..core.serialization import job_to_dict
 from ..core.state import TERMINAL_STATES, JobState
 from ..errors import DuplicateJob, LeaseLost
+from . import sqlite_limits
 from .base import Ack, Broker, Claimed, EnqueueResult, Lease
 from .sqlite_admin import SqliteJobAdmin
 from .sqlite_flow import SqliteFlow, SqliteWorkflows
@@ -42,7 +45,7 @@ _SAVE = (
 )
 _INSERT = (
     "INSERT INTO jobs (id, queue, task, state, priority, seq, run_at, created_at, due_at,"
-    " finished_at, payload) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " finished_at, payload, grp) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _LIVE_KEY = "SELECT job_id FROM idem WHERE queue = ? AND key = ? AND expires_at > ?"
 _FINISHED = "queue = ? AND state = ? AND finished_at IS NOT NULL"
@@ -58,8 +61,12 @@ def _first_repeat(ids: Sequence[str]) -> str:
     raise ValueError("no repeated id")
 
 
-class SqliteBroker(SqliteWorkflows, SqliteReads, SqliteJobAdmin, Broker):
+class SqliteBroker(
+    SqliteWorkflows, SqliteReads, SqliteJobAdmin, sqlite_limits.SqliteFlowAdmin, Broker
+):
     """The Broker protocol on one SQLite file (see module docstring)."""
+
+    supports_flow = True  # rate limits, concurrency, fair groups (issue 15; sqlite_limits.py)
 
     def __init__(
         self,
@@ -104,6 +111,8 @@ class SqliteBroker(SqliteWorkflows, SqliteReads, SqliteJobAdmin, Broker):
             ),
         )
         tx.count(job.queue, rec.state, str(state))
+        if job.flow is not None:  # issue 15: group and slot bookkeeping of grouped jobs
+            sqlite_limits.on_save(tx, job, rec.state)
         if state in (JobState.COMPLETED, JobState.DEAD_LETTER):
             tx.finished.add((job.queue, str(state)))
 
@@ -205,6 +214,7 @@ class SqliteBroker(SqliteWorkflows, SqliteReads, SqliteJobAdmin, Broker):
                         j.run_at if j.state in _DELAYED else None,
                         j.finished_at if j.state in TERMINAL_STATES else None,
                         p if p is not None else orjson.dumps(job_to_dict(j)),
+                        j.flow["g"] if j.flow else None,  # issue 15: its group, if any
                     )
                     for i, (j, p) in enumerate(fresh.values(), 1)
                 ],
@@ -214,6 +224,9 @@ class SqliteBroker(SqliteWorkflows, SqliteReads, SqliteJobAdmin, Broker):
             if c.execute("SELECT 1 FROM jobs WHERE id = ?", (job.id,)).fetchone():
                 raise DuplicateJob(job.id) from None
             raise
+        grouped = [j for j in new if j.flow is not None]
+        if grouped:
+            sqlite_limits.on_insert(tx, grouped)
         keyed = [j for j in new if j.idempotency_key]
         c.executemany(
             "INSERT OR REPLACE INTO idem (queue, key, job_id, expires_at) VALUES (?, ?, ?, ?)",
@@ -241,6 +254,9 @@ class SqliteBroker(SqliteWorkflows, SqliteReads, SqliteJobAdmin, Broker):
                 raise DuplicateJob(job.id)
             key = (job.queue, job.idempotency_key) if job.idempotency_key else None
             live = c.execute(_LIVE_KEY, (*key, now)).fetchone() if key else None
+            if live and key and key[1].startswith(("unique:", "debounce:")):
+                held = c.execute("SELECT state FROM jobs WHERE id = ?", (live[0],)).fetchone()
+                live = live if unique_holds(key[1], held[0] if held else None) else None
             existing = live[0] if live else batch_keys.get(key) if key else None
             if existing is not None:
                 row = c.execute("SELECT state FROM jobs WHERE id = ?", (existing,)).fetchone()
@@ -274,17 +290,31 @@ class SqliteBroker(SqliteWorkflows, SqliteReads, SqliteJobAdmin, Broker):
             self._promote(tx, now, 10_000)
             self._expire(tx, now, max_lost, 10_000)
             paused = {r[0] for r in tx.conn.execute("SELECT name FROM queues WHERE paused = 1")}
-            for queue in (q for q in queues if q not in paused):
+            served = [q for q in queues if q not in paused]
+            flowing = self.supports_flow and self._has_groups(tx)
+            for queue in served:
+                if flowing:  # grouped jobs first (issue 15; sqlite_limits.py)
+                    lease = partial(self._lease, tx, now=now, vt=visibility_timeout, wid=worker_id)
+                    leases += sqlite_limits.take(tx, queue, now, limit - len(leases), lease)
                 while len(leases) < limit:
                     recs = self._rows(tx, READY, (queue, limit - len(leases)), full=True)
                     for rec in recs:
-                        lease = self._lease(tx, rec, now, visibility_timeout, worker_id)
-                        if lease is not None:
-                            leases.append(lease)
+                        leased = self._lease(tx, rec, now, visibility_timeout, worker_id)
+                        if leased is not None:
+                            leases.append(leased)
                     if not recs:
                         break
             next_due = None if leases else self._next_due(tx)
+            if not leases and flowing:
+                group_due = tx.conn.execute(sqlite_limits.NEXT_GROUP, (now,)).fetchone()[0]
+                if group_due is not None:
+                    next_due = group_due if next_due is None else min(next_due, group_due)
         return Claimed.of(leases, next_due)
+
+    def _has_groups(self, tx: Tx) -> bool:
+        """Any flow group at all (one index probe; the gate that keeps unlimited claims as
+        they were)."""
+        return tx.conn.execute("SELECT 1 FROM flow_groups LIMIT 1").fetchone() is not None
 
     def _next_due(self, tx: Tx) -> float | None:
         """The earliest delayed run_at or lease deadline of any queue (two index lookups).
@@ -298,22 +328,29 @@ class SqliteBroker(SqliteWorkflows, SqliteReads, SqliteJobAdmin, Broker):
         times = [float(t) for t in row if t is not None]
         return min(times) if times else None
 
-    def _lease(
-        self, tx: Tx, rec: Rec, now: float, visibility_timeout: float, worker_id: str
-    ) -> Lease | None:
-        """Lease one ready row; an undecodable one is dead-lettered (``decode_error``) instead."""
+    def _lease(self, tx: Tx, rec: Rec, now: float, vt: float, wid: str) -> Lease | None:
+        """Lease one ready row; an undecodable one is dead-lettered (``decode_error``) instead.
+
+        A row past its ``expires_at`` (issue 15) becomes ``expired`` and is not leased.
+        """
+        if rec.corrupt is None and rec.job.expires_at is not None and rec.job.expires_at <= now:
+            lifecycle.lapse(rec.job, now)
+            self._save(tx, rec)
+            tx.emit("expired", rec.job, now)
+            SqliteFlow(self, tx, now).done(rec.job)  # a workflow node: its dependants fail
+            return None
         if rec.corrupt is None:
-            lifecycle.claim(rec.job, now, visibility_timeout, worker_id)
+            lifecycle.claim(rec.job, now, vt, wid)
             token = secrets.token_hex(12)
             try:
                 self._save(tx, rec, token)
             except (TypeError, ValueError, RecursionError) as exc:  # cannot be re-encoded
                 rec.spoil(rec.row, rec.row[10], exc)  # nothing was written: bury it instead
             else:
-                tx.emit("started", rec.job, now, attempt=rec.job.attempts, worker=worker_id)
-                return Lease(rec.job, token, now + visibility_timeout)
-        lifecycle.claim(rec.job, now, visibility_timeout, worker_id)
-        self._bury_corrupt(tx, rec, now, worker_id)
+                tx.emit("started", rec.job, now, attempt=rec.job.attempts, worker=wid)
+                return Lease(rec.job, token, now + vt)
+        lifecycle.claim(rec.job, now, vt, wid)
+        self._bury_corrupt(tx, rec, now, wid)
         return None
 
     def _bury_corrupt(self, tx: Tx, rec: Rec, now: float, worker_id: str) -> None:
@@ -484,7 +521,8 @@ class SqliteBroker(SqliteWorkflows, SqliteReads, SqliteJobAdmin, Broker):
 
     def requeue(self, job_id: str, now: float) -> bool:
         """Revive a dead-letter or cancelled job: pending, attempts and lost reset to 0."""
-        return self._admin(job_id, now, (JobState.DEAD_LETTER, JobState.CANCELLED), "requeued")
+        revivable = (JobState.DEAD_LETTER, JobState.CANCELLED, JobState.EXPIRED)
+        return self._admin(job_id, now, revivable, "requeued")
 
     def clear_queue(self, queue: str, now: float) -> int:
         """Delete the waiting jobs of ``queue`` in one write transaction."""

@@ -30,7 +30,7 @@ WAKE_POLL_S = 0.005
 #: waiter): a tenth of the time waited so far, within these bounds.
 CHANGE_POLL_MIN_S = 0.002
 CHANGE_POLL_MAX_S = 0.05
-READY = "queue = ? AND state = 'pending' ORDER BY priority, seq LIMIT ?"
+READY = "queue = ? AND state = 'pending' AND grp IS NULL ORDER BY priority, seq LIMIT ?"
 _SEARCH = {
     "id": "id >= :id AND id < :id || char(1114111)",
     "state": "state = :state",

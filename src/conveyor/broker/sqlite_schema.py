@@ -17,15 +17,44 @@ Version history:
 * 3 — ``jobs_lease (lease_at) WHERE lease_at IS NOT NULL``: every claim returns expired leases
   (and an empty one reports the earliest deadline), so finding them must not walk the active
   rows. Migration 2 → 3 creates that index.
+* 4 — workflows (issue 16): tables ``wf_nodes`` and ``wf_edges`` (sqlite_flow.py). Migration
+  3 → 4 creates them; jobs are untouched.
+* 5 — flow control (issue 15): ``jobs.grp`` (the group of a flow-controlled job, else NULL);
+  ``jobs_ready`` covers only ungrouped pending jobs, ``jobs_group`` the grouped ones; tables
+  ``flow_groups``, ``flow_buckets``, ``flow_slots``, ``flow_waiters``, ``flow_limits``
+  (sqlite_limits.py). Migration 4 → 5 adds them. (No triggers: a trigger on ``jobs`` costs every
+  job's UPDATE about 10 % even when its WHEN is false; the broker does the bookkeeping of
+  grouped jobs itself.)
 """
 
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 
-from .sqlite_flow import SCHEMA as FLOW_SCHEMA
+from .sqlite_flow import SCHEMA as WORKFLOW_SCHEMA
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
+
+#: Flow control (issue 15), plain SQL (PostgreSQL ports it as is, bar ``INSERT OR IGNORE``).
+#: Idempotent (``IF NOT EXISTS``): the 4 -> 5 migration may meet a test file that has it already.
+LIMITS_SCHEMA = """
+DROP INDEX IF EXISTS jobs_ready;
+CREATE INDEX jobs_ready ON jobs (queue, priority, seq, run_at)
+  WHERE state = 'pending' AND grp IS NULL;
+CREATE INDEX IF NOT EXISTS jobs_group ON jobs (queue, grp, priority, seq)
+  WHERE state = 'pending' AND grp IS NOT NULL;
+CREATE TABLE IF NOT EXISTS flow_groups (queue TEXT NOT NULL, grp TEXT NOT NULL, due REAL,
+  rr INTEGER NOT NULL, why TEXT, PRIMARY KEY (queue, grp)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS flow_groups_due ON flow_groups (queue, due, rr) WHERE due IS NOT NULL;
+CREATE TABLE IF NOT EXISTS flow_buckets (name TEXT PRIMARY KEY, tokens REAL NOT NULL,
+  at REAL NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS flow_slots (name TEXT NOT NULL, job_id TEXT NOT NULL,
+  PRIMARY KEY (name, job_id)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS flow_slots_job ON flow_slots (job_id);
+CREATE TABLE IF NOT EXISTS flow_waiters (name TEXT NOT NULL, queue TEXT NOT NULL,
+  grp TEXT NOT NULL, PRIMARY KEY (name, queue, grp)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS flow_limits (name TEXT PRIMARY KEY, spec TEXT NOT NULL) WITHOUT ROWID"""
 
 #: The search indexes of the current version (also the target of the 1 → 2 migration).
 SEARCH_INDEXES = """
@@ -39,8 +68,7 @@ SCHEMA = (
 CREATE TABLE jobs (rid INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, queue TEXT NOT NULL,
   task TEXT NOT NULL, state TEXT NOT NULL, priority INTEGER NOT NULL, seq INTEGER NOT NULL,
   run_at REAL NOT NULL, created_at REAL NOT NULL, finished_at REAL, due_at REAL, lease_at REAL,
-  token TEXT, last_error TEXT, payload BLOB NOT NULL, corrupt BLOB);
-CREATE INDEX jobs_ready ON jobs (queue, priority, seq, run_at) WHERE state = 'pending';
+  token TEXT, last_error TEXT, payload BLOB NOT NULL, corrupt BLOB, grp TEXT);
 CREATE INDEX jobs_due ON jobs (due_at, seq) WHERE due_at IS NOT NULL;
 CREATE INDEX jobs_lease ON jobs (lease_at) WHERE lease_at IS NOT NULL;
 CREATE INDEX jobs_finished ON jobs (queue, state, seq, finished_at) WHERE finished_at IS NOT NULL;
@@ -62,16 +90,34 @@ CREATE TABLE counters (bucket TEXT PRIMARY KEY, body BLOB NOT NULL, expires_at R
 CREATE INDEX counters_expiry ON counters (expires_at);"""
     + SEARCH_INDEXES
     + ";"
-    + FLOW_SCHEMA
+    + WORKFLOW_SCHEMA
+    + ";"
+    + LIMITS_SCHEMA
 )
 
+
+def _to_v5(conn: sqlite3.Connection) -> None:
+    """Version 4 -> 5: flow control (``jobs.grp``, the ``flow_*`` tables).
+
+    Every step is idempotent, and the workflow tables are made sure of too: a version 4 file
+    from either development branch (workflows only, or flow control only; test files, neither
+    was released) ends up complete.
+    """
+    _run(conn, WORKFLOW_SCHEMA)
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(jobs)")}
+    if "grp" not in columns:
+        conn.execute("ALTER TABLE jobs ADD COLUMN grp TEXT")
+    _run(conn, LIMITS_SCHEMA)
+
+
 #: ``MIGRATIONS[v]`` turns a version ``v`` file into version ``v + 1``.
-MIGRATIONS: dict[int, str] = {
+MIGRATIONS: dict[int, str | Callable[[sqlite3.Connection], None]] = {
     1: "DROP INDEX IF EXISTS jobs_created;\nDROP INDEX IF EXISTS jobs_state_created;\n"
     "DROP INDEX IF EXISTS jobs_queue_created;\nDROP INDEX IF EXISTS jobs_task_created;"
     + SEARCH_INDEXES,
     2: "CREATE INDEX IF NOT EXISTS jobs_lease ON jobs (lease_at) WHERE lease_at IS NOT NULL",
-    3: FLOW_SCHEMA,
+    3: WORKFLOW_SCHEMA,
+    4: _to_v5,
 }
 
 
@@ -95,7 +141,11 @@ def ensure_schema(conn: sqlite3.Connection, path: str) -> int:
             " by a newer Conveyor: upgrade it, or use another file)"
         )
     while 0 < version < SCHEMA_VERSION:
-        _run(conn, MIGRATIONS[version])
+        step = MIGRATIONS[version]
+        if isinstance(step, str):
+            _run(conn, step)
+        else:
+            step(conn)
         version += 1
     if found != SCHEMA_VERSION:
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
@@ -104,6 +154,22 @@ def ensure_schema(conn: sqlite3.Connection, path: str) -> int:
 
 def _run(conn: sqlite3.Connection, script: str) -> None:
     """Execute ``;``-separated statements one by one (``executescript`` would COMMIT)."""
-    for statement in script.split(";\n"):
-        if statement.strip():
-            conn.execute(statement)
+    for statement in _statements(script):
+        conn.execute(statement)
+
+
+def _statements(script: str) -> list[str]:
+    """Split on ``;`` line ends, keeping a trigger's ``BEGIN ... END`` body in one piece."""
+    out: list[str] = []
+    for part in script.split(";\n"):
+        if out and _open(out[-1]):
+            out[-1] += ";\n" + part
+        elif part.strip():
+            out.append(part)
+    return out
+
+
+def _open(statement: str) -> bool:
+    """True inside a trigger body (BEGIN seen, END not yet)."""
+    text = statement.upper()
+    return "\nBEGIN" in text and not text.rstrip().endswith("END")

@@ -159,6 +159,9 @@ def status_command(app_target: str | None, url: str | None, as_json: bool, minut
         return
     table("Queues", QUEUE_COLUMNS, [_queue_row(q) for q in data["queues"]])
     table("Workers", WORKER_COLUMNS, [_worker_row(w) for w in data["workers"]])
+    if data.get("flow"):  # flow control (issue 15): groups held back by a limit, and why
+        rows = [(g["queue"], g["group"], g["waiting"], g["why"]) for g in data["flow"]]
+        table("Waiting for limits", ["queue", "group", "waiting", Col("why", drop=1)], rows)
     _print_alerts(data["alerts"], len(inspector.alert_rules()), bare=not app_target)
 
 
@@ -207,6 +210,7 @@ def _facts(job: dict[str, Any]) -> list[tuple[str, Any]]:
         ("last error", job["last_error"]),
         ("progress", progress_text(job.get("progress"))),  # current_job().progress()
         ("cancel", "requested: its worker is stopping it" if job.get("cancel_requested") else None),
+        ("waiting for", job.get("waiting_for")),  # flow control (issue 15)
     ]
     return [(k, v) for k, v in facts if v not in (None, "")]
 

@@ -37,6 +37,7 @@ COMMANDS: dict[str, str] = {
     "bench": "bench_cmd",
     "relay": "relay_cmd",
     "migrate": "migrate_cmd",
+    "limits": "limits_cmd",
 }
 #: Long-running processes: they show the broker's start-up warnings (persistence, eviction);
 #: one-shot commands do not repeat them on every call.

@@ -42,6 +42,8 @@ class ErrorKind(StrEnum):
     RESULT_ERROR = "result_error"
     # a workflow node never ran: a parent failed and the edge's policy is "fail the rest"
     UPSTREAM_FAILED = "upstream_failed"
+    # the handler raised RateLimited: rescheduled, no attempt spent, never stored in ``errors``
+    RATE_LIMITED = "rate_limited"
 
 
 @dataclass
@@ -77,6 +79,10 @@ class Job:
     # Job built by assigning ``__dict__`` without these keys reads the class attribute, None.
     retry_on: list[str] | None = None
     dead_on: list[str] | None = None
+    # issue 15: epoch seconds after which a job that has not started never runs (state expired)
+    expires_at: float | None = None
+    # issue 15: the limiters and group of a flow-controlled job (core/flow.py), None: none
+    flow: dict[str, Any] | None = None
 
     @classmethod
     def fast(cls, values: dict[str, Any]) -> Self:

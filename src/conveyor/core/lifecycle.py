@@ -109,6 +109,21 @@ def requeue(job: Job, now: float) -> None:
     job.run_at = now
     job.finished_at = None
     job.result = None
+    job.expires_at = None  # an operator's requeue of an expired job means "run it now"
+
+
+def lapse(job: Job, now: float) -> None:
+    """pending → expired: a claim found it past its ``expires_at``; it never runs."""
+    job.state = transition(job.state, Event.LAPSE)
+    job.finished_at = now
+    job.lease_expires_at = None
+    job.record_event("expired", now, "not started before its expires_at")
+
+
+def is_lapsed(job: Job, now: float) -> bool:
+    """True when ``job`` carries an ``expires_at`` that ``now`` has reached."""
+    expires_at = job.__dict__.get("expires_at")  # a Job built without the field reads None
+    return expires_at is not None and expires_at <= now
 
 
 def promote(job: Job) -> None:

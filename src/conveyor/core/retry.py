@@ -7,7 +7,7 @@ import traceback as tb
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ..errors import JobTimeout, PermanentError, Retry
+from ..errors import JobTimeout, PermanentError, RateLimited, Retry
 from .backoff import DEFAULT_BACKOFF, Backoff
 from .job import ErrorKind, Job, exception_name
 
@@ -52,6 +52,8 @@ def classify(
     """
     if isinstance(exc, Retry):
         return ErrorKind.RETRY
+    if isinstance(exc, RateLimited):
+        return ErrorKind.RATE_LIMITED
     if isinstance(exc, JobTimeout):
         return ErrorKind.TIMEOUT
     if isinstance(exc, PermanentError):
@@ -94,6 +96,8 @@ def decide(
     trace = "".join(tb.format_exception(type(exc), exc, exc.__traceback__))[-4000:]
     message = str(exc) or type(exc).__name__
     retry_at: float | None = None
+    if isinstance(exc, RateLimited):  # not a failure: always back after retry_after
+        return Decision(kind, now + exc.retry_after, type(exc).__name__, message, "")
     if kind is not ErrorKind.PERMANENT and attempts < max_attempts:
         if isinstance(exc, Retry) and exc.delay is not None:
             retry_at = now + max(0.0, exc.delay)

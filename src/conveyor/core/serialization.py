@@ -176,6 +176,10 @@ def job_to_dict(job: Job) -> dict[str, Any]:
     for name in _CLASSIFICATION:
         if (value := getattr(job, name, None)) is not None:
             data[name] = value
+    if (expires_at := getattr(job, "expires_at", None)) is not None:  # issue 15: when set
+        data["expires_at"] = expires_at
+    if (flow := getattr(job, "flow", None)) is not None:
+        data["flow"] = flow
     return data
 
 
@@ -226,6 +230,8 @@ _OPTIONAL = (
     "idempotency_key",
     "worker_id",
     "lease_expires_at",
+    "expires_at",
+    "flow",
 )
 _DEFAULT_TTL = 300.0
 _CLASSIFICATION = ("retry_on", "dead_on")  # per-job overrides: written only when set
@@ -260,7 +266,7 @@ def envelope_dict(job: Job) -> dict[str, Any]:
         "created_at": f["created_at"],
     }
     for name in _OPTIONAL:
-        value = f[name]
+        value = f.get(name)
         if value is not None:
             data[name] = value
     if f["idempotency_key"] is not None or f["idempotency_ttl"] != _DEFAULT_TTL:
@@ -381,6 +387,8 @@ def job_from_dict(data: Any) -> Job:
                 "lease_expires_at": _opt_float(data.get("lease_expires_at")),
                 "retry_on": exception_names(data.get("retry_on"), "retry_on"),
                 "dead_on": exception_names(data.get("dead_on"), "dead_on"),
+                "expires_at": _opt_float(data.get("expires_at")),
+                "flow": _flow(data.get("flow")),
             }
         )
     except (TypeError, ValueError, AttributeError) as exc:
@@ -406,6 +414,15 @@ def dumps(value: Any) -> bytes:
 def loads(raw: bytes | str) -> Any:
     """JSON-decode plain data with orjson."""
     return orjson.loads(raw)
+
+
+def _flow(value: Any) -> dict[str, Any] | None:
+    """A stored ``flow`` record: None or a JSON object with a string group ``g``."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not isinstance(value.get("g"), str):
+        raise DecodeError("flow must be an object with a string group 'g'")
+    return value
 
 
 def _opt_float(value: Any) -> float | None:

@@ -10,6 +10,7 @@
                     └─cancel──> cancelled     active ──bury / expire_poison──> dead_letter
     pending / scheduled / retry_scheduled ──cancel──> cancelled
     dead_letter / cancelled ──requeue──> pending
+    pending ──lapse (expires_at passed before it started)──> expired ──requeue──> pending
     active ──cancel_running (lease holder, fenced)──> cancelled
     (enqueue a workflow node) ──> waiting ──release_parents──> pending
                                     │ └──upstream_failed / cancel──> cancelled
@@ -18,8 +19,8 @@ A workflow node waits (``waiting``) until its last parent finishes: the transiti
 that parent releases it in the same atomic step (docs/workflows.md), or ends it ``cancelled`` with
 an ``upstream_failed`` error naming the parent that failed.
 
-Terminal states (``completed``, ``dead_letter``, ``cancelled``) never run again unless an
-operator requeues the job.
+Terminal states (``completed``, ``dead_letter``, ``cancelled``, ``expired``) never run again
+unless an operator requeues the job.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ class JobState(StrEnum):
     DEAD_LETTER = "dead_letter"
     CANCELLED = "cancelled"
     WAITING = "waiting"  # a workflow node whose parents have not all finished
+    EXPIRED = "expired"  # not started before its expires_at (issue 15): never ran
 
 
 class Event(StrEnum):
@@ -61,10 +63,11 @@ class Event(StrEnum):
     CANCEL_RUNNING = "cancel_running"
     RELEASE_PARENTS = "release_parents"  # a workflow node's last parent finished: it may run
     UPSTREAM_FAILED = "upstream_failed"  # a parent failed under the "fail the rest" policy
+    LAPSE = "lapse"  # a claim found it past its expires_at: it will never run
 
 
 TERMINAL_STATES: frozenset[JobState] = frozenset(
-    {JobState.COMPLETED, JobState.DEAD_LETTER, JobState.CANCELLED}
+    {JobState.COMPLETED, JobState.DEAD_LETTER, JobState.CANCELLED, JobState.EXPIRED}
 )
 
 _S = JobState
@@ -91,6 +94,9 @@ TRANSITIONS: dict[tuple[JobState, Event], JobState] = {
     (_S.WAITING, _E.RELEASE_PARENTS): _S.PENDING,
     (_S.WAITING, _E.UPSTREAM_FAILED): _S.CANCELLED,
     (_S.WAITING, _E.CANCEL): _S.CANCELLED,
+    # expiry (issue 15): kept apart from the entries above
+    (_S.PENDING, _E.LAPSE): _S.EXPIRED,
+    (_S.EXPIRED, _E.REQUEUE): _S.PENDING,
 }
 
 
@@ -115,5 +121,5 @@ def allowed(state: JobState | str, event: Event | str) -> bool:
 
 
 def is_terminal(state: JobState | str) -> bool:
-    """True for completed, dead_letter and cancelled."""
+    """True for completed, dead_letter, cancelled and expired."""
     return JobState(state) in TERMINAL_STATES

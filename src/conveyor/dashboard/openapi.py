@@ -24,6 +24,7 @@ PARAMETERS: dict[str, dict[str, Any]] = {
                 "completed",
                 "dead_letter",
                 "cancelled",
+                "expired",
             ],
         }
     },

@@ -234,7 +234,7 @@ def create_app(
     ``config`` defaults to ``DashboardConfig.from_env(...)``."""
     from starlette.middleware.trustedhost import TrustedHostMiddleware
 
-    from . import api, bulk, flow_pages, forms, live, ops_pages, views
+    from . import api, bulk, flow_pages, forms, limits_pages, live, ops_pages, views
     from .middleware import SecurityMiddleware
 
     cfg = config or DashboardConfig.from_env(**overrides)
@@ -242,6 +242,7 @@ def create_app(
     routes = [
         *ops_pages.routes(),
         *flow_pages.routes(),
+        *limits_pages.routes(),
         *views.routes(),
         *bulk.routes(),
         *forms.routes(),

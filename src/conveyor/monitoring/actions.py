@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..core.job import validate_queue_name
-from ..core.state import JobState
+from ..core.state import TERMINAL_STATES
 from ..errors import JobNotFound, ValidationError
 from ..runtime import HasRuntime, Runtime, as_runtime
 from . import admin
@@ -118,14 +118,14 @@ class Operator:
         return ok
 
     def delete(self, job_id: str, *, unfinished: bool = False) -> bool:
-        """Delete a finished job (dead letter, cancelled or completed); with ``unfinished``
+        """Delete a finished job (dead letter, cancelled, expired or completed); with ``unfinished``
         also a pending, scheduled or retrying one (never a running one)."""
         job = self._require(job_id)
         if unfinished:
             ok = admin.delete_job(self.runtime, job_id)
             self.audit("job.delete", job_id, "ok" if ok else "refused", state=str(job.state))
             return ok
-        if job.state not in (JobState.DEAD_LETTER, JobState.CANCELLED, JobState.COMPLETED):
+        if job.state not in TERMINAL_STATES:
             self.audit("job.delete", job_id, "refused", state=str(job.state))
             return False
         n = self.runtime.broker.purge(self.runtime.now(), state=job.state, ids=[job_id])

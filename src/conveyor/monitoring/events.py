@@ -37,6 +37,7 @@ class EventType(StrEnum):
     LEASE_LOST = "lease_lost"
     WORKER_UP = "worker_up"
     WORKER_DOWN = "worker_down"
+    EXPIRED = "expired"
     UNKNOWN = "unknown"
 
 

@@ -22,6 +22,7 @@ from . import admin
 from .admin import worker_queues
 from .events import EventReader, check_cursor, job_events
 from .filters import clean_filters
+from .limits import flow_waits, why_waiting
 from .metrics import flush_local, read_counters, series, summarize
 from .workflows import workflow_of
 
@@ -159,6 +160,7 @@ class Inspector:
             "workers": self.workers(),
             "alerts": self.alerts(include_resolved=False),
             "totals": totals,
+            "flow": flow_waits(self.runtime),
         }
 
     # ------------------------------------------------------------------ jobs
@@ -184,7 +186,7 @@ class Inspector:
             raise JobNotFound(job_id)
         out = job_dict(job)
         now = self.runtime.now()
-        return {
+        out = {
             **out,
             "workflow_id": workflow_of(out),
             "timeline": timeline(job, [e.to_dict() for e in job_events(self.broker, job_id)]),
@@ -192,6 +194,10 @@ class Inspector:
             "cancel_requested": job.state is JobState.ACTIVE
             and bool(jobdocs.cancel_requested(self.broker, {job_id}, now)),
         }
+        if job.flow is not None and job.state is JobState.PENDING:  # issue 15: why it waits
+            status = self.runtime.broker.flow_status(now)
+            out["waiting_for"] = why_waiting(status, job)
+        return out
 
     def dead_letters(
         self, filters: Mapping[str, Any] | None = None, *, page: int = 1, page_size: int = 50

@@ -78,6 +78,8 @@ class ConveyorCollector:
             dead.add_metric([queue], counts[queue].get("dead_letter", 0))
         yield from (jobs, paused_g, depth, oldest, dead)
         yield self._workers(list(counts))
+        if getattr(broker, "supports_flow", False):
+            yield from flow_metrics(broker.flow_status(now))
         yield from self._totals(now)
         alerts = self._alerts()
         if alerts is not None:
@@ -156,6 +158,28 @@ class ConveyorCollector:
         for rule, n in sorted(per_rule.items()):
             family.add_metric([rule], n)
         return family
+
+
+def flow_metrics(status: dict[str, Any]) -> Iterator[Metric]:
+    """Flow control (issue 15): tokens per bucket, running per slot, waiting per group."""
+    tokens = GaugeMetricFamily(
+        "conveyor_limit_tokens", "Tokens left in a rate-limit bucket.", labels=["bucket"]
+    )
+    for name, value in status["buckets"].items():
+        tokens.add_metric([name], float(value))
+    running = GaugeMetricFamily(
+        "conveyor_limit_running", "Jobs holding a concurrency slot.", labels=["slot"]
+    )
+    for name, ids in status["running"].items():
+        running.add_metric([name], float(len(ids)))
+    waiting = GaugeMetricFamily(
+        "conveyor_limit_waiting",
+        "Pending jobs of a flow-control group, with why they wait ('' when not held back).",
+        labels=["queue", "group", "why"],
+    )
+    for group in status["groups"]:
+        waiting.add_metric([group["queue"], group["group"], group["why"] or ""], group["waiting"])
+    yield from (tokens, running, waiting)
 
 
 def registry_for(app: Runtime | HasRuntime) -> CollectorRegistry:

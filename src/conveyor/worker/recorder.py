@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..broker.base import Ack
 from ..core.job import ErrorKind
+from ..core.retry import Decision
 from ..core.serialization import result_problem
 from ..errors import LeaseLost
 from ..middleware import after_process_batch, emit, hooked
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
     from ..broker.base import Broker
     from ..middleware import Middleware
 
+RATE_LIMITED = ErrorKind.RATE_LIMITED
 log = logging.getLogger("conveyor.worker")
 T = TypeVar("T")
 RETRY_FOR = 60.0  # retry budget of a failing write whose lease deadline is unknown
@@ -100,6 +102,8 @@ class Recorder:
                 names[i] = record_cancelled(self, run, now)
             elif outcome.ok:
                 acks.append(i)
+            elif outcome.decision is not None and outcome.decision.kind is RATE_LIMITED:
+                names[i] = self._rate_limited(run, outcome.decision, now)
             else:
                 names[i] = self._fail(run, outcome, now)
         if acks:
@@ -250,6 +254,22 @@ class Recorder:
                 recorded([run for run, _ in batch])
             if stop:
                 return
+
+    def _rate_limited(self, run: Running, decision: Decision, now: float) -> str:
+        """``RateLimited``: give the job back for later, attempt returned, no failure counted."""
+        delay = max(0.0, (decision.retry_at or now) - now)
+        note = f"rate limited: {decision.message[:200]}; retry in {delay:g}s"
+        try:
+            self._retrying(
+                "release",
+                lambda: self.broker.release(
+                    run.job.id, run.token, now, delay=delay, penalize=False, note=note
+                ),
+                [run],
+            )
+        except LeaseLost:
+            return "lease_lost"
+        return "released"
 
     def _fail(self, run: Running, outcome: Outcome, now: float) -> str:
         job, decision = run.job, outcome.decision

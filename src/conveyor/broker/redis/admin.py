@@ -1,15 +1,22 @@
-"""Operator actions of the Redis broker that act on one job by id: ``run_now`` and
-``delete_job``, each one Lua script on the job's queue (atomic against a claiming worker)."""
+"""Actions of the Redis broker on one job by id: ``run_now``, ``delete_job`` and
+``replace_waiting`` (``debounce``), each one Lua script on the job's queue (atomic against a
+claiming worker)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+from ...core.job import Job
+from . import codec
 from .codec import fmt_time
-from .codes import ScriptCode
+from .codes import ScriptCode, options
 from .plumbing import RedisBase, guarded
 
 
 class JobAdminMixin(RedisBase):
-    """``run_now`` and ``delete_job`` of ``RedisBroker``."""
+    """``run_now``, ``delete_job`` and ``replace_waiting`` of ``RedisBroker``."""
+
+    get: Callable[[str], Job | None]  # the broker's read of one job
 
     @guarded
     def run_now(self, job_id: str, now: float) -> bool:
@@ -21,6 +28,23 @@ class JobAdminMixin(RedisBase):
         ok = self.runner.run("run_now", self.qkeys(queue), [job_id, fmt_time(now)])
         if ok == ScriptCode.OK:
             self.wake_all()
+        return bool(ok == ScriptCode.OK)
+
+    @guarded
+    def replace_waiting(self, job_id: str, job: Job, now: float) -> bool:
+        """``debounce`` (issue 15): newest arguments; a scheduled job's delay restarts."""
+        found = self.fetch(job_id)
+        if found is None:
+            return False
+        stored = self.get(job_id)
+        if stored is None:
+            return False
+        stored.args, stored.kwargs, stored.metadata = job.args, job.kwargs, job.metadata
+        payload = codec.envelope(stored)
+        opts = options(
+            id=job_id, now=fmt_time(now), run_at=fmt_time(job.run_at), payload=payload.decode()
+        )
+        ok = self.runner.run("debounce", self.qkeys(found[0]), [opts])
         return bool(ok == ScriptCode.OK)
 
     @guarded

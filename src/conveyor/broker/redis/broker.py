@@ -27,6 +27,7 @@ from . import aio, codec, idguard
 from .admin import JobAdminMixin
 from .codec import fmt_time
 from .codes import ScriptCode, options
+from .flowadmin import FlowAdminMixin
 from .keys import TERMINAL_SETS
 from .lifecycle import LifecycleMixin
 from .plumbing import guarded, token_queue
@@ -70,10 +71,13 @@ def _group_batch(jobs: Sequence[Job], cluster: bool) -> dict[str, list[int]]:
     return groups
 
 
-class RedisBroker(RedisWorkflows, ReadsMixin, LifecycleMixin, JobAdminMixin, Broker):
+class RedisBroker(
+    RedisWorkflows, ReadsMixin, LifecycleMixin, JobAdminMixin, FlowAdminMixin, Broker
+):
     """Redis (standalone, Sentinel or Cluster) backend; build it with ``from_url``."""
 
     has_server_clock = True
+    supports_flow = True  # rate limits, concurrency, fair groups (issue 15; lua/_lib.lua)
 
     def __init__(self, url: str, retention: Retention | None = None) -> None:
         super().__init__(url, retention)

@@ -68,13 +68,17 @@ def claimed_fields(
 
 
 def enqueue_fields(job: Job, now: float, grace: float) -> list[Any]:
-    """The 8 values of a "full" job record of enqueue.lua after its id, payload and "f".
+    """The 11 values of a "full" job record of enqueue.lua after its id, payload and "f".
 
-    state, priority, run_at, created_at, task, idempotency key ("" = none), key expiry, key PX.
+    state, priority, run_at, created_at, task, idempotency key ("" = none), key expiry, key PX,
+    expires_at ("" = none), flow group and flow record JSON ("" = none; issue 15).
     An idempotency key is valid until ``now + ttl`` (checked against the caller's clock); Redis
     deletes it ``ttl + min(ttl, grace)`` real seconds after the enqueue, so keys cannot pile up.
     """
     key = job.idempotency_key
+    expires = "" if job.expires_at is None else fmt_time(job.expires_at)
+    flow = job.flow
+    grp, record = ("", "") if flow is None else (flow["g"], orjson.dumps(flow).decode())
     if not key:
         return [
             str(job.state),
@@ -85,6 +89,9 @@ def enqueue_fields(job: Job, now: float, grace: float) -> list[Any]:
             "",
             "",
             1,
+            expires,
+            grp,
+            record,
         ]
     exp = fmt_time(now + job.idempotency_ttl)
     px = int((job.idempotency_ttl + min(grace, job.idempotency_ttl)) * 1000)
@@ -97,6 +104,9 @@ def enqueue_fields(job: Job, now: float, grace: float) -> list[Any]:
         key,
         exp,
         max(px, 1),
+        expires,
+        grp,
+        record,
     ]
 
 
@@ -224,6 +234,8 @@ def claimed_job(item: Sequence[Any], queue: str, now: float, expires: float, wor
                 "lease_expires_at": expires,
                 "retry_on": None,
                 "dead_on": None,
+                "expires_at": None if (exp := get("expires_at")) is None else float(exp),
+                "flow": get("flow"),
             }
         )
         if b'_on"' in raw:  # per-job retry_on / dead_on (rare): checked like job_from_dict
@@ -288,6 +300,8 @@ def _build(data: dict[str, Any], fields: Mapping[bytes, bytes], queue: str, type
         lease_expires_at=_opt(lease),
         retry_on=exception_names(get("retry_on"), "retry_on"),
         dead_on=exception_names(get("dead_on"), "dead_on"),
+        expires_at=_opt(field(b"expires_at")),  # the hash field: requeue deletes it
+        flow=get("flow"),
     )
 
 

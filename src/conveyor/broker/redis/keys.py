@@ -20,6 +20,18 @@ Redis Cluster slot (queue names are validated: no braces, spaces or colons)::
     <p>:{<q>}:idem:<key>   STRING  "<expires_at>|<job id>" (PX: logical TTL + grace)
     <p>:{<q>}:waiting      ZSET    id -> created_at (waiting workflow nodes)
     <p>:{<q>}:wf:<id>      HASH    a workflow node's graph record (lua/_lib.lua, workflows)
+    <p>:{<q>}:expired      ZSET    id -> finished_at (expired: not started before expires_at)
+    <p>:{<q>}:f:           prefix of the flow-control keys of the queue (issue 15, lua/_flow.lua):
+      f:groups             ZSET    group -> round-robin number (groups that may be served now)
+      f:gdelay             ZSET    group -> time its next token exists (throttled groups)
+      f:parked             SET     groups waiting for a concurrency slot
+      f:g:<group>          ZSET    the group's pending jobs (score = priority, member as ready)
+      f:tb:<bucket>        HASH    token bucket: tokens, at
+      f:slot:<slot>        SET     job ids holding a concurrency slot (their owners)
+      f:wait:<slot>        SET     groups parked until that slot frees
+      f:why                HASH    group -> why it waits (operators)
+      f:npend              STRING  pending jobs waiting in groups (part of the pending count)
+      f:limits             HASH    limiter -> JSON spec set at run time (overrides the jobs')
 
 Global keys (never touched by a job script)::
 
@@ -44,7 +56,7 @@ import re
 
 DEFAULT_PREFIX = "conveyor"
 
-#: Order of the per-queue keys passed as KEYS[1..14] to every job script (see lua/_lib.lua).
+#: Order of the per-queue keys passed as KEYS[1..16] to every job script (see lua/_lib.lua).
 QUEUE_KEY_SUFFIXES = (
     "job:",
     "ready",
@@ -60,11 +72,18 @@ QUEUE_KEY_SUFFIXES = (
     "paused",
     "idem:",
     "payloads",
+    "expired",  # issue 15 (appended: the first 14 keep their positions)
+    "f:",  # issue 15: prefix of the flow-control keys (groups, buckets, slots)
 )
 KEYS_PER_QUEUE = len(QUEUE_KEY_SUFFIXES)
 
 #: Terminal state -> the suffix of the set that holds jobs in that state.
-TERMINAL_SETS = {"completed": "completed", "dead_letter": "dead", "cancelled": "cancelled"}
+TERMINAL_SETS = {
+    "completed": "completed",
+    "dead_letter": "dead",
+    "cancelled": "cancelled",
+    "expired": "expired",
+}
 
 #: Every state -> the per-queue ZSET that holds its jobs (its ZCARD is the count).
 STATE_SETS = {
@@ -97,13 +116,17 @@ class KeySchema:
         return f"{self.prefix}:{{{queue}}}:"
 
     def queue_keys(self, queue: str) -> list[str]:
-        """KEYS[1..14] of every job script, in ``QUEUE_KEY_SUFFIXES`` order."""
+        """KEYS[1..16] of every job script, in ``QUEUE_KEY_SUFFIXES`` order."""
         base = self.tag(queue)
         return [base + suffix for suffix in QUEUE_KEY_SUFFIXES]
 
     def queue_key(self, queue: str, suffix: str) -> str:
         """One per-queue key (``suffix`` from ``QUEUE_KEY_SUFFIXES``)."""
         return self.tag(queue) + suffix
+
+    def flow(self, queue: str, suffix: str) -> str:
+        """One flow-control key of ``queue`` (issue 15): ``<p>:{<q>}:f:<suffix>``."""
+        return f"{self.tag(queue)}f:{suffix}"
 
     def job(self, queue: str, job_id: str) -> str:
         """The hash of one job."""

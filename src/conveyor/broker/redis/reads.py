@@ -68,8 +68,14 @@ class ReadsMixin(RedisBase):
         for queue in queues:
             for state in _STATES:
                 pipe.zcard(self.keys.state_set(queue, str(state)))
+            pipe.get(self.keys.flow(queue, "npend"))  # pending jobs waiting in flow groups
         replies = iter(pipe.execute())
-        return {q: {str(s): int(next(replies)) for s in _STATES} for q in queues}
+        out: dict[str, dict[str, int]] = {}
+        for queue in queues:
+            counts = {str(s): int(next(replies)) for s in _STATES}
+            counts["pending"] += max(0, int(next(replies) or 0))
+            out[queue] = counts
+        return out
 
     @guarded
     def peek(self, queue: str, n: int = 10) -> list[Job]:

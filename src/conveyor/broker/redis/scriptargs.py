@@ -45,6 +45,8 @@ def enqueue_group(
         payload = envelope(job) if payloads is None else payloads[i]
         if (
             not job.idempotency_key
+            and job.expires_at is None
+            and job.flow is None
             and job.state == state
             and job.priority == prio
             and job.run_at == run_at

@@ -77,6 +77,7 @@ SCRIPT_NAMES = (
     "delete_job",
     "oldest",
     "search",
+    "debounce",
     "doc_cas",
     "wf_enqueue",
 )

@@ -79,6 +79,7 @@ class RedisWorkflows:
                 node.trigger,
                 orjson.dumps(ins[job.id]),
                 orjson.dumps(outs[job.id]),
+                *_flow_fields(job),
             )
         b.register({job.queue for job in jobs})
         workflow = nodes[0].workflow if nodes else ""
@@ -116,3 +117,12 @@ class RedisWorkflows:
         for job_id in doomed:
             b.cancel(job_id, now)
         return len(doomed)
+
+
+def _flow_fields(job: Job) -> tuple[str, str, str]:
+    """expires_at, flow group and flow record JSON of a node ("" = none; issue 15), as
+    enqueue.lua takes them: a node of a flow-controlled task waits in its group too."""
+    expires = "" if job.expires_at is None else fmt_time(job.expires_at)
+    if job.flow is None:
+        return expires, "", ""
+    return expires, str(job.flow["g"]), orjson.dumps(job.flow).decode()

@@ -1,7 +1,7 @@
 -- _lib.lua: helpers shared by every job script (scripts.py prepends this file to each script;
 -- it is never run on its own).
 --
--- Every job script receives the 14 keys of ONE queue, in this order (keys.py QUEUE_KEY_SUFFIXES):
+-- Every job script receives the 16 keys of ONE queue, in this order (keys.py QUEUE_KEY_SUFFIXES):
 --   KEYS[b+1]  <p>:{q}:job:       prefix of the job hashes (<p>:{q}:job:<id>): mutable fields
 --   KEYS[b+2]  <p>:{q}:ready      ZSET score = priority, member = "<seq %016x>:<id>"
 --   KEYS[b+3]  <p>:{q}:scheduled  ZSET id -> run_at
@@ -17,7 +17,9 @@
 --   KEYS[b+13] <p>:{q}:idem:      prefix of idempotency keys
 --   KEYS[b+14] <p>:{q}:payloads   HASH id -> immutable JSON envelope (kept out of the job hash
 --                                 so that hash holds only small values and stays a listpack)
--- (b = 0, except in enqueue.lua which takes several groups of 14.) Job hashes and idempotency
+--   KEYS[b+15] <p>:{q}:expired    ZSET id -> finished_at (expired: not started in time)
+--   KEYS[b+16] <p>:{q}:f:         prefix of the flow-control keys (keys.py; _flow.lua)
+-- (b = 0, except in enqueue.lua which takes several groups of 16.) Job hashes and idempotency
 -- keys are built from the two prefixes, so they carry the same {q} hash tag and slot.
 --
 -- Times are never computed here: callers pass them as strings formatted by Python (repr of a
@@ -44,6 +46,7 @@ local function qkeys(b)
     leases = KEYS[b + 5], completed = KEYS[b + 6], dead = KEYS[b + 7],
     cancelled = KEYS[b + 8], seq = KEYS[b + 9], events = KEYS[b + 10], wake = KEYS[b + 11],
     paused = KEYS[b + 12], idem = KEYS[b + 13], payloads = KEYS[b + 14],
+    expired = KEYS[b + 15], flow = KEYS[b + 16],
   }
 end
 
@@ -123,11 +126,49 @@ local function member(seq, id)
   return string.format('%016x', seq) .. ':' .. id
 end
 
--- pending: append to the ready set behind every job of the same priority
-local function make_ready(q, id, prio)
+-- flow control (issue 15): a group with a pending job is served by claims unless it is
+-- already scheduled, throttled (gdelay) or parked for a slot
+local function group_ready(q, g)
+  local f = q.flow
+  if redis.call('ZSCORE', f .. 'groups', g) or redis.call('ZSCORE', f .. 'gdelay', g) then return end
+  if redis.call('SISMEMBER', f .. 'parked', g) == 1 then return end
+  redis.call('ZADD', f .. 'groups', redis.call('INCR', q.seq), g)
+end
+
+-- pending: append to the ready set behind every job of the same priority (a job with a flow
+-- group, `grp`: to its group's set instead)
+local function make_ready(q, id, prio, grp)
   local m = member(redis.call('INCR', q.seq), id)
-  redis.call('ZADD', q.ready, prio, m)
+  if grp then
+    redis.call('ZADD', q.flow .. 'g:' .. grp, prio, m)
+    redis.call('INCR', q.flow .. 'npend')  -- pending jobs in groups (counts: reads.py)
+    group_ready(q, grp)
+  else
+    redis.call('ZADD', q.ready, prio, m)
+  end
   redis.call('HSET', q.job .. id, 'state', 'pending', 'rk', m)
+end
+
+-- a job that held concurrency slots left `active`: free the ones it owns (fenced by its id)
+-- and put the groups that waited for them back in line
+local function free_slots(q, id, key)
+  local raw = redis.call('HGET', key, 'flow')
+  if not raw then return end
+  local fl = cjson.decode(raw)
+  if not fl.c then return end
+  local f = q.flow
+  for _, c in ipairs(fl.c) do
+    if redis.call('SREM', f .. 'slot:' .. c[1], id) == 1 then
+      local waiting = redis.call('SMEMBERS', f .. 'wait:' .. c[1])
+      redis.call('DEL', f .. 'wait:' .. c[1])
+      for _, g in ipairs(waiting) do
+        redis.call('SREM', f .. 'parked', g)
+        redis.call('HDEL', f .. 'why', g)
+        group_ready(q, g)
+      end
+      if #waiting > 0 then wake(q) end  -- an idle worker claims what waited for this slot
+    end
+  end
 end
 
 -- ready members are "<16 hex digits>:<id>"; a bare id (hand-written producers) is tolerated
@@ -206,7 +247,7 @@ local function wf_qkeys(prefix, queue)
     leases = t .. 'leases', completed = t .. 'completed', dead = t .. 'dead',
     cancelled = t .. 'cancelled', seq = t .. 'seq', events = t .. 'events', wake = t .. 'wake',
     paused = t .. 'paused', idem = t .. 'idem:', payloads = t .. 'payloads',
-    waiting = t .. 'waiting', wf = t .. 'wf:',
+    expired = t .. 'expired', flow = t .. 'f:', waiting = t .. 'waiting', wf = t .. 'wf:',
   }
 end
 
@@ -241,9 +282,9 @@ local function wf_release(cq, cid, inject, now, maxlen)
     end
   end
   redis.call('ZREM', cq.waiting, cid)
-  local f = redis.call('HMGET', key, 'priority', 'task')
+  local f = redis.call('HMGET', key, 'priority', 'task', 'grp')
   redis.call('HSET', key, 'run_at', now)
-  make_ready(cq, cid, tonumber(f[1]) or 0)
+  make_ready(cq, cid, tonumber(f[1]) or 0, f[3])  -- a flow-controlled node: into its group
   emit(cq, maxlen, 'type', 'released', 'job_id', cid, 'task', f[2] or '', 'at', now,
     'note', 'parents finished')
   wake(cq)
@@ -318,9 +359,9 @@ local function promote(q, now, limit)
       local key = q.job .. id
       local kind = redis.call('TYPE', key).ok
       if kind == 'hash' then
-        local f = redis.call('HMGET', key, 'state', 'priority')
+        local f = redis.call('HMGET', key, 'state', 'priority', 'grp')
         if f[1] == 'scheduled' or f[1] == 'retry_scheduled' then
-          make_ready(q, id, tonumber(f[2]) or 0)
+          make_ready(q, id, tonumber(f[2]) or 0, f[3])
           moved = moved + 1
         end
       elseif kind ~= 'none' then
@@ -343,8 +384,10 @@ local function expire_leases(q, now, max_lost, limit, maxlen, dead_cap)
   for _, id in ipairs(expired) do
     redis.call('ZREM', q.leases, id)
     local key = q.job .. id
-    local f = hmget(key, 'state', 'worker_id', 'lost', 'attempts', 'priority', 'task', 'wf')
+    local f = hmget(key, 'state', 'worker_id', 'lost', 'attempts', 'priority', 'task', 'wf',
+      'grp')
     if f and f[1] == 'active' then
+      if f[8] then free_slots(q, id, key) end
       local lost = (tonumber(f[3]) or 0) + 1
       local msg = 'lease expired (lost delivery ' .. lost .. ' of ' .. max_lost .. ')'
       append_line(key, 'errors', '{"attempt":' .. (f[4] or '0') .. ',"kind":"worker_lost",'
@@ -361,7 +404,7 @@ local function expire_leases(q, now, max_lost, limit, maxlen, dead_cap)
         finish(q, q.dead, id, now, dead_cap)
         if f[7] then wf_done(q, string.match(q.job, '{([^}]*)}'), id, false, nil, now, maxlen) end
       else
-        make_ready(q, id, tonumber(f[5]) or 0)
+        make_ready(q, id, tonumber(f[5]) or 0, f[8])
         readied = readied + 1
       end
       reaped = reaped + 1
@@ -377,7 +420,7 @@ end
 -- is returned as Redis formats it (exact to the last digit Python needs).
 local function next_due(q)
   local best, best_n = '', nil
-  for _, set in ipairs({q.scheduled, q.retry, q.leases}) do
+  for _, set in ipairs({q.scheduled, q.retry, q.leases, q.flow .. 'gdelay'}) do
     local first = redis.call('ZRANGE', set, 0, 0, 'WITHSCORES')
     if #first == 2 then
       local n = tonumber(first[2])
@@ -385,4 +428,122 @@ local function next_due(q)
     end
   end
   return best
+end
+
+-- ---------------------------------------------------------------- flow control (issue 15)
+-- The same model as broker/memlimits.py and sqlite_limits.py (core/flow.py): claim.lua serves the
+-- queue's groups round-robin (f:groups, scored by a sequence number: a served group goes to
+-- the back), asks each group's limiters, and leases its head job when they allow; a throttled
+-- group waits in f:gdelay until its next token, one whose slots are full in f:parked until
+-- free_slots wakes it. Token buckets use the caller's `now` (the broker's clock).
+
+-- the limit of a bucket / slot: a run-time override (f:limits) of it or of its limiter
+local function flow_spec(q, name, own)
+  local raw = redis.call('HGET', q.flow .. 'limits', name)
+  if not raw then
+    local base = string.match(name, '^([^:]*:[^:]*)')
+    if base then raw = redis.call('HGET', q.flow .. 'limits', base) end
+  end
+  if raw then return cjson.decode(raw) end
+  return own
+end
+
+local function flow_label(name, rate, per)
+  local rest = string.sub(name, string.find(name, ':', 1, true) + 1)
+  if not rate then
+    local p = string.find(rest, ':', 1, true)
+    if p then return string.sub(rest, p + 1) end
+    return rest
+  end
+  local units = {[1] = 's', [60] = 'm', [3600] = 'h', [86400] = 'd'}
+  local unit = units[per] or (string.format('%g', per) .. 's')
+  return rest .. ':' .. string.format('%g', rate) .. '/' .. unit
+end
+
+-- nil: the job may run (its tokens and slots taken); else (when to look again | 'park', why)
+local function flow_admit(q, nnow, now, id, fl, g)
+  local F = q.flow
+  if fl.c then
+    for _, c in ipairs(fl.c) do
+      local n = tonumber(flow_spec(q, c[1], {c[2]})[1])
+      local running = redis.call('SCARD', F .. 'slot:' .. c[1])
+      if running >= n then
+        redis.call('SADD', F .. 'wait:' .. c[1], g)
+        return 'park', 'waiting for ' .. flow_label(c[1]) .. ' (' .. running .. ' running)'
+      end
+    end
+  end
+  local wait, why, left = 0, nil, {}
+  for i, r in ipairs(fl.r or {}) do
+    local s = flow_spec(q, r[1], {r[2], r[3], r[4]})
+    local rate, per = tonumber(s[1]), tonumber(s[2])
+    local burst = tonumber(s[3] or s[1])
+    local b = redis.call('HMGET', F .. 'tb:' .. r[1], 'tokens', 'at')
+    local tokens, at = tonumber(b[1]) or burst, tonumber(b[2]) or nnow
+    tokens = math.min(burst, tokens + math.max(0, nnow - at) * rate / per)
+    if tokens >= 1 then
+      left[i] = tokens - 1
+    else
+      local t = nnow + (1 - tokens) * per / rate
+      if t > wait then wait = t end
+      why = 'throttled by rate limit ' .. flow_label(r[1], rate, per)
+    end
+  end
+  if wait > 0 then return wait, why end
+  for i, r in ipairs(fl.r or {}) do
+    redis.call('HSET', F .. 'tb:' .. r[1], 'tokens', string.format('%.17g', left[i]), 'at', now)
+  end
+  for _, c in ipairs(fl.c or {}) do redis.call('SADD', F .. 'slot:' .. c[1], id) end
+  return nil
+end
+
+-- lease jobs of the queue's groups while count() < limit (lease_one / lapse: claim.lua's)
+local function flow_take(q, now, nnow, limit, count, lease_one, lapse)
+  local F = q.flow
+  for _, g in ipairs(redis.call('ZRANGEBYSCORE', F .. 'gdelay', '-inf', now, 'LIMIT', 0, 1000)) do
+    redis.call('ZREM', F .. 'gdelay', g)
+    redis.call('HDEL', F .. 'why', g)
+    redis.call('ZADD', F .. 'groups', redis.call('INCR', q.seq), g)
+  end
+  local rounds = 0
+  while count() < limit and rounds < 4 * limit + 100 do  -- bounded work per call
+    rounds = rounds + 1
+    local first = redis.call('ZRANGE', F .. 'groups', 0, 0)
+    if #first == 0 then break end
+    local g = first[1]
+    local gk = F .. 'g:' .. g
+    local head = redis.call('ZRANGE', gk, 0, 0)
+    if #head == 0 then
+      redis.call('ZREM', F .. 'groups', g)  -- idle: forgotten until a job of it is pending
+    else
+      local id = member_id(head[1])
+      local key = q.job .. id
+      local f = redis.pcall('HMGET', key, 'state', 'attempts', 'task', 'run_at', 'lost',
+        'errors', 'history', 'last_error', 'expires_at', 'flow')
+      if f.err or f[1] ~= 'pending' then
+        redis.call('ZREM', gk, head[1])  -- stale: its job is gone or no longer pending
+        redis.call('DECR', F .. 'npend')
+      elseif f[9] and tonumber(f[9]) <= nnow then
+        redis.call('ZREM', gk, head[1])
+        redis.call('DECR', F .. 'npend')
+        lapse(id, key, f[3], f[2])
+      else
+        local verdict, why = flow_admit(q, nnow, now, id, cjson.decode(f[10] or '{}'), g)
+        if verdict == nil then
+          redis.call('ZREM', gk, head[1])
+          redis.call('DECR', F .. 'npend')
+          redis.call('ZADD', F .. 'groups', redis.call('INCR', q.seq), g)
+          lease_one(id, key, f, redis.call('INCR', q.seq))
+        else
+          redis.call('ZREM', F .. 'groups', g)
+          redis.call('HSET', F .. 'why', g, why)
+          if verdict == 'park' then
+            redis.call('SADD', F .. 'parked', g)
+          else
+            redis.call('ZADD', F .. 'gdelay', string.format('%.17g', verdict), g)
+          end
+        end
+      end
+    end
+  end
 end

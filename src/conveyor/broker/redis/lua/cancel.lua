@@ -3,16 +3,19 @@
 -- A workflow node's dependants are ended or released in the same step (wf_done in _lib.lua).
 --
 -- Input
---   KEYS: the 14 queue keys (_lib.lua)
+--   KEYS: the 16 queue keys (_lib.lua)
 --   ARGV: [1] queue name  [2] id  [3] now  [4] events_max
 -- Output: CODE_OK cancelled | CODE_NO not found or not cancellable (active or terminal)
 local q = qkeys(0)
 local qname, id, now = ARGV[1], ARGV[2], ARGV[3]
 local key = q.job .. id
-local f = hmget(key, 'state', 'rk', 'attempts', 'task', 'wf')
+local f = hmget(key, 'state', 'rk', 'attempts', 'task', 'wf', 'grp')
 if not f then return CODE_NO end
 local state = f[1]
-if state == 'pending' then
+if state == 'pending' and f[6] then  -- waiting in a flow group (issue 15)
+  redis.call('ZREM', q.flow .. 'g:' .. f[6], f[2] or id)
+  redis.call('DECR', q.flow .. 'npend')
+elseif state == 'pending' then
   redis.call('ZREM', q.ready, f[2] or id)
 elseif state == 'scheduled' then
   redis.call('ZREM', q.scheduled, id)

@@ -5,10 +5,11 @@
 -- the job must be active (fencing: a worker whose lease was lost changes nothing). The lease is
 -- dropped at once, a "cancelled" entry goes to the history (with the note and the worker) and
 -- the job joins the cancelled set (kept cancelled_ttl, like any cancelled job). Never retried.
--- A workflow node's dependants are ended or released in the same step (wf_done in _lib.lua).
+-- A workflow node's dependants are ended or released in the same step (wf_done in _lib.lua);
+-- the concurrency slots of a flow-controlled job free (free_slots).
 --
 -- Input
---   KEYS: the 14 queue keys (_lib.lua)
+--   KEYS: the 16 queue keys (_lib.lua)
 --   ARGV: [1] options (JSON object): queue, now, note, events_max
 --         then the job: [2] id  [3] token
 -- Output: {CODE_OK, 'cancelled'} | {CODE_LEASE_LOST} stale token or not active (LeaseLost)
@@ -17,8 +18,9 @@ local o = cjson.decode(ARGV[1])
 local now, note = o.now, o.note
 local id, token = ARGV[2], ARGV[3]
 local key = q.job .. id
-local f = hmget(key, 'state', 'token', 'attempts', 'worker_id', 'task', 'wf')
+local f = hmget(key, 'state', 'token', 'attempts', 'worker_id', 'task', 'wf', 'grp')
 if not f or f[1] ~= 'active' or f[2] ~= token then return {CODE_LEASE_LOST} end
+if f[7] then free_slots(q, id, key) end  -- flow control (issue 15): its slots free
 history(key, 'cancelled', now, f[3] or '0', note, f[4])
 redis.call('HSET', key, 'state', 'cancelled', 'finished_at', now)
 redis.call('HDEL', key, 'lease_expires_at', 'token')

@@ -8,13 +8,15 @@
 -- ("<seq>:<queue>"), lease entry, "started" event (one stream entry for all the jobs of the
 -- call: emit_many in _lib.lua). A paused queue is promoted but not served. The queue's wake
 -- markers are dropped (a worker woken by one claims right away; wait_for_work does not check).
--- Entries whose job is gone or no longer pending are dropped; a job key of the wrong type
+-- A pending job whose hash has an expires_at <= now becomes expired (issue 15: the lapse
+-- transition; kept in the expired set, never leased). Entries whose job is gone or no longer
+-- pending are dropped; a job key of the wrong type
 -- (garbage) is dead-lettered with kind decode_error (a string's value is kept in field "raw").
 -- Payloads are NOT decoded here: the client decodes and dead-letters undecodable ones at once
 -- (fail.lua with a stub payload), so a claim never hands out garbage and nothing loops.
 --
 -- Input
---   KEYS: the 14 queue keys (_lib.lua)
+--   KEYS: the 16 queue keys (_lib.lua)
 --   ARGV: [1] options (JSON object): queue, now, deadline (lease deadline = now +
 --         visibility_timeout), limit, worker ("" = none), events_max, promote_max (promote /
 --         expiry batch limit), dead_max (dead_letter_max), max_lost
@@ -45,6 +47,18 @@ local function bury_foreign(id, key, kind)
     'reason', 'decode_error')
 end
 
+-- issue 15: a job past its expires_at (hash field, set only for such jobs) never runs
+local nnow = tonumber(now)
+local function lapse(id, key, task, attempts)
+  redis.call('HSET', key, 'state', 'expired', 'finished_at', now)
+  redis.call('HDEL', key, 'rk')
+  history(key, 'expired', now, attempts or 0, 'not started before its expires_at', nil)
+  finish(q, q.expired, id, now, dead_max)  -- capped like the dead letters
+  emit(q, maxlen, 'type', 'expired', 'job_id', id, 'task', task or '', 'at', now)
+  -- a workflow node that never ran fails its dependants (issue 16; wf_done in _lib.lua)
+  if redis.call('HGET', key, 'wf') then wf_done(q, qname, id, false, nil, now, maxlen) end
+end
+
 promote(q, now, o.promote_max)
 expire_leases(q, now, o.max_lost, o.promote_max, maxlen, dead_max)
 -- this claim serves every marker left so far (stale ones included); if it leaves ready jobs
@@ -55,6 +69,29 @@ if redis.call('EXISTS', q.paused) == 1 then return {CODE_NO, ''} end
 local out = {CODE_NO, ''}
 local leased, ids, rows = {}, {}, {}
 local claimed = 0
+
+-- lease one pending job (f = its HMGET fields: state, attempts, task, run_at, lost, errors,
+-- history, last_error, ...) with fencing token number `seq`
+local function lease_one(id, key, f, seq)
+  local attempts = (tonumber(f[2]) or 0) + 1
+  local token = string.format('%d', seq) .. ':' .. qname
+  redis.call('HSET', key, 'state', 'active', 'attempts', attempts, 'started_at', now,
+    'lease_expires_at', deadline, 'token', token, 'worker_id', worker)
+  leased[#leased + 1] = deadline
+  leased[#leased + 1] = id
+  ids[#ids + 1] = id
+  rows[#rows + 1] = id
+  rows[#rows + 1] = f[3] or ''
+  rows[#rows + 1] = attempts
+  out[#out + 1] = {id, attempts, token, false, f[4], f[5], f[6], f[7], f[8]}
+  claimed = claimed + 1
+end
+
+-- flow control (issue 15; _flow.lua): grouped jobs first, only when the queue has groups
+if redis.call('EXISTS', q.flow .. 'groups', q.flow .. 'gdelay') > 0 then
+  flow_take(q, now, nnow, limit, function() return claimed end, lease_one, lapse)
+end
+
 while claimed < limit do
   local popped = redis.call('ZPOPMIN', q.ready, limit - claimed)
   if #popped == 0 then break end
@@ -64,10 +101,13 @@ while claimed < limit do
     local id = member_id(popped[i])
     local key = q.job .. id
     local f = redis.pcall('HMGET', key, 'state', 'attempts', 'task', 'run_at', 'lost', 'errors',
-      'history', 'last_error')
+      'history', 'last_error', 'expires_at')
     if f.err then
       bury_foreign(id, key, redis.call('TYPE', key).ok)
+    elseif f[1] == 'pending' and f[9] and tonumber(f[9]) <= nnow then
+      lapse(id, key, f[3], f[2])
     elseif f[1] == 'pending' then
+      -- lease_one, inlined: this loop is the hot path of every claim
       local attempts = (tonumber(f[2]) or 0) + 1
       local token = string.format('%d', seq) .. ':' .. qname
       redis.call('HSET', key, 'state', 'active', 'attempts', attempts, 'started_at', now,
@@ -89,7 +129,8 @@ if #leased > 0 then
   for i = 1, #ids do out[i + 2][4] = payloads[i] end
   emit_many(q, maxlen, 'started', now, {'worker', worker}, {'job_id', 'task', 'attempt'}, rows)
 end
-if claimed > 0 and redis.call('ZCARD', q.ready) > 0 then
+if claimed > 0 and (redis.call('ZCARD', q.ready) > 0
+    or redis.call('ZCARD', q.flow .. 'groups') > 0) then
   out[1] = CODE_MORE
   wake(q)
 elseif claimed == 0 then

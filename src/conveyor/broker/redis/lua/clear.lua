@@ -4,7 +4,7 @@
 -- and a clear are both atomic scripts, so a job is either still ready here or already leased).
 --
 -- Input
---   KEYS: the 14 queue keys (_lib.lua)
+--   KEYS: the 16 queue keys (_lib.lua)
 --   ARGV: [1] batch limit
 -- Output: the number of jobs deleted (== limit: call again for the rest)
 local q = qkeys(0)

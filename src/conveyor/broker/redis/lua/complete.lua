@@ -15,7 +15,7 @@
 -- _lib.lua).
 --
 -- Input
---   KEYS: the 14 queue keys (_lib.lua)
+--   KEYS: the 16 queue keys (_lib.lua)
 --   ARGV: [1] options (JSON object): queue, now, completed_max, events_max
 --         then per ack (5 values): id, token, result JSON ("" = null), errors entry JSON
 --         ("" = none), last_error (used with an entry)
@@ -28,8 +28,9 @@ local out, ids, done, rows = {}, {}, {}, {}
 for i = 2, #ARGV, 5 do
   local id, token, result, entry = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   local key = q.job .. id
-  local f = redis.pcall('HMGET', key, 'state', 'token', 'attempts', 'task', 'wf')
+  local f = redis.pcall('HMGET', key, 'state', 'token', 'attempts', 'task', 'wf', 'grp')
   if not f.err and f[1] == 'active' and f[2] == token then
+    if f[6] then free_slots(q, id, key) end
     if result ~= '' then
       redis.call('HSET', key, 'state', 'completed', 'finished_at', now, 'result', result)
     else

@@ -2,16 +2,22 @@
 -- it leaves its state's set and its hash and payload are dropped. No event (like purge).
 --
 -- Input
---   KEYS: the 14 queue keys (_lib.lua)
+--   KEYS: the 16 queue keys (_lib.lua)
 --   ARGV: [1] id
 -- Output: CODE_OK deleted | CODE_NO not found or active
 local q = qkeys(0)
 local id = ARGV[1]
-local f = hmget(q.job .. id, 'state', 'rk')
+local f = hmget(q.job .. id, 'state', 'rk', 'grp')
 if not f or not f[1] then return CODE_NO end
+if f[1] == 'pending' and f[3] then  -- waiting in a flow group (issue 15)
+  redis.call('ZREM', q.flow .. 'g:' .. f[3], f[2] or id)
+  redis.call('DECR', q.flow .. 'npend')
+  drop_jobs(q, {id})
+  return CODE_OK
+end
 local sets = {
   scheduled = q.scheduled, retry_scheduled = q.retry, completed = q.completed,
-  dead_letter = q.dead, cancelled = q.cancelled,
+  dead_letter = q.dead, cancelled = q.cancelled, expired = q.expired,
 }
 if f[1] == 'pending' then
   redis.call('ZREM', q.ready, f[2] or id)

@@ -7,16 +7,19 @@
 -- learns the new next due time and sleeps until it).
 --
 -- Input
---   KEYS: G groups of the 14 queue keys (see _lib.lua), one group per queue of the batch.
+--   KEYS: G groups of the 16 queue keys (see _lib.lua), one group per queue of the batch.
 --         Redis Cluster: always exactly one group (one slot); a standalone server takes
 --         several, which makes a multi-queue enqueue_many one atomic script.
 --   ARGV: [1] options (JSON object): now, events_max
---         then per group (G = #KEYS / 14, in KEYS order): queue name, n, and the group's
+--         then per group (G = #KEYS / 16, in KEYS order): queue name, n, and the group's
 --         defaults state ("pending"|"scheduled"), priority, run_at, created_at, task; then
 --         its n job records, each one of
 --           short (3 values): id, payload (JSON envelope), ""  -- the group defaults apply
---           full (11 values): id, payload, "f", state, priority, run_at, created_at, task,
---                             idempotency key ("" = none), key expiry (now + ttl), key PX ms
+--           full (14 values): id, payload, "f", state, priority, run_at, created_at, task,
+--                             idempotency key ("" = none), key expiry (now + ttl), key PX ms,
+--                             expires_at ("" = none; stored as the hash field claim.lua checks),
+--                             flow group ("" = none) and flow record JSON (issue 15: a pending
+--                             job of a group goes to the group's set, not the ready set)
 -- Output:
 --   {CODE_DUPLICATE_ID, id}  a job with this id already exists in its queue: nothing stored
 --   {CODE_OK, i_1, id_1, state_1, i_2, ...}  one triple per job NOT stored because its
@@ -25,7 +28,7 @@
 --             the id and state it was sent with.
 local o = cjson.decode(ARGV[1])
 local now, maxlen = o.now, o.events_max
-local groups = #KEYS / 14
+local groups = #KEYS / 16
 local nnow = tonumber(now)
 
 -- phase 1: parse, decide duplicates, refuse existing ids (nothing written yet).
@@ -35,7 +38,7 @@ local at, full, dup, jk, qs = {}, {}, {}, {}, {}
 local pos = 2
 local k = 0
 for g = 1, groups do
-  local q = qkeys((g - 1) * 14)
+  local q = qkeys((g - 1) * 16)
   qs[g] = q
   local n = tonumber(ARGV[pos + 1])
   pos = pos + 7
@@ -56,11 +59,27 @@ for g = 1, groups do
             local bar = string.find(v, '|', 1, true)
             local exp = bar and tonumber(string.sub(v, 1, bar - 1))
             if exp and exp > nnow then d = string.sub(v, bar + 1) end
+            -- unique jobs (issue 15): the key holds only while its job waits / is not done
+            if d and (string.sub(key, 1, 7) == 'unique:' or string.sub(key, 1, 9) == 'debounce:') then
+              local st = redis.pcall('HGET', q.job .. d, 'state')
+              if type(st) ~= 'string' then st = nil end
+              if string.sub(key, 1, 20) == 'unique:while_queued:'
+                  or string.sub(key, 1, 9) == 'debounce:' then
+                if st ~= 'pending' and st ~= 'scheduled' and st ~= 'retry_scheduled' then
+                  d = false
+                end
+              elseif string.sub(key, 1, 18) == 'unique:until_done:' then
+                if not st or st == 'completed' or st == 'dead_letter' or st == 'cancelled'
+                    or st == 'expired' then
+                  d = false
+                end
+              end
+            end
           end
         end
         if not d then batch_keys[key] = id end
       end
-      pos = pos + 11
+      pos = pos + 14
     else
       full[k] = false
       pos = pos + 3
@@ -106,6 +125,7 @@ for g = 1, groups do
   local seq = 0
   if fresh > 0 then seq = redis.call('INCRBY', q.seq, fresh) - fresh end
   local ready, scheduled, payloads, rows = {}, {}, {}, {}
+  local grouped = false
   for _ = 1, n do
     k = k + 1
     local a = at[k]
@@ -122,7 +142,20 @@ for g = 1, groups do
       out[#out + 1] = k; out[#out + 1] = d; out[#out + 1] = existing
     else
       local key = jk[k]
-      if state == 'pending' then
+      local grp = full[k] and ARGV[a + 12] ~= '' and ARGV[a + 12]
+      if grp then
+        redis.call('HSET', key, 'grp', grp, 'flow', ARGV[a + 13])
+      end
+      if grp and state == 'pending' then
+        seq = seq + 1
+        local m = string.format('%016x:%s', seq, id)
+        redis.call('ZADD', q.flow .. 'g:' .. grp, prio, m)
+        redis.call('INCR', q.flow .. 'npend')
+        group_ready(q, grp)
+        redis.call('HSET', key, 'state', state, 'priority', prio, 'run_at', run_at,
+          'created_at', created, 'task', task, 'rk', m)
+        grouped = true
+      elseif state == 'pending' then
         seq = seq + 1
         local m = string.format('%016x:%s', seq, id)  -- member(seq, id), inlined
         ready[#ready + 1] = prio
@@ -137,6 +170,9 @@ for g = 1, groups do
       end
       payloads[#payloads + 1] = id
       payloads[#payloads + 1] = ARGV[a + 1]
+      if full[k] and ARGV[a + 11] ~= '' then
+        redis.call('HSET', key, 'expires_at', ARGV[a + 11])
+      end
       if full[k] and ARGV[a + 8] ~= '' then
         redis.call('SET', q.idem .. ARGV[a + 8], ARGV[a + 9] .. '|' .. id, 'PX', ARGV[a + 10])
       end
@@ -144,10 +180,12 @@ for g = 1, groups do
       rows[#rows + 1] = task
       rows[#rows + 1] = state
     end
-    if full[k] then pos = pos + 11 else pos = pos + 3 end
+    if full[k] then pos = pos + 14 else pos = pos + 3 end
   end
   if #ready > 0 then
     bulk('ZADD', q.ready, ready)
+    wake(q)
+  elseif grouped then
     wake(q)
   end
   if #scheduled > 0 then

@@ -3,7 +3,7 @@
 -- Per (id, token): the token must match and the job must be active, else CODE_NO (lease lost).
 --
 -- Input
---   KEYS: the 14 queue keys (_lib.lua)
+--   KEYS: the 16 queue keys (_lib.lua)
 --   ARGV: [1] new deadline (now + visibility_timeout)  then pairs: id, token
 -- Output: {code_1, code_2, ...} one per pair: CODE_OK extended, CODE_NO lease lost
 local q = qkeys(0)

@@ -9,7 +9,7 @@
 -- workflow node ends or releases its dependants in the same step (wf_done in _lib.lua).
 --
 -- Input
---   KEYS: the 14 queue keys (_lib.lua)
+--   KEYS: the 16 queue keys (_lib.lua)
 --   ARGV: [1] options (JSON object): queue, now, retry_at ("" = dead-letter), kind (error
 --         kind: the dead_lettered reason), dead_max (dead_letter_max), events_max,
 --         has_attempt ("1" if the entry has "attempt", else "0")
@@ -21,8 +21,9 @@ local o = cjson.decode(ARGV[1])
 local qname, now, retry_at, maxlen = o.queue, o.now, o.retry_at, o.events_max
 local id, token, entry = ARGV[2], ARGV[3], ARGV[4]
 local key = q.job .. id
-local f = hmget(key, 'state', 'token', 'attempts', 'task', 'wf')
+local f = hmget(key, 'state', 'token', 'attempts', 'task', 'wf', 'grp')
 if not f or f[1] ~= 'active' or f[2] ~= token then return {CODE_LEASE_LOST} end
+if f[6] then free_slots(q, id, key) end
 local attempts = f[3] or '0'
 if o.has_attempt ~= '1' then
   if entry == '{}' then entry = '{"attempt":' .. attempts .. '}'

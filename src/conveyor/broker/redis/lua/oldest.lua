@@ -3,7 +3,7 @@
 -- priority band (FIFO order within a band approximates ready-time order).
 --
 -- Input
---   KEYS: the 14 queue keys (_lib.lua)
+--   KEYS: the 16 queue keys (_lib.lua)
 --   ARGV: [1] scan_max
 -- Output: the time as a string, or false (nil) when no job is pending
 local q = qkeys(0)

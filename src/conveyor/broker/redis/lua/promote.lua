@@ -2,7 +2,7 @@
 -- (transition: scheduled | retry_scheduled -> pending when run_at <= now).
 --
 -- Input
---   KEYS: the 14 queue keys (_lib.lua)
+--   KEYS: the 16 queue keys (_lib.lua)
 --   ARGV: [1] now  [2] limit
 -- Output: the number of jobs promoted (wakes idle workers when > 0)
 local q = qkeys(0)

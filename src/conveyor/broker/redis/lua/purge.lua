@@ -2,12 +2,13 @@
 -- (completed, dead_letter or cancelled; no state change for any other job).
 --
 -- Input
---   KEYS: the 14 queue keys (_lib.lua)
---   ARGV: [1] state ("completed" | "dead_letter" | "cancelled")  [2] cutoff ("+inf" = all)
+--   KEYS: the 16 queue keys (_lib.lua)
+--   ARGV: [1] state ("completed" | "dead_letter" | "cancelled" | "expired")  [2] cutoff ("+inf" = all)
 --         [3] batch limit  then optional job ids (only these are considered)
 -- Output: the number of jobs deleted (== limit: call again for the rest)
 local q = qkeys(0)
-local sets = {completed = q.completed, dead_letter = q.dead, cancelled = q.cancelled}
+local sets = {completed = q.completed, dead_letter = q.dead, cancelled = q.cancelled,
+  expired = q.expired}
 local set = sets[ARGV[1]]
 if not set then return redis.error_reply('purge: not a terminal state: ' .. ARGV[1]) end
 local cutoff = ARGV[2]

@@ -8,7 +8,7 @@
 -- active and its deadline <= now.
 --
 -- Input
---   KEYS: the 14 queue keys (_lib.lua)
+--   KEYS: the 16 queue keys (_lib.lua)
 --   ARGV: [1] options (JSON object): queue, now, max_lost, limit (batch limit), events_max,
 --         dead_max (dead_letter_max), completed_cutoff (now - completed_ttl),
 --         cancelled_cutoff (now - cancelled_ttl)

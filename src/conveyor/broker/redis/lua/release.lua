@@ -6,7 +6,7 @@
 -- jobs of its priority; with one it is scheduled until run_at. Both push a wake-up marker.
 --
 -- Input
---   KEYS: the 14 queue keys (_lib.lua)
+--   KEYS: the 16 queue keys (_lib.lua)
 --   ARGV: [1] options (JSON object): queue, now, run_at ("" = ready now), penalize ("1" /
 --         "0"), note, events_max
 --         then the job: [2] id  [3] token
@@ -16,7 +16,7 @@ local o = cjson.decode(ARGV[1])
 local qname, now, run_at, note = o.queue, o.now, o.run_at, o.note
 local id, token = ARGV[2], ARGV[3]
 local key = q.job .. id
-local f = hmget(key, 'state', 'token', 'attempts', 'worker_id', 'priority', 'task')
+local f = hmget(key, 'state', 'token', 'attempts', 'worker_id', 'priority', 'task', 'grp')
 if not f or f[1] ~= 'active' or f[2] ~= token then return {CODE_LEASE_LOST} end
 local attempts = tonumber(f[3]) or 0
 if o.penalize == '0' then
@@ -35,6 +35,7 @@ if run_at ~= '' then
   return {CODE_OK, 'scheduled'}
 end
 redis.call('HSET', key, 'run_at', now)
-make_ready(q, id, tonumber(f[5]) or 0)
+if f[7] then free_slots(q, id, key) end
+make_ready(q, id, tonumber(f[5]) or 0, f[7])
 wake(q)
 return {CODE_OK, 'pending'}

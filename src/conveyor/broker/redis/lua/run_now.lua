@@ -4,13 +4,13 @@
 -- priority and idle workers are woken.
 --
 -- Input
---   KEYS: the 14 queue keys (_lib.lua)
+--   KEYS: the 16 queue keys (_lib.lua)
 --   ARGV: [1] id  [2] now
 -- Output: CODE_OK made due | CODE_NO not found or not scheduled / retry_scheduled
 local q = qkeys(0)
 local id, now = ARGV[1], ARGV[2]
 local key = q.job .. id
-local f = hmget(key, 'state', 'attempts', 'priority')
+local f = hmget(key, 'state', 'attempts', 'priority', 'grp')
 if not f then return CODE_NO end
 if f[1] == 'scheduled' then
   redis.call('ZREM', q.scheduled, id)
@@ -21,6 +21,6 @@ else
 end
 history(key, 'run_now', now, f[2] or '0', 'made due now by an operator', nil)
 redis.call('HSET', key, 'run_at', now)
-make_ready(q, id, tonumber(f[3]) or 0)
+make_ready(q, id, tonumber(f[3]) or 0, f[4])
 wake(q)
 return CODE_OK

@@ -6,9 +6,9 @@
 -- the client checks it exactly on the few jobs that pass.
 --
 -- Input
---   KEYS: the 14 queue keys (_lib.lua)
+--   KEYS: the 16 queue keys (_lib.lua)
 --   ARGV: [1] options (JSON object): set ("ready" | "scheduled" | "retry" | "leases" |
---         "completed" | "dead" | "cancelled"), offset, count, prefix (id prefix), task,
+--         "completed" | "dead" | "cancelled" | "expired"), offset, count, prefix (id prefix), task,
 --         since, until, error (substring, lower case), text (substring, lower case);
 --         "" = no filter
 -- Output: {scanned, id_1, created_at_1, id_2, created_at_2, ...}

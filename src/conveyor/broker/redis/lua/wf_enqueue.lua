@@ -13,23 +13,28 @@
 --   ARGV: [1] options (JSON object): now, events_max, prefix (the key prefix), index (the
 --         index document: JSON {"nodes": [[id, queue], ...], "edges": [[parent, child,
 --         policy], ...]})
---         then per node 14 values: id, queue, payload, state (pending | waiting), priority,
+--         then per node 17 values: id, queue, payload, state (pending | waiting), priority,
 --         run_at, created_at, task, workflow id, pending parents, passing, trigger,
---         in (JSON [[parent, policy], ...]), out (JSON [[child, queue, policy], ...])
+--         in (JSON [[parent, policy], ...]), out (JSON [[child, queue, policy], ...]),
+--         expires_at, flow group, flow record JSON ("" = none; flow control, issue 15: a
+--         node of a limited task waits in its group when pending, as enqueue.lua's jobs do)
 -- Output: CODE_OK
 local o = cjson.decode(ARGV[1])
 local now, maxlen = o.now, o.events_max
 redis.call('SET', KEYS[1], o.index)
-for i = 2, #ARGV, 14 do
+for i = 2, #ARGV, 17 do
   local id, qname, state, prio = ARGV[i], ARGV[i + 1], ARGV[i + 3], ARGV[i + 4]
   local q = wf_qkeys(o.prefix, qname)
   local key = q.job .. id
   redis.call('HSET', key, 'state', state, 'priority', prio, 'run_at', ARGV[i + 5],
     'created_at', ARGV[i + 6], 'task', ARGV[i + 7])
   if ARGV[i + 13] ~= '[]' then redis.call('HSET', key, 'wf', '1') end
+  if ARGV[i + 14] ~= '' then redis.call('HSET', key, 'expires_at', ARGV[i + 14]) end
+  local grp = ARGV[i + 15] ~= '' and ARGV[i + 15]
+  if grp then redis.call('HSET', key, 'grp', grp, 'flow', ARGV[i + 16]) end
   redis.call('HSET', q.payloads, id, ARGV[i + 2])
   if state == 'pending' then
-    make_ready(q, id, tonumber(prio) or 0)
+    make_ready(q, id, tonumber(prio) or 0, grp)
     wake(q)
   else
     redis.call('ZADD', q.waiting, ARGV[i + 6], id)

@@ -1,0 +1,127 @@
+"""Flow-control benchmarks (issue 15, docs/flow-control.md, the Numbers in docs/benchmarks.md).
+
+Each scenario fills one queue with no-op jobs and drains it through the broker's own claim and
+complete calls (``claim(limit=32)`` then one ``complete`` per batch, one process): the cost
+measured is the claim path's, which is where the limits are enforced. Scenarios:
+
+* ``nolimit``   — plain jobs: the drain rate to compare with a run of the previous version.
+* ``conc``      — ``ConcurrencyLimit(1, key=...)`` over ``--keys`` keys (1,000 by default):
+  the issue asks for at least 50 % of the ``nolimit`` rate.
+* ``fair``      — ``fair_by=...`` over ``--keys`` groups (10,000): at least 80 %.
+* ``keys``      — Redis only: the server time of the drain's scripts per job (``INFO
+  commandstats`` of EVALSHA: claim + complete) with 100, 1,000, 10,000 and 100,000 fair keys
+  (two jobs each): it must stay flat.
+
+Usage (the lead records the full-size numbers; smoke-run small)::
+
+    python -m bench.flow_control --url redis://127.0.0.1:6379/0 --jobs 20000
+    python -m bench.flow_control --url memory:// --jobs 2000 --keys 100 \
+        --scenarios nolimit,conc,fair
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from typing import Any
+
+from conveyor import ConcurrencyLimit, Conveyor
+from conveyor.broker.base import Ack
+
+BATCH = 32
+
+
+def _app(url: str) -> Conveyor:
+    app = Conveyor(url)
+    if hasattr(app.broker, "flush_all"):
+        app.broker.flush_all()
+    return app
+
+
+def _fill(app: Conveyor, task: str, jobs: int, keys: int) -> None:
+    specs = [app.tasks[task].spec(f"k{i % max(keys, 1)}", i) for i in range(jobs)]
+    for start in range(0, len(specs), 1000):
+        app.enqueue_many(specs[start : start + 1000])
+
+
+def _drain(app: Conveyor, jobs: int) -> float:
+    """Seconds to claim and complete every job of the queue."""
+    broker, done = app.broker, 0
+    started = time.perf_counter()
+    while done < jobs:
+        leases = broker.claim(["bench"], app.now(), limit=BATCH, visibility_timeout=300)
+        if not leases:
+            if time.perf_counter() - started > 600:
+                raise RuntimeError(f"stalled after {done} of {jobs} jobs")
+            continue
+        broker.complete([Ack(lease.id, lease.token) for lease in leases], app.now())
+        done += len(leases)
+    return time.perf_counter() - started
+
+
+def _register(app: Conveyor) -> None:
+    @app.task(name="bench.plain", queue="bench")
+    def plain(key: str, i: int) -> None: ...
+
+    @app.task(name="bench.conc", queue="bench", concurrency=ConcurrencyLimit(1, key="key"))
+    def conc(key: str, i: int) -> None: ...
+
+    @app.task(name="bench.fair", queue="bench", fair_by="key")
+    def fair(key: str, i: int) -> None: ...
+
+
+def drain_rate(url: str, task: str, jobs: int, keys: int) -> float:
+    """Jobs per second of one drain."""
+    app = _app(url)
+    _register(app)
+    _fill(app, task, jobs, keys)
+    seconds = _drain(app, jobs)
+    app.close()
+    return jobs / seconds
+
+
+def claim_server_time(url: str, keys: int, per_key: int = 2) -> float:
+    """Redis: server microseconds of the drain's scripts (claim + complete) per job, with
+    ``keys`` fair groups waiting."""
+    app = _app(url)
+    _register(app)
+    _fill(app, "bench.fair", keys * per_key, keys)
+    client: Any = app.broker.client  # type: ignore[attr-defined]
+    client.config_resetstat()
+    _drain(app, keys * per_key)
+    stats = client.info("commandstats").get("cmdstat_evalsha", {})
+    app.close()
+    return float(stats.get("usec", 0)) / max(keys * per_key, 1)
+
+
+def main() -> None:
+    """Run the chosen scenarios and print one JSON object."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--url", default="memory://")
+    parser.add_argument("--jobs", type=int, default=20_000)
+    parser.add_argument("--keys", type=int, default=0, help="default: 1,000 conc / 10,000 fair")
+    parser.add_argument("--scenarios", default="nolimit,conc,fair,keys")
+    parser.add_argument("--key-counts", default="100,1000,10000,100000")
+    args = parser.parse_args()
+    wanted = set(args.scenarios.split(","))
+    out: dict[str, Any] = {"url": args.url.split("@")[-1], "jobs": args.jobs}
+    if wanted & {"nolimit", "conc", "fair"}:
+        base = drain_rate(args.url, "bench.plain", args.jobs, 1)
+        out["nolimit_jobs_per_s"] = round(base, 1)
+        if "conc" in wanted:
+            rate = drain_rate(args.url, "bench.conc", args.jobs, args.keys or 1000)
+            out["conc_jobs_per_s"], out["conc_ratio"] = round(rate, 1), round(rate / base, 3)
+        if "fair" in wanted:
+            rate = drain_rate(args.url, "bench.fair", args.jobs, args.keys or 10_000)
+            out["fair_jobs_per_s"], out["fair_ratio"] = round(rate, 1), round(rate / base, 3)
+    if "keys" in wanted and args.url.startswith("redis"):
+        counts = [int(k) for k in args.key_counts.split(",")]
+        out["script_usec_per_job_by_keys"] = {
+            k: round(claim_server_time(args.url, k), 2) for k in counts
+        }
+    print(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,255 @@
+"""Flow control of the memory broker (issue 15): groups, token buckets, concurrency slots.
+
+Runs under the broker's lock, inside its claim. A pending job with a ``flow`` record waits in
+its group (``core/flow.py``), not in the queue's ready heap. Each queue keeps a heap of its
+*scheduled* groups, ``(eligible at, round-robin number, group)``: a claim pops the groups that
+are eligible now, asks their limiters, leases one job of each group that may run and puts the
+group back behind the others (round-robin: fairness). A group whose bucket is empty goes back
+at the time of its next token; one whose concurrency slots are full waits, off the heap, until
+a slot frees. Empty groups are forgotten (idle groups cost nothing), so the claim's cost is the
+number of groups it touches, never the number of groups that exist.
+
+Concurrency slots record their owning job ids; only the owner's end of lease frees its slot
+(complete, fail, release or an expired lease: a dead worker's slots free with its lease).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from ..core import lifecycle
+from ..core.flow import bucket_take, limiter_base, limiter_label
+from ..core.job import Job
+from ..core.state import JobState
+from .base import Lease
+
+if TYPE_CHECKING:
+    from .memflow import MemoryFlow
+
+Eligible = Callable[[Job], bool]
+
+
+class MemoryLimits:
+    """Groups, buckets and slots of every queue of one memory broker."""
+
+    def __init__(self) -> None:
+        self.jobs: dict[tuple[str, str], list[tuple[int, int, str]]] = {}
+        self.heaps: dict[str, list[tuple[float, int, str]]] = {}
+        self.placed: dict[tuple[str, str], tuple[float, int]] = {}  # live heap entry per group
+        self.buckets: dict[str, tuple[float, float]] = {}
+        self.slots: dict[str, set[str]] = {}  # slot name -> owning job ids
+        self.waiters: dict[str, set[tuple[str, str]]] = {}  # slot name -> groups waiting
+        self.blocked: dict[tuple[str, str], str] = {}  # group -> why it waits (operators)
+        self.parked: set[tuple[str, str]] = set()  # groups off the heap until a slot frees
+        self.overrides: dict[str, list[float]] = {}  # limiter (or its base) -> run-time spec
+        self._rr = itertools.count(1)
+
+    # ------------------------------------------------------------------ placing
+    def add(self, job: Job, seq: int) -> None:
+        """A grouped job became pending: into its group; the group is scheduled if idle."""
+        key = (job.queue, str(job.flow["g"] if job.flow else ""))
+        heapq.heappush(self.jobs.setdefault(key, []), (job.priority, seq, job.id))
+        if key not in self.placed and key not in self.parked:
+            self._schedule(key, 0.0)
+
+    def _schedule(self, key: tuple[str, str], at: float) -> None:
+        entry = (at, next(self._rr))
+        self.placed[key] = entry
+        heapq.heappush(self.heaps.setdefault(key[0], []), (entry[0], entry[1], key[1]))
+
+    # ------------------------------------------------------------------ claiming
+    def take(self, queue: str, now: float, want: int, ok: Eligible) -> list[Job]:
+        """Up to ``want`` jobs of ``queue``'s groups that their limiters let run now.
+
+        ``ok(job)``: the broker's check that a group entry is still this pending job (stale
+        entries are skipped).
+        """
+        heap = self.heaps.get(queue)
+        out: list[Job] = []
+        while heap and heap[0][0] <= now and len(out) < want:
+            at, rr, g = heapq.heappop(heap)
+            key = (queue, g)
+            if self.placed.get(key) != (at, rr):
+                continue  # a stale entry: the group was rescheduled since
+            del self.placed[key]
+            job = self._head(key, ok)
+            if job is None:
+                self.blocked.pop(key, None)
+                continue  # empty: forgotten until a job arrives
+            verdict = self._admit(job, key, now)
+            if verdict is None:
+                heapq.heappop(self.jobs[key])
+                out.append(job)
+                if self.jobs[key]:
+                    self._schedule(key, now)  # behind every group eligible now: round-robin
+                else:
+                    del self.jobs[key]
+            elif verdict != float("inf"):  # inf: parked until a slot frees (``free``)
+                self._schedule(key, verdict)
+        return out
+
+    def _head(self, key: tuple[str, str], ok: Eligible) -> Job | None:
+        heap = self.jobs.get(key)
+        while heap:
+            job = self.lookup(heap[0][2], heap[0][1])
+            if job is not None and ok(job):
+                return job
+            heapq.heappop(heap)
+        self.jobs.pop(key, None)
+        return None
+
+    lookup: Callable[[str, int], Job | None]  # set by the broker: a pending job with that seq
+
+    def _admit(self, job: Job, key: tuple[str, str], now: float) -> float | None:
+        """None: the job may run (tokens and slot taken); else when to look at its group again
+        (``inf``: when a slot frees)."""
+        flow = job.flow or {}
+        for name, limit in flow.get("c") or ():
+            n = int(self._spec(name, [limit])[0])
+            running = self.slots.get(name, set())
+            if len(running) >= n:
+                self.waiters.setdefault(name, set()).add(key)
+                self.parked.add(key)
+                self.blocked[key] = f"waiting for {limiter_label(name)} ({len(running)} running)"
+                return float("inf")
+        wait = 0.0
+        takes: list[tuple[str, tuple[float, float]]] = []
+        for name, *spec in flow.get("r") or ():
+            rate, per, burst = self._spec(name, spec)
+            taken, state, next_at = bucket_take(self.buckets.get(name), rate, per, burst, now)
+            if not taken:
+                wait = max(wait, next_at)
+                label = limiter_label(name, [rate, per])
+                self.blocked[key] = f"throttled by rate limit {label}"
+            takes.append((name, state))
+        if wait:
+            return wait  # nothing taken: every bucket of the group must have a token
+        for name, state in takes:
+            self.buckets[name] = state
+        for name, _ in flow.get("c") or ():
+            self.slots.setdefault(name, set()).add(job.id)
+        self.blocked.pop(key, None)
+        return None
+
+    def _spec(self, name: str, spec: list[Any]) -> list[float]:
+        """The limit of ``name``: a run-time override of its limiter, else the job's own."""
+        found = self.overrides.get(name) or self.overrides.get(limiter_base(name))
+        return [float(v) for v in (found or spec)]
+
+    # ------------------------------------------------------------------ releasing
+    def free(self, job: Job) -> bool:
+        """``job`` left ``active``: its slots free (only if it owns them) and waiters wake;
+        True when a waiting group was put back in line."""
+        woke = False
+        for name, _ in (job.flow or {}).get("c") or ():
+            owners = self.slots.get(name)
+            if owners is None or job.id not in owners:
+                continue  # fenced: only the owner frees its slot
+            owners.discard(job.id)
+            if not owners:
+                del self.slots[name]
+            for key in self.waiters.pop(name, set()):
+                self.blocked.pop(key, None)
+                self.parked.discard(key)
+                if key not in self.placed and key in self.jobs:
+                    self._schedule(key, 0.0)
+                    woke = True
+        return woke
+
+    def next_time(self, queues: Iterable[str]) -> float | None:
+        """The earliest time a group of ``queues`` becomes eligible (for an empty claim)."""
+        times = [self.heaps[q][0][0] for q in queues if self.heaps.get(q)]
+        return min(times) if times else None
+
+
+class MemoryLimitsAdmin:
+    """``flow_set_limit`` / ``flow_status`` of the memory broker (mixed into MemoryBroker)."""
+
+    _lock: Any
+    limits: MemoryLimits
+    _jobs: dict[str, Job]
+
+    def flow_set_limit(self, name: str, spec: list[float] | None) -> None:
+        """Override the limit of a limiter (``rate:<task>``) or one bucket / slot; None clears."""
+        with self._lock:
+            if spec is None:
+                self.limits.overrides.pop(name, None)
+            else:
+                self.limits.overrides[name] = [float(v) for v in spec]
+            # every waiting group is looked at again by the next claim, under the new limit
+            for key in [*self.limits.parked, *self.limits.placed]:
+                self.limits.parked.discard(key)
+                if key in self.limits.jobs:
+                    self.limits._schedule(key, 0.0)
+            self.limits.waiters.clear()
+
+    def flow_status(self, now: float) -> dict[str, Any]:
+        """Run-time limits, bucket tokens, running jobs per slot, waiting jobs per group."""
+        with self._lock:
+            waiting: dict[tuple[str, str], int] = {}
+            for job in self._jobs.values():
+                if job.flow is not None and job.state is JobState.PENDING:
+                    key = (job.queue, str(job.flow["g"]))
+                    waiting[key] = waiting.get(key, 0) + 1
+            return {
+                "limits": {n: list(s) for n, s in sorted(self.limits.overrides.items())},
+                "buckets": {n: round(s[0], 3) for n, s in sorted(self.limits.buckets.items())},
+                "running": {n: sorted(ids) for n, ids in sorted(self.limits.slots.items())},
+                "groups": [
+                    {"queue": q, "group": g, "waiting": n, "why": self.limits.blocked.get((q, g))}
+                    for (q, g), n in sorted(waiting.items())
+                ],
+            }
+
+
+class MemoryLimitsHooks:
+    """The memory broker's per-job steps of issue 15 (expiry at claim, slots at lease end),
+    kept here so memory.py keeps its size."""
+
+    _jobs: dict[str, Job]
+    _ready_seq: dict[str, int]
+    _tokens: dict[str, str]
+    _seq: Iterator[int]
+    _leases: Any
+    limits: MemoryLimits
+    flow: MemoryFlow  # the workflow nodes and edges (issue 16)
+    _notify: Callable[[], None]
+    _emit: Callable[..., None]
+    _finish: Callable[[Job], None]
+    _snap: Callable[[Job], Job]
+
+    def _lapse(self, job: Job, now: float) -> None:
+        """pending → expired at claim (issue 15): it never runs; kept like a dead letter."""
+        lifecycle.lapse(job, now)
+        self._emit("expired", job, now)
+        self._finish(job)
+        self.flow.done(job, now)  # a workflow node that never ran fails its dependants
+
+    def _pending_seq(self, job_id: str, seq: int) -> Job | None:
+        job = self._jobs.get(job_id)
+        if job is None or job.state is not JobState.PENDING or self._ready_seq.get(job_id) != seq:
+            return None
+        return job
+
+    def _unlease(self, job: Job) -> None:
+        """The job left ``active``: its token goes, its concurrency slots free (issue 15)."""
+        self._tokens.pop(job.id, None)
+        if job.flow is not None and self.limits.free(job):
+            self._notify()  # an idle worker claims the job that waited for this slot
+
+    def _not_lapsed(self, job: Job, now: float) -> bool:
+        if job.expires_at is not None and lifecycle.is_lapsed(job, now):
+            self._lapse(job, now)
+            return False
+        return True
+
+    def _lease_one(self, job: Job, now: float, visibility_timeout: float, worker_id: str) -> Lease:
+        lifecycle.claim(job, now, visibility_timeout, worker_id)
+        token = f"{job.attempts}.{next(self._seq)}"
+        self._tokens[job.id] = token
+        self._leases.push(now + visibility_timeout, job.id)
+        self._emit("started", job, now, attempt=job.attempts, worker=worker_id)
+        return Lease(self._snap(job), token, now + visibility_timeout)

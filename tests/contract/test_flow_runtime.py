@@ -1,0 +1,68 @@
+"""Contract: limits changed at run time (no restart), queue limits, and why a job waits."""
+
+from __future__ import annotations
+
+import pytest
+
+from conveyor import ConcurrencyLimit, Conveyor, FakeClock, ValidationError
+from conveyor.monitoring.limits import why_waiting
+
+
+def _claim(app: Conveyor, clock: FakeClock, queue: str = "default") -> list[str]:
+    return [lease.id for lease in app.broker.claim([queue], clock.now(), limit=20)]
+
+
+def test_rate_limit_changed_at_run_time_and_why(app: Conveyor, clock: FakeClock) -> None:
+    @app.task(name="flow.partner", rate_limit="1/m")
+    def partner(i: int) -> None: ...
+
+    jobs = [partner.enqueue(i) for i in range(5)]
+    assert len(_claim(app, clock)) == 1
+    assert _claim(app, clock) == []
+    status = app.limits()
+    assert status["declared"]["rate:flow.partner"] == "1/m"
+    why = why_waiting(status, jobs[1].refresh())
+    assert why == "throttled by rate limit flow.partner:1/m"
+    app.set_limit("rate:flow.partner", "10/s", burst=2)
+    assert app.limits()["limits"]["rate:flow.partner"] == [10.0, 1.0, 2.0]
+    clock.advance(0.5)  # a claim that looks at the group again uses the new rate
+    assert len(_claim(app, clock)) >= 1
+    app.set_limit("rate:flow.partner", None)
+    assert app.limits()["limits"] == {}
+
+
+def test_concurrency_raised_at_run_time(app: Conveyor, clock: FakeClock) -> None:
+    @app.task(name="flow.sync", concurrency=ConcurrencyLimit(1, key="account_id"))
+    def sync(account_id: int, n: int) -> None: ...
+
+    jobs = [sync.enqueue(42, n) for n in range(3)]
+    assert len(_claim(app, clock)) == 1 and _claim(app, clock) == []
+    status = app.limits()
+    assert why_waiting(status, jobs[1].refresh()) == "waiting for account_id=42 (1 running)"
+    assert list(status["running"]) == ["conc:flow.sync:account_id=42"]
+    app.set_limit("conc:flow.sync", 2)
+    assert len(_claim(app, clock)) == 1
+
+
+def test_queue_limits(app: Conveyor, clock: FakeClock) -> None:
+    app.queue("partner", rate_limit="2/s", concurrency=5)
+    for i in range(6):
+        app.enqueue("anything", [i], queue="partner")
+    app.enqueue("anything", [99])  # another queue: not limited
+    assert len(_claim(app, clock, "partner")) == 2
+    assert len(_claim(app, clock)) == 1
+    clock.advance(10)
+    assert len(_claim(app, clock, "partner")) == 2
+    clock.advance(10)
+    assert len(_claim(app, clock, "partner")) == 1, "5 running at most"
+
+
+def test_bad_run_time_limits_are_refused(app: Conveyor) -> None:
+    with pytest.raises(ValidationError, match="name"):
+        app.set_limit("partner", "10/s")
+    with pytest.raises(ValidationError, match="limit"):
+        app.set_limit("rate:x", "fast")
+    with pytest.raises(ValidationError, match="limit"):
+        app.set_limit("conc:x", 0)
+    with pytest.raises(ValidationError, match="queue"):
+        app.queue("bad queue", rate_limit="1/s")
