@@ -36,7 +36,10 @@ _BULLMQ_CONCURRENCY = {"default": 1, "best": 50, "io": 100, "c10": 10, "c100": 1
 #: BullMQ redelivers a dead worker's job once its 30 s lock expired and a stalled-jobs check
 #: (every 30 s) ran: the crash check waits this long past its window to see it happen.
 _LOCK_FOLLOWUP = 75.0
-_SIDEKIQ_CONCURRENCY = {"default": 10, "best": 30, "io": 100, "c5": 5, "c10": 10, "c50": 50}
+_SIDEKIQ_CONCURRENCY = {
+    **{"default": 10, "best": 30, "io": 100, "c5": 5, "c10": 10, "c50": 50},
+    **{"c10-yjit": 10, "c30-yjit": 30},
+}
 
 
 def _which(program: str) -> str:
@@ -98,7 +101,7 @@ class SidekiqAdapter(ExternalAdapter):
     runtime = "ruby"
     producer_script = _RUBY_DIR / "sidekiq_producer.rb"
     bulk_api = "Sidekiq::Client.push_bulk"
-    tuning_modes: ClassVar[tuple[str, ...]] = ("c5", "c10", "c50")
+    tuning_modes: ClassVar[tuple[str, ...]] = ("c5", "c10", "c50", "c10-yjit", "c30-yjit")
 
     def worker_command(self, mode: str) -> list[str]:
         if mode not in _SIDEKIQ_CONCURRENCY:
@@ -108,7 +111,10 @@ class SidekiqAdapter(ExternalAdapter):
         return cmd if mode == "default" else [*cmd, "-c", str(_SIDEKIQ_CONCURRENCY[mode])]
 
     def worker_env(self, mode: str) -> dict[str, str]:
-        return {} if mode in ("default", "io") else {"BENCH_SIDEKIQ_LOG_LEVEL": "warn"}
+        if mode in ("default", "io"):
+            return {}
+        yjit = {"RUBY_YJIT_ENABLE": "1"} if mode.endswith("-yjit") else {}
+        return {"BENCH_SIDEKIQ_LOG_LEVEL": "warn"} | yjit
 
 
 class BullMQPythonAdapter(Adapter):
