@@ -170,3 +170,17 @@ def _dbsize(redis: RedisServer, db: int) -> int:
 def test_node_lock_file_pins_bullmq() -> None:
     lock = json.loads((REPO / "bench/peers_node/package-lock.json").read_text())
     assert lock["packages"]["node_modules/bullmq"]["version"].startswith("5.")
+
+
+def test_notes_say_when_jobs_lost_in_the_window_came_back_later() -> None:
+    crash = {
+        "lost": 1,
+        "in_flight_at_kill": 1,
+        "window_s": 60.0,
+        "idle_s": 15.0,
+        "followup_s": 75.0,
+        "recovered_after_window": 1,
+        "all_done_s_after_restart_late": 44.6,
+    }
+    notes = report.notes({"systems": {"bullmq": {"scenarios": {"crash": crash}}}})
+    assert "of the 1 lost, 1 came back after the window (all done 45 s after the restart" in notes
