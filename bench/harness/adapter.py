@@ -81,8 +81,14 @@ class Adapter(ABC):
     #: Worker mode of the crash check. A system whose recovery needs a setting shorter than the
     #: harness's idle window (a lease or visibility timeout) names a mode here; its doc says why.
     crash_mode: ClassVar[str] = "default"
+    #: Seconds the crash check's second worker keeps running after the window when jobs are
+    #: still missing, to tell late redelivery from loss (0: not measured; see scenarios.crash).
+    crash_followup: ClassVar[float] = 0.0
     #: Scenarios this system can run (``None``: all). Others are recorded as skipped.
     supported_scenarios: ClassVar[tuple[str, ...] | None] = None
+    #: Whether the system's queue lives in the harness's Redis (then every scenario also
+    #: reports the redis-server's CPU time per job).
+    uses_redis: ClassVar[bool] = True
 
     def __init__(self, ctx: BenchContext) -> None:
         self.ctx = ctx
@@ -199,19 +205,16 @@ class Adapter(ABC):
         return self.last_output.read_text(errors="replace")[-chars:]
 
     # ----------------------------------------------------------------- producer
+    def producer_command(self) -> list[str]:
+        """argv prefix of a producer process (``--url``, ``--op`` and the sizes follow)."""
+        return [str(self.python), "-m", "bench.harness.producer", "--client", self.client_module]
+
+    def runtime_label(self) -> str:
+        """The interpreter of this system's processes, for the results file."""
+        return str(self.python.relative_to(self.ctx.repo))
+
     def _produce(self, op: str, *extra: str, timeout: float = 900) -> dict[str, object]:
-        cmd = [
-            str(self.python),
-            "-m",
-            "bench.harness.producer",
-            "--client",
-            self.client_module,
-            "--url",
-            self.redis_url,
-            "--op",
-            op,
-            *extra,
-        ]
+        cmd = [*self.producer_command(), "--url", self.redis_url, "--op", op, *extra]
         run = subprocess.run(
             cmd, cwd=self.ctx.repo, env=self._env(), capture_output=True, text=True, timeout=timeout
         )

@@ -28,6 +28,9 @@ _CONCURRENCY = {
     "c4096": 4096,
 }
 
+#: ``tune`` candidates that keep every default but the slot count (supervisor, log level info).
+_DEFAULT_BUT_CONCURRENCY = {"d32": 32, "d64": 64, "d128": 128, "d256": 256, "d512": 512}
+
 
 class ConveyorAdapter(Adapter):
     """Conveyor's CLI worker: batched Lua claims sized to free slots, coalesced acks."""
@@ -38,7 +41,10 @@ class ConveyorAdapter(Adapter):
     venv = ".venv"
     client_module = "bench.peer_tasks.conveyor_tasks"
     bulk_api = "app.enqueue_many (one atomic Lua call per batch)"
-    tuning_modes: ClassVar[tuple[str, ...]] = ("c64", "c256", "c1024", "c2048", "c4096")
+    tuning_modes: ClassVar[tuple[str, ...]] = (
+        *("d64", "d128", "d256", "d512"),
+        *("c256", "c1024", "c4096"),
+    )
     crash_mode = "crash"
 
     def worker_command(self, mode: str) -> list[str]:
@@ -47,6 +53,8 @@ class ConveyorAdapter(Adapter):
             return base
         if mode == "crash":
             return [*base, "--concurrency", "8"]
+        if mode in _DEFAULT_BUT_CONCURRENCY:  # the defaults with another slot count
+            return [*base, "--concurrency", str(_DEFAULT_BUT_CONCURRENCY[mode])]
         quiet = ["--log-level", "warning", "--no-supervisor"]
         if mode == "io":
             return [*base, "--concurrency", "100", *quiet]

@@ -26,6 +26,7 @@ class ConveyorSqliteAdapter(ConveyorAdapter):
 
     name = "conveyor-sqlite"
     db = 0  # unused: nothing of this system lives in Redis
+    uses_redis = False
     bulk_api = "app.enqueue_many (one transaction per batch)"
     tuning_modes: ClassVar[tuple[str, ...]] = ("c16", "c64")
 
@@ -51,6 +52,7 @@ class ConveyorMemoryAdapter(ConveyorAdapter):
 
     name = "conveyor-memory"
     db = 0
+    uses_redis = False
     bulk_api = "app.enqueue_many"
     supported_scenarios: ClassVar[tuple[str, ...] | None] = ("enqueue", "bulk", "drain", "io")
 

@@ -97,6 +97,12 @@ class RedisServer:
         m = re.search(r"redis_version:(\S+)", info)
         return m.group(1) if m else "?"
 
+    def cpu_seconds(self) -> float:
+        """The server's CPU time so far: ``used_cpu_sys + used_cpu_user`` from INFO cpu."""
+        info = self.command("INFO", "cpu")
+        found = dict(re.findall(r"^(used_cpu_(?:sys|user)):([\d.]+)", info, re.M))
+        return float(found["used_cpu_sys"]) + float(found["used_cpu_user"])
+
     def stop(self, timeout: float = 10.0) -> None:
         """SIGTERM by pid, SIGKILL after ``timeout``; remove the temp dir."""
         if self.proc.poll() is None:

@@ -33,20 +33,27 @@ def _parent(*path: str) -> Getter:
 
 
 #: (label, path into a system's "scenarios", higher is better, decimals)
+CPU = "redis_cpu_us_per_job"
 METRICS: list[tuple[str, tuple[str, ...], bool, int]] = [
     ("enqueue, 1 call/job (jobs/s)", ("enqueue", "rate"), True, 0),
+    ("└ Redis CPU per job (µs)", ("enqueue", CPU), False, 1),
     ("bulk enqueue (jobs/s)", ("bulk", "rate"), True, 0),
+    ("└ Redis CPU per job (µs)", ("bulk", CPU), False, 1),
     ("drain, default settings (jobs/s)", ("drain", "default", "rate"), True, 0),
+    ("└ Redis CPU per job (µs)", ("drain", "default", CPU), False, 1),
     ("drain, best settings (jobs/s)", ("drain", "best", "rate"), True, 0),
+    ("└ Redis CPU per job (µs)", ("drain", "best", CPU), False, 1),
     ("pickup p50, default (ms)", ("latency", "default", "p50_ms"), False, 1),
     ("pickup p99, default (ms)", ("latency", "default", "p99_ms"), False, 1),
     ("pickup p50, best (ms)", ("latency", "best", "p50_ms"), False, 1),
     ("pickup p99, best (ms)", ("latency", "best", "p99_ms"), False, 1),
     ("I/O 10 ms jobs, concurrency 100 (jobs/s)", ("io", "rate"), True, 0),
+    ("└ Redis CPU per job (µs)", ("io", CPU), False, 1),
     ("idle RSS, default (MB)", ("rss", "default", "rss_mb"), False, 1),
     ("idle RSS, best (MB)", ("rss", "best", "rss_mb"), False, 1),
     ("crash: lost jobs", ("crash", "lost"), False, 0),
     ("crash: duplicated jobs", ("crash", "duplicated"), False, 0),
+    ("crash: Redis CPU per job (µs)", ("crash", CPU), False, 1),
 ]
 
 
@@ -117,6 +124,85 @@ def _ratio_cells(vals: dict[str, float | None], peers: list[str], higher: bool) 
     return [who, f"{conv / best_val:.2f}x"]
 
 
+#: Issue 21's targets: (label, Conveyor's path, leader, leader's candidate paths, goal, higher).
+#: The leader's figure is its best over the candidate paths (fastest rate, lowest CPU).
+TARGETS: list[tuple[str, tuple[str, ...], str, list[tuple[str, ...]], float, bool]] = [
+    (
+        "drain, Conveyor defaults ÷ BullMQ at concurrency 50",
+        ("drain", "default", "rate"),
+        "bullmq",
+        [("drain", "best", "rate")],
+        1.0,
+        True,
+    ),
+    (
+        "drain, Conveyor defaults ÷ Sidekiq",
+        ("drain", "default", "rate"),
+        "sidekiq",
+        [("drain", "default", "rate"), ("drain", "best", "rate")],
+        3.0,
+        True,
+    ),
+    (
+        "drain, best settings ÷ BullMQ's best",
+        ("drain", "best", "rate"),
+        "bullmq",
+        [("drain", "default", "rate"), ("drain", "best", "rate")],
+        1.5,
+        True,
+    ),
+    ("bulk enqueue ÷ Sidekiq push_bulk", ("bulk", "rate"), "sidekiq", [("bulk", "rate")], 1, True),
+    ("single enqueue ÷ BullMQ", ("enqueue", "rate"), "bullmq", [("enqueue", "rate")], 1.0, True),
+    ("single enqueue ÷ Sidekiq", ("enqueue", "rate"), "sidekiq", [("enqueue", "rate")], 1.0, True),
+    (
+        "Redis CPU per drained job, defaults ÷ Sidekiq",
+        ("drain", "default", CPU),
+        "sidekiq",
+        [("drain", "default", CPU), ("drain", "best", CPU)],
+        1.0,
+        False,
+    ),
+    (
+        "Redis CPU per drained job, best settings ÷ Sidekiq",
+        ("drain", "best", CPU),
+        "sidekiq",
+        [("drain", "default", CPU), ("drain", "best", CPU)],
+        1.0,
+        False,
+    ),
+]
+
+
+def targets_table(doc: dict[str, Any]) -> str:
+    """Conveyor ÷ leader for every issue-21 target, with the goal and whether it was met."""
+    systems: dict[str, Any] = doc.get("systems", {})
+    if "conveyor" not in systems or not any(n in systems for n in ("bullmq", "sidekiq")):
+        return ""
+    conv = systems["conveyor"].get("scenarios", {})
+    lines = [
+        "| target | conveyor | leader | conveyor ÷ leader | goal | met |",
+        "|---|---|---|---|---|---|",
+    ]
+    for label, path, leader, paths, goal, higher in TARGETS:
+        mine = _num(_get(*path)(conv))
+        scen = systems.get(leader, {}).get("scenarios", {})
+        theirs = [v for p in paths if (v := _num(_get(*p)(scen))) is not None]
+        best = (max if higher else min)(theirs) if theirs else None
+        ratio = mine / best if mine is not None and best else None
+        ok = ratio is not None and (ratio >= goal if higher else ratio <= goal)
+        met = "—" if ratio is None else ("yes" if ok else "no")
+        sign = "≥" if higher else "≤"
+        dec = 0 if higher else 1
+        lines.append(
+            f"| {label} | {_fmt(mine, dec)} | {leader} {_fmt(best, dec)} | "
+            f"{'—' if ratio is None else f'{ratio:.2f}x'} | {sign} {goal:g}x | {met} |"
+        )
+    lost = _num(_get("crash", "lost")(conv))
+    met = "—" if lost is None else ("yes" if lost == 0 else "no")
+    lines.append(f"| crash check: lost jobs | {_fmt(lost, 0)} | — | — | 0 | {met} |")
+    return "\n".join(lines)
+
+
 def backends_table(doc: dict[str, Any]) -> str:
     """Conveyor on Redis, SQLite and memory side by side (no peers; absolute figures)."""
     systems: dict[str, Any] = doc.get("systems", {})
@@ -180,6 +266,13 @@ def notes(doc: dict[str, Any]) -> str:
             )
             if crash.get("mode", "default") != "default":
                 line += f" with `{crash.get('worker')}`"
+            if crash.get("followup_s"):
+                late_s = _num(crash.get("all_done_s_after_restart_late"))
+                line += (
+                    f"; of the {crash['lost']} lost, {crash['recovered_after_window']} came back "
+                    f"after the window (all done {_fmt(late_s, 0)} s after the restart; waited "
+                    f"{crash['followup_s']:.0f} s more)"
+                )
         for scen_name, err in sysdoc.get("errors", {}).items():
             line += f"; **{scen_name} failed**: {str(err).splitlines()[0][:160]}"
         out.append(line)
@@ -262,6 +355,7 @@ def render(doc: dict[str, Any]) -> str:
     parts = [
         f"### {title}",
         main_table(doc),
+        targets_table(doc),
         backends_table(doc),
         tune_table(doc),
         ceiling_table(doc),

@@ -101,7 +101,7 @@ def run_system(name: str, ctx: BenchContext, scenarios: list[str], sizes: Any) -
     adapter = load_adapter(name)(ctx)
     sysdoc: dict[str, Any] = {
         "db": adapter.db,
-        "python": str(adapter.python.relative_to(ctx.repo)),
+        "python": adapter.runtime_label(),
         "scenarios": {},
         "errors": {},
     }

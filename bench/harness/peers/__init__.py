@@ -21,9 +21,14 @@ SYSTEMS: dict[str, str] = {
     "arq": "bench.harness.peers.arq:ArqAdapter",
     "saq": "bench.harness.peers.saq:SaqAdapter",
     "huey": "bench.harness.peers.huey:HueyAdapter",
+    "bullmq": "bench.harness.peers.leaders:BullMQAdapter",
+    "sidekiq": "bench.harness.peers.leaders:SidekiqAdapter",
+    "bullmq-python": "bench.harness.peers.leaders:BullMQPythonAdapter",
 }
 
 PEERS = tuple(name for name in SYSTEMS if not name.startswith("conveyor"))
+#: The field's leaders (other runtimes, or their Python port): the issue-21 targets.
+LEADERS = ("bullmq", "sidekiq", "bullmq-python")
 #: Conveyor on its embedded backends: absolute figures, no peers to compare with.
 BACKENDS = ("conveyor-sqlite", "conveyor-memory")
 
