@@ -2,6 +2,7 @@
 # Create the benchmark's own virtualenvs and install the peer job systems there.
 #   .bench-venv/           harness + celery, rq, dramatiq, saq, huey (bench/peers-requirements.txt)
 #   .bench-venv/envs/arq/  arq (bench/peers-requirements-arq.txt; redis-py pin conflicts with kombu)
+#   .bench-venv/envs/pg/   procrastinate, pgqueuer (bench/peers-requirements-pg.txt; PostgreSQL peers)
 # Never touches the project's .venv. Idempotent: re-running only installs what changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,3 +24,4 @@ make_venv() {  # make_venv DIR REQUIREMENTS
 make_venv .bench-venv bench/peers-requirements.txt
 mkdir -p .bench-venv/envs
 make_venv .bench-venv/envs/arq bench/peers-requirements-arq.txt
+make_venv .bench-venv/envs/pg bench/peers-requirements-pg.txt

@@ -15,17 +15,22 @@ SYSTEMS: dict[str, str] = {
     "conveyor": "bench.harness.conveyor:ConveyorAdapter",
     "conveyor-sqlite": "bench.harness.conveyor_backends:ConveyorSqliteAdapter",
     "conveyor-memory": "bench.harness.conveyor_backends:ConveyorMemoryAdapter",
+    "conveyor-postgres": "bench.harness.conveyor_postgres:ConveyorPostgresAdapter",
     "celery": "bench.harness.peers.celery:CeleryAdapter",
     "rq": "bench.harness.peers.rq:RQAdapter",
     "dramatiq": "bench.harness.peers.dramatiq:DramatiqAdapter",
     "arq": "bench.harness.peers.arq:ArqAdapter",
     "saq": "bench.harness.peers.saq:SaqAdapter",
     "huey": "bench.harness.peers.huey:HueyAdapter",
+    "procrastinate": "bench.harness.peers.postgres:ProcrastinateAdapter",
+    "pgqueuer": "bench.harness.peers.postgres:PgQueuerAdapter",
 }
 
 PEERS = tuple(name for name in SYSTEMS if not name.startswith("conveyor"))
 #: Conveyor on its embedded backends: absolute figures, no peers to compare with.
 BACKENDS = ("conveyor-sqlite", "conveyor-memory")
+#: The systems on the harness's PostgreSQL: their own table, ratios against the PostgreSQL peers.
+POSTGRES = ("conveyor-postgres", "procrastinate", "pgqueuer")
 
 
 def load_adapter(name: str) -> type[Adapter]:
