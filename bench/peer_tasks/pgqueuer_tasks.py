@@ -17,6 +17,8 @@ from pgqueuer import AsyncpgDriver, Job, PgQueuer, Queries
 from bench.peer_tasks.body import run_async
 
 PG_URL = os.environ.get("BENCH_REDIS_URL", "postgresql://bench@127.0.0.1:5432/bench_pgqueuer")
+#: ``BENCH_PGQUEUER_LIMIT``: the entrypoint's ``concurrency_limit`` (pgqueuer's default 0: none).
+LIMIT = int(os.environ.get("BENCH_PGQUEUER_LIMIT", "0"))
 
 
 @asynccontextmanager
@@ -25,7 +27,7 @@ async def create() -> AsyncIterator[PgQueuer]:
     connection = await asyncpg.connect(PG_URL)
     pgq = PgQueuer(AsyncpgDriver(connection))
 
-    @pgq.entrypoint("bench_job")
+    @pgq.entrypoint("bench_job", concurrency_limit=LIMIT)
     async def bench_job(job: Job) -> None:
         n, sleep_s, t_enq = json.loads(job.payload or b"[]")
         await run_async(n, sleep_s, t_enq)

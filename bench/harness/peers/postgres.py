@@ -10,9 +10,11 @@ after completion); best: the concurrency found with ``tune``; io: ``--concurrenc
 
 pgqueuer — default: ``pgq run`` (batches of 10, no concurrency cap, LISTEN/NOTIFY); best: the
 batch size found with ``tune``; io: ``--max-concurrent-tasks 100`` (batches of 50, the largest the
-cap allows); crash: ``--heartbeat-timeout 5`` (default 30 s: a killed worker's jobs are
-re-picked only after 30 s, beyond the harness's 15 s idle window) and 8 slots
-(``--max-concurrent-tasks 8 --batch-size 4``).
+cap allows); crash: ``--heartbeat-timeout 5 --dequeue-timeout 1`` (defaults 30 s and 30 s: a
+killed worker's jobs become stale after 30 s and an idle worker looks for stale jobs only when
+its 30 s wait for a NOTIFY times out, beyond the harness's 15 s idle window) and 8 slots (the
+entrypoint's ``concurrency_limit=8``, ``--batch-size 4``). Not ``--max-concurrent-tasks 8``:
+with that cap pgqueuer 1.6's worker never re-picked the stale jobs in our runs.
 
 Crash modes use 8 slots, as Conveyor's does: with unlimited slots all 200 jobs of 50 ms finish
 before the kill at 1 s and the check would test nothing (8 is Dramatiq's default thread count).
@@ -60,6 +62,8 @@ class ProcrastinateAdapter(PgDatabase, Adapter):
 
 
 _PGQ_FACTORY = "bench.peer_tasks.pgqueuer_tasks:create"
+#: 5 s heartbeat timeout and a 1 s poll so that stale jobs are looked for (module doc).
+_PGQ_CRASH = ("--heartbeat-timeout", "5", "--dequeue-timeout", "1", "--batch-size", "4")
 _PGQ_BATCH = {"best": 100, "b50": 50, "b100": 100, "b500": 500}
 
 
@@ -84,17 +88,12 @@ class PgQueuerAdapter(PgDatabase, Adapter):
         if mode == "default":
             return base
         if mode == "crash":
-            return [
-                *base,
-                "--heartbeat-timeout",
-                "5",
-                "--max-concurrent-tasks",
-                "8",
-                "--batch-size",
-                "4",
-            ]
+            return [*base, *_PGQ_CRASH]
         if mode == "io":
             return [*base, "--max-concurrent-tasks", "100", "--batch-size", "50"]
         if mode in _PGQ_BATCH:
             return [*base, "--batch-size", str(_PGQ_BATCH[mode])]
         raise ValueError(f"pgqueuer: unknown mode {mode!r}")
+
+    def worker_env(self, mode: str) -> dict[str, str]:
+        return {"BENCH_PGQUEUER_LIMIT": "8"} if mode == "crash" else {}
