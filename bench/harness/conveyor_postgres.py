@@ -2,8 +2,8 @@
 
 Same task module and worker modes as Conveyor on Redis (:mod:`bench.harness.conveyor`), with the
 store URL ``postgresql://bench@127.0.0.1:PORT/bench_conveyor`` instead of the Redis URL. The
-schema is created in a template database once (``conveyor queues --url ...`` opens the broker,
-which creates a missing schema at start-up) and every flush copies that template
+schema is created in a template database once (``conveyor migrate --url ...``) and every flush
+copies that template
 (:class:`~bench.harness.pg_system.PgDatabase`). The worker runs on the project's ``.venv``,
 which needs the ``postgres`` extra (``pip install -e '.[postgres]'``; ``make setup`` installs it).
 """
@@ -26,4 +26,4 @@ class ConveyorPostgresAdapter(PgDatabase, ConveyorAdapter):
     tuning_modes: ClassVar[tuple[str, ...]] = ("c16", "c64", "c256")
 
     def schema_command(self, url: str) -> list[str]:
-        return [self.bin("conveyor"), "queues", "--url", url]
+        return [self.bin("conveyor"), "migrate", "--url", url]
