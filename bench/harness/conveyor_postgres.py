@@ -23,7 +23,7 @@ class ConveyorPostgresAdapter(PgDatabase, ConveyorAdapter):
     db = 0  # unused: nothing of this system lives in Redis
     database = "bench_conveyor"
     bulk_api = "app.enqueue_many (one transaction per batch)"
-    tuning_modes: ClassVar[tuple[str, ...]] = ("c16", "c64", "c256")
+    tuning_modes: ClassVar[tuple[str, ...]] = ("c64", "c256", "c1024", "c4096")
 
     def schema_command(self, url: str) -> list[str]:
         return [self.bin("conveyor"), "migrate", "--url", url]
