@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 from collections.abc import Iterator
 from pathlib import Path
@@ -51,6 +52,10 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     server = redis_proc.RedisServer(tmp_path_factory.mktemp("redis"))
     server.start()
     yield server
+    import logging
+
+    # Brokers a test left open retry their pool connections: silence that once the server goes.
+    logging.getLogger("psycopg.pool").setLevel(logging.CRITICAL)
     server.stop()
 
 
@@ -65,3 +70,23 @@ def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     cluster.start()
     yield cluster
     cluster.stop()
+
+
+# ---------------------------------------------------------------------- real PostgreSQL (issue 17)
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[Any]:
+    """One private PostgreSQL cluster for the session (initdb + pg_ctl, free loopback port)."""
+    from tests.support import pg_proc
+
+    if not pg_proc.available():
+        if os.environ.get("CONVEYOR_REQUIRE_POSTGRES", "") not in ("", "0"):  # CI: never skip
+            pytest.fail("CONVEYOR_REQUIRE_POSTGRES is set but PostgreSQL is not installed")
+        pytest.skip("PostgreSQL server binaries (or psycopg) are not installed")
+    server = pg_proc.PgServer()
+    server.start()
+    yield server
+    import logging
+
+    # Brokers a test left open retry their pool connections: silence that once the server goes.
+    logging.getLogger("psycopg.pool").setLevel(logging.CRITICAL)
+    server.stop()

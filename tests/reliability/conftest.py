@@ -91,11 +91,39 @@ def redis_url(start_redis: StartRedis) -> str:
     return str(start_redis(extra=EVERYSEC).url)
 
 
-@pytest.fixture(params=["redis", "sqlite"])
+@pytest.fixture(params=["redis", "sqlite", "postgres"])
 def shared_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """A broker URL several processes share: a private Redis (AOF, ``appendfsync everysec``, the
-    production setting), or a real SQLite file."""
+    production setting), a real SQLite file, or a fresh database on the session's private
+    PostgreSQL cluster."""
     if request.param == "redis":
         server = request.getfixturevalue("start_redis")(extra=EVERYSEC)
         return str(server.url)
+    if request.param == "postgres":
+        return str(request.getfixturevalue("pg_server").new_database())
     return f"sqlite:///{tmp_path / 'jobs.db'}"
+
+
+StartPg = Callable[[], Any]
+
+
+@pytest.fixture
+def start_pg() -> Iterator[StartPg]:
+    """``start_pg()``: a private PostgreSQL cluster of the test's own (it may be killed),
+    stopped at teardown."""
+    from tests.support import pg_proc
+
+    if not pg_proc.available():
+        if os.environ.get("CONVEYOR_REQUIRE_POSTGRES", "") not in ("", "0"):  # CI: never skip
+            pytest.fail("CONVEYOR_REQUIRE_POSTGRES is set but PostgreSQL is not installed")
+        pytest.skip("PostgreSQL server binaries (or psycopg) are not installed")
+    started: list[Any] = []
+
+    def start() -> Any:
+        server = pg_proc.PgServer()
+        started.append(server)
+        return server.start()
+
+    yield start
+    for server in started:
+        server.stop()

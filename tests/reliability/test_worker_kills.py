@@ -1,4 +1,4 @@
-"""R1: kill -9 of worker processes under load, on Redis and on a SQLite file.
+"""R1: kill -9 of worker processes under load, on Redis, a SQLite file and PostgreSQL.
 
 2,000 short jobs (5-20 ms) are enqueued at a steady rate while 4 worker processes (concurrency 4,
 under the real supervisor) run them; every 2 s a random worker process is killed with SIGKILL,

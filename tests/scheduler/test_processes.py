@@ -32,7 +32,7 @@ def beat() -> None:
     """Every second."""
 '''
 
-REAL_BACKENDS = [name for name in ("redis", "sqlite") if name in BACKENDS]
+REAL_BACKENDS = [name for name in ("redis", "sqlite", "postgres") if name in BACKENDS]
 
 
 @pytest.fixture(params=REAL_BACKENDS)
@@ -40,6 +40,8 @@ def shared_url(request: Any, tmp_path: Path) -> Iterator[str]:
     """A broker URL that several processes can share, emptied first."""
     if request.param == "redis":
         url = request.getfixturevalue("redis_server").url.rsplit("/", 1)[0] + "/7"
+    elif request.param == "postgres":
+        url = request.getfixturevalue("pg_server").new_database()
     else:
         url = f"sqlite:///{tmp_path / 'shared.db'}"
     app = Conveyor(url)

@@ -38,6 +38,16 @@ def open_redis(request: Any, tmp_path: Path, retention: Retention | None) -> Bro
     return broker
 
 
+def open_postgres(request: Any, tmp_path: Path, retention: Retention | None) -> Broker:
+    """A flushed schema on the session's private PostgreSQL cluster."""
+    from conveyor.broker.postgres.broker import PostgresBroker
+
+    server = request.getfixturevalue("pg_server")
+    broker = PostgresBroker.from_url(server.url, retention)
+    broker.flush_all()
+    return broker
+
+
 Opener = Callable[[Any, Path, Retention | None], Broker]
 BACKENDS: dict[str, Opener] = {"memory": open_memory}
 
@@ -53,5 +63,7 @@ def _available(module: str) -> bool:
 
 if _available("conveyor.broker.sqlite"):
     BACKENDS["sqlite"] = open_sqlite
+if _available("psycopg") and _available("psycopg_pool"):
+    BACKENDS["postgres"] = open_postgres
 if _available("conveyor.broker.redis.broker"):
     BACKENDS["redis"] = open_redis

@@ -1,4 +1,5 @@
-"""Pick a broker from a URL: ``memory://``, ``sqlite:///path.db``, ``redis://…`` and friends."""
+"""Pick a broker from a URL: ``memory://``, ``sqlite:///path.db``, ``postgresql://…``,
+``redis://…`` and friends."""
 
 from __future__ import annotations
 
@@ -6,7 +7,16 @@ from ..config import Retention
 from ..errors import ValidationError
 from .base import Broker
 
-SCHEMES = ("memory", "sqlite", "redis", "rediss", "redis+sentinel", "redis+cluster")
+SCHEMES = (
+    "memory",
+    "sqlite",
+    "postgresql",
+    "postgres",
+    "redis",
+    "rediss",
+    "redis+sentinel",
+    "redis+cluster",
+)
 
 
 def broker_from_url(url: str, retention: Retention | None = None) -> Broker:
@@ -22,6 +32,13 @@ def broker_from_url(url: str, retention: Retention | None = None) -> Broker:
         from .sqlite import SqliteBroker
 
         return SqliteBroker.from_url(url, retention)
+    if scheme in ("postgresql", "postgres"):
+        try:
+            from .postgres.broker import PostgresBroker
+        except ImportError as exc:  # the postgres extra is optional
+            hint = "postgresql URLs need: pip install 'conveyor-jobs[postgres]'"
+            raise ValidationError("url", hint) from exc
+        return PostgresBroker.from_url(url, retention)
     if scheme in ("redis", "rediss", "redis+sentinel", "redis+cluster"):
         try:
             from .redis.broker import RedisBroker

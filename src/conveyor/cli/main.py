@@ -29,6 +29,7 @@ COMMANDS: dict[str, str] = {
     "dashboard": "dashboard_cmd",
     "demo": "demo_cmd",
     "bench": "bench_cmd",
+    "migrate": "migrate_cmd",
 }
 
 

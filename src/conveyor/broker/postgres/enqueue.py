@@ -1,0 +1,194 @@
+"""Enqueue on PostgreSQL: the broker's own transaction, or the caller's (transactional enqueue).
+
+``insert_jobs`` stores a batch inside a given ``Tx``: idempotency keys first (``INSERT … ON
+CONFLICT DO UPDATE … WHERE expired RETURNING``: a live key of the same queue returns nothing, so
+two producers racing on one key never both insert, and an uncommitted key makes the other wait
+for its outcome), then the rows (a taken id is a unique violation → ``DuplicateJob``, the batch
+rolls back). ``enqueue_on`` runs the same on the caller's psycopg connection under a SAVEPOINT.
+In the caller's transaction nothing touches a row every worker writes: its events go to
+``events_pending`` and its counts to ``counts_log``, folded in by the broker's next transaction
+(``store.PgStore``), so a long user transaction never stalls the workers.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import orjson
+import psycopg
+
+from ...core.job import Job
+from ...core.serialization import job_to_dict
+from ...core.state import TERMINAL_STATES, JobState
+from ...errors import DuplicateJob, ValidationError
+from ..base import EnqueueResult
+from .store import Tx, one
+
+if TYPE_CHECKING:
+    from .broker import PostgresBroker
+
+_DELAYED = (JobState.SCHEDULED, JobState.RETRY_SCHEDULED)
+_INSERT = (
+    "INSERT INTO {S}.jobs (id, queue, task, state, priority, seq, run_at, created_at, due_at,"
+    " finished_at, payload) VALUES (%s, %s, %s, %s, %s, nextval('{S}.job_seq'), %s, %s, %s,"
+    " %s, %s)"
+)
+_CLAIM_KEY = (
+    "INSERT INTO {S}.idem (queue, key, job_id, expires_at) VALUES (%s, %s, %s, %s)"
+    " ON CONFLICT (queue, key) DO UPDATE SET job_id = excluded.job_id,"
+    " expires_at = excluded.expires_at WHERE {S}.idem.expires_at <= %s RETURNING job_id"
+)
+
+
+def _first_repeat(ids: Sequence[str]) -> str | None:
+    seen: set[str] = set()
+    for job_id in ids:
+        if job_id in seen:
+            return job_id
+        seen.add(job_id)
+    return None
+
+
+def _screen(
+    b: PostgresBroker, tx: Tx, jobs: Sequence[Job], now: float
+) -> tuple[list[EnqueueResult], list[int]]:
+    """Idempotency keys: each job's result, and the indexes of the jobs to insert."""
+    c = tx.conn
+    taken = {
+        r[0]
+        for r in c.execute(
+            b.sql("SELECT id FROM {S}.jobs WHERE id = ANY(%s)"), ([j.id for j in jobs],)
+        )
+    }
+    results: list[EnqueueResult] = []
+    fresh: list[int] = []
+    for i, job in enumerate(jobs):
+        if job.id in taken:
+            raise DuplicateJob(job.id)
+        if job.idempotency_key:
+            got = c.execute(
+                b.sql(_CLAIM_KEY),
+                (job.queue, job.idempotency_key, job.id, now + job.idempotency_ttl, now),
+            ).fetchone()
+            if got is None:  # a live key: the existing job
+                existing = one(
+                    c.execute(
+                        b.sql("SELECT job_id FROM {S}.idem WHERE queue = %s AND key = %s"),
+                        (job.queue, job.idempotency_key),
+                    )
+                )[0]
+                row = c.execute(
+                    b.sql("SELECT state FROM {S}.jobs WHERE id = %s"), (existing,)
+                ).fetchone()
+                results.append(
+                    EnqueueResult(existing, True, JobState(row[0]) if row else job.state)
+                )
+                continue
+        fresh.append(i)
+        results.append(EnqueueResult(job.id, False, job.state))
+    return results, fresh
+
+
+def _register(b: PostgresBroker, tx: Tx, queues: list[str]) -> None:
+    """Make sure the queues are listed (``queues()``); an existing row is not locked."""
+    tx.conn.execute(
+        b.sql(
+            "INSERT INTO {S}.queues (name) SELECT unnest(%s::text[]) ON CONFLICT (name) DO NOTHING"
+        ),
+        (queues,),
+    )
+
+
+def insert_jobs(
+    b: PostgresBroker,
+    tx: Tx,
+    jobs: Sequence[Job],
+    now: float,
+    payloads: Sequence[bytes] | None,
+    *,
+    deferred: bool = False,
+) -> list[EnqueueResult]:
+    """Store the batch in ``tx`` (all or none); ``deferred``: the caller's transaction."""
+    if (repeat := _first_repeat([j.id for j in jobs])) is not None:
+        raise DuplicateJob(repeat)
+    if any(j.idempotency_key for j in jobs):
+        results, fresh = _screen(b, tx, jobs, now)
+    else:
+        results, fresh = [EnqueueResult(j.id, False, j.state) for j in jobs], list(range(len(jobs)))
+    new = [jobs[i] for i in fresh]
+    rows = [
+        (
+            j.id,
+            j.queue,
+            j.task,
+            str(j.state),
+            j.priority,
+            j.run_at,
+            j.created_at,
+            j.run_at if j.state in _DELAYED else None,
+            j.finished_at if j.state in TERMINAL_STATES else None,
+            payloads[i] if payloads is not None else orjson.dumps(job_to_dict(j)),
+        )
+        for i, j in zip(fresh, new, strict=True)
+    ]
+    try:
+        with tx.conn.cursor() as cur:
+            cur.executemany(b.sql(_INSERT), rows)
+    except psycopg.errors.UniqueViolation as exc:
+        detail = (exc.diag.message_detail or "").partition("=(")[2].rpartition(")")[0]
+        raise DuplicateJob(detail or (new[0].id if new else "")) from None
+    events = [
+        {"type": "enqueued", "job_id": j.id, "queue": j.queue, "task": j.task, "at": now}
+        | {"state": str(j.state)}
+        for j in new
+    ]
+    counts = Counter((j.queue, str(j.state)) for j in new)
+    queues = sorted({j.queue for j in new})
+    if queues and deferred:  # committed apart: a new queue row must not wait for the caller
+        with b._write() as own:
+            _register(b, own, queues)
+    elif queues:
+        _register(b, tx, queues)
+    tx.notify.update(queues)
+    if not deferred:
+        tx.events.extend(events)
+        for (queue, state), n in counts.items():
+            tx.count(queue, None, state, n)
+    elif new:
+        with tx.conn.cursor() as cur:
+            cur.execute(
+                b.sql("INSERT INTO {S}.events_pending (body) VALUES (%s)"), (orjson.dumps(events),)
+            )
+            cur.executemany(
+                b.sql("INSERT INTO {S}.counts_log (queue, state, d) VALUES (%s, %s, %s)"),
+                [(q, s, n) for (q, s), n in sorted(counts.items())],
+            )
+    return results
+
+
+def enqueue_on(
+    b: PostgresBroker,
+    conn: Any,
+    jobs: Sequence[Job],
+    now: float | None,
+    payloads: Sequence[bytes] | None,
+) -> list[EnqueueResult]:
+    """``PostgresBroker.enqueue_in_transaction``: the batch on ``conn`` under a SAVEPOINT."""
+    if not isinstance(conn, psycopg.Connection):
+        raise ValidationError(
+            "connection", f"must be a psycopg (3) Connection, got {type(conn).__name__}"
+        )
+    if not conn.autocommit and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+        conn.execute("SELECT 1")  # begin the caller's implicit transaction: ours nests in it
+    if now is None:
+        now = float(one(conn.execute("SELECT extract(epoch FROM clock_timestamp())::float8"))[0])
+    with conn.transaction():  # a SAVEPOINT inside the caller's transaction
+        tx = Tx(conn)
+        results = insert_jobs(b, tx, jobs, now, payloads, deferred=True)
+        for queue in sorted(tx.notify):  # queued by the server, delivered at the caller's COMMIT
+            conn.execute(
+                "SELECT pg_notify(%s, %s)", (b.channel, queue if len(queue) < 2000 else "")
+            )
+    return results

@@ -1,0 +1,183 @@
+"""Job reads of the PostgreSQL backend (get, peek, search, oldest pending) and the wake-ups
+(``wait_for_work``: LISTEN/NOTIFY plus a safety poll). Rows decode with the SQLite backend's
+``Rec`` (the same row layout and envelope bytes). Transitions live in ``broker.py``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from ..base import Page, SearchQuery
+from ..sqlite_rows import Rec
+from ..sqlite_store import _icontains, _text_match
+from .store import PgStore
+
+COLS = (
+    "rid, id, queue, task, state, priority, run_at, created_at, finished_at, last_error,"
+    " payload"
+)  # the row layout Rec reads
+READY = "queue = %s AND state = 'pending' ORDER BY priority, seq"
+#: A lost NOTIFY (a dropped listener connection, a restart) delays a pickup at most this long.
+SAFETY_POLL_S = 1.0
+_SEARCH = {
+    "id": "id >= %(id)s AND id < %(id)s || chr(1114111)",
+    "state": "state = %(state)s",
+    "task": "task = %(task)s",
+    "queue": "queue = %(queue)s",
+    "since": "created_at >= %(since)s",
+    "until": "created_at < %(until)s",
+}  # indexed: id (prefix), state, task, queue, time; error and text are filtered in Python
+
+
+#: The total of a search filtered by state and/or queue only: from the counts (no scan).
+_COUNTED_TOTAL = (
+    "SELECT COALESCE(sum(n), 0) FROM (SELECT queue, state, n FROM {S}.counts UNION ALL"
+    " SELECT queue, state, d FROM {S}.counts_log) t WHERE state = COALESCE(%(state)s, state)"
+    " AND queue = COALESCE(%(queue)s, queue)"
+)
+
+
+class PgReads(PgStore):
+    """The read-only job queries and ``wait_for_work`` of ``PostgresBroker``."""
+
+    def get(self, job_id: str) -> Any:
+        """A fresh snapshot, or None (a corrupt row reads as a stub built from its columns)."""
+        rows = self._read(f"SELECT {COLS} FROM {{S}}.jobs WHERE id = %s", (job_id,))
+        return Rec(tuple(rows[0]), True).job if rows else None
+
+    def peek(self, queue: str, n: int = 10) -> list[Any]:
+        """The next ``n`` ready jobs of ``queue`` in claim order."""
+        sql = f"SELECT {COLS} FROM {{S}}.jobs WHERE {READY} LIMIT %s"
+        return [Rec(tuple(r), True).job for r in self._read(sql, (queue, n))]
+
+    def search(self, query: SearchQuery) -> Page:
+        """Filter in SQL (an index narrows first), newest first, one page.
+
+        ``error`` and ``text`` are substring filters over every matching row (no index can
+        help them): those rows are filtered in Python exactly as the other backends do.
+        """
+        q = query
+        p: dict[str, Any] = {
+            "id": q.id or None,
+            "state": str(q.state) if q.state else None,
+            "task": q.task or None,
+            "queue": q.queue or None,
+            "since": q.since,
+            "until": q.until,
+        }
+        where = " AND ".join(sql for key, sql in _SEARCH.items() if p[key] is not None) or "true"
+        offset, size = (max(1, q.page) - 1) * q.page_size, q.page_size
+        order = "ORDER BY created_at DESC, id DESC"
+        if not q.error and not q.text:
+            counted = all(p[k] is None for k in _SEARCH if k not in ("state", "queue"))
+            total = self._read(
+                _COUNTED_TOTAL if counted else f"SELECT count(*) FROM {{S}}.jobs WHERE {where}", p
+            )[0][0]
+            rows = self._read(
+                f"SELECT {COLS} FROM {{S}}.jobs WHERE {where} {order} LIMIT %(lim)s OFFSET %(off)s",
+                p | {"lim": size, "off": offset},
+            )
+            return Page([Rec(tuple(r), True).job for r in rows], int(total), q.page, size)
+        rids = [
+            r[0]
+            for r in self._read(
+                f"SELECT rid, last_error, payload FROM {{S}}.jobs WHERE {where} {order}", p
+            )
+            if (not q.error or _icontains(r[1], q.error.lower()))
+            and (not q.text or _text_match(r[2], q.text.lower().encode()))
+        ]
+        chosen = rids[offset : offset + size]
+        rows = self._read(f"SELECT {COLS} FROM {{S}}.jobs WHERE rid = ANY(%s) {order}", (chosen,))
+        return Page([Rec(tuple(r), True).job for r in rows], len(rids), q.page, size)
+
+    def oldest_pending(self, queue: str) -> float | None:
+        """Ready time (run_at, or created_at when run_at is 0) of the oldest pending job."""
+        sql = (
+            "SELECT min({}) FROM {{S}}.jobs WHERE queue = %s AND state = 'pending' AND run_at {} 0"
+        )
+        found = [
+            self._read(sql.format(col, op), (queue,))[0][0]
+            for col, op in (("run_at", "!="), ("created_at", "="))
+        ]
+        return min((float(t) for t in found if t is not None), default=None)
+
+    # ------------------------------------------------------------------ wake-ups
+    def _listener(self) -> psycopg.Connection[Any] | None:
+        """This thread's LISTENing connection (opened on first use), or None if unreachable."""
+        local = self._local
+        conn: psycopg.Connection[Any] | None = getattr(local, "listener", None)
+        if conn is not None and not conn.closed and getattr(local, "pid", 0) == os.getpid():
+            return conn
+        try:
+            conn = psycopg.connect(self.conninfo, autocommit=True, connect_timeout=10)
+            conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
+        except psycopg.Error:
+            return None
+        local.listener, local.pid, local.primed = conn, os.getpid(), False
+        with self._lock:
+            self._listeners.append(conn)
+        return conn
+
+    def wait_for_work(self, queues: Sequence[str], timeout: float, *, due: bool = False) -> None:
+        """Return when a job may be ready in ``queues``, or after ``timeout`` s.
+
+        Wakes on a NOTIFY naming one of ``queues`` (sent by enqueue, release, requeue, a
+        retry, a reaped lease, resume: delivered only at COMMIT, so a woken worker always finds
+        the committed job). Every ``SAFETY_POLL_S`` it also looks for a ready job itself, in
+        case a notification was lost (a dropped connection). Notifications that arrive while
+        the worker is busy wait in the connection and end the next wait at once.
+        """
+        deadline = time.monotonic() + timeout
+        conn = self._listener()
+        wanted = set(queues)
+        if conn is None:
+            time.sleep(min(timeout, SAFETY_POLL_S))
+            return
+        first = not getattr(self._local, "primed", False)
+        self._local.primed = True
+        if first and self._has_ready(queues):  # LISTEN began after this thread's last claim
+            return
+        while (remaining := deadline - time.monotonic()) > 0:
+            try:
+                for note in conn.notifies(timeout=min(remaining, SAFETY_POLL_S)):
+                    if not note.payload or note.payload in wanted:
+                        return
+            except psycopg.Error:
+                self._drop_listener(conn)
+                time.sleep(min(max(deadline - time.monotonic(), 0), 0.2))
+                return
+            if deadline - time.monotonic() > 0 and self._has_ready(queues):
+                return
+
+    def _drain_notifies(self) -> None:
+        """Before a claim: make sure this thread LISTENs, and discard the NOTIFYs already
+        received (the claim sees their jobs), so the connection's queue never grows."""
+        conn = self._listener()
+        if conn is None:
+            return
+        try:
+            for _ in conn.notifies(timeout=0):
+                pass
+        except psycopg.Error:
+            self._drop_listener(conn)
+
+    def _drop_listener(self, conn: psycopg.Connection[Any]) -> None:
+        self._local.listener = None
+        self._local.primed = False
+        with contextlib.suppress(Exception):
+            conn.close()
+
+    def _has_ready(self, queues: Sequence[str]) -> bool:
+        rows = self._read(
+            "SELECT 1 FROM {S}.jobs j WHERE j.queue = ANY(%s) AND j.state = 'pending' AND NOT"
+            " EXISTS (SELECT 1 FROM {S}.queues q WHERE q.name = j.queue AND q.paused) LIMIT 1",
+            (list(queues),),
+        )
+        return bool(rows)

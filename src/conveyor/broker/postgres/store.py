@@ -1,0 +1,342 @@
+"""PostgreSQL plumbing for ``PostgresBroker``: the pool, schema, transactions, queues, counts.
+
+Connections come from a ``psycopg_pool.ConnectionPool`` (autocommit connections: a read is one
+statement, a write one explicit transaction), rebuilt after ``fork()``. Every write is one
+transaction (``Tx``): rows are locked as they are read (``FOR UPDATE``, ``SKIP LOCKED`` where
+another worker may hold them), and at COMMIT the transaction's events get gap-free numbers from
+the ``meta`` counter row and its count deltas are applied to ``counts`` (keys in sorted order:
+no deadlock). NOTIFY wakes idle workers and is delivered only when the transaction commits.
+Job rows and transitions live in ``broker.py``; schema and rationale in
+docs/architecture-postgres.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, TypeVar
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import orjson
+import psycopg
+import psycopg_pool
+
+from ...config import Retention
+from ...core.job import Job
+from ...core.state import JobState
+from ...errors import BrokerUnavailable, ValidationError
+from .schema import SchemaError, ensure_schema, quote_ident
+
+EVENT_CHUNK = 500  # events per row of ``events``
+EVENT_TRIM = 256  # trim old event rows when the event number crosses a multiple of this
+T = TypeVar("T")
+_OPTIONS = {"schema", "migrate", "pool_size"}
+
+
+def one(cursor: psycopg.Cursor[Any]) -> Any:
+    """The single row a statement must return (``fetchone`` that never yields None)."""
+    row = cursor.fetchone()
+    if row is None:
+        raise BrokerUnavailable("PostgreSQL returned no row where one was expected")
+    return row
+
+
+class Tx:
+    """One transaction and what to settle before COMMIT: events, count deltas, finished
+    (queue, state) pairs, queues to NOTIFY."""
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self.conn = conn
+        self.events: list[dict[str, Any]] = []
+        self.deltas: dict[tuple[str, str], int] = {}
+        self.finished: set[tuple[str, str]] = set()
+        self.notify: set[str] = set()
+
+    def count(self, queue: str, old: str | None, new: str | None, n: int = 1) -> None:
+        """Record ``n`` jobs moving between states (None: inserted / deleted) for ``counts``."""
+        if old != new:
+            for state, step in ((old, -n), (new, n)):
+                if state is not None:
+                    self.deltas[queue, state] = self.deltas.get((queue, state), 0) + step
+
+    def emit(self, kind: str, job: Job, now: float, **extra: Any) -> None:
+        """Queue one job event for insertion at commit."""
+        self.events.append(
+            {"type": kind, "job_id": job.id, "queue": job.queue, "task": job.task, "at": now}
+            | extra
+        )
+
+
+def parse_url(url: str) -> tuple[str, dict[str, str]]:
+    """Split a ``postgresql://`` URL into (libpq conninfo URL, Conveyor options)."""
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    opts = {k: v for k, v in query if k in _OPTIONS}
+    rest = urlencode([(k, v) for k, v in query if k not in _OPTIONS])
+    scheme = "postgresql" if parts.scheme.startswith("postgres") else parts.scheme
+    return urlunsplit((scheme, parts.netloc, parts.path, rest, "")), opts
+
+
+class PgStore:
+    """The pool, schema, transactions, counts and queues of ``PostgresBroker``."""
+
+    has_server_clock = True
+
+    def __init__(
+        self,
+        conninfo: str,
+        retention: Retention | None = None,
+        *,
+        schema: str = "conveyor",
+        migrate: bool = False,
+        pool_size: int = 10,
+        url: str | None = None,
+    ) -> None:
+        if not schema or len(schema) > 63:
+            raise ValidationError("schema", "must be 1 to 63 characters")
+        if pool_size < 1:
+            raise ValidationError("pool_size", "must be at least 1")
+        self.conninfo, self.schema, self.pool_size = conninfo, schema, pool_size
+        self.s = quote_ident(schema)
+        self.channel = f"conveyor_{schema}"[:63]
+        self.retention = retention or Retention()
+        self.url = url or conninfo
+        self._lock = threading.Lock()
+        self._pool: psycopg_pool.ConnectionPool[Any] | None = None
+        self._pid = os.getpid()
+        self._local = threading.local()
+        self._listeners: list[psycopg.Connection[Any]] = []  # wait_for_work's, one per thread
+        try:
+            with psycopg.connect(conninfo, autocommit=True, connect_timeout=10) as conn:
+                ensure_schema(conn, schema, migrate=migrate, where=self._where())
+        except SchemaError as exc:
+            raise BrokerUnavailable(str(exc)) from exc
+        except psycopg.Error as exc:
+            raise BrokerUnavailable(f"PostgreSQL {self._where()}: {exc}") from exc
+
+    def _where(self) -> str:
+        parts = urlsplit(self.conninfo)
+        return f"{parts.hostname or 'localhost'}:{parts.port or 5432}{parts.path}"
+
+    def sql(self, text: str) -> str:
+        """``text`` with ``{S}`` bound to this broker's quoted schema."""
+        return text.replace("{S}", self.s)
+
+    # ------------------------------------------------------------------ connections
+    def pool(self) -> psycopg_pool.ConnectionPool[Any]:
+        """This process's pool (a forked child builds its own; the parent's is abandoned)."""
+        pool = self._pool
+        if pool is not None and self._pid == os.getpid():
+            return pool
+        with self._lock:
+            if self._pool is None or self._pid != os.getpid():
+                self._pid = os.getpid()
+                self._pool = psycopg_pool.ConnectionPool(
+                    self.conninfo,
+                    min_size=1,
+                    max_size=self.pool_size,
+                    kwargs={"autocommit": True, "connect_timeout": 10},
+                    timeout=5.0,  # fail fast while the server is down (BrokerUnavailable)
+                    open=True,
+                    name=f"conveyor-{self.schema}",
+                )
+            return self._pool
+
+    def _failed(self, exc: psycopg.Error) -> BrokerUnavailable:
+        """The Conveyor error for a connection-level failure; stale pool connections dropped."""
+        if isinstance(exc, psycopg.OperationalError) and self._pool is not None:
+            with contextlib.suppress(Exception):  # the check must not mask the original error
+                self._pool.check()
+        return BrokerUnavailable(f"PostgreSQL {self._where()}: {exc}")
+
+    def _read(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[Any]:
+        """Run one read statement (autocommit); all its rows."""
+        try:
+            with self.pool().connection() as conn:
+                rows: list[Any] = conn.execute(self.sql(sql), params).fetchall()
+                return rows
+        except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
+            raise (
+                self._failed(exc) if isinstance(exc, psycopg.Error) else BrokerUnavailable(str(exc))
+            ) from exc
+
+    @contextmanager
+    def _write(self) -> Iterator[Tx]:
+        """One transaction; commits on success (events, counts and NOTIFY settled first)."""
+        try:
+            with self.pool().connection() as conn, conn.transaction():
+                tx = Tx(conn)
+                yield tx
+                self._before_commit(tx)
+        except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
+            if isinstance(exc, psycopg.Error):
+                raise self._failed(exc) from exc
+            raise BrokerUnavailable(str(exc)) from exc
+
+    def in_tx(self, fn: Callable[[Tx], T]) -> T:
+        """Run ``fn`` in one ``_write`` transaction; its result."""
+        with self._write() as tx:
+            return fn(tx)
+
+    # ------------------------------------------------------------------ commit bookkeeping
+    def _before_commit(self, tx: Tx) -> None:
+        """Number and store the events, apply the count deltas, send the NOTIFYs."""
+        self._write_events(tx)
+        self._settle(tx)
+        for queue in sorted(tx.notify):
+            payload = queue if len(queue.encode()) < 7000 else ""  # "" wakes every waiter
+            tx.conn.execute("SELECT pg_notify(%s, %s)", (self.channel, payload))
+
+    def _write_events(self, tx: Tx) -> None:
+        keep = self.retention.events_max
+        if not tx.events:
+            return
+        c = tx.conn  # the meta row lock orders committers: cursors never skip an event
+        # Events of enqueues committed in callers' transactions go first (numbered now).
+        early = c.execute(
+            self.sql(
+                "WITH gone AS (DELETE FROM {S}.events_pending RETURNING id, body)"
+                " SELECT body FROM gone ORDER BY id"
+            )
+        ).fetchall()
+        if early:
+            tx.events[:0] = [e for (body,) in early for e in orjson.loads(body)]
+        last = one(
+            c.execute(
+                self.sql("UPDATE {S}.meta SET n = n + %s WHERE key = 'event' RETURNING n"),
+                (len(tx.events),),
+            )
+        )[0]
+        events = tx.events[-keep:] if keep > 0 else []
+        first = last - len(events) + 1
+        rows = [
+            (first + i + len(chunk) - 1, len(chunk), orjson.dumps(chunk))
+            for i in range(0, len(events), EVENT_CHUNK)
+            for chunk in [events[i : i + EVENT_CHUNK]]
+        ]
+        if rows:
+            with c.cursor() as cur:
+                cur.executemany(
+                    self.sql("INSERT INTO {S}.events (last, n, body) VALUES (%s, %s, %s)"), rows
+                )
+        if (last - len(tx.events)) // EVENT_TRIM != last // EVENT_TRIM:  # amortised trim
+            c.execute(self.sql("DELETE FROM {S}.events WHERE last <= %s"), (last - keep,))
+
+    def _settle(self, tx: Tx) -> None:
+        """Apply the count deltas (sorted: every transaction locks count rows in one order);
+        then cap the finished jobs this transaction touched (``Retention``)."""
+        deltas = sorted((k, d) for k, d in tx.deltas.items() if d)
+        tx.deltas.clear()
+        totals: dict[tuple[str, str], int] = {}
+        upsert = self.sql(
+            "INSERT INTO {S}.counts (queue, state, n) VALUES (%s, %s, %s) ON CONFLICT"
+            " (queue, state) DO UPDATE SET n = {S}.counts.n + excluded.n RETURNING n"
+        )
+        for (queue, state), d in deltas:
+            totals[queue, state] = one(tx.conn.execute(upsert, (queue, state, d)))[0]
+        for queue, state in sorted(tx.finished):
+            cap = (
+                self.retention.completed_max
+                if state == "completed"
+                else self.retention.dead_letter_max
+            )
+            excess = totals.get((queue, state), 0) - max(cap, 0)
+            if excess > 0:
+                n = tx.conn.execute(
+                    self.sql(
+                        "DELETE FROM {S}.jobs WHERE rid IN (SELECT rid FROM {S}.jobs WHERE"
+                        " queue = %s AND state = %s AND finished_at IS NOT NULL ORDER BY seq"
+                        " LIMIT %s FOR UPDATE SKIP LOCKED)"
+                    ),
+                    (queue, state, excess),
+                ).rowcount
+                tx.conn.execute(
+                    self.sql("UPDATE {S}.counts SET n = n - %s WHERE queue = %s AND state = %s"),
+                    (n, queue, state),
+                )
+
+    # ------------------------------------------------------------------ queues and counts
+    def pause(self, queue: str) -> None:
+        """Stop handing out jobs of ``queue`` (running jobs finish)."""
+        with self._write() as tx:
+            tx.conn.execute(
+                self.sql(
+                    "INSERT INTO {S}.queues (name, paused) VALUES (%s, true)"
+                    " ON CONFLICT (name) DO UPDATE SET paused = true"
+                ),
+                (queue,),
+            )
+
+    def resume(self, queue: str) -> None:
+        """Undo ``pause`` (and wake the idle workers of the queue)."""
+        with self._write() as tx:
+            tx.conn.execute(
+                self.sql("UPDATE {S}.queues SET paused = false WHERE name = %s"), (queue,)
+            )
+            tx.notify.add(queue)
+
+    def paused_queues(self) -> set[str]:
+        """Names of paused queues."""
+        return {r[0] for r in self._read("SELECT name FROM {S}.queues WHERE paused")}
+
+    def queues(self) -> list[str]:
+        """Every queue that has held a job or been paused, sorted."""
+        return [r[0] for r in self._read("SELECT name FROM {S}.queues ORDER BY name")]
+
+    def counts(self) -> dict[str, dict[str, int]]:
+        """Jobs per queue per state, from the ``counts`` table (no scan of ``jobs``)."""
+        out = {
+            r[0]: dict.fromkeys(map(str, JobState), 0)
+            for r in self._read("SELECT name FROM {S}.queues")
+        }
+        for queue, state, n in self._read(
+            "SELECT queue, state, sum(n)::bigint FROM (SELECT queue, state, n FROM {S}.counts"
+            " UNION ALL SELECT queue, state, d FROM {S}.counts_log) t GROUP BY queue, state"
+        ):
+            out.setdefault(queue, dict.fromkeys(map(str, JobState), 0))[state] = int(n)
+        return out
+
+    def _housekeep_side(self, tx: Tx, now: float) -> None:
+        """Drop expired idempotency keys, documents and counter buckets."""
+        for table in ("idem", "docs", "counters"):
+            tx.conn.execute(self.sql(f"DELETE FROM {{S}}.{table} WHERE expires_at <= %s"), (now,))
+
+    def flush_all(self) -> None:
+        """Delete every job, key, document, log, event and counter of the schema."""
+        tables = ", ".join(
+            f"{self.s}.{t}"
+            for t in (
+                "jobs",
+                "queues",
+                "idem",
+                "docs",
+                "logs",
+                "events",
+                "events_pending",
+                "counters",
+                "counts",
+                "counts_log",
+            )
+        )
+        with self._write() as tx:
+            tx.conn.execute(f"TRUNCATE {tables}")
+
+    def server_time(self) -> float:
+        """The server's clock (``clock_timestamp()``) in epoch seconds: the broker clock."""
+        return float(self._read("SELECT extract(epoch FROM clock_timestamp())::float8")[0][0])
+
+    def close(self) -> None:
+        """Close the pool and this thread's listener; later calls reopen lazily."""
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None and self._pid == os.getpid():
+            pool.close()
+        with self._lock:
+            listeners, self._listeners = self._listeners, []
+            self._local = threading.local()
+        for conn in listeners:
+            with contextlib.suppress(Exception):  # a dead connection: nothing left to release
+                conn.close()

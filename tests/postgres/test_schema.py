@@ -1,0 +1,94 @@
+"""The PostgreSQL schema: its own PostgreSQL schema, versioned, migrated only when asked
+(``conveyor migrate`` or ``?migrate=true``), a newer version refused; never a silent change."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import psycopg
+import pytest
+from click.testing import CliRunner
+
+from conveyor import BrokerUnavailable, Conveyor
+from conveyor.broker.postgres import schema as pg_schema
+from conveyor.broker.postgres.broker import PostgresBroker
+from conveyor.cli.main import cli
+
+
+def run_cli(*args: str) -> Any:
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+def tables(url: str, schema: str) -> set[str]:
+    with psycopg.connect(url) as c:
+        rows = c.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = %s", (schema,)
+        )
+        return {r[0] for r in rows}
+
+
+def test_migrate_command_creates_then_reports_current(pg_server: Any) -> None:
+    url = pg_server.new_database()
+    check = run_cli("migrate", "--url", url, "--check", "--json")
+    assert check.exit_code == 1 and orjson.loads(check.output)["found"] == 0
+    first = run_cli("migrate", "--url", url, "--json")
+    assert first.exit_code == 0, first.output
+    assert orjson.loads(first.output)["found"] == 0
+    assert orjson.loads(first.output)["version"] == pg_schema.SCHEMA_VERSION
+    again = run_cli("migrate", "--url", url, "--check", "--json")
+    assert again.exit_code == 0 and orjson.loads(again.output)["found"] == pg_schema.SCHEMA_VERSION
+    assert {"jobs", "idem", "docs", "events", "schema_version"} <= tables(url, "conveyor")
+
+
+def test_tables_live_in_their_own_schema(pg_server: Any) -> None:
+    url = pg_server.new_database()
+    app = Conveyor(f"{url}?schema=jobs_here")
+    app.enqueue("t", args=[1])
+    assert "jobs" in tables(url, "jobs_here")
+    assert tables(url, "public") == set() and tables(url, "conveyor") == set()
+    app.close()
+
+
+def test_a_newer_schema_is_refused(pg_server: Any) -> None:
+    url = pg_server.new_database()
+    PostgresBroker.from_url(url).close()
+    with psycopg.connect(url, autocommit=True) as c:
+        c.execute("UPDATE conveyor.schema_version SET version = 99")
+    with pytest.raises(BrokerUnavailable, match="newer Conveyor"):
+        PostgresBroker.from_url(url)
+
+
+def test_an_older_schema_migrates_only_when_asked(
+    pg_server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = pg_server.new_database()
+    old = PostgresBroker.from_url(url)
+    Conveyor(old).enqueue("t", args=["kept"])
+    old.close()
+    # This Conveyor pretends to be one version ahead, with one additive migration.
+    monkeypatch.setattr(pg_schema, "SCHEMA_VERSION", pg_schema.SCHEMA_VERSION + 1)
+    monkeypatch.setitem(
+        pg_schema.MIGRATIONS,
+        pg_schema.SCHEMA_VERSION - 1,
+        "CREATE INDEX jobs_probe ON {S}.jobs (task)",
+    )
+    with pytest.raises(BrokerUnavailable, match="conveyor migrate"):
+        PostgresBroker.from_url(url)
+    assert run_cli("migrate", "--url", url, "--check").exit_code == 1
+    new = PostgresBroker.from_url(url + "?migrate=true")
+    assert [j.args for j in new.peek("default")] == [["kept"]]  # nothing lost
+    new.close()
+    with psycopg.connect(url) as c:
+        version = c.execute("SELECT version FROM conveyor.schema_version").fetchone()
+        probe = c.execute("SELECT to_regclass('conveyor.jobs_probe')").fetchone()
+    assert version == (pg_schema.SCHEMA_VERSION,) and probe[0] is not None
+
+
+def test_bad_url_options_are_named(pg_server: Any) -> None:
+    from conveyor import ValidationError
+
+    with pytest.raises(ValidationError, match="migrate"):
+        PostgresBroker.from_url(pg_server.url + "?migrate=maybe")
+    with pytest.raises(ValidationError, match="pool_size"):
+        PostgresBroker.from_url(pg_server.url + "?pool_size=lots")
