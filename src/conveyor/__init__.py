@@ -26,6 +26,8 @@ if TYPE_CHECKING:
         ConveyorError,
         DuplicateJob,
         IllegalTransition,
+        JobCancelled,
+        JobFailed,
         JobNotFound,
         JobTimeout,
         LeaseLost,
@@ -35,10 +37,22 @@ if TYPE_CHECKING:
         StorageFull,
         UnknownTask,
         ValidationError,
+        WaitTimeout,
     )
     from .handles import Delivery, JobHandle
     from .middleware import Middleware
     from .task import JobSpec, Task
+    from .worker.jobctx import JobContext, current_job
+    from .worker.logs import configure_logging
+    from .workflow import (
+        Workflow,
+        WorkflowFailed,
+        WorkflowHandle,
+        WorkflowPending,
+        chain,
+        chord,
+        group,
+    )
 
 # public name -> submodule that defines it
 _EXPORTS = {
@@ -60,19 +74,32 @@ _EXPORTS = {
     "StorageFull": ".errors",
     "DuplicateJob": ".errors",
     "IllegalTransition": ".errors",
+    "JobFailed": ".errors",
     "JobNotFound": ".errors",
     "JobTimeout": ".errors",
+    "JobCancelled": ".errors",
     "LeaseLost": ".errors",
     "PayloadTooLarge": ".errors",
     "PermanentError": ".errors",
     "Retry": ".errors",
     "UnknownTask": ".errors",
     "ValidationError": ".errors",
+    "WaitTimeout": ".errors",
     "Delivery": ".handles",
     "JobHandle": ".handles",
     "Middleware": ".middleware",
     "JobSpec": ".task",
     "Task": ".task",
+    "configure_logging": ".worker.logs",
+    "Workflow": ".workflow",
+    "WorkflowFailed": ".workflow",
+    "WorkflowHandle": ".workflow",
+    "WorkflowPending": ".workflow",
+    "chain": ".workflow",
+    "chord": ".workflow",
+    "group": ".workflow",
+    "current_job": ".worker.jobctx",  # issue 16
+    "JobContext": ".worker.jobctx",
 }
 
 __all__ = [
@@ -90,6 +117,9 @@ __all__ = [
     "FakeClock",
     "IllegalTransition",
     "Job",
+    "JobCancelled",
+    "JobContext",
+    "JobFailed",
     "JobHandle",
     "JobNotFound",
     "JobSpec",
@@ -106,7 +136,17 @@ __all__ = [
     "Task",
     "UnknownTask",
     "ValidationError",
+    "WaitTimeout",
+    "Workflow",
+    "WorkflowFailed",
+    "WorkflowHandle",
+    "WorkflowPending",
+    "chain",
+    "chord",
+    "configure_logging",
+    "current_job",
     "default_middleware",
+    "group",
 ]
 
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 import logging
 import os
 import random
-from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from collections.abc import Callable, Coroutine, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast, overload
 
 from .broker.base import Broker, Page
 from .broker.factory import broker_from_url
@@ -29,16 +29,21 @@ from .middleware import Middleware
 from .monitoring import admin
 from .monitoring.metrics import MetricsMiddleware
 from .runtime import Runtime
-from .task import ExecutorKind, JobSpec, Task, build_task
+from .task import ExecutorKind, JobSpec, Task, TaskDecorator, build_task
 
 if TYPE_CHECKING:
     from .monitoring.alerts import AlertManager
     from .scheduler.runner import Scheduler
     from .scheduler.schedules import ScheduleRegistry
     from .worker.loop import Worker
+    from .workflow import Workflow
+    from .workflow.batch import Batch
+    from .workflow.canvas import Signature
 
 log = logging.getLogger("conveyor")
 F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
+R = TypeVar("R")
 _default_url_logged = False
 
 
@@ -60,7 +65,11 @@ class Conveyor:
         rng: random.Random | None = None,
         settings: Settings | None = None,
         middleware: Iterable[Middleware] | None = None,
+        strict_names: bool = True,
     ) -> None:
+        #: refuse ``enqueue`` by a task name this app does not register (when it registers
+        #: any); False for producers that enqueue other services' tasks by name
+        self.strict_names = strict_names
         settings = settings or Settings.from_env()
         if isinstance(url, Broker):
             broker = url
@@ -130,7 +139,7 @@ class Conveyor:
         self.runtime.id_rng = value
 
     @property
-    def tasks(self) -> dict[str, Task]:
+    def tasks(self) -> dict[str, Task[..., Any]]:
         """Registered tasks by name."""
         return self.runtime.tasks
 
@@ -145,7 +154,10 @@ class Conveyor:
 
     # ------------------------------------------------------------------ tasks
     @overload
-    def task(self, fn: Callable[..., Any], /) -> Task: ...
+    def task(self, fn: Callable[P, Coroutine[Any, Any, R]], /) -> Task[P, R]: ...
+
+    @overload
+    def task(self, fn: Callable[P, R], /) -> Task[P, R]: ...
 
     @overload
     def task(
@@ -163,7 +175,7 @@ class Conveyor:
         dead_on: tuple[type[BaseException], ...] = (),
         executor: ExecutorKind = "auto",
         idempotency_ttl: float | None = None,
-    ) -> Callable[[Callable[..., Any]], Task]: ...
+    ) -> TaskDecorator: ...
 
     def task(
         self,
@@ -180,10 +192,14 @@ class Conveyor:
         dead_on: tuple[type[BaseException], ...] = (),
         executor: ExecutorKind = "auto",
         idempotency_ttl: float | None = None,
-    ) -> Task | Callable[[Callable[..., Any]], Task]:
-        """Register a function as a task: ``@app.task`` or ``@app.task(queue="high", ...)``."""
+    ) -> Task[..., Any] | TaskDecorator:
+        """Register a function as a task: ``@app.task`` or ``@app.task(queue="high", ...)``.
 
-        def register(func: Callable[..., Any]) -> Task:
+        The result is a ``Task[P, R]`` typed by the function (``R``: what an ``async def``
+        returns when awaited), so mypy checks enqueue arguments and ``wait()``'s result.
+        """
+
+        def register(func: Callable[..., Any]) -> Task[..., Any]:
             task = build_task(
                 self,
                 func,
@@ -202,29 +218,57 @@ class Conveyor:
             self.tasks[task.name] = task
             return task
 
-        return register(fn) if fn is not None else register
+        return register(fn) if fn is not None else cast(TaskDecorator, register)
 
     # ------------------------------------------------------------------ enqueue
     def enqueue(
         self,
-        task: str | Task,
+        task: str | Task[..., Any],
         args: Sequence[Any] | None = None,
         kwargs: dict[str, Any] | None = None,
         **options: Any,
-    ) -> JobHandle:
-        """Enqueue by task name (the task need not be registered in this process)."""
-        return self.runtime.enqueue(task, args, kwargs, **options)
+    ) -> JobHandle[Any]:
+        """Enqueue by task name. The arguments are bound against a registered task's
+        signature; a name this app does not register is refused (with a "did you mean")
+        when the app registers any task, unless ``Conveyor(strict_names=False)``. An app
+        with no tasks at all enqueues any name (a producer of another service's tasks)."""
+        return self.runtime.enqueue(
+            task, args, kwargs, bind=True, known_only=self.strict_names, **options
+        )
 
-    def enqueue_many(self, specs: Iterable[JobSpec]) -> list[JobHandle]:
-        """Store every job or none (atomic), returning their handles in order."""
-        return self.runtime.enqueue_many(specs)
+    async def enqueue_async(
+        self,
+        task: str | Task[..., Any],
+        args: Sequence[Any] | None = None,
+        kwargs: dict[str, Any] | None = None,
+        **options: Any,
+    ) -> JobHandle[Any]:
+        """``enqueue`` for async code: never blocks the event loop."""
+        return await self.runtime.enqueue_async(
+            task, args, kwargs, bind=True, known_only=self.strict_names, **options
+        )
+
+    def enqueue_many(
+        self, specs: Iterable[JobSpec], connection: Any = None
+    ) -> list[JobHandle[Any]]:
+        """Store every job or none (atomic), returning their handles in order.
+
+        ``connection``: a database connection (DB-API, SQLAlchemy ``Connection``/``Session``,
+        Django's): the jobs are stored inside its transaction (docs/transactions.md).
+        """
+        return self.runtime.enqueue_many(specs, connection, bind=True, known_only=self.strict_names)
+
+    async def enqueue_many_async(self, specs: Iterable[JobSpec]) -> list[JobHandle[Any]]:
+        """``enqueue_many`` for async code (Redis: its native async client; SQLite and
+        memory: a worker thread), never blocking the event loop."""
+        return await self.runtime.enqueue_many_async(specs, bind=True, known_only=self.strict_names)
 
     def build_job(self, spec: JobSpec, now: float) -> Job:
         """Validate a spec and build the Job record it describes (not stored)."""
         return self.runtime.producer.build_job(spec, now)
 
     # ------------------------------------------------------------------ inspection
-    def get_job(self, job_id: str) -> JobHandle:
+    def get_job(self, job_id: str) -> JobHandle[Any]:
         """A fresh snapshot of a job; ``JobNotFound`` if it does not exist."""
         job = self.broker.get(job_id)
         if job is None:
@@ -239,7 +283,7 @@ class Conveyor:
         """Heartbeat records of live workers."""
         return admin.workers(self.runtime)
 
-    def peek(self, queue: str, n: int = 10) -> list[JobHandle]:
+    def peek(self, queue: str, n: int = 10) -> list[JobHandle[Any]]:
         """The next ``n`` ready jobs of a queue, in the order workers would take them."""
         jobs = self.broker.peek(validate_queue_name(queue), n)
         return [JobHandle.bind(j, self.runtime) for j in jobs]
@@ -273,14 +317,42 @@ class Conveyor:
             page_size=page_size,
         )
 
-    def dead_letters(self, queue: str | None = None, limit: int = 100) -> list[JobHandle]:
+    def dead_letters(self, queue: str | None = None, limit: int = 100) -> list[JobHandle[Any]]:
         """Dead-lettered jobs, newest first."""
         page = self.search(state=JobState.DEAD_LETTER, queue=queue, page_size=min(limit, 1000))
         return [JobHandle.bind(j, self.runtime) for j in page.items]
 
     # ------------------------------------------------------------------ admin
+    def workflow(self, name: str = "", *, policy: str = "fail") -> Workflow:
+        """An explicit DAG: ``dag.add(task.s(...), after=[...])``, then ``dag.enqueue()``."""
+        from .workflow import Workflow
+
+        return Workflow(self, name, policy)  # type: ignore[arg-type]
+
+    def batch(
+        self,
+        *,
+        on_complete: Signature | JobSpec | None = None,
+        on_success: Signature | JobSpec | None = None,
+        on_failure: Signature | JobSpec | None = None,
+        name: str = "",
+    ) -> Batch:
+        """``with app.batch(on_complete=notify.s()) as b:`` enqueue jobs; stored at the end of
+        the block with the callbacks, atomically; ``b.status()`` counts (docs/workflows.md)."""
+        from .workflow.batch import Batch
+
+        return Batch(
+            self.runtime,
+            on_complete=on_complete,
+            on_success=on_success,
+            on_failure=on_failure,
+            name=name,
+        )
+
     def cancel(self, job_id: str) -> bool:
-        """Cancel a job that has not started; False if it is running or finished."""
+        """Cancel a job: a waiting one at once; a RUNNING one is stopped by the worker holding
+        its lease (within about a second) and ends ``cancelled``, never retried. False if it
+        is finished or unknown (see docs/operations.md)."""
         return admin.cancel(self.runtime, job_id)
 
     def requeue_dead(self, job_id: str) -> bool:
@@ -326,7 +398,11 @@ class Conveyor:
         return Delivery(self.runtime, leases[0], vt) if leases else None
 
     def worker(self, queues: Sequence[str] | str | None = None, **options: Any) -> Worker:
-        """A worker over ``queues`` (``["high:5", "default"]``, or "high:5,default")."""
+        """A worker over ``queues`` (``["high:5", "default"]``, or "high:5,default").
+
+        Without ``queues`` it serves ``default`` plus every ``queue=`` its registered tasks
+        declare (and logs which at start-up).
+        """
         from .worker.loop import Worker
 
         return Worker(self.runtime, queues, **options)
@@ -365,7 +441,7 @@ class Conveyor:
         return self.schedules.every(seconds, **options)
 
     def schedule_cron(
-        self, name: str, task: str | Task, expr: str | None = None, **options: Any
+        self, name: str, task: str | Task[..., Any], expr: str | None = None, **options: Any
     ) -> Any:
         """Create or replace a stored schedule at run time."""
         return self.schedules.schedule(name, task, expr, **options)

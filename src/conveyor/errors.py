@@ -5,11 +5,13 @@ Two families live here:
 * errors Conveyor raises to callers (``ValidationError``, ``PayloadTooLarge``, ``UnknownTask``,
   ``LeaseLost``, ``BrokerUnavailable`` (transient), ``StorageFull``, ``BrokerConfigError`` and
   its ``BrokerAuthError`` (permanent: fix the configuration), ``IllegalTransition``,
-  ``DuplicateJob``);
+  ``DuplicateJob``, and ``JobFailed`` / ``WaitTimeout`` from ``handle.wait()``);
 * exceptions a *handler* raises to steer the retry policy (``Retry``, ``PermanentError``).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 
 class ConveyorError(Exception):
@@ -112,6 +114,11 @@ class JobTimeout(Exception):
     """Raised inside a job (or recorded for it) when it runs past its timeout."""
 
 
+class JobCancelled(Exception):
+    """Raised inside a running thread job an operator cancelled (``app.cancel``); the job ends
+    ``cancelled`` and is never retried (``worker/cancel.py``)."""
+
+
 # ---------------------------------------------------------------------- storage refusals (issue 13)
 class StorageFull(ConveyorError):
     """The backend refuses writes for lack of room: Redis out of memory (``maxmemory`` with
@@ -121,3 +128,32 @@ class StorageFull(ConveyorError):
     workers drain, raise ``maxmemory``, fix the file's permissions). Workers still retry their
     own writes while their leases last, since draining frees room.
     """
+
+
+# ------------------------------------------------------------ waiting for a result (issue 19)
+class JobFailed(ConveyorError):
+    """``handle.wait()`` on a job that ended without a result: dead-lettered (its attempts
+    failed, or it failed permanently), cancelled, or completed without a storable result.
+
+    ``job`` is the final snapshot; ``state`` its state; ``error`` its last error entry (kind,
+    type, message, traceback) or None; the message carries the job's ``last_error``.
+    """
+
+    def __init__(self, job: Any, state: str, error: dict[str, Any] | None) -> None:
+        self.job = job
+        self.state = state
+        self.error = error
+        job_id = getattr(job, "id", "?")
+        task = getattr(job, "task", "?")
+        detail = getattr(job, "last_error", None) or "no error recorded"
+        super().__init__(f"job {job_id!r} ({task}) ended {state}: {detail}")
+
+
+class WaitTimeout(ConveyorError, TimeoutError):
+    """``handle.wait(timeout=...)`` ran out before the job finished (the job goes on)."""
+
+    def __init__(self, job_id: str, timeout: float, state: str) -> None:
+        self.job_id = job_id
+        self.timeout = timeout
+        self.state = state
+        super().__init__(f"job {job_id!r} not finished after {timeout:g}s (state {state})")

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 from .broker.base import Ack, Broker, Lease
 from .config import Settings
-from .core.job import Job
+from .core.job import ErrorKind, Job
 from .core.serialization import result_problem
 from .core.state import JobState
-from .errors import JobNotFound, LeaseLost, ValidationError
+from .errors import JobFailed, JobNotFound, LeaseLost, ValidationError, WaitTimeout
+
+R = TypeVar("R")
 
 
 class Backing(Protocol):
@@ -29,26 +31,76 @@ _JOB_FIELDS = tuple(f.name for f in dataclasses.fields(Job))
 
 
 @dataclass
-class JobHandle(Job):
-    """A snapshot of a job bound to its app: ``refresh()`` re-reads it from the broker."""
+class JobHandle(Job, Generic[R]):
+    """A snapshot of a job bound to its app: ``refresh()`` re-reads it from the broker;
+    ``wait()`` / ``wait_async()`` block until it finishes and return its result, typed ``R``
+    when the handle came from a typed ``Task[P, R]``."""
 
     duplicate: bool = False
     _app: Any = field(default=None, repr=False, compare=False)
 
     @classmethod
-    def bind(cls, job: Job, app: Backing, duplicate: bool = False) -> JobHandle:
+    def bind(cls, job: Job, app: Backing, duplicate: bool = False) -> JobHandle[Any]:
         """Wrap a broker snapshot."""
         # a shallow copy of the fields, without __init__'s overhead
         return cls.fast({**job.__dict__, "duplicate": duplicate, "_app": app})
 
-    def refresh(self) -> JobHandle:
+    def refresh(self) -> JobHandle[R]:
         """Re-read every field from the broker (in place) and return self."""
         fresh = self._app.broker.get(self.id)
         if fresh is None:
             raise JobNotFound(self.id)
+        self._take(fresh)
+        return self
+
+    def _take(self, fresh: Job) -> None:
         for name in _JOB_FIELDS:
             setattr(self, name, getattr(fresh, name))
-        return self
+
+    def wait(self, timeout: float | None = None) -> R:
+        """Block until the job finishes; return its result (as stored: JSON and the typed
+        extensions of docs/wire-format.md, so a tuple comes back as a list).
+
+        Raises ``JobFailed`` (carrying the job and its last error) if it was dead-lettered or
+        cancelled, or completed without a storable result; ``WaitTimeout`` (a
+        ``TimeoutError``) after ``timeout`` seconds; ``JobNotFound`` if it is gone. Waiting
+        uses the backend's wake-ups (memory: a condition; SQLite: ``data_version`` polled with
+        a 2-50 ms backoff; Redis: the queue's event stream), not a fixed sleep loop. The
+        handle's fields are refreshed in place.
+        """
+        limit = float("inf") if timeout is None else float(timeout)
+        job = self._app.broker.watch(self.id, self.queue, limit)
+        return self._settle(job, limit)
+
+    async def wait_async(self, timeout: float | None = None) -> R:
+        """``wait`` for async code: never blocks the event loop (Redis: the native async
+        client; SQLite and memory: a worker thread, in slices of at most a second)."""
+        limit = float("inf") if timeout is None else float(timeout)
+        job = await self._app.broker.watch_async(self.id, self.queue, limit)
+        return self._settle(job, limit)
+
+    def _settle(self, job: Job | None, timeout: float) -> R:
+        if job is None:
+            raise JobNotFound(self.id)
+        self._take(job)
+        state = job.state
+        if state is JobState.COMPLETED:
+            last = job.errors[-1] if job.errors else None
+            if last is not None and last.get("kind") == ErrorKind.RESULT_ERROR.value:
+                raise JobFailed(job, "completed without its result", last)
+            result: R = job.result
+            return result
+        if state in (JobState.DEAD_LETTER, JobState.CANCELLED):
+            raise JobFailed(job, state.value, job.errors[-1] if job.errors else None)
+        raise WaitTimeout(self.id, timeout, state.value)
+
+    @property
+    def progress(self) -> dict[str, Any] | None:
+        """The job's last ``current_job().progress()`` report (``fraction``, ``message``,
+        ``attempt``, ``at``), read from the broker on each access; None before any (issue 16)."""
+        from .broker.jobdocs import read_progress
+
+        return read_progress(self._app.broker, self.id, self._app.now())
 
 
 class Delivery:

@@ -14,7 +14,8 @@ own list may leave it out.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -104,6 +105,20 @@ class Middleware:
                 error=None,
             )
 
+    def around_process(self, worker: WorkerView, job: Job) -> AbstractContextManager[object] | None:
+        """A context manager to enter around the handler ON THE HANDLER'S OWN THREAD (None: do
+        nothing), e.g. a tracing span or a context variable the handler's code sees.
+
+        Entered right before the task function is called and exited right after, with the
+        handler's exception if it raised (an exception cannot be suppressed: the job still
+        fails). Thread executor: the job's thread; asyncio: inside the job's asyncio task on the
+        loop thread; ``executor="process"``: in the pool's child, with the middleware of the app
+        the child imported with the task (``worker.id`` is the worker's). Write it with
+        ``@contextlib.contextmanager``. Hooks nest in registration order; one that raises on
+        entry or exit is logged and skipped.
+        """
+        return None
+
     def on_retry(self, worker: WorkerView, job: Job, retry_at: float) -> None:
         """A failed job will run again at ``retry_at``."""
 
@@ -170,3 +185,68 @@ def _safely(
         call(*args, **kwargs)
     except Exception:
         log.exception("middleware %s.%s failed", type(mw).__name__, hook)
+
+
+class Around:
+    """The ``around_process`` hooks of one worker, called around each handler by the executors
+    (built only when some middleware implements the hook: the hot path checks one attribute)."""
+
+    __slots__ = ("hooks", "worker")
+
+    def __init__(self, worker: WorkerView, hooks: Sequence[Middleware]) -> None:
+        self.worker = worker
+        self.hooks = list(hooks)
+
+    @classmethod
+    def of(cls, worker: WorkerView, middleware: Sequence[Middleware]) -> Around | None:
+        """The hooks of ``middleware`` for ``worker``, or None when none implements them."""
+        hooks = hooked(middleware, "around_process")
+        return cls(worker, hooks) if hooks else None
+
+    def call(self, job: Job, fn: Callable[[], Any]) -> Any:
+        """``fn()`` inside every hook's context manager (on this thread)."""
+        entered = self._enter(job)
+        try:
+            result = fn()
+        except BaseException as exc:
+            _exit_all(entered, exc)
+            raise
+        _exit_all(entered, None)
+        return result
+
+    async def acall(self, job: Job, fn: Callable[[], Awaitable[Any]]) -> Any:
+        """``await fn()`` inside every hook's context manager (in the current asyncio task)."""
+        entered = self._enter(job)
+        try:
+            result = await fn()
+        except BaseException as exc:
+            _exit_all(entered, exc)
+            raise
+        _exit_all(entered, None)
+        return result
+
+    def _enter(self, job: Job) -> list[tuple[Middleware, AbstractContextManager[object]]]:
+        entered = []
+        for mw in self.hooks:
+            try:
+                cm = mw.around_process(self.worker, job)
+                if cm is not None:
+                    cm.__enter__()
+                    entered.append((mw, cm))
+            except Exception:
+                log.exception("middleware %s.around_process failed", type(mw).__name__)
+        return entered
+
+
+def _exit_all(
+    entered: list[tuple[Middleware, AbstractContextManager[object]]], exc: BaseException | None
+) -> None:
+    """Exit the entered hooks, last first; their return value (suppression) is ignored."""
+    for mw, cm in reversed(entered):
+        try:
+            if exc is None:
+                cm.__exit__(None, None, None)
+            else:
+                cm.__exit__(type(exc), exc, exc.__traceback__)
+        except Exception:
+            log.exception("middleware %s.around_process (exit) failed", type(mw).__name__)

@@ -18,10 +18,11 @@ built jobs and their encoded envelopes in ONE ``Broker.enqueue`` call (atomic: a
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
-from .broker.base import Broker
+from .batchctx import current_batch
+from .broker.base import Broker, EnqueueResult
 from .config import Settings
 from .core.cache import BoundedCache
 from .core.ids import new_ulid
@@ -40,6 +41,23 @@ from .handles import JobHandle
 from .middleware import Middleware, after_enqueue_batch, hooked
 from .producer_envelopes import PlainEnvelopes
 from .task import JobSpec, Task, check_options
+from .task_args import unknown_task_error
+from .txn import raw_connection
+
+
+class TransactionalStore(Protocol):
+    """Stores jobs inside the caller's transaction (``Broker`` has the same method)."""
+
+    def enqueue_in_transaction(
+        self,
+        connection: Any,
+        jobs: Sequence[Job],
+        *,
+        payloads: Sequence[bytes] | None = None,
+    ) -> list[EnqueueResult]:
+        """Store ``jobs`` (encoded as ``payloads``) with the raw DB-API ``connection``; see
+        ``Broker``."""
+        ...
 
 
 class Host(Protocol):
@@ -48,7 +66,7 @@ class Host(Protocol):
     broker: Broker
     settings: Settings
     middleware: list[Middleware]
-    tasks: dict[str, Task]
+    tasks: dict[str, Task[..., Any]]
     id_rng: random.Random
     owner: Any  # what the enqueue middleware hooks receive as ``app``
 
@@ -70,6 +88,8 @@ class Producer:
         self.envelopes = PlainEnvelopes(app.settings.max_payload_bytes)
         self._hook_key: tuple[Middleware, ...] | None = None
         self._hook_lists: tuple[list[Middleware], list[Middleware]] = ([], [])
+        #: what stores ``connection=`` enqueues instead of the broker (``conveyor.outbox``)
+        self.transactional: TransactionalStore | None = None
 
     def hooks(self) -> tuple[list[Middleware], list[Middleware]]:
         """The middleware with enqueue hooks: ``(before_enqueue, after_enqueue[_batch])``.
@@ -86,17 +106,66 @@ class Producer:
             )
         return self._hook_lists
 
-    def enqueue_many(self, specs: Iterable[JobSpec]) -> list[JobHandle]:
-        """Store every job or none (atomic), returning their handles in order."""
+    def enqueue_many(
+        self,
+        specs: Iterable[JobSpec],
+        connection: Any = None,
+        *,
+        bind: bool = False,
+        known_only: bool = False,
+    ) -> list[JobHandle[Any]]:
+        """Store every job or none (atomic), returning their handles in order.
+
+        ``connection``: store them inside the caller's database transaction (``conveyor.txn``).
+
+        ``bind``: check the arguments of registered tasks against their signatures;
+        ``known_only``: refuse a task name this app has not registered (when it has any).
+        The ``Conveyor`` facade asks for both; workers' and operators' paths (scheduler,
+        dashboard, CLI) store what they are given and let the worker judge it.
+        """
+        jobs, plain, now = self.build_batch(specs, bind, known_only)
+        return self.store(jobs, plain, now, connection)
+
+    async def enqueue_many_async(
+        self, specs: Iterable[JobSpec], *, bind: bool = False, known_only: bool = False
+    ) -> list[JobHandle[Any]]:
+        """``enqueue_many`` for async callers: jobs are built and encoded on the caller's
+        thread (CPU only), the broker call never blocks the event loop."""
+        jobs, plain, now = self.build_batch(specs, bind, known_only)
+        if not jobs:
+            return []
+        payloads, after, fresh = self.encode(jobs, plain)
+        results = await self.app.broker.enqueue_async(jobs, now, payloads, fresh_ids=fresh)
+        if after:
+            after_enqueue_batch(after, self.app.owner, jobs, [res.duplicate for res in results])
+        handles = jobs
+        for i, res in enumerate(results):
+            if res.duplicate:
+                existing = await self.app.broker.get_async(res.id)
+                handles = list(handles) if handles is jobs else handles
+                handles[i] = JobHandle.bind(existing or jobs[i], self.app, duplicate=True)
+        return handles
+
+    def build_batch(
+        self, specs: Iterable[JobSpec], bind: bool, known_only: bool
+    ) -> tuple[list[JobHandle[Any]], list[tuple[Any, ...] | None], float]:
+        """Check each spec (type, task name, arguments) and build its job as a handle."""
         app = self.app
         now = app.now()
+        tasks = app.tasks
         defaults: dict[str, tuple[Any, ...]] = {}
-        jobs: list[JobHandle] = []
+        jobs: list[JobHandle[Any]] = []
         plain: list[tuple[Any, ...] | None] = []  # the task defaults of a job without options
         for spec in specs:
             if type(spec) is not JobSpec and not isinstance(spec, JobSpec):
                 kind = type(spec).__name__
                 raise ValidationError("jobs", f"enqueue_many takes JobSpec items, got {kind}")
+            if bind:
+                task = tasks.get(spec.task)
+                if task is not None:
+                    task.binder.require(spec.args, spec.kwargs)
+                elif known_only and tasks:
+                    raise unknown_task_error(spec.task, list(tasks))
             if spec.options:
                 jobs.append(JobHandle.bind(self.build_job(spec, now), app))
                 plain.append(None)
@@ -106,23 +175,27 @@ class Producer:
                     d = defaults[spec.task] = self._defaults(spec.task)
                 jobs.append(self._plain(d, spec.args, spec.kwargs, now))
                 plain.append(d)
-        return self.store(jobs, plain, now)
+        return jobs, plain, now
 
-    def enqueue_one(self, name: str, args: Any, kwargs: Any) -> JobHandle:
-        """``app.enqueue`` without options: one job, no ``JobSpec``."""
+    def enqueue_one(
+        self, name: str, args: Any, kwargs: Any, *, bind: bool = False, known_only: bool = False
+    ) -> JobHandle[Any]:
+        """``app.enqueue`` without options: one job, no ``JobSpec`` (flags: ``enqueue_many``)."""
+        if bind:
+            task = self.app.tasks.get(name)
+            if task is not None:
+                task.binder.require(args or (), kwargs or {})
+            elif known_only and self.app.tasks:
+                raise unknown_task_error(name, list(self.app.tasks))
         now = self.app.now()
         d = self._defaults(name)
         return self.store([self._plain(d, args, kwargs, now)], [d], now)[0]
 
-    def store(
-        self, jobs: list[JobHandle], plain: list[tuple[Any, ...] | None], now: float
-    ) -> list[JobHandle]:
-        """Run the enqueue middleware, encode once, store in one broker call, bind results.
-
-        ``plain[i]``: the task defaults job ``i`` was built from without options, else None.
-        """
-        if not jobs:
-            return []
+    def encode(
+        self, jobs: list[JobHandle[Any]], plain: list[tuple[Any, ...] | None]
+    ) -> tuple[list[bytes], list[Middleware], bool]:
+        """Run ``before_enqueue`` hooks and encode every job once: (payloads, the
+        ``after_enqueue`` middleware, whether every id is freshly minted)."""
         app = self.app
         before, after = self.hooks()
         limit = app.settings.max_payload_bytes
@@ -140,7 +213,35 @@ class Producer:
             ]
         # plain jobs carry new ULIDs, never custom ids (unless a before_enqueue hook changed one)
         fresh = not before and all(d is not None for d in plain)
-        results = app.broker.enqueue(jobs, now, payloads, fresh_ids=fresh)
+        return payloads, after, fresh
+
+    def store(
+        self,
+        jobs: list[JobHandle[Any]],
+        plain: list[tuple[Any, ...] | None],
+        now: float,
+        connection: Any = None,
+    ) -> list[JobHandle[Any]]:
+        """Run the enqueue middleware, encode once, store in one broker call, bind results.
+
+        ``plain[i]``: the task defaults job ``i`` was built from without options, else None.
+        ``connection``: the caller's database connection; the jobs are then stored inside its
+        transaction by ``transactional`` (the outbox, when one is installed) or the broker's
+        ``enqueue_in_transaction``, given the payloads encoded here (encoded once).
+        """
+        if not jobs:
+            return []
+        app = self.app
+        batch = current_batch.get()
+        if batch is not None and connection is None and (kept := batch.collect(app, jobs)):
+            return kept  # stored with the batch's callbacks when its block ends
+        payloads, after, fresh = self.encode(jobs, plain)
+        if connection is not None:
+            store = self.transactional or app.broker
+            raw = raw_connection(connection)
+            results = store.enqueue_in_transaction(raw, jobs, payloads=payloads)
+        else:
+            results = app.broker.enqueue(jobs, now, payloads, fresh_ids=fresh)
         if after:  # one call per batch (metrics: one buffered update instead of one per job)
             after_enqueue_batch(after, app.owner, jobs, [res.duplicate for res in results])
         handles = jobs
@@ -148,7 +249,9 @@ class Producer:
             if res.duplicate:
                 if handles is jobs:
                     handles = list(jobs)
-                existing = app.broker.get(res.id) or job
+                existing = app.broker.get(res.id)
+                if existing is None:  # uncommitted (same transaction): report its id at least
+                    existing = Job.fast({**job.__dict__, "id": res.id, "state": res.state})
                 handles[i] = JobHandle.bind(existing, app, duplicate=True)
         return handles
 
@@ -174,7 +277,7 @@ class Producer:
             float(app.settings.idempotency_ttl if ttl is None else ttl),
         )
 
-    def _plain(self, d: tuple[Any, ...], args: Any, kwargs: Any, now: float) -> JobHandle:
+    def _plain(self, d: tuple[Any, ...], args: Any, kwargs: Any, now: float) -> JobHandle[Any]:
         """A pending job with the task's defaults, built as the handle that will be returned."""
         return JobHandle.fast(self._plain_fields(d, args, kwargs, now))
 

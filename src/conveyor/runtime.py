@@ -92,7 +92,7 @@ class Runtime:
         self.rng = rng or random.Random()
         # Ids draw from their own source so that ``rng`` (backoff jitter) stays exact in tests.
         self.id_rng: random.Random = IdRandom()
-        self.tasks: dict[str, Task] = {}
+        self.tasks: dict[str, Task[..., Any]] = {}
         self.middleware: list[Middleware] = list(middleware)
         #: what middleware hooks receive as ``app`` (the facade; the runtime when there is none)
         self.owner: Any = self if owner is None else owner
@@ -118,25 +118,70 @@ class Runtime:
 
     def enqueue(
         self,
-        task: str | Task,
+        task: str | Task[..., Any],
         args: Sequence[Any] | None = None,
         kwargs: dict[str, Any] | None = None,
+        *,
+        bind: bool = False,
+        known_only: bool = False,
         **options: Any,
-    ) -> JobHandle:
-        """Enqueue by task name (the task need not be registered in this process)."""
-        if args is not None and not isinstance(args, list | tuple):
-            raise ValidationError("args", f"must be a list, got {type(args).__name__}")
-        if kwargs is not None and not isinstance(kwargs, dict):
-            raise ValidationError("kwargs", f"must be a dict, got {type(kwargs).__name__}")
-        name = task.name if isinstance(task, Task) else task
+    ) -> JobHandle[Any]:
+        """Enqueue by task name (the task need not be registered in this process, unless
+        ``known_only`` and this app registers tasks); ``bind``: check the arguments of a
+        registered task (``Producer.enqueue_many``)."""
+        name = _enqueue_name(task, args, kwargs)
+        flags = {"bind": bind, "known_only": known_only}
         if not options:
-            return self.producer.enqueue_one(name, args, kwargs)
+            return self.producer.enqueue_one(name, args, kwargs, **flags)
+        connection = options.pop("connection", None)  # docs/transactions.md
         spec = JobSpec(name, tuple(args or ()), dict(kwargs or {}), check_options(options))
-        return self.producer.enqueue_many((spec,))[0]
+        return self.producer.enqueue_many((spec,), connection, **flags)[0]
 
-    def enqueue_many(self, specs: Iterable[JobSpec]) -> list[JobHandle]:
-        """Store every job or none (atomic), returning their handles in order."""
-        return self.producer.enqueue_many(specs)
+    async def enqueue_async(
+        self,
+        task: str | Task[..., Any],
+        args: Sequence[Any] | None = None,
+        kwargs: dict[str, Any] | None = None,
+        *,
+        bind: bool = False,
+        known_only: bool = False,
+        **options: Any,
+    ) -> JobHandle[Any]:
+        """``enqueue`` without blocking the event loop."""
+        name = _enqueue_name(task, args, kwargs)
+        spec = JobSpec(name, tuple(args or ()), dict(kwargs or {}), check_options(options))
+        flags = {"bind": bind, "known_only": known_only}
+        handles = await self.producer.enqueue_many_async((spec,), **flags)
+        return handles[0]
+
+    def enqueue_many(
+        self,
+        specs: Iterable[JobSpec],
+        connection: Any = None,
+        *,
+        bind: bool = False,
+        known_only: bool = False,
+    ) -> list[JobHandle[Any]]:
+        """Store every job or none (atomic), returning their handles in order.
+
+        ``connection``: inside that database transaction (docs/transactions.md).
+        """
+        return self.producer.enqueue_many(specs, connection, bind=bind, known_only=known_only)
+
+    async def enqueue_many_async(
+        self, specs: Iterable[JobSpec], *, bind: bool = False, known_only: bool = False
+    ) -> list[JobHandle[Any]]:
+        """``enqueue_many`` without blocking the event loop."""
+        return await self.producer.enqueue_many_async(specs, bind=bind, known_only=known_only)
+
+
+def _enqueue_name(task: str | Task[..., Any], args: object, kwargs: object) -> str:
+    """The task name of an enqueue by name, after checking ``args`` and ``kwargs``' types."""
+    if args is not None and not isinstance(args, list | tuple):
+        raise ValidationError("args", f"must be a list, got {type(args).__name__}")
+    if kwargs is not None and not isinstance(kwargs, dict):
+        raise ValidationError("kwargs", f"must be a dict, got {type(kwargs).__name__}")
+    return task.name if isinstance(task, Task) else task
 
 
 def as_runtime(source: Runtime | HasRuntime) -> Runtime:

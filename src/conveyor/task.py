@@ -4,21 +4,23 @@ from __future__ import annotations
 
 import datetime as dt
 import inspect
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, Protocol, TypeVar, overload
 
 from .core.backoff import DEFAULT_BACKOFF, Backoff
-from .core.cache import BoundedCache
 from .core.job import validate_exception_names, validate_max_attempts, validate_non_negative
 from .core.retry import RetryPolicy, max_attempts_from
 from .errors import PermanentError, ValidationError
+from .task_args import SHAPE_CACHE_MAX as SHAPE_CACHE_MAX
+from .task_args import ArgBinder
 
 if TYPE_CHECKING:
     from .handles import JobHandle
+    from .workflow.canvas import Signature
 
-#: Distinct argument shapes remembered per task by ``Task.check_arguments``.
-SHAPE_CACHE_MAX = 256
+P = ParamSpec("P")
+R = TypeVar("R")
 ExecutorKind = Literal["auto", "thread", "asyncio", "process", "inline"]
 _OPTION_NAMES = frozenset(
     {
@@ -100,17 +102,30 @@ class JobSpec:
 class Enqueuer(Protocol):
     """What a task needs of its app: ``enqueue_many`` (the facade or its runtime)."""
 
-    def enqueue_many(self, specs: Iterable[JobSpec]) -> list[JobHandle]:
+    def enqueue_many(
+        self, specs: Iterable[JobSpec], connection: Any = None
+    ) -> list[JobHandle[Any]]:
         """Store every job or none, returning their handles in order."""
+        ...
+
+    async def enqueue_many_async(self, specs: Iterable[JobSpec]) -> list[JobHandle[Any]]:
+        """``enqueue_many`` without blocking the event loop."""
         ...
 
 
 @dataclass
-class Task:
-    """A function registered with an app, with its default queue and failure policy."""
+class Task(Generic[P, R]):
+    """A function registered with an app, with its default queue and failure policy.
+
+    Typed by the function: ``Task[P, R]`` where ``P`` are its parameters and ``R`` its result
+    (for an ``async def``, what the coroutine returns), so mypy checks ``enqueue``, ``s``,
+    ``enqueue_in``/``enqueue_at`` and ``options(...).enqueue`` arguments against the function,
+    and ``enqueue(...).wait()`` returns ``R``. At run time the arguments are also bound against
+    the signature at enqueue (``ValidationError`` naming the argument; ``task_args.py``).
+    """
 
     app: Enqueuer
-    fn: Callable[..., Any]
+    fn: Callable[P, Any]
     name: str
     queue: str = "default"
     priority: int = 0
@@ -121,16 +136,12 @@ class Task:
 
     def __post_init__(self) -> None:
         self.is_async = inspect.iscoroutinefunction(self.fn)
-        try:
-            self.signature: inspect.Signature | None = inspect.signature(self.fn)
-        except (TypeError, ValueError):
-            self.signature = None
-        # check_arguments' verdicts by argument shape; see there
-        self._shapes: BoundedCache[tuple[int, tuple[str, ...]], str | None] = BoundedCache(
-            SHAPE_CACHE_MAX
-        )
+        self.binder = ArgBinder(self.name, self.fn)
+        self.signature: inspect.Signature | None = self.binder.signature
+        self._shapes = self.binder.shapes  # the verdicts by argument shape (check_arguments)
+        self._plain = TaskOptions(self, {})
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Any:
         """Call the function directly, in this process (no job)."""
         return self.fn(*args, **kwargs)
 
@@ -139,27 +150,44 @@ class Task:
         """Total runs allowed (default for this task's jobs)."""
         return self.policy.max_attempts
 
-    def options(self, **options: Any) -> TaskOptions:
+    def options(self, **options: Any) -> TaskOptions[P, R]:
         """Per-call overrides: queue, priority, job_id, idempotency_key, delay, run_at, ...
 
         ``retry_on`` / ``dead_on`` replace the task's classification for this job (exception
         classes or qualified names; ``PermanentError`` is always permanent).
+        ``connection``: enqueue inside that database transaction (docs/transactions.md).
         """
-        return TaskOptions(self, check_options(options))
+        connection = options.pop("connection", None)
+        return TaskOptions(self, check_options(options), connection)
 
-    def spec(self, *args: Any, **kwargs: Any) -> JobSpec:
-        """Build an un-enqueued job for ``app.enqueue_many``."""
-        return TaskOptions(self, {}).spec(*args, **kwargs)
+    def spec(self, *args: P.args, **kwargs: P.kwargs) -> JobSpec:
+        """Build an un-enqueued job for ``app.enqueue_many`` (arguments checked now)."""
+        return self._plain.spec(*args, **kwargs)
 
-    def enqueue(self, *args: Any, **kwargs: Any) -> JobHandle:
+    def s(self, *args: P.args, **kwargs: P.kwargs) -> JobSpec:
+        """Short for ``spec`` (a signature, in Celery's words): an un-enqueued job."""
+        return self._plain.spec(*args, **kwargs)
+
+    def partial(self, *args: Any, **kwargs: Any) -> Signature:
+        """A workflow step that gets its parents' result as first argument:
+        ``chain(fetch.s(url), parse.partial(), store.partial())`` (docs/workflows.md)."""
+        return self._plain.partial(*args, **kwargs)
+
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle[R]:
         """Enqueue a job that runs ``fn(*args, **kwargs)`` as soon as a worker is free."""
-        return TaskOptions(self, {}).enqueue(*args, **kwargs)
+        return self._plain.enqueue(*args, **kwargs)
 
-    def enqueue_in(self, seconds: float | dt.timedelta, *args: Any, **kwargs: Any) -> JobHandle:
+    async def enqueue_async(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle[R]:
+        """``enqueue`` for async code: never blocks the event loop (docs: README, async)."""
+        return await self._plain.enqueue_async(*args, **kwargs)
+
+    def enqueue_in(
+        self, seconds: float | dt.timedelta, *args: P.args, **kwargs: P.kwargs
+    ) -> JobHandle[R]:
         """Enqueue to run ``seconds`` from now."""
         return self.options(delay=_seconds(seconds)).enqueue(*args, **kwargs)
 
-    def enqueue_at(self, when: dt.datetime, *args: Any, **kwargs: Any) -> JobHandle:
+    def enqueue_at(self, when: dt.datetime, *args: P.args, **kwargs: P.kwargs) -> JobHandle[R]:
         """Enqueue to run at an aware datetime."""
         return self.options(run_at=when).enqueue(*args, **kwargs)
 
@@ -170,39 +198,72 @@ class Task:
         keyword names in their order, never at values, so its verdict (and message) is cached
         per such shape: a worker binds once per shape, not once per job.
         """
-        if self.signature is None:
-            return None
-        shape = (len(args), tuple(kwargs))
-        try:
-            return self._shapes[shape]
-        except KeyError:
-            pass
-        try:
-            self.signature.bind(*args, **kwargs)
-            reason: str | None = None
-        except TypeError as exc:
-            reason = str(exc)
-        return self._shapes.put(shape, reason)  # shapes are few; never grow without bound
+        return self.binder.reason(args, kwargs)
 
 
 @dataclass(frozen=True)
-class TaskOptions:
+class TaskOptions(Generic[P, R]):
     """A task with per-call options bound; ``enqueue``/``spec`` use them."""
 
-    task: Task
+    task: Task[P, R]
     opts: Mapping[str, Any]
+    #: the caller's database connection: enqueue inside its transaction (``conveyor.txn``)
+    connection: Any = None
 
-    def options(self, **options: Any) -> TaskOptions:
+    def options(self, **options: Any) -> TaskOptions[P, R]:
         """Layer more options on top."""
-        return replace(self, opts={**self.opts, **check_options(options)})
+        connection = options.pop("connection", self.connection)
+        return replace(self, opts={**self.opts, **check_options(options)}, connection=connection)
 
-    def spec(self, *args: Any, **kwargs: Any) -> JobSpec:
-        """Build an un-enqueued job."""
-        return JobSpec(self.task.name, tuple(args), dict(kwargs), dict(self.opts))
+    def spec(self, *args: P.args, **kwargs: P.kwargs) -> JobSpec:
+        """Build an un-enqueued job (its arguments are bound against the function now)."""
+        self.task.binder.require(args, kwargs)
+        return JobSpec(self.task.name, args, kwargs, dict(self.opts) if self.opts else {})
 
-    def enqueue(self, *args: Any, **kwargs: Any) -> JobHandle:
+    def s(self, *args: P.args, **kwargs: P.kwargs) -> JobSpec:
+        """Short for ``spec``."""
+        return self.spec(*args, **kwargs)
+
+    def partial(self, *args: Any, **kwargs: Any) -> Signature:
+        """A workflow step whose first argument comes from its parents (docs/workflows.md);
+        the arguments are bound when the workflow is built."""
+        from .workflow.canvas import Signature
+
+        return Signature(self.task, tuple(args), dict(kwargs), dict(self.opts))
+
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle[R]:
         """Enqueue with these options."""
-        return self.task.app.enqueue_many([self.spec(*args, **kwargs)])[0]
+        specs = [self.spec(*args, **kwargs)]
+        if self.connection is not None:  # inside the caller's transaction (docs/transactions.md)
+            bound: JobHandle[R] = self.task.app.enqueue_many(specs, connection=self.connection)[0]
+            return bound
+        handle: JobHandle[R] = self.task.app.enqueue_many(specs)[0]
+        return handle
+
+    async def enqueue_async(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle[R]:
+        """``enqueue`` without blocking the event loop."""
+        if self.connection is not None:
+            raise ValidationError(
+                "connection", "enqueue_async cannot use a connection: call enqueue() inside it"
+            )
+        spec = self.spec(*args, **kwargs)
+        handles = await self.task.app.enqueue_many_async([spec])
+        handle: JobHandle[R] = handles[0]
+        return handle
+
+
+class TaskDecorator(Protocol):
+    """What ``@app.task(...)`` returns: registers a function as a typed ``Task[P, R]``."""
+
+    @overload
+    def __call__(self, fn: Callable[P, Coroutine[Any, Any, R]], /) -> Task[P, R]: ...
+
+    @overload
+    def __call__(self, fn: Callable[P, R], /) -> Task[P, R]: ...
+
+    def __call__(self, fn: Callable[..., Any], /) -> Task[..., Any]:
+        """Register ``fn``."""
+        ...
 
 
 def _seconds(value: float | dt.timedelta) -> float:
@@ -211,7 +272,7 @@ def _seconds(value: float | dt.timedelta) -> float:
 
 def build_task(
     app: Enqueuer,
-    fn: Callable[..., Any],
+    fn: Callable[P, Any],
     *,
     name: str | None,
     queue: str,
@@ -224,7 +285,7 @@ def build_task(
     dead_on: tuple[type[BaseException], ...],
     executor: ExecutorKind,
     idempotency_ttl: float | None,
-) -> Task:
+) -> Task[P, Any]:
     """Validate decorator arguments and build the Task."""
     from .core.job import validate_priority, validate_queue_name, validate_task_name
 

@@ -36,9 +36,9 @@ def cli_app(app: Conveyor, request: pytest.FixtureRequest) -> Iterator[tuple[Con
     sys.modules.pop(name, None)
 
 
-def run(*args: str, input: str | None = None) -> Result:
-    """Invoke ``conveyor ARGS`` in-process (rich tables 200 columns wide)."""
-    console.size = (200, 50)
+def run(*args: str, input: str | None = None, width: int = 200) -> Result:
+    """Invoke ``conveyor ARGS`` in-process (rich tables ``width`` columns wide)."""
+    console.size = (width, 50)
     return CliRunner().invoke(cli, list(args), input=input, catch_exceptions=False)
 
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from conveyor import Conveyor, FakeClock
+from conveyor.core.state import JobState
 from conveyor.monitoring.rules import QueueDepth
 
 from .conftest import run, run_json
@@ -138,25 +141,18 @@ def test_commands_have_help() -> None:
         assert result.exit_code == 0 and "Usage:" in result.output
 
 
-def test_url_option_opens_a_bare_app(tmp_path: object) -> None:
+def test_url_option_opens_a_bare_app(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/cli.db"
+    missing = run("status", "--url", url)  # issue 20: a read command never creates a database
+    assert missing.exit_code == 2 and "no SQLite database at" in missing.output
+    assert not (tmp_path / "cli.db").exists()
+    Conveyor(url).close()
     assert run_json("status", "--url", url) == {
         "now": pytest.approx(run_json("status", "--url", url)["now"], abs=60),
         "queues": [],
         "workers": [],
         "alerts": [],
-        "totals": {
-            s: 0
-            for s in (
-                "scheduled",
-                "pending",
-                "active",
-                "retry_scheduled",
-                "completed",
-                "dead_letter",
-                "cancelled",
-            )
-        },
+        "totals": {s.value: 0 for s in JobState},  # every state, new ones included
     }
     bad = run("status", "--url", "nope://x")
     assert bad.exit_code == 2

@@ -88,9 +88,10 @@ def test_hostile_jobs_dead_letter_and_the_worker_survives(app: Conveyor) -> None
     def victim(x: int) -> None:
         ran.append(f"victim {x}")
 
-    import_path = app.enqueue("os.system", args=["echo pwned"])
-    unknown = app.enqueue("never.registered")
-    wrong_args = app.enqueue("victim", args=[1, 2, 3])
+    other = Conveyor(app.broker, clock=app.clock)  # a producer that only knows names
+    import_path = other.enqueue("os.system", args=["echo pwned"])
+    unknown = other.enqueue("never.registered")
+    wrong_args = other.enqueue("victim", args=[1, 2, 3])
     script = app.enqueue("victim", args=["<script>alert(1)</script>"])  # fits; runs harmlessly
     good = victim.enqueue(7)
     assert app.worker().run_until_idle() == 5

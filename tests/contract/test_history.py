@@ -67,8 +67,15 @@ def test_history_ranges_and_retention(app: Conveyor, clock: FakeClock) -> None:
         read_history(app.broker, clock.now(), "1y")
 
 
-def test_history_survives_a_restart(tmp_path: Path, clock: FakeClock) -> None:
-    url = f"sqlite:///{tmp_path / 'h.db'}"
+@pytest.mark.parametrize("store", ["sqlite", "postgres"])
+def test_history_survives_a_restart(
+    store: str, tmp_path: Path, clock: FakeClock, request: pytest.FixtureRequest
+) -> None:
+    if store == "sqlite":
+        url = f"sqlite:///{tmp_path / 'h.db'}"
+    else:
+        pytest.importorskip("psycopg")
+        url = request.getfixturevalue("pg_server").new_database()
     first = Conveyor(url, clock=clock, rng=random.Random(1))
     busy_app(first)
     run_some(first, 5, 2)

@@ -125,7 +125,8 @@ def test_unknown_task_dead_letters_and_worker_keeps_running(app: Conveyor) -> No
     def known() -> str:
         return "ok"
 
-    ghost = app.enqueue("not_registered_here")
+    other = Conveyor(app.broker, clock=app.clock)  # a producer that only knows names
+    ghost = other.enqueue("not_registered_here")
     good = known.enqueue()
     assert app.worker().run_until_idle() == 2
     assert ghost.refresh().state is JobState.DEAD_LETTER
@@ -138,7 +139,8 @@ def test_arguments_that_do_not_fit_the_signature(app: Conveyor) -> None:
     def one(a: int) -> int:
         return a
 
-    job = app.enqueue("one", args=[1, 2])
+    other = Conveyor(app.broker, clock=app.clock)  # enqueue refuses it; another producer may not
+    job = other.enqueue("one", args=[1, 2])
     app.worker().run_until_idle()
     assert job.refresh().state is JobState.DEAD_LETTER
     assert job.errors[-1]["kind"] == "bad_arguments" and job.attempts == 1

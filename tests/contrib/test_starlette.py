@@ -111,8 +111,8 @@ def test_worker_lifespan_nests_in_a_lifespan_of_ones_own(tmp_path: Path) -> None
 # --------------------------------------------------------------------- the mounted dashboard
 def mounted(app: Conveyor, config: DashboardConfig) -> TestClient:
     api = FastAPI()
-    cs.mount_dashboard(api, app, "/admin/jobs", config, allowed_hosts=["testserver"])
-    return TestClient(api)
+    cs.mount_dashboard(api, app, "/admin/jobs", config, allowed_hosts=["127.0.0.1"])
+    return TestClient(api, base_url="http://127.0.0.1")  # no credentials: loopback only
 
 
 def test_mounted_dashboard_serves_pages_api_and_assets_under_the_prefix() -> None:
@@ -143,15 +143,11 @@ def test_mounted_dashboard_refuses_foreign_host_headers() -> None:
     assert client.get("/admin/jobs/", headers={"host": "evil.example"}).status_code == 400
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="dashboard links are absolute on this branch; the dashboard helper makes them "
-    "relative to root_path (issue 19 item 5): remove this marker when that lands",
-)
 def test_mounted_dashboard_links_stay_under_the_prefix() -> None:
     app = Conveyor("memory://")
     html = mounted(app, DashboardConfig()).get("/admin/jobs/").text
     assert 'href="/static/' not in html and 'src="/static/' not in html
+    assert 'href="/admin/jobs/static/app.css"' in html and 'href="/admin/jobs/workers"' in html
 
 
 def test_mount_path_is_validated() -> None:

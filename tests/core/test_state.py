@@ -26,6 +26,12 @@ EXPECTED = {
     (S.RETRY_SCHEDULED, E.CANCEL): S.CANCELLED,
     (S.DEAD_LETTER, E.REQUEUE): S.PENDING,
     (S.CANCELLED, E.REQUEUE): S.PENDING,
+    # issue 16: a running job cancelled by an operator, recorded by the lease holder (fenced)
+    (S.ACTIVE, E.CANCEL_RUNNING): S.CANCELLED,
+    # workflows: a node waits for its parents, then runs or ends with the failed parent named
+    (S.WAITING, E.RELEASE_PARENTS): S.PENDING,
+    (S.WAITING, E.UPSTREAM_FAILED): S.CANCELLED,
+    (S.WAITING, E.CANCEL): S.CANCELLED,
 }
 
 
@@ -55,3 +61,12 @@ def test_unknown_names_are_illegal() -> None:
     with pytest.raises(IllegalTransition):
         transition("nope", "claim")
     assert not allowed("pending", "explode")
+
+
+def test_waiting_is_not_terminal_and_only_parents_or_cancel_end_it() -> None:
+    assert S.WAITING not in TERMINAL_STATES
+    assert {e for (s, e) in TRANSITIONS if s is S.WAITING} == {
+        E.RELEASE_PARENTS,
+        E.UPSTREAM_FAILED,
+        E.CANCEL,
+    }

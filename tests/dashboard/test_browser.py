@@ -160,7 +160,11 @@ def test_retry_a_dead_letter_from_the_ui_and_see_it_complete(
         page.goto(server.url + "/dead?queue=retry")
         page.once("dialog", lambda dialog: dialog.accept())
         page.click(f'tr[data-job="{job.id}"] button.retry')
-        page.wait_for_url(re.compile(r"/jobs/" + job.id))
+        # issue 20: retrying from the dead-letter list keeps you on the list (with its filters)
+        page.wait_for_url(re.compile(r"/dead\?queue=retry&flash=Job"))
+        expect(page.locator(".flash")).to_contain_text("Job requeued")
+        expect(page.locator(f'tr[data-job="{job.id}"]')).to_have_count(0)
+        page.goto(f"{server.url}/jobs/{job.id}")
         expect(page.locator("#job-state")).to_have_text("completed", timeout=10_000)
         expect(page.locator("#job-history")).to_contain_text("requeued")
         assert live_app.get_job(job.id).result == 42

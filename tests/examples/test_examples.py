@@ -24,6 +24,7 @@ EXAMPLE_FILES = {
     "fastapi_app.py",
     "flask_app.py",
     "async_tasks.py",
+    "observability.py",  # run by tests/examples/test_observability_example.py
     "django_project",
     "docker",
     "README.md",
@@ -90,9 +91,10 @@ def test_fastapi_example(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     from starlette.testclient import TestClient
 
     monkeypatch.setenv("CONVEYOR_URL", f"sqlite:///{tmp_path / 'fastapi.db'}")
-    monkeypatch.setenv("ALLOWED_HOSTS", "testserver")
+    monkeypatch.setenv("ALLOWED_HOSTS", "127.0.0.1")
     example = load_example("fastapi_app.py")
-    with TestClient(example.api) as client:
+    # no dashboard credentials in this test: the dashboard answers on loopback only
+    with TestClient(example.api, base_url="http://127.0.0.1") as client:
         job_id = client.post("/signup", params={"email": "ada@example.com"}).json()["job"]
         wait_for(lambda: client.get(f"/jobs/{job_id}").json()["state"] == "completed")
         body = client.get(f"/jobs/{job_id}").json()

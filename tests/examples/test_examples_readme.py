@@ -43,6 +43,7 @@ NOT_RUN = {
 EXPECTED_OUTPUT = {
     "# enqueue.py": "completed 1 sent",
     "from jobs import app, send_email": "completed",
+    "from conveyor import Conveyor, current_job": "1 resized 2 of 2",
 }
 
 

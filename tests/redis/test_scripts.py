@@ -9,10 +9,13 @@ from typing import Any
 
 import redis
 from conveyor.broker.base import Ack, SearchQuery
+from conveyor.broker.flow import FlowEdge, FlowNode
 from conveyor.broker.redis import RedisBroker
 from conveyor.broker.redis.keys import key_slot
 from conveyor.broker.redis.scripts import SCRIPT_NAMES, ScriptRunner
 from conveyor.core.job import Job
+from conveyor.core.serialization import encode_envelope
+from conveyor.core.state import JobState
 
 from .conftest import T0
 
@@ -77,16 +80,29 @@ def test_every_script_call_touches_one_slot(rbroker: RedisBroker) -> None:
     b.complete([Ack(leases[0].id, leases[0].token, {"ok": 1})], T0)
     b.fail(leases[1].id, leases[1].token, T0, error={"kind": "error"}, retry_at=None)
     b.release(leases[2].id, leases[2].token, T0)
+    running = b.claim(["default", "mail"], T0, limit=1, worker_id="w")[0]
+    b.cancel_running(running.id, running.token, T0)  # issue 16
     b.promote_due(T0 + 10)
     b.reap_expired(T0 + 1000)
     b.cancel("later", T0)
     b.requeue(leases[1].id, T0)
     b.purge(T0, queue="default")
     b.clear_queue("mail", T0)
+    b.enqueue([job("soon", state=_scheduled(), run_at=T0 + 50)], T0)
+    assert b.run_now("soon", T0) and b.delete_job("soon", T0)
     b.oldest_pending("default")
     assert b.search(SearchQuery(task="t", text="zzz")).total == 0
     b.doc_put("c", "d", {"x": 1}, T0)
     b.doc_update_if("c", "d", "x", 1, {"x": 2}, T0)
+    # a workflow: its script declares only the index key (nodes may span queues: no Cluster)
+    nodes = [job("w1"), job("w2", state=JobState.WAITING)]
+    b.enqueue_workflow(
+        nodes,
+        [encode_envelope(n) for n in nodes],
+        [FlowNode("w1", "wf", 0), FlowNode("w2", "wf", 1, "one")],
+        [FlowEdge("w1", "w2")],
+        T0,
+    )
     used = {name for name, _ in recorder.seen}
     assert used == set(SCRIPT_NAMES), set(SCRIPT_NAMES) - used
     for name, keys in recorder.seen:
@@ -115,3 +131,24 @@ def _scheduled() -> Any:
     from conveyor.core.state import JobState
 
     return JobState.SCHEDULED
+
+
+def test_workflow_keys_built_in_lua_mirror_keys_py(rbroker: RedisBroker) -> None:
+    """wf_qkeys (lua/_lib.lua) builds other queues' keys: they must be keys.py's."""
+    lib = resources.files("conveyor.broker.redis").joinpath("lua", "_lib.lua").read_text()
+    start = lib.index("local function wf_qkeys")
+    body = lib[start : lib.index("\nend\n", start) + 5]
+    script = (
+        body
+        + "local k = wf_qkeys(ARGV[1], ARGV[2])\n"
+        + (
+            "return {k.job, k.ready, k.scheduled, k.retry, k.leases, k.completed, k.dead,"
+            " k.cancelled, k.seq, k.events, k.wake, k.paused, k.idem, k.payloads, k.waiting, k.wf}"
+        )
+    )
+    client = redis.Redis.from_url(rbroker.url)
+    got = [k.decode() for k in client.eval(script, 0, "conveyor", "mail")]
+    schema = rbroker.keys
+    assert got[:14] == schema.queue_keys("mail")
+    assert got[14] == schema.state_set("mail", "waiting")
+    assert got[15] + "x" == schema.wf_node("mail", "x")

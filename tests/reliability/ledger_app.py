@@ -42,3 +42,19 @@ def poison(n: int) -> None:
     """A poison pill: kills the worker process that runs it, every time."""
     ledger("start", n)
     os._exit(17)
+
+
+@app.task(max_attempts=20)
+def part(n: int, seconds: float) -> int:
+    """A chord member (issue 16): records its run like ``work``; returns ``n``."""
+    ledger("start", n)
+    time.sleep(seconds)
+    ledger("done", n)
+    return n
+
+
+@app.task(max_attempts=20)
+def gather(results: list[int]) -> int:
+    """A chord callback: records ``callback <how many results> <pid> <time>``; returns that."""
+    ledger("callback", len(results))
+    return len(results)

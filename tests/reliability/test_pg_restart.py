@@ -82,7 +82,7 @@ def postgres_restarts(
             return (
                 time.monotonic() >= up_at
                 and len(producer.failed) >= failed + 3
-                and "claim failed" in workers.output()[seen:]
+                and "lost the connection" in workers.output()[seen:]  # the outage log line
             )
 
         wait_until(felt, 30, "producer and workers to notice the outage")

@@ -56,7 +56,7 @@ def _make_v1(path: str, n: int) -> list[str]:
 def test_new_file_gets_the_current_version(db_path: str) -> None:
     broker = SqliteBroker(db_path)
     conn = broker._conn()
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
     assert _lease_index(conn)
     assert _columns(conn) == V2_COLUMNS
     broker.close()
@@ -92,15 +92,32 @@ def test_version_2_file_gets_the_lease_index(db_path: str) -> None:
         conn.execute("PRAGMA user_version = 2")
     broker = SqliteBroker(db_path)
     conn = broker._conn()
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == 3 and _lease_index(conn)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 4 and _lease_index(conn)
     again = broker.claim(["default"], T0 + 6, visibility_timeout=5)  # the lease expired
     assert [lease.id for lease in again] == ["j1"] and again[0].job.lost == 1
 
 
-@pytest.mark.parametrize("version", [4, 99, -1])
+@pytest.mark.parametrize("version", [5, 99, -1])
 def test_newer_or_unknown_versions_are_refused(db_path: str, version: int) -> None:
     SqliteBroker(db_path).close()
     with sqlite3.connect(db_path) as conn:
         conn.execute(f"PRAGMA user_version = {version}")
     with pytest.raises(BrokerUnavailable, match=f"schema version {version} .*newer Conveyor"):
         SqliteBroker(db_path)
+
+
+def test_version_3_file_gets_the_workflow_tables(db_path: str) -> None:
+    """Version 4 adds wf_nodes and wf_edges (workflows, issue 16); jobs are untouched."""
+    broker = SqliteBroker(db_path)
+    broker.enqueue([Job(id="j1", task="t", run_at=T0, created_at=T0)], T0)
+    broker.close()
+    with sqlite3.connect(db_path) as conn:
+        conn.execute("DROP TABLE wf_nodes")
+        conn.execute("DROP TABLE wf_edges")
+        conn.execute("PRAGMA user_version = 3")
+    broker = SqliteBroker(db_path)
+    conn = broker._conn()
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 4
+    assert {"wf_nodes", "wf_edges"} <= tables and broker.get("j1") is not None
+    assert broker.workflow_jobs("nope") == []

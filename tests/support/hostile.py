@@ -75,3 +75,21 @@ def store_unvalidated(app: Any, job_id: str, task: str, *args: Any, **options: A
     job = app.build_job(JobSpec(task, tuple(args), kwargs, options), now)
     app.broker.enqueue([dataclasses.replace(job, id=job_id)], now)
     return job_id
+
+
+#: Text a terminal would interpret (issue 20): rich markup, emoji codes, escape sequences,
+#: bidirectional overrides, NUL/BEL and a 40 KB value. The CLI must print each literally.
+TERMINAL_TEXT: dict[str, str] = {
+    "close_tag": "a[/]b",
+    "style_tag": "[red]not red[/red] [link=http://x]link[/link]",
+    "emoji_code": ":two: :thumbs_up:",
+    "ansi": "\x1b[2J\x1b[31mred\x1b]0;title\x07",
+    "carriage_return": "shown\rhidden",
+    "rtl": "abc\u202edcba\u200f\u2066x\u2069",
+    "nul_bell": "a\x00b\x07c",
+    "line_separator": "one\u2028two",
+    "huge": "z" * 40_000,
+}
+
+#: What must never reach a terminal raw once TERMINAL_TEXT went through the CLI.
+TERMINAL_RAW = ("\x1b", "\r", "\x00", "\x07", "\u202e", "\u200f", "\u2066", "\u2028", "\u20e3")

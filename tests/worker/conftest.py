@@ -69,14 +69,17 @@ def states(app: Conveyor, jobs: list[Any]) -> list[str]:
 
 
 # ---------------------------------------------------------------------- real processes
-SHARED = [name for name in ("sqlite", "redis") if name in BACKENDS]
+SHARED = [name for name in ("sqlite", "redis", "postgres") if name in BACKENDS]
 
 
 @pytest.fixture(params=SHARED)
 def shared_url(request: Any, tmp_path: Path) -> str:
-    """A broker URL several processes can share."""
+    """A broker URL several processes can share (a flushed Redis database; a new PostgreSQL
+    database, so no process of an earlier test can touch this test's jobs)."""
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'jobs.db'}"
+    if request.param == "postgres":
+        return str(request.getfixturevalue("pg_server").new_database())
     server = request.getfixturevalue("redis_server")
     admin = Conveyor(server.url)
     admin.broker.flush_all()

@@ -25,7 +25,7 @@ from tests.support.hostile import UNENCODABLE, deep_json_text
 
 from .conftest import FAST, running, wait_until
 
-STORED = [name for name in ("sqlite", "redis") if name in BACKENDS]
+STORED = [name for name in ("sqlite", "redis", "postgres") if name in BACKENDS]
 BAD_ROWS = {
     "deep_args": lambda envelope: envelope.replace(
         b'"args":[0]', b'"args":[' + deep_json_text(600).encode() + b"]"
@@ -41,13 +41,19 @@ BAD_ROWS = {
 
 @pytest.fixture(params=STORED)
 def stored(request: Any, tmp_path: Path) -> Iterator[Broker]:
-    """A fresh SQLite file or flushed Redis database."""
+    """A fresh SQLite file, flushed Redis database or flushed PostgreSQL schema."""
     broker = BACKENDS[request.param](request, tmp_path, None)
     yield broker
     broker.close()
 
 
 def _read_envelope(broker: Broker, job_id: str) -> bytes:
+    if hasattr(broker, "conninfo"):  # PostgreSQL
+        import psycopg
+
+        with psycopg.connect(broker.conninfo) as conn:
+            row = conn.execute("SELECT payload FROM conveyor.jobs WHERE id = %s", (job_id,))
+            return bytes(row.fetchone()[0])  # type: ignore[index]
     if hasattr(broker, "path"):
         with sqlite3.connect(broker.path) as conn:
             return bytes(
@@ -57,7 +63,13 @@ def _read_envelope(broker: Broker, job_id: str) -> bytes:
 
 
 def _write_envelope(broker: Broker, job_id: str, raw: bytes) -> None:
-    """Overwrite a stored envelope behind Conveyor's back (sqlite3 UPDATE / redis HSET)."""
+    """Overwrite a stored envelope behind Conveyor's back (SQL UPDATE / redis HSET)."""
+    if hasattr(broker, "conninfo"):  # PostgreSQL
+        import psycopg
+
+        with psycopg.connect(broker.conninfo) as conn:
+            conn.execute("UPDATE conveyor.jobs SET payload = %s WHERE id = %s", (raw, job_id))
+        return
     if hasattr(broker, "path"):
         with sqlite3.connect(broker.path) as conn:
             conn.execute("UPDATE jobs SET payload = ? WHERE id = ?", (raw, job_id))

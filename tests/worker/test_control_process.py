@@ -1,8 +1,9 @@
 """A real ``conveyor worker`` process obeys the dashboard: QUIET (stop claiming, finish the
 running job, stay up) and then STOP (drain and exit 0), each within a few heartbeats.
 
-The worker runs ``tests.worker.apps.jobs:app`` on a real SQLite file (heartbeat 0.5 s); the
-dashboard is the real ASGI app in this process, over the same file, called with the API token.
+The worker runs ``tests.worker.apps.jobs:app`` on each shared backend (a SQLite file, Redis,
+PostgreSQL; heartbeat 0.5 s); the dashboard is the real ASGI app in this process, over the same
+store, called with the API token.
 """
 
 from __future__ import annotations
@@ -19,10 +20,10 @@ from tests.worker.harness import WorkerProcess
 TOKEN = "control-token-0123456789abcdef"
 
 
-def test_dashboard_quiets_then_stops_a_real_worker_process(tmp_path: Path) -> None:
+def test_dashboard_quiets_then_stops_a_real_worker_process(shared_url: str, tmp_path: Path) -> None:
     from starlette.testclient import TestClient
 
-    url = f"sqlite:///{tmp_path / 'jobs.db'}"
+    url = shared_url
     app = Conveyor(url)
     worker = WorkerProcess(url, tmp_path)
     try:

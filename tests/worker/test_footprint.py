@@ -122,7 +122,13 @@ def test_worker_process_imports_only_what_it_runs(url: str, tmp_path: Path) -> N
     url = url.replace("footprint.db", str(tmp_path / "footprint.db"))
     modules = _modules(code, CONVEYOR_URL=url)
     assert "conveyor.worker.loop" in modules  # the probe did build a worker
-    assert _loaded(modules, WORKER_NEVER) == []
+    banned = WORKER_NEVER
+    if "opentelemetry.sdk" in modules:
+        # redis-py >= 8 imports the OpenTelemetry SDK (and with it ctypes) when it is installed
+        # (Conveyor's otel extra, and dev): redis's own import, not Conveyor's
+        assert not any(m.startswith("conveyor.contrib") for m in modules)
+        banned = tuple(b for b in WORKER_NEVER if b != "ctypes")
+    assert _loaded(modules, banned) == []
 
 
 @pytest.mark.slow

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import json
-import logging
 import threading
 import time
 from typing import Any
@@ -13,7 +12,7 @@ from typing import Any
 import pytest
 
 from conveyor import Backoff, Conveyor, JobState, Middleware, PermanentError
-from conveyor.worker.logs import setup_logging
+from conveyor.worker.logs import reset_logging, setup_logging
 from conveyor.worker.loop import EXIT_RECYCLE
 from tests.worker.conftest import running, states, wait_until
 
@@ -126,7 +125,7 @@ def test_hooks_and_the_worker_survives_anything_a_job_does(live_app: Conveyor) -
         interrupts.enqueue(),
         permanent.enqueue(),
         unserialisable.enqueue(),
-        app.enqueue("no_such_task"),
+        app.runtime.enqueue("no_such_task"),  # as a name-only producer would (no name check)
         fine.enqueue(),
     ]
     with running(app, concurrency=3):
@@ -239,8 +238,7 @@ def test_json_outcome_lines(live_app: Conveyor, level: str) -> None:
         with running(app) as worker:
             wait_until(lambda: worker.processed + worker.failed == 2)
     finally:
-        logging.getLogger("conveyor").handlers.clear()
-        logging.getLogger("conveyor").propagate = True
+        reset_logging()
     lines = [json.loads(line) for line in stream.getvalue().splitlines()]
     outcomes = {d["job_id"]: d for d in lines if "outcome" in d}
     assert outcomes[ko.id]["outcome"] == "dead_letter" and outcomes[ko.id]["error"] == "ValueError"

@@ -16,15 +16,17 @@ import pytest
 
 from conveyor import Conveyor
 from conveyor.worker.leanlog import LeanLogger
-from conveyor.worker.logs import setup_logging
+from conveyor.worker.logs import reset_logging, setup_logging
 from tests.support.hostile import HOSTILE_TEXT
 
 INDENT = "    "  # conveyor.worker.logs.INDENT
-RECORD = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} [A-Z]+ +\[\d+\] conveyor[.\w]*: ")
+# any logger: the handler is on the root logger (issue 19), so a client library's debug lines
+# (redis.connection) are formatted too
+RECORD = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} [A-Z]+ +\[\d+\] [\w.]+: ")
 
 
 class Counter(logging.Handler):
-    """Counts the records the ``conveyor`` logger emits."""
+    """Counts the records that reach the root logger (Conveyor's and every other logger's)."""
 
     def __init__(self) -> None:
         super().__init__(logging.DEBUG)
@@ -38,12 +40,12 @@ class Counter(logging.Handler):
 def text_log() -> Iterator[tuple[io.StringIO, Counter]]:
     stream, counter = io.StringIO(), Counter()
     setup_logging("text", "DEBUG", stream=stream)
-    logging.getLogger("conveyor").addHandler(counter)
+    logging.getLogger().addHandler(counter)
     try:
         yield stream, counter
     finally:
-        logging.getLogger("conveyor").removeHandler(counter)
-        setup_logging("text", "WARNING")
+        logging.getLogger().removeHandler(counter)
+        reset_logging()
 
 
 def assert_one_line_per_record(text: str, records: int) -> None:

@@ -45,7 +45,10 @@ from typing import Any, NamedTuple
 
 from ..core.job import Job
 from ..core.state import JobState
+from ..errors import ValidationError
+from .flowstore import WorkflowStore
 from .side import CounterStore, DocStore, EventStore, LogStore
+from .waits import JobWaits
 
 EVENT_TYPES = (
     "enqueued",
@@ -216,6 +219,20 @@ class JobAdmin(abc.ABC):
         jobs stay: a job claimed before the clear is never touched by it."""
 
     @abc.abstractmethod
+    def run_now(self, job_id: str, now: float) -> bool:
+        """Make a scheduled or retry_scheduled job due now: pending, ``run_at = now``.
+
+        Attempts, errors and history are kept; False (nothing changed) in any other state.
+        """
+
+    @abc.abstractmethod
+    def delete_job(self, job_id: str, now: float) -> bool:
+        """Delete one job that is not running (any state but active), for good.
+
+        False when the job does not exist or is active (a running job cannot be deleted).
+        """
+
+    @abc.abstractmethod
     def pause(self, queue: str) -> None:
         """Stop handing out jobs of ``queue`` (running jobs finish)."""
 
@@ -224,7 +241,7 @@ class JobAdmin(abc.ABC):
         """Undo ``pause``."""
 
 
-class JobStore(JobReads, JobAdmin):
+class JobStore(JobReads, JobAdmin, JobWaits, WorkflowStore):
     """Job transitions and lifecycle (plus reads and admin): what producers, workers and the
     promote / reap duties call."""
 
@@ -254,6 +271,31 @@ class JobStore(JobReads, JobAdmin):
         every id was just minted by ``new_ulid`` (the producer's plain path): a backend that must
         otherwise check ids across queues (Redis) may skip that check.
         """
+
+    def enqueue_in_transaction(
+        self,
+        connection: Any,
+        jobs: Sequence[Job],
+        *,
+        payloads: Sequence[bytes] | None = None,
+    ) -> list[EnqueueResult]:
+        """Store ``jobs`` with the caller's DB-API ``connection``, inside its open transaction.
+
+        ``payloads``: the envelopes the producer already encoded, as for ``enqueue``.
+        Same results as ``enqueue`` (``now`` is each job's ``created_at``): the jobs exist for
+        workers only once the caller commits, never if it rolls back; a conflict (taken id)
+        is raised after rolling back to a savepoint, so the caller's own work survives.
+        Backends whose storage is not the caller's database refuse: by default this raises
+        ``ValidationError`` naming ``connection`` and pointing to the outbox
+        (``conveyor.outbox``, docs/transactions.md).
+        """
+        kind = type(self).__name__
+        raise ValidationError(
+            "connection",
+            f"{kind} cannot enqueue inside your database transaction (its jobs live elsewhere);"
+            " use the transactional outbox (conveyor.outbox.Outbox, docs/transactions.md)"
+            " or enqueue after commit",
+        )
 
     # ----------------------------------------------------------------- consumers
     @abc.abstractmethod
@@ -317,6 +359,18 @@ class JobStore(JobReads, JobAdmin):
 
         One call for all of a worker's in-flight jobs; False where the lease is lost.
         """
+
+    def cancel_running(
+        self, job_id: str, token: str, now: float, *, note: str = "cancelled while running"
+    ) -> JobState:
+        """Record that the lease holder stopped a job an operator cancelled: ``active`` →
+        ``cancelled`` (event ``cancel_running``), lease dropped at once, never retried.
+
+        Fenced like ``fail``: raises ``LeaseLost`` on a stale token or a job that is not
+        active. The note goes to the job's history. (Not abstract: a backend written before
+        issue 16 still loads; its workers then cannot cancel running jobs.)
+        """
+        raise NotImplementedError(f"{type(self).__name__} cannot cancel running jobs")
 
     # ----------------------------------------------------------------- maintenance
     @abc.abstractmethod

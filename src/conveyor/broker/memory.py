@@ -20,14 +20,17 @@ from ..core.serialization import decode_job
 from ..core.state import TERMINAL_STATES, JobState
 from ..errors import DuplicateJob, LeaseLost
 from .base import Ack, Broker, Claimed, EnqueueResult, Lease
+from .memadmin import MemoryJobAdmin
+from .memflow import MemoryFlow, MemoryWorkflows
 from .memreads import MemoryReads
 from .memstore import MemoryCounters, MemoryDocs, MemoryEvents, MemoryLogs
 from .memtimers import TimeHeap
 
 _DELAYED = (JobState.SCHEDULED, JobState.RETRY_SCHEDULED)
+_CANCELLABLE = (JobState.PENDING, *_DELAYED, JobState.WAITING)
 
 
-class MemoryBroker(MemoryReads, Broker):
+class MemoryBroker(MemoryWorkflows, MemoryReads, MemoryJobAdmin, Broker):
     """All state in dicts and heaps behind one lock."""
 
     events: MemoryEvents  # job transitions ``emit`` into it under the lock
@@ -39,6 +42,8 @@ class MemoryBroker(MemoryReads, Broker):
         self._wake = threading.Condition(self._lock)
         self._changes = 0  # bumped with every notify of _wake (see wait_for_work)
         self._seen = threading.local()  # per thread: _changes as of its last claim
+        self._ended = threading.Condition(self._lock)  # notified when a job finishes (watch)
+        self._ends = 0  # jobs finished so far: the cursor of change_cursor / wait_change
         self._jobs: dict[str, Job] = {}
         self._tokens: dict[str, str] = {}
         self._ready: dict[str, list[tuple[int, int, str]]] = {}
@@ -53,6 +58,7 @@ class MemoryBroker(MemoryReads, Broker):
         self.docs, self.logs = MemoryDocs(self._lock), MemoryLogs(self._lock)
         self.events = MemoryEvents(self._lock, self.retention.events_max)
         self.counters = MemoryCounters(self._lock)
+        self.flow = MemoryFlow(self)
 
     # ------------------------------------------------------------------ helpers
     def _emit(self, kind: str, job: Job, now: float, **extra: Any) -> None:
@@ -96,6 +102,9 @@ class MemoryBroker(MemoryReads, Broker):
 
     def _finish(self, job: Job) -> None:
         self._tokens.pop(job.id, None)
+        self._ends += 1
+        self._ended.notify_all()  # waiters on a job's result (a separate condition: idle
+        # workers on _wake are not woken by finishing jobs)
         ring = self._finished.setdefault(f"{job.queue}|{job.state}", deque())
         ring.append(job.id)
         cap = (
@@ -225,6 +234,7 @@ class MemoryBroker(MemoryReads, Broker):
                 lifecycle.complete(job, now, ack.result, ack.error)
                 self._emit("completed", job, now, attempt=job.attempts)
                 self._finish(job)
+                self.flow.done(job, now)
                 out.append(True)
             return out
 
@@ -246,6 +256,7 @@ class MemoryBroker(MemoryReads, Broker):
             if retry_at is None:
                 self._emit("dead_lettered", job, now, reason=error.get("kind"))
                 self._finish(job)
+                self.flow.done(job, now)
             else:
                 self._emit("retry_scheduled", job, now, run_at=retry_at)
                 self._make_delayed(job)
@@ -268,6 +279,19 @@ class MemoryBroker(MemoryReads, Broker):
             self._tokens.pop(job_id, None)
             self._emit("released", job, now, note=note)
             self._place(job)
+            return job.state
+
+    def cancel_running(
+        self, job_id: str, token: str, now: float, *, note: str = "cancelled while running"
+    ) -> JobState:
+        """active → cancelled by the lease holder (fenced)."""
+        with self._lock:
+            job = self._leased(job_id, token)
+            lifecycle.cancel_running(job, now, note)
+            self._tokens.pop(job_id, None)
+            self._emit("cancelled", job, now, note=note)
+            self._finish(job)
+            self.flow.done(job, now)
             return job.state
 
     def extend(
@@ -322,6 +346,7 @@ class MemoryBroker(MemoryReads, Broker):
             if job.state is JobState.DEAD_LETTER:
                 self._emit("dead_lettered", job, now, reason="worker_lost")
                 self._finish(job)
+                self.flow.done(job, now)
             else:
                 self._make_ready(job)
             reaped += 1
@@ -348,11 +373,12 @@ class MemoryBroker(MemoryReads, Broker):
         """Cancel a not-yet-started job."""
         with self._lock:
             job = self._jobs.get(job_id)
-            if job is None or job.state not in (JobState.PENDING, *_DELAYED):
+            if job is None or job.state not in _CANCELLABLE:
                 return False
             lifecycle.cancel(job, now)
             self._emit("cancelled", job, now)
             self._finish(job)
+            self.flow.done(job, now)
             return True
 
     def requeue(self, job_id: str, now: float) -> bool:
@@ -437,6 +463,17 @@ class MemoryBroker(MemoryReads, Broker):
             if getattr(self._seen, "changes", self._changes) == self._changes:
                 self._wake.wait(timeout)
             self._seen.changes = self._changes
+
+    def change_cursor(self, queue: str) -> int:
+        """How many jobs have finished so far."""
+        return self._ends
+
+    def wait_change(self, queue: str, job_id: str, cursor: Any, timeout: float) -> int:
+        """Wait on the condition every finishing job notifies (no polling)."""
+        with self._ended:
+            if self._ends == cursor:
+                self._ended.wait(timeout)
+            return self._ends
 
     def flush_all(self) -> None:
         """Forget everything."""

@@ -26,11 +26,15 @@ from ..core.serialization import job_to_dict
 from ..core.state import TERMINAL_STATES, JobState
 from ..errors import DuplicateJob, LeaseLost
 from .base import Ack, Broker, Claimed, EnqueueResult, Lease
+from .sqlite_admin import SqliteJobAdmin
+from .sqlite_flow import SqliteFlow, SqliteWorkflows
 from .sqlite_rows import COLS, NEXT_DUE, READY, Rec, SqliteReads
 from .sqlite_side import SqliteCounters, SqliteDocs, SqliteEvents, SqliteLogs
 from .sqlite_store import Tx
+from .sqlite_txn import enqueue_in_transaction
 
 _DELAYED = (JobState.SCHEDULED, JobState.RETRY_SCHEDULED)
+_CANCELLABLE = (JobState.PENDING, *_DELAYED, JobState.WAITING)
 _SAVE = (
     "UPDATE jobs SET state = ?, seq = COALESCE(?, seq), run_at = ?, due_at = ?, lease_at = ?,"
     " token = ?, finished_at = ?, last_error = ?, payload = ?, corrupt = COALESCE(corrupt, ?)"
@@ -54,7 +58,7 @@ def _first_repeat(ids: Sequence[str]) -> str:
     raise ValueError("no repeated id")
 
 
-class SqliteBroker(SqliteReads, Broker):
+class SqliteBroker(SqliteWorkflows, SqliteReads, SqliteJobAdmin, Broker):
     """The Broker protocol on one SQLite file (see module docstring)."""
 
     def __init__(
@@ -145,65 +149,81 @@ class SqliteBroker(SqliteReads, Broker):
         ``id`` rejects a taken id during the INSERT, which rolls the whole batch back.
         """
         with self._write() as tx:
-            if any(job.idempotency_key for job in jobs):
-                results, fresh = self._screen(tx, jobs, now, payloads)
-            else:
-                blobs: Sequence[bytes | None] = payloads or [None] * len(jobs)
-                fresh = {j.id: (j, p) for j, p in zip(jobs, blobs, strict=True)}
-                if len(fresh) != len(jobs):  # an id twice in the batch: report the first
-                    raise DuplicateJob(_first_repeat([j.id for j in jobs]))
-                results = [EnqueueResult(j.id, False, j.state) for j in jobs]
-            new = [job for job, _ in fresh.values()]
-            tx.events.extend(
-                {
-                    "type": "enqueued",
-                    "job_id": j.id,
-                    "queue": j.queue,
-                    "task": j.task,
-                    "at": now,
-                    "state": str(j.state),
-                }
-                for j in new
-            )
-            for (queue, name), n in Counter((j.queue, str(j.state)) for j in new).items():
-                tx.count(queue, None, name, n)
-            seq0 = tx.bump("seq", len(new)) - len(new)  # one range of places for the batch
-            c, before = tx.conn, tx.conn.total_changes
-            try:
-                c.executemany(
-                    _INSERT,
-                    [
-                        (
-                            j.id,
-                            j.queue,
-                            j.task,
-                            str(j.state),
-                            j.priority,
-                            seq0 + i,
-                            j.run_at,
-                            j.created_at,
-                            j.run_at if j.state in _DELAYED else None,
-                            j.finished_at if j.state in TERMINAL_STATES else None,
-                            p if p is not None else orjson.dumps(job_to_dict(j)),
-                        )
-                        for i, (j, p) in enumerate(fresh.values(), 1)
-                    ],
-                )
-            except sqlite3.IntegrityError:  # executemany stops at the first rejected row
-                job = new[c.total_changes - before]
-                if c.execute("SELECT 1 FROM jobs WHERE id = ?", (job.id,)).fetchone():
-                    raise DuplicateJob(job.id) from None
-                raise
-            keyed = [j for j in new if j.idempotency_key]
+            return self._insert(tx, jobs, now, payloads)
+
+    def enqueue_in_transaction(
+        self,
+        connection: Any,
+        jobs: Sequence[Job],
+        *,
+        payloads: Sequence[bytes] | None = None,
+    ) -> list[EnqueueResult]:
+        """Store ``jobs`` in the caller's open transaction on this file; see ``sqlite_txn``."""
+        return enqueue_in_transaction(self, connection, jobs, payloads)
+
+    def _insert(
+        self, tx: Tx, jobs: Sequence[Job], now: float, payloads: Sequence[bytes] | None
+    ) -> list[EnqueueResult]:
+        """``enqueue``'s work inside ``tx`` (the broker's own or the caller's transaction)."""
+        if any(job.idempotency_key for job in jobs):
+            results, fresh = self._screen(tx, jobs, now, payloads)
+        else:
+            blobs: Sequence[bytes | None] = payloads or [None] * len(jobs)
+            fresh = {j.id: (j, p) for j, p in zip(jobs, blobs, strict=True)}
+            if len(fresh) != len(jobs):  # an id twice in the batch: report the first
+                raise DuplicateJob(_first_repeat([j.id for j in jobs]))
+            results = [EnqueueResult(j.id, False, j.state) for j in jobs]
+        new = [job for job, _ in fresh.values()]
+        tx.events.extend(
+            {
+                "type": "enqueued",
+                "job_id": j.id,
+                "queue": j.queue,
+                "task": j.task,
+                "at": now,
+                "state": str(j.state),
+            }
+            for j in new
+        )
+        for (queue, name), n in Counter((j.queue, str(j.state)) for j in new).items():
+            tx.count(queue, None, name, n)
+        seq0 = tx.bump("seq", len(new)) - len(new)  # one range of places for the batch
+        c, before = tx.conn, tx.conn.total_changes
+        try:
             c.executemany(
-                "INSERT OR REPLACE INTO idem (queue, key, job_id, expires_at) VALUES (?, ?, ?, ?)",
-                [(j.queue, j.idempotency_key, j.id, now + j.idempotency_ttl) for j in keyed],
+                _INSERT,
+                [
+                    (
+                        j.id,
+                        j.queue,
+                        j.task,
+                        str(j.state),
+                        j.priority,
+                        seq0 + i,
+                        j.run_at,
+                        j.created_at,
+                        j.run_at if j.state in _DELAYED else None,
+                        j.finished_at if j.state in TERMINAL_STATES else None,
+                        p if p is not None else orjson.dumps(job_to_dict(j)),
+                    )
+                    for i, (j, p) in enumerate(fresh.values(), 1)
+                ],
             )
-            c.executemany(
-                "INSERT OR IGNORE INTO queues (name) VALUES (?)",
-                [(q,) for q in sorted({j.queue for j in new})],
-            )
-            return results
+        except sqlite3.IntegrityError:  # executemany stops at the first rejected row
+            job = new[c.total_changes - before]
+            if c.execute("SELECT 1 FROM jobs WHERE id = ?", (job.id,)).fetchone():
+                raise DuplicateJob(job.id) from None
+            raise
+        keyed = [j for j in new if j.idempotency_key]
+        c.executemany(
+            "INSERT OR REPLACE INTO idem (queue, key, job_id, expires_at) VALUES (?, ?, ?, ?)",
+            [(j.queue, j.idempotency_key, j.id, now + j.idempotency_ttl) for j in keyed],
+        )
+        c.executemany(
+            "INSERT OR IGNORE INTO queues (name) VALUES (?)",
+            [(q,) for q in sorted({j.queue for j in new})],
+        )
+        return results
 
     def _screen(
         self, tx: Tx, jobs: Sequence[Job], now: float, payloads: Sequence[bytes] | None
@@ -320,6 +340,7 @@ class SqliteBroker(SqliteReads, Broker):
                     lifecycle.complete(rec.job, now, ack.result, ack.error)
                     self._save(tx, rec)
                     tx.emit("completed", rec.job, now, attempt=rec.job.attempts)
+                    SqliteFlow(self, tx, now).done(rec.job)
                 out.append(rec is not None)
         return out
 
@@ -342,6 +363,7 @@ class SqliteBroker(SqliteReads, Broker):
             tx.emit("failed", job, now, attempt=job.attempts, error=job.last_error)
             if retry_at is None:
                 tx.emit("dead_lettered", job, now, reason=error.get("kind"))
+                SqliteFlow(self, tx, now).done(job)
             else:
                 tx.emit("retry_scheduled", job, now, run_at=retry_at)
             return job.state
@@ -363,6 +385,19 @@ class SqliteBroker(SqliteReads, Broker):
             lifecycle.release(rec.job, now, delay, penalize, note)
             self._save(tx, rec)
             tx.emit("released", rec.job, now, note=note)
+            return rec.job.state
+
+    def cancel_running(
+        self, job_id: str, token: str, now: float, *, note: str = "cancelled while running"
+    ) -> JobState:
+        """active → cancelled by the lease holder (fenced), in one write transaction."""
+        with self._write() as tx:
+            if (rec := self._leased(tx, job_id, token)) is None:
+                raise LeaseLost(job_id)
+            lifecycle.cancel_running(rec.job, now, note)
+            self._save(tx, rec)
+            tx.emit("cancelled", rec.job, now, note=note)
+            SqliteFlow(self, tx, now).done(rec.job)
             return rec.job.state
 
     def extend(
@@ -428,6 +463,7 @@ class SqliteBroker(SqliteReads, Broker):
             tx.emit("lease_lost", job, now, worker=worker, lost=job.lost)
             if job.state is JobState.DEAD_LETTER:
                 tx.emit("dead_lettered", job, now, reason="worker_lost")
+                SqliteFlow(self, tx, now).done(job)
         return len(recs)
 
     def _admin(self, job_id: str, now: float, allowed: Sequence[JobState], event: str) -> bool:
@@ -438,11 +474,13 @@ class SqliteBroker(SqliteReads, Broker):
             (lifecycle.cancel if event == "cancelled" else lifecycle.requeue)(recs[0].job, now)
             self._save(tx, recs[0])
             tx.emit(event, recs[0].job, now)
+            if event == "cancelled":
+                SqliteFlow(self, tx, now).done(recs[0].job)
             return True
 
     def cancel(self, job_id: str, now: float) -> bool:
         """Cancel a job that has not started (scheduled / pending / retry_scheduled)."""
-        return self._admin(job_id, now, (JobState.PENDING, *_DELAYED), "cancelled")
+        return self._admin(job_id, now, _CANCELLABLE, "cancelled")
 
     def requeue(self, job_id: str, now: float) -> bool:
         """Revive a dead-letter or cancelled job: pending, attempts and lost reset to 0."""

@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import sqlite3
 
-SCHEMA_VERSION = 3
+from .sqlite_flow import SCHEMA as FLOW_SCHEMA
+
+SCHEMA_VERSION = 4
 
 #: The search indexes of the current version (also the target of the 1 → 2 migration).
 SEARCH_INDEXES = """
@@ -59,6 +61,8 @@ CREATE TABLE counters (bucket TEXT PRIMARY KEY, body BLOB NOT NULL, expires_at R
   WITHOUT ROWID;
 CREATE INDEX counters_expiry ON counters (expires_at);"""
     + SEARCH_INDEXES
+    + ";"
+    + FLOW_SCHEMA
 )
 
 #: ``MIGRATIONS[v]`` turns a version ``v`` file into version ``v + 1``.
@@ -67,6 +71,7 @@ MIGRATIONS: dict[int, str] = {
     "DROP INDEX IF EXISTS jobs_queue_created;\nDROP INDEX IF EXISTS jobs_task_created;"
     + SEARCH_INDEXES,
     2: "CREATE INDEX IF NOT EXISTS jobs_lease ON jobs (lease_at) WHERE lease_at IS NOT NULL",
+    3: FLOW_SCHEMA,
 }
 
 

@@ -17,6 +17,7 @@ import time
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, Self
 from urllib.parse import parse_qs, unquote
 
@@ -32,6 +33,9 @@ EVENT_CHUNK = 500  # events per row of ``events``
 EVENT_TRIM = 256  # trim old event rows when the event number crosses a multiple of this
 #: Connections inherited across fork(): referenced forever so the child never closes them.
 _ABANDONED: list[sqlite3.Connection] = []
+#: Set by callers that only read or act on an existing system (the CLI's inspection commands):
+#: a missing database file is then refused instead of created empty.
+MUST_EXIST: ContextVar[bool] = ContextVar("conveyor_sqlite_must_exist", default=False)
 
 _UPSERT = (
     "INSERT INTO counts (queue, state, n) VALUES {} ON CONFLICT (queue, state)"
@@ -142,6 +146,8 @@ class SqliteStore:
         if self.synchronous not in ("OFF", "NORMAL", "FULL", "EXTRA"):
             raise ValidationError("synchronous", "must be one of off, normal, full, extra")
         self.path = os.path.abspath(path)
+        if MUST_EXIST.get() and not os.path.exists(self.path):
+            raise ValidationError("url", f"no SQLite database at {self.path} (nothing was created)")
         self.retention = retention or Retention()
         self.busy_timeout = busy_timeout
         self.url = url or f"sqlite:///{self.path}"

@@ -13,11 +13,12 @@ from __future__ import annotations
 import click
 
 from ..errors import ValidationError
-from .common import console, open_app, url_option
+from .common import AppCommand, app_option, open_app, say, url_option
+from .log_options import log_options
 
 
-@click.command("dashboard")
-@click.argument("app_target", metavar="[APP]", required=False)
+@click.command("dashboard", cls=AppCommand)
+@app_option
 @url_option
 @click.option(
     "--host",
@@ -42,6 +43,7 @@ from .common import console, open_app, url_option
     help="Comma-separated proxy addresses/networks whose X-Forwarded-For is trusted "
     "(default: none, the peer address counts).",
 )
+@log_options
 def dashboard_command(
     app_target: str | None,
     url: str | None,
@@ -76,12 +78,11 @@ def dashboard_command(
         check_hosts(host, config)
     except ValidationError as exc:
         raise click.UsageError(str(exc)) from exc
-    app = open_app(app_target, url)
+    app = open_app(app_target, url, create=True)
     auth = "on" if config.auth_enabled else "OFF (loopback only)"
-    console.print(
-        f"[bold]conveyor dashboard[/] http://{host}:{port}/ — auth {auth}"
-        f"{', read-only' if config.read_only else ''}",
-        highlight=False,
+    say(
+        f"conveyor dashboard http://{host}:{port}/ — auth {auth}"
+        f"{', read-only' if config.read_only else ''}"
     )
     serve(app, host=host, port=port, config=config)
 

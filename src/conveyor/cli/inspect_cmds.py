@@ -1,105 +1,71 @@
-"""``conveyor status``, ``conveyor jobs``, ``conveyor job ID`` and ``conveyor dlq list|requeue|
-purge``: the read side of operations from a terminal, through ``monitoring.inspect``."""
+"""``conveyor status``, ``conveyor jobs`` and ``conveyor job ID``: the read side of operations
+from a terminal, through ``monitoring.inspect``. Dead letters are in ``dlq_cmds``.
+
+Every value from the broker is printed literally (``render``); ids are printed in full and
+accepted as unique prefixes (``monitoring.lookup``)."""
 
 from __future__ import annotations
 
-import functools
-import getpass
-from collections.abc import Callable
-from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 
-from ..app import Conveyor
+from ..broker.jobdocs import progress_text
 from ..core.state import JobState
-from ..errors import ConveyorError, JobNotFound, ValidationError
-from ..monitoring.actions import Operator
-from ..monitoring.filters import parse_time
-from ..monitoring.inspect import Inspector, job_dict, preview_args
-from .common import app_option, console, emit_json, json_option, open_app, table, url_option
+from .common import (
+    AppCommand,
+    app_option,
+    emit_json,
+    get_console,
+    json_option,
+    open_app,
+    say,
+    table,
+    url_option,
+)
+from .ops import age, filter_options, friendly_errors, resolve_ids, search_filters, when
+from .render import DETAIL_LIMIT, Col, literal
 
-F = TypeVar("F", bound=Callable[..., Any])
+JOB_COLUMNS = [
+    Col("id", is_id=True),
+    Col("task"),
+    Col("queue", drop=3),
+    Col("state"),
+    Col("attempts", drop=4),
+    Col("created (UTC)", drop=6),
+    Col("args", drop=5, limit=40),
+    Col("last error", drop=2, limit=50),
+]
 
+QUEUE_COLUMNS = [
+    Col("queue"),
+    Col("pending"),
+    Col("delayed", drop=4),
+    Col("active", drop=2),
+    Col("completed", drop=7),
+    Col("dead", drop=1),
+    Col("oldest pending", drop=3),
+    Col("per min", drop=6),
+    Col("error rate", drop=5),
+    Col("workers", drop=3),
+    Col("paused", drop=1),
+]
 
-def friendly_errors(fn: F) -> F:
-    """Turn Conveyor errors into click errors: a clear message and a non-zero exit."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except ValidationError as exc:
-            raise click.BadParameter(exc.rule, param_hint=f"'{exc.field}'") from exc
-        except (JobNotFound, LookupError) as exc:
-            raise click.ClickException(str(exc).strip("'\"")) from exc
-        except ConveyorError as exc:
-            raise click.ClickException(str(exc)) from exc
-
-    return wrapper  # type: ignore[return-value]
-
-
-def when(ts: Any) -> str:
-    """Epoch seconds as ISO 8601 UTC (empty for None)."""
-    if not isinstance(ts, int | float) or isinstance(ts, bool):
-        return ""
-    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S")
-
-
-def age(seconds: Any) -> str:
-    """A duration as ``12s`` / ``5m`` / ``3h`` (empty for None)."""
-    if not isinstance(seconds, int | float):
-        return ""
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds / size:.0f}{unit}"
-    return f"{seconds:.0f}s"
-
-
-def cli_operator(app: Conveyor) -> Operator:
-    """Audited actions recorded as ``cli:<os user>``."""
-    try:
-        user = getpass.getuser()
-    except Exception:  # no user name in some containers
-        user = "unknown"
-    return Operator(app, actor=f"cli:{user}", source="cli")
+WORKER_COLUMNS = [
+    Col("id", is_id=True),
+    Col("queues"),
+    Col("concurrency", drop=3),
+    Col("running", drop=1),
+    Col("processed", drop=4),
+    Col("failed", drop=4),
+    Col("heartbeat", drop=2),
+]
 
 
-def filter_options(fn: F) -> F:
-    """The search filters shared by ``jobs`` and ``dlq list``."""
-    options = [
-        click.option("--id", "job_id", default=None, help="Job id or id prefix."),
-        click.option("--task", default=None, help="Task name."),
-        click.option("--queue", default=None, help="Queue name."),
-        click.option(
-            "--since", default=None, help="Created at/after: ISO time, epoch or age (2h)."
-        ),
-        click.option("--until", default=None, help="Created before: ISO time, epoch or age."),
-        click.option("--error", default=None, help="Text in the last error (e.g. ValueError)."),
-        click.option("--text", default=None, help="Text in the arguments."),
-        click.option("--page", type=click.IntRange(min=1), default=1, show_default=True),
-        click.option("--page-size", type=click.IntRange(1, 500), default=50, show_default=True),
-    ]
-    for option in reversed(options):
-        fn = option(fn)
-    return fn
+def print_page(title: str, page: Any) -> None:
+    """One page of jobs as a table (ids in full)."""
+    from ..monitoring.inspect import preview_args
 
-
-def _filters(**kw: Any) -> dict[str, Any]:
-    names = {
-        "job_id": "id",
-        "task": "task",
-        "queue": "queue",
-        "since": "since",
-        "until": "until",
-        "error": "error",
-        "text": "text",
-        "state": "state",
-    }
-    return {names[k]: v for k, v in kw.items() if k in names and v not in (None, "")}
-
-
-def _print_page(title: str, page: Any) -> None:
     rows = [
         (
             j.id,
@@ -109,30 +75,23 @@ def _print_page(title: str, page: Any) -> None:
             f"{j.attempts}/{j.max_attempts or 'task'}",
             when(j.created_at),
             preview_args(j, 40),
-            (j.last_error or "")[:50],
+            j.last_error or "",
         )
         for j in page.items
     ]
-    table(
-        f"{title} — {page.total} total, page {page.page}/{page.pages}",
-        ["id", "task", "queue", "state", "attempts", "created (UTC)", "args", "last error"],
-        rows,
-    )
+    table(f"{title} — {page.total} total, page {page.page}/{page.pages}", JOB_COLUMNS, rows)
 
 
-QUEUE_COLUMNS = [
-    "queue",
-    "pending",
-    "delayed",
-    "active",
-    "completed",
-    "dead",
-    "oldest pending",
-    "per min",
-    "error rate",
-    "workers",
-    "paused",
-]
+def page_json(page: Any, *, full: bool) -> dict[str, Any]:
+    """A page of jobs for ``--json``."""
+    from ..monitoring.inspect import job_dict
+
+    return {
+        "items": [job_dict(j, full=full) for j in page.items],
+        "total": page.total,
+        "page": page.page,
+        "pages": page.pages,
+    }
 
 
 def _queue_row(q: dict[str, Any]) -> tuple[Any, ...]:
@@ -152,7 +111,32 @@ def _queue_row(q: dict[str, Any]) -> tuple[Any, ...]:
     )
 
 
-@click.command("status")
+def _worker_row(w: dict[str, Any]) -> tuple[Any, ...]:
+    return (
+        w.get("id"),
+        ",".join(str(q) for q in w["queues"]),
+        w.get("concurrency"),
+        len(w["running"]),
+        w.get("processed"),
+        w.get("failed"),
+        age(w["heartbeat_age"]),
+    )
+
+
+def _print_alerts(alerts: list[dict[str, Any]], rules: int, bare: bool) -> None:
+    """Firing alerts, or what their absence means: no rule configured is not "all is well"."""
+    if alerts:
+        rows = [(a["state"], a["key"], a["message"], when(a["since"])) for a in alerts]
+        table("Alerts", ["state", "alert", Col("message", drop=1), "since (UTC)"], rows)
+    elif rules:
+        say(f"No alert is firing ({rules} rule(s) configured).", style="green")
+    elif bare:
+        say("No alert rules: none configured here (give your APP to see its rules).")
+    else:
+        say("No alert rules are configured in this app: nothing is watched (docs/monitoring.md).")
+
+
+@click.command("status", cls=AppCommand)
 @app_option
 @url_option
 @json_option
@@ -166,35 +150,19 @@ def _queue_row(q: dict[str, Any]) -> tuple[Any, ...]:
 @friendly_errors
 def status_command(app_target: str | None, url: str | None, as_json: bool, minutes: int) -> None:
     """Queues (depth, rates, error rate), live workers and active alerts."""
-    data = Inspector(open_app(app_target, url)).overview(minutes)
+    from ..monitoring.inspect import Inspector
+
+    inspector = Inspector(open_app(app_target, url))
+    data = inspector.overview(minutes)
     if as_json:
         emit_json(data)
         return
     table("Queues", QUEUE_COLUMNS, [_queue_row(q) for q in data["queues"]])
-    table(
-        "Workers",
-        ["id", "queues", "concurrency", "running", "processed", "failed", "heartbeat"],
-        [
-            (
-                w.get("id"),
-                ",".join(w["queues"]),
-                w.get("concurrency"),
-                len(w["running"]),
-                w.get("processed"),
-                w.get("failed"),
-                age(w["heartbeat_age"]),
-            )
-            for w in data["workers"]
-        ],
-    )
-    if not data["alerts"]:
-        console.print("[green]No alert is firing.[/]")
-        return
-    rows = [(a["state"], a["key"], a["message"], when(a["since"])) for a in data["alerts"]]
-    table("Alerts", ["state", "alert", "message", "since (UTC)"], rows)
+    table("Workers", WORKER_COLUMNS, [_worker_row(w) for w in data["workers"]])
+    _print_alerts(data["alerts"], len(inspector.alert_rules()), bare=not app_target)
 
 
-@click.command("jobs")
+@click.command("jobs", cls=AppCommand)
 @app_option
 @url_option
 @json_option
@@ -210,37 +178,18 @@ def jobs_command(
     **filters: Any,
 ) -> None:
     """Search jobs, newest first (all filters combine)."""
+    from ..monitoring.inspect import Inspector
+
     result = Inspector(open_app(app_target, url)).search(
-        _filters(**filters), page=page, page_size=page_size
+        search_filters(**filters), page=page, page_size=page_size
     )
     if as_json:
-        emit_json(
-            {
-                "items": [job_dict(j, full=False) for j in result.items],
-                "total": result.total,
-                "page": result.page,
-                "pages": result.pages,
-            }
-        )
+        emit_json(page_json(result, full=False))
         return
-    _print_page("Jobs", result)
+    print_page("Jobs", result)
 
 
-@click.command("job")
-@click.argument("job_id", metavar="ID")
-@app_option
-@url_option
-@json_option
-@click.option("--tracebacks", is_flag=True, help="Print full tracebacks of every error.")
-@friendly_errors
-def job_command(
-    job_id: str, app_target: str | None, url: str | None, as_json: bool, tracebacks: bool
-) -> None:
-    """One job in detail: arguments, result, error history and timeline."""
-    job = Inspector(open_app(app_target, url)).job(job_id)
-    if as_json:
-        emit_json(job)
-        return
+def _facts(job: dict[str, Any]) -> list[tuple[str, Any]]:
     facts = [
         ("id", job["id"]),
         ("task", job["task"]),
@@ -256,159 +205,65 @@ def job_command(
         ("kwargs", job["kwargs"]),
         ("result", job["result"]),
         ("last error", job["last_error"]),
+        ("progress", progress_text(job.get("progress"))),  # current_job().progress()
+        ("cancel", "requested: its worker is stopping it" if job.get("cancel_requested") else None),
     ]
-    table(f"Job {job['id']}", ["field", "value"], [(k, v) for k, v in facts if v not in (None, "")])
+    return [(k, v) for k, v in facts if v not in (None, "")]
+
+
+def _print_errors(errors: list[dict[str, Any]], tracebacks: bool) -> None:
+    from rich.text import Text
+
+    table(
+        "Errors",
+        ["attempt", Col("kind", drop=2), "type", Col("message", limit=500), "at (UTC)"],
+        [
+            (e.get("attempt"), e.get("kind"), e.get("type"), e.get("message"), when(e.get("at")))
+            for e in errors
+        ],
+    )
+    console = get_console()
+    for e in errors if tracebacks else errors[-1:]:
+        if e.get("traceback"):
+            console.print(Text(f"Traceback of attempt {literal(e.get('attempt'))}", style="bold"))
+            console.print(Text(literal(e["traceback"], 20 * DETAIL_LIMIT, keep_newlines=True)))
+
+
+@click.command("job", cls=AppCommand)
+@click.argument("job_id", metavar="ID")
+@app_option
+@url_option
+@json_option
+@click.option("--tracebacks", is_flag=True, help="Print full tracebacks of every error.")
+@friendly_errors
+def job_command(
+    job_id: str, app_target: str | None, url: str | None, as_json: bool, tracebacks: bool
+) -> None:
+    """One job in detail: arguments, result, error history and timeline (ID or a unique
+    prefix of it)."""
+    from ..monitoring.inspect import Inspector
+
+    app = open_app(app_target, url)
+    [full_id] = resolve_ids(app, [job_id])
+    job = Inspector(app).job(full_id)
+    if as_json:
+        emit_json(job)
+        return
+    table(
+        f"Job {job['id']}",
+        [Col("field"), Col("value", limit=DETAIL_LIMIT)],
+        _facts(job),
+    )
     if job["errors"]:
-        table(
-            "Errors",
-            ["attempt", "kind", "type", "message", "at (UTC)"],
-            [
-                (
-                    e.get("attempt"),
-                    e.get("kind"),
-                    e.get("type"),
-                    e.get("message"),
-                    when(e.get("at")),
-                )
-                for e in job["errors"]
-            ],
-        )
-        for e in job["errors"] if tracebacks else job["errors"][-1:]:
-            if e.get("traceback"):
-                console.print(f"[bold]Traceback of attempt {e.get('attempt')}[/]", highlight=False)
-                console.print(e["traceback"], markup=False, highlight=False)
+        _print_errors(job["errors"], tracebacks)
     table(
         "Timeline",
-        ["at (UTC)", "event", "detail"],
+        ["at (UTC)", "event", Col("detail", drop=1)],
         [(when(t["at"]), t["event"], t["detail"]) for t in job["timeline"]],
     )
 
 
-@click.group("dlq")
-def dlq_group() -> None:
-    """Inspect, requeue and purge dead letters."""
-
-
-@dlq_group.command("list")
-@app_option
-@url_option
-@json_option
-@filter_options
-@friendly_errors
-def dlq_list(
-    app_target: str | None,
-    url: str | None,
-    as_json: bool,
-    page: int,
-    page_size: int,
-    **filters: Any,
-) -> None:
-    """Dead letters, newest first."""
-    result = Inspector(open_app(app_target, url)).dead_letters(
-        _filters(**filters), page=page, page_size=page_size
-    )
-    if as_json:
-        emit_json(
-            {
-                "items": [job_dict(j) for j in result.items],
-                "total": result.total,
-                "page": result.page,
-                "pages": result.pages,
-            }
-        )
-        return
-    _print_page("Dead letters", result)
-
-
-@dlq_group.command("requeue")
-@click.argument("ids", nargs=-1, metavar="[ID]...")
-@click.option(
-    "--all", "all_matching", is_flag=True, help="Requeue every dead letter matching the filters."
-)
-@click.option("--queue", default=None, help="With --all: only this queue.")
-@click.option("--task", default=None, help="With --all: only this task.")
-@click.option("--error", default=None, help="With --all: only errors containing this text.")
-@app_option
-@url_option
-@json_option
-@friendly_errors
-def dlq_requeue(
-    ids: tuple[str, ...],
-    all_matching: bool,
-    queue: str | None,
-    task: str | None,
-    error: str | None,
-    app_target: str | None,
-    url: str | None,
-    as_json: bool,
-) -> None:
-    """Run dead-lettered jobs again with fresh attempts (by id, or --all by filter)."""
-    if bool(ids) == all_matching:
-        raise click.UsageError("give job ids, or --all (optionally with --queue/--task/--error)")
-    op = cli_operator(open_app(app_target, url))
-    if all_matching:
-        count = op.retry_dead({"queue": queue, "task": task, "error": error})
-        refused: list[str] = []
-    else:
-        results = {job_id: op.retry(job_id) for job_id in ids}
-        count = sum(results.values())
-        refused = [j for j, ok in results.items() if not ok]
-    if as_json:
-        emit_json({"requeued": count, "refused": refused})
-    else:
-        console.print(f"Requeued {count} job(s).", highlight=False)
-    if refused:
-        raise click.ClickException(f"not dead-lettered or cancelled: {', '.join(refused)}")
-
-
-@dlq_group.command("purge")
-@click.option(
-    "--older-than",
-    default=None,
-    metavar="AGE",
-    help="Only dead letters that died more than AGE ago (seconds, or 30m / 2h / 7d).",
-)
-@click.option("--queue", default=None, help="Only this queue.")
-@click.option("--id", "ids", multiple=True, help="Only these job ids (repeatable).")
-@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
-@app_option
-@url_option
-@json_option
-@friendly_errors
-def dlq_purge(
-    older_than: str | None,
-    queue: str | None,
-    ids: tuple[str, ...],
-    yes: bool,
-    app_target: str | None,
-    url: str | None,
-    as_json: bool,
-) -> None:
-    """Delete dead letters for good."""
-    seconds = None
-    if older_than is not None:
-        parsed = parse_time(
-            older_than if not older_than.replace(".", "").isdigit() else f"{older_than}s",
-            0.0,
-            "older-than",
-        )
-        seconds = -parsed if parsed is not None else None
-        if seconds is None or seconds < 0:
-            raise click.BadParameter(
-                "must be an age like 3600, 30m, 2h or 7d", param_hint="'--older-than'"
-            )
-    if not yes and not as_json:
-        click.confirm("Delete these dead letters for good?", abort=True)
-    app = open_app(app_target, url)
-    op = cli_operator(app)
-    count = op.delete_dead_ids(ids) if ids else op.purge_dead(older_than=seconds, queue=queue)
-    if as_json:
-        emit_json({"purged": count})
-    else:
-        console.print(f"Purged {count} dead letter(s).", highlight=False)
-
-
 def register(group: click.Group) -> None:
     """Add the inspection commands to the ``conveyor`` group."""
-    for command in (status_command, jobs_command, job_command, dlq_group):
+    for command in (status_command, jobs_command, job_command):
         group.add_command(command)

@@ -1,17 +1,21 @@
 """Entry point of the ``conveyor`` command: a click group whose commands load on demand.
 
 Each command lives in its own module, imported only when that command runs (or for ``--help``
-listings), so ``conveyor worker`` does not pay for the dashboard's or rich's imports.
+listings), so ``conveyor worker`` does not pay for the dashboard's or rich's imports, and no
+command but ``dashboard`` (and ``worker --metrics-port``) needs the optional extras.
+A mistyped command gets "did you mean"; ``conveyor --version`` prints the installed version.
 """
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import logging
 
 import click
 
 from ..errors import ConveyorError
+from ..worker.logs import configure_logging
 
 # command name -> module defining it (each module has ``register(group)``).
 COMMANDS: dict[str, str] = {
@@ -19,18 +23,24 @@ COMMANDS: dict[str, str] = {
     "queues": "admin_cmds",
     "pause": "admin_cmds",
     "resume": "admin_cmds",
+    "cancel": "admin_cmds",
+    "retry": "admin_cmds",
     "worker": "worker_cmd",
     "scheduler": "scheduler_cmd",
     "schedules": "scheduler_cmd",
     "status": "inspect_cmds",
     "jobs": "inspect_cmds",
     "job": "inspect_cmds",
-    "dlq": "inspect_cmds",
+    "dlq": "dlq_cmds",
     "dashboard": "dashboard_cmd",
     "demo": "demo_cmd",
     "bench": "bench_cmd",
+    "relay": "relay_cmd",
     "migrate": "migrate_cmd",
 }
+#: Long-running processes: they show the broker's start-up warnings (persistence, eviction);
+#: one-shot commands do not repeat them on every call.
+DAEMONS = {"worker", "scheduler", "dashboard"}
 
 
 class LazyGroup(click.Group):
@@ -50,15 +60,41 @@ class LazyGroup(click.Group):
             module.register(self)
         return self.commands.get(cmd_name)
 
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        """As click does, plus "did you mean" for a mistyped command name."""
+        name = args[0] if args else ""
+        if name and not name.startswith("-") and name not in COMMANDS:
+            close = difflib.get_close_matches(name, sorted(COMMANDS), n=3, cutoff=0.5)
+            hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+            ctx.fail(f"No such command {name!r}.{hint}")
+        return super().resolve_command(ctx, args)
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("conveyor-jobs")
+    except PackageNotFoundError:  # running from a source tree that is not installed
+        return "unknown"
+
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(
+    package_name="conveyor-jobs", prog_name="conveyor", message="%(prog)s %(version)s"
+)
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
-def cli(verbose: bool) -> None:
+@click.pass_context
+def cli(ctx: click.Context, verbose: bool) -> None:
     """Conveyor: background jobs that are never lost."""
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    configure_logging("text", logging.DEBUG if verbose else logging.WARNING)
+    if ctx.invoked_subcommand not in DAEMONS and not verbose:
+        checks = logging.getLogger("conveyor.redis.checks")
+        previous = checks.level
+        checks.setLevel(logging.ERROR)
+        ctx.call_on_close(lambda: checks.setLevel(previous))  # in-process callers (tests)
 
 
 def main() -> None:

@@ -15,15 +15,19 @@ from ..app import Conveyor
 from ..errors import BrokerConfigError, ValidationError
 from ..scheduler.models import Schedule, ScheduleNotFound
 from .common import (
+    AppCommand,
     app_option,
-    console,
     emit_json,
     json_option,
     load_app,
     open_app,
+    require_app,
+    say,
     table,
     url_option,
 )
+from .log_options import log_options
+from .render import Col, literal
 
 
 def _when(ts: float | None, tz: str = "UTC") -> str:
@@ -55,11 +59,11 @@ def _get(app: Conveyor, name: str) -> Schedule:
     try:
         return app.schedules.get(name)
     except ScheduleNotFound as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise click.ClickException(literal(str(exc), None)) from exc
 
 
-@click.command("scheduler")
-@click.argument("app_target", metavar="APP")
+@click.command("scheduler", cls=AppCommand)
+@app_option
 @click.option(
     "--interval",
     type=click.FloatRange(min=0.01),
@@ -68,10 +72,11 @@ def _get(app: Conveyor, name: str) -> Schedule:
     help="Seconds between passes (sooner when a schedule is due).",
 )
 @click.option("--no-sync", is_flag=True, help="Do not upsert the schedules declared in APP.")
-def scheduler_command(app_target: str, interval: float, no_sync: bool) -> None:
+@log_options
+def scheduler_command(app_target: str | None, interval: float, no_sync: bool) -> None:
     """Run the scheduler of APP (module:attribute): fire schedules, promote due delayed jobs,
     reap expired leases. Run as many as you like: each tick is enqueued exactly once."""
-    app = load_app(app_target)
+    app = load_app(require_app(app_target, "scheduler"))
     scheduler = app.scheduler(interval=interval, sync=not no_sync)
 
     def stop(signum: int, frame: FrameType | None) -> None:
@@ -79,14 +84,11 @@ def scheduler_command(app_target: str, interval: float, no_sync: bool) -> None:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    console.print(
-        f"[bold]conveyor scheduler[/] {scheduler.id} on {app.broker.url or 'broker'}",
-        highlight=False,
-    )
+    say(f"conveyor scheduler {scheduler.id} on {app.broker.url or 'broker'}")
     try:
         scheduler.run()
     except BrokerConfigError as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise click.ClickException(literal(str(exc), None)) from exc
 
 
 @click.group("schedules")
@@ -119,7 +121,7 @@ def _row(s: Schedule) -> dict[str, Any]:
     }
 
 
-@schedules_group.command("list")
+@schedules_group.command("list", cls=AppCommand)
 @app_option
 @url_option
 @json_option
@@ -144,10 +146,19 @@ def list_command(app_target: str | None, url: str | None, as_json: bool) -> None
         for s in schedules
     ]
     rows += [(name, "", f"invalid: {why}", "invalid", "", "", "") for name, why in invalid.items()]
-    table("Schedules", ["name", "task", "when", "status", "next run", "last run", "policies"], rows)
+    columns = [
+        Col("name", is_id=True),
+        Col("task"),
+        Col("when"),
+        Col("status"),
+        Col("next run", drop=2),
+        Col("last run", drop=3),
+        Col("policies", drop=4),
+    ]
+    table("Schedules", columns, rows)
 
 
-@schedules_group.command("next")
+@schedules_group.command("next", cls=AppCommand)
 @click.argument("name")
 @click.option(
     "-n",
@@ -192,7 +203,7 @@ def next_command(
     )
 
 
-@schedules_group.command("history")
+@schedules_group.command("history", cls=AppCommand)
 @click.argument("name")
 @click.option("-n", "count", type=click.IntRange(1, 1000), default=20, show_default=True)
 @app_option
@@ -217,7 +228,14 @@ def history_command(
         )
         for e in entries
     ]
-    table(f"History of {name}", ["fire time (UTC)", "outcome", "job", "detail", "scheduler"], rows)
+    columns = [
+        Col("fire time (UTC)"),
+        Col("outcome"),
+        Col("job", is_id=True),
+        Col("detail", drop=2),
+        Col("scheduler", drop=3),
+    ]
+    table(f"History of {name}", columns, rows)
 
 
 def _detail(entry: dict[str, Any]) -> str:
@@ -235,17 +253,17 @@ def _set_paused(
     try:
         schedule = app.schedules.set_paused(name, paused)
     except ScheduleNotFound as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise click.ClickException(literal(str(exc), None)) from exc
     if as_json:
         emit_json(_row(schedule))
     else:
-        click.echo(
+        say(
             f"{name}: {'paused' if paused else 'resumed'}; next run "
             f"{_when(schedule.next_fire_at, schedule.tz)}"
         )
 
 
-@schedules_group.command("pause")
+@schedules_group.command("pause", cls=AppCommand)
 @click.argument("name")
 @app_option
 @url_option
@@ -255,7 +273,7 @@ def pause_command(name: str, app_target: str | None, url: str | None, as_json: b
     _set_paused(name, True, app_target, url, as_json)
 
 
-@schedules_group.command("resume")
+@schedules_group.command("resume", cls=AppCommand)
 @click.argument("name")
 @app_option
 @url_option
@@ -265,7 +283,7 @@ def resume_command(name: str, app_target: str | None, url: str | None, as_json: 
     _set_paused(name, False, app_target, url, as_json)
 
 
-@schedules_group.command("remove")
+@schedules_group.command("remove", cls=AppCommand)
 @click.argument("name")
 @app_option
 @url_option
@@ -276,9 +294,9 @@ def remove_command(name: str, app_target: str | None, url: str | None, as_json: 
     if as_json:
         emit_json({"name": name, "removed": removed})
     elif not removed:
-        raise click.ClickException(f"schedule {name!r} not found")
+        raise click.ClickException(f"schedule {literal(name)!r} not found")
     else:
-        click.echo(f"{name}: removed")
+        say(f"{name}: removed")
 
 
 def register(group: click.Group) -> None:

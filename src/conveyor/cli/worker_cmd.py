@@ -22,7 +22,7 @@ from ..errors import ValidationError
 from ..worker.child import ChildConfig
 from ..worker.logs import FORMATS, setup_logging
 from ..worker.supervisor import Supervisor, options_args
-from .common import load_app
+from .common import AppCommand, app_option, load_app, require_app, setting_default
 
 if TYPE_CHECKING:
     from ..app import Conveyor
@@ -31,14 +31,14 @@ log = logging.getLogger("conveyor.supervisor")
 LEVELS = ("debug", "info", "warning", "error")
 
 
-@click.command("worker")
-@click.argument("app_target", metavar="APP")
+@click.command("worker", cls=AppCommand)
+@app_option
 @click.option(
     "-q",
     "--queues",
-    default="default",
-    show_default=True,
-    help="Queues to serve, with optional weights: high:5,default,low.",
+    default=None,
+    help="Queues to serve, with optional weights: high:5,default,low "
+    "[default: default plus every queue the app's tasks declare].",
 )
 @click.option(
     "-c",
@@ -64,14 +64,16 @@ LEVELS = ("debug", "info", "warning", "error")
     type=click.FloatRange(min=1.0),
     default=None,
     metavar="SECONDS",
-    help="Lease length [default: CONVEYOR_VISIBILITY_TIMEOUT or 30].",
+    help="Lease length [default: CONVEYOR_VISIBILITY_TIMEOUT or "
+    f"{setting_default('visibility_timeout'):g}].",
 )
 @click.option(
     "--shutdown-timeout",
     type=click.FloatRange(min=0.0),
     default=None,
     metavar="SECONDS",
-    help="How long in-flight jobs may finish after SIGTERM [default: 30].",
+    help="How long in-flight jobs may finish after SIGTERM [default: "
+    f"CONVEYOR_SHUTDOWN_TIMEOUT or {setting_default('shutdown_timeout'):g}].",
 )
 @click.option(
     "--max-jobs-per-child",
@@ -116,8 +118,8 @@ LEVELS = ("debug", "info", "warning", "error")
     "recycling: leave that to systemd/Kubernetes). Needs --processes 1.",
 )
 def worker_command(
-    app_target: str,
-    queues: str,
+    app_target: str | None,
+    queues: str | None,
     concurrency: int,
     processes: int,
     strict: bool,
@@ -132,9 +134,11 @@ def worker_command(
     no_supervisor: bool,
 ) -> None:
     """Run workers for APP (module:attribute). SIGTERM/SIGINT drain; a second one stops now."""
+    app_target = require_app(app_target, "worker")
     setup_logging(log_format, log_level)
     try:
-        parse_queues(queues)
+        if queues is not None:
+            parse_queues(queues)
     except ValidationError as exc:
         raise click.BadParameter(str(exc), param_hint="--queues") from exc
     app = load_app(app_target)

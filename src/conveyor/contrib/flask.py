@@ -45,7 +45,7 @@ class FlaskConveyor:
 
     def __init__(self, flask_app: Flask | None = None, *, conveyor: Conveyor | None = None):
         self._given = conveyor
-        self._tasks: list[Task] = []
+        self._tasks: list[Task[..., Any]] = []
         self._last: Conveyor | None = None
         if flask_app is not None:
             self.init_app(flask_app)
@@ -78,17 +78,24 @@ class FlaskConveyor:
             raise RuntimeError("FlaskConveyor: call init_app(app) before using it")
         return self._last
 
-    def enqueue_many(self, specs: Iterable[JobSpec]) -> list[JobHandle]:
-        """Store jobs on the current app's Conveyor (what declared tasks enqueue through)."""
-        return self.app.enqueue_many(specs)
+    def enqueue_many(
+        self, specs: Iterable[JobSpec], connection: Any = None
+    ) -> list[JobHandle[Any]]:
+        """Store jobs on the current app's Conveyor (what declared tasks enqueue through);
+        ``connection``: inside that database transaction (docs/transactions.md)."""
+        return self.app.enqueue_many(specs, connection)
+
+    async def enqueue_many_async(self, specs: Iterable[JobSpec]) -> list[JobHandle[Any]]:
+        """``enqueue_many`` for async code, on the current app's Conveyor."""
+        return await self.app.enqueue_many_async(specs)
 
     def enqueue(
         self,
-        task: str | Task,
+        task: str | Task[..., Any],
         args: list[Any] | tuple[Any, ...] | None = None,
         kwargs: dict[str, Any] | None = None,
         **options: Any,
-    ) -> JobHandle:
+    ) -> JobHandle[Any]:
         """``Conveyor.enqueue`` (by name) on the current app's Conveyor."""
         return self.app.enqueue(task, args, kwargs, **options)
 
@@ -98,7 +105,7 @@ class FlaskConveyor:
         if unknown:
             raise ValidationError(unknown[0], "is not a task option")
 
-        def declare(func: Callable[..., Any]) -> Task:
+        def declare(func: Callable[..., Any]) -> Task[..., Any]:
             task = build_task(self, func, **{**TASK_DEFAULTS, **options})
             self._tasks.append(task)
             for conveyor in _initialised(self):

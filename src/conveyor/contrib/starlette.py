@@ -71,7 +71,7 @@ def lifespan(
     return run
 
 
-async def enqueue(task: Task, *args: Any, **kwargs: Any) -> JobHandle:
+async def enqueue(task: Task[..., Any], *args: Any, **kwargs: Any) -> JobHandle[Any]:
     """``task.enqueue(*args, **kwargs)`` without blocking the event loop.
 
     Uses the task's native ``enqueue_async`` when this Conveyor version has one, else runs the
@@ -79,7 +79,7 @@ async def enqueue(task: Task, *args: Any, **kwargs: Any) -> JobHandle:
     """
     native = getattr(task, "enqueue_async", None)
     if native is not None:
-        handle: JobHandle = await native(*args, **kwargs)
+        handle: JobHandle[Any] = await native(*args, **kwargs)
         return handle
     return await asyncio.to_thread(task.enqueue, *args, **kwargs)
 

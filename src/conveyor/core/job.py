@@ -40,6 +40,8 @@ class ErrorKind(StrEnum):
     # the handler returned, but its value could not be stored (not JSON, too big): the job is
     # completed WITHOUT its result (its work happened; re-running it would repeat side effects)
     RESULT_ERROR = "result_error"
+    # a workflow node never ran: a parent failed and the edge's policy is "fail the rest"
+    UPSTREAM_FAILED = "upstream_failed"
 
 
 @dataclass

@@ -92,6 +92,14 @@ def cancel(job: Job, now: float) -> None:
     job.record_event("cancelled", now)
 
 
+def cancel_running(job: Job, now: float, note: str) -> None:
+    """active → cancelled: the lease holder stopped the job an operator cancelled (issue 16)."""
+    job.state = transition(job.state, Event.CANCEL_RUNNING)
+    job.finished_at = now
+    job.record_event("cancelled", now, note, job.worker_id)
+    job.lease_expires_at = None
+
+
 def requeue(job: Job, now: float) -> None:
     """dead_letter / cancelled → pending with fresh attempts; history and errors kept."""
     job.state = transition(job.state, Event.REQUEUE)
@@ -106,3 +114,29 @@ def requeue(job: Job, now: float) -> None:
 def promote(job: Job) -> None:
     """scheduled / retry_scheduled → pending (its run_at has come)."""
     job.state = transition(job.state, Event.PROMOTE)
+
+
+def release_parents(job: Job, now: float, inputs: list[Any]) -> None:
+    """waiting → pending: the node's last parent finished; ``inputs`` (its parents' results, as
+    the workflow passes them) go before its own arguments."""
+    job.state = transition(job.state, Event.RELEASE_PARENTS)
+    if inputs:
+        job.args = [*inputs, *job.args]
+    job.run_at = now
+
+
+def upstream_failed(job: Job, now: float, parent_id: str, detail: str) -> None:
+    """waiting → cancelled: parent ``parent_id`` failed and the edge's policy is "fail the rest"."""
+    job.state = transition(job.state, Event.UPSTREAM_FAILED)
+    message = f"parent {parent_id} {detail}"
+    job.record_error(kind=ErrorKind.UPSTREAM_FAILED, message=message, at=now)
+    job.errors[-1]["parent"] = parent_id
+    job.finished_at = now
+
+
+def run_now(job: Job, now: float) -> None:
+    """scheduled / retry_scheduled → pending at once (an operator's "run now"); attempts,
+    errors and history kept, the early start noted in the history."""
+    job.state = transition(job.state, Event.PROMOTE)
+    job.record_event("run_now", now, "made due now by an operator")
+    job.run_at = now

@@ -7,7 +7,8 @@ order, so an empty favourite never blocks the others.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from ..errors import ValidationError
 from .job import validate_queue_name
@@ -39,6 +40,13 @@ def parse_queues(spec: str | Sequence[str] | None) -> list[tuple[str, int]]:
     if not out:
         raise ValidationError("queues", "at least one queue is required")
     return out
+
+
+def task_queues(tasks: Iterable[Any]) -> list[str]:
+    """The queues a worker serves when none are given: ``default``, then every ``queue`` the
+    tasks declare (sorted), each once."""
+    declared = {getattr(task, "queue", "default") for task in tasks}
+    return ["default", *sorted(declared - {"default"})]
 
 
 class QueueSelector:

@@ -10,6 +10,13 @@
                     └─cancel──> cancelled     active ──bury / expire_poison──> dead_letter
     pending / scheduled / retry_scheduled ──cancel──> cancelled
     dead_letter / cancelled ──requeue──> pending
+    active ──cancel_running (lease holder, fenced)──> cancelled
+    (enqueue a workflow node) ──> waiting ──release_parents──> pending
+                                    │ └──upstream_failed / cancel──> cancelled
+
+A workflow node waits (``waiting``) until its last parent finishes: the transition that finishes
+that parent releases it in the same atomic step (docs/workflows.md), or ends it ``cancelled`` with
+an ``upstream_failed`` error naming the parent that failed.
 
 Terminal states (``completed``, ``dead_letter``, ``cancelled``) never run again unless an
 operator requeues the job.
@@ -32,6 +39,7 @@ class JobState(StrEnum):
     COMPLETED = "completed"
     DEAD_LETTER = "dead_letter"
     CANCELLED = "cancelled"
+    WAITING = "waiting"  # a workflow node whose parents have not all finished
 
 
 class Event(StrEnum):
@@ -48,6 +56,11 @@ class Event(StrEnum):
     EXPIRE_POISON = "expire_poison"  # lease ran out for the max_lost-th time
     CANCEL = "cancel"  # operator cancelled before it ran
     REQUEUE = "requeue"  # operator revived a terminal job
+    # issue 16: an operator cancelled a RUNNING job; its worker stopped it and records the
+    # cancellation with its lease token (fenced: a stale holder changes nothing)
+    CANCEL_RUNNING = "cancel_running"
+    RELEASE_PARENTS = "release_parents"  # a workflow node's last parent finished: it may run
+    UPSTREAM_FAILED = "upstream_failed"  # a parent failed under the "fail the rest" policy
 
 
 TERMINAL_STATES: frozenset[JobState] = frozenset(
@@ -73,6 +86,11 @@ TRANSITIONS: dict[tuple[JobState, Event], JobState] = {
     (_S.RETRY_SCHEDULED, _E.CANCEL): _S.CANCELLED,
     (_S.DEAD_LETTER, _E.REQUEUE): _S.PENDING,
     (_S.CANCELLED, _E.REQUEUE): _S.PENDING,
+    # cancelling a running job (issue 16; worker/cancel.py): never retried
+    (_S.ACTIVE, _E.CANCEL_RUNNING): _S.CANCELLED,
+    (_S.WAITING, _E.RELEASE_PARENTS): _S.PENDING,
+    (_S.WAITING, _E.UPSTREAM_FAILED): _S.CANCELLED,
+    (_S.WAITING, _E.CANCEL): _S.CANCELLED,
 }
 
 

@@ -144,9 +144,10 @@ def get_csrf(request: Request, data: dict[str, Any]) -> Any:
 
 def get_openapi(request: Request, data: dict[str, Any]) -> Any:
     """This API's OpenAPI 3.1 document."""
+    from .hardening import root_of
     from .openapi import document
 
-    return document(OPERATIONS, PREFIX)
+    return document(OPERATIONS, root_of(request.scope) + PREFIX)  # paths under a mount prefix
 
 
 # ---------------------------------------------------------------------- actions
@@ -183,9 +184,9 @@ def post_enqueue(request: Request, data: dict[str, Any]) -> Any:
 
 
 def post_cancel(request: Request, data: dict[str, Any]) -> Any:
-    """Cancel a job that has not started."""
+    """Cancel a job (a running one: its worker is asked to stop it)."""
     ok = dashboard_of(request).operator(request).cancel(request.path_params["id"])
-    return _result(ok, "the job is running or finished")
+    return _result(ok, "the job is finished")
 
 
 def post_retry(request: Request, data: dict[str, Any]) -> Any:

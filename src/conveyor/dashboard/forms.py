@@ -1,8 +1,11 @@
-"""HTML actions (POST): login/logout, pause/resume queues and schedules, cancel/retry/delete
-jobs, bulk retry/delete of dead letters by filter, acknowledge alerts.
+"""HTML actions (POST): login/logout, pause/resume queues and schedules, cancel/retry/run
+now/delete jobs, bulk retry/delete of dead letters by filter, acknowledge alerts (bulk actions on
+selected jobs or search results: ``bulk``).
 
 Each is wrapped by ``server.action`` (read-only refusal + CSRF check) and audited through
-``monitoring.actions.Operator``. Responses redirect back (``HX-Redirect`` for htmx).
+``monitoring.actions.Operator``. Responses return to where the operator was (``server.back``:
+the form's ``next``, else the page the request came from, same origin only), with
+``HX-Redirect`` for htmx.
 """
 
 from __future__ import annotations
@@ -17,8 +20,9 @@ from starlette.routing import Route
 from ..monitoring.actions import Operator
 from ..monitoring.filters import SEARCH_FIELDS
 from .hardening import segment
+from .redirects import at_root, back, done
 from .security import SESSION_COOKIE, check_login
-from .server import action, client_of, dashboard_of, done
+from .server import action, client_of, dashboard_of
 from .views import safe_next
 
 
@@ -26,7 +30,7 @@ def login(request: Request, data: dict[str, Any]) -> Response:
     """Check the form's credentials; set the session cookie and go on, or show the form again."""
     dash = dashboard_of(request)
     config = dash.config
-    target = safe_next(data.get("next"))
+    target = safe_next(request, data.get("next"))
     user = check_login(
         config,
         str(data.get("username", "")),
@@ -67,27 +71,24 @@ def logout(request: Request, data: dict[str, Any]) -> Response:
     """End the session on the server (its cookie is refused from now on) and drop the cookie."""
     dash = dashboard_of(request)
     dash.sessions.close(request.cookies.get(SESSION_COOKIE, ""))
-    response = RedirectResponse("/login" if dash.config.auth_enabled else "/", status_code=303)
+    target = "/login" if dash.config.auth_enabled else "/"
+    response = RedirectResponse(at_root(request, target), status_code=303)
     response.delete_cookie(SESSION_COOKIE, path="/")
     return response
-
-
-def _back(data: dict[str, Any], default: str) -> str:
-    return safe_next(data.get("next") or default)
 
 
 def pause_queue(request: Request, data: dict[str, Any]) -> Response:
     """Pause a queue."""
     name = request.path_params["name"]
     dashboard_of(request).operator(request).pause_queue(name)
-    return done(request, _back(data, "/"), f"Queue {name} paused.")
+    return done(request, back(request, data, "/"), f"Queue {name} paused.")
 
 
 def resume_queue(request: Request, data: dict[str, Any]) -> Response:
     """Resume a queue."""
     name = request.path_params["name"]
     dashboard_of(request).operator(request).resume_queue(name)
-    return done(request, _back(data, "/"), f"Queue {name} resumed.")
+    return done(request, back(request, data, "/"), f"Queue {name} resumed.")
 
 
 def _job_url(job_id: str) -> str:
@@ -95,13 +96,15 @@ def _job_url(job_id: str) -> str:
 
 
 def cancel_job(request: Request, data: dict[str, Any]) -> Response:
-    """Cancel a job that has not started."""
+    """Cancel a job (a running one: its worker is asked to stop it)."""
     job_id = request.path_params["id"]
     ok = dashboard_of(request).operator(request).cancel(job_id)
     return done(
         request,
-        _back(data, _job_url(job_id)),
-        "Job cancelled." if ok else "The job could not be cancelled (already running or finished).",
+        back(request, data, _job_url(job_id)),
+        "Job cancelled (a running job stops within about a second)."
+        if ok
+        else "The job could not be cancelled (already finished).",
     )
 
 
@@ -111,19 +114,34 @@ def retry_job(request: Request, data: dict[str, Any]) -> Response:
     ok = dashboard_of(request).operator(request).retry(job_id)
     return done(
         request,
-        _back(data, _job_url(job_id)),
+        back(request, data, _job_url(job_id)),
         "Job requeued." if ok else "Only dead-lettered or cancelled jobs can be retried.",
     )
 
 
-def delete_job(request: Request, data: dict[str, Any]) -> Response:
-    """Delete a finished job."""
+def run_now(request: Request, data: dict[str, Any]) -> Response:
+    """Make a scheduled (delayed) or retrying job due now."""
     job_id = request.path_params["id"]
-    ok = dashboard_of(request).operator(request).delete(job_id)
+    ok = dashboard_of(request).operator(request).run_now(job_id)
     return done(
         request,
-        _back(data, "/dead"),
-        "Job deleted." if ok else "Only finished jobs can be deleted.",
+        back(request, data, _job_url(job_id)),
+        "Job made due now." if ok else "Only scheduled or retrying jobs can be run now.",
+    )
+
+
+def delete_job(request: Request, data: dict[str, Any]) -> Response:
+    """Delete a job that is not running; never returns to the deleted job's own page."""
+    job_id = request.path_params["id"]
+    dash = dashboard_of(request)
+    before = dash.app.broker.get(job_id)
+    ok = dash.operator(request).delete(job_id, unfinished=True)
+    listing = "/dead" if before is not None and before.state == "dead_letter" else "/jobs"
+    own = at_root(request, _job_url(job_id))
+    return done(
+        request,
+        back(request, data, listing, avoid=own) if ok else back(request, data, _job_url(job_id)),
+        "Job deleted." if ok else "A running job cannot be deleted.",
     )
 
 
@@ -139,28 +157,28 @@ def retry_dead(request: Request, data: dict[str, Any]) -> Response:
     """Requeue every dead letter matching the form's filters."""
     filters = _filters(data)
     n = dashboard_of(request).operator(request).retry_dead(filters)
-    return done(request, _dead_url(filters), f"{n} dead letters requeued.")
+    return done(request, at_root(request, _dead_url(filters)), f"{n} dead letters requeued.")
 
 
 def delete_dead(request: Request, data: dict[str, Any]) -> Response:
     """Delete every dead letter matching the form's filters."""
     filters = _filters(data)
     n = dashboard_of(request).operator(request).delete_dead(filters)
-    return done(request, _dead_url(filters), f"{n} dead letters deleted.")
+    return done(request, at_root(request, _dead_url(filters)), f"{n} dead letters deleted.")
 
 
 def pause_schedule(request: Request, data: dict[str, Any]) -> Response:
     """Pause a schedule."""
     name = request.path_params["name"]
     dashboard_of(request).operator(request).pause_schedule(name)
-    return done(request, "/schedules", f"Schedule {name} paused.")
+    return done(request, back(request, data, "/schedules"), f"Schedule {name} paused.")
 
 
 def resume_schedule(request: Request, data: dict[str, Any]) -> Response:
     """Resume a schedule."""
     name = request.path_params["name"]
     dashboard_of(request).operator(request).resume_schedule(name)
-    return done(request, "/schedules", f"Schedule {name} resumed.")
+    return done(request, back(request, data, "/schedules"), f"Schedule {name} resumed.")
 
 
 def acknowledge(request: Request, data: dict[str, Any]) -> Response:
@@ -168,7 +186,9 @@ def acknowledge(request: Request, data: dict[str, Any]) -> Response:
     key = request.path_params["key"]
     ok = dashboard_of(request).operator(request).acknowledge(key)
     return done(
-        request, _back(data, "/alerts"), "Alert acknowledged." if ok else "The alert is not firing."
+        request,
+        back(request, data, "/alerts"),
+        "Alert acknowledged." if ok else "The alert is not firing.",
     )
 
 
@@ -183,6 +203,7 @@ def routes() -> list[Route]:
         Route("/jobs/{id:segment}/cancel", action(cancel_job), methods=post),
         Route("/jobs/{id:segment}/retry", action(retry_job), methods=post),
         Route("/jobs/{id:segment}/delete", action(delete_job), methods=post),
+        Route("/jobs/{id:segment}/run-now", action(run_now), methods=post),
         Route("/dead/retry", action(retry_dead), methods=post),
         Route("/dead/delete", action(delete_dead), methods=post),
         Route("/schedules/{name:segment}/pause", action(pause_schedule), methods=post),

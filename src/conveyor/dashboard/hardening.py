@@ -6,6 +6,8 @@ trusted proxies and server-side sessions.
   configured ``allowed_hosts`` name, so a page on another name that resolves to us gets nothing.
 * **Bodies**: ``BodyLimit`` refuses (413) a request whose ``Content-Length`` is over the cap
   before reading a byte, and stops reading a body without one (chunked) at the cap.
+* **Mount prefix**: checks look at ``route_path`` (the path below the ASGI ``root_path``), so
+  ``/admin/jobs/api/...`` gets the API's limits when the dashboard is mounted at ``/admin/jobs``.
 * **Ids in paths**: a job id may hold ``/`` and ``..``. Links quote it as ONE segment
   (``quote(id, safe="")``); ``SegmentPaths`` keeps an encoded ``/`` (``%2F``) encoded in the
   path the router matches, and the ``segment`` convertor decodes it for the handler, so
@@ -19,6 +21,7 @@ trusted proxies and server-side sessions.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote
 
@@ -37,6 +40,20 @@ SESSIONS = "dashboard_sessions"
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 WILDCARD_BINDS = ("0.0.0.0", "::", "[::]", "")
 _ESCAPED = re.compile(r"%(25|2F)")
+
+
+def root_of(scope: Mapping[str, Any]) -> str:
+    """The prefix the dashboard is mounted under (ASGI ``root_path``; ``""`` standalone)."""
+    return str(scope.get("root_path", "") or "").rstrip("/")
+
+
+def route_path(scope: Mapping[str, Any]) -> str:
+    """The request path below ``root_path`` (``/jobs`` for ``/admin/jobs/jobs`` mounted at
+    ``/admin/jobs``): what routing and the security checks look at."""
+    path, root = str(scope.get("path", "")), root_of(scope)
+    if root and (path == root or path.startswith(root + "/")):
+        return path[len(root) :] or "/"
+    return path
 
 
 def segment(value: str) -> str:
@@ -108,7 +125,7 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        api = scope["path"].startswith("/api/")
+        api = route_path(scope).startswith("/api/")
         limit = self.config.max_api_body if api else self.config.max_body
         declared = Headers(scope=scope).get("content-length")
         if declared is not None and not _within(declared, limit):

@@ -18,6 +18,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from ..errors import JobNotFound
+from ..worker.jobctx import read_progress
 from .server import Dashboard, dashboard_of
 
 KEEPALIVE_SECONDS = 15.0
@@ -70,7 +71,9 @@ def job_fragments(dash: Dashboard, request: Request) -> Fragments:
         if job is None:
             return {"job-summary": '<p class="muted">This job no longer exists.</p>'}
         key = (str(job.state), job.attempts, job.finished_at, len(job.errors), len(job.history))
-        out = {"job-summary": dash.renderer.render("_job_summary.html", job=job, **ctx)}
+        progress = read_progress(dash.app.broker, job_id, dash.app.now())
+        summary = dash.renderer.render("_job_summary.html", job=job, progress=progress, **ctx)
+        out = {"job-summary": summary}
         if last.get("key") != key:
             last["key"] = key
             try:

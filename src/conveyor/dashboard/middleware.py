@@ -4,6 +4,10 @@ One ASGI middleware applies the rules of ``security`` to every HTTP request befo
 it sets the security headers and the CSRF cookie, limits log-in attempts and API calls per
 client, authenticates (a session cookie counts only while its server-side record lives, see
 ``hardening.SessionStore``) and refuses cross-site writes.
+
+Without credentials it answers only requests that arrived on a loopback address — the rule
+``conveyor dashboard`` enforces at bind time (``security.check_bind``), applied per request so it
+also holds when another app mounts the dashboard and decides where it listens.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from .hardening import route_path
+from .redirects import at_root
 from .security import (
     CSRF_COOKIE,
     SECURITY_HEADERS,
@@ -23,9 +29,17 @@ from .security import (
     Identity,
     authenticate,
     cross_site,
+    is_loopback,
     new_csrf_seed,
 )
 from .server import PUBLIC_PATHS, SAFE_METHODS, Dashboard, client_of, wants_json
+
+OPEN_BEYOND_LOOPBACK = (
+    "this dashboard has no credentials, so it only answers on a loopback address: set "
+    "CONVEYOR_DASHBOARD_TOKEN or CONVEYOR_DASHBOARD_USERNAME/CONVEYOR_DASHBOARD_PASSWORD "
+    "(DashboardConfig(token=...)), or DashboardConfig(external_auth=True) when the app that "
+    "mounts it authenticates every request itself"
+)
 
 
 class SecurityMiddleware:
@@ -82,8 +96,10 @@ class SecurityMiddleware:
 
     def _refuse(self, request: Request, ident: Identity | None) -> Response | None:
         """A refusal response, or None to let the request through (identity set on scope)."""
-        path = request.url.path
+        path = route_path(request.scope)
         dash, client = self.dash, client_of(request)
+        if _open_beyond_loopback(dash, request, path):
+            return JSONResponse({"error": OPEN_BEYOND_LOOPBACK}, status_code=403)
         if path == "/login" and request.method == "POST":
             wait = dash.login_limiter.allow(f"login:{client}")
             if wait:
@@ -100,7 +116,9 @@ class SecurityMiddleware:
                     status_code=401,
                     headers={"www-authenticate": 'Bearer realm="conveyor"'},
                 )
-            return RedirectResponse("/login?next=" + quote(path), status_code=303)
+            return RedirectResponse(
+                at_root(request, "/login") + "?next=" + quote(request.url.path), status_code=303
+            )
         request.scope["conveyor.identity"] = ident or Identity("anonymous", "none")
         if path.startswith("/api/"):
             key = ident.user if ident is not None and ident.by_header else client
@@ -112,6 +130,16 @@ class SecurityMiddleware:
             if cross_site(request.headers, request.url.scheme, host):
                 return JSONResponse({"error": "cross-site request refused"}, status_code=403)
         return None
+
+
+def _open_beyond_loopback(dash: Dashboard, request: Request, path: str) -> bool:
+    """True for a request that arrived on a non-loopback address (ASGI ``server``) of a
+    dashboard without credentials (``/healthz`` excepted): ``check_bind``'s rule, per request."""
+    config = dash.config
+    if config.auth_enabled or config.external_auth or path == "/healthz":
+        return False
+    server = request.scope.get("server")
+    return not (isinstance(server, tuple | list) and server and is_loopback(str(server[0])))
 
 
 def _never(sid: str) -> bool:

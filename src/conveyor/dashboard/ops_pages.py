@@ -21,14 +21,16 @@ from starlette.routing import Route
 from ..errors import ValidationError
 from ..monitoring import ops
 from ..monitoring.history import RANGES
-from .server import action, dashboard_of, done
+from .hardening import root_of
+from .redirects import at_root, back, done
+from .server import action, dashboard_of
 
 FRAGMENT_HEADERS = {"cache-control": "no-store"}
 
 
 def root(request: Request) -> str:
     """The mount prefix of the dashboard ('' when served at the root)."""
-    return str(request.scope.get("root_path", ""))
+    return root_of(request.scope)
 
 
 def fragment(request: Request, template: str, **context: Any) -> HTMLResponse:
@@ -59,7 +61,7 @@ def quiet_worker(request: Request, data: dict[str, Any]) -> Response:
     ops.quiet_worker(dashboard_of(request).operator(request), worker_id)
     return done(
         request,
-        root(request) + "/workers",
+        back(request, data, "/workers"),
         f"Worker {worker_id} asked to go quiet (within one heartbeat).",
     )
 
@@ -70,7 +72,7 @@ def stop_worker(request: Request, data: dict[str, Any]) -> Response:
     ops.stop_worker(dashboard_of(request).operator(request), worker_id)
     return done(
         request,
-        root(request) + "/workers",
+        back(request, data, "/workers"),
         f"Worker {worker_id} asked to stop (it drains its running jobs, then exits).",
     )
 
@@ -102,7 +104,7 @@ def clear_queue(request: Request, data: dict[str, Any]) -> Response:
     if data.get("confirm") != "clear":
         raise ValidationError("confirm", "must be 'clear' (use the confirmation page)")
     n = ops.clear_queue(dashboard_of(request).operator(request), name)
-    return done(request, root(request) + "/queues", f"Queue {name} cleared: {n} jobs deleted.")
+    return done(request, at_root(request, "/queues"), f"Queue {name} cleared: {n} jobs deleted.")
 
 
 # ---------------------------------------------------------------------- history

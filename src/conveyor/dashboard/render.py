@@ -6,6 +6,7 @@ long strings are truncated (``short``, ``pretty``) so a huge argument cannot flo
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from urllib.parse import quote
 
 import orjson
 from jinja2 import Environment, FileSystemLoader, select_autoescape
+from markupsafe import Markup
 
 from ..monitoring.inspect import preview_args
 from .charts import chart_model
@@ -22,11 +24,33 @@ STATIC = Path(__file__).parent / "static"
 MAX_PRETTY = 20_000
 
 
+def _utc(value: Any) -> time.struct_time | None:
+    """Epoch seconds as a UTC struct_time; None for non-numbers and times out of range."""
+    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
+        return None
+    try:
+        return time.gmtime(value)
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
 def ts(value: Any) -> str:
     """Epoch seconds as ``YYYY-MM-DD HH:MM:SS`` UTC; empty for None."""
-    if not isinstance(value, int | float) or isinstance(value, bool):
-        return ""
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(value))
+    utc = _utc(value)
+    return "" if utc is None else time.strftime("%Y-%m-%d %H:%M:%S", utc)
+
+
+def when(value: Any) -> Markup:
+    """A timestamp as ``<time>`` in UTC; ``static/dashboard.js`` rewrites it to the browser's
+    time zone when the operator picks "Local" (remembered in localStorage)."""
+    utc = _utc(value)
+    if utc is None:
+        return Markup("")
+    iso = time.strftime("%Y-%m-%dT%H:%M:%SZ", utc)
+    text = time.strftime("%Y-%m-%d %H:%M:%S", utc)
+    return Markup('<time class="ts" datetime="{}" data-ts="{}">{}</time>').format(
+        iso, repr(float(value)), text
+    )
 
 
 def ago(seconds: Any) -> str:
@@ -88,7 +112,15 @@ def build_environment() -> Environment:
     )
     env.filters["chart"] = chart_model  # processed/failed series -> SVG geometry (charts.py)
     env.filters.update(
-        ts=ts, ago=ago, dur=dur, pct=pct, short=short, pretty=pretty, argprev=preview_args, seg=seg
+        ts=ts,
+        when=when,
+        ago=ago,
+        dur=dur,
+        pct=pct,
+        short=short,
+        pretty=pretty,
+        argprev=preview_args,
+        seg=seg,
     )
     return env
 

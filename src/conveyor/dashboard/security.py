@@ -79,6 +79,9 @@ class DashboardConfig:
     forwarded_allow_ips: tuple[str, ...] = ()
     max_body: int = MAX_BODY  # bytes a page form or the log-in may send (413 beyond)
     max_api_body: int = MAX_API_BODY  # bytes an /api/ request may send (413 beyond)
+    # The app that mounts the dashboard authenticates every request before it gets here
+    # (Django staff login, a FastAPI dependency): no credentials needed beyond loopback.
+    external_auth: bool = False
 
     def __post_init__(self) -> None:
         _check_secret("token", self.token, MIN_TOKEN)

@@ -5,6 +5,10 @@ a JSON API under ``/api/v1`` with an OpenAPI document, and Prometheus ``/metrics
 outermost first: the Host check, ids as path segments and the body cap (``hardening``), then
 headers, rate limits, authentication and the cross-site check (``middleware``); ``action`` wraps
 every state-changing endpoint with the read-only and CSRF checks, so no write can skip them.
+
+Mountable under any prefix (``api.mount("/admin/jobs", create_app(app))``): routing and every
+check use the path below the ASGI ``root_path`` (``route_path``), and every link, asset, live
+URL, form action and redirect is built from ``root_path`` (templates: ``{{ root_path }}/...``).
 """
 
 from __future__ import annotations
@@ -16,7 +20,6 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -40,9 +43,12 @@ from .hardening import (
     SegmentPaths,
     SessionStore,
     check_hosts,
+    root_of,
+    route_path,
     trusted_hosts,
     uvicorn_options,
 )
+from .redirects import at_root, safe_target
 from .render import STATIC, Renderer
 from .security import (
     CSRF_COOKIE,
@@ -104,8 +110,10 @@ class Dashboard:
             "read_only": self.config.read_only,
             "flash": request.query_params.get("flash", ""),
             "path": request.url.path,
+            "root_path": root_of(request.scope),
+            # this page with its query (filters, page), for forms that must come back here
+            "here": safe_target(request, str(request.url)) or at_root(request, "/"),
             "live_interval": self.config.live_interval,
-            "root_path": request.scope.get("root_path", ""),
         }
 
 
@@ -128,7 +136,7 @@ def client_of(request: Request) -> str:
 
 def wants_json(request: Request) -> bool:
     """API, metrics and live paths answer errors in JSON/plain text, not HTML."""
-    return request.url.path.startswith(("/api/", "/live/", "/metrics"))
+    return route_path(request.scope).startswith(("/api/", "/live/", "/metrics"))
 
 
 def error_response(request: Request, status: int, message: str, **extra: Any) -> Response:
@@ -158,7 +166,10 @@ async def read_body(request: Request) -> dict[str, Any]:
         return data
     if "form" in ctype:
         form = await request.form()
-        return {k: v for k, v in form.items() if isinstance(v, str)}
+        fields: dict[str, Any] = {k: v for k, v in form.items() if isinstance(v, str)}
+        if "ids" in form:  # the checkboxes of a bulk selection: every value, in order
+            fields["ids"] = [v for v in form.getlist("ids") if isinstance(v, str)]
+        return fields
     return {}
 
 
@@ -184,14 +195,6 @@ def action(
 
     endpoint.__name__ = getattr(handler, "__name__", "action")
     return endpoint
-
-
-def done(request: Request, target: str, flash: str = "") -> Response:
-    """After an HTML action: htmx gets ``HX-Redirect``, plain forms a 303 redirect."""
-    url = target + (("&" if "?" in target else "?") + "flash=" + quote(flash) if flash else "")
-    if request.headers.get("hx-request"):
-        return Response(status_code=204, headers={"HX-Redirect": url})
-    return RedirectResponse(url, status_code=303)
 
 
 def _exception_handlers() -> Mapping[Any, Any]:
@@ -231,20 +234,25 @@ def create_app(
     ``config`` defaults to ``DashboardConfig.from_env(...)``."""
     from starlette.middleware.trustedhost import TrustedHostMiddleware
 
-    from . import api, forms, live, ops_pages, views
+    from . import api, bulk, flow_pages, forms, live, ops_pages, views
     from .middleware import SecurityMiddleware
 
     cfg = config or DashboardConfig.from_env(**overrides)
     dash = Dashboard(app, cfg)
     routes = [
         *ops_pages.routes(),
+        *flow_pages.routes(),
         *views.routes(),
+        *bulk.routes(),
         *forms.routes(),
         *live.routes(),
         *api.routes(),
         Route("/healthz", lambda request: PlainTextResponse("ok")),
         # Browsers ask for /favicon.ico on their own; answer it rather than log a 404.
-        Route("/favicon.ico", lambda request: RedirectResponse("/static/favicon.svg", 301)),
+        Route(
+            "/favicon.ico",
+            lambda request: RedirectResponse(at_root(request, "/static/favicon.svg"), 301),
+        ),
         Mount("/static", StaticFiles(directory=str(STATIC)), name="static"),
     ]
     web = Starlette(routes=routes, exception_handlers=dict(_exception_handlers()))
@@ -279,6 +287,7 @@ def serve(
         host=host,
         port=port,
         log_level="warning",
+        log_config=None,  # uvicorn's loggers use the process's handler (--log-format json too)
         timeout_graceful_shutdown=2,
         **uvicorn_options(cfg),
     )

@@ -14,6 +14,8 @@ from ..broker.base import Page
 from ..core.state import JobState
 from ..monitoring.filters import SEARCH_FIELDS
 from ..monitoring.prometheus import exposition
+from .bulk import actions_for
+from .redirects import at_root, safe_target
 from .server import dashboard_of, identity_of, int_param
 
 PAGE_SIZE = 50
@@ -75,6 +77,8 @@ def jobs(request: Request) -> Response:
         pager=pager(request, result, filters),
         states=[s.value for s in JobState],
         queues=dash.app.broker.queues(),
+        bulk_actions=actions_for("jobs"),
+        bulk_filters=filters,
     )
 
 
@@ -82,7 +86,8 @@ def job(request: Request) -> Response:
     """One job: arguments, result, error history with tracebacks, timeline; live state."""
     dash = dashboard_of(request)
     detail = dash.inspector.job(request.path_params["id"])
-    return dash.page(request, "job.html", job=detail, nav="jobs")
+    progress = detail.get("progress")
+    return dash.page(request, "job.html", job=detail, progress=progress, nav="jobs")
 
 
 def dead(request: Request) -> Response:
@@ -99,6 +104,8 @@ def dead(request: Request) -> Response:
         nav="dead",
         pager=pager(request, result, filters),
         queues=dash.app.broker.queues(),
+        bulk_actions=actions_for("dead"),
+        bulk_filters={**filters, "state": "dead_letter"},
     )
 
 
@@ -133,11 +140,11 @@ def login_page(request: Request) -> Response:
     """The login form (token or username/password)."""
     dash = dashboard_of(request)
     if not dash.config.auth_enabled or identity_of(request).via in ("cookie", "header"):
-        return Response(status_code=303, headers={"location": "/"})
+        return Response(status_code=303, headers={"location": at_root(request, "/")})
     return dash.page(
         request,
         "login.html",
-        next=safe_next(request.query_params.get("next")),
+        next=safe_next(request, request.query_params.get("next")),
         has_password=bool(dash.config.password),
         has_token=bool(dash.config.token),
         error="",
@@ -150,11 +157,9 @@ def metrics(request: Request) -> Response:
     return Response(body, media_type=content_type)
 
 
-def safe_next(target: str | None) -> str:
-    """A same-site path to go to after login (never another host)."""
-    if not target or not target.startswith("/") or target.startswith("//") or "\\" in target:
-        return "/"
-    return target
+def safe_next(request: Request, target: str | None) -> str:
+    """A path inside this dashboard to go to after login (never another host or app)."""
+    return safe_target(request, target) or at_root(request, "/")
 
 
 def routes() -> list[Route]:

@@ -1,14 +1,17 @@
 """Operator actions shared by the CLI, the dashboard and the HTTP API — every one audited.
 
 ``Operator(app, actor=..., source=...)`` wraps the app's admin calls (pause/resume queues,
-cancel, retry and delete jobs, bulk retry/delete of dead letters by filter, pause/resume
-schedules, acknowledge alerts, enqueue by task name) and appends one entry per action to the
-broker log ``audit`` (newest 10,000 kept): when, who, from where, what, on what, the result.
+cancel, retry, run now and delete jobs, bulk actions on selected jobs or on every match of a
+search, bulk retry/delete of dead letters by filter, pause/resume schedules, acknowledge alerts,
+enqueue by task name) and appends one entry per action to the broker log ``audit`` (newest
+10,000 kept): when, who, from where, what, on what, the result. A bulk action is ONE entry
+with its count and its selection (the filters, or the ids).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..core.job import validate_queue_name
@@ -23,7 +26,9 @@ if TYPE_CHECKING:
 
 AUDIT_LOG = "audit"
 AUDIT_CAP = 10_000
-BULK_LIMIT = 10_000
+BULK_LIMIT = 10_000  # jobs one bulk action touches at most (the rest: run it again)
+BULK_BATCH = 500  # search results are read this many at a time
+BULK_ACTIONS = ("retry", "cancel", "delete", "run_now")
 ENQUEUE_OPTIONS = (
     "queue",
     "priority",
@@ -79,7 +84,7 @@ class Operator:
         args: Sequence[Any] | None = None,
         kwargs: Mapping[str, Any] | None = None,
         **options: Any,
-    ) -> JobHandle:
+    ) -> JobHandle[Any]:
         """Enqueue by task name (the task need not be registered in this process)."""
         unknown = set(options) - set(ENQUEUE_OPTIONS)
         if unknown:
@@ -92,9 +97,9 @@ class Operator:
         return handle
 
     def cancel(self, job_id: str) -> bool:
-        """Cancel a job that has not started."""
+        """Cancel a job: a waiting one at once, a running one by asking its worker to stop it."""
         self._require(job_id)
-        ok = admin.cancel(self.runtime, job_id)
+        ok = admin.cancel(self.runtime, job_id, by=self.actor)
         self.audit("job.cancel", job_id, "ok" if ok else "refused")
         return ok
 
@@ -105,9 +110,21 @@ class Operator:
         self.audit("job.retry", job_id, "ok" if ok else "refused")
         return ok
 
-    def delete(self, job_id: str) -> bool:
-        """Delete a finished job (dead letter, cancelled or completed)."""
+    def run_now(self, job_id: str) -> bool:
+        """Make a scheduled (delayed) or retrying job due now."""
+        self._require(job_id)
+        ok = admin.run_now(self.runtime, job_id)
+        self.audit("job.run_now", job_id, "ok" if ok else "refused")
+        return ok
+
+    def delete(self, job_id: str, *, unfinished: bool = False) -> bool:
+        """Delete a finished job (dead letter, cancelled or completed); with ``unfinished``
+        also a pending, scheduled or retrying one (never a running one)."""
         job = self._require(job_id)
+        if unfinished:
+            ok = admin.delete_job(self.runtime, job_id)
+            self.audit("job.delete", job_id, "ok" if ok else "refused", state=str(job.state))
+            return ok
         if job.state not in (JobState.DEAD_LETTER, JobState.CANCELLED, JobState.COMPLETED):
             self.audit("job.delete", job_id, "refused", state=str(job.state))
             return False
@@ -135,6 +152,54 @@ class Operator:
         done = self.runtime.broker.purge(self.runtime.now(), ids=wanted) if wanted else 0
         self.audit("dlq.delete", ",".join(wanted)[:500], done)
         return done
+
+    def bulk(
+        self,
+        action: str,
+        *,
+        ids: Sequence[str] | None = None,
+        filters: Mapping[str, Any] | None = None,
+    ) -> BulkResult:
+        """Apply ``action`` (``BULK_ACTIONS``) to the jobs ``ids`` (a page's selection) or to
+        every job matching ``filters`` (a search), at most ``BULK_LIMIT`` of them; one audit
+        entry records the action, the count and the selection. Jobs in a state the action does
+        not apply to are skipped (counted in ``matched``, not in ``done``)."""
+        run = self._bulk_op(action)
+        if (ids is None) == (filters is None):
+            raise ValidationError("ids", "give either ids (selected jobs) or filters (a search)")
+        if ids is not None:
+            targets = _bulk_ids(ids)
+            truncated = False
+        else:
+            found = self.inspector.matching_ids(filters or {}, BULK_LIMIT + 1)
+            targets, truncated = found[:BULK_LIMIT], len(found) > BULK_LIMIT
+        done = 0
+        for start in range(0, len(targets), BULK_BATCH):
+            done += sum(1 for job_id in targets[start : start + BULK_BATCH] if run(job_id))
+        detail: dict[str, Any] = {"matched": len(targets)}
+        if ids is not None:
+            detail["ids"] = ",".join(targets)[:500]
+        else:
+            detail["filters"] = {k: v for k, v in (filters or {}).items() if v not in (None, "")}
+        if truncated:
+            detail["truncated_at"] = BULK_LIMIT
+        self.audit(
+            f"jobs.bulk_{action}", "selection" if ids is not None else "search", done, **detail
+        )
+        return BulkResult(action, len(targets), done, truncated)
+
+    def _bulk_op(self, action: str) -> Callable[[str], bool]:
+        """The unaudited one-job operation behind a bulk action."""
+        rt = self.runtime
+        ops: dict[str, Callable[[str], bool]] = {
+            "retry": lambda job_id: admin.requeue_dead(rt, job_id),
+            "cancel": lambda job_id: admin.cancel(rt, job_id),
+            "delete": lambda job_id: admin.delete_job(rt, job_id),
+            "run_now": lambda job_id: admin.run_now(rt, job_id),
+        }
+        if action not in ops:
+            raise ValidationError("action", f"must be one of {', '.join(BULK_ACTIONS)}")
+        return ops[action]
 
     def purge_dead(self, older_than: float | None = None, queue: str | None = None) -> int:
         """Delete dead letters finished more than ``older_than`` seconds ago (all if None)."""
@@ -171,6 +236,30 @@ class Operator:
         if job is None:
             raise JobNotFound(job_id)
         return job
+
+
+@dataclass(frozen=True)
+class BulkResult:
+    """What a bulk action did: ``matched`` jobs considered, ``done`` changed; ``truncated``
+    when the search had more than ``BULK_LIMIT`` matches (run the action again for the rest)."""
+
+    action: str
+    matched: int
+    done: int
+    truncated: bool = False
+
+
+def _bulk_ids(ids: Sequence[str]) -> list[str]:
+    """Selected ids: strings of 1-200 characters, duplicates dropped, at most ``BULK_LIMIT``."""
+    if isinstance(ids, str) or not isinstance(ids, Sequence):
+        raise ValidationError("ids", "must be a list of job ids")
+    out = list(dict.fromkeys(ids))
+    if len(out) > BULK_LIMIT:
+        raise ValidationError("ids", f"at most {BULK_LIMIT} jobs at once")
+    for job_id in out:
+        if not isinstance(job_id, str) or not job_id or len(job_id) > 200:
+            raise ValidationError("ids", "each must be a job id (1-200 characters)")
+    return out
 
 
 def _clean(filters: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -3,14 +3,15 @@
 ``app.stats()``, ``app.workers()``, ``app.search(...)``, ``app.cancel``, ``app.requeue_dead``,
 ``app.purge_dead``, ``app.pause`` and ``app.resume`` delegate here, and so do the audited
 ``Operator`` actions and the ``Inspector`` (``monitoring/actions.py``, ``inspect.py``), which
-therefore never need the facade. Each function validates its input (``ValidationError`` naming
-the field) and makes one broker call.
+therefore never need the facade (``run_now`` and ``delete_job`` serve only operators). Each
+function validates its input (``ValidationError`` naming the field) and makes one broker call.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from ..broker import jobdocs
 from ..broker.base import Page, SearchQuery
 from ..core.job import validate_queue_name
 from ..core.state import JobState
@@ -23,6 +24,14 @@ def workers(rt: Runtime) -> list[dict[str, Any]]:
     """Heartbeat records of live workers, by id."""
     docs = rt.broker.docs.list(WORKERS, rt.now()).values()
     return sorted(docs, key=lambda w: str(w.get("id")))
+
+
+def worker_queues(worker: dict[str, Any]) -> list[str]:
+    """Queue names a worker record serves (weights like ``high:5`` stripped)."""
+    raw = worker.get("queues") or []
+    if isinstance(raw, str):
+        raw = raw.split(",")
+    return [str(q).split(":", 1)[0].strip() for q in raw if str(q).strip()]
 
 
 def stats(rt: Runtime) -> dict[str, Any]:
@@ -61,14 +70,36 @@ def search(
     return rt.broker.search(query)
 
 
-def cancel(rt: Runtime, job_id: str) -> bool:
-    """Cancel a job that has not started; False if it is running or finished."""
-    return rt.broker.cancel(job_id, rt.now())
+def cancel(rt: Runtime, job_id: str, by: str = "") -> bool:
+    """Cancel a job: a waiting one at once; a running one by asking the worker holding its
+    lease to stop it (it ends ``cancelled`` within about a second: ``worker/cancel.py``).
+    False if it is finished or unknown."""
+    now = rt.now()
+    if rt.broker.cancel(job_id, now):
+        return True
+    job = rt.broker.get(job_id)
+    if job is None or job.state is not JobState.ACTIVE:
+        return False
+    jobdocs.request_cancel(rt.broker, job_id, now, by)
+    return True
 
 
 def requeue_dead(rt: Runtime, job_id: str) -> bool:
     """Run a dead-lettered (or cancelled) job again with fresh attempts."""
-    return rt.broker.requeue(job_id, rt.now())
+    ok = rt.broker.requeue(job_id, rt.now())
+    if ok:  # a cancel request that arrived as the job ended must not stop its next run
+        jobdocs.forget_cancel(rt.broker, job_id)
+    return ok
+
+
+def run_now(rt: Runtime, job_id: str) -> bool:
+    """Make a scheduled or retrying job due now; False in any other state."""
+    return rt.broker.run_now(job_id, rt.now())
+
+
+def delete_job(rt: Runtime, job_id: str) -> bool:
+    """Delete a job that is not running; False when it is running or unknown."""
+    return rt.broker.delete_job(job_id, rt.now())
 
 
 def purge_dead(rt: Runtime, older_than: float | None = None, queue: str | None = None) -> int:

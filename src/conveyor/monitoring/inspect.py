@@ -12,16 +12,18 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from ..broker import jobdocs
 from ..broker.base import Broker, Page
 from ..core.job import Job, validate_queue_name, validate_task_name
 from ..core.state import JobState
 from ..errors import JobNotFound, ValidationError
 from ..runtime import Runtime, as_runtime
 from . import admin
+from .admin import worker_queues
 from .events import EventReader, check_cursor, job_events
 from .filters import clean_filters
 from .metrics import flush_local, read_counters, series, summarize
-from .prometheus import worker_queues
+from .workflows import workflow_of
 
 if TYPE_CHECKING:
     from ..runtime import HasRuntime
@@ -180,9 +182,15 @@ class Inspector:
         job = self.runtime.broker.get(job_id)
         if job is None:
             raise JobNotFound(job_id)
+        out = job_dict(job)
+        now = self.runtime.now()
         return {
-            **job_dict(job),
+            **out,
+            "workflow_id": workflow_of(out),
             "timeline": timeline(job, [e.to_dict() for e in job_events(self.broker, job_id)]),
+            "progress": jobdocs.read_progress(self.broker, job_id, now),  # current_job().progress()
+            "cancel_requested": job.state is JobState.ACTIVE
+            and bool(jobdocs.cancel_requested(self.broker, {job_id}, now)),
         }
 
     def dead_letters(
@@ -294,9 +302,13 @@ def tasks_total(tasks: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
 def timeline(job: Job, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The job's life, oldest first: stream events when complete, else rebuilt from the record."""
     if events and events[0].get("type") == "enqueued":
-        return [
+        out = [
             {"at": e.get("at"), "event": e.get("type"), "detail": _event_detail(e)} for e in events
         ]
+        # operator notes with no event of their own (an early "run_now") join from the record
+        notes = [h for h in job.history if h.get("event") == "run_now"]
+        out += [{"at": h.get("at"), "event": "run_now", "detail": h.get("note", "")} for h in notes]
+        return sorted(out, key=lambda e: _num(e["at"])) if notes else out
     entries = [{"at": job.created_at, "event": "enqueued", "detail": f"queue {job.queue}"}]
     entries += [
         {

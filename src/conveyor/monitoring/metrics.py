@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.job import Job
 from ..middleware import AppView, Middleware, WorkerView
+from ..outage import OutageLog
 from .history import write_history
 from .metrics_read import (
     BUCKET_TTL,
@@ -313,12 +314,13 @@ class MetricsMiddleware(Middleware):
                     totals[key] = totals.get(key, 0.0) + amount
             broker.counters.add(TOTALS_BUCKET, totals, self._now, TOTALS_TTL)
             write_history(broker, pending, self._now)
-        except Exception:  # a metrics write must never break a worker
-            log.log(
-                logging.DEBUG if quiet else logging.WARNING,
-                "could not write metrics to the broker",
-                exc_info=not quiet,
-            )
+        except Exception as exc:  # a metrics write must never break a worker
+            if quiet or not OutageLog.shared(broker).failed(exc, "metrics", log):
+                log.log(
+                    logging.DEBUG if quiet else logging.WARNING,
+                    "could not write metrics to the broker",
+                    exc_info=not quiet,
+                )
 
 
 _LIVE: weakref.WeakSet[MetricsMiddleware] = weakref.WeakSet()

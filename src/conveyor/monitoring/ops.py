@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..broker.jobdocs import progress_text, read_progress
 from ..core.job import validate_queue_name
 from ..errors import ValidationError
 from ..worker import control
@@ -28,6 +29,9 @@ from .metrics import flush_local
 CLEARABLE = ("pending", "scheduled", "retry_scheduled")
 
 
+PROGRESS_SHOWN = 20  # running jobs per worker whose progress the workers page shows
+
+
 def worker_rows(inspector: Inspector) -> list[dict[str, Any]]:
     """Live workers, each with ``jobs`` (id, task, queue, started_at, runtime) and ``command``."""
     rt = inspector.runtime
@@ -37,7 +41,9 @@ def worker_rows(inspector: Inspector) -> list[dict[str, Any]]:
         jobs = [j for j in (w.get("jobs") or []) if isinstance(j, dict)]
         if not jobs:  # an older worker: ids only
             jobs = [{"id": str(i)} for i in w["running"]]
-        for job in jobs:
+        for i, job in enumerate(jobs):
+            if i < PROGRESS_SHOWN:  # read live (not from the heartbeat): the page polls
+                job["progress"] = progress_text(read_progress(rt.broker, str(job["id"]), now))
             started = job.get("started_at")
             if isinstance(started, int | float) and not isinstance(started, bool):
                 job["runtime"] = max(0.0, now - started)

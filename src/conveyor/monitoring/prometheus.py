@@ -24,6 +24,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from ..core.state import JobState
 from ..runtime import as_runtime
 from . import admin
+from .admin import worker_queues  # re-exported: it lived here before
 from .metrics import OUTCOMES, flush_local, histogram_buckets, read_totals
 
 if TYPE_CHECKING:
@@ -155,14 +156,6 @@ class ConveyorCollector:
         for rule, n in sorted(per_rule.items()):
             family.add_metric([rule], n)
         return family
-
-
-def worker_queues(worker: dict[str, Any]) -> list[str]:
-    """Queue names a worker record serves (weights like ``high:5`` stripped)."""
-    raw = worker.get("queues") or []
-    if isinstance(raw, str):
-        raw = raw.split(",")
-    return [str(q).split(":", 1)[0].strip() for q in raw if str(q).strip()]
 
 
 def registry_for(app: Runtime | HasRuntime) -> CollectorRegistry:

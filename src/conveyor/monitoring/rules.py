@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.job import validate_queue_name
 from ..errors import ValidationError
+from .admin import worker_queues
 from .metrics import flush_local, read_counters, summarize
-from .prometheus import worker_queues
 
 if TYPE_CHECKING:
     from ..runtime import Runtime

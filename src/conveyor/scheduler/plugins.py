@@ -26,6 +26,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
+from ..outage import is_connection_error
+
 if TYPE_CHECKING:
     from ..broker.base import Broker, JobStore
 
@@ -172,7 +174,9 @@ class AlertsPlugin(Plugin):
             return None
         try:
             alerts.maybe_evaluate(now)
-        except Exception:
+        except Exception as exc:
+            if is_connection_error(exc):  # the scheduler logs an outage once, not per pass
+                raise
             log.exception("alert evaluation failed")
         return None if self.interval is None else now + self.interval
 

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from ..core.cron import IntervalSpec, Spec
 from ..core.state import TERMINAL_STATES
 from ..errors import BrokerConfigError, DuplicateJob, ValidationError
+from ..outage import OutageLog, is_connection_error
 from ..runtime import as_runtime
 from ..task import JobSpec
 from .models import COLLECTION, Schedule, history_entry, history_log, job_id_for
@@ -157,6 +158,7 @@ class Scheduler:
         self.enqueued = 0  # jobs enqueued by this scheduler since it was built
         self._started = False
         self._stopping = threading.Event()
+        self._outage = OutageLog.shared(self.broker)  # one line per outage, not per retry
         self._promoter = PromotePlugin(self.broker)
         self._reaper = ReapPlugin(self.broker, self.reap_interval, self.max_lost, self.id)
         sync_schedules = (lambda at: app.schedules.sync(at)) if sync else None
@@ -202,11 +204,17 @@ class Scheduler:
                 slot.due = slot.plugin.tick(at)
             except BrokerConfigError:  # wrong password / database: retrying cannot help
                 raise
-            except Exception:  # one failing duty must not stop the others
-                log.exception(
-                    "scheduler plugin %r failed; retrying in %gs", slot.plugin.name, RETRY_AFTER
-                )
+            except Exception as exc:  # one failing duty must not stop the others
+                if not self._outage.failed(exc, f"scheduler plugin {slot.plugin.name}", log):
+                    log.exception(
+                        "scheduler plugin %r failed; retrying in %gs",
+                        slot.plugin.name,
+                        RETRY_AFTER,
+                    )
                 slot.due = at + RETRY_AFTER
+                continue
+            if slot.plugin is self._promoter:  # it calls the broker on every pass: proof
+                self._outage.succeeded(log)  # that the broker is back after an outage
         return self.enqueued - before
 
     def fire_due(self, now: float) -> float | None:
@@ -217,7 +225,9 @@ class Scheduler:
             try:
                 schedule = Schedule.from_doc(docs[name])
                 count, upcoming = self.fire(schedule, now)
-            except Exception:  # one broken schedule must not stop the others
+            except Exception as exc:  # one broken schedule must not stop the others
+                if is_connection_error(exc):  # the broker, not the schedule: the pass stops
+                    raise
                 log.exception("schedule %r: pass failed; retrying next tick", name)
                 continue
             self.enqueued += count
@@ -311,16 +321,22 @@ class Scheduler:
         then stop the plugins."""
         self._stopping.clear()
         log.info("scheduler %s started", self.id)
+        tick_lost = False  # the last tick raised on the broker connection (e.g. at start-up)
         while not self._stopping.is_set():
             try:
                 self.tick()
             except BrokerConfigError as exc:  # wrong password / database: retrying cannot help
                 log.error("scheduler %s: %s: stopping", self.id, exc)
                 raise
-            except Exception:
-                log.exception("scheduler tick failed; retrying")
+            except Exception as exc:
+                tick_lost = self._outage.failed(exc, "scheduler tick", log)
+                if not tick_lost:
+                    log.exception("scheduler tick failed; retrying")
                 self._stopping.wait(1.0)
                 continue
+            if tick_lost:
+                tick_lost = False
+                self._outage.succeeded(log)
             self._stopping.wait(self._sleep_time())
         for slot in self._slots:
             try:

@@ -39,7 +39,9 @@ _CAS_ATTEMPTS = 20
 class ScheduleRegistry:
     """Schedules of one app: code declarations plus the broker-stored set every process shares."""
 
-    def __init__(self, runtime: Runtime, register: Callable[[Callable[..., Any]], Task]) -> None:
+    def __init__(
+        self, runtime: Runtime, register: Callable[[Callable[..., Any]], Task[..., Any]]
+    ) -> None:
         self.app = runtime  # the runtime (never the facade)
         #: turns a decorated function into a registered task (``app.task``)
         self.register = register
@@ -91,7 +93,7 @@ class ScheduleRegistry:
     def schedule(
         self,
         name: str,
-        task: str | Task,
+        task: str | Task[..., Any],
         expr: str | None = None,
         *,
         every: int | float | timedelta | None = None,

@@ -31,7 +31,7 @@ class ChildConfig:
     """Everything a worker process needs; travels as JSON on its command line."""
 
     app: str  # module:attribute
-    queues: str = "default"
+    queues: str | None = None  # None: the queues of the app's tasks (``task_queues``)
     concurrency: int = 32
     strict: bool = False
     visibility_timeout: float | None = None

@@ -14,14 +14,17 @@ import random
 import traceback
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ..core.job import ErrorKind, Job
 from ..core.retry import Decision, RetryPolicy, decide, previous_delay
 from ..middleware import hooked as hooked  # re-exported for the worker loop
+from .logs import job_context
 from .timeouts import timeout_error
 
 if TYPE_CHECKING:
+    from ..middleware import Around
     from ..task import Task
     from .running import Running
 
@@ -34,6 +37,9 @@ class Outcome:
     result: Any = None
     decision: Decision | None = None
     error: BaseException | None = None  # the exception, for after_process hooks
+    #: an operator cancelled the running job and it stopped: recorded as ``cancelled``
+    #: (``Broker.cancel_running``), never retried
+    cancelled: bool = False
 
     def error_entry(self, job: Job, now: float, worker_id: str) -> Mapping[str, Any]:
         """The ``errors`` entry to store for a failed attempt."""
@@ -69,7 +75,7 @@ def permanent(kind: ErrorKind, exc_type: str, message: str) -> Outcome:
     return Outcome(False, decision=Decision(kind, None, exc_type, message, ""))
 
 
-def precheck(task: Task | None, job: Job) -> Outcome | None:
+def precheck(task: Task[..., Any] | None, job: Job) -> Outcome | None:
     """Refuse jobs that must never run: unknown task names, arguments that do not fit."""
     if task is None:
         return permanent(
@@ -83,7 +89,9 @@ def precheck(task: Task | None, job: Job) -> Outcome | None:
     return None
 
 
-def outcome_of_call(task: Task, job: Job, call: Any, now: float, rng: random.Random) -> Outcome:
+def outcome_of_call(
+    task: Task[..., Any], job: Job, call: Any, now: float, rng: random.Random
+) -> Outcome:
     """Run ``call()`` (which runs the job) and classify what it did."""
     try:
         result = call()
@@ -129,9 +137,15 @@ def reported(
     now: float,
     rng: random.Random,
 ) -> Outcome:
-    """The outcome of what an executor reported (an interrupted job is always a timeout)."""
+    """The outcome of what an executor reported: a cancelled job that stopped by raising
+    (the injected ``JobCancelled``, a cancelled task, a killed child) ends cancelled; an
+    interrupted one is otherwise a timeout."""
     task = run.task
     assert task is not None
+    if run.cancel_requested:  # stopped on request (it raised, or ignored it past the grace)
+        if exc is not None or run.stuck:
+            return Outcome(False, error=exc, cancelled=True)
+        return success(result)  # it finished its work anyway: completed
     if run.interrupted:
         exc, remote_traceback = timeout_error(run), None
     elif exc is None:
@@ -143,8 +157,19 @@ def reported(
     return outcome
 
 
-def call_inline(task: Task, job: Job) -> Any:
-    """Call the task function in this thread (async functions get a fresh event loop)."""
+def call_inline(task: Task[..., Any], job: Job, around: Around | None = None) -> Any:
+    """Call the task function in this thread (async functions get a fresh event loop), inside
+    the job context (``worker/logs.py``) and the ``around_process`` hooks."""
+    token = job_context.set(job)
+    try:
+        if around is not None:
+            return around.call(job, partial(_call, task, job))
+        return _call(task, job)
+    finally:
+        job_context.reset(token)
+
+
+def _call(task: Task[..., Any], job: Job) -> Any:
     if task.is_async:
         return asyncio.run(task.fn(*job.args, **job.kwargs))
     return task.fn(*job.args, **job.kwargs)
@@ -153,3 +178,12 @@ def call_inline(task: Task, job: Job) -> Any:
 def format_exc(exc: BaseException) -> str:
     """A trimmed traceback string."""
     return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-4000:]
+
+
+def log_extra(fields: dict[str, Any], decision: Decision | None) -> dict[str, Any]:
+    """The ``extra`` of a job's outcome line: its fields, and a failure's traceback (the
+    formatters of ``worker/logs.py`` print it as ``exc`` / indented lines: failures logged at
+    WARNING carry their traceback)."""
+    if decision is not None and decision.traceback:
+        return {"job": fields, "traceback_text": decision.traceback}
+    return {"job": fields}

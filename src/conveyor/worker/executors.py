@@ -20,10 +20,17 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from functools import partial
+from typing import TYPE_CHECKING, Any, Protocol
 
+from ..errors import JobCancelled, JobTimeout
+from .logs import job_context
 from .running import LEFT, RUNNING, Running
 from .timeouts import clear_async_exception, inject_timeout
+
+if TYPE_CHECKING:
+    from ..core.job import Job
+    from ..task import Task
 
 log = logging.getLogger("conveyor.worker")
 
@@ -127,10 +134,15 @@ class ThreadExecutor:
     def _call(run: Running) -> tuple[Any, BaseException | None]:
         task, job = run.task, run.job
         assert task is not None
-        run.begin(threading.get_ident())
+        token = job_context.set(job)  # the job-context log filter reads it (worker/logs.py)
+        if not run.begin(threading.get_ident()):  # cancelled before it started
+            job_context.reset(token)
+            return None, None
         try:
             try:
-                if task.is_async:
+                if run.around is not None:
+                    result = run.around.call(job, partial(_invoke, task, job))
+                elif task.is_async:
                     result = asyncio.run(task.fn(*job.args, **job.kwargs))
                 else:
                     result = task.fn(*job.args, **job.kwargs)
@@ -138,7 +150,9 @@ class ThreadExecutor:
                 _leave(run)
         except BaseException as exc:
             _leave(run)
+            job_context.reset(token)
             return None, exc
+        job_context.reset(token)
         return result, None
 
     def interrupt(self, run: Running) -> None:
@@ -158,27 +172,33 @@ class ThreadExecutor:
             gate.release()
 
 
+def _invoke(task: Task[..., Any], job: Job) -> Any:
+    """Call the task function here (an async one on a fresh event loop)."""
+    if task.is_async:
+        return asyncio.run(task.fn(*job.args, **job.kwargs))
+    return task.fn(*job.args, **job.kwargs)
+
+
 def call_in_thread(run: Running) -> tuple[Any, BaseException | None]:
     """Run ``run``'s job in the calling thread, interruptible by ``interrupt_thread``."""
     return ThreadExecutor._call(run)
 
 
 def interrupt_thread(run: Running) -> None:
-    """Raise ``JobTimeout`` inside the thread running ``run`` (at its next Python bytecode)."""
+    """Raise ``JobTimeout`` (``JobCancelled`` for a cancel) inside the thread running ``run``
+    (at its next Python bytecode)."""
     with run.lock:
         if run.phase == RUNNING and run.thread_ident is not None and not run.interrupted:
             run.interrupted = True
-            inject_timeout(run.thread_ident)
+            exc_type = JobCancelled if run.cancel_requested else JobTimeout
+            inject_timeout(run.thread_ident, exc_type)
         else:
             run.interrupted = True
 
 
 def _leave(run: Running) -> None:
     """The job's call returned: no more interruptions; drop one that is still pending."""
-    if run.timeout is None:  # never interrupted: no lock needed
-        run.phase = LEFT
-        return
-    with run.lock:
+    with run.lock:  # any job may be interrupted (a cancel): always under the lock
         if run.phase == LEFT:
             return
         run.phase = LEFT
@@ -231,11 +251,18 @@ class AsyncioExecutor:
     async def _run(self, run: Running) -> None:
         task, job = run.task, run.job
         assert task is not None
-        run.begin()
+        if not run.begin():  # cancelled before it started
+            self._tasks.discard(run.handle)
+            return
+        job_context.set(job)  # this asyncio task's own context: nothing to reset
         result: Any = None
         error: BaseException | None = None
         try:
-            result = await task.fn(*job.args, **job.kwargs)
+            if run.around is not None:
+                # partial, not a lambda: a closure would make these locals cells for every job
+                result = await run.around.acall(job, partial(task.fn, *job.args, **job.kwargs))
+            else:
+                result = await task.fn(*job.args, **job.kwargs)
         except BaseException as exc:
             error = exc
         run.phase = LEFT

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..broker.base import Broker
 from ..errors import BrokerConfigError
+from .cancel import JobWatcher
 from .lease_keeper import LeaseKeeper
 from .presence import Heartbeat
 from .recorder import JOIN_TIMEOUT, Recorder
@@ -25,6 +26,7 @@ from .timeouts import Watchdog
 if TYPE_CHECKING:
     from .execute import Outcome
     from .executors import Executor
+    from .jobctx import JobBoard
     from .running import Running
 
 log = logging.getLogger("conveyor.worker")
@@ -48,6 +50,8 @@ class Wiring:
     visibility_timeout: float
     warm_pool: Callable[[], None] | None = None  # start the process pool before the first job
     on_command: Callable[[str], None] | None = None  # a control command (quiet / stop) arrived
+    on_cancel: Callable[[Running], None] | None = None  # an operator cancelled a running job
+    board: JobBoard | None = None  # the running jobs' contexts (progress), see worker/jobctx.py
 
 
 @dataclass
@@ -85,6 +89,8 @@ def start_helpers(recorder: Recorder, w: Wiring) -> Helpers:
         helpers.others.append(
             Heartbeat(w.broker, w.worker_id, w.now, w.describe, w.heartbeat_interval, w.on_command)
         )
+    if w.on_cancel is not None and w.board is not None:
+        helpers.others.append(JobWatcher(w.broker, w.now, w.running_jobs, w.on_cancel, w.board))
     for helper in helpers.others:
         helper.start()
     if w.warm_pool is not None:

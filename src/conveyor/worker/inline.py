@@ -22,19 +22,27 @@ from .running import Running
 
 if TYPE_CHECKING:
     from ..broker.base import Lease
+    from ..middleware import Around
     from ..task import Task
 
 log = logging.getLogger("conveyor.worker")
 
 
 def run_with_timeout(
-    lease: Lease, task: Task, timeout: float, now: float, grace: float, rng: random.Random
+    lease: Lease,
+    task: Task[..., Any],
+    timeout: float,
+    now: float,
+    grace: float,
+    rng: random.Random,
+    around: Around | None = None,
 ) -> tuple[Outcome, bool]:
     """Run the leased job with ``timeout`` seconds to finish; never raises.
 
     Returns the outcome and whether the job was stuck (ignored its timeout for ``grace`` s).
     """
     run = Running(lease, task, "thread", timeout)
+    run.around = around
     box: list[tuple[Any, BaseException | None]] = []
     done = threading.Event()
 

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 
 from ..broker.base import Broker
+from ..outage import OutageLog
 from .running import Running
 
 log = logging.getLogger("conveyor.worker")
@@ -67,9 +68,11 @@ class LeaseKeeper:
             results = self.broker.extend(
                 [(r.job.id, r.token) for r in runs], self._now(), self.visibility_timeout
             )
-        except Exception:
-            log.warning("lease keeper: extend failed; retrying soon", exc_info=True)
+        except Exception as exc:
+            if not OutageLog.shared(self.broker).failed(exc, "lease keeper", log):
+                log.warning("lease keeper: extend failed; retrying soon", exc_info=True)
             return False
+        OutageLog.shared(self.broker).succeeded(log)
         self.rounds += 1
         until = asked + self.visibility_timeout
         for run, ok in zip(runs, results, strict=True):

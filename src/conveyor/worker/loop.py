@@ -31,13 +31,17 @@ from typing import TYPE_CHECKING, Any
 
 from ..broker.base import Lease
 from ..core.ids import new_ulid
-from ..core.queues import QueueSelector, parse_queues
+from ..core.queues import QueueSelector, parse_queues, task_queues
 from ..errors import BrokerConfigError
-from ..middleware import emit
+from ..middleware import Around, Middleware, emit
+from ..outage import OutageLog
 from ..runtime import HasRuntime, Runtime, as_runtime
-from .execute import OK, Outcome, call_inline, hooked, outcome_of_call, precheck, reported
+from .cancel import CANCELLED, stop_job
+from .execute import OK, Outcome, hooked, precheck, reported
 from .executors import Executor, make_executor
 from .helpers import Wiring, broker_accepts, start_helpers, stop_helpers
+from .inline_mode import InlineMode
+from .jobctx import JobBoard
 from .mainguard import UnguardedMain, exit_unguarded, explain, in_bootstrapping_child
 from .presence import describe
 from .procutil import EXIT_CONFIG as EXIT_CONFIG
@@ -55,7 +59,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("conveyor.worker")
 
 
-class Worker:
+class Worker(InlineMode):
     """Runs jobs of some queues; see the module docstring for the two driving modes."""
 
     def __init__(
@@ -78,7 +82,10 @@ class Worker:
         self.runtime = rt = as_runtime(app)
         self.app: Any = rt.owner  # the facade, for middleware that reads ``worker.app``
         self.broker = rt.broker
-        self.selector = QueueSelector(parse_queues(queues), strict)
+        #: where the queues came from: "given" (``queues=`` / ``--queues``) or the app's tasks
+        self.queue_source = "given" if queues is not None else "the app's tasks"
+        spec = queues if queues is not None else task_queues(rt.tasks.values())
+        self.selector = QueueSelector(parse_queues(spec), strict)
         self.concurrency = max(1, int(concurrency))
         self.processes = processes
         settings = rt.settings
@@ -112,10 +119,12 @@ class Worker:
         self._finished.set()
         self._slots = Slots(self.concurrency)
         self._done: queue.SimpleQueue[tuple[Running, Outcome] | None] = queue.SimpleQueue()
+        self.board = JobBoard(rt.broker, rt.now)  # current_job() contexts and their progress
         self._executors: dict[str, Executor] = {}
         self._watchdog: Watchdog | None = None
         self._run_thread: int | None = None
         self._claim_errors = 0
+        self._outage = OutageLog.shared(self.broker)  # one line per outage, not per retry
         self._guard_lock = threading.Lock()
         self._guard_reported = False  # the missing __main__ guard was logged
 
@@ -138,68 +147,6 @@ class Worker:
     def hard_stopping(self) -> bool:
         """True once ``stop_now()`` was called."""
         return self._hard.is_set()
-
-    # ------------------------------------------------------------------ inline mode
-    def process_next(self, now: float | None = None) -> bool:
-        """Claim and run one ready job inline; False when nothing is runnable at ``now``."""
-        at = self.runtime.now() if now is None else now
-        self.maintain(at, force=True)
-        leases = self.broker.claim(
-            self.selector.order(),
-            at,
-            limit=1,
-            worker_id=self.id,
-            visibility_timeout=self.visibility_timeout,
-            max_lost=self.max_lost,
-        )
-        if not leases:
-            return False
-        lease = leases[0]
-        started = time.monotonic()
-        outcome = self.execute(lease, at)
-        self.record(lease, outcome, at if now is not None else self.runtime.now(), started)
-        return True
-
-    def run_until_idle(self, now: float | None = None, max_jobs: int = 1_000_000) -> int:
-        """Run jobs inline until none is runnable at ``now``; return how many ran."""
-        ran = 0
-        while ran < max_jobs and self.process_next(now):
-            ran += 1
-        return ran
-
-    def maintain(self, now: float, force: bool = False) -> None:
-        """Reap expired leases (at most once per ``reap_interval`` unless forced)."""
-        if force or now - self._last_reap >= self.runtime.settings.reap_interval:
-            self._last_reap = now
-            self.broker.reap_expired(now, max_lost=self.max_lost)
-
-    def execute(self, lease: Lease, now: float) -> Outcome:
-        """Run a leased job (here, or on a helper thread if it has a timeout); classify it."""
-        job = lease.job
-        task = self.runtime.tasks.get(job.task)
-        rejected = precheck(task, job)
-        if rejected is not None or task is None:
-            assert rejected is not None
-            return rejected
-        emit(self.runtime.middleware, "before_process", self, job)
-        timeout = effective_timeout(task, job)
-        if timeout:  # enforced as on the thread executor (see worker/inline.py)
-            from .inline import run_with_timeout
-
-            grace = self.runtime.settings.timeout_grace
-            outcome, stuck = run_with_timeout(lease, task, timeout, now, grace, self.runtime.rng)
-            if stuck:
-                self.exit_code = EXIT_STUCK
-            return outcome
-        return outcome_of_call(task, job, lambda: call_inline(task, job), now, self.runtime.rng)
-
-    def record(
-        self, lease: Lease, outcome: Outcome, now: float, started: float | None = None
-    ) -> str:
-        """Write one outcome to the broker; returns the outcome name for logs and hooks."""
-        run = Running(lease, self.runtime.tasks.get(lease.job.task), "inline", None)
-        run.started = started
-        return self.recorder.record([(run, outcome)], now)[0]
 
     # ------------------------------------------------------------------ production mode
     def run(self) -> int:
@@ -243,9 +190,10 @@ class Worker:
             self._watchdog = helpers.watchdog
             emit(self.runtime.middleware, "on_worker_start", self)
             log.info(
-                "worker %s: queues=%s concurrency=%d visibility_timeout=%gs",
+                "worker %s: queues=%s (%s) concurrency=%d visibility_timeout=%gs",
                 self.id,
                 ",".join(self.queues),
+                self.queue_source,
                 self.concurrency,
                 self.visibility_timeout,
             )
@@ -331,6 +279,8 @@ class Worker:
             heartbeat_interval=rt.settings.heartbeat_interval,
             warm_pool=(lambda: self._executor("process").submit([])) if pool else None,
             on_command=self._on_command,
+            on_cancel=self._on_cancel,
+            board=self.board,
         )
 
     # ------------------------------------------------------------------ claim loop
@@ -370,8 +320,9 @@ class Worker:
     def _maintain_safely(self) -> None:
         try:
             self.maintain(self.runtime.now())
-        except Exception:
-            log.warning("reaping expired leases failed", exc_info=True)
+        except Exception as exc:
+            if not self._outage.failed(exc, "reaping expired leases", log):
+                log.warning("reaping expired leases failed", exc_info=True)
 
     def _claim(self, free: int) -> list[Lease]:
         try:
@@ -387,17 +338,19 @@ class Worker:
             log.error("worker %s: %s: stopping", self.id, exc)
             self.stop_now(EXIT_CONFIG)
             return []
-        except Exception:
+        except Exception as exc:
             self._claim_errors += 1
             delay = min(10.0, 0.5 * 2 ** (self._claim_errors - 1))
-            log.warning(
-                "claim failed (%d in a row); retrying in %.1fs",
-                self._claim_errors,
-                delay,
-                exc_info=self._claim_errors == 1,
-            )
+            if not self._outage.failed(exc, "claim", log):  # an outage is logged once
+                log.warning(
+                    "claim failed (%d in a row); retrying in %.1fs",
+                    self._claim_errors,
+                    delay,
+                    exc_info=self._claim_errors == 1,
+                )
             self._stopping.wait(delay)
             return []
+        self._outage.succeeded(log)
         if self._claim_errors:
             log.info("claiming works again after %d failure(s)", self._claim_errors)
             self._claim_errors = 0
@@ -423,11 +376,13 @@ class Worker:
             self._done.put((run, outcome))
         if refused:
             runs = [r for r in runs if r.executor != "none"]
+        self.board.add(runs)
         before = hooked(self.runtime.middleware, "before_process")
+        around = Around.of(self, self.runtime.middleware)
+        if before or around is not None:
+            self._before(runs, before, around)
         groups: dict[str, list[Running]] = {}
         for run in runs:
-            if before:
-                emit(before, "before_process", self, run.job)
             group = groups.get(run.executor)
             if group is None:
                 groups[run.executor] = [run]
@@ -442,6 +397,13 @@ class Worker:
                     self._report(run, None, exc, None)
         if self._watchdog is not None and any(r.timeout for r in runs):
             self._watchdog.poke()
+
+    def _before(self, runs: list[Running], before: list[Middleware], around: Around | None) -> None:
+        """``before_process`` hooks (here), and the ``around_process`` hooks for the executors."""
+        for run in runs:
+            if before:
+                emit(before, "before_process", self, run.job)
+            run.around = around
 
     def _executor(self, kind: str) -> Executor:
         ex = self._executors.get(kind)
@@ -472,6 +434,7 @@ class Worker:
             log.info("worker %s: %d jobs done (limit %d): recycling", self.id, done, self.max_jobs)
             self.exit_code = EXIT_RECYCLE
             self._stopping.set()
+        self.board.remove(runs)  # their last progress is written, their contexts dropped
         self._slots.recorded(runs)
 
     def _pool_unusable(self, exc: UnguardedMain) -> None:
@@ -483,19 +446,30 @@ class Worker:
         log.error("worker %s: the process pool cannot start: %s", self.id, explain())
         self.stop_now(EXIT_CONFIG)
 
-    # ------------------------------------------------------------------ timeouts, leases
+    # ------------------------------------------------------------------ timeouts, cancels
+    def _on_cancel(self, run: Running) -> None:
+        """An operator cancelled this running job (worker/cancel.py): stop it."""
+        if stop_job(run, self._executors.get(run.executor)):  # it never started
+            self._done.put((run, CANCELLED))
+            self._slots.freed()
+        elif self._watchdog is not None:  # it must stop within timeout_grace (timeouts.py)
+            self._watchdog.poke()
+
     def _on_deadline(self, run: Running) -> None:
         self._executors[run.executor].interrupt(run)
 
     def _on_stuck(self, run: Running) -> None:
         if not self._executors[run.executor].abandon(run):
             return
+        what = ("cancellation", "cancelled") if run.cancel_requested else ("timeout", "timed out")
         log.error(
-            "job %s (%s) ignored its timeout for %gs: recording it as timed out and "
+            "job %s (%s) ignored its %s for %gs: recording it as %s and "
             "recycling this worker process",
             run.job.id,
             run.job.task,
+            what[0],
             self.runtime.settings.timeout_grace,
+            what[1],
         )
         if run.settle():
             rt = self.runtime

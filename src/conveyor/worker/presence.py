@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..broker.side import SideStores
+from ..outage import OutageLog
 from . import control
 from .procutil import rss_bytes
 
@@ -135,8 +136,11 @@ class Heartbeat:
             doc = dict(self._describe())
             doc["heartbeat_at"] = now = self._now()
             self.broker.docs.put(COLLECTION, self.worker_id, doc, now, ttl=2 * self.interval)
-        except Exception:
-            log.warning("heartbeat: could not publish the worker record", exc_info=True)
+        except Exception as exc:
+            if not OutageLog.shared(self.broker).failed(exc, "heartbeat", log):
+                log.warning("heartbeat: could not publish the worker record", exc_info=True)
+            return
+        OutageLog.shared(self.broker).succeeded(log)
 
     def poll_command(self) -> None:
         """Read the control flag and hand a command to the worker (each beat)."""
@@ -144,8 +148,9 @@ class Heartbeat:
             return
         try:
             command = control.read(self.broker, self.worker_id, self._now())
-        except Exception:
-            log.warning("heartbeat: could not read the control flag", exc_info=True)
+        except Exception as exc:
+            if not OutageLog.shared(self.broker).failed(exc, "control flag", log):
+                log.warning("heartbeat: could not read the control flag", exc_info=True)
             return
         if command is not None:
             self._on_command(command)

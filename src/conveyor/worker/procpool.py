@@ -32,7 +32,9 @@ from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from .executors import Report
+from .logs import active_config, configure_logging
 from .mainguard import HELP, UnguardedMain, exit_unguarded, is_bootstrap_error
+from .proc_job import run_job
 from .procutil import EXIT_UNGUARDED_MAIN
 from .running import LEFT, Running
 
@@ -54,7 +56,10 @@ class _Slot:
         self.index = index
         self.conn, child_conn = ctx.Pipe(duplex=True)
         self.proc = ctx.Process(
-            target=child_main, args=(child_conn,), daemon=True, name=f"conveyor-proc-{index}"
+            target=child_main,
+            args=(child_conn, active_config()),  # the worker's log format, for user logs
+            daemon=True,
+            name=f"conveyor-proc-{index}",
         )
         self.proc.start()
         child_conn.close()
@@ -168,7 +173,18 @@ class ProcessPool:
         slot.run = run
         run.begin()
         fn = task.fn
-        msg = (job.id, fn.__module__, fn.__qualname__, task.is_async, job.args, job.kwargs)
+        ref = (job.id, job.task, job.queue, job.attempts)  # the child's job context
+        around = (run.around.worker.id, job) if run.around is not None else None
+        msg = (
+            job.id,
+            fn.__module__,
+            fn.__qualname__,
+            task.is_async,
+            job.args,
+            job.kwargs,
+            ref,
+            around,
+        )
         # If the child died, its sentinel fires and the job is reported there.
         with contextlib.suppress(OSError, ValueError):
             slot.conn.send(msg)
@@ -295,28 +311,25 @@ def _exception_of(msg: tuple[Any, ...]) -> BaseException:
 
 
 # -------------------------------------------------------------------- child side
-def child_main(conn: Connection) -> None:
+def child_main(conn: Connection, log_config: tuple[str, str | int] | None = None) -> None:
     """Loop in a child: receive a job, run it, send back the result or the exception."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the worker decides when children stop
     _die_with_parent()
-    functions: dict[tuple[str, str], Any] = {}
+    if log_config is not None:
+        configure_logging(*log_config)
+    functions: dict[tuple[str, str], tuple[Any, Any]] = {}
     conn.send(("ready", os.getpid()))
     while True:
         try:
             msg = conn.recv()
         except (EOFError, OSError, KeyboardInterrupt):
             return
-        job_id, module, qualname, is_async, args, kwargs = msg
+        job_id, module, qualname, is_async, args, kwargs, ref, around = msg
         try:
-            fn = functions.get((module, qualname))
-            if fn is None:
-                fn = functions[(module, qualname)] = _resolve(module, qualname)
-            if is_async:
-                import asyncio
-
-                result = asyncio.run(fn(*args, **kwargs))
-            else:
-                result = fn(*args, **kwargs)
+            found = functions.get((module, qualname))
+            if found is None:
+                found = functions[(module, qualname)] = _resolve(module, qualname)
+            result = run_job(found[0], found[1], is_async, args, kwargs, ref, around)
             reply: tuple[Any, ...] = ("ok", job_id, result)
             pickle.dumps(result)
         except BaseException as exc:
@@ -334,8 +347,8 @@ def child_main(conn: Connection) -> None:
             return
 
 
-def _resolve(module_name: str, qualname: str) -> Any:
-    """Find a task's function by module and qualified name (unwrapping a ``Task``)."""
+def _resolve(module_name: str, qualname: str) -> tuple[Any, Any]:
+    """Find a task's function by module and qualified name: ``(function, its Task or None)``."""
     if "<locals>" in qualname:
         raise RuntimeError(
             f"{qualname} is not defined at module level: executor='process' "
@@ -345,7 +358,8 @@ def _resolve(module_name: str, qualname: str) -> Any:
     obj: Any = module
     for part in qualname.split("."):
         obj = getattr(obj, part)
-    return getattr(obj, "fn", obj)
+    fn = getattr(obj, "fn", None)
+    return (obj, None) if fn is None else (fn, obj)
 
 
 def _dump_exc(exc: BaseException) -> bytes | None:

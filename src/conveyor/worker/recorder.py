@@ -29,7 +29,8 @@ from ..core.job import ErrorKind
 from ..core.serialization import result_problem
 from ..errors import LeaseLost
 from ..middleware import after_process_batch, emit, hooked
-from .execute import Outcome, safe_text
+from .cancel import record_cancelled
+from .execute import Outcome, log_extra, safe_text
 from .running import Running
 
 if TYPE_CHECKING:
@@ -95,6 +96,8 @@ class Recorder:
         for i, (run, outcome) in enumerate(items):
             if run.lost:
                 names[i] = "lease_lost"
+            elif outcome.cancelled:  # stopped on an operator's request (worker/cancel.py)
+                names[i] = record_cancelled(self, run, now)
             elif outcome.ok:
                 acks.append(i)
             else:
@@ -356,7 +359,7 @@ class Recorder:
                 duration,
                 name,
                 detail,
-                extra={"job": fields},
+                extra=log_extra(fields, decision),
             )
         if name != "released":
             emit(

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ..broker.base import Lease
     from ..core.job import Job
+    from ..middleware import Around
     from ..task import Task
 
 QUEUED, RUNNING, LEFT = "queued", "running", "left"
@@ -24,6 +25,9 @@ class Running:
     """One claimed job: lease, task, executor, timing and the flags its helpers set."""
 
     __slots__ = (
+        "around",
+        "cancel_requested",
+        "cancelled_at",
         "claimed",
         "deadline",
         "executor",
@@ -46,7 +50,7 @@ class Running:
     )
 
     def __init__(
-        self, lease: Lease, task: Task | None, executor: str, timeout: float | None
+        self, lease: Lease, task: Task[..., Any] | None, executor: str, timeout: float | None
     ) -> None:
         self.lease = lease
         self.job: Job = lease.job  # the job snapshot taken when it was claimed
@@ -61,13 +65,16 @@ class Running:
         self.started: float | None = None  # monotonic time the job really began
         self.deadline: float | None = None  # monotonic; None when the job has no timeout
         self.phase = QUEUED
-        self.interrupted = False  # the timeout fired and the executor was told to stop it
+        self.interrupted = False  # the timeout fired (or a cancel came) and the executor was told
+        self.cancel_requested = False  # an operator cancelled it while it ran (worker/cancel.py)
+        self.cancelled_at: float | None = None  # monotonic time of that request
         self.stuck = False  # it ignored the interruption past the grace period
         self.lost = False  # the broker said the lease is gone; outcome will be discarded
         self.lost_announced = False  # the lease-lost warning and hook happened
         self.settled = False  # an outcome (or a release) was decided; later ones are ignored
         self.thread_ident: int | None = None
         self.handle: Any = None  # executor-specific (asyncio task, process slot)
+        self.around: Around | None = None  # the middleware's around_process hooks, if any
         self.lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -76,18 +83,18 @@ class Running:
             f"phase={self.phase!r}, settled={self.settled!r})"
         )
 
-    def begin(self, thread_ident: int | None = None) -> None:
-        """Mark the start of execution; the timeout clock starts now."""
-        if self.timeout is None:  # nobody interrupts it: no lock needed
+    def begin(self, thread_ident: int | None = None) -> bool:
+        """Mark the start of execution; the timeout clock starts now. False (and nothing
+        changes) when the attempt was already settled: cancelled before it could start."""
+        with self.lock:  # a cancel (any job) or a timeout may interrupt it from now on
+            if self.settled:
+                return False
             self.started = time.monotonic()
+            if self.timeout is not None:
+                self.deadline = self.started + self.timeout
             self.thread_ident = thread_ident
             self.phase = RUNNING
-            return
-        with self.lock:
-            self.started = time.monotonic()
-            self.deadline = self.started + self.timeout
-            self.thread_ident = thread_ident
-            self.phase = RUNNING
+            return True
 
     def settle(self) -> bool:
         """Claim the right to decide this attempt's fate; True for the first caller only."""
@@ -102,13 +109,13 @@ class Running:
         return time.monotonic() - (self.started if self.started is not None else self.claimed)
 
 
-def effective_timeout(task: Task | None, job: Job) -> float | None:
+def effective_timeout(task: Task[..., Any] | None, job: Job) -> float | None:
     """The job's own timeout, else its task's; None or 0 means no limit."""
     value = job.timeout if job.timeout is not None else (task.timeout if task else None)
     return float(value) if value else None
 
 
-def choose_executor(task: Task) -> str:
+def choose_executor(task: Task[..., Any]) -> str:
     """Where a task runs: asyncio for ``async def``, a child process, or the thread pool."""
     if task.executor == "process":
         return "process"

@@ -44,9 +44,10 @@ def _async_exc_functions() -> tuple[Any, Any]:
     return _async_exc
 
 
-def inject_timeout(thread_ident: int) -> bool:
-    """Schedule ``JobTimeout`` to be raised in the thread ``thread_ident``; True if it exists."""
-    return bool(_async_exc_functions()[0](thread_ident, JobTimeout))
+def inject_timeout(thread_ident: int, exc_type: type[BaseException] = JobTimeout) -> bool:
+    """Schedule ``exc_type`` (``JobTimeout``; ``JobCancelled`` for a cancel) to be raised in
+    the thread ``thread_ident``; True if it exists."""
+    return bool(_async_exc_functions()[0](thread_ident, exc_type))
 
 
 def clear_async_exception() -> None:
@@ -95,7 +96,12 @@ class Watchdog:
         """One pass at monotonic time ``now``; returns when the next pass is due."""
         next_at = now + 1.0
         for run in self._snapshot():
-            if run.settled or run.timeout is None:
+            if run.settled:
+                continue
+            if run.cancelled_at is not None:  # cancelled by an operator (worker/cancel.py)
+                next_at = min(next_at, self._check_cancelled(run, now))
+                continue
+            if run.timeout is None:
                 continue
             if run.deadline is None:  # handed to its executor, not started yet: look again soon
                 next_at = min(next_at, now + 0.05)
@@ -119,6 +125,19 @@ class Watchdog:
                 else:
                     next_at = min(next_at, run.deadline + self.grace)
         return next_at
+
+    def _check_cancelled(self, run: Running, now: float) -> float:
+        """A cancelled job still running ``grace`` s after it was interrupted is stuck, as
+        for a timeout; returns when to look again."""
+        assert run.cancelled_at is not None
+        if run.stuck:
+            return now + 1.0
+        if now >= run.cancelled_at + self.grace:
+            run.stuck = True
+            log.warning("job %s (%s) ignored its cancellation", run.job.id, run.job.task)
+            self._call(self._on_stuck, run)
+            return now + 1.0
+        return run.cancelled_at + self.grace
 
     def _main(self) -> None:
         while not self._stop.is_set():

@@ -7,6 +7,7 @@ The broker URL comes from ``CONVEYOR_URL`` and every setting from ``CONVEYOR_*``
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import time
 from typing import Any
@@ -107,4 +108,24 @@ def hog(tag: str, megabytes: int) -> int:
     """Keep ``megabytes`` of memory alive in this process."""
     mark("start", tag)
     _HOG.append(os.urandom(1024) * (megabytes * 1024))
+    return os.getpid()
+
+
+chat_log = logging.getLogger("tests.worker.apps.chat")  # the user's own logger
+
+
+@app.task(max_attempts=1)
+def chatty(tag: str, fail: bool = False) -> str:
+    """Log through the user's own logger (INFO and WARNING); fail when asked."""
+    chat_log.info("chatty says %s", tag)
+    chat_log.warning("chatty warns\nforged: %s", tag)
+    if fail:
+        raise ValueError(f"chatty failed {tag}")
+    return tag
+
+
+@app.task(executor="process")
+def proc_chatty(tag: str) -> int:
+    """``chatty`` in the process pool: returns the child's pid."""
+    chat_log.info("proc_chatty says %s", tag)
     return os.getpid()

@@ -25,10 +25,12 @@ from ...core.state import TERMINAL_STATES, JobState
 from ...errors import LeaseLost, ValidationError
 from ..base import Ack, Broker, Claimed, EnqueueResult, Lease
 from ..sqlite_rows import Rec
+from .admin import PgJobAdmin
 from .enqueue import insert_jobs
 from .reads import COLS, PgReads
 from .side import PgCounters, PgDocs, PgEvents, PgLogs
 from .store import Tx, one, parse_url
+from .waits import PgWaits
 
 _DELAYED = (JobState.SCHEDULED, JobState.RETRY_SCHEDULED)
 #: A job becomes ready (NOTIFY its queue) when it reaches one of these states.
@@ -54,7 +56,7 @@ _NEXT_DUE = (
 )
 
 
-class PostgresBroker(PgReads, Broker):
+class PostgresBroker(PgReads, PgWaits, PgJobAdmin, Broker):
     """The Broker protocol on one PostgreSQL schema (see module docstring)."""
 
     def __init__(
@@ -130,6 +132,8 @@ class PostgresBroker(PgReads, Broker):
         rec.state = str(state)
         if state in (JobState.COMPLETED, JobState.DEAD_LETTER):
             tx.finished.add((job.queue, str(state)))
+        if state in TERMINAL_STATES:
+            tx.done.add(job.queue)  # wakes the job's waiters (postgres/waits.py)
         if state in _WAKES:
             tx.notify.add(job.queue)
 
@@ -157,7 +161,8 @@ class PostgresBroker(PgReads, Broker):
 
         Rollback → no job; commit → the jobs become visible and the workers' NOTIFY fires
         (never before). Runs under a SAVEPOINT: a refused batch (``DuplicateJob``) rolls back
-        only itself and the caller's transaction goes on. ``now`` defaults to the server clock.
+        only itself and the caller's transaction goes on. ``now`` defaults to the jobs'
+        ``created_at`` (as on every backend); ``payloads``: the producer's encoded envelopes.
         Returns what ``enqueue`` returns (id, duplicate, state per job).
         """
         from .enqueue import enqueue_on
@@ -303,6 +308,18 @@ class PostgresBroker(PgReads, Broker):
             tx.emit("released", rec.job, now, note=note)
             return rec.job.state
 
+    def cancel_running(
+        self, job_id: str, token: str, now: float, *, note: str = "cancelled while running"
+    ) -> JobState:
+        """active → cancelled by the lease holder (fenced), in one transaction."""
+        with self._write() as tx:
+            if (rec := self._leased(tx, job_id, token)) is None:
+                raise LeaseLost(job_id)
+            lifecycle.cancel_running(rec.job, now, note)
+            self._save(tx, rec)
+            tx.emit("cancelled", rec.job, now, note=note)
+            return rec.job.state
+
     def extend(
         self, leases: Sequence[tuple[str, str]], now: float, visibility_timeout: float
     ) -> list[bool]:
@@ -368,37 +385,13 @@ class PostgresBroker(PgReads, Broker):
         """Delete the ``queue`` / ``state`` jobs matching ``where``; keep ``counts`` in step."""
         n = int(tx.conn.execute(self.sql(f"DELETE FROM {{S}}.jobs WHERE {where}"), params).rowcount)
         tx.deltas[queue, state] = tx.deltas.get((queue, state), 0) - n
+        if n and state not in ("completed", "dead_letter", "cancelled"):
+            tx.done.add(queue)  # a waiter of a deleted job learns it is gone
         return n
 
-    # ------------------------------------------------------------------ admin
-    def _admin(self, job_id: str, now: float, allowed: Sequence[JobState], event: str) -> bool:
-        with self._write() as tx:
-            recs = self._rows(tx, "id = %s", (job_id,), "FOR UPDATE")
-            if not recs or recs[0].job.state not in allowed:
-                return False
-            (lifecycle.cancel if event == "cancelled" else lifecycle.requeue)(recs[0].job, now)
-            self._save(tx, recs[0])
-            tx.emit(event, recs[0].job, now)
-            return True
-
-    def cancel(self, job_id: str, now: float) -> bool:
-        """Cancel a job that has not started (scheduled / pending / retry_scheduled)."""
-        return self._admin(job_id, now, (JobState.PENDING, *_DELAYED), "cancelled")
-
-    def requeue(self, job_id: str, now: float) -> bool:
-        """Revive a dead-letter or cancelled job: pending, attempts and lost reset to 0."""
-        return self._admin(job_id, now, (JobState.DEAD_LETTER, JobState.CANCELLED), "requeued")
-
-    def purge(
-        self,
-        now: float,
-        *,
-        state: JobState = JobState.DEAD_LETTER,
-        older_than: float | None = None,
-        queue: str | None = None,
-        ids: Sequence[str] | None = None,
-    ) -> int:
-        """Delete terminal jobs in ``state`` (optionally by age, queue and ids)."""
-        from .maintenance import purge_jobs
-
-        return purge_jobs(self, now, state, older_than, queue, ids)
+    def close(self) -> None:
+        """Close the pool, the listeners and the waiters' listener; later calls reopen, but the
+        app's background writes (buffered metrics) see ``_closed`` and drop, as on Redis."""
+        self._closed = True
+        self._close_waits()
+        super().close()

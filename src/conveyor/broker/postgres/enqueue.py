@@ -182,8 +182,10 @@ def enqueue_on(
         )
     if not conn.autocommit and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
         conn.execute("SELECT 1")  # begin the caller's implicit transaction: ours nests in it
+    if not jobs:
+        return []
     if now is None:
-        now = float(one(conn.execute("SELECT extract(epoch FROM clock_timestamp())::float8"))[0])
+        now = jobs[0].created_at  # the producer's clock, as for ``enqueue`` (Broker contract)
     with conn.transaction():  # a SAVEPOINT inside the caller's transaction
         tx = Tx(conn)
         results = insert_jobs(b, tx, jobs, now, payloads, deferred=True)

@@ -13,6 +13,7 @@ docs/architecture-postgres.md.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -34,6 +35,35 @@ EVENT_CHUNK = 500  # events per row of ``events``
 EVENT_TRIM = 256  # trim old event rows when the event number crosses a multiple of this
 T = TypeVar("T")
 _OPTIONS = {"schema", "migrate", "pool_size"}
+#: How long a caller waits for a pooled connection while the server is known to be down.
+DOWN_WAIT_S = 0.5
+
+
+class PoolRetryFilter(logging.Filter):
+    """Moves psycopg_pool's warning per failed reconnect attempt of a Conveyor pool (named
+    ``conveyor-<schema>``) to DEBUG: Conveyor logs an outage once, and its end once with the
+    retry count (``conveyor/outage.py``), instead of a line per retry. Other pools are untouched.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Downgrade the record in place when it is one of ours; always keep it."""
+        args = record.args if isinstance(record.args, tuple) else ()
+        if (
+            record.levelno == logging.WARNING
+            and args
+            and isinstance(args[0], str)
+            and args[0].startswith("conveyor-")
+            and str(record.msg).startswith(("error connecting in", "reconnection attempt in"))
+        ):
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return True
+
+
+def _quiet_pool_retries() -> None:
+    """Install ``PoolRetryFilter`` on the ``psycopg.pool`` logger once per process."""
+    pool_log = logging.getLogger("psycopg.pool")
+    if not any(isinstance(f, PoolRetryFilter) for f in pool_log.filters):
+        pool_log.addFilter(PoolRetryFilter())
 
 
 def one(cursor: psycopg.Cursor[Any]) -> Any:
@@ -46,7 +76,8 @@ def one(cursor: psycopg.Cursor[Any]) -> Any:
 
 class Tx:
     """One transaction and what to settle before COMMIT: events, count deltas, finished
-    (queue, state) pairs, queues to NOTIFY."""
+    (queue, state) pairs, queues to NOTIFY (ready jobs: ``notify``; finished or deleted jobs,
+    for their waiters: ``done``)."""
 
     def __init__(self, conn: psycopg.Connection[Any]) -> None:
         self.conn = conn
@@ -54,6 +85,7 @@ class Tx:
         self.deltas: dict[tuple[str, str], int] = {}
         self.finished: set[tuple[str, str]] = set()
         self.notify: set[str] = set()
+        self.done: set[str] = set()
 
     def count(self, queue: str, old: str | None, new: str | None, n: int = 1) -> None:
         """Record ``n`` jobs moving between states (None: inserted / deleted) for ``counts``."""
@@ -102,6 +134,7 @@ class PgStore:
         self.conninfo, self.schema, self.pool_size = conninfo, schema, pool_size
         self.s = quote_ident(schema)
         self.channel = f"conveyor_{schema}"[:63]
+        self.done_channel = f"conveyor.done_{schema}"[:63]  # finished jobs (postgres/waits.py)
         self.retention = retention or Retention()
         self.url = url or conninfo
         self._lock = threading.Lock()
@@ -109,6 +142,7 @@ class PgStore:
         self._pid = os.getpid()
         self._local = threading.local()
         self._listeners: list[psycopg.Connection[Any]] = []  # wait_for_work's, one per thread
+        self._down = False  # a connection-level failure seen and no connection since
         try:
             with psycopg.connect(conninfo, autocommit=True, connect_timeout=10) as conn:
                 ensure_schema(conn, schema, migrate=migrate, where=self._where())
@@ -134,6 +168,7 @@ class PgStore:
         with self._lock:
             if self._pool is None or self._pid != os.getpid():
                 self._pid = os.getpid()
+                _quiet_pool_retries()
                 self._pool = psycopg_pool.ConnectionPool(
                     self.conninfo,
                     min_size=1,
@@ -145,36 +180,43 @@ class PgStore:
                 )
             return self._pool
 
-    def _failed(self, exc: psycopg.Error) -> BrokerUnavailable:
-        """The Conveyor error for a connection-level failure; stale pool connections dropped."""
+    def _failed(self, exc: Exception) -> BrokerUnavailable:
+        """The Conveyor error for a connection-level failure; stale pool connections dropped.
+        Until a connection works again, callers wait ``DOWN_WAIT_S`` for one, not 5 s."""
+        state = getattr(exc, "sqlstate", None) or ""
+        self._down = not state or state.startswith(("08", "57P"))  # no server, not a busy one
         if isinstance(exc, psycopg.OperationalError) and self._pool is not None:
             with contextlib.suppress(Exception):  # the check must not mask the original error
                 self._pool.check()
         return BrokerUnavailable(f"PostgreSQL {self._where()}: {exc}")
 
+    @contextmanager
+    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection: wait up to 5 s for one, or ``DOWN_WAIT_S`` while the server is
+        known to be down (a probe, an enqueue in a web request fail fast during an outage)."""
+        with self.pool().connection(timeout=DOWN_WAIT_S if self._down else None) as conn:
+            self._down = False
+            yield conn
+
     def _read(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[Any]:
         """Run one read statement (autocommit); all its rows."""
         try:
-            with self.pool().connection() as conn:
+            with self._connection() as conn:
                 rows: list[Any] = conn.execute(self.sql(sql), params).fetchall()
                 return rows
         except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
-            raise (
-                self._failed(exc) if isinstance(exc, psycopg.Error) else BrokerUnavailable(str(exc))
-            ) from exc
+            raise self._failed(exc) from exc
 
     @contextmanager
     def _write(self) -> Iterator[Tx]:
         """One transaction; commits on success (events, counts and NOTIFY settled first)."""
         try:
-            with self.pool().connection() as conn, conn.transaction():
+            with self._connection() as conn, conn.transaction():
                 tx = Tx(conn)
                 yield tx
                 self._before_commit(tx)
         except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
-            if isinstance(exc, psycopg.Error):
-                raise self._failed(exc) from exc
-            raise BrokerUnavailable(str(exc)) from exc
+            raise self._failed(exc) from exc
 
     def in_tx(self, fn: Callable[[Tx], T]) -> T:
         """Run ``fn`` in one ``_write`` transaction; its result."""
@@ -186,9 +228,11 @@ class PgStore:
         """Number and store the events, apply the count deltas, send the NOTIFYs."""
         self._write_events(tx)
         self._settle(tx)
-        for queue in sorted(tx.notify):
+        notes = [(self.channel, q) for q in sorted(tx.notify)]
+        notes += [(self.done_channel, q) for q in sorted(tx.done)]
+        for channel, queue in notes:
             payload = queue if len(queue.encode()) < 7000 else ""  # "" wakes every waiter
-            tx.conn.execute("SELECT pg_notify(%s, %s)", (self.channel, payload))
+            tx.conn.execute("SELECT pg_notify(%s, %s)", (channel, payload))
 
     def _write_events(self, tx: Tx) -> None:
         keep = self.retention.events_max

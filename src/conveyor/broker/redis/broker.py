@@ -23,7 +23,8 @@ from ...core.job import Job, validate_queue_name
 from ...core.state import TERMINAL_STATES, JobState
 from ...errors import DecodeError, DuplicateJob, LeaseLost, ValidationError
 from ..base import Ack, Broker, Claimed, EnqueueResult, Lease
-from . import codec, idguard
+from . import aio, codec, idguard
+from .admin import JobAdminMixin
 from .codec import fmt_time
 from .codes import ScriptCode, options
 from .keys import TERMINAL_SETS
@@ -40,6 +41,7 @@ from .scriptargs import (
 )
 from .scripts import Call
 from .side import RedisCounters, RedisDocs, RedisEvents, RedisLogs
+from .workflows import RedisWorkflows
 
 PURGE_BATCH = 1000
 _STATES = {state.value.encode(): state for state in JobState}
@@ -68,7 +70,7 @@ def _group_batch(jobs: Sequence[Job], cluster: bool) -> dict[str, list[int]]:
     return groups
 
 
-class RedisBroker(ReadsMixin, LifecycleMixin, Broker):
+class RedisBroker(RedisWorkflows, ReadsMixin, LifecycleMixin, JobAdminMixin, Broker):
     """Redis (standalone, Sentinel or Cluster) backend; build it with ``from_url``."""
 
     has_server_clock = True
@@ -77,6 +79,7 @@ class RedisBroker(ReadsMixin, LifecycleMixin, Broker):
         super().__init__(url, retention)
         self.docs, self.logs = RedisDocs(self), RedisLogs(self)  # side stores: composed parts
         self.events, self.counters = RedisEvents(self), RedisCounters(self)
+        self.aclients = aio.AsyncClients()  # redis.asyncio clients, one per event loop
 
     @classmethod
     def from_url(cls, url: str, retention: Retention | None = None) -> RedisBroker:
@@ -96,11 +99,30 @@ class RedisBroker(ReadsMixin, LifecycleMixin, Broker):
         """Store all jobs or none (one script call); see ``Broker.enqueue``."""
         if not jobs:
             return []
+        groups, keys, args, order = self.enqueue_plan(jobs, now, payloads)
+        self.register(groups)
+        # ids unique across queues (see idguard.py); ids the producer just minted need no check
+        custom = [] if fresh_ids else idguard.custom_ids(jobs)
+        locks = idguard.reserve(self, custom) if custom else None
+        try:
+            reply = self.runner.run("enqueue", keys, args)
+        finally:
+            if locks:
+                idguard.release(self, locks)
+        results = self.enqueue_results(jobs, groups, order, reply)
+        if self.cluster and any(not res.duplicate for res in results):
+            self.wake_all()  # delayed jobs too: idle workers recompute their next due time
+        return results
+
+    def enqueue_plan(
+        self, jobs: Sequence[Job], now: float, payloads: Sequence[bytes] | None
+    ) -> tuple[dict[str, list[int]], list[str], list[Any], list[int]]:
+        """(indexes by queue, KEYS, ARGV, ARGV position -> job index) of one enqueue script
+        call; shared by ``enqueue`` and the async client (``aio.py``)."""
         if payloads is not None and len(payloads) != len(jobs):
             raise ValueError("enqueue: one payload per job")
-        cluster = self.cluster
         # One job (the hot path) is one group, built inline; batches are grouped off this path.
-        groups = {jobs[0].queue: [0]} if len(jobs) == 1 else _group_batch(jobs, cluster)
+        groups = {jobs[0].queue: [0]} if len(jobs) == 1 else _group_batch(jobs, self.cluster)
         keys: list[str] = []
         events_max = str(self.retention.events_max)  # a string: it goes to XADD as is
         args: list[Any] = [options(now=fmt_time(now), events_max=events_max)]
@@ -114,15 +136,12 @@ class RedisBroker(ReadsMixin, LifecycleMixin, Broker):
                 order += idxs
                 part = None if payloads is None else [payloads[i] for i in idxs]
                 args += enqueue_group(queue, [jobs[i] for i in idxs], part, now)
-        self.register(groups)
-        # ids unique across queues (see idguard.py); ids the producer just minted need no check
-        custom = [] if fresh_ids else idguard.custom_ids(jobs)
-        locks = idguard.reserve(self, custom) if custom else None
-        try:
-            reply = self.runner.run("enqueue", keys, args)
-        finally:
-            if locks:
-                idguard.release(self, locks)
+        return groups, keys, args, order
+
+    def enqueue_results(
+        self, jobs: Sequence[Job], groups: dict[str, list[int]], order: list[int], reply: Any
+    ) -> list[EnqueueResult]:
+        """The results of an enqueue script's ``reply``; remembers where each job lives."""
         if reply[0] == ScriptCode.DUPLICATE_ID:
             raise DuplicateJob(reply[1].decode())
         results = [EnqueueResult(job.id, False, job.state) for job in jobs]
@@ -132,15 +151,25 @@ class RedisBroker(ReadsMixin, LifecycleMixin, Broker):
             )
         where = self._where
         where.make_room(len(jobs))
-        fresh = False
         for queue, idxs in groups.items():
             for i in idxs:
-                res = results[i]
-                where[res.id] = queue
-                fresh = fresh or not res.duplicate
-        if fresh and cluster:  # delayed jobs too: idle workers recompute their next due time
-            self.wake_all()
+                where[results[i].id] = queue
         return results
+
+    async def enqueue_async(
+        self,
+        jobs: Sequence[Job],
+        now: float,
+        payloads: Sequence[bytes] | None = None,
+        *,
+        fresh_ids: bool = False,
+    ) -> list[EnqueueResult]:
+        """``enqueue`` on the native async client (``aio.py``)."""
+        return await aio.enqueue(self, jobs, now, payloads, fresh_ids)
+
+    async def watch_async(self, job_id: str, queue: str, timeout: float) -> Job | None:
+        """``watch`` on the native async client: XREAD of the queue's event stream."""
+        return await aio.watch(self, job_id, queue, timeout)
 
     # ------------------------------------------------------------------ consumers
     @guarded
@@ -298,6 +327,22 @@ class RedisBroker(ReadsMixin, LifecycleMixin, Broker):
         state = JobState(reply[1].decode())
         self.wake_all()  # pending, or scheduled: idle workers recompute their next due time
         return state
+
+    @guarded
+    def cancel_running(
+        self, job_id: str, token: str, now: float, *, note: str = "cancelled while running"
+    ) -> JobState:
+        """active → cancelled by the lease holder (cancel_running.lua, fenced)."""
+        queue = token_queue(token)
+        if queue is None:
+            raise LeaseLost(job_id)
+        opts = options(
+            queue=queue, now=fmt_time(now), note=note, events_max=str(self.retention.events_max)
+        )
+        reply = self.runner.run("cancel_running", self.qkeys(queue), [opts, job_id, token])
+        if reply[0] != ScriptCode.OK:
+            raise LeaseLost(job_id)
+        return JobState.CANCELLED
 
     @guarded
     def extend(

@@ -31,7 +31,17 @@ class ScriptCode(IntEnum):
 
 
 #: Scripts whose scalar options are one JSON object in ARGV[1].
-PACKED = ("enqueue", "claim", "complete", "fail", "release", "reap", "search")
+PACKED = (
+    "enqueue",
+    "claim",
+    "complete",
+    "fail",
+    "release",
+    "reap",
+    "search",
+    "cancel_running",
+    "wf_enqueue",
+)
 
 _dumps = orjson.dumps
 

@@ -32,6 +32,9 @@ from ...errors import ValidationError
 from .keys import DEFAULT_PREFIX
 
 log = logging.getLogger("conveyor.redis")
+#: The start-up check warnings (persistence off, eviction), once per process: long-running
+#: processes show them; the CLI's one-shot commands quiet this logger.
+checks_log = logging.getLogger("conveyor.redis.checks")
 
 MIN_VERSION = (6, 2, 0)
 SOCKET_TIMEOUT = 10.0
@@ -258,7 +261,7 @@ def run_checks(conn: Connection) -> None:
         except redis.RedisError:  # CONFIG may be forbidden by ACLs
             save = None
         for warning in check_server(info, save):
-            log.warning(warning)
+            checks_log.warning(warning)
 
 
 def check_server(info: dict[str, Any], save_config: str | None) -> list[str]:

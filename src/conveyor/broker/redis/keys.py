@@ -18,6 +18,8 @@ Redis Cluster slot (queue names are validated: no braces, spaces or colons)::
     <p>:{<q>}:wake         LIST    wake-up markers for idle workers (BLPOP), at most 16
     <p>:{<q>}:paused       STRING  exists while the queue is paused
     <p>:{<q>}:idem:<key>   STRING  "<expires_at>|<job id>" (PX: logical TTL + grace)
+    <p>:{<q>}:waiting      ZSET    id -> created_at (waiting workflow nodes)
+    <p>:{<q>}:wf:<id>      HASH    a workflow node's graph record (lua/_lib.lua, workflows)
 
 Global keys (never touched by a job script)::
 
@@ -28,6 +30,8 @@ Global keys (never touched by a job script)::
     <p>:doc:{<c>}:<name>   HASH    one document: field -> JSON value, plus meta fields
     <p>:log:<name>         LIST    bounded log of JSON entries (oldest first)
     <p>:ctr:<bucket>       HASH    counter name -> number, plus the logical expiry
+    <p>:wf:<workflow id>   STRING  a workflow's index: JSON {"nodes": [[id, queue], ...],
+                                   "edges": [[parent, child, policy], ...]}
     <p>:idlock:<id>        STRING  queue name; held (PX 30 s) while a custom job id is being
                                    enqueued, so no other queue can take the id (idguard.py)
 
@@ -68,8 +72,13 @@ STATE_SETS = {
     "scheduled": "scheduled",
     "retry_scheduled": "retry",
     "active": "leases",
+    "waiting": "waiting",
     **TERMINAL_SETS,
 }
+
+#: Keys of a queue that workflow scripts build with ``wf_qkeys`` (lua/_lib.lua) besides the
+#: ``QUEUE_KEY_SUFFIXES``: the waiting set and the prefix of the node records.
+WORKFLOW_SUFFIXES = ("waiting", "wf:")
 
 _SAFE_COLLECTION = re.compile(r"^[A-Za-z0-9_.\-:]{1,200}\Z")
 
@@ -139,6 +148,14 @@ class KeySchema:
     def counters(self, bucket: str) -> str:
         """HASH of one counter bucket."""
         return f"{self.prefix}:ctr:{bucket}"
+
+    def workflow(self, workflow_id: str) -> str:
+        """STRING: a workflow's index (its nodes and edges)."""
+        return f"{self.prefix}:wf:{workflow_id}"
+
+    def wf_node(self, queue: str, job_id: str) -> str:
+        """HASH: one workflow node's graph record."""
+        return f"{self.tag(queue)}wf:{job_id}"
 
     def id_lock(self, job_id: str) -> str:
         """STRING held while a custom job id is enqueued (ids are unique across queues)."""

@@ -1,4 +1,5 @@
-"""Lifecycle part of the Redis broker: server clock, idle waiting, flush, close."""
+"""Lifecycle part of the Redis broker: server clock, idle waiting, waiting on one job (the
+queue's event stream), flush, close."""
 
 from __future__ import annotations
 
@@ -13,6 +14,14 @@ from .plumbing import RedisBase, guarded
 log = logging.getLogger("conveyor.redis")
 BLPOP_SLACK = 0.11  # Redis expires a blocked BLPOP on a server cron tick: hz 10 = 100 ms
 DUE_POLL = 0.004  # the wake lists are polled this often in the last BLPOP_SLACK s before a due time
+WATCH_BLOCK = 1.0  # longest XREAD BLOCK of a job's waiter (wait_change)
+WATCH_COUNT = 1000  # stream entries read per XREAD of a waiter
+
+
+def scan_entries(entries: Sequence[Any], needle: bytes) -> tuple[Any, bool]:
+    """(the last entry id, whether any entry's values contain ``needle``) of an XREAD reply."""
+    hit = any(needle in value for _, fields in entries for value in fields.values())
+    return entries[-1][0], hit
 
 
 class LifecycleMixin(RedisBase):
@@ -82,6 +91,38 @@ class LifecycleMixin(RedisBase):
                 pipe.lpop(key)
             if any(pipe.execute()):
                 return
+
+    # ------------------------------------------------------------------ waiting on one job
+    @guarded
+    def change_cursor(self, queue: str) -> Any:
+        """The id of the newest entry of the queue's event stream (``0-0`` when empty)."""
+        newest = self.client.xrevrange(self.keys.queue_key(queue, "events"), count=1)
+        return newest[0][0] if newest else b"0-0"
+
+    @guarded
+    def wait_change(self, queue: str, job_id: str, cursor: Any, timeout: float) -> Any:
+        """Block on XREAD of the queue's event stream after ``cursor`` until an entry names
+        ``job_id`` (its transition) or ``timeout``; return the last entry id read.
+
+        Every transition of a job appends to its queue's stream (one entry per script call),
+        so this wakes within a round trip of the job finishing, with no polling. Entries of
+        other jobs are skipped without decoding (a byte search for the id). Each XREAD blocks
+        at most ``WATCH_BLOCK`` s: a stream trimmed to nothing (``events_max`` 0) costs
+        latency, never a missed result (the caller re-reads the job after every return).
+        """
+        key, needle = self.keys.queue_key(queue, "events"), job_id.encode()
+        end = time.monotonic() + timeout
+        while (left := end - time.monotonic()) > 0:
+            block = min(left, WATCH_BLOCK, self._conn.socket_timeout - 1.0)
+            reply = self.client.xread(
+                {key: cursor}, count=WATCH_COUNT, block=max(1, int(block * 1000))
+            )
+            if not reply:
+                return cursor
+            cursor, hit = scan_entries(reply[0][1], needle)
+            if hit:
+                break
+        return cursor
 
     @guarded
     def flush_all(self) -> None:

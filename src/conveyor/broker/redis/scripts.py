@@ -69,12 +69,16 @@ SCRIPT_NAMES = (
     "promote",
     "reap",
     "cancel",
+    "cancel_running",
     "requeue",
     "purge",
     "clear",
+    "run_now",
+    "delete_job",
     "oldest",
     "search",
     "doc_cas",
+    "wf_enqueue",
 )
 
 

@@ -120,7 +120,9 @@ def with_dashboard(
 
     if not path.startswith("/") or path.endswith("/"):
         raise ValidationError("path", "must start with '/' and not end with '/'")
-    cfg = config or DashboardConfig()  # no credentials: the staff check is the gate
+    # no credentials of its own: Django's staff check is the gate (external_auth tells the
+    # dashboard so, or it would refuse every request that did not arrive on loopback)
+    cfg = config or DashboardConfig(external_auth=True)
     hosts = allowed_hosts_of(list(settings.ALLOWED_HOSTS)) or ("localhost",)
     gated = StaffDashboard(dashboard_app(app or get_app(), cfg, allowed_hosts=hosts))
 

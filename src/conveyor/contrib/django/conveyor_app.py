@@ -4,8 +4,13 @@ A job enqueued inside ``transaction.atomic()`` is validated and given its id at 
 raised where the call is), but stored only by ``transaction.on_commit``: a rollback leaves no job,
 and a worker never sees a job whose rows are not committed yet. The returned handle carries that
 id; ``handle.refresh()`` finds the job once the transaction committed. Outside a transaction
-(autocommit) the job is stored at once. Storing the job *inside* the database transaction (the
-PostgreSQL backend) is a later issue.
+(autocommit) the job is stored at once.
+
+``"IN_TRANSACTION": True`` stores the job *inside* the transaction instead, with Django's own
+connection (``connection=`` enqueue, docs/transactions.md): for a broker on Django's database (a
+SQLite broker on the same file, the PostgreSQL backend on the same database). ``"OUTBOX"``
+installs the transactional outbox for any other broker (Redis): rows in Django's database, moved
+by ``conveyor relay`` or, with ``{"RELAY_IN_WORKER": True}``, by every worker.
 """
 
 from __future__ import annotations
@@ -23,8 +28,10 @@ from ...config import Settings
 from ...errors import ConveyorError
 from ...handles import JobHandle
 from ...task import JobSpec, Task, check_options
+from ...task_args import unknown_task_error
 
-KEYS = ("URL", "SETTINGS", "ON_COMMIT", "DATABASE")
+KEYS = ("URL", "SETTINGS", "ON_COMMIT", "DATABASE", "IN_TRANSACTION", "OUTBOX")
+OUTBOX_KEYS = ("TABLE", "RELAY_IN_WORKER", "BATCH", "INTERVAL")
 
 
 class DjangoConveyor(Conveyor):
@@ -36,25 +43,31 @@ class DjangoConveyor(Conveyor):
         *,
         on_commit: bool = True,
         database: str = DEFAULT_DB_ALIAS,
+        in_transaction: bool = False,
         **options: Any,
     ) -> None:
         super().__init__(url, **options)
         self.on_commit = on_commit
         self.database = database  # the connection whose transaction defers enqueues
+        #: inside ``atomic()``, store with Django's connection in the transaction (no deferral)
+        self.store_in_transaction = in_transaction
 
     def in_transaction(self) -> bool:
         """True inside ``transaction.atomic()`` on the configured database (deferral applies)."""
-        return self.on_commit and transaction.get_connection(self.database).in_atomic_block
+        return (self.on_commit or self.store_in_transaction) and transaction.get_connection(
+            self.database
+        ).in_atomic_block
 
     def enqueue(
         self,
-        task: str | Task,
+        task: str | Task[..., Any],
         args: Sequence[Any] | None = None,
         kwargs: dict[str, Any] | None = None,
         **options: Any,
-    ) -> JobHandle:
-        """``Conveyor.enqueue``, stored on commit inside a transaction."""
-        if not self.in_transaction():
+    ) -> JobHandle[Any]:
+        """``Conveyor.enqueue``, stored on commit inside a transaction (or, with
+        ``connection=``, inside that transaction: docs/transactions.md)."""
+        if not self.in_transaction() or options.get("connection") is not None:
             return super().enqueue(task, args, kwargs, **options)
         if args is not None and not isinstance(args, list | tuple):
             return super().enqueue(task, args, kwargs, **options)  # its ValidationError
@@ -62,20 +75,52 @@ class DjangoConveyor(Conveyor):
         spec = JobSpec(name, tuple(args or ()), dict(kwargs or {}), check_options(options))
         return self.enqueue_many([spec])[0]
 
-    def enqueue_many(self, specs: Iterable[JobSpec]) -> list[JobHandle]:
-        """``Conveyor.enqueue_many``, stored (all or none) on commit inside a transaction."""
-        if not self.in_transaction():
-            return super().enqueue_many(specs)
+    def enqueue_many(
+        self, specs: Iterable[JobSpec], connection: Any = None
+    ) -> list[JobHandle[Any]]:
+        """``Conveyor.enqueue_many``, stored (all or none) on commit inside a transaction.
+
+        ``connection`` (e.g. ``django.db.connection``): stored inside that transaction instead
+        of after it, when the broker shares the database or an outbox is installed.
+        """
+        if connection is not None or not self.in_transaction():
+            return super().enqueue_many(specs, connection)
+        if self.store_in_transaction:
+            return super().enqueue_many(specs, transaction.get_connection(self.database))
         now = self.now()
         pinned: list[JobSpec] = []
-        handles: list[JobHandle] = []
+        handles: list[JobHandle[Any]] = []
         for spec in specs:
+            task = self.tasks.get(spec.task)  # the same checks as an immediate enqueue
+            if task is not None:
+                task.binder.require(spec.args, spec.kwargs)
+            elif self.strict_names and self.tasks:
+                raise unknown_task_error(spec.task, list(self.tasks))
             job = self.build_job(spec, now)  # validates now, where the caller can see the error
             pinned.append(replace(spec, options={**spec.options, "job_id": job.id}))
             handles.append(JobHandle.bind(job, self))
         store = super().enqueue_many
         transaction.on_commit(lambda: store(pinned), using=self.database, robust=False)
         return handles
+
+    async def enqueue_many_async(self, specs: Iterable[JobSpec]) -> list[JobHandle[Any]]:
+        """``Conveyor.enqueue_many_async``; inside ``transaction.atomic()`` the jobs are
+        deferred to the commit like ``enqueue_many`` (building them never blocks)."""
+        if self.in_transaction():
+            return self.enqueue_many(specs)
+        return await super().enqueue_many_async(specs)
+
+    async def enqueue_async(
+        self,
+        task: str | Task[..., Any],
+        args: Sequence[Any] | None = None,
+        kwargs: dict[str, Any] | None = None,
+        **options: Any,
+    ) -> JobHandle[Any]:
+        """``Conveyor.enqueue_async``, deferred to the commit inside a transaction."""
+        if self.in_transaction():
+            return self.enqueue(task, args, kwargs, **options)
+        return await super().enqueue_async(task, args, kwargs, **options)
 
 
 def from_settings() -> DjangoConveyor:
@@ -91,12 +136,44 @@ def from_settings() -> DjangoConveyor:
     overrides = conf.get("SETTINGS", {})
     if not isinstance(overrides, dict):
         raise ImproperlyConfigured("settings.CONVEYOR['SETTINGS'] must be a dict")
+    outbox = conf.get("OUTBOX", False)
     try:
-        return DjangoConveyor(
+        app = DjangoConveyor(
             conf.get("URL"),
             settings=Settings.from_env(**overrides),
             on_commit=bool(conf.get("ON_COMMIT", True)),
             database=str(conf.get("DATABASE", DEFAULT_DB_ALIAS)),
+            in_transaction=bool(conf.get("IN_TRANSACTION", False) or outbox),
         )
+        if outbox:
+            install_outbox(app, outbox if isinstance(outbox, dict) else {})
+        return app
     except (ConveyorError, TypeError) as exc:
         raise ImproperlyConfigured(f"settings.CONVEYOR: {exc}") from exc
+
+
+def install_outbox(app: DjangoConveyor, conf: dict[str, Any]) -> None:
+    """``settings.CONVEYOR["OUTBOX"]``: the outbox table lives in Django's database; the relay
+    opens its own connections from Django's settings of that database (``new_connection``)."""
+    from ...outbox import DEFAULT_TABLE, Outbox
+
+    unknown = sorted(set(conf) - set(OUTBOX_KEYS))
+    if unknown:
+        raise ImproperlyConfigured(f"settings.CONVEYOR['OUTBOX']: unknown key(s) {unknown}")
+    Outbox(
+        app,
+        table=str(conf.get("TABLE", DEFAULT_TABLE)),
+        relay_in_worker=bool(conf.get("RELAY_IN_WORKER", False)),
+        batch=int(conf.get("BATCH", 500)),
+        interval=float(conf.get("INTERVAL", 0.5)),
+        connect=lambda: new_connection(app.database),
+    )
+
+
+def new_connection(alias: str = DEFAULT_DB_ALIAS) -> Any:
+    """A new DB-API connection to Django's database ``alias``, outside Django's management
+    (the relay's thread or process owns and closes it)."""
+    from django.db import connections
+
+    wrapper = connections[alias]
+    return wrapper.get_new_connection(wrapper.get_connection_params())

@@ -1,5 +1,6 @@
 -- cancel.lua: cancel a job that has not started
--- (transition: scheduled | pending | retry_scheduled -> cancelled).
+-- (transition: scheduled | pending | retry_scheduled | waiting -> cancelled).
+-- A workflow node's dependants are ended or released in the same step (wf_done in _lib.lua).
 --
 -- Input
 --   KEYS: the 14 queue keys (_lib.lua)
@@ -8,7 +9,7 @@
 local q = qkeys(0)
 local qname, id, now = ARGV[1], ARGV[2], ARGV[3]
 local key = q.job .. id
-local f = hmget(key, 'state', 'rk', 'attempts', 'task')
+local f = hmget(key, 'state', 'rk', 'attempts', 'task', 'wf')
 if not f then return CODE_NO end
 local state = f[1]
 if state == 'pending' then
@@ -17,6 +18,8 @@ elseif state == 'scheduled' then
   redis.call('ZREM', q.scheduled, id)
 elseif state == 'retry_scheduled' then
   redis.call('ZREM', q.retry, id)
+elseif state == 'waiting' then
+  redis.call('ZREM', wf_qkeys(string.match(q.job, '^([^{]*):{'), qname).waiting, id)
 else
   return CODE_NO
 end
@@ -26,4 +29,5 @@ history(key, 'cancelled', now, f[3] or '0', '', nil)
 emit(q, ARGV[4], 'type', 'cancelled', 'job_id', id, 'task', f[4] or '',
   'at', now)
 finish(q, q.cancelled, id, now, -1)
+if f[5] then wf_done(q, qname, id, false, nil, now, ARGV[4]) end
 return CODE_OK

@@ -11,6 +11,9 @@
 -- result is then ""): it is appended to "errors" (its "attempt" filled in as in fail.lua) and
 -- sets last_error, in the same step as the completion.
 --
+-- A workflow node (field wf) releases or ends its dependants in the same step (wf_done in
+-- _lib.lua).
+--
 -- Input
 --   KEYS: the 14 queue keys (_lib.lua)
 --   ARGV: [1] options (JSON object): queue, now, completed_max, events_max
@@ -25,7 +28,7 @@ local out, ids, done, rows = {}, {}, {}, {}
 for i = 2, #ARGV, 5 do
   local id, token, result, entry = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   local key = q.job .. id
-  local f = redis.pcall('HMGET', key, 'state', 'token', 'attempts', 'task')
+  local f = redis.pcall('HMGET', key, 'state', 'token', 'attempts', 'task', 'wf')
   if not f.err and f[1] == 'active' and f[2] == token then
     if result ~= '' then
       redis.call('HSET', key, 'state', 'completed', 'finished_at', now, 'result', result)
@@ -46,6 +49,10 @@ for i = 2, #ARGV, 5 do
     done[#done + 1] = now
     done[#done + 1] = id
     out[#out + 1] = CODE_OK
+    if f[5] then  -- a workflow node with dependants: released in this same step
+      if result == '' then result = 'null' end
+      wf_done(q, o.queue, id, true, result, now, maxlen)
+    end
   else
     out[#out + 1] = CODE_NO
   end

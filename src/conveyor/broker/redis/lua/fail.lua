@@ -5,7 +5,8 @@
 -- retry time the job waits in the retry set (and idle workers get a wake-up marker, so they
 -- learn its due time); without one it is dead-lettered (dead set, capped
 -- at dead_letter_max). A non-empty stub payload replaces an undecodable payload, whose bytes
--- are kept in field "raw" (used for kind decode_error right after a claim).
+-- are kept in field "raw" (used for kind decode_error right after a claim). A dead-lettered
+-- workflow node ends or releases its dependants in the same step (wf_done in _lib.lua).
 --
 -- Input
 --   KEYS: the 14 queue keys (_lib.lua)
@@ -20,7 +21,7 @@ local o = cjson.decode(ARGV[1])
 local qname, now, retry_at, maxlen = o.queue, o.now, o.retry_at, o.events_max
 local id, token, entry = ARGV[2], ARGV[3], ARGV[4]
 local key = q.job .. id
-local f = hmget(key, 'state', 'token', 'attempts', 'task')
+local f = hmget(key, 'state', 'token', 'attempts', 'task', 'wf')
 if not f or f[1] ~= 'active' or f[2] ~= token then return {CODE_LEASE_LOST} end
 local attempts = f[3] or '0'
 if o.has_attempt ~= '1' then
@@ -50,4 +51,5 @@ redis.call('HSET', key, 'state', 'dead_letter', 'finished_at', now)
 emit(q, maxlen, 'type', 'dead_lettered', 'job_id', id, 'task', task,
   'at', now, 'reason', o.kind)
 finish(q, q.dead, id, now, o.dead_max)
+if f[5] then wf_done(q, qname, id, false, nil, now, maxlen) end
 return {CODE_OK, 'dead_letter'}

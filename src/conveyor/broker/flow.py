@@ -1,0 +1,136 @@
+"""The workflow engine's one algorithm: what finishing a node does to its dependants.
+
+Every backend stores a workflow the same way (docs/workflows.md): each node is a job (the ones
+with parents start ``waiting``), each edge ``parent -> child`` carries a failure policy and,
+once the parent finished, whether it succeeded and its result; each node keeps a counter of
+parents not finished yet. ``finished`` runs INSIDE the atomic step that finishes a job (the
+memory broker's lock, the SQLite transaction; the Redis Lua script ``wf_release`` in
+``_lib.lua`` mirrors it line for line), so a dependant is released exactly when its last parent
+finishes and never by a polling task.
+
+Exactly once: an edge is marked done once (``FlowOps.mark`` answers False the second time), and
+only a marked edge decrements its child's counter; a completion with a stale fencing token
+never reaches here (the backend refused it before), so a retried or duplicated completion
+cannot release a child twice, and a chord callback fires once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from ..core.state import JobState
+
+Policy = Literal["fail", "continue", "ignore"]
+PassMode = Literal["none", "one", "all"]
+Trigger = Literal["all_done", "one_failed"]
+POLICIES: tuple[str, ...] = ("fail", "continue", "ignore")
+
+
+@dataclass(frozen=True)
+class FlowEdge:
+    """``parent`` must finish before ``child`` runs; ``policy`` says what a failure of
+    ``parent`` does to ``child``: "fail" ends it (``upstream_failed``), "continue" runs it
+    with None in the failed parent's place, "ignore" runs it without that parent's slot."""
+
+    parent: str
+    child: str
+    policy: Policy = "fail"
+
+
+@dataclass(frozen=True)
+class FlowNode:
+    """A node's place in its workflow: ``passing`` says how its parents' results reach it
+    ("one": the single parent's result as first argument; "all": the list of results, in edge
+    order, as first argument; "none": nothing). ``trigger`` "one_failed" runs the node only if a
+    parent failed (a batch's ``on_failure``), else it ends cancelled."""
+
+    id: str
+    workflow: str
+    parents: int
+    passing: PassMode = "none"
+    trigger: Trigger = "all_done"
+
+
+@dataclass(frozen=True)
+class Input:
+    """One parent's outcome as its child sees it."""
+
+    ok: bool
+    result: Any
+    policy: str
+
+
+class FlowOps(Protocol):
+    """What ``finished`` needs of a backend, called inside its atomic step."""
+
+    def out_edges(self, parent: str) -> Sequence[tuple[str, str]]:
+        """(child, policy) of every edge leaving ``parent`` (empty for most jobs: keep cheap)."""
+        ...
+
+    def mark(self, parent: str, child: str, ok: bool, result: Any) -> bool:
+        """Record the edge's outcome; False if it was already recorded (nothing changes)."""
+        ...
+
+    def node(self, child: str) -> FlowNode | None:
+        """The node's record (None: the node's job was purged)."""
+        ...
+
+    def state(self, child: str) -> JobState | None:
+        """The child's job state."""
+        ...
+
+    def decrement(self, child: str) -> int:
+        """One parent fewer to wait for; returns how many remain."""
+        ...
+
+    def inputs(self, child: str) -> list[Input]:
+        """Every parent's outcome, in edge order."""
+        ...
+
+    def release(self, child: str, inputs: list[Any]) -> None:
+        """waiting -> pending, ``inputs`` before its arguments (``lifecycle.release_parents``)."""
+        ...
+
+    def upstream_failed(self, child: str, parent: str, detail: str) -> None:
+        """waiting -> cancelled naming ``parent`` (``lifecycle.upstream_failed``)."""
+        ...
+
+
+def finished(ops: FlowOps, job_id: str, ok: bool, result: Any) -> None:
+    """Job ``job_id`` reached a terminal state (``ok``: completed): release or end its dependants.
+
+    A dependant ended by a failure ends in turn, so a failure cascades down the graph (with a
+    stack, not recursion: a long chain cannot overflow).
+    """
+    stack = [(job_id, ok, result)]
+    while stack:
+        parent, ok, result = stack.pop()
+        for child, policy in ops.out_edges(parent):
+            if not ops.mark(parent, child, ok, result if ok else None):
+                continue
+            node = ops.node(child)
+            if node is None or ops.state(child) is not JobState.WAITING:
+                continue
+            if not ok and policy == "fail" and node.trigger != "one_failed":
+                ops.upstream_failed(child, parent, "failed")
+                stack.append((child, False, None))
+                continue
+            if ops.decrement(child) > 0:
+                continue
+            inputs = ops.inputs(child)
+            if node.trigger == "one_failed" and all(i.ok for i in inputs):
+                ops.upstream_failed(child, parent, "and every other parent succeeded")
+                stack.append((child, False, None))
+                continue
+            ops.release(child, passed(node.passing, inputs))
+
+
+def passed(passing: str, inputs: list[Input]) -> list[Any]:
+    """The arguments a released node gets before its own (see ``FlowNode``)."""
+    if passing == "one":
+        return [inputs[0].result if inputs else None]
+    if passing == "all":
+        return [[i.result for i in inputs if i.ok or i.policy != "ignore"]]
+    return []

@@ -1,0 +1,44 @@
+"""The workflow part of the Broker protocol: store a graph atomically, read it, cancel it.
+
+A backend without workflows keeps the defaults (they raise ``NotImplementedError``); the
+memory, SQLite and Redis brokers implement them (docs/workflows.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..core.job import Job
+from .flow import FlowEdge, FlowNode
+
+
+class WorkflowStore:
+    """Workflow methods every ``Broker`` has (mixed into ``JobStore``)."""
+
+    def enqueue_workflow(
+        self,
+        jobs: Sequence[Job],
+        payloads: Sequence[bytes],
+        nodes: Sequence[FlowNode],
+        edges: Sequence[FlowEdge],
+        now: float,
+    ) -> None:
+        """Store every node (jobs: ``waiting`` if they have parents) and edge, or nothing.
+
+        ``payloads`` are the jobs' encoded envelopes. Ids are fresh; nodes carry no
+        idempotency key (the producer refuses one), so nothing is ever a duplicate.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not store workflows")
+
+    def workflow_jobs(self, workflow_id: str) -> list[Job]:
+        """Every node of the workflow still stored, in enqueue order (empty if unknown)."""
+        raise NotImplementedError(f"{type(self).__name__} does not store workflows")
+
+    def workflow_edges(self, workflow_id: str) -> list[FlowEdge]:
+        """Every edge of the workflow (for the dashboard's graph)."""
+        raise NotImplementedError(f"{type(self).__name__} does not store workflows")
+
+    def cancel_workflow(self, workflow_id: str, now: float) -> int:
+        """Cancel every node that has not started (waiting, pending, scheduled, retry); their
+        dependants end as after any cancellation. Running nodes finish. Returns how many."""
+        raise NotImplementedError(f"{type(self).__name__} does not store workflows")

@@ -1,0 +1,92 @@
+"""Operator actions of the PostgreSQL broker: cancel, requeue, run now, delete one job, clear a
+queue, purge.
+
+Split from ``broker.py`` to keep it short. Each is one transaction that locks the job's row
+(``FOR UPDATE``), checks its state and writes it back or deletes it, so a worker claiming the
+job at the same moment sees either the old or the new row, never half of each (the claim's
+``SKIP LOCKED`` passes over a row locked here; a row the claim holds makes us wait for it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from typing import Any
+
+from ...core import lifecycle
+from ...core.state import JobState
+from ..sqlite_rows import Rec
+from .store import Tx
+
+_DELAYED = (JobState.SCHEDULED, JobState.RETRY_SCHEDULED)
+_WAITING = ("pending", "scheduled", "retry_scheduled")
+
+
+class PgJobAdmin:
+    """The operator actions of ``PostgresBroker`` (see the module docstring)."""
+
+    _write: Callable[[], AbstractContextManager[Tx]]
+    _rows: Callable[..., list[Rec]]
+    _save: Callable[..., None]
+    _delete: Callable[[Tx, str, str, str, Sequence[Any]], int]
+
+    def _admin(self, job_id: str, now: float, allowed: Sequence[JobState], event: str) -> bool:
+        with self._write() as tx:
+            recs = self._rows(tx, "id = %s", (job_id,), "FOR UPDATE")
+            if not recs or recs[0].job.state not in allowed:
+                return False
+            (lifecycle.cancel if event == "cancelled" else lifecycle.requeue)(recs[0].job, now)
+            self._save(tx, recs[0])
+            tx.emit(event, recs[0].job, now)
+            return True
+
+    def cancel(self, job_id: str, now: float) -> bool:
+        """Cancel a job that has not started (scheduled / pending / retry_scheduled)."""
+        return self._admin(job_id, now, (JobState.PENDING, *_DELAYED), "cancelled")
+
+    def requeue(self, job_id: str, now: float) -> bool:
+        """Revive a dead-letter or cancelled job: pending, attempts and lost reset to 0."""
+        return self._admin(job_id, now, (JobState.DEAD_LETTER, JobState.CANCELLED), "requeued")
+
+    def run_now(self, job_id: str, now: float) -> bool:
+        """A scheduled or retrying job becomes pending now (it takes the next ready place)."""
+        with self._write() as tx:
+            recs = self._rows(tx, "id = %s", (job_id,), "FOR UPDATE")
+            if not recs or recs[0].job.state not in _DELAYED:
+                return False
+            lifecycle.run_now(recs[0].job, now)
+            self._save(tx, recs[0])  # pending: NOTIFYs the queue's idle workers
+            return True
+
+    def delete_job(self, job_id: str, now: float) -> bool:
+        """Delete a job that is not running; the per-state counts follow."""
+        with self._write() as tx:
+            recs = self._rows(tx, "id = %s", (job_id,), "FOR UPDATE")
+            if not recs or recs[0].job.state is JobState.ACTIVE:
+                return False
+            job = recs[0].job
+            return self._delete(tx, job.queue, str(job.state), "id = %s", (job_id,)) > 0
+
+    def clear_queue(self, queue: str, now: float) -> int:
+        """Delete the waiting jobs of ``queue`` in one transaction; a row a claimer holds at
+        this moment is left to it (``SKIP LOCKED``: it is being claimed, no longer waiting)."""
+        where = (
+            "rid IN (SELECT rid FROM {S}.jobs WHERE queue = %s AND state = %s"
+            " FOR UPDATE SKIP LOCKED)"
+        )
+        with self._write() as tx:
+            return sum(self._delete(tx, queue, state, where, (queue, state)) for state in _WAITING)
+
+    def purge(
+        self,
+        now: float,
+        *,
+        state: JobState = JobState.DEAD_LETTER,
+        older_than: float | None = None,
+        queue: str | None = None,
+        ids: Sequence[str] | None = None,
+    ) -> int:
+        """Delete terminal jobs in ``state`` (optionally by age, queue and ids)."""
+        from .maintenance import purge_jobs
+
+        return purge_jobs(self, now, state, older_than, queue, ids)  # type: ignore[arg-type]

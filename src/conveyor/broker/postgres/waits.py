@@ -1,0 +1,150 @@
+"""Waiting on one job on PostgreSQL (``JobHandle.wait``): LISTEN on the "done" channel.
+
+Every transaction that finishes a job (completed, dead-lettered, cancelled) or deletes one
+sends ``pg_notify('conveyor.done_<schema>', queue)``, delivered at COMMIT only (``Tx.done``:
+one notification per queue per transaction, however many jobs it finished). One daemon thread
+per process (``DoneListener``) holds the LISTENing connection and counts the notifications per
+queue; ``change_cursor`` returns those counts for the waiter's queue and ``wait_change`` blocks
+on a condition until they move. So a waiter returns a few ms after the commit and reads its job
+once per wake-up, and a thousand waiting threads cost one connection, not a thousand.
+
+Lost notifications: while the listener is reconnecting (a killed connection, a server restart)
+nothing is delivered, so each wait is at most ``SAFETY_POLL_S`` long (``watch`` re-reads the job
+after it) and a reconnect wakes every waiter. Without a listener at all (the server unreachable
+when the wait began) ``wait_change`` sleeps that bounded slice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from .reads import SAFETY_POLL_S
+
+#: How long ``change_cursor`` waits for a new listener's LISTEN (then it falls back to polling).
+LISTEN_START_S = 2.0
+#: The listener's longest block between two looks at its stop flag.
+LISTEN_SLICE_S = 0.5
+
+
+class DoneListener:
+    """One LISTENing connection per process; counts "done" notifications per queue."""
+
+    def __init__(self, conninfo: str, channel: str) -> None:
+        self.conninfo, self.channel, self.pid = conninfo, channel, os.getpid()
+        self._cond = threading.Condition()
+        self._per_queue: dict[str, int] = {}
+        self._everyone = 0  # bumped by an unnamed notification and by each (re)connect
+        self._connected = False
+        self._stop = False
+        self._born = time.monotonic()
+        self._thread = threading.Thread(target=self._run, name="conveyor-pg-done", daemon=True)
+        self._thread.start()
+
+    def mark(self, queue: str) -> tuple[int, int] | None:
+        """The counts for ``queue`` now, once LISTEN is active; None if it is not. Only in
+        the listener's first ``LISTEN_START_S`` does this wait for the connection."""
+        with self._cond:
+            if not self._connected:
+                left = self._born + LISTEN_START_S - time.monotonic()
+                self._cond.wait_for(lambda: self._connected or self._stop, max(left, 0.0))
+            if not self._connected:
+                return None
+            return self._per_queue.get(queue, 0), self._everyone
+
+    def wait(self, queue: str, mark: tuple[int, int], timeout: float) -> tuple[int, int] | None:
+        """Block until the counts for ``queue`` move past ``mark`` or ``timeout`` s pass."""
+        with self._cond:
+            self._cond.wait_for(
+                lambda: (self._per_queue.get(queue, 0), self._everyone) != mark or self._stop,
+                timeout,
+            )
+            if not self._connected:
+                return None
+            return self._per_queue.get(queue, 0), self._everyone
+
+    def close(self) -> None:
+        """Stop the thread (within ``LISTEN_SLICE_S``; it closes its own connection)."""
+        with self._cond:
+            self._stop = True
+            self._connected = False
+            self._cond.notify_all()
+
+    # ------------------------------------------------------------------ the thread
+    def _run(self) -> None:
+        pause = 0.1
+        while not self._stop:
+            try:
+                with psycopg.connect(self.conninfo, autocommit=True, connect_timeout=10) as conn:
+                    conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
+                    self._set_connected(True)
+                    pause = 0.1
+                    self._listen(conn)
+            except psycopg.Error:
+                pass  # dropped or unreachable: waiters fall back to their bounded slices
+            self._set_connected(False)
+            if not self._stop:
+                time.sleep(pause)
+                pause = min(pause * 2, SAFETY_POLL_S)
+
+    def _listen(self, conn: psycopg.Connection[Any]) -> None:
+        while not self._stop:
+            for note in conn.notifies(timeout=LISTEN_SLICE_S):  # yields each as it arrives
+                with self._cond:
+                    if note.payload:
+                        self._per_queue[note.payload] = self._per_queue.get(note.payload, 0) + 1
+                    else:
+                        self._everyone += 1
+                    self._cond.notify_all()
+
+    def _set_connected(self, up: bool) -> None:
+        with self._cond:
+            self._connected = up and not self._stop
+            self._everyone += 1  # a (re)connect may follow lost notifications: wake everyone
+            self._cond.notify_all()
+
+
+class PgWaits:
+    """``change_cursor`` / ``wait_change`` of ``PostgresBroker`` (see the module docstring)."""
+
+    conninfo: str
+    done_channel: str  # ``conveyor.done_<schema>``: the ``.`` keeps it apart from the wake channel
+    _lock: threading.Lock
+    _done: DoneListener | None = None
+
+    def _done_listener(self) -> DoneListener:
+        """This process's listener (started on first use; a forked child starts its own)."""
+        listener = self._done
+        if listener is None or listener.pid != os.getpid():
+            with self._lock:
+                listener = self._done
+                if listener is None or listener.pid != os.getpid():
+                    listener = self._done = DoneListener(self.conninfo, self.done_channel)
+        return listener
+
+    def change_cursor(self, queue: str) -> Any:
+        """The done-counts of ``queue`` (LISTEN is active from here on), or None."""
+        return self._done_listener().mark(queue)
+
+    def wait_change(self, queue: str, job_id: str, cursor: Any, timeout: float) -> Any:
+        """Return once a job of ``queue`` finished since ``cursor`` (or after ``timeout``,
+        at most ``SAFETY_POLL_S``); the cursor to pass next time."""
+        timeout = max(0.0, min(timeout, SAFETY_POLL_S))
+        if cursor is None:  # no listener when the wait began: a bounded sleep, then try again
+            time.sleep(timeout)
+            return self.change_cursor(queue) if timeout else None
+        return self._done_listener().wait(queue, cursor, timeout)
+
+    def _close_waits(self) -> None:
+        """Stop this process's listener (``close``); a later wait starts a new one."""
+        with self._lock:
+            listener, self._done = self._done, None
+        if listener is not None and listener.pid == os.getpid():
+            with contextlib.suppress(Exception):
+                listener.close()

@@ -1,0 +1,158 @@
+"""The Redis broker's native async client: ``enqueue_async``, ``get_async`` and ``watch_async``.
+
+Async producers (``await task.enqueue_async(...)``, ``await handle.wait_async()``) talk to
+Redis through ``redis.asyncio`` on the caller's event loop, never blocking it and never taking
+a thread. They run the very same Lua script with the same KEYS/ARGV (``RedisBroker.enqueue_plan``
+/ ``enqueue_results``, ``scriptargs.py``) and wait on the queue's event stream as the
+synchronous ``wait_change`` does (``lifecycle.scan_entries``).
+
+One ``redis.asyncio`` client per event loop (a client is bound to the loop that opened its
+connections), created on first use for plain ``redis://`` / ``rediss://`` URLs. Sentinel and
+Cluster URLs, and enqueues of custom job ids (their cross-queue id guard is synchronous), fall
+back to the base class: the synchronous call on a worker thread (``asyncio.to_thread``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import weakref
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from ...core.job import Job
+from ...core.state import TERMINAL_STATES
+from ..base import Broker, EnqueueResult
+from . import idguard
+from .lifecycle import WATCH_BLOCK, WATCH_COUNT, scan_entries
+from .plumbing import guarded
+
+if TYPE_CHECKING:
+    from .broker import RedisBroker
+
+
+def _raise_mapped(exc: BaseException) -> None:
+    """Raise ``exc`` as the synchronous methods would (``BrokerUnavailable``, ...)."""
+
+    @guarded
+    def again() -> None:
+        raise exc
+
+    again()
+
+
+class AsyncClients:
+    """The ``redis.asyncio`` clients of one broker, one per event loop."""
+
+    def __init__(self) -> None:
+        self.by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
+            weakref.WeakKeyDictionary()
+        )
+        self.plain: bool | None = None  # a plain server (not Sentinel, not Cluster)
+
+    async def get(self, broker: RedisBroker) -> Any:
+        """This loop's client, or None when the broker's URL needs the fallback."""
+        if self.plain is None:  # the first use checks the server (once, off the loop)
+            cluster = await asyncio.to_thread(lambda: broker.cluster)
+            self.plain = not cluster and broker.url.startswith(("redis://", "rediss://"))
+        if not self.plain:
+            return None
+        loop = asyncio.get_running_loop()
+        client = self.by_loop.get(loop)
+        if client is None:
+            import redis.asyncio
+
+            conn = broker._conn
+            client = redis.asyncio.Redis.from_url(
+                conn.url,
+                socket_timeout=conn.socket_timeout,
+                socket_connect_timeout=conn.socket_timeout,
+            )
+            self.by_loop[loop] = client
+        return client
+
+
+async def _evalsha(
+    broker: RedisBroker, client: Any, keys: Sequence[str], args: Sequence[Any]
+) -> Any:
+    from redis.exceptions import NoScriptError
+
+    script = broker.runner.scripts["enqueue"]
+    try:
+        return await client.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+    except NoScriptError:
+        await client.script_load(script.source)
+        return await client.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+
+
+async def enqueue(
+    broker: RedisBroker,
+    jobs: Sequence[Job],
+    now: float,
+    payloads: Sequence[bytes] | None,
+    fresh_ids: bool,
+) -> list[EnqueueResult]:
+    """One enqueue script call on the async client (same script and arguments as
+    ``RedisBroker.enqueue``)."""
+    client = await broker.aclients.get(broker) if jobs else None
+    if client is None or (not fresh_ids and idguard.custom_ids(jobs)):
+        return await Broker.enqueue_async(broker, jobs, now, payloads, fresh_ids=fresh_ids)
+    try:
+        groups, keys, args, order = broker.enqueue_plan(jobs, now, payloads)
+        registered = broker._conn.registered
+        fresh = [q for q in groups if q not in registered]
+        if fresh:
+            await client.sadd(broker.keys.queues, *fresh)
+            registered.update(fresh)
+        reply = await _evalsha(broker, client, keys, args)
+    except Exception as exc:
+        _raise_mapped(exc)
+        raise
+    return broker.enqueue_results(jobs, groups, order, reply)
+
+
+async def _get_in(broker: RedisBroker, client: Any, queue: str, job_id: str) -> Job | None:
+    pipe = client.pipeline(transaction=False)
+    pipe.hgetall(broker.keys.job(queue, job_id))
+    pipe.hget(broker.keys.queue_key(queue, "payloads"), job_id)
+    fields, payload = await pipe.execute()
+    if not fields:
+        return None
+    if payload is not None:
+        fields[b"payload"] = payload
+    return broker.decode_lenient(fields, queue, job_id)
+
+
+async def watch(broker: RedisBroker, job_id: str, queue: str, timeout: float) -> Job | None:
+    """Wait on the queue's event stream with XREAD on the async client (no thread)."""
+    client = await broker.aclients.get(broker)
+    if client is None:
+        return await Broker.watch_async(broker, job_id, queue, timeout)
+    try:
+        return await _watch(broker, client, job_id, queue, timeout)
+    except Exception as exc:
+        _raise_mapped(exc)
+        raise
+
+
+async def _watch(
+    broker: RedisBroker, client: Any, job_id: str, queue: str, timeout: float
+) -> Job | None:
+    key, needle = broker.keys.queue_key(queue, "events"), job_id.encode()
+    end = time.monotonic() + timeout
+    newest = await client.xrevrange(key, count=1)
+    cursor = newest[0][0] if newest else b"0-0"  # taken before the job is read: no race
+    while True:
+        job = await _get_in(broker, client, queue, job_id)
+        if job is None or job.state in TERMINAL_STATES:
+            return job
+        hit = False
+        while not hit:
+            left = end - time.monotonic()
+            if left <= 0:
+                return job
+            block = max(1, int(min(left, WATCH_BLOCK) * 1000))
+            reply = await client.xread({key: cursor}, count=WATCH_COUNT, block=block)
+            if not reply:
+                break  # a slice ran out: read the job again
+            cursor, hit = scan_entries(reply[0][1], needle)

@@ -1,0 +1,30 @@
+-- cancel_running.lua: record that a running job was cancelled by an operator
+-- (transition: active -> cancelled, event cancel_running).
+--
+-- Called by the worker holding the lease once it has stopped the job: the token must match and
+-- the job must be active (fencing: a worker whose lease was lost changes nothing). The lease is
+-- dropped at once, a "cancelled" entry goes to the history (with the note and the worker) and
+-- the job joins the cancelled set (kept cancelled_ttl, like any cancelled job). Never retried.
+-- A workflow node's dependants are ended or released in the same step (wf_done in _lib.lua).
+--
+-- Input
+--   KEYS: the 14 queue keys (_lib.lua)
+--   ARGV: [1] options (JSON object): queue, now, note, events_max
+--         then the job: [2] id  [3] token
+-- Output: {CODE_OK, 'cancelled'} | {CODE_LEASE_LOST} stale token or not active (LeaseLost)
+local q = qkeys(0)
+local o = cjson.decode(ARGV[1])
+local now, note = o.now, o.note
+local id, token = ARGV[2], ARGV[3]
+local key = q.job .. id
+local f = hmget(key, 'state', 'token', 'attempts', 'worker_id', 'task', 'wf')
+if not f or f[1] ~= 'active' or f[2] ~= token then return {CODE_LEASE_LOST} end
+history(key, 'cancelled', now, f[3] or '0', note, f[4])
+redis.call('HSET', key, 'state', 'cancelled', 'finished_at', now)
+redis.call('HDEL', key, 'lease_expires_at', 'token')
+redis.call('ZREM', q.leases, id)
+emit(q, o.events_max, 'type', 'cancelled', 'job_id', id, 'task', f[5] or '',
+  'at', now, 'note', note)
+finish(q, q.cancelled, id, now, -1)
+if f[6] then wf_done(q, o.queue, id, false, nil, now, o.events_max) end
+return {CODE_OK, 'cancelled'}

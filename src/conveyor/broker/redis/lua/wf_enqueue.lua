@@ -1,0 +1,43 @@
+-- wf_enqueue.lua: store a whole workflow, all or nothing (transition: (new) -> pending | waiting).
+--
+-- Every node becomes a job (hash, payload, ready or waiting set entry, "enqueued" event) and a
+-- graph record (<p>:{q}:wf:<id>, see the workflow part of _lib.lua); nodes with dependants get
+-- field wf = "1" in their job hash. The workflow's index (KEYS[1], keys.py workflow) lists
+-- its nodes and edges for readers (dashboard, WorkflowHandle). Ids are fresh (the producer
+-- minted them) and nodes carry no idempotency key, so nothing is checked before writing: the
+-- script cannot fail halfway. Nodes may sit in several queues (keys built by wf_qkeys):
+-- standalone or Sentinel Redis only, not Cluster.
+--
+-- Input
+--   KEYS: [1] the workflow's index key (STRING)
+--   ARGV: [1] options (JSON object): now, events_max, prefix (the key prefix), index (the
+--         index document: JSON {"nodes": [[id, queue], ...], "edges": [[parent, child,
+--         policy], ...]})
+--         then per node 14 values: id, queue, payload, state (pending | waiting), priority,
+--         run_at, created_at, task, workflow id, pending parents, passing, trigger,
+--         in (JSON [[parent, policy], ...]), out (JSON [[child, queue, policy], ...])
+-- Output: CODE_OK
+local o = cjson.decode(ARGV[1])
+local now, maxlen = o.now, o.events_max
+redis.call('SET', KEYS[1], o.index)
+for i = 2, #ARGV, 14 do
+  local id, qname, state, prio = ARGV[i], ARGV[i + 1], ARGV[i + 3], ARGV[i + 4]
+  local q = wf_qkeys(o.prefix, qname)
+  local key = q.job .. id
+  redis.call('HSET', key, 'state', state, 'priority', prio, 'run_at', ARGV[i + 5],
+    'created_at', ARGV[i + 6], 'task', ARGV[i + 7])
+  if ARGV[i + 13] ~= '[]' then redis.call('HSET', key, 'wf', '1') end
+  redis.call('HSET', q.payloads, id, ARGV[i + 2])
+  if state == 'pending' then
+    make_ready(q, id, tonumber(prio) or 0)
+    wake(q)
+  else
+    redis.call('ZADD', q.waiting, ARGV[i + 6], id)
+  end
+  redis.call('HSET', q.wf .. id, 'workflow', ARGV[i + 8], 'pending', ARGV[i + 9],
+    'passing', ARGV[i + 10], 'trig', ARGV[i + 11], 'in', ARGV[i + 12],
+    'out', ARGV[i + 13])
+  emit(q, maxlen, 'type', 'enqueued', 'job_id', id, 'task', ARGV[i + 7], 'at', now,
+    'state', state)
+end
+return CODE_OK

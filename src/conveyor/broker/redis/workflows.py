@@ -1,0 +1,118 @@
+"""Workflows on Redis: ``enqueue_workflow`` is one script (``wf_enqueue.lua``), the release of
+dependants happens inside the finishing scripts (``wf_done`` in ``lua/_lib.lua``).
+
+Nodes may sit in several queues, so the scripts write keys of several hash tags: workflows
+need a standalone or Sentinel server (Redis Cluster refuses them with a clear error).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, cast
+
+import orjson
+
+from ...core.job import Job
+from ...core.state import JobState
+from ...errors import ValidationError
+from ..flow import FlowEdge, FlowNode
+from .codec import fmt_time
+from .codes import options
+from .plumbing import guarded
+
+if TYPE_CHECKING:
+    from .broker import RedisBroker
+
+_NOT_STARTED = frozenset(
+    {JobState.WAITING, JobState.PENDING, JobState.SCHEDULED, JobState.RETRY_SCHEDULED}
+)
+
+
+class RedisWorkflows:
+    """The ``WorkflowStore`` methods of ``RedisBroker`` (mixed in)."""
+
+    @guarded
+    def enqueue_workflow(
+        self,
+        jobs: Sequence[Job],
+        payloads: Sequence[bytes],
+        nodes: Sequence[FlowNode],
+        edges: Sequence[FlowEdge],
+        now: float,
+    ) -> None:
+        """All nodes, records and the index in one script call."""
+        b = cast("RedisBroker", self)
+        if b.cluster:
+            raise ValidationError("workflow", "workflows need a standalone or Sentinel Redis")
+        queue_of = {job.id: job.queue for job in jobs}
+        ins: dict[str, list[list[str]]] = defaultdict(list)
+        outs: dict[str, list[list[str]]] = defaultdict(list)
+        for e in edges:
+            ins[e.child].append([e.parent, e.policy])
+            outs[e.parent].append([e.child, queue_of[e.child], e.policy])
+        index = {
+            "nodes": [[job.id, job.queue] for job in jobs],
+            "edges": [[e.parent, e.child, e.policy] for e in edges],
+        }
+        opts = options(
+            now=fmt_time(now),
+            events_max=str(b.retention.events_max),
+            prefix=b.keys.prefix,
+            index=orjson.dumps(index).decode(),
+        )
+        args: list[Any] = [opts]
+        for job, payload, node in zip(jobs, payloads, nodes, strict=True):
+            b.qkeys(job.queue)  # validates the queue name
+            args += (
+                job.id,
+                job.queue,
+                payload,
+                str(job.state),
+                job.priority,
+                fmt_time(job.run_at),
+                fmt_time(job.created_at),
+                job.task,
+                node.workflow,
+                node.parents,
+                node.passing,
+                node.trigger,
+                orjson.dumps(ins[job.id]),
+                orjson.dumps(outs[job.id]),
+            )
+        b.register({job.queue for job in jobs})
+        workflow = nodes[0].workflow if nodes else ""
+        b.runner.run("wf_enqueue", [b.keys.workflow(workflow)], args)
+        for job in jobs:
+            b.remember(job.id, job.queue)
+
+    def _index(self, workflow_id: str) -> dict[str, Any]:
+        b = cast("RedisBroker", self)
+        raw = b.client.get(b.keys.workflow(workflow_id))
+        return {"nodes": [], "edges": []} if raw is None else dict(orjson.loads(raw))
+
+    @guarded
+    def workflow_jobs(self, workflow_id: str) -> list[Job]:
+        """The workflow's stored nodes, in enqueue order."""
+        b = cast("RedisBroker", self)
+        nodes = [(q, i) for i, q in b._index(workflow_id)["nodes"]]
+        out = []
+        for (queue, job_id), fields in zip(nodes, b.fetch_many(nodes), strict=True):
+            if fields:
+                out.append(b.decode_lenient(fields, queue, job_id))
+        return out
+
+    @guarded
+    def workflow_edges(self, workflow_id: str) -> list[FlowEdge]:
+        """The workflow's edges."""
+        b = cast("RedisBroker", self)
+        return [FlowEdge(p, c, pol) for p, c, pol in b._index(workflow_id)["edges"]]
+
+    def cancel_workflow(self, workflow_id: str, now: float) -> int:
+        """Cancel the nodes that have not started, one atomic cancel each (a cancelled node's
+        dependants end in the same step, so later ones answer False)."""
+        b = cast("RedisBroker", self)
+        doomed = [j.id for j in b.workflow_jobs(workflow_id) if j.state in _NOT_STARTED]
+        for job_id in doomed:
+            b.cancel(job_id, now)
+        return len(doomed)

@@ -1,0 +1,124 @@
+"""Batches (Sidekiq style): jobs enqueued inside ``with app.batch(...) as b:`` are stored at the
+end of the block, atomically, together with the callbacks as workflow nodes after all of them.
+
+``on_complete`` runs once every job finished, whatever the outcome (edge policy "continue");
+``on_success`` only if every job completed (it ends cancelled, ``upstream_failed``, at the first
+failure); ``on_failure`` only if at least one failed (trigger "one_failed"). Each callback runs
+exactly once: it is released by the completion of the batch's last job, in the same atomic step.
+An exception inside the block stores nothing.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+from ..batchctx import Collector, current_batch
+from ..broker.flow import FlowNode
+from ..core.ids import new_ulid
+from ..core.job import Job
+from ..core.state import JobState
+from ..errors import ValidationError
+from ..task import JobSpec
+from .canvas import Signature
+from .host import FlowHost
+
+if TYPE_CHECKING:
+    from .handle import WorkflowHandle
+
+_FAILED = (JobState.DEAD_LETTER, JobState.CANCELLED)
+
+
+class Batch:
+    """Collects enqueued jobs; stores them with the callbacks when the block ends."""
+
+    def __init__(
+        self,
+        runtime: FlowHost,
+        *,
+        on_complete: Signature | JobSpec | None = None,
+        on_success: Signature | JobSpec | None = None,
+        on_failure: Signature | JobSpec | None = None,
+        name: str = "",
+    ) -> None:
+        for field, sig in (
+            ("on_complete", on_complete),
+            ("on_success", on_success),
+            ("on_failure", on_failure),
+        ):
+            if sig is not None and not isinstance(sig, Signature | JobSpec):
+                raise ValidationError(field, "takes task.s(...) or task.partial(...)")
+        self._rt = runtime
+        self.name = name
+        self.id = new_ulid(runtime.now(), runtime.id_rng)
+        self.callbacks = {"on_complete": on_complete, "on_success": on_success}
+        self.on_failure = on_failure
+        self.jobs: list[Job] = []
+        self.handle: WorkflowHandle | None = None
+        self._token: contextvars.Token[Collector | None] | None = None
+
+    def __enter__(self) -> Batch:
+        if self.handle is not None or self._token is not None:
+            raise ValidationError("batch", "a batch is used once")
+        self._token = current_batch.set(self)
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        assert self._token is not None
+        current_batch.reset(self._token)
+        if exc_type is None:
+            self.handle = self._store()
+
+    def collect(self, runtime: Any, jobs: list[Any]) -> list[Any] | None:
+        """Keep ``jobs`` for the end of the block (None: not this batch's app)."""
+        if runtime is not self._rt:
+            return None
+        for job in jobs:
+            if job.idempotency_key:
+                raise ValidationError("idempotency_key", "jobs of a batch cannot have one")
+        self.jobs.extend(jobs)
+        return jobs
+
+    def _store(self) -> WorkflowHandle:
+        from .build import Builder
+
+        b = Builder(self._rt, self.id, self.name or "batch", "continue")
+        for job in self.jobs:
+            job.metadata = {**job.metadata, "workflow": {"id": self.id, "name": b.name}}
+            b.jobs.append(job)
+            b.nodes.append(FlowNode(job.id, self.id, 0))
+        ids = [job.id for job in self.jobs]
+        sinks = []
+        if (sig := self.callbacks["on_complete"]) is not None:
+            sinks.append(_add(b, sig, ids, "all_done"))
+        if (sig := self.callbacks["on_success"]) is not None:
+            with b.edge_policy("fail"):
+                sinks.append(_add(b, sig, ids, "all_done"))
+        if self.on_failure is not None and ids:
+            sinks.append(_add(b, self.on_failure, ids, "one_failed"))
+        return b.store(sinks or ids)
+
+    def status(self) -> dict[str, int]:
+        """``total``, ``pending`` (not finished), ``completed`` and ``failed`` (dead letter or
+        cancelled) of the batch's own jobs (callbacks not counted)."""
+        if self.handle is None:
+            return {"total": len(self.jobs), "pending": len(self.jobs), "completed": 0, "failed": 0}
+        mine = {job.id for job in self.jobs}
+        states = Counter(j.state for j in self.handle.jobs() if j.id in mine)
+        done = states[JobState.COMPLETED]
+        failed = sum(states[s] for s in _FAILED)
+        total = len(self.jobs)
+        return {
+            "total": total,
+            "pending": total - done - failed,
+            "completed": done,
+            "failed": failed,
+        }
+
+
+def _add(b: Any, sig: Signature | JobSpec, after: list[str], trigger: Any) -> str:
+    """A callback node (it gets no results: a batch may hold thousands of jobs)."""
+    if isinstance(sig, JobSpec):
+        return str(b.add_spec(sig, after, "none", trigger))
+    return str(b.add(sig, after, "none", trigger))

@@ -1,0 +1,110 @@
+"""``WorkflowHandle``: what enqueueing a workflow returns: status, result, cancel."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+from ..core.job import Job
+from ..core.state import TERMINAL_STATES, JobState
+from ..errors import ConveyorError, WaitTimeout
+
+if TYPE_CHECKING:
+    from .host import FlowHost
+
+
+class WorkflowFailed(ConveyorError):
+    """A workflow's last step did not complete: ``job`` is the first node that failed."""
+
+    def __init__(self, workflow_id: str, job: Job) -> None:
+        self.workflow_id = workflow_id
+        self.job = job
+        super().__init__(f"workflow {workflow_id}: job {job.id} ({job.task}) {job.state}")
+
+
+class WorkflowPending(ConveyorError):
+    """``result()`` was asked before the last step finished."""
+
+
+class WorkflowHandle:
+    """A stored workflow: its id, node ids and last steps (``sinks``)."""
+
+    def __init__(
+        self,
+        runtime: FlowHost,
+        workflow_id: str,
+        ids: list[str],
+        sinks: list[str],
+        queues: dict[str, str] | None = None,
+    ):
+        self._rt = runtime
+        self.id = workflow_id
+        self.ids = ids
+        self.sinks = sinks
+        self._queues = queues or {}  # sink id -> queue (where ``watch`` listens)
+
+    def __repr__(self) -> str:
+        return f"<WorkflowHandle {self.id} nodes={len(self.ids)}>"
+
+    def jobs(self) -> list[Job]:
+        """Every node still stored, in enqueue order."""
+        return self._rt.broker.workflow_jobs(self.id)
+
+    def status(self) -> dict[str, int]:
+        """How many nodes are in each state (every ``JobState``, plus ``total``)."""
+        counts = Counter(str(j.state) for j in self.jobs())
+        out = {str(s): counts.get(str(s), 0) for s in JobState}
+        out["total"] = len(self.ids)
+        return out
+
+    def done(self) -> bool:
+        """True when every last step is in a terminal state."""
+        jobs = {j.id: j for j in self.jobs()}
+        return all(i in jobs and jobs[i].state in TERMINAL_STATES for i in self.sinks)
+
+    def result(self) -> Any:
+        """The last step's result (a list for several last steps); raises ``WorkflowFailed``
+        naming the first failed node, or ``WorkflowPending`` when not finished yet."""
+        jobs = {j.id: j for j in self.jobs()}
+        failed = [j for j in jobs.values() if j.state in (JobState.DEAD_LETTER,)]
+        last = [jobs.get(i) for i in self.sinks]
+        if any(j is None or j.state is not JobState.COMPLETED for j in last):
+            ended = [j for j in last if j is not None and j.state in TERMINAL_STATES]
+            if failed or len(ended) == len(last):
+                bad = (
+                    failed[0]
+                    if failed
+                    else next(j for j in ended if j.state is not JobState.COMPLETED)
+                )
+                raise WorkflowFailed(self.id, bad)
+            raise WorkflowPending(f"workflow {self.id} has not finished")
+        results = [j.result for j in last if j is not None]
+        return results[0] if len(results) == 1 else results
+
+    def wait(self, timeout: float | None = None) -> Any:
+        """Block until every last step finished; return ``result()``. Raises
+        ``WorkflowFailed`` if a step failed, ``WaitTimeout`` after ``timeout`` seconds. Uses
+        the broker's wake-ups (``Broker.watch``: condition, ``data_version``, event stream)."""
+        end = time.monotonic() + (float("inf") if timeout is None else float(timeout))
+        for sink in self.sinks:
+            left = max(0.0, end - time.monotonic())
+            job = self._rt.broker.watch(sink, self._queues.get(sink, "default"), left)
+            if job is not None and job.state not in TERMINAL_STATES:
+                raise WaitTimeout(sink, float(timeout or 0.0), str(job.state))
+        return self.result()
+
+    async def wait_async(self, timeout: float | None = None) -> Any:
+        """``wait`` for async code (never blocks the event loop)."""
+        end = time.monotonic() + (float("inf") if timeout is None else float(timeout))
+        for sink in self.sinks:
+            left = max(0.0, end - time.monotonic())
+            queue = self._queues.get(sink, "default")
+            job = await self._rt.broker.watch_async(sink, queue, left)
+            if job is not None and job.state not in TERMINAL_STATES:
+                raise WaitTimeout(sink, float(timeout or 0.0), str(job.state))
+        return self.result()
+
+    def cancel(self) -> int:
+        """Cancel every node that has not started; returns how many."""
+        return self._rt.broker.cancel_workflow(self.id, self._rt.now())
