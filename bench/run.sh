@@ -14,9 +14,9 @@ command -v redis-server >/dev/null || {
 bash bench/setup_peers.sh
 
 if [[ ! -x .venv/bin/python ]]; then
-  echo "bench: creating the project's .venv (pip install -e '.[redis]')"
+  echo "bench: creating the project's .venv (pip install -e '.[redis,postgres]')"
   "${PYTHON:-python3}" -m venv .venv
-  .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[redis]'
+  .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[redis,postgres]'
 fi
 
 exec .bench-venv/bin/python -m bench.harness "$@"

@@ -7,6 +7,7 @@
 #   ruby-sidekiq (Debian's Sidekiq 6.4.1 on Ruby 3.1) via apt-get, system-wide: as root only;
 #     otherwise it says what to run. Missing node or ruby only skips that system (the harness
 #     records why).
+#   .bench-venv/envs/pg/   procrastinate, pgqueuer (bench/peers-requirements-pg.txt; PostgreSQL peers)
 # Never touches the project's .venv. Idempotent: re-running only installs what changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,6 +29,7 @@ make_venv() {  # make_venv DIR REQUIREMENTS
 make_venv .bench-venv bench/peers-requirements.txt
 mkdir -p .bench-venv/envs
 make_venv .bench-venv/envs/arq bench/peers-requirements-arq.txt
+make_venv .bench-venv/envs/pg bench/peers-requirements-pg.txt
 make_venv .bench-venv/envs/bullmq bench/peers-requirements-bullmq.txt
 
 setup_node() {  # BullMQ into bench/peers_node/node_modules, pinned by package-lock.json

@@ -11,7 +11,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from bench.harness.peers import BACKENDS
+from bench.harness.peers import BACKENDS, POSTGRES
 
 Getter = Callable[[dict[str, Any]], Any]
 
@@ -88,7 +88,9 @@ def _marks(node: Any, path: tuple[str, ...]) -> str:
 
 def main_table(doc: dict[str, Any]) -> str:
     """The metrics x systems markdown table (every system on the harness's Redis)."""
-    systems = {n: s for n, s in doc.get("systems", {}).items() if n not in BACKENDS}
+    systems = {
+        n: s for n, s in doc.get("systems", {}).items() if n not in BACKENDS and n not in POSTGRES
+    }
     names = list(systems)
     if not names:
         return ""
@@ -206,8 +208,8 @@ def targets_table(doc: dict[str, Any]) -> str:
 def backends_table(doc: dict[str, Any]) -> str:
     """Conveyor on Redis, SQLite and memory side by side (no peers; absolute figures)."""
     systems: dict[str, Any] = doc.get("systems", {})
-    names = [n for n in ("conveyor", *BACKENDS) if n in systems]
-    if not any(n in BACKENDS for n in names):
+    names = [n for n in ("conveyor", *BACKENDS, "conveyor-postgres") if n in systems]
+    if not any(n != "conveyor" for n in names):
         return ""
     head = ["metric", *[n.replace("conveyor-", "conveyor on ") for n in names]]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -347,6 +349,8 @@ def _cpu_warning(doc: dict[str, Any]) -> str:
 
 def render(doc: dict[str, Any]) -> str:
     """Everything printed at the end of a run."""
+    from bench.harness import report_pg  # imports this module
+
     meta = doc.get("meta", {})
     title = (
         f"Conveyor benchmark — {'quick' if meta.get('quick') else 'full'} run, "
@@ -357,6 +361,7 @@ def render(doc: dict[str, Any]) -> str:
         main_table(doc),
         targets_table(doc),
         backends_table(doc),
+        report_pg.postgres_table(doc),
         tune_table(doc),
         ceiling_table(doc),
         notes(doc),

@@ -27,7 +27,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from bench.harness import report
+from bench.harness import pg_server, report
 from bench.harness.adapter import BenchContext
 from bench.harness.peers import SYSTEMS, available, load_adapter
 from bench.harness.redis_server import redis_ceiling, start_redis
@@ -213,6 +213,8 @@ def main(argv: list[str] | None = None) -> int:
                 sysdoc["errors"] = old_err | sysdoc["errors"]
             doc["systems"][name] = sysdoc
             doc["meta"]["finished"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+            if (pg_version := pg_server.running_version()) is not None:
+                doc["meta"]["postgres_version"] = pg_version
             write_json(doc, args.out)
     finally:
         redis.stop()

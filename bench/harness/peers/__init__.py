@@ -15,6 +15,7 @@ SYSTEMS: dict[str, str] = {
     "conveyor": "bench.harness.conveyor:ConveyorAdapter",
     "conveyor-sqlite": "bench.harness.conveyor_backends:ConveyorSqliteAdapter",
     "conveyor-memory": "bench.harness.conveyor_backends:ConveyorMemoryAdapter",
+    "conveyor-postgres": "bench.harness.conveyor_postgres:ConveyorPostgresAdapter",
     "celery": "bench.harness.peers.celery:CeleryAdapter",
     "rq": "bench.harness.peers.rq:RQAdapter",
     "dramatiq": "bench.harness.peers.dramatiq:DramatiqAdapter",
@@ -24,6 +25,8 @@ SYSTEMS: dict[str, str] = {
     "bullmq": "bench.harness.peers.leaders:BullMQAdapter",
     "sidekiq": "bench.harness.peers.leaders:SidekiqAdapter",
     "bullmq-python": "bench.harness.peers.leaders:BullMQPythonAdapter",
+    "procrastinate": "bench.harness.peers.postgres:ProcrastinateAdapter",
+    "pgqueuer": "bench.harness.peers.postgres:PgQueuerAdapter",
 }
 
 PEERS = tuple(name for name in SYSTEMS if not name.startswith("conveyor"))
@@ -31,6 +34,8 @@ PEERS = tuple(name for name in SYSTEMS if not name.startswith("conveyor"))
 LEADERS = ("bullmq", "sidekiq", "bullmq-python")
 #: Conveyor on its embedded backends: absolute figures, no peers to compare with.
 BACKENDS = ("conveyor-sqlite", "conveyor-memory")
+#: The systems on the harness's PostgreSQL: their own table, ratios against the PostgreSQL peers.
+POSTGRES = ("conveyor-postgres", "procrastinate", "pgqueuer")
 
 
 def load_adapter(name: str) -> type[Adapter]:
