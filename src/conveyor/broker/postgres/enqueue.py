@@ -74,44 +74,47 @@ def _screen(
                 b.sql(_CLAIM_KEY),
                 (job.queue, job.idempotency_key, job.id, now + job.idempotency_ttl, now),
             ).fetchone()
-            if got is None:  # a live key: the existing job
-                existing = one(
-                    c.execute(
-                        b.sql("SELECT job_id FROM {S}.idem WHERE queue = %s AND key = %s"),
-                        (job.queue, job.idempotency_key),
-                    )
-                )[0]
-                row = c.execute(
-                    b.sql("SELECT state FROM {S}.jobs WHERE id = %s"), (existing,)
-                ).fetchone()
-                if _released(b, tx, job, existing, row, now):  # issue 15: unique key let go
-                    fresh.append(i)
-                    results.append(EnqueueResult(job.id, False, job.state))
-                    continue
-                results.append(
-                    EnqueueResult(existing, True, JobState(row[0]) if row else job.state)
-                )
+            if got is None and (held := _holder(b, tx, job, now, taken)) is not None:
+                existing, state = held  # a live key: the existing job
+                results.append(EnqueueResult(existing, True, JobState(state or job.state)))
                 continue
         fresh.append(i)
+        taken.add(job.id)  # later jobs of the batch see this one (unique keys)
         results.append(EnqueueResult(job.id, False, job.state))
     return results, fresh
 
 
-def _released(b: PostgresBroker, tx: Tx, job: Job, existing: str, row: Any, now: float) -> bool:
-    """A live ``unique=`` / ``debounce=`` key whose job no longer holds it (core/flow.py
-    ``unique_holds``) passes to ``job``; fenced on the old holder, so of two producers racing
-    for it one wins and the other sees the winner's job."""
-    key = job.idempotency_key or ""
-    if not key.startswith(("unique:", "debounce:")) or unique_holds(key, row[0] if row else None):
-        return False
-    took = tx.conn.execute(
-        b.sql(
-            "UPDATE {S}.idem SET job_id = %s, expires_at = %s WHERE queue = %s AND key = %s"
-            " AND job_id = %s"
-        ),
-        (job.id, now + job.idempotency_ttl, job.queue, key, existing),
-    ).rowcount
-    return bool(took)
+def _holder(
+    b: PostgresBroker, tx: Tx, job: Job, now: float, batch: set[str]
+) -> tuple[str, str | None] | None:
+    """The job holding ``job``'s live key and its state; None if the key passed to ``job``: a
+    ``unique=`` / ``debounce=`` key whose job no longer holds it (core/flow.py ``unique_holds``;
+    issue 15), taken fenced on the old holder, so of two producers racing for it one wins and
+    the other gets the winner's job. A key taken earlier in this batch (``batch``) holds."""
+    c, key = tx.conn, job.idempotency_key or ""
+    for _ in range(2):
+        existing = one(
+            c.execute(
+                b.sql("SELECT job_id FROM {S}.idem WHERE queue = %s AND key = %s"),
+                (job.queue, key),
+            )
+        )[0]
+        row = c.execute(b.sql("SELECT state FROM {S}.jobs WHERE id = %s"), (existing,)).fetchone()
+        state = row[0] if row else None
+        if existing in batch or not key.startswith(("unique:", "debounce:")):
+            break
+        if unique_holds(key, state):
+            break
+        took = c.execute(
+            b.sql(
+                "UPDATE {S}.idem SET job_id = %s, expires_at = %s WHERE queue = %s AND key = %s"
+                " AND job_id = %s"
+            ),
+            (job.id, now + job.idempotency_ttl, job.queue, key, existing),
+        ).rowcount
+        if took:
+            return None
+    return existing, state
 
 
 def _register(b: PostgresBroker, tx: Tx, queues: list[str]) -> None:
