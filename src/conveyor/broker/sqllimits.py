@@ -201,13 +201,8 @@ def replace_waiting(db: Db, job_id: str, job: Job, now: float) -> bool:
     if not recs or recs[0].corrupt is not None:
         return False
     stored = recs[0].job
-    if stored.state not in (JobState.PENDING, *_DELAYED):
+    if not lifecycle.debounce(stored, job, now):
         return False
-    stored.args, stored.kwargs = list(job.args), dict(job.kwargs)
-    stored.metadata = dict(job.metadata)
-    stored.record_event("debounced", now, "arguments replaced by a newer enqueue")
-    if stored.state is JobState.SCHEDULED:
-        stored.run_at = job.run_at
     due = stored.run_at if stored.state in _DELAYED else None
     db.run(
         "UPDATE {S}.jobs SET payload = ?, run_at = ?, due_at = ? WHERE id = ?",
