@@ -90,29 +90,3 @@ def pg_server() -> Iterator[Any]:
     # Brokers a test left open retry their pool connections: silence that once the server goes.
     logging.getLogger("psycopg.pool").setLevel(logging.CRITICAL)
     server.stop()
-
-
-# Flow control (issue 15) runs on memory, SQLite and Redis; the PostgreSQL broker refuses it
-# with a clear ValidationError (tested in tests/postgres/test_flow_refused.py) until it is
-# ported. These modules' PostgreSQL cases are skipped, named here in one place.
-FLOW_CONTROL_MODULES = {
-    "test_flow_debounce",
-    "test_flow_expiry",
-    "test_flow_runtime",
-    "test_flow_unique",
-    "test_flow_limits",
-    "test_flow_rate_limited",
-    "test_limits_cmd",
-    "test_limits_pages",
-    "test_flow_processes",
-}
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip the PostgreSQL cases of the flow-control modules (not implemented there yet)."""
-    skip = pytest.mark.skip(reason="flow control is not implemented on PostgreSQL yet")
-    for item in items:
-        module = getattr(item, "module", None)
-        name = module.__name__.rsplit(".", 1)[-1] if module is not None else ""
-        if name in FLOW_CONTROL_MODULES and "[postgres" in item.nodeid:
-            item.add_marker(skip)

@@ -62,3 +62,13 @@ def test_bad_unique_options_are_refused(app: Conveyor) -> None:
         app.enqueue("t", unique_key="k")
     with pytest.raises(ValidationError, match="unique"):
         app.enqueue("t", unique="while_queued", idempotency_key="k")
+
+
+def test_two_unique_jobs_in_one_batch_are_one_job(app: Conveyor, clock: FakeClock) -> None:
+    @app.task(name="flow.digest")
+    def digest(user: int) -> None: ...
+
+    once = digest.options(unique="until_done")
+    first, again, other = app.enqueue_many([once.spec(3), once.spec(3), once.spec(4)])
+    assert again.duplicate and again.id == first.id and not other.duplicate
+    assert sorted(_claim(app, clock)) == sorted([first.id, other.id])

@@ -16,7 +16,7 @@ from conveyor import Conveyor, ErrorKind, FakeClock, JobState, chain, group
 @pytest.fixture(autouse=True)
 def _both_features(app: Conveyor) -> None:
     if not getattr(app.broker, "supports_flow", False):
-        pytest.skip("flow control and workflows are not implemented on PostgreSQL yet")
+        pytest.skip(f"no flow control on {type(app.broker).__name__}")
 
 
 def claim(app: Conveyor, clock: FakeClock) -> Any:

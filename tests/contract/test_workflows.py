@@ -24,13 +24,6 @@ from conveyor import (
 from conveyor.errors import ValidationError
 
 
-@pytest.fixture(autouse=True)
-def _workflow_backends(backend: str) -> None:
-    """PostgreSQL joins once its broker ports broker/sqlite_flow.py (not yet)."""
-    if backend == "postgres":
-        pytest.skip("workflows are not implemented on PostgreSQL yet")
-
-
 def tasks(app: Conveyor) -> Any:
     class T:
         @app.task

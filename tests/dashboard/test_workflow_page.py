@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import quote
 
-import pytest
 from starlette.testclient import TestClient
 
 from conveyor import Conveyor, chord, group
@@ -16,13 +15,6 @@ from tests.support.hostile import HOSTILE_TEXT, store_unvalidated
 
 from .conftest import AUTH, PASSWORD, TOKEN, USER
 from .test_hostile_data import attr_urls
-
-
-@pytest.fixture(autouse=True)
-def _workflow_backends(backend: str) -> None:
-    """PostgreSQL joins once its broker stores workflows (not yet)."""
-    if backend == "postgres":
-        pytest.skip("workflows are not implemented on PostgreSQL yet")
 
 
 def _flow(app: Conveyor, name: str = "nightly") -> Any:

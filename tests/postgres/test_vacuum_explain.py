@@ -49,7 +49,11 @@ def test_claim_and_search_use_their_indexes(pg: PostgresBroker, pg_server: Any) 
         cases = {
             "jobs_ready": (
                 f"SELECT rid FROM {s}.jobs WHERE queue = 'q5' AND state = 'pending'"
-                " ORDER BY priority, seq LIMIT 10 FOR UPDATE SKIP LOCKED"
+                " AND grp IS NULL ORDER BY priority, seq LIMIT 10 FOR UPDATE SKIP LOCKED"
+            ),
+            "jobs_group": (  # a flow group's head (issue 15; broker/sqllimits.py)
+                f"SELECT rid FROM {s}.jobs WHERE queue = 'q5' AND grp = 'g1' AND state ="
+                " 'pending' ORDER BY priority, seq LIMIT 1 FOR UPDATE SKIP LOCKED"
             ),
             "jobs_due": f"SELECT min(due_at) FROM {s}.jobs WHERE due_at IS NOT NULL",
             "jobs_lease": f"SELECT min(lease_at) FROM {s}.jobs WHERE lease_at IS NOT NULL",
@@ -79,7 +83,7 @@ def test_claim_and_search_use_their_indexes(pg: PostgresBroker, pg_server: Any) 
             assert "Seq Scan" not in text, (index, text)
             # The searches may walk another created_at index backwards (LIMIT 50 of a common
             # value): the planner's choice; the claim and the due/lease/id look-ups are fixed.
-            if index in ("jobs_ready", "jobs_due", "jobs_lease", "jobs_id_key"):
+            if index in ("jobs_ready", "jobs_group", "jobs_due", "jobs_lease", "jobs_id_key"):
                 assert index in text, (index, text)
             else:
                 assert "jobs_" in text and "Index" in text, (index, text)

@@ -26,8 +26,6 @@ MEMBERS = 1000
 def test_chord_callback_once_under_worker_kills(
     shared_url: str, ledger: Ledger, start_workers: StartWorkers
 ) -> None:
-    if shared_url.startswith("postgres"):
-        pytest.skip("workflows are not implemented on PostgreSQL yet")
     app = checker_app(shared_url)
 
     @app.task(name="part")  # the same names as tests/reliability/ledger_app.py: signatures only

@@ -1,4 +1,4 @@
-"""Flow control (issue 15) across real worker processes sharing SQLite or Redis.
+"""Flow control (issue 15) across real worker processes sharing SQLite, PostgreSQL or Redis.
 
 The jobs append to a ledger (O_APPEND); the assertions read only the ledger and the broker.
 """

@@ -42,13 +42,9 @@ class MemoryJobAdmin:
         """``debounce`` (issue 15): newest arguments; a scheduled job's delay restarts."""
         with self._lock:
             stored = self._jobs.get(job_id)
-            if stored is None or stored.state not in (JobState.PENDING, *_DELAYED):
+            if stored is None or not lifecycle.debounce(stored, job, now):
                 return False
-            stored.args, stored.kwargs = list(job.args), dict(job.kwargs)
-            stored.metadata = dict(job.metadata)
-            stored.record_event("debounced", now, "arguments replaced by a newer enqueue")
             if stored.state is JobState.SCHEDULED:
-                stored.run_at = job.run_at
                 self._make_delayed(stored)
             return True
 

@@ -27,10 +27,11 @@ from ..core.job import ErrorKind, Job
 from ..core.serialization import job_to_dict
 from ..core.state import TERMINAL_STATES, JobState
 from ..errors import DuplicateJob, LeaseLost
-from . import sqlite_limits
+from . import sqllimits
 from .base import Ack, Broker, Claimed, EnqueueResult, Lease
+from .sqlflow import SqlFlow, SqlWorkflows
 from .sqlite_admin import SqliteJobAdmin
-from .sqlite_flow import SqliteFlow, SqliteWorkflows
+from .sqlite_flow import SqliteDb
 from .sqlite_rows import COLS, NEXT_DUE, READY, Rec, SqliteReads
 from .sqlite_side import SqliteCounters, SqliteDocs, SqliteEvents, SqliteLogs
 from .sqlite_store import Tx
@@ -61,12 +62,10 @@ def _first_repeat(ids: Sequence[str]) -> str:
     raise ValueError("no repeated id")
 
 
-class SqliteBroker(
-    SqliteWorkflows, SqliteReads, SqliteJobAdmin, sqlite_limits.SqliteFlowAdmin, Broker
-):
+class SqliteBroker(SqliteReads, SqliteJobAdmin, SqlWorkflows, sqllimits.SqlFlowAdmin, Broker):
     """The Broker protocol on one SQLite file (see module docstring)."""
 
-    supports_flow = True  # rate limits, concurrency, fair groups (issue 15; sqlite_limits.py)
+    supports_flow = True  # rate limits, concurrency, fair groups (issue 15; sqllimits.py)
 
     def __init__(
         self,
@@ -82,6 +81,10 @@ class SqliteBroker(
         )
         self.docs, self.logs = SqliteDocs(self), SqliteLogs(self)  # side stores: composed parts
         self.events, self.counters = SqliteEvents(self), SqliteCounters(self)
+
+    def _db(self, tx: Tx) -> SqliteDb:
+        """The shared workflow and flow-control SQL bound to ``tx`` (sqldb.py)."""
+        return SqliteDb(self, tx)
 
     def _rows(self, tx: Tx, where: str, params: Sequence[Any], full: bool = False) -> list[Rec]:
         sql = f"SELECT {COLS} FROM jobs WHERE {where}"
@@ -112,7 +115,7 @@ class SqliteBroker(
         )
         tx.count(job.queue, rec.state, str(state))
         if job.flow is not None:  # issue 15: group and slot bookkeeping of grouped jobs
-            sqlite_limits.on_save(tx, job, rec.state)
+            sqllimits.on_save(SqliteDb(self, tx), job, rec.state)
         if state in (JobState.COMPLETED, JobState.DEAD_LETTER):
             tx.finished.add((job.queue, str(state)))
 
@@ -226,7 +229,7 @@ class SqliteBroker(
             raise
         grouped = [j for j in new if j.flow is not None]
         if grouped:
-            sqlite_limits.on_insert(tx, grouped)
+            sqllimits.on_insert(SqliteDb(self, tx), grouped)
         keyed = [j for j in new if j.idempotency_key]
         c.executemany(
             "INSERT OR REPLACE INTO idem (queue, key, job_id, expires_at) VALUES (?, ?, ?, ?)",
@@ -293,9 +296,9 @@ class SqliteBroker(
             served = [q for q in queues if q not in paused]
             flowing = self.supports_flow and self._has_groups(tx)
             for queue in served:
-                if flowing:  # grouped jobs first (issue 15; sqlite_limits.py)
+                if flowing:  # grouped jobs first (issue 15; sqllimits.py)
                     lease = partial(self._lease, tx, now=now, vt=visibility_timeout, wid=worker_id)
-                    leases += sqlite_limits.take(tx, queue, now, limit - len(leases), lease)
+                    leases += sqllimits.take(self._db(tx), queue, now, limit - len(leases), lease)
                 while len(leases) < limit:
                     recs = self._rows(tx, READY, (queue, limit - len(leases)), full=True)
                     for rec in recs:
@@ -306,9 +309,7 @@ class SqliteBroker(
                         break
             next_due = None if leases else self._next_due(tx)
             if not leases and flowing:
-                group_due = tx.conn.execute(sqlite_limits.NEXT_GROUP, (now,)).fetchone()[0]
-                if group_due is not None:
-                    next_due = group_due if next_due is None else min(next_due, group_due)
+                next_due = sqllimits.next_due(self._db(tx), now, next_due)
         return Claimed.of(leases, next_due)
 
     def _has_groups(self, tx: Tx) -> bool:
@@ -333,11 +334,7 @@ class SqliteBroker(
 
         A row past its ``expires_at`` (issue 15) becomes ``expired`` and is not leased.
         """
-        if rec.corrupt is None and rec.job.expires_at is not None and rec.job.expires_at <= now:
-            lifecycle.lapse(rec.job, now)
-            self._save(tx, rec)
-            tx.emit("expired", rec.job, now)
-            SqliteFlow(self, tx, now).done(rec.job)  # a workflow node: its dependants fail
+        if sqllimits.lapsed(self._db(tx), rec, now):  # a workflow node: its dependants fail
             return None
         if rec.corrupt is None:
             lifecycle.claim(rec.job, now, vt, wid)
@@ -377,7 +374,7 @@ class SqliteBroker(
                     lifecycle.complete(rec.job, now, ack.result, ack.error)
                     self._save(tx, rec)
                     tx.emit("completed", rec.job, now, attempt=rec.job.attempts)
-                    SqliteFlow(self, tx, now).done(rec.job)
+                    SqlFlow(self._db(tx), now).done(rec.job)
                 out.append(rec is not None)
         return out
 
@@ -400,7 +397,7 @@ class SqliteBroker(
             tx.emit("failed", job, now, attempt=job.attempts, error=job.last_error)
             if retry_at is None:
                 tx.emit("dead_lettered", job, now, reason=error.get("kind"))
-                SqliteFlow(self, tx, now).done(job)
+                SqlFlow(self._db(tx), now).done(job)
             else:
                 tx.emit("retry_scheduled", job, now, run_at=retry_at)
             return job.state
@@ -434,7 +431,7 @@ class SqliteBroker(
             lifecycle.cancel_running(rec.job, now, note)
             self._save(tx, rec)
             tx.emit("cancelled", rec.job, now, note=note)
-            SqliteFlow(self, tx, now).done(rec.job)
+            SqlFlow(self._db(tx), now).done(rec.job)
             return rec.job.state
 
     def extend(
@@ -500,7 +497,7 @@ class SqliteBroker(
             tx.emit("lease_lost", job, now, worker=worker, lost=job.lost)
             if job.state is JobState.DEAD_LETTER:
                 tx.emit("dead_lettered", job, now, reason="worker_lost")
-                SqliteFlow(self, tx, now).done(job)
+                SqlFlow(self._db(tx), now).done(job)
         return len(recs)
 
     def _admin(self, job_id: str, now: float, allowed: Sequence[JobState], event: str) -> bool:
@@ -512,7 +509,7 @@ class SqliteBroker(
             self._save(tx, recs[0])
             tx.emit(event, recs[0].job, now)
             if event == "cancelled":
-                SqliteFlow(self, tx, now).done(recs[0].job)
+                SqlFlow(self._db(tx), now).done(recs[0].job)
             return True
 
     def cancel(self, job_id: str, now: float) -> bool:

@@ -1,5 +1,5 @@
 """Operator actions of the SQLite broker that act on one job by id: ``run_now`` and
-``delete_job``.
+``delete_job`` (``replace_waiting``, debounce, is shared: sqllimits.py).
 
 Split from ``sqlite.py`` to keep it short; each is one ``BEGIN IMMEDIATE`` transaction that
 reads the job's row, checks its state and writes it back (or deletes it), so a worker claiming
@@ -12,11 +12,7 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
-import orjson
-
 from ..core import lifecycle
-from ..core.job import Job
-from ..core.serialization import job_to_dict
 from ..core.state import JobState
 from .sqlite_rows import Rec
 from .sqlite_store import Tx
@@ -40,27 +36,6 @@ class SqliteJobAdmin:
                 return False
             lifecycle.run_now(recs[0].job, now)
             self._save(tx, recs[0])
-            return True
-
-    def replace_waiting(self, job_id: str, job: Job, now: float) -> bool:
-        """``debounce`` (issue 15): newest arguments; a scheduled job's delay restarts."""
-        with self._write() as tx:
-            recs = self._rows(tx, "id = ?", (job_id,), full=True)
-            if not recs or recs[0].corrupt is not None:
-                return False
-            stored = recs[0].job
-            if stored.state not in (JobState.PENDING, *_DELAYED):
-                return False
-            stored.args, stored.kwargs = list(job.args), dict(job.kwargs)
-            stored.metadata = dict(job.metadata)
-            stored.record_event("debounced", now, "arguments replaced by a newer enqueue")
-            if stored.state is JobState.SCHEDULED:
-                stored.run_at = job.run_at
-            due = stored.run_at if stored.state in _DELAYED else None
-            tx.conn.execute(
-                "UPDATE jobs SET payload = ?, run_at = ?, due_at = ? WHERE id = ?",
-                (orjson.dumps(job_to_dict(stored)), stored.run_at, due, job_id),
-            )
             return True
 
     def delete_job(self, job_id: str, now: float) -> bool:

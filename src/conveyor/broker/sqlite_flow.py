@@ -1,194 +1,52 @@
-"""Workflow storage of the SQLite backend: two tables, plain SQL, inside the job transaction.
-
-``wf_nodes`` holds one row per node (its workflow, the count of parents not finished yet, how
-it receives results); ``wf_edges`` one row per edge with, once the parent finished, ``done``,
-``ok`` and the parent's result (copied, so retention may drop the parent first). The broker
-calls ``SqliteFlow.done`` inside the transaction that finishes a job: ``flow.finished`` marks
-each edge once (``UPDATE ... WHERE done = 0``: a second completion changes no row) and releases
-the child when its counter reaches zero. Plain SQL on purpose: the PostgreSQL backend ports it.
+"""The SQLite side of the shared workflow and flow-control SQL (sqlflow.py, sqllimits.py):
+``SqliteDb``, the dialect binding of one ``BEGIN IMMEDIATE`` transaction (no schema, no row
+locks: the write lock already excludes every other writer).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
-import orjson
-
-from ..core import lifecycle
 from ..core.job import Job
-from ..core.state import JobState
-from . import flow
-from .flow import FlowEdge, FlowNode, Input
+from .sqldb import Db, sqlite_sql
+from .sqlite_rows import Rec
+from .sqllimits import SCHEDULE
 
 if TYPE_CHECKING:
     from .sqlite import SqliteBroker
     from .sqlite_store import Tx
 
-#: Tables of schema version 4 (also the 3 -> 4 migration).
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS wf_nodes (id TEXT PRIMARY KEY, workflow TEXT NOT NULL,
-  pending INTEGER NOT NULL, passing TEXT NOT NULL, trig TEXT NOT NULL, pos INTEGER NOT NULL)
-  WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS wf_nodes_workflow ON wf_nodes (workflow, pos);
-CREATE TABLE IF NOT EXISTS wf_edges (parent TEXT NOT NULL, child TEXT NOT NULL,
-  pos INTEGER NOT NULL, policy TEXT NOT NULL, done INTEGER NOT NULL DEFAULT 0, ok INTEGER,
-  result BLOB, PRIMARY KEY (parent, child)) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS wf_edges_child ON wf_edges (child, pos)"""
 
+class SqliteDb(Db):
+    """``sqldb.Db`` over one ``BEGIN IMMEDIATE`` transaction of ``SqliteBroker``."""
 
-def store(tx: Tx, nodes: Sequence[FlowNode], edges: Sequence[FlowEdge]) -> None:
-    """Insert a workflow's nodes and edges (the caller inserts the jobs in the same tx)."""
-    tx.conn.executemany(
-        "INSERT INTO wf_nodes (id, workflow, pending, passing, trig, pos) VALUES (?,?,?,?,?,?)",
-        [(n.id, n.workflow, n.parents, n.passing, n.trigger, i) for i, n in enumerate(nodes)],
-    )
-    tx.conn.executemany(
-        "INSERT INTO wf_edges (parent, child, pos, policy) VALUES (?, ?, ?, ?)",
-        [(e.parent, e.child, i, e.policy) for i, e in enumerate(edges)],
-    )
+    broker: SqliteBroker
+    tx: Tx
 
+    def q(self, text: str) -> str:
+        """``text`` for SQLite."""
+        return sqlite_sql(text)
 
-def member_ids(tx: Tx, workflow_id: str) -> list[str]:
-    """The workflow's node ids in enqueue order."""
-    sql = "SELECT id FROM wf_nodes WHERE workflow = ? ORDER BY pos"
-    return [r[0] for r in tx.conn.execute(sql, (workflow_id,))]
+    def many(self, text: str, rows: Sequence[Sequence[Any]]) -> None:
+        """``executemany``."""
+        self.tx.conn.executemany(sqlite_sql(text), rows)
 
+    def next_seq(self) -> int:
+        """The file's placement counter."""
+        return self.tx.next_seq()
 
-def edges_of(tx: Tx, workflow_id: str) -> list[FlowEdge]:
-    """The edges into the workflow's nodes."""
-    sql = (
-        "SELECT e.parent, e.child, e.policy FROM wf_nodes n JOIN wf_edges e ON e.child = n.id"
-        " WHERE n.workflow = ? ORDER BY n.pos, e.pos"
-    )
-    return [FlowEdge(p, c, pol) for p, c, pol in tx.conn.execute(sql, (workflow_id,))]
+    def rows(self, where: str, params: Sequence[Any], *, full: bool = True) -> list[Rec]:
+        """Job rows (the write lock is held already)."""
+        return self.broker._rows(self.tx, sqlite_sql(where), params, full=full)
 
+    def insert(self, jobs: Sequence[Job], now: float, payloads: Sequence[bytes]) -> None:
+        """The broker's enqueue step."""
+        self.broker._insert(self.tx, jobs, now, payloads)
 
-class SqliteFlow:
-    """``flow.FlowOps`` over one open transaction."""
-
-    def __init__(self, broker: SqliteBroker, tx: Tx, now: float) -> None:
-        self._broker, self._tx, self._now = broker, tx, now
-        self._c = tx.conn
-
-    def done(self, job: Job) -> None:
-        """``job`` just reached a terminal state: release or end its dependants."""
-        ok = job.state is JobState.COMPLETED
-        flow.finished(self, job.id, ok, job.result if ok else None)
-
-    def out_edges(self, parent: str) -> Sequence[tuple[str, str]]:
-        """Edges leaving ``parent`` not marked yet (one indexed lookup; empty for plain jobs)."""
-        sql = "SELECT child, policy FROM wf_edges WHERE parent = ? AND done = 0"
-        return self._c.execute(sql, (parent,)).fetchall()
-
-    def mark(self, parent: str, child: str, ok: bool, result: Any) -> bool:
-        """Record the edge's outcome once (no row changes the second time)."""
-        cur = self._c.execute(
-            "UPDATE wf_edges SET done = 1, ok = ?, result = ? WHERE parent = ? AND child = ?"
-            " AND done = 0",
-            (int(ok), orjson.dumps(result), parent, child),
+    def schedule(self, groups: Sequence[tuple[str, str]]) -> None:
+        """Make the groups due now (a new row takes the next round-robin place)."""
+        self.many(
+            SCHEDULE,
+            [(queue, grp, self.tx.next_seq()) for queue, grp in groups],
         )
-        return cur.rowcount == 1
-
-    def node(self, child: str) -> FlowNode | None:
-        """The node's row."""
-        sql = "SELECT id, workflow, pending, passing, trig FROM wf_nodes WHERE id = ?"
-        row = self._c.execute(sql, (child,)).fetchone()
-        return None if row is None else FlowNode(*row)
-
-    def state(self, child: str) -> JobState | None:
-        """The child job's state column."""
-        row = self._c.execute("SELECT state FROM jobs WHERE id = ?", (child,)).fetchone()
-        return None if row is None else JobState(row[0])
-
-    def decrement(self, child: str) -> int:
-        """One parent fewer; how many remain."""
-        sql = "UPDATE wf_nodes SET pending = pending - 1 WHERE id = ? RETURNING pending"
-        return int(self._c.execute(sql, (child,)).fetchone()[0])
-
-    def inputs(self, child: str) -> list[Input]:
-        """Parents' outcomes in edge order."""
-        sql = "SELECT ok, result, policy FROM wf_edges WHERE child = ? ORDER BY pos"
-        return [
-            Input(bool(ok), None if result is None else orjson.loads(result), policy)
-            for ok, result, policy in self._c.execute(sql, (child,))
-        ]
-
-    def release(self, child: str, inputs: list[Any]) -> None:
-        """waiting -> pending, the inputs written into the envelope's arguments."""
-        [rec] = self._broker._rows(self._tx, "id = ?", (child,), full=True)
-        lifecycle.release_parents(rec.job, self._now, inputs)
-        if rec.data is not None:
-            rec.data["args"] = rec.job.args
-        self._broker._save(self._tx, rec)
-        self._tx.emit("released", rec.job, self._now, note="parents finished")
-
-    def upstream_failed(self, child: str, parent: str, detail: str) -> None:
-        """waiting -> cancelled naming the failed parent."""
-        [rec] = self._broker._rows(self._tx, "id = ?", (child,))
-        lifecycle.upstream_failed(rec.job, self._now, parent, detail)
-        self._broker._save(self._tx, rec)
-        self._tx.emit("cancelled", rec.job, self._now, reason="upstream_failed", parent=parent)
-
-
-class SqliteWorkflows:
-    """The ``WorkflowStore`` methods of ``SqliteBroker`` (mixed in)."""
-
-    def enqueue_workflow(
-        self,
-        jobs: Sequence[Job],
-        payloads: Sequence[bytes],
-        nodes: Sequence[FlowNode],
-        edges: Sequence[FlowEdge],
-        now: float,
-    ) -> None:
-        """Jobs, nodes and edges in one transaction."""
-        b = cast("SqliteBroker", self)
-        with b._write() as tx:
-            b._insert(tx, jobs, now, payloads)
-            store(tx, nodes, edges)
-
-    def workflow_jobs(self, workflow_id: str) -> list[Job]:
-        """The workflow's stored nodes, in enqueue order."""
-        b = cast("SqliteBroker", self)
-        with b._write() as tx:
-            ids = member_ids(tx, workflow_id)
-            found = {
-                r.job.id: r.job
-                for r in b._rows(
-                    tx,
-                    "id IN (SELECT id FROM wf_nodes WHERE workflow = ?)",
-                    (workflow_id,),
-                    full=True,
-                )
-            }
-        return [found[i] for i in ids if i in found]
-
-    def workflow_edges(self, workflow_id: str) -> list[FlowEdge]:
-        """The workflow's edges."""
-        b = cast("SqliteBroker", self)
-        with b._write() as tx:
-            return edges_of(tx, workflow_id)
-
-    def cancel_workflow(self, workflow_id: str, now: float) -> int:
-        """Cancel the nodes that have not started, in one transaction."""
-        b = cast("SqliteBroker", self)
-        with b._write() as tx:
-            where = (
-                "id IN (SELECT id FROM wf_nodes WHERE workflow = ?) AND state IN"
-                " ('waiting', 'pending', 'scheduled', 'retry_scheduled')"
-            )
-            recs = b._rows(tx, where, (workflow_id,))
-            ops = SqliteFlow(b, tx, now)
-            for rec in recs:
-                if ops.state(rec.job.id) not in _CANCELLABLE:
-                    continue  # ended by the cascade of an earlier one
-                rec = b._rows(tx, "id = ?", (rec.job.id,))[0]
-                lifecycle.cancel(rec.job, now)
-                b._save(tx, rec)
-                tx.emit("cancelled", rec.job, now)
-                ops.done(rec.job)
-            return len(recs)
-
-
-_CANCELLABLE = (JobState.WAITING, JobState.PENDING, JobState.SCHEDULED, JobState.RETRY_SCHEDULED)

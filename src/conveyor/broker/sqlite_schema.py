@@ -17,12 +17,12 @@ Version history:
 * 3 — ``jobs_lease (lease_at) WHERE lease_at IS NOT NULL``: every claim returns expired leases
   (and an empty one reports the earliest deadline), so finding them must not walk the active
   rows. Migration 2 → 3 creates that index.
-* 4 — workflows (issue 16): tables ``wf_nodes`` and ``wf_edges`` (sqlite_flow.py). Migration
+* 4 — workflows (issue 16): tables ``wf_nodes`` and ``wf_edges`` (sqlflow.py). Migration
   3 → 4 creates them; jobs are untouched.
 * 5 — flow control (issue 15): ``jobs.grp`` (the group of a flow-controlled job, else NULL);
   ``jobs_ready`` covers only ungrouped pending jobs, ``jobs_group`` the grouped ones; tables
   ``flow_groups``, ``flow_buckets``, ``flow_slots``, ``flow_waiters``, ``flow_limits``
-  (sqlite_limits.py). Migration 4 → 5 adds them. (No triggers: a trigger on ``jobs`` costs every
+  (sqllimits.py). Migration 4 → 5 adds them. (No triggers: a trigger on ``jobs`` costs every
   job's UPDATE about 10 % even when its WHEN is false; the broker does the bookkeeping of
   grouped jobs itself.)
 """
@@ -32,9 +32,18 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable
 
-from .sqlite_flow import SCHEMA as WORKFLOW_SCHEMA
-
 SCHEMA_VERSION = 5
+
+#: Workflow tables of schema version 4 (also the 3 -> 4 migration; sqlflow.py).
+WORKFLOW_SCHEMA = """
+CREATE TABLE IF NOT EXISTS wf_nodes (id TEXT PRIMARY KEY, workflow TEXT NOT NULL,
+  pending INTEGER NOT NULL, passing TEXT NOT NULL, trig TEXT NOT NULL, pos INTEGER NOT NULL)
+  WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS wf_nodes_workflow ON wf_nodes (workflow, pos);
+CREATE TABLE IF NOT EXISTS wf_edges (parent TEXT NOT NULL, child TEXT NOT NULL,
+  pos INTEGER NOT NULL, policy TEXT NOT NULL, done INTEGER NOT NULL DEFAULT 0, ok INTEGER,
+  result BLOB, PRIMARY KEY (parent, child)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS wf_edges_child ON wf_edges (child, pos)"""
 
 #: Flow control (issue 15), plain SQL (PostgreSQL ports it as is, bar ``INSERT OR IGNORE``).
 #: Idempotent (``IF NOT EXISTS``): the 4 -> 5 migration may meet a test file that has it already.

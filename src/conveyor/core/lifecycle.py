@@ -155,3 +155,17 @@ def run_now(job: Job, now: float) -> None:
     job.state = transition(job.state, Event.PROMOTE)
     job.record_event("run_now", now, "made due now by an operator")
     job.run_at = now
+
+
+def debounce(job: Job, newer: Job, now: float) -> bool:
+    """``debounce`` (issue 15): a job that still waits takes ``newer``'s arguments and metadata,
+    a scheduled one also its ``run_at`` (its delay restarts). False (nothing changed) when it
+    no longer waits."""
+    if job.state not in (JobState.PENDING, JobState.SCHEDULED, JobState.RETRY_SCHEDULED):
+        return False
+    job.args, job.kwargs = list(newer.args), dict(newer.kwargs)
+    job.metadata = dict(newer.metadata)
+    job.record_event("debounced", now, "arguments replaced by a newer enqueue")
+    if job.state is JobState.SCHEDULED:
+        job.run_at = newer.run_at
+    return True

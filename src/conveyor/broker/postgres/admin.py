@@ -16,6 +16,7 @@ from typing import Any
 from ...core import lifecycle
 from ...core.state import JobState
 from ..sqlite_rows import Rec
+from . import flow as pgflow
 from .store import Tx
 
 _DELAYED = (JobState.SCHEDULED, JobState.RETRY_SCHEDULED)
@@ -38,15 +39,20 @@ class PgJobAdmin:
             (lifecycle.cancel if event == "cancelled" else lifecycle.requeue)(recs[0].job, now)
             self._save(tx, recs[0])
             tx.emit(event, recs[0].job, now)
+            if event == "cancelled":  # issue 16: a workflow node's dependants end
+                pgflow.done(self, tx, now, recs[0].job)  # type: ignore[arg-type]
             return True
 
     def cancel(self, job_id: str, now: float) -> bool:
         """Cancel a job that has not started (scheduled / pending / retry_scheduled)."""
-        return self._admin(job_id, now, (JobState.PENDING, *_DELAYED), "cancelled")
+        return self._admin(
+            job_id, now, (JobState.PENDING, *_DELAYED, JobState.WAITING), "cancelled"
+        )
 
     def requeue(self, job_id: str, now: float) -> bool:
         """Revive a dead-letter or cancelled job: pending, attempts and lost reset to 0."""
-        return self._admin(job_id, now, (JobState.DEAD_LETTER, JobState.CANCELLED), "requeued")
+        revivable = (JobState.DEAD_LETTER, JobState.CANCELLED, JobState.EXPIRED)
+        return self._admin(job_id, now, revivable, "requeued")
 
     def run_now(self, job_id: str, now: float) -> bool:
         """A scheduled or retrying job becomes pending now (it takes the next ready place)."""

@@ -24,7 +24,10 @@ from ...core.job import ErrorKind, Job
 from ...core.state import TERMINAL_STATES, JobState
 from ...errors import LeaseLost, ValidationError
 from ..base import Ack, Broker, Claimed, EnqueueResult, Lease
+from ..sqlflow import SqlWorkflows
 from ..sqlite_rows import Rec
+from ..sqllimits import SqlFlowAdmin
+from . import flow as pgflow  # issue 15/16 hooks (postgres/flow.py)
 from .admin import PgJobAdmin
 from .enqueue import insert_jobs
 from .reads import COLS, PgReads
@@ -44,7 +47,7 @@ _SAVE = (
 #: keeps its old state in RETURNING (``'pending'``) so ``Rec`` checks it against the envelope.
 _CLAIM = (
     "WITH picked AS (SELECT rid, seq FROM {S}.jobs WHERE queue = %s AND state = 'pending'"
-    " ORDER BY priority, seq LIMIT %s FOR UPDATE SKIP LOCKED)"
+    " AND grp IS NULL ORDER BY priority, seq LIMIT %s FOR UPDATE SKIP LOCKED)"
     " UPDATE {S}.jobs j SET state = 'active', seq = nextval('{S}.job_seq'), lease_at = %s"
     " FROM picked WHERE j.rid = picked.rid RETURNING j.rid, j.id, j.queue, j.task,"
     " 'pending', j.priority, j.run_at, j.created_at, j.finished_at, j.last_error, j.payload,"
@@ -56,8 +59,10 @@ _NEXT_DUE = (
 )
 
 
-class PostgresBroker(PgReads, PgWaits, PgJobAdmin, Broker):
+class PostgresBroker(PgReads, PgWaits, PgJobAdmin, SqlWorkflows, SqlFlowAdmin, Broker):
     """The Broker protocol on one PostgreSQL schema (see module docstring)."""
+
+    supports_flow = True  # rate limits, concurrency, fair groups (issue 15; postgres/flow.py)
 
     def __init__(
         self,
@@ -98,6 +103,10 @@ class PostgresBroker(PgReads, PgWaits, PgJobAdmin, Broker):
         )
 
     # ------------------------------------------------------------------ rows
+    def _db(self, tx: Tx) -> pgflow.PgDb:
+        """The shared workflow and flow-control SQL bound to ``tx`` (broker/sqldb.py)."""
+        return pgflow.PgDb(self, tx)
+
     def _rows(self, tx: Tx, where: str, params: Sequence[Any], lock: str = "") -> list[Rec]:
         sql = self.sql(f"SELECT {COLS} FROM {{S}}.jobs WHERE {where} {lock}")
         return [Rec(tuple(row), True) for row in tx.conn.execute(sql, params)]
@@ -129,6 +138,8 @@ class PostgresBroker(PgReads, PgWaits, PgJobAdmin, Broker):
             ),
         )
         tx.count(job.queue, rec.state, str(state))
+        if job.flow is not None:  # issue 15: group and slot bookkeeping of grouped jobs
+            pgflow.on_save(self, tx, job, rec.state)
         rec.state = str(state)
         if state in (JobState.COMPLETED, JobState.DEAD_LETTER):
             tx.finished.add((job.queue, str(state)))
@@ -194,7 +205,11 @@ class PostgresBroker(PgReads, PgWaits, PgJobAdmin, Broker):
             paused = {
                 r[0] for r in tx.conn.execute(self.sql("SELECT name FROM {S}.queues WHERE paused"))
             }
+            flowing = pgflow.flowing(self, tx)  # issue 15: any flow group at all (cheap gate)
             for queue in (q for q in queues if q not in paused):
+                if flowing:  # issue 15: grouped jobs first (postgres/flow.py)
+                    want = limit - len(leases)
+                    leases += pgflow.take(self, tx, queue, now, want, visibility_timeout, worker_id)
                 while len(leases) < limit:
                     got = self._claim_rows(tx, queue, limit - len(leases), now, visibility_timeout)
                     for rec in got:
@@ -204,6 +219,8 @@ class PostgresBroker(PgReads, PgWaits, PgJobAdmin, Broker):
                     if not got:
                         break
             next_due = None if leases else self._next_due(tx)
+            if not leases and flowing:  # issue 15: or when a throttled group is due
+                next_due = pgflow.next_due(self, tx, now, next_due)
         return Claimed.of(leases, next_due)
 
     def _claim_rows(self, tx: Tx, queue: str, n: int, now: float, vt: float) -> list[Rec]:
@@ -224,6 +241,8 @@ class PostgresBroker(PgReads, PgWaits, PgJobAdmin, Broker):
         self, tx: Tx, rec: Rec, now: float, visibility_timeout: float, worker_id: str
     ) -> Lease | None:
         """Lease one claimed row; an undecodable one is dead-lettered (``decode_error``)."""
+        if pgflow.lapsed(self, tx, rec, now):  # issue 15: past expires_at -> expired
+            return None
         lifecycle.claim(rec.job, now, visibility_timeout, worker_id)
         if rec.corrupt is None:
             token = secrets.token_hex(12)
@@ -252,6 +271,7 @@ class PostgresBroker(PgReads, PgWaits, PgJobAdmin, Broker):
         lifecycle.fail(rec.job, now, error, None)
         self._save(tx, rec)
         tx.emit("dead_lettered", rec.job, now, reason=str(ErrorKind.DECODE_ERROR))
+        pgflow.done(self, tx, now, rec.job)  # issue 16
 
     def complete(self, acks: Sequence[Ack], now: float) -> list[bool]:
         """Record each success, all in one transaction; False for stale tokens."""
@@ -263,6 +283,7 @@ class PostgresBroker(PgReads, PgWaits, PgJobAdmin, Broker):
                     lifecycle.complete(rec.job, now, ack.result, ack.error)
                     self._save(tx, rec)
                     tx.emit("completed", rec.job, now, attempt=rec.job.attempts)
+                    pgflow.done(self, tx, now, rec.job)  # issue 16: release dependants
                 out.append(rec is not None)
         return out
 
@@ -285,6 +306,7 @@ class PostgresBroker(PgReads, PgWaits, PgJobAdmin, Broker):
             tx.emit("failed", job, now, attempt=job.attempts, error=job.last_error)
             if retry_at is None:
                 tx.emit("dead_lettered", job, now, reason=error.get("kind"))
+                pgflow.done(self, tx, now, job)  # issue 16
             else:
                 tx.emit("retry_scheduled", job, now, run_at=retry_at)
             return job.state
@@ -318,6 +340,7 @@ class PostgresBroker(PgReads, PgWaits, PgJobAdmin, Broker):
             lifecycle.cancel_running(rec.job, now, note)
             self._save(tx, rec)
             tx.emit("cancelled", rec.job, now, note=note)
+            pgflow.done(self, tx, now, rec.job)  # issue 16
             return rec.job.state
 
     def extend(
@@ -379,6 +402,7 @@ class PostgresBroker(PgReads, PgWaits, PgJobAdmin, Broker):
             tx.emit("lease_lost", job, now, worker=worker, lost=job.lost)
             if job.state is JobState.DEAD_LETTER:
                 tx.emit("dead_lettered", job, now, reason="worker_lost")
+                pgflow.done(self, tx, now, job)  # issue 16
         return len(recs)
 
     def _delete(self, tx: Tx, queue: str, state: str, where: str, params: Sequence[Any]) -> int:

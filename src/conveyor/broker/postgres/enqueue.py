@@ -19,11 +19,13 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import psycopg
 
+from ...core.flow import unique_holds
 from ...core.job import Job
 from ...core.serialization import job_to_dict
 from ...core.state import TERMINAL_STATES, JobState
 from ...errors import DuplicateJob, ValidationError
 from ..base import EnqueueResult
+from . import flow as pgflow
 from .store import Tx, one
 
 if TYPE_CHECKING:
@@ -32,8 +34,8 @@ if TYPE_CHECKING:
 _DELAYED = (JobState.SCHEDULED, JobState.RETRY_SCHEDULED)
 _INSERT = (
     "INSERT INTO {S}.jobs (id, queue, task, state, priority, seq, run_at, created_at, due_at,"
-    " finished_at, payload) VALUES (%s, %s, %s, %s, %s, nextval('{S}.job_seq'), %s, %s, %s,"
-    " %s, %s)"
+    " finished_at, payload, grp) VALUES (%s, %s, %s, %s, %s, nextval('{S}.job_seq'), %s, %s,"
+    " %s, %s, %s, %s)"
 )
 _CLAIM_KEY = (
     "INSERT INTO {S}.idem (queue, key, job_id, expires_at) VALUES (%s, %s, %s, %s)"
@@ -72,23 +74,47 @@ def _screen(
                 b.sql(_CLAIM_KEY),
                 (job.queue, job.idempotency_key, job.id, now + job.idempotency_ttl, now),
             ).fetchone()
-            if got is None:  # a live key: the existing job
-                existing = one(
-                    c.execute(
-                        b.sql("SELECT job_id FROM {S}.idem WHERE queue = %s AND key = %s"),
-                        (job.queue, job.idempotency_key),
-                    )
-                )[0]
-                row = c.execute(
-                    b.sql("SELECT state FROM {S}.jobs WHERE id = %s"), (existing,)
-                ).fetchone()
-                results.append(
-                    EnqueueResult(existing, True, JobState(row[0]) if row else job.state)
-                )
+            if got is None and (held := _holder(b, tx, job, now, taken)) is not None:
+                existing, state = held  # a live key: the existing job
+                results.append(EnqueueResult(existing, True, JobState(state or job.state)))
                 continue
         fresh.append(i)
+        taken.add(job.id)  # later jobs of the batch see this one (unique keys)
         results.append(EnqueueResult(job.id, False, job.state))
     return results, fresh
+
+
+def _holder(
+    b: PostgresBroker, tx: Tx, job: Job, now: float, batch: set[str]
+) -> tuple[str, str | None] | None:
+    """The job holding ``job``'s live key and its state; None if the key passed to ``job``: a
+    ``unique=`` / ``debounce=`` key whose job no longer holds it (core/flow.py ``unique_holds``;
+    issue 15), taken fenced on the old holder, so of two producers racing for it one wins and
+    the other gets the winner's job. A key taken earlier in this batch (``batch``) holds."""
+    c, key = tx.conn, job.idempotency_key or ""
+    for _ in range(2):
+        existing = one(
+            c.execute(
+                b.sql("SELECT job_id FROM {S}.idem WHERE queue = %s AND key = %s"),
+                (job.queue, key),
+            )
+        )[0]
+        row = c.execute(b.sql("SELECT state FROM {S}.jobs WHERE id = %s"), (existing,)).fetchone()
+        state = row[0] if row else None
+        if existing in batch or not key.startswith(("unique:", "debounce:")):
+            break
+        if unique_holds(key, state):
+            break
+        took = c.execute(
+            b.sql(
+                "UPDATE {S}.idem SET job_id = %s, expires_at = %s WHERE queue = %s AND key = %s"
+                " AND job_id = %s"
+            ),
+            (job.id, now + job.idempotency_ttl, job.queue, key, existing),
+        ).rowcount
+        if took:
+            return None
+    return existing, state
 
 
 def _register(b: PostgresBroker, tx: Tx, queues: list[str]) -> None:
@@ -130,6 +156,7 @@ def insert_jobs(
             j.run_at if j.state in _DELAYED else None,
             j.finished_at if j.state in TERMINAL_STATES else None,
             payloads[i] if payloads is not None else orjson.dumps(job_to_dict(j)),
+            j.flow["g"] if j.flow else None,  # issue 15: its group, if any
         )
         for i, j in zip(fresh, new, strict=True)
     ]
@@ -139,6 +166,8 @@ def insert_jobs(
     except psycopg.errors.UniqueViolation as exc:
         detail = (exc.diag.message_detail or "").partition("=(")[2].rpartition(")")[0]
         raise DuplicateJob(detail or (new[0].id if new else "")) from None
+    if grouped := [j for j in new if j.flow]:  # issue 15: their groups (postgres/flow.py)
+        pgflow.on_insert(b, tx, grouped)
     events = [
         {"type": "enqueued", "job_id": j.id, "queue": j.queue, "task": j.task, "at": now}
         | {"state": str(j.state)}

@@ -23,7 +23,7 @@ COLS = (
     "rid, id, queue, task, state, priority, run_at, created_at, finished_at, last_error,"
     " payload"
 )  # the row layout Rec reads
-READY = "queue = %s AND state = 'pending' ORDER BY priority, seq"
+READY = "queue = %s AND state = 'pending' AND grp IS NULL ORDER BY priority, seq"  # as the claim
 #: A lost NOTIFY (a dropped listener connection, a restart) delays a pickup at most this long.
 SAFETY_POLL_S = 1.0
 _SEARCH = {

@@ -16,13 +16,20 @@ quoted schema name. The version is the single row of ``{S}.schema_version``.
 Version history:
 
 * 1 — the first schema (docs/architecture-postgres.md explains every table and index).
+* 2 — workflows (issue 16) and flow control (issue 15), the tables of the shared SQL
+  (broker/sqlflow.py, broker/sqllimits.py): ``jobs.grp`` (the group of a flow-controlled job,
+  else NULL); ``jobs_ready`` covers only ungrouped pending jobs, ``jobs_group`` the grouped
+  ones; ``wf_nodes``, ``wf_edges``, ``flow_groups``, ``flow_pending``, ``flow_buckets``,
+  ``flow_slots``, ``flow_waiters``, ``flow_limits``. Additive: a nullable column (no table
+  rewrite), new tables, and ``jobs_ready`` rebuilt with the narrower predicate (an index, no
+  data). A new database is created at version 1 and migrated forward in the same transaction.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 #: Text columns compare by code point (``COLLATE "C"``): the same order as Python's ``sorted``
 #: and the other backends, and id-prefix search can use the b-tree as a range.
@@ -105,8 +112,80 @@ CREATE TABLE {S}.counters (
 );
 CREATE INDEX counters_expiry ON {S}.counters (expires_at)"""
 
-#: ``MIGRATIONS[v]`` turns a version ``v`` schema into version ``v + 1`` (none yet).
-MIGRATIONS: dict[int, str] = {}
+#: Version 2: workflows and flow control (see the module docstring).
+FLOW_SCHEMA = """
+ALTER TABLE {S}.jobs ADD COLUMN grp text COLLATE "C";
+DROP INDEX {S}.jobs_ready;
+CREATE INDEX jobs_ready ON {S}.jobs (queue, priority, seq) WHERE state = 'pending' AND grp IS NULL;
+CREATE INDEX jobs_group ON {S}.jobs (queue, grp, priority, seq)
+  WHERE state = 'pending' AND grp IS NOT NULL;
+CREATE TABLE {S}.wf_nodes (
+  id text COLLATE "C" PRIMARY KEY,
+  workflow text COLLATE "C" NOT NULL,
+  pending integer NOT NULL,
+  passing text NOT NULL,
+  trig text NOT NULL,
+  pos integer NOT NULL
+);
+CREATE INDEX wf_nodes_workflow ON {S}.wf_nodes (workflow, pos);
+CREATE TABLE {S}.wf_edges (
+  parent text COLLATE "C" NOT NULL,
+  child text COLLATE "C" NOT NULL,
+  pos integer NOT NULL,
+  policy text NOT NULL,
+  done integer NOT NULL DEFAULT 0,
+  ok integer,
+  result bytea,
+  PRIMARY KEY (parent, child)
+);
+CREATE INDEX wf_edges_child ON {S}.wf_edges (child, pos);
+CREATE TABLE {S}.flow_groups (
+  queue text COLLATE "C" NOT NULL,
+  grp text COLLATE "C" NOT NULL,
+  due double precision,
+  rr bigint NOT NULL,
+  why text,
+  PRIMARY KEY (queue, grp)
+);
+CREATE INDEX flow_groups_due ON {S}.flow_groups (queue, due, rr) WHERE due IS NOT NULL;
+CREATE TABLE {S}.flow_pending (
+  id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  queue text COLLATE "C" NOT NULL,
+  grp text COLLATE "C" NOT NULL
+);
+CREATE TABLE {S}.flow_buckets (
+  name text COLLATE "C" PRIMARY KEY,
+  tokens double precision NOT NULL,
+  at double precision NOT NULL
+);
+CREATE TABLE {S}.flow_slots (
+  name text COLLATE "C" NOT NULL,
+  job_id text COLLATE "C" NOT NULL,
+  PRIMARY KEY (name, job_id)
+);
+CREATE INDEX flow_slots_job ON {S}.flow_slots (job_id);
+CREATE TABLE {S}.flow_waiters (
+  name text COLLATE "C" NOT NULL,
+  queue text COLLATE "C" NOT NULL,
+  grp text COLLATE "C" NOT NULL,
+  PRIMARY KEY (name, queue, grp)
+);
+CREATE TABLE {S}.flow_limits (name text COLLATE "C" PRIMARY KEY, spec text NOT NULL)"""
+
+#: The tables version 2 added (``flush_all`` empties them too).
+FLOW_TABLES = (
+    "wf_nodes",
+    "wf_edges",
+    "flow_groups",
+    "flow_pending",
+    "flow_buckets",
+    "flow_slots",
+    "flow_waiters",
+    "flow_limits",
+)
+
+#: ``MIGRATIONS[v]`` turns a version ``v`` schema into version ``v + 1``.
+MIGRATIONS: dict[int, str] = {1: FLOW_SCHEMA}
 
 #: The advisory lock key serialising schema creation and migration (any schema name).
 LOCK_KEY = 0x636F6E76  # "conv"
@@ -145,13 +224,11 @@ def ensure_schema(conn: Any, schema: str, *, migrate: bool, where: str) -> tuple
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_KEY,))
         found = version = found_version(conn, schema)
-        if version == 0:
+        if version == 0:  # version 1, then every migration in this same transaction
             for sql in statements(SCHEMA, schema):
                 conn.execute(sql)
-            conn.execute(
-                f"INSERT INTO {quote_ident(schema)}.schema_version VALUES ({SCHEMA_VERSION})"
-            )
-            return 0, SCHEMA_VERSION
+            conn.execute(f"INSERT INTO {quote_ident(schema)}.schema_version VALUES (1)")
+            version, migrate = 1, True
         if version > SCHEMA_VERSION or (version < SCHEMA_VERSION and version not in MIGRATIONS):
             raise SchemaError(
                 f"{where}: schema {schema!r} has version {version}; this Conveyor reads versions"

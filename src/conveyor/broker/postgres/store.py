@@ -29,7 +29,7 @@ from ...config import Retention
 from ...core.job import Job
 from ...core.state import JobState
 from ...errors import BrokerUnavailable, ValidationError
-from .schema import SchemaError, ensure_schema, quote_ident
+from .schema import FLOW_TABLES, SchemaError, ensure_schema, quote_ident
 
 EVENT_CHUNK = 500  # events per row of ``events``
 EVENT_TRIM = 256  # trim old event rows when the event number crosses a multiple of this
@@ -363,6 +363,7 @@ class PgStore:
                 "counters",
                 "counts",
                 "counts_log",
+                *FLOW_TABLES,  # issue 15/16: workflows and flow control (postgres/flow.py)
             )
         )
         with self._write() as tx:

@@ -431,7 +431,7 @@ local function next_due(q)
 end
 
 -- ---------------------------------------------------------------- flow control (issue 15)
--- The same model as broker/memlimits.py and sqlite_limits.py (core/flow.py): claim.lua serves the
+-- The same model as broker/memlimits.py and sqllimits.py (core/flow.py): claim.lua serves the
 -- queue's groups round-robin (f:groups, scored by a sequence number: a served group goes to
 -- the back), asks each group's limiters, and leases its head job when they allow; a throttled
 -- group waits in f:gdelay until its next token, one whose slots are full in f:parked until

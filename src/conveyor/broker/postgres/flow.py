@@ -1,0 +1,143 @@
+"""Workflows (issue 16) and flow control (issue 15) on PostgreSQL: the shared SQL of
+broker/sqlflow.py and broker/sqllimits.py bound to one PostgreSQL transaction (``PgDb``), and
+the few hooks ``PostgresBroker`` calls.
+
+Concurrency (SQLite serialises every writer; PostgreSQL does not):
+
+* Flow control: every transaction that reads or writes a group, a bucket, a slot or a waiter
+  first takes ONE transaction-level advisory lock per schema (``PgDb.lock``), so two claimers
+  can never both take the last token or slot, and a slot freed by a completion can never miss
+  the group that is parking itself on it at the same moment. Claims that find no group at all
+  (``flowing``: two index probes) never take it: the unlimited path does not pay.
+* Enqueue never takes that lock (a producer's open transaction would stall every claimer): it
+  appends (queue, group) to ``flow_pending`` in its own transaction, and the next flow-aware
+  claim moves the committed ones into ``flow_groups`` under the lock. A group a claimer deletes
+  as empty while a job of it is being enqueued is therefore recreated from ``flow_pending``
+  once that job is visible: never stranded.
+* Workflows: each edge is marked with ``UPDATE … WHERE done = 0`` and each node's counter with
+  ``UPDATE … RETURNING`` (row locks: concurrent parents decrement in turn, exactly one sees 0).
+* A group's head row held by another transaction (an operator's action) is skipped
+  (``SKIP LOCKED``) and the group looked at again shortly, never waited for.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Sequence
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from ...core.job import Job
+from .. import sqllimits
+from ..base import Lease
+from ..sqldb import Db, pg_sql
+from ..sqlflow import SqlFlow
+from ..sqlite_rows import Rec
+from .store import Tx, one
+
+if TYPE_CHECKING:
+    from .broker import PostgresBroker
+
+#: Transactions holding the flow lock (it is held to their end; taken once each).
+_LOCKED: weakref.WeakKeyDictionary[Tx, bool] = weakref.WeakKeyDictionary()
+_FLOWING = (
+    "SELECT EXISTS (SELECT 1 FROM {S}.flow_groups) OR EXISTS (SELECT 1 FROM {S}.flow_pending)"
+)
+_DRAIN = (
+    "WITH gone AS (DELETE FROM {S}.flow_pending RETURNING queue, grp)"
+    " SELECT DISTINCT queue, grp FROM gone ORDER BY queue, grp"
+)
+
+
+class PgDb(Db):
+    """``sqldb.Db`` over one transaction of ``PostgresBroker``."""
+
+    broker: PostgresBroker
+    tx: Tx
+
+    def q(self, text: str) -> str:
+        """``text`` for PostgreSQL (``%s``, the broker's schema, ``FOR UPDATE SKIP LOCKED``)."""
+        return pg_sql(text, self.broker.s)
+
+    def many(self, text: str, rows: Sequence[Sequence[Any]]) -> None:
+        """``executemany`` on a cursor of the transaction's connection."""
+        if rows:
+            with self.tx.conn.cursor() as cur:
+                cur.executemany(self.q(text), rows)
+
+    def next_seq(self) -> int:
+        """The schema's placement sequence."""
+        return int(one(self.tx.conn.execute(self.q("SELECT nextval('{S}.job_seq')")))[0])
+
+    def rows(self, where: str, params: Sequence[Any], *, full: bool = True) -> list[Rec]:
+        """Job rows, locked until the transaction ends (``FOR UPDATE``)."""
+        return self.broker._rows(self.tx, self.q(where), params, "FOR UPDATE")
+
+    def insert(self, jobs: Sequence[Job], now: float, payloads: Sequence[bytes]) -> None:
+        """The broker's enqueue step in this transaction."""
+        from .enqueue import insert_jobs
+
+        insert_jobs(self.broker, self.tx, jobs, now, payloads)
+
+    def schedule(self, groups: Sequence[tuple[str, str]]) -> None:
+        """Queue the groups for the next flow-aware claim (no lock: see the module docstring)."""
+        self.many("INSERT INTO {S}.flow_pending (queue, grp) VALUES (?, ?)", groups)
+
+    def lock(self) -> None:
+        """The schema's flow lock, once per transaction, held to its end."""
+        if self.tx not in _LOCKED:
+            key = f"conveyor.flow:{self.broker.schema}"
+            self.tx.conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (key,))
+            _LOCKED[self.tx] = True
+
+    def wake(self, queue: str) -> None:
+        """NOTIFY the queue's idle workers at commit."""
+        self.tx.notify.add(queue)
+
+
+def flowing(b: PostgresBroker, tx: Tx) -> bool:
+    """Any flow group, scheduled or newly enqueued (two index probes). If so, take the flow
+    lock and move the newly enqueued groups into ``flow_groups``."""
+    db = PgDb(b, tx)
+    if not one(tx.conn.execute(db.q(_FLOWING)))[0]:
+        return False
+    db.lock()
+    groups = tx.conn.execute(db.q(_DRAIN)).fetchall()
+    db.many(sqllimits.SCHEDULE, [(q, g, db.next_seq()) for q, g in groups])
+    return True
+
+
+def take(
+    b: PostgresBroker, tx: Tx, queue: str, now: float, want: int, vt: float, worker_id: str
+) -> list[Lease]:
+    """Lease up to ``want`` jobs of ``queue``'s due groups (sqllimits.take)."""
+    lease = partial(b._lease, tx, now=now, visibility_timeout=vt, worker_id=worker_id)
+    return sqllimits.take(PgDb(b, tx), queue, now, want, lease)
+
+
+def next_due(b: PostgresBroker, tx: Tx, now: float, due: float | None) -> float | None:
+    """``due`` or the earliest time a throttled group becomes due."""
+    return sqllimits.next_due(PgDb(b, tx), now, due)
+
+
+def on_save(b: PostgresBroker, tx: Tx, job: Job, old_state: str) -> None:
+    """A grouped job was written (sqllimits.on_save)."""
+    sqllimits.on_save(PgDb(b, tx), job, old_state)
+
+
+def on_insert(b: PostgresBroker, tx: Tx, jobs: Sequence[Job]) -> None:
+    """Grouped jobs were inserted (in the broker's or the caller's transaction)."""
+    sqllimits.on_insert(PgDb(b, tx), jobs)
+
+
+def lapsed(b: PostgresBroker, tx: Tx, rec: Rec, now: float) -> bool:
+    """A claimed row past its ``expires_at`` became ``expired`` (sqllimits.lapsed)."""
+    return sqllimits.lapsed(PgDb(b, tx), rec, now)
+
+
+def done(b: PostgresBroker, tx: Tx, now: float, job: Job) -> None:
+    """``job`` reached a terminal state: release or end its workflow dependants. Only workflow
+    nodes (``metadata["workflow"]``) and undecodable rows look for edges."""
+    meta = job.metadata if isinstance(job.metadata, dict) else {}
+    if "workflow" in meta or "decode_error" in meta:
+        SqlFlow(PgDb(b, tx), now).done(job)

@@ -1,0 +1,86 @@
+"""The dialect seam of the SQL brokers' shared flow code: one statement text, two databases.
+
+Workflows (``sqlflow.py``) and flow control (``sqllimits.py``) are the same SQL on SQLite and
+PostgreSQL. Their statements are written once, with ``?`` placeholders, ``{S}.`` before each
+table (PostgreSQL's schema; nothing on SQLite) and ``{LOCK}`` where PostgreSQL must lock the row
+it reads (``FOR UPDATE SKIP LOCKED``; SQLite's ``BEGIN IMMEDIATE`` already excludes every other
+writer). Both databases accept ``INSERT … ON CONFLICT … DO NOTHING / DO UPDATE`` and
+``RETURNING``, so nothing else differs. A ``Db`` binds them to one open transaction of one broker
+and adds what the backends do differently (sequence numbers, row locking, wake-ups).
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from functools import lru_cache
+from typing import Any
+
+from ..core.job import Job
+from .sqlite_rows import Rec
+
+
+@lru_cache(maxsize=512)
+def sqlite_sql(text: str) -> str:
+    """A shared statement for SQLite (no schema, no row locks)."""
+    return text.replace("{S}.", "").replace("{LOCK}", "")
+
+
+@lru_cache(maxsize=512)
+def pg_sql(text: str, schema: str) -> str:
+    """A shared statement for PostgreSQL: ``schema`` (quoted) bound, ``%s`` placeholders."""
+    return (
+        text.replace("?", "%s").replace("{S}", schema).replace("{LOCK}", "FOR UPDATE SKIP LOCKED")
+    )
+
+
+class Db(abc.ABC):
+    """The shared flow code's view of one open transaction ``tx`` of ``broker``."""
+
+    def __init__(self, broker: Any, tx: Any) -> None:
+        self.broker, self.tx = broker, tx
+
+    @abc.abstractmethod
+    def q(self, text: str) -> str:
+        """``text`` in this database's dialect."""
+
+    def run(self, text: str, params: Sequence[Any] = ()) -> Any:
+        """Execute one shared statement; its cursor (``fetchone``, ``fetchall``, ``rowcount``)."""
+        return self.tx.conn.execute(self.q(text), params)
+
+    @abc.abstractmethod
+    def many(self, text: str, rows: Sequence[Sequence[Any]]) -> None:
+        """Execute one shared statement once per row of parameters."""
+
+    @abc.abstractmethod
+    def next_seq(self) -> int:
+        """A fresh, increasing placement number (round-robin order of groups)."""
+
+    @abc.abstractmethod
+    def rows(self, where: str, params: Sequence[Any], *, full: bool = True) -> list[Rec]:
+        """Job rows matching ``where`` (shared dialect), locked for update where that matters."""
+
+    @abc.abstractmethod
+    def insert(self, jobs: Sequence[Job], now: float, payloads: Sequence[bytes]) -> None:
+        """Store new jobs in this transaction (the broker's enqueue step)."""
+
+    @abc.abstractmethod
+    def schedule(self, groups: Sequence[tuple[str, str]]) -> None:
+        """Newly enqueued pending jobs of these (queue, group) pairs: make the groups due."""
+
+    def save(self, rec: Rec) -> None:
+        """Write a changed job row back (the broker's ``_save``: counts, hooks, wake-ups)."""
+        self.broker._save(self.tx, rec)
+
+    def emit(self, kind: str, job: Job, now: float, **extra: Any) -> None:
+        """Record one job event at commit."""
+        self.tx.emit(kind, job, now, **extra)
+
+    def lock(self) -> None:
+        """Serialise flow-control bookkeeping with every other transaction doing it (a no-op
+        where the transaction already excludes every other writer)."""
+        return None
+
+    def wake(self, queue: str) -> None:
+        """A group of ``queue`` became due: wake its idle workers at commit (if they sleep)."""
+        return None

@@ -1,0 +1,115 @@
+"""Flow control and workflows on PostgreSQL where it differs from SQLite: claimers run in
+parallel (the contract suite covers the semantics with one claimer at a time).
+
+* Two claimers on two connections never exceed a ``ConcurrencyLimit`` (the flow lock).
+* A grouped job enqueued in the caller's open transaction is claimed once the caller commits,
+  even if a claimer dropped its group as empty in between (``flow_pending``).
+* A version 1 schema with jobs migrates to version 2 and the jobs run.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from typing import Any
+
+import psycopg
+import pytest
+
+from conveyor import ConcurrencyLimit, Conveyor, JobState, chain
+from conveyor.broker.base import Ack
+from conveyor.broker.postgres import schema as pg_schema
+from conveyor.broker.postgres.broker import PostgresBroker
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def test_parallel_claimers_never_exceed_a_concurrency_limit(pg_server: Any) -> None:
+    url = pg_server.new_database()
+    app = Conveyor(url)
+
+    @app.task(name="flow.sync", concurrency=ConcurrencyLimit(1, key="account"))
+    def sync(account: int, n: int) -> None: ...
+
+    for n in range(80):
+        sync.enqueue(n % 4, n)
+    running: Counter[int] = Counter()
+    worst: list[int] = []
+    lock = threading.Lock()
+    done: list[str] = []
+
+    def claimer() -> None:
+        broker = PostgresBroker.from_url(url)
+        try:
+            deadline = time.monotonic() + 30
+            while len(done) < 80 and time.monotonic() < deadline:
+                leases = broker.claim(["default"], time.time(), limit=4, worker_id="w")
+                with lock:
+                    for lease in leases:
+                        running[lease.job.args[0]] += 1
+                    worst.append(max(running.values(), default=0))
+                time.sleep(0.002)  # "run" the jobs while the other claimers try
+                with lock:
+                    for lease in leases:
+                        running[lease.job.args[0]] -= 1
+                broker.complete([Ack(lease.id, lease.token) for lease in leases], time.time())
+                with lock:
+                    done.extend(lease.id for lease in leases)
+        finally:
+            broker.close()
+
+    threads = [threading.Thread(target=claimer) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    app.close()
+    assert len(done) == 80 and len(set(done)) == 80
+    assert max(worst) == 1, "two jobs of one account ran at once"
+
+
+def test_grouped_job_enqueued_in_an_open_transaction_survives_its_group_being_dropped(
+    pg: PostgresBroker, conn: Any
+) -> None:
+    app = Conveyor(pg)
+
+    @app.task(name="flow.one", concurrency=ConcurrencyLimit(1, key="account"))
+    def one(account: int, n: int) -> None: ...
+
+    first, second = one.enqueue(7, 1), one.enqueue(7, 2)
+    claim = lambda: [x.id for x in pg.claim(["default"], time.time(), limit=5, worker_id="w")]  # noqa: E731
+    leases = pg.claim(["default"], time.time(), limit=5, worker_id="w")
+    assert [x.id for x in leases] == [first.id]  # the group now waits for the slot
+    later = one.options(connection=conn).enqueue(7, 3)  # not committed yet
+    pg.complete([Ack(leases[0].id, leases[0].token)], time.time())
+    leases = pg.claim(["default"], time.time(), limit=5, worker_id="w")
+    assert [x.id for x in leases] == [second.id]  # ... and the group, found empty, is dropped
+    conn.commit()
+    pg.complete([Ack(leases[0].id, leases[0].token)], time.time())
+    assert claim() == [later.id]
+
+
+def test_a_version_1_schema_migrates_and_its_jobs_run(pg_server: Any) -> None:
+    url = pg_server.new_database()
+    with psycopg.connect(url, autocommit=True) as c, c.transaction():
+        for sql in pg_schema.statements(pg_schema.SCHEMA, "conveyor"):
+            c.execute(sql)
+        c.execute("INSERT INTO conveyor.schema_version VALUES (1)")
+    with pytest.raises(Exception, match="conveyor migrate"):
+        PostgresBroker.from_url(url)
+    broker = PostgresBroker.from_url(url + "?migrate=true")
+    app = Conveyor(broker)
+
+    @app.task(name="wf.add")
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    flow = chain(add.partial(1, 2), add.partial(10)).enqueue()
+    for _ in range(2):
+        [lease] = broker.claim(["default"], time.time(), limit=5, worker_id="w")
+        result = add(*lease.job.args)
+        broker.complete([Ack(lease.id, lease.token, result)], time.time())
+    assert [j.state for j in flow.jobs()] == [JobState.COMPLETED] * 2
+    assert flow.result() == 13
+    app.close()
