@@ -13,7 +13,9 @@ after that call returned, with its own ``EnqueueResult``:
   ``DuplicateJob``) stored nothing; the batch is then written again one job per call, in
   arrival order, so the error reaches that caller only and the others are stored exactly as
   sequential calls would have stored them;
-* a lost connection (``outage.is_connection_error``) reaches every caller of the batch;
+* a lost connection (``outage.is_connection_error``), a full store (``StorageFull``) or a
+  refused configuration (``BrokerConfigError``) is about the broker, not a job: it reaches
+  every caller of the batch;
 * idempotency keys repeated inside a batch are resolved by the broker in order (the second
   caller gets the first's job, ``duplicate=True``), as for two sequential calls.
 
@@ -36,6 +38,7 @@ from typing import Any, NamedTuple, Protocol
 from .broker.base import Broker, EnqueueResult
 from .core.autobatch import AutoBatch, FlushBuffer
 from .core.job import Job
+from .errors import BrokerConfigError, StorageFull
 from .outage import is_connection_error
 
 
@@ -160,7 +163,7 @@ class AutoBatcher:
             results = broker.enqueue(jobs, now, payloads, fresh_ids=all(e.fresh for e in part))
         except Exception as exc:
             self.writes += 1
-            if len(part) == 1 or is_connection_error(exc):
+            if len(part) == 1 or _batch_wide(exc):
                 _fail(part, exc)
             else:  # nothing stored (atomic): find the refused job(s) one call each
                 self._one_by_one(broker, part)
@@ -177,7 +180,7 @@ class AutoBatcher:
                 res = broker.enqueue([e.job], e.now, [e.payload], fresh_ids=e.fresh)
             except Exception as exc:
                 self.writes += 1
-                if is_connection_error(exc):
+                if _batch_wide(exc):
                     _fail(part[i:], exc)
                     return
                 e.future.set_exception(exc)
@@ -185,6 +188,11 @@ class AutoBatcher:
             self.writes += 1
             self.jobs += 1
             e.future.set_result(res[0])
+
+
+def _batch_wide(exc: BaseException) -> bool:
+    """True for an error about the broker (every job of the batch would get it)."""
+    return is_connection_error(exc) or isinstance(exc, StorageFull | BrokerConfigError)
 
 
 def _fail(entries: list[Entry], exc: BaseException) -> None:
