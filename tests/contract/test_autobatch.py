@@ -75,7 +75,7 @@ def callers_in_order(batcher: AutoBatcher, calls: list[Callable[[], Any]]) -> li
         t.start()
         threads.append(t)
         if i < len(calls) - 1:
-            wait_for(lambda i=i: batcher.waiting == i + 1 or not t.is_alive(), "the buffer")
+            wait_for(lambda i=i, t=t: batcher.waiting == i + 1 or not t.is_alive(), "the buffer")
     for t in threads:
         t.join(DEADLINE)
         assert not t.is_alive(), "a caller is still blocked"
@@ -254,3 +254,19 @@ def test_close_writes_what_is_buffered_and_a_later_call_starts_again(app: Convey
         th.join(DEADLINE)
         assert th.error is None and app.get_job(th.result.id).args == [n]
     assert total(app) == 2 and batcher.writes == 2
+
+
+def test_debounce_in_one_batch_keeps_the_newest_arguments(app: Conveyor, backend: str) -> None:
+    if backend == "postgres":
+        pytest.skip("flow control (debounce) is not implemented on PostgreSQL yet")
+    batcher = batch_of(app, 2)
+    threads = callers_in_order(
+        batcher,
+        [
+            lambda: app.enqueue("t", args=["v1"], debounce=5.0, unique_key="doc"),
+            lambda: app.enqueue("t", args=["v2"], debounce=5.0, unique_key="doc"),
+        ],
+    )
+    first, second = (th.result for th in threads)
+    assert second.duplicate and second.id == first.id
+    assert app.get_job(first.id).args == ["v2"] and total(app) == 1
