@@ -17,7 +17,10 @@ after that call returned, with its own ``EnqueueResult``:
   refused configuration (``BrokerConfigError``) is about the broker, not a job: it reaches
   every caller of the batch;
 * idempotency keys repeated inside a batch are resolved by the broker in order (the second
-  caller gets the first's job, ``duplicate=True``), as for two sequential calls.
+  caller gets the first's job, ``duplicate=True``), as for two sequential calls;
+* an async caller cancelled while its job waits in the buffer: the job is dropped, never
+  stored; once its batch's write has begun it is stored (as when any call is cancelled
+  while its request is on the wire, cancelling does not prove the job was not stored).
 
 The writer starts on first use, ``close()`` (``app.close()``, and at interpreter exit) writes
 what is buffered and stops it; a forked child starts with an empty buffer and no writer (the
@@ -144,6 +147,11 @@ class AutoBatcher:
                 self._cond.wait(wait)
 
     def _write(self, batch: list[Entry]) -> None:
+        # a task cancelled while its job waited is dropped (never stored); the others can no
+        # longer be cancelled, so their answers below always land
+        batch = [e for e in batch if e.future.set_running_or_notify_cancel()]
+        if not batch:
+            return
         broker = self.host.broker
         if getattr(broker, "cluster", False):  # one script call stays in one slot (one queue)
             groups: dict[str, list[Entry]] = {}

@@ -270,3 +270,24 @@ def test_debounce_in_one_batch_keeps_the_newest_arguments(app: Conveyor, backend
     first, second = (th.result for th in threads)
     assert second.duplicate and second.id == first.id
     assert app.get_job(first.id).args == ["v2"] and total(app) == 1
+
+
+def test_a_task_cancelled_while_buffered_drops_its_job(app: Conveyor) -> None:
+    sizes = count_enqueues(app.broker)
+    batcher = batch_of(app, 2)
+
+    async def main() -> Any:
+        doomed = asyncio.ensure_future(app.enqueue_async("t", args=["doomed"]))
+        while batcher.waiting < 1:
+            await asyncio.sleep(0.001)
+        doomed.cancel()
+        for _ in range(3):  # the cancel reaches the buffered future on the next loop turns
+            await asyncio.sleep(0)
+        kept = await app.enqueue_async("t", args=["kept"])  # fills the batch of two
+        with pytest.raises(asyncio.CancelledError):
+            await doomed
+        return kept
+
+    kept = asyncio.run(main())
+    assert sizes == [1], "the cancelled job was dropped, not written"
+    assert [j.args for j in app.peek("default", 10)] == [["kept"]] and kept.args == ["kept"]
