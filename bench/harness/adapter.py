@@ -213,10 +213,17 @@ class Adapter(ABC):
         """The interpreter of this system's processes, for the results file."""
         return str(self.python.relative_to(self.ctx.repo))
 
-    def _produce(self, op: str, *extra: str, timeout: float = 900) -> dict[str, object]:
+    def _produce(
+        self, op: str, *extra: str, timeout: float = 900, env: dict[str, str] | None = None
+    ) -> dict[str, object]:
         cmd = [*self.producer_command(), "--url", self.redis_url, "--op", op, *extra]
         run = subprocess.run(
-            cmd, cwd=self.ctx.repo, env=self._env(), capture_output=True, text=True, timeout=timeout
+            cmd,
+            cwd=self.ctx.repo,
+            env=self._env() | (env or {}),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
         )
         if run.returncode != 0:
             raise RuntimeError(f"producer {op} failed ({run.returncode}): {run.stderr[-1500:]}")
@@ -237,6 +244,13 @@ class Adapter(ABC):
             "one", "--count", str(count), "--start", str(start), "--sleep", str(sleep_s)
         )
         return self._producer_result(raw, "one call per job")
+
+    def enqueue_threads(
+        self, count: int, threads: int, env: dict[str, str] | None = None
+    ) -> dict[str, object]:
+        """One call per job from ``threads`` threads of one producer process (extra ``env``
+        for the producer); the producer's raw summary, ``cpu_s`` included."""
+        return self._produce("one", "--count", str(count), "--threads", str(threads), env=env)
 
     def enqueue_bulk(
         self, count: int, *, start: int = 0, sleep_s: float = 0.0, batch: int = 1000

@@ -39,6 +39,7 @@ class Sizes:
     crash_window: float = 60.0
     crash_idle: float = 15.0
     rss_idle: float = 3.0
+    autobatch_threads: int = 50
 
 
 FULL = Sizes()
@@ -95,6 +96,29 @@ def enqueue(adapter: Adapter, sizes: Sizes) -> Result:
     cpu = redis_cpu_per_job(adapter, cpu0, n)
     adapter.flush()
     return asdict(res) | cpu | extra
+
+
+#: The producer's settings of ``enqueue_autobatch``'s "on" half (docs/design.md).
+AUTOBATCH_ENV = {"CONVEYOR_AUTOBATCH_MAX_JOBS": "100", "CONVEYOR_AUTOBATCH_MAX_DELAY": "0.001"}
+
+
+def enqueue_autobatch(adapter: Adapter, sizes: Sizes) -> Result:
+    """Conveyor only (issue 18): one call per job from ``autobatch_threads`` threads of one
+    producer, without (``off``) and with (``on``) the auto-batching producer; each half reports
+    its rate, Redis CPU and producer CPU per job. Not in the default set."""
+    if adapter.name != "conveyor":
+        return {"skipped": "Conveyor's auto-batching producer only"}
+    n, extra = _sized(adapter, "enqueue", sizes.enqueue)
+    out: Result = {"threads": sizes.autobatch_threads, "settings": AUTOBATCH_ENV} | extra
+    for mode, env in (("off", {}), ("on", AUTOBATCH_ENV)):
+        adapter.flush()
+        cpu0 = redis_cpu(adapter)
+        raw = adapter.enqueue_threads(n, sizes.autobatch_threads, env)
+        cpu = redis_cpu_per_job(adapter, cpu0, n)
+        client = 1e6 * float(str(raw.get("cpu_s", math.nan))) / n
+        out[mode] = {"rate": raw["rate"], "client_cpu_us_per_job": client} | cpu
+    adapter.flush()
+    return out | {"rate": out["on"]["rate"]}
 
 
 def bulk(adapter: Adapter, sizes: Sizes) -> Result:
@@ -354,6 +378,7 @@ def _late_recovery(
 
 SCENARIOS: dict[str, Callable[[Adapter, Sizes], Result]] = {
     "enqueue": enqueue,
+    "enqueue_autobatch": enqueue_autobatch,
     "bulk": bulk,
     "drain": drain,
     "latency": latency,

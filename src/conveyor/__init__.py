@@ -15,6 +15,7 @@ TYPE_CHECKING = False  # not typing's: importing typing would defeat the lazy lo
 if TYPE_CHECKING:
     from .app import Conveyor, default_middleware
     from .broker.base import Broker, Page
+    from .core.autobatch import AutoBatch
     from .core.backoff import Backoff
     from .core.clock import Clock, FakeClock, SystemClock
     from .core.flow import ConcurrencyLimit, RateLimit
@@ -62,6 +63,7 @@ _EXPORTS = {
     "default_middleware": ".app",
     "Broker": ".broker.base",
     "Page": ".broker.base",
+    "AutoBatch": ".core.autobatch",
     "Backoff": ".core.backoff",
     "Clock": ".core.clock",
     "FakeClock": ".core.clock",
@@ -108,6 +110,7 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "AutoBatch",
     "Backoff",
     "Broker",
     "BrokerAuthError",

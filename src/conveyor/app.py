@@ -16,9 +16,11 @@ import random
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast, overload
 
+from .autobatch import from_option
 from .broker.base import Broker, Page
 from .broker.factory import broker_from_url
 from .config import DEFAULT_URL, Settings
+from .core.autobatch import AutoBatch
 from .core.backoff import Backoff
 from .core.clock import Clock, SystemClock
 from .core.flow import ConcurrencyLimit, RateLimit, task_flow
@@ -68,7 +70,11 @@ class Conveyor:
         settings: Settings | None = None,
         middleware: Iterable[Middleware] | None = None,
         strict_names: bool = True,
+        autobatch: AutoBatch | bool | None = None,
     ) -> None:
+        """``autobatch``: buffer single-job enqueues of all threads and tasks and store them
+        in one broker call (``AutoBatch(max_jobs=, max_delay=)``, True for the defaults, False
+        for off; None: the ``CONVEYOR_AUTOBATCH_*`` settings decide; docs/design.md)."""
         #: refuse ``enqueue`` by a task name this app does not register (when it registers
         #: any); False for producers that enqueue other services' tasks by name
         self.strict_names = strict_names
@@ -93,6 +99,8 @@ class Conveyor:
             owner=self,
         )
         self._last_reap = float("-inf")
+        if autobatch is not None:
+            self.runtime.producer.autobatch = from_option(self.runtime, autobatch)
 
     # the runtime's parts, as attributes of the app (public API)
     @property
@@ -507,7 +515,9 @@ class Conveyor:
         self.schedules.set_paused(name, False)
 
     def close(self) -> None:
-        """Close the broker's connections."""
+        """Store what the auto-batcher holds (if on), then close the broker's connections."""
+        if self.runtime.producer.autobatch is not None:
+            self.runtime.producer.autobatch.close()
         self.broker.close()
 
 

@@ -62,6 +62,10 @@ class Settings:
     heartbeat_interval: float = 5.0  # worker registry refresh; entries expire after 2x
     shutdown_timeout: float = 30.0
     timeout_grace: float = 5.0  # seconds a thread job may ignore its timeout before recycle
+    # opt-in auto-batching of single-job enqueues (conveyor.autobatch): 0 is off; else at most
+    # this many jobs per broker call, each waiting at most autobatch_max_delay seconds
+    autobatch_max_jobs: int = 0
+    autobatch_max_delay: float = 0.001
     retention: Retention = field(default_factory=Retention)
 
     def __post_init__(self) -> None:

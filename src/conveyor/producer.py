@@ -13,14 +13,18 @@ case — a job without per-call options — takes a lean road:
 Jobs with options (``queue=``, ``delay=``, ``idempotency_key=``, ...) are validated and built
 by ``build_job`` and encoded with ``encode_envelope``. Either way the broker receives fully
 built jobs and their encoded envelopes in ONE ``Broker.enqueue`` call (atomic: all or none).
+With auto-batching on (``conveyor.autobatch``), a single-job call hands its encoded job to the
+app's ``AutoBatcher`` instead, which stores it together with other callers' jobs.
 """
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
+from .autobatch import AutoBatcher, from_settings
 from .batchctx import current_batch
 from .broker.base import Broker, EnqueueResult
 from .config import Settings
@@ -99,6 +103,8 @@ class Producer:
         self._hook_lists: tuple[list[Middleware], list[Middleware]] = ([], [])
         #: what stores ``connection=`` enqueues instead of the broker (``conveyor.outbox``)
         self.transactional: TransactionalStore | None = None
+        #: opt-in auto-batching of single-job enqueues (``conveyor.autobatch``), or None
+        self.autobatch: AutoBatcher | None = from_settings(app, app.settings)
 
     def hooks(self) -> tuple[list[Middleware], list[Middleware]]:
         """The middleware with enqueue hooks: ``(before_enqueue, after_enqueue[_batch])``.
@@ -144,7 +150,12 @@ class Producer:
         if not jobs:
             return []
         payloads, after, fresh = self.encode(jobs, plain)
-        results = await self.app.broker.enqueue_async(jobs, now, payloads, fresh_ids=fresh)
+        auto = self.autobatch
+        if auto is not None and len(jobs) == 1:  # joins other callers' jobs (autobatch.py)
+            submitted = auto.submit(jobs[0], payloads[0], now, fresh)
+            results = [await asyncio.wrap_future(submitted)]
+        else:
+            results = await self.app.broker.enqueue_async(jobs, now, payloads, fresh_ids=fresh)
         if after:
             after_enqueue_batch(after, self.app.owner, jobs, [res.duplicate for res in results])
         handles = jobs
@@ -277,6 +288,8 @@ class Producer:
             store = self.transactional or app.broker
             raw = raw_connection(connection)
             results = store.enqueue_in_transaction(raw, jobs, payloads=payloads)
+        elif self.autobatch is not None and len(jobs) == 1:  # joins other callers' jobs
+            results = [self.autobatch.write(jobs[0], payloads[0], now, fresh)]
         else:
             results = app.broker.enqueue(jobs, now, payloads, fresh_ids=fresh)
         if after:  # one call per batch (metrics: one buffered update instead of one per job)

@@ -161,6 +161,18 @@ class SettingsModel(_Sourced):
         allow_inf_nan=False,
         description="seconds a thread job may ignore its timeout before its process is recycled",
     )
+    autobatch_max_jobs: int = Field(
+        _S.autobatch_max_jobs,
+        ge=0,
+        description="auto-batching of single-job enqueues: most jobs per broker call (0: off)",
+    )
+    autobatch_max_delay: float = Field(
+        _S.autobatch_max_delay,
+        ge=0,
+        le=1,
+        allow_inf_nan=False,
+        description="auto-batching: longest wait in seconds of a job for its batch",
+    )
 
 
 def load(environ: Mapping[str, str], overrides: Mapping[str, Any]) -> Settings:
@@ -207,6 +219,7 @@ def _validated(model: type[BaseSettings], given: Mapping[str, Any], env: str) ->
 _RULES = {
     "greater_than": "must be > {gt}",
     "greater_than_equal": "must be >= {ge}",
+    "less_than_equal": "must be <= {le}",
     "float_parsing": "must be a number",
     "float_type": "must be a number",
     "int_parsing": "must be a whole number",
@@ -252,6 +265,8 @@ def _rule_text(name: str, info: Any) -> str:
             bounds.append(f"> {m.gt}")
         elif getattr(m, "ge", None) is not None:
             bounds.append(f">= {m.ge}")
+        if getattr(m, "le", None) is not None:
+            bounds.append(f"{'and ' if bounds else ''}<= {m.le}")
     kind = "whole number" if info.annotation is int else "finite number"
     return " ".join([kind, *bounds])
 

@@ -114,6 +114,6 @@ def test_docs_table_lists_every_variable_with_its_default_and_rule() -> None:
 
     text = DOCS.read_text()
     rows = describe()
-    assert len(rows) == 17
+    assert len(rows) == 19
     for row in rows:
         assert table_row(row) in text, table_row(row)
