@@ -240,12 +240,26 @@ class Conveyor:
         *,
         rate_limit: str | RateLimit | None = None,
         concurrency: int | ConcurrencyLimit | None = None,
+        shards: int = 1,
+        shard_by: str | Callable[..., Any] | None = None,
     ) -> None:
         """Limit a whole queue: every job enqueued to it from this app shares one token
         bucket (``rate_limit="10/s"``) and at most ``concurrency`` of them run at once,
-        on all workers together (docs/flow-control.md)."""
+        on all workers together (docs/flow-control.md).
+
+        ``shards=N`` spreads the queue over N physical queues (N hash slots in Redis
+        Cluster); ``shard_by`` (an argument name or a callable over the arguments) keeps
+        the jobs of one key in one shard, in order (docs/scaling.md)."""
         validate_queue_name(name)
         flow = task_flow(rate_limit, concurrency, None)
+        if shards != 1 and flow is not None:
+            raise ValidationError(
+                "shards",
+                "a sharded queue takes no queue-wide rate_limit or concurrency (each shard"
+                " would enforce its own); declare the limit on the tasks instead, whose jobs"
+                " then all go to shard 0 (docs/scaling.md)",
+            )
+        self.runtime.shards.declare(name, shards, shard_by, self.runtime.id_rng.randrange(64))
         for limit in (flow.rate_limit, flow.concurrency) if flow else ():
             if limit is not None and limit.key is not None:
                 raise ValidationError("queue", "queue limits take no key (use a task's limits)")
