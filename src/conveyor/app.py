@@ -342,8 +342,10 @@ class Conveyor:
         return admin.workers(self.runtime)
 
     def peek(self, queue: str, n: int = 10) -> list[JobHandle[Any]]:
-        """The next ``n`` ready jobs of a queue, in the order workers would take them."""
-        jobs = self.broker.peek(validate_queue_name(queue), n)
+        """The next ``n`` ready jobs of a queue, in the order workers would take them (a
+        sharded queue: of each shard in turn)."""
+        members = self.runtime.shards.members(validate_queue_name(queue))
+        jobs = [j for q in members for j in self.broker.peek(q, n)][:n]
         return [JobHandle.bind(j, self.runtime) for j in jobs]
 
     def search(
@@ -446,7 +448,7 @@ class Conveyor:
             self._last_reap = now
             self.broker.reap_expired(now, max_lost=self.settings.max_lost)
         leases = self.broker.claim(
-            [validate_queue_name(queue)],
+            self.runtime.shards.members(validate_queue_name(queue)),  # sharded: every shard
             now,
             limit=1,
             visibility_timeout=vt,

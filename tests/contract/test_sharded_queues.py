@@ -214,3 +214,22 @@ def test_queue_wide_limits_and_shards_are_refused_together(app: Conveyor) -> Non
     with pytest.raises(ValidationError, match="shards"):
         app.queue("events", shards=0)
     assert app.runtime.shards.get("events") is None
+
+
+def test_peek_dequeue_purge_and_depth_alerts_see_the_logical_queue(
+    app: Conveyor, clock: FakeClock
+) -> None:
+    from conveyor.monitoring.rules import AlertContext, QueueDepth
+
+    names = sharded(app, 3)
+    handles = [app.enqueue("t", (i,), queue="events") for i in range(3)]
+    assert {h.id for h in app.peek("events")} == {h.id for h in handles}
+    violations = QueueDepth(threshold=2, queue="events").check(AlertContext(app.runtime, 0.0))
+    assert [(v.subject, v.value) for v in violations] == [("events", 3)]
+    got = [app.dequeue("events") for _ in range(4)]
+    assert got[3] is None and {d.job.queue for d in got[:3] if d} == set(names)
+    for d in got[:3]:
+        assert d is not None
+        d.fail("no")
+    assert app.stats()["queues"]["events"]["dead_letter"] == 3
+    assert app.purge_dead(queue="events") == 3

@@ -13,8 +13,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import redis
 
+import redis
 from conveyor import Conveyor, FakeClock
 from conveyor.broker.redis import RedisBroker
 from conveyor.task import JobSpec

@@ -106,7 +106,10 @@ def delete_job(rt: Runtime, job_id: str) -> bool:
 
 def purge_dead(rt: Runtime, older_than: float | None = None, queue: str | None = None) -> int:
     """Delete dead letters finished more than ``older_than`` seconds ago (all if None)."""
-    return rt.broker.purge(rt.now(), older_than=older_than, queue=queue)
+    if queue is None:
+        return rt.broker.purge(rt.now(), older_than=older_than)
+    members = rt.shards.members(queue)  # a sharded queue: every shard
+    return sum(rt.broker.purge(rt.now(), older_than=older_than, queue=q) for q in members)
 
 
 def pause(rt: Runtime, queue: str) -> None:

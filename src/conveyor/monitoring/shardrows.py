@@ -97,3 +97,15 @@ def merge_series(parts: Sequence[list[dict[str, Any]]]) -> list[dict[str, Any]]:
                 if key != "minute" and isinstance(n, int | float):
                     point[key] = point.get(key, 0) + n
     return out
+
+
+def fold_window(
+    window: dict[str, dict[str, Any]], shard_map: ShardMap
+) -> dict[str, dict[str, Any]]:
+    """Counters by physical queue (``read_counters(..., by="queue")``) -> by logical queue."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, counters in window.items():
+        into = out.setdefault(shard_map.logical(name), {})
+        for key, n in counters.items():
+            into[key] = into.get(key, 0) + n if isinstance(n, int | float) else n
+    return out
