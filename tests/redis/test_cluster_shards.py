@@ -106,3 +106,16 @@ def test_bulk_enqueue_and_idempotency_on_a_sharded_cluster_queue(cluster_app: Co
     def t(i: int = 0) -> None: ...
 
     assert app.worker(queues="events").run_until_idle() == 301
+
+
+def test_a_keyed_batch_over_several_shards_is_refused_in_cluster(cluster_app: Conveyor) -> None:
+    from conveyor import ValidationError
+
+    app = cluster_app
+    app.queue("orders", shards=3, shard_by="customer")
+    specs = [JobSpec("t", (), {"customer": c}, {"queue": "orders"}) for c in range(12)]
+    with pytest.raises(ValidationError, match="single queue"):
+        app.enqueue_many(specs)
+    assert app.stats()["queues"].get("orders", {}).get("pending", 0) == 0  # nothing stored
+    one = [JobSpec("t", (), {"customer": 7, "n": n}, {"queue": "orders"}) for n in range(3)]
+    assert len({h.queue for h in app.enqueue_many(one)}) == 1  # one key: one shard, accepted
