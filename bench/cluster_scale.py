@@ -208,7 +208,7 @@ def main() -> None:
     """Parse arguments, start the servers, run the scenarios, print and save the results."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--jobs", type=int, default=20_000)
-    ap.add_argument("--shards", type=int, default=6, help="shards of the queue on the cluster")
+    ap.add_argument("--shards", type=int, default=3, help="shards of the queue on the cluster")
     ap.add_argument("--workers", type=int, default=2, help="worker processes of the drain")
     ap.add_argument("--procs", default="1,2,4", help="process counts of the curve")
     ap.add_argument("--concurrency", type=int, default=32, help="threads per worker process")
@@ -253,8 +253,9 @@ def main() -> None:
                         row = run_processes(url, shards, nodes, args.jobs, n, n, args.concurrency)
                         results["curve"][name].append(row)
                         show(f"  {name}, shards={shards}, {n}+{n} processes", row)
-                    results["curve"][f"{name}_knee"] = knee(results["curve"][name])
-                    print(f"  {name}: knee at {results['curve'][f'{name}_knee']} process(es)")
+                    at = results["curve"][f"{name}_knee"] = knee(results["curve"][name])
+                    where = f"at {at} process(es)" if at else "none within the measured steps"
+                    print(f"  {name}: knee {where}")
         finally:
             cluster.stop()
             single.stop()
