@@ -248,12 +248,26 @@ class Conveyor:
         *,
         rate_limit: str | RateLimit | None = None,
         concurrency: int | ConcurrencyLimit | None = None,
+        shards: int = 1,
+        shard_by: str | Callable[..., Any] | None = None,
     ) -> None:
         """Limit a whole queue: every job enqueued to it from this app shares one token
         bucket (``rate_limit="10/s"``) and at most ``concurrency`` of them run at once,
-        on all workers together (docs/flow-control.md)."""
+        on all workers together (docs/flow-control.md).
+
+        ``shards=N`` spreads the queue over N physical queues (N hash slots in Redis
+        Cluster); ``shard_by`` (an argument name or a callable over the arguments) keeps
+        the jobs of one key in one shard, in order (docs/scaling.md)."""
         validate_queue_name(name)
         flow = task_flow(rate_limit, concurrency, None)
+        if shards != 1 and flow is not None:
+            raise ValidationError(
+                "shards",
+                "a sharded queue takes no queue-wide rate_limit or concurrency (each shard"
+                " would enforce its own); declare the limit on the tasks instead, whose jobs"
+                " then all go to shard 0 (docs/scaling.md)",
+            )
+        self.runtime.shards.declare(name, shards, shard_by, self.runtime.id_rng.randrange(64))
         for limit in (flow.rate_limit, flow.concurrency) if flow else ():
             if limit is not None and limit.key is not None:
                 raise ValidationError("queue", "queue limits take no key (use a task's limits)")
@@ -336,8 +350,10 @@ class Conveyor:
         return admin.workers(self.runtime)
 
     def peek(self, queue: str, n: int = 10) -> list[JobHandle[Any]]:
-        """The next ``n`` ready jobs of a queue, in the order workers would take them."""
-        jobs = self.broker.peek(validate_queue_name(queue), n)
+        """The next ``n`` ready jobs of a queue, in the order workers would take them (a
+        sharded queue: of each shard in turn)."""
+        members = self.runtime.shards.members(validate_queue_name(queue))
+        jobs = [j for q in members for j in self.broker.peek(q, n)][:n]
         return [JobHandle.bind(j, self.runtime) for j in jobs]
 
     def search(
@@ -440,7 +456,7 @@ class Conveyor:
             self._last_reap = now
             self.broker.reap_expired(now, max_lost=self.settings.max_lost)
         leases = self.broker.claim(
-            [validate_queue_name(queue)],
+            self.runtime.shards.members(validate_queue_name(queue)),  # sharded: every shard
             now,
             limit=1,
             visibility_timeout=vt,

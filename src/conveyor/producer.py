@@ -47,10 +47,12 @@ from .core.job import (
 )
 from .core.lifecycle import initial_state
 from .core.serialization import encode_envelope
+from .core.shards import ShardMap, ShardRouter
 from .errors import ValidationError
 from .handles import JobHandle
 from .middleware import Middleware, after_enqueue_batch, hooked
 from .producer_envelopes import PlainEnvelopes
+from .producer_shards import route_job, shard_defaults
 from .task import JobSpec, Task, check_options
 from .task_args import unknown_task_error
 from .txn import raw_connection
@@ -80,6 +82,7 @@ class Host(Protocol):
     tasks: dict[str, Task[..., Any]]
     id_rng: random.Random
     owner: Any  # what the enqueue middleware hooks receive as ``app``
+    shards: ShardMap  # sharded queues (``app.queue(name, shards=N)``, core/shards.py)
 
     def now(self) -> float:
         """The current time."""
@@ -105,6 +108,8 @@ class Producer:
         self.transactional: TransactionalStore | None = None
         #: opt-in auto-batching of single-job enqueues (``conveyor.autobatch``), or None
         self.autobatch: AutoBatcher | None = from_settings(app, app.settings)
+        #: logical sharded queues -> their shards (a dict: one truth test per plain enqueue)
+        self.sharded = app.shards.queues
 
     def hooks(self) -> tuple[list[Middleware], list[Middleware]]:
         """The middleware with enqueue hooks: ``(before_enqueue, after_enqueue[_batch])``.
@@ -176,6 +181,7 @@ class Producer:
         defaults: dict[str, tuple[Any, ...]] = {}
         jobs: list[JobHandle[Any]] = []
         plain: list[tuple[Any, ...] | None] = []  # the task defaults of a job without options
+        router = ShardRouter(app.shards) if self.sharded else None  # one pick per batch
         for spec in specs:
             if type(spec) is not JobSpec and not isinstance(spec, JobSpec):
                 kind = type(spec).__name__
@@ -187,12 +193,14 @@ class Producer:
                 elif known_only and tasks:
                     raise unknown_task_error(spec.task, list(tasks))
             if spec.options:
-                jobs.append(JobHandle.bind(self.build_job(spec, now), app))
+                jobs.append(JobHandle.bind(self.build_job(spec, now, router), app))
                 plain.append(None)
             else:
                 d = defaults.get(spec.task)
                 if d is None:
                     d = defaults[spec.task] = self._defaults(spec.task)
+                if router is not None and d[1] in self.sharded:
+                    d = shard_defaults(app.tasks, d, spec.args, spec.kwargs, router)
                 handle = self._plain(d, spec.args, spec.kwargs, now)
                 jobs.append(handle)
                 plain.append(d if self._flowed(handle) is None else None)
@@ -236,6 +244,8 @@ class Producer:
                 raise unknown_task_error(name, list(self.app.tasks))
         now = self.app.now()
         d = self._defaults(name)
+        if self.sharded and d[1] in self.sharded:
+            d = shard_defaults(self.app.tasks, d, args, kwargs, ShardRouter(self.app.shards))
         handle = self._plain(d, args, kwargs, now)
         return self.store([handle], [d if self._flowed(handle) is None else None], now)[0]
 
@@ -356,8 +366,18 @@ class Producer:
             "_app": self.app,
         }
 
-    def build_job(self, spec: JobSpec, now: float) -> Job:
-        """Validate a spec (with options) and build the Job record it describes (not stored)."""
+    def build_job(self, spec: JobSpec, now: float, router: ShardRouter | None = None) -> Job:
+        """Validate a spec (with options) and build the Job record it describes (not stored).
+
+        A job bound for a sharded queue gets its shard (``router``: the call's, shared by a
+        batch; core/shards.py says which shard)."""
+        job = self._build_job(spec, now)
+        if self.sharded and job.queue in self.sharded:
+            route_job(self.app.tasks, job, router or ShardRouter(self.app.shards))
+        return job
+
+    def _build_job(self, spec: JobSpec, now: float) -> Job:
+        """``build_job`` before the shard is chosen."""
         if not isinstance(spec, JobSpec):
             kind = type(spec).__name__
             raise ValidationError("jobs", f"enqueue_many takes JobSpec items, got {kind}")

@@ -19,6 +19,7 @@ from .broker.base import Broker
 from .config import Settings
 from .core.clock import Clock
 from .core.ids import IdRandom
+from .core.shards import ShardMap
 from .errors import ValidationError
 from .handles import JobHandle
 from .middleware import Middleware
@@ -98,6 +99,8 @@ class Runtime:
         self.owner: Any = self if owner is None else owner
         self._schedules = schedules
         self._alerts = alerts
+        #: sharded queues (``app.queue(name, shards=N)``): producers route, workers expand
+        self.shards = ShardMap()
         self.producer: Producer = Producer(self)
 
     def now(self) -> float:

@@ -165,6 +165,9 @@ def queues_command(app_target: str | None, url: str | None, as_json: bool) -> No
             for q in rows
         ],
     )
+    from .inspect_cmds import print_shards
+
+    print_shards(rows)
 
 
 def known_queues(app: Conveyor) -> set[str]:
@@ -175,6 +178,7 @@ def known_queues(app: Conveyor) -> set[str]:
     broker = app.broker
     known = set(broker.counts()) | set(broker.paused_queues())
     known |= {str(t.queue) for t in app.runtime.tasks.values() if getattr(t, "queue", None)}
+    known |= set(app.runtime.shards.queues)  # sharded queues (issue 18)
     for worker in Inspector(app).workers():
         known.update(worker["queues"])
     return known

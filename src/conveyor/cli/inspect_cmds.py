@@ -111,6 +111,17 @@ def _queue_row(q: dict[str, Any]) -> tuple[Any, ...]:
     )
 
 
+def print_shards(queues: list[dict[str, Any]]) -> None:
+    """The per-shard depth of every sharded queue (issue 18), below the queues table."""
+    rows = [
+        (q["name"], s["name"], s["depth"], s["running"], "yes" if s["paused"] else "")
+        for q in queues
+        for s in q.get("shards") or ()
+    ]
+    if rows:
+        table("Shards", ["queue", "shard", "pending", Col("active", drop=1), "paused"], rows)
+
+
 def _worker_row(w: dict[str, Any]) -> tuple[Any, ...]:
     return (
         w.get("id"),
@@ -158,6 +169,7 @@ def status_command(app_target: str | None, url: str | None, as_json: bool, minut
         emit_json(data)
         return
     table("Queues", QUEUE_COLUMNS, [_queue_row(q) for q in data["queues"]])
+    print_shards(data["queues"])
     table("Workers", WORKER_COLUMNS, [_worker_row(w) for w in data["workers"]])
     if data.get("flow"):  # flow control (issue 15): groups held back by a limit, and why
         rows = [(g["queue"], g["group"], g["waiting"], g["why"]) for g in data["flow"]]

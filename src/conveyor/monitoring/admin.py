@@ -14,6 +14,7 @@ from typing import Any
 from ..broker import jobdocs
 from ..broker.base import Page, SearchQuery
 from ..core.job import validate_queue_name
+from ..core.shards import fold_counts
 from ..core.state import JobState
 from ..errors import ValidationError
 from ..runtime import Runtime
@@ -37,9 +38,10 @@ def worker_queues(worker: dict[str, Any]) -> list[str]:
 def stats(rt: Runtime) -> dict[str, Any]:
     """Counts per queue and state, paused flags, and the live workers."""
     paused = rt.broker.paused_queues()
-    queues: dict[str, dict[str, Any]] = {}
-    for queue, counts in rt.broker.counts().items():
-        queues[queue] = {**counts, "paused": queue in paused}
+    queues = fold_counts(rt.broker.counts(), rt.shards)  # a sharded queue: one entry
+    for queue, counts in queues.items():
+        members = list(counts.get("shards") or ()) or [queue]
+        counts["paused"] = all(q in paused for q in members)
     return {"queues": queues, "workers": workers(rt)}
 
 
@@ -104,14 +106,20 @@ def delete_job(rt: Runtime, job_id: str) -> bool:
 
 def purge_dead(rt: Runtime, older_than: float | None = None, queue: str | None = None) -> int:
     """Delete dead letters finished more than ``older_than`` seconds ago (all if None)."""
-    return rt.broker.purge(rt.now(), older_than=older_than, queue=queue)
+    if queue is None:
+        return rt.broker.purge(rt.now(), older_than=older_than)
+    members = rt.shards.members(queue)  # a sharded queue: every shard
+    return sum(rt.broker.purge(rt.now(), older_than=older_than, queue=q) for q in members)
 
 
 def pause(rt: Runtime, queue: str) -> None:
-    """Workers stop claiming from ``queue`` (running jobs finish)."""
-    rt.broker.pause(validate_queue_name(queue))
+    """Workers stop claiming from ``queue`` (running jobs finish); every shard of a
+    sharded queue."""
+    for name in rt.shards.members(validate_queue_name(queue)):
+        rt.broker.pause(name)
 
 
 def resume(rt: Runtime, queue: str) -> None:
     """Undo ``pause``."""
-    rt.broker.resume(validate_queue_name(queue))
+    for name in rt.shards.members(validate_queue_name(queue)):
+        rt.broker.resume(name)

@@ -24,6 +24,7 @@ from .events import EventReader, check_cursor, job_events
 from .filters import clean_filters
 from .limits import flow_waits, why_waiting
 from .metrics import flush_local, read_counters, series, summarize
+from .shardrows import fold_rows, merge_counters, merge_series
 from .workflows import workflow_of
 
 if TYPE_CHECKING:
@@ -115,7 +116,7 @@ class Inspector:
                     "window_minutes": minutes,
                 }
             )
-        return rows
+        return fold_rows(rows, self.runtime.shards)  # one row per sharded queue
 
     def queue(self, name: str, minutes: int = 60) -> dict[str, Any]:
         """One queue in detail: its row, metrics summary, per-task summaries, next jobs, series."""
@@ -124,13 +125,16 @@ class Inspector:
         if row is None:
             raise ValidationError("queue", f"no queue named {name!r}")
         broker, now = self.runtime.broker, self.runtime.now()
-        tasks = read_counters(broker, now, minutes, queue=name, by="task")
+        members = self.runtime.shards.members(name)  # a sharded queue: all its shards
+        tasks = merge_counters(
+            read_counters(broker, now, minutes, queue=q, by="task") for q in members
+        )
         return {
             **row,
             "summary": summarize(tasks_total(tasks), minutes).to_dict(),
             "tasks": {t: summarize(c, minutes).to_dict() for t, c in sorted(tasks.items())},
-            "next": [job_dict(j, full=False) for j in broker.peek(name, 10)],
-            "series": series(broker, now, minutes, queue=name),
+            "next": [job_dict(j, full=False) for q in members for j in broker.peek(q, 10)][:10],
+            "series": merge_series([series(broker, now, minutes, queue=q) for q in members]),
         }
 
     def workers(self) -> list[dict[str, Any]]:

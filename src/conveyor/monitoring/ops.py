@@ -116,7 +116,8 @@ def clear_preview(inspector: Inspector, queue: str) -> dict[str, Any]:
 def clear_queue(op: Operator, queue: str) -> int:
     """Delete the waiting jobs of an existing queue (running jobs are untouched); audited."""
     clear_preview(op.inspector, queue)
-    n = op.runtime.broker.clear_queue(queue, op.runtime.now())
+    rt = op.runtime
+    n = sum(rt.broker.clear_queue(q, rt.now()) for q in rt.shards.members(queue))
     op.audit("queue.clear", queue, "ok", deleted=n)
     return n
 

@@ -15,9 +15,11 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from ..core.job import validate_queue_name
+from ..core.shards import fold_counts
 from ..errors import ValidationError
 from .admin import worker_queues
 from .metrics import flush_local, read_counters, summarize
+from .shardrows import fold_window
 
 if TYPE_CHECKING:
     from ..runtime import Runtime
@@ -44,8 +46,9 @@ class AlertContext:
 
     @cached_property
     def counts(self) -> dict[str, dict[str, int]]:
-        """Jobs per queue and state."""
-        return self.runtime.broker.counts()
+        """Jobs per queue and state (a sharded queue: one entry, its shards summed)."""
+        folded = fold_counts(self.runtime.broker.counts(), self.runtime.shards)
+        return {q: {k: v for k, v in c.items() if k != "shards"} for q, c in folded.items()}
 
     @cached_property
     def workers(self) -> list[dict[str, Any]]:
@@ -66,7 +69,8 @@ class AlertContext:
         key = (minutes, None)
         if key not in self._windows:
             flush_local(self.runtime)
-            self._windows[key] = read_counters(self.runtime.broker, self.now, minutes, by="queue")
+            raw = read_counters(self.runtime.broker, self.now, minutes, by="queue")
+            self._windows[key] = fold_window(raw, self.runtime.shards)
         return self._windows[key]
 
     def queues(self, only: str | None) -> list[str]:

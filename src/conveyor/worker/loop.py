@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..broker.base import Lease
 from ..core.ids import new_ulid
-from ..core.queues import QueueSelector, parse_queues, task_queues
+from ..core.queues import parse_queues, task_queues
 from ..errors import BrokerConfigError
 from ..middleware import Around, Middleware, emit
 from ..outage import OutageLog
@@ -85,7 +85,8 @@ class Worker(InlineMode):
         #: where the queues came from: "given" (``queues=`` / ``--queues``) or the app's tasks
         self.queue_source = "given" if queues is not None else "the app's tasks"
         spec = queues if queues is not None else task_queues(rt.tasks.values())
-        self.selector = QueueSelector(parse_queues(spec), strict)
+        # sharded queues (issue 18) expand to their shards: a plain QueueSelector otherwise
+        self.selector = rt.shards.selector(parse_queues(spec), strict)
         self.concurrency = max(1, int(concurrency))
         self.processes = processes
         settings = rt.settings
