@@ -234,8 +234,8 @@ def test_enqueue_many_bypasses_the_batcher(app: Conveyor) -> None:
 
 
 def test_an_open_app_batch_bypasses_the_batcher(app: Conveyor, backend: str) -> None:
-    if backend == "postgres" or getattr(app.broker, "cluster", False):
-        pytest.skip("no workflows (app.batch) on PostgreSQL yet nor on Redis Cluster")
+    if getattr(app.broker, "cluster", False):
+        pytest.skip("no workflows (app.batch) on Redis Cluster")
     batcher = batch_of(app, 50)
     with app.batch() as b:
         app.enqueue("t", args=[1])
@@ -257,8 +257,6 @@ def test_close_writes_what_is_buffered_and_a_later_call_starts_again(app: Convey
 
 
 def test_debounce_in_one_batch_keeps_the_newest_arguments(app: Conveyor, backend: str) -> None:
-    if backend == "postgres":
-        pytest.skip("flow control (debounce) is not implemented on PostgreSQL yet")
     batcher = batch_of(app, 2)
     threads = callers_in_order(
         batcher,
