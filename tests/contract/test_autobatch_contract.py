@@ -15,7 +15,6 @@ import pytest
 
 from conveyor import AutoBatch, Conveyor, FakeClock
 from conveyor.broker.base import Broker
-from tests.conftest import FLOW_CONTROL_MODULES
 from tests.contract.test_enqueue_claim import *  # noqa: F403 - the tests, collected again
 from tests.contract.test_flow_debounce import *  # noqa: F403
 from tests.contract.test_flow_unique import *  # noqa: F403
@@ -25,9 +24,6 @@ from tests.contract.test_unique_ids import *  # noqa: F403
 @pytest.fixture
 def app(request: Any, backend: str, broker: Broker, clock: FakeClock) -> Iterator[Conveyor]:
     """The contract suite's app, with auto-batching on (overrides tests/conftest.py's)."""
-    origin = request.function.__module__.rsplit(".", 1)[-1]
-    if backend == "postgres" and origin in FLOW_CONTROL_MODULES:  # as tests/conftest.py does
-        pytest.skip("flow control is not implemented on PostgreSQL yet")
     app = Conveyor(broker, clock=clock, rng=random.Random(42), autobatch=AutoBatch(16, 0.0005))
     batcher = app.runtime.producer.autobatch
     assert batcher is not None
