@@ -128,10 +128,10 @@ class Recorder:
         """
         job, result = run.job, outcome.result
         if result is None:
-            return Ack(job.id, run.token, None, job.queue)
+            return Ack.fast(job.id, run.token, None, job.queue)
         problem = result_problem(result, self.max_result_bytes)
         if problem is None:
-            return Ack(job.id, run.token, result, job.queue)
+            return Ack.fast(job.id, run.token, result, job.queue)
         return self._dropped(run, problem, now)
 
     def _dropped(self, run: Running, problem: str, now: float) -> Ack:
