@@ -109,8 +109,8 @@ def runs_of(
     for lease in leases:
         job = lease.job
         name = job.task
-        plan = plans.get(name, False)
-        if plan is False:
+        plan = plans.get(name)
+        if plan is None and name not in plans:  # the first job of this task in the claim
             plan = plans[name] = _plan(tasks.get(name))
         if plan is not None and not job.kwargs and plan[3] <= len(job.args) <= plan[4]:
             task = plan[0]
