@@ -113,9 +113,8 @@ def runs_of(
         if plan is None and name not in plans:  # the first job of this task in the claim
             plan = plans[name] = _plan(tasks.get(name))
         if plan is not None and not job.kwargs and plan[3] <= len(job.args) <= plan[4]:
-            task = plan[0]
-            timeout = plan[2] if job.timeout is None else effective_timeout(task, job)
-            runs.append(Running(lease, task, plan[1], timeout))
+            timeout = plan[2] if job.timeout is None else effective_timeout(plan[0], job)
+            runs.append(Running(lease, plan[0], plan[1], timeout))
             continue
         task = tasks.get(name)
         rejected = precheck(task, job)
