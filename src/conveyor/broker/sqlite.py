@@ -371,14 +371,16 @@ class SqliteBroker(
         """Record each success, all in one transaction; False for stale tokens."""
         out: list[bool] = []
         with self._write() as tx:
+            finished: list[Job] = []
             for ack in acks:
                 rec = self._leased(tx, ack.job_id, ack.token)
                 if rec is not None:
                     lifecycle.complete(rec.job, now, ack.result, ack.error)
                     self._save(tx, rec)
                     tx.emit("completed", rec.job, now, attempt=rec.job.attempts)
-                    SqliteFlow(self, tx, now).done(rec.job)
+                    finished.append(rec.job)
                 out.append(rec is not None)
+            SqliteFlow(self, tx, now).done_many(finished)  # workflow dependants: one query
         return out
 
     def fail(
