@@ -188,7 +188,8 @@ class Recorder:
         """``after`` for a batch of completed jobs: one counter update, batched metrics."""
         with self._lock:
             self.processed += len(runs)
-        durations = [run.duration() for run in runs]
+        clock = time.monotonic()  # one reading for the batch (``Running.duration`` per job)
+        durations = [clock - (r.started if r.started is not None else r.claimed) for r in runs]
         if log.isEnabledFor(logging.DEBUG):
             wid = self.worker_id
             for run, duration in zip(runs, durations, strict=True):
