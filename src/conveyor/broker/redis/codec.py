@@ -27,6 +27,9 @@ from ...core.serialization import (
 from ...core.state import JobState
 from ...core.stored import MAX_DEPTH, check_int_fields, check_nesting, int_field
 from ...errors import DecodeError
+from .claimjob import PLAIN_LEN as _PLAIN_LEN
+from .claimjob import lines as _lines
+from .claimjob import plain_job as _plain_job
 
 _REQUIRED = ("id", "task", "queue", "state")
 UNDECODABLE_TASK = "<undecodable>"
@@ -125,10 +128,6 @@ def error_json(error: Mapping[str, Any], now: float) -> tuple[bytes, bool, str, 
     etype, message = entry.get("type") or "", entry.get("message") or ""
     last_error = f"{etype}: {message}" if etype else str(message)
     return orjson.dumps(entry, default=str), has_attempt, last_error, str(entry.get("kind") or "")
-
-
-def _lines(raw: bytes) -> list[Any]:
-    return [orjson.loads(line) for line in raw.split(b"\n") if line]
 
 
 _STATES = {state.value: state for state in JobState}
@@ -259,88 +258,6 @@ def claimed_job(item: Sequence[Any], queue: str, now: float, expires: float, wor
         orjson.JSONDecodeError,
     ) as exc:
         raise DecodeError(f"malformed job field: {exc!r}") from exc
-
-
-#: how many keys the envelope of a job enqueued without options has (``envelope_dict``)
-_PLAIN_LEN = 11
-
-
-def _plain_job(
-    data: dict[str, Any],
-    item: Sequence[Any],
-    queue: str,
-    now: float,
-    expires: float,
-    worker_id: str,
-) -> Job:
-    """``claimed_job`` of a plain envelope (the 11 keys ``envelope_dict`` always writes, so no
-    option; no typed values): a copy of ``_PLAIN_TEMPLATE`` with the per-job fields set
-    (copying a dict is several times cheaper than building a 32-key one). ``KeyError`` if a
-    key is missing (then it was not a plain envelope)."""
-    task, args, kwargs = data["task"], data["args"], data["kwargs"]
-    priority, max_attempts = data["priority"], data["max_attempts"]
-    created_at, first_run_at = data["created_at"], data["run_at"]
-    run_at, lost, errors, history, last_error = item[4:9]
-    values = _PLAIN_TEMPLATE.copy()
-    values["id"] = item[0].decode()
-    values["task"] = task if type(task) is str else str(task)
-    values["args"] = args if type(args) is list else list(args)  # orjson's lists are fresh
-    values["kwargs"] = kwargs if type(kwargs) is dict else dict(kwargs)
-    values["queue"] = queue
-    # orjson yields an int only within 64 bits; anything else is range-checked
-    if type(priority) is not int:
-        priority = int_field("priority", priority)
-    values["priority"] = priority
-    values["attempts"] = int(item[1])
-    if type(max_attempts) is not int:
-        max_attempts = int_field("max_attempts", max_attempts)
-    values["max_attempts"] = max_attempts
-    values["run_at"] = float(run_at or first_run_at or 0.0)
-    values["created_at"] = float(created_at or 0.0)
-    values["started_at"] = now
-    values["errors"] = _lines(errors) if errors else []
-    values["history"] = _lines(history) if history else []
-    values["metadata"] = {}
-    values["worker_id"] = worker_id or None
-    values["lease_expires_at"] = expires
-    if last_error:
-        values["last_error"] = last_error.decode()
-    if lost:
-        values["lost"] = int(lost)
-    return Job.fast(values)
-
-
-#: every field of a claimed plain job; ``_plain_job`` copies it and sets the per-job ones
-_PLAIN_TEMPLATE: dict[str, Any] = {
-    "id": "",
-    "task": "",
-    "args": None,
-    "kwargs": None,
-    "queue": "",
-    "priority": 0,
-    "state": JobState.ACTIVE,
-    "attempts": 0,
-    "max_attempts": 0,
-    "timeout": None,
-    "run_at": 0.0,
-    "created_at": 0.0,
-    "started_at": None,
-    "finished_at": None,
-    "result": None,
-    "last_error": None,
-    "errors": None,
-    "history": None,
-    "idempotency_key": None,
-    "idempotency_ttl": 300.0,
-    "metadata": None,
-    "lost": 0,
-    "worker_id": None,
-    "lease_expires_at": None,
-    "retry_on": None,
-    "dead_on": None,
-    "expires_at": None,
-    "flow": None,
-}
 
 
 def _opt(value: Any) -> float | None:
