@@ -97,6 +97,18 @@ class Lease:
         """The job id."""
         return self.job.id
 
+    @classmethod
+    def fast(cls, job: Job, token: str, expires_at: float) -> Lease:
+        """``Lease(job, token, expires_at)`` without the frozen dataclass ``__init__`` (one
+        ``object.__setattr__`` per field): brokers build one per claimed job."""
+        lease = _new_object(cls)
+        _set_attribute(lease, "__dict__", {"job": job, "token": token, "expires_at": expires_at})
+        return lease
+
+
+_new_object = object.__new__
+_set_attribute = object.__setattr__  # the way past a frozen dataclass's __setattr__
+
 
 class Claimed(list[Lease]):
     """What ``Broker.claim`` returns: the leases (a plain list to every caller) and ``next_due``.
@@ -128,6 +140,18 @@ class Ack:
     #: an ``errors`` entry to append while completing (kind ``result_error``: the handler's
     #: return value could not be stored, so ``result`` is None); it also sets ``last_error``
     error: Mapping[str, Any] | None = None
+
+    @classmethod
+    def fast(cls, job_id: str, token: str, result: Any, queue: str) -> Ack:
+        """``Ack(job_id, token, result, queue)`` (no ``error``) without the frozen dataclass
+        ``__init__``: the worker builds one per completed job."""
+        ack = _new_object(cls)
+        _set_attribute(
+            ack,
+            "__dict__",
+            {"job_id": job_id, "token": token, "result": result, "queue": queue, "error": None},
+        )
+        return ack
 
 
 @dataclass(frozen=True)

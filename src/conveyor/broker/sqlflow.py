@@ -26,6 +26,8 @@ from . import flow
 from .flow import FlowEdge, FlowNode, Input
 from .sqldb import Db
 
+#: job ids per ``done_many`` query (far below SQLite's bound-parameter limit)
+_IN_CHUNK = 500
 CANCELLABLE = (JobState.WAITING, JobState.PENDING, JobState.SCHEDULED, JobState.RETRY_SCHEDULED)
 
 
@@ -52,6 +54,23 @@ class SqlFlow:
         """``job`` just reached a terminal state: release or end its dependants."""
         ok = job.state is JobState.COMPLETED
         flow.finished(self, job.id, ok, job.result if ok else None)
+
+    def done_many(self, jobs: Sequence[Job]) -> None:
+        """``done`` for jobs that each left a lease in this transaction (``complete``): one
+        query per ``_IN_CHUNK`` jobs finds those with unmarked out-edges (usually none: plain
+        jobs) and only those are walked, instead of one lookup per job. Exact: an edge leaving
+        a job is marked only by that job's own ``done`` (a cascade only reaches waiting jobs,
+        never a leased one)."""
+        for start in range(0, len(jobs), _IN_CHUNK):
+            chunk = jobs[start : start + _IN_CHUNK]
+            marks = ",".join("?" * len(chunk))
+            sql = (
+                f"SELECT DISTINCT parent FROM {{S}}.wf_edges WHERE done = 0 AND parent IN ({marks})"
+            )
+            parents = {row[0] for row in self._db.run(sql, [job.id for job in chunk]).fetchall()}
+            for job in chunk:
+                if job.id in parents:
+                    self.done(job)
 
     def out_edges(self, parent: str) -> Sequence[tuple[str, str]]:
         """Edges leaving ``parent`` not marked yet (one indexed lookup; empty for plain jobs)."""

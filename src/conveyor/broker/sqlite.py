@@ -368,14 +368,16 @@ class SqliteBroker(SqliteReads, SqliteJobAdmin, SqlWorkflows, sqllimits.SqlFlowA
         """Record each success, all in one transaction; False for stale tokens."""
         out: list[bool] = []
         with self._write() as tx:
+            finished: list[Job] = []
             for ack in acks:
                 rec = self._leased(tx, ack.job_id, ack.token)
                 if rec is not None:
                     lifecycle.complete(rec.job, now, ack.result, ack.error)
                     self._save(tx, rec)
                     tx.emit("completed", rec.job, now, attempt=rec.job.attempts)
-                    SqlFlow(self._db(tx), now).done(rec.job)
+                    finished.append(rec.job)
                 out.append(rec is not None)
+            SqlFlow(self._db(tx), now).done_many(finished)  # workflow dependants: one query
         return out
 
     def fail(

@@ -12,7 +12,7 @@ import asyncio
 import dataclasses
 import random
 import traceback
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -21,12 +21,13 @@ from ..core.job import ErrorKind, Job
 from ..core.retry import Decision, RetryPolicy, decide, previous_delay
 from ..middleware import hooked as hooked  # re-exported for the worker loop
 from .logs import job_context
+from .running import Running, choose_executor, effective_timeout
 from .timeouts import timeout_error
 
 if TYPE_CHECKING:
+    from ..broker.base import Lease
     from ..middleware import Around
     from ..task import Task
-    from .running import Running
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,51 @@ def precheck(task: Task[..., Any] | None, job: Job) -> Outcome | None:
     if reason is not None:
         return permanent(ErrorKind.BAD_ARGUMENTS, "TypeError", reason)
     return None
+
+
+#: (task, executor, its own timeout, fewest and most positional arguments): ``runs_of``
+Plan = tuple["Task[..., Any]", str, float | None, int, float]
+
+
+def runs_of(
+    leases: Sequence[Lease], tasks: Mapping[str, Task[..., Any]]
+) -> tuple[list[Running], list[tuple[Running, Outcome]]]:
+    """The attempts of a claim, in order, and those refused (``precheck``) with their outcome.
+
+    A task's executor, timeout and accepted positional-argument count are worked out once per
+    claim, not per job: a job of a known task with positional arguments only, of an accepted
+    count, starts with two comparisons; any other goes through ``precheck``.
+    """
+    runs: list[Running] = []
+    refused: list[tuple[Running, Outcome]] = []
+    plans: dict[str, Plan | None] = {}
+    for lease in leases:
+        job = lease.job
+        name = job.task
+        plan = plans.get(name)
+        if plan is None and name not in plans:  # the first job of this task in the claim
+            plan = plans[name] = _plan(tasks.get(name))
+        if plan is not None and not job.kwargs and plan[3] <= len(job.args) <= plan[4]:
+            timeout = plan[2] if job.timeout is None else effective_timeout(plan[0], job)
+            runs.append(Running(lease, plan[0], plan[1], timeout))
+            continue
+        task = tasks.get(name)
+        rejected = precheck(task, job)
+        if rejected is None and task is not None:
+            runs.append(Running(lease, task, choose_executor(task), effective_timeout(task, job)))
+        else:
+            assert rejected is not None
+            runs.append(Running(lease, task, "none", None))
+            refused.append((runs[-1], rejected))
+    return runs, refused
+
+
+def _plan(task: Task[..., Any] | None) -> Plan | None:
+    """(task, executor, its own timeout, fewest and most positional arguments) of a task."""
+    if task is None:
+        return None
+    timeout = float(task.timeout) if task.timeout else None
+    return task, choose_executor(task), timeout, task.binder.min_pos, task.binder.max_pos
 
 
 def outcome_of_call(

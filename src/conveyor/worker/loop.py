@@ -37,7 +37,7 @@ from ..middleware import Around, Middleware, emit
 from ..outage import OutageLog
 from ..runtime import HasRuntime, Runtime, as_runtime
 from .cancel import CANCELLED, stop_job
-from .execute import OK, Outcome, hooked, precheck, reported
+from .execute import OK, Outcome, hooked, reported, runs_of
 from .executors import Executor, make_executor
 from .helpers import Wiring, broker_accepts, start_helpers, stop_helpers
 from .inline_mode import InlineMode
@@ -49,7 +49,7 @@ from .procutil import EXIT_OK as EXIT_OK  # re-exported: callers import the code
 from .procutil import EXIT_RECYCLE as EXIT_RECYCLE
 from .procutil import EXIT_STUCK as EXIT_STUCK
 from .recorder import Recorder
-from .running import Running, choose_executor, effective_timeout
+from .running import Running
 from .shutdown import stop_on_signals
 from .slots import IdleBackoff, Slots
 
@@ -358,19 +358,7 @@ class Worker(InlineMode):
         return leases
 
     def _dispatch(self, leases: list[Lease]) -> None:
-        tasks, runs, refused = self.runtime.tasks, [], []
-        for lease in leases:
-            job = lease.job
-            task = tasks.get(job.task)
-            rejected = precheck(task, job)
-            if rejected is None and task is not None:
-                runs.append(
-                    Running(lease, task, choose_executor(task), effective_timeout(task, job))
-                )
-            else:
-                assert rejected is not None
-                runs.append(Running(lease, task, "none", None))
-                refused.append((runs[-1], rejected))
+        runs, refused = runs_of(leases, self.runtime.tasks)
         self._slots.claimed(runs, len(runs) - len(refused))
         for run, outcome in refused:
             run.settle()

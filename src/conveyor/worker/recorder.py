@@ -128,10 +128,10 @@ class Recorder:
         """
         job, result = run.job, outcome.result
         if result is None:
-            return Ack(job.id, run.token, None, job.queue)
+            return Ack.fast(job.id, run.token, None, job.queue)
         problem = result_problem(result, self.max_result_bytes)
         if problem is None:
-            return Ack(job.id, run.token, result, job.queue)
+            return Ack.fast(job.id, run.token, result, job.queue)
         return self._dropped(run, problem, now)
 
     def _dropped(self, run: Running, problem: str, now: float) -> Ack:
@@ -188,7 +188,8 @@ class Recorder:
         """``after`` for a batch of completed jobs: one counter update, batched metrics."""
         with self._lock:
             self.processed += len(runs)
-        durations = [run.duration() for run in runs]
+        clock = time.monotonic()  # one reading for the batch (``Running.duration`` per job)
+        durations = [clock - (r.started if r.started is not None else r.claimed) for r in runs]
         if log.isEnabledFor(logging.DEBUG):
             wid = self.worker_id
             for run, duration in zip(runs, durations, strict=True):

@@ -195,7 +195,7 @@ class RedisBroker(
         leases: list[Lease] = []
         expires = now + visibility_timeout
         at, deadline = fmt_time(now), fmt_time(expires)
-        claimed_job = codec.claimed_job
+        claimed_job, new_lease = codec.claimed_job, Lease.fast
         more = False
         next_due: float | None = None
         for queue in queues:
@@ -220,7 +220,7 @@ class RedisBroker(
                         buried += 1
                         continue
                     where[job.id] = queue  # remember(): get() finds the job's queue at once
-                    leases.append(Lease(job, item[2].decode(), expires))
+                    leases.append(new_lease(job, item[2].decode(), expires))
                 if not buried:  # the queue gave what it had; undecodable jobs: claim again
                     break
         if more:

@@ -27,6 +27,9 @@ from ...core.serialization import (
 from ...core.state import JobState
 from ...core.stored import MAX_DEPTH, check_int_fields, check_nesting, int_field
 from ...errors import DecodeError
+from .claimjob import PLAIN_LEN as _PLAIN_LEN
+from .claimjob import lines as _lines
+from .claimjob import plain_job as _plain_job
 
 _REQUIRED = ("id", "task", "queue", "state")
 UNDECODABLE_TASK = "<undecodable>"
@@ -127,10 +130,6 @@ def error_json(error: Mapping[str, Any], now: float) -> tuple[bytes, bool, str, 
     return orjson.dumps(entry, default=str), has_attempt, last_error, str(entry.get("kind") or "")
 
 
-def _lines(raw: bytes) -> list[Any]:
-    return [orjson.loads(line) for line in raw.split(b"\n") if line]
-
-
 _STATES = {state.value: state for state in JobState}
 
 
@@ -189,8 +188,16 @@ def claimed_job(item: Sequence[Any], queue: str, now: float, expires: float, wor
     """
     raw = item[3]
     data = _envelope(raw)
-    if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH:  # else it cannot nest too deep
+    # a payload shorter than MAX_DEPTH cannot hold MAX_DEPTH brackets: no count needed
+    if len(raw) > MAX_DEPTH and raw.count(b"[") + raw.count(b"{") > MAX_DEPTH:
         check_nesting(raw, data)  # what orjson could not have written: never recurse on it
+    if len(data) == _PLAIN_LEN and b'"$' not in raw:  # maybe no option, no typed value
+        try:
+            return _plain_job(data, item, queue, now, expires, worker_id)
+        except KeyError:
+            pass  # a key of the plain envelope is missing: another one is there (below)
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise DecodeError(f"malformed job field: {exc!r}") from exc
     try:
         get = data.get
         args, kwargs, metadata = get("args") or [], get("kwargs") or {}, get("metadata") or {}
