@@ -61,6 +61,11 @@ class Entry(NamedTuple):
     future: Future[EnqueueResult]
 
 
+#: seconds an empty batcher's writer thread waits before it exits: apps that stop enqueueing
+#: (or are dropped without ``close()``) keep no thread alive
+IDLE_EXIT_S = 1.0
+
+
 class AutoBatcher:
     """Gathers single-job enqueues and stores them in combined broker calls (module doc)."""
 
@@ -144,6 +149,11 @@ class AutoBatcher:
                     self._writer, self._closing = None, False
                     return None
                 wait = buffer.wait_time(self.timer())
+                if wait is None:  # empty: an idle writer goes away (the next submit starts one)
+                    if not self._cond.wait(IDLE_EXIT_S) and not buffer.items:
+                        self._writer = None
+                        return None
+                    continue
                 self._cond.wait(wait)
 
     def _write(self, batch: list[Entry]) -> None:

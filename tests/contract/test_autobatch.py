@@ -289,3 +289,20 @@ def test_a_task_cancelled_while_buffered_drops_its_job(app: Conveyor) -> None:
     kept = asyncio.run(main())
     assert sizes == [1], "the cancelled job was dropped, not written"
     assert [j.args for j in app.peek("default", 10)] == [["kept"]] and kept.args == ["kept"]
+
+
+def test_an_idle_writer_thread_exits_and_a_later_call_starts_one(
+    app: Conveyor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import conveyor.autobatch as autobatch_module
+
+    monkeypatch.setattr(autobatch_module, "IDLE_EXIT_S", 0.05)
+    batcher = batch_of(app, 1)  # every call is a batch of its own: written at once
+    for n in (1, 2):
+        app.enqueue("t", args=[n])
+        writer = batcher._writer
+        wait_for(lambda: batcher._writer is None, "the idle writer to exit")
+        assert writer is not None
+        writer.join(DEADLINE)
+        assert not writer.is_alive()  # apps dropped without close() keep no thread
+    assert total(app) == 2 and batcher.writes == 2

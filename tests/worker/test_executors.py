@@ -62,6 +62,8 @@ def test_never_claims_more_than_free_slots(live_app: Conveyor) -> None:
 def test_asyncio_runs_hundreds_of_awaits_on_one_thread(live_app: Conveyor) -> None:
     app = live_app
     peak = {"threads": 0, "running": 0, "max_running": 0}
+    # threads other tests left winding down (callers, idle writers) are not this worker's
+    before = threading.active_count()
 
     @app.task
     async def nap() -> None:
@@ -76,7 +78,7 @@ def test_asyncio_runs_hundreds_of_awaits_on_one_thread(live_app: Conveyor) -> No
     with running(app, concurrency=300) as worker:
         wait_until(lambda: worker.processed == 300, timeout=10)
     assert peak["max_running"] >= 250, peak
-    assert peak["threads"] < 20, peak
+    assert peak["threads"] - before < 20, (peak, before)
     assert time.monotonic() - began < 5
 
 
