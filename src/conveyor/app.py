@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from .worker.loop import Worker
     from .workflow import Workflow
     from .workflow.batch import Batch
-    from .workflow.canvas import Signature
+    from .workflow.canvas import Signature, Spec
 
 log = logging.getLogger("conveyor")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -376,9 +376,9 @@ class Conveyor:
     def batch(
         self,
         *,
-        on_complete: Signature | JobSpec | None = None,
-        on_success: Signature | JobSpec | None = None,
-        on_failure: Signature | JobSpec | None = None,
+        on_complete: Signature | Spec | JobSpec | None = None,
+        on_success: Signature | Spec | JobSpec | None = None,
+        on_failure: Signature | Spec | JobSpec | None = None,
         name: str = "",
     ) -> Batch:
         """``with app.batch(on_complete=notify.s()) as b:`` enqueue jobs; stored at the end of

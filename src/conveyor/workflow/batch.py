@@ -21,8 +21,9 @@ from ..core.job import Job
 from ..core.state import JobState
 from ..errors import ValidationError
 from ..task import JobSpec
-from .canvas import Signature
+from .canvas import Signature, Spec
 from .host import FlowHost
+from .steps import spec_mode
 
 if TYPE_CHECKING:
     from .handle import WorkflowHandle
@@ -37,9 +38,9 @@ class Batch:
         self,
         runtime: FlowHost,
         *,
-        on_complete: Signature | JobSpec | None = None,
-        on_success: Signature | JobSpec | None = None,
-        on_failure: Signature | JobSpec | None = None,
+        on_complete: Signature | Spec | JobSpec | None = None,
+        on_success: Signature | Spec | JobSpec | None = None,
+        on_failure: Signature | Spec | JobSpec | None = None,
         name: str = "",
     ) -> None:
         for field, sig in (
@@ -47,8 +48,10 @@ class Batch:
             ("on_success", on_success),
             ("on_failure", on_failure),
         ):
-            if sig is not None and not isinstance(sig, Signature | JobSpec):
-                raise ValidationError(field, "takes task.s(...) or task.partial(...)")
+            if sig is not None and not isinstance(sig, Signature | Spec | JobSpec):
+                raise ValidationError(field, "takes task.s(...), task.si(...) or task.partial(...)")
+            if isinstance(sig, JobSpec):  # checked now: a callback gets no result
+                spec_mode(runtime, sig, "none")
         self._rt = runtime
         self.name = name
         self.id = new_ulid(runtime.now(), runtime.id_rng)
@@ -117,8 +120,11 @@ class Batch:
         }
 
 
-def _add(b: Any, sig: Signature | JobSpec, after: list[str], trigger: Any) -> str:
-    """A callback node (it gets no results: a batch may hold thousands of jobs)."""
+def _add(b: Any, sig: Signature | Spec | JobSpec, after: list[str], trigger: Any) -> str:
+    """A callback node (it gets no results: a batch may hold thousands of jobs, so a
+    ``.s()`` callback needs all its arguments; ``steps.spec_mode`` says so clearly)."""
+    if isinstance(sig, Spec):
+        sig = sig.spec
     if isinstance(sig, JobSpec):
         return str(b.add_spec(sig, after, "none", trigger))
     return str(b.add(sig, after, "none", trigger))
