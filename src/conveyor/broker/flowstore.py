@@ -42,3 +42,12 @@ class WorkflowStore:
         """Cancel every node that has not started (waiting, pending, scheduled, retry); their
         dependants end as after any cancellation. Running nodes finish. Returns how many."""
         raise NotImplementedError(f"{type(self).__name__} does not store workflows")
+
+    def requeue_node(self, job_id: str, now: float) -> bool:
+        """``requeue`` for a workflow node: one that never got its parents' results (it ended
+        ``upstream_failed`` or was cancelled while waiting) gets them now, read again in the
+        same atomic step (``flow.requeue_inputs``; a ``ValidationError`` names a parent
+        without a result); any other job is requeued as usual. This default (a backend
+        without workflows) is the plain ``requeue``."""
+        plain: bool = getattr(self, "requeue")(job_id, now)  # noqa: B009 (a mixin of JobStore)
+        return plain

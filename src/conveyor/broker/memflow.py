@@ -92,13 +92,26 @@ class MemoryFlow:
             out.append(Input(ok, result, policy))
         return out
 
+    def parents(self, child: str) -> list[flow.ParentView]:
+        """The child's parents now (``flow.requeue_inputs``): a completed parent's current
+        result, else its edge's, else its state."""
+        out = []
+        for parent, policy in self._in.get(child, ()):
+            job = self._broker._jobs.get(parent)
+            ok, result = self._marks.get((parent, child), (False, None))
+            if job is not None and job.state is JobState.COMPLETED:
+                ok, result = True, job.result
+            state = None if job is None else str(job.state)
+            out.append(flow.ParentView(parent, policy, ok, result, state))
+        return out
+
     def release(self, child: str, inputs: list[Any]) -> None:
         """waiting -> pending."""
         broker = self._broker
         job = broker._jobs[child]
-        lifecycle.release_parents(job, self._now, inputs)
+        lifecycle.release_parents(job, self._now, inputs, flow.node_delay(job))
         broker._emit("released", job, self._now, note="parents finished")
-        broker._make_ready(job)
+        broker._place(job)  # pending, or scheduled for its own delay
 
     def upstream_failed(self, child: str, parent: str, detail: str) -> None:
         """waiting -> cancelled."""
@@ -139,6 +152,24 @@ class MemoryWorkflows:
         with b._lock:
             return b.flow.edges(workflow_id)
 
+    def requeue_node(self, job_id: str, now: float) -> bool:
+        """Requeue; a node that never got its parents' results reads them now
+        (``WorkflowStore``)."""
+        b = cast("MemoryBroker", self)
+        with b._lock:
+            job = b._jobs.get(job_id)
+            fl = b.flow
+            if job is None or job.state not in _REVIVABLE or fl._pending.get(job_id, 0) <= 0:
+                return b.requeue(job_id, now)  # not a node waiting for results: as usual
+            node = fl._nodes[job_id]
+            inputs = flow.requeue_inputs(job_id, node.trigger, node.passing, fl.parents(job_id))
+            lifecycle.requeue(job, now)
+            job.args = [*inputs, *job.args]
+            fl._pending[job_id] = 0  # it has its inputs: a later requeue keeps them
+            b._emit("requeued", job, now)
+            b._make_ready(job)
+            return True
+
     def cancel_workflow(self, workflow_id: str, now: float) -> int:
         """Cancel the nodes that have not started."""
         b = cast("MemoryBroker", self)
@@ -150,4 +181,5 @@ class MemoryWorkflows:
             return len(doomed)
 
 
+_REVIVABLE = (JobState.DEAD_LETTER, JobState.CANCELLED, JobState.EXPIRED)
 _CANCELLABLE = (JobState.PENDING, JobState.SCHEDULED, JobState.RETRY_SCHEDULED, JobState.WAITING)

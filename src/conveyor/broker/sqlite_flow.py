@@ -114,10 +114,47 @@ class SqliteFlow:
             for ok, result, policy in self._c.execute(sql, (child,))
         ]
 
+    def pending(self, child: str) -> int:
+        """Parents the node still waits for (0: released, or not a node)."""
+        row = self._c.execute("SELECT pending FROM wf_nodes WHERE id = ?", (child,)).fetchone()
+        return 0 if row is None else int(row[0])
+
+    def parents(self, child: str) -> list[flow.ParentView]:
+        """The child's parents now (``flow.requeue_inputs``): a completed parent's current
+        result, else its edge's, else its state."""
+        sql = (
+            "SELECT e.parent, e.policy, e.ok, e.result, j.state FROM wf_edges e"
+            " LEFT JOIN jobs j ON j.id = e.parent WHERE e.child = ? ORDER BY e.pos"
+        )
+        out = []
+        for parent, policy, ok, raw, state in self._c.execute(sql, (child,)).fetchall():
+            done, result = bool(ok), None if raw is None else orjson.loads(raw)
+            if state == "completed":
+                [rec] = self._broker._rows(self._tx, "id = ?", (parent,), full=True)
+                done, result = True, rec.job.result
+            out.append(flow.ParentView(parent, policy, done, result, state))
+        return out
+
+    def requeue(self, child: str) -> bool:
+        """``requeue_node`` inside the transaction (see ``SqliteWorkflows.requeue_node``)."""
+        [rec] = self._broker._rows(self._tx, "id = ?", (child,), full=True)
+        trig, passing = self._c.execute(
+            "SELECT trig, passing FROM wf_nodes WHERE id = ?", (child,)
+        ).fetchone()
+        inputs = flow.requeue_inputs(child, trig, passing, self.parents(child))
+        lifecycle.requeue(rec.job, self._now)
+        rec.job.args = [*inputs, *rec.job.args]
+        if rec.data is not None:
+            rec.data["args"] = rec.job.args
+        self._broker._save(self._tx, rec)
+        self._c.execute("UPDATE wf_nodes SET pending = 0 WHERE id = ?", (child,))
+        self._tx.emit("requeued", rec.job, self._now)
+        return True
+
     def release(self, child: str, inputs: list[Any]) -> None:
         """waiting -> pending, the inputs written into the envelope's arguments."""
         [rec] = self._broker._rows(self._tx, "id = ?", (child,), full=True)
-        lifecycle.release_parents(rec.job, self._now, inputs)
+        lifecycle.release_parents(rec.job, self._now, inputs, flow.node_delay(rec.job))
         if rec.data is not None:
             rec.data["args"] = rec.job.args
         self._broker._save(self._tx, rec)
@@ -170,6 +207,16 @@ class SqliteWorkflows:
         with b._write() as tx:
             return edges_of(tx, workflow_id)
 
+    def requeue_node(self, job_id: str, now: float) -> bool:
+        """Requeue; a node that never got its parents' results reads them now, in the same
+        transaction (``WorkflowStore``)."""
+        b = cast("SqliteBroker", self)
+        with b._write() as tx:
+            ops = SqliteFlow(b, tx, now)
+            if ops.state(job_id) in _REVIVABLE and ops.pending(job_id) > 0:
+                return ops.requeue(job_id)
+        return b.requeue(job_id, now)  # not a node waiting for results: as usual
+
     def cancel_workflow(self, workflow_id: str, now: float) -> int:
         """Cancel the nodes that have not started, in one transaction."""
         b = cast("SqliteBroker", self)
@@ -191,4 +238,5 @@ class SqliteWorkflows:
             return len(recs)
 
 
+_REVIVABLE = (JobState.DEAD_LETTER, JobState.CANCELLED, JobState.EXPIRED)
 _CANCELLABLE = (JobState.WAITING, JobState.PENDING, JobState.SCHEDULED, JobState.RETRY_SCHEDULED)

@@ -67,9 +67,12 @@ class Builder:
         if spec.options.get("idempotency_key") is not None:
             raise ValidationError("idempotency_key", "workflow nodes cannot have one")
         job = self.runtime.producer.build_job(spec, self.now)
-        job.metadata = {**job.metadata, META_KEY: {"id": self.workflow_id, "name": self.name}}
+        meta: dict[str, Any] = {"id": self.workflow_id, "name": self.name}
         if after:
             job.state = JobState.WAITING
+            if spec.options.get("delay"):  # counted from the release (lifecycle.release_parents)
+                meta["delay"] = float(spec.options["delay"])
+        job.metadata = {**job.metadata, META_KEY: meta}
         self.jobs.append(job)
         self.nodes.append(FlowNode(job.id, self.workflow_id, len(after), passing, trigger))
         self.edges.extend(FlowEdge(p, job.id, self.policy) for p in after)

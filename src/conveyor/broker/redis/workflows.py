@@ -16,14 +16,16 @@ import orjson
 from ...core.job import Job
 from ...core.state import JobState
 from ...errors import ValidationError
-from ..flow import FlowEdge, FlowNode
+from .. import flow
+from ..flow import FlowEdge, FlowNode, node_delay
 from .codec import fmt_time
-from .codes import options
+from .codes import ScriptCode, options
 from .plumbing import guarded
 
 if TYPE_CHECKING:
     from .broker import RedisBroker
 
+_REVIVABLE = ("dead_letter", "cancelled", "expired")
 _NOT_STARTED = frozenset(
     {JobState.WAITING, JobState.PENDING, JobState.SCHEDULED, JobState.RETRY_SCHEDULED}
 )
@@ -80,6 +82,7 @@ class RedisWorkflows:
                 orjson.dumps(ins[job.id]),
                 orjson.dumps(outs[job.id]),
                 *_flow_fields(job),
+                _delay(job),
             )
         b.register({job.queue for job in jobs})
         workflow = nodes[0].workflow if nodes else ""
@@ -109,6 +112,50 @@ class RedisWorkflows:
         b = cast("RedisBroker", self)
         return [FlowEdge(p, c, pol) for p, c, pol in b._index(workflow_id)["edges"]]
 
+    @guarded
+    def requeue_node(self, job_id: str, now: float) -> bool:
+        """Requeue; a node that never got its parents' results reads them now (``WorkflowStore``).
+
+        Two steps: the parents' results are read here (``flow.requeue_inputs``, which names a
+        parent without one), then ``wf_requeue.lua`` requeues the node with them only if it is
+        still such a node (revivable, parents still counted): two callers cannot both give it
+        inputs, and a parent finishing in between cannot release it (it is not waiting).
+        """
+        b = cast("RedisBroker", self)
+        found = b.fetch(job_id)
+        if found is None:
+            return False
+        queue, fields = found
+        record = b.client.hgetall(b.keys.wf_node(queue, job_id))
+        state = fields.get(b"state", b"").decode()
+        if state not in _REVIVABLE or int(record.get(b"pending", 0)) <= 0:
+            return b.requeue(job_id, now)  # not a node waiting for results: as usual
+        parents = b._parents(record)
+        trig, passing = record.get(b"trig", b"").decode(), record.get(b"passing", b"").decode()
+        inputs = flow.requeue_inputs(job_id, trig, passing, parents)
+        inject = ",".join(orjson.dumps(v).decode() for v in inputs)
+        args = [job_id, fmt_time(now), b.retention.events_max, inject]
+        keys = (*b.qkeys(queue), b.keys.wf_node(queue, job_id))
+        if b.runner.run("wf_requeue", keys, args) != ScriptCode.OK:
+            return b.requeue(job_id, now)  # it changed meanwhile: the plain rules decide
+        b.wake_all()
+        return True
+
+    def _parents(self, record: dict[bytes, bytes]) -> list[flow.ParentView]:
+        """The node's parents now: a completed parent's current result, else its edge's (the
+        node field r:<parent>: "1" + result JSON, or "0"), else its state."""
+        b = cast("RedisBroker", self)
+        out = []
+        for parent, policy in orjson.loads(record.get(b"in", b"[]")):
+            mark = record.get(f"r:{parent}".encode(), b"0")
+            done, result = mark[:1] == b"1", orjson.loads(mark[1:]) if mark[:1] == b"1" else None
+            job = b.get(parent)
+            if job is not None and job.state is JobState.COMPLETED:
+                done, result = True, job.result
+            state = None if job is None else str(job.state)
+            out.append(flow.ParentView(parent, policy, done, result, state))
+        return out
+
     def cancel_workflow(self, workflow_id: str, now: float) -> int:
         """Cancel the nodes that have not started, one atomic cancel each (a cancelled node's
         dependants end in the same step, so later ones answer False)."""
@@ -117,6 +164,12 @@ class RedisWorkflows:
         for job_id in doomed:
             b.cancel(job_id, now)
         return len(doomed)
+
+
+def _delay(job: Job) -> str:
+    """The node's own delay ("" = none), counted from its release (``flow.node_delay``)."""
+    delay = node_delay(job)
+    return fmt_time(delay) if delay > 0 else ""
 
 
 def _flow_fields(job: Job) -> tuple[str, str, str]:

@@ -13,16 +13,17 @@
 --   ARGV: [1] options (JSON object): now, events_max, prefix (the key prefix), index (the
 --         index document: JSON {"nodes": [[id, queue], ...], "edges": [[parent, child,
 --         policy], ...]})
---         then per node 17 values: id, queue, payload, state (pending | waiting), priority,
+--         then per node 18 values: id, queue, payload, state (pending | waiting), priority,
 --         run_at, created_at, task, workflow id, pending parents, passing, trigger,
 --         in (JSON [[parent, policy], ...]), out (JSON [[child, queue, policy], ...]),
 --         expires_at, flow group, flow record JSON ("" = none; flow control, issue 15: a
---         node of a limited task waits in its group when pending, as enqueue.lua's jobs do)
+--         node of a limited task waits in its group when pending, as enqueue.lua's jobs do),
+--         the node's own delay in seconds ("" = none: counted from its release, wf_release)
 -- Output: CODE_OK
 local o = cjson.decode(ARGV[1])
 local now, maxlen = o.now, o.events_max
 redis.call('SET', KEYS[1], o.index)
-for i = 2, #ARGV, 17 do
+for i = 2, #ARGV, 18 do
   local id, qname, state, prio = ARGV[i], ARGV[i + 1], ARGV[i + 3], ARGV[i + 4]
   local q = wf_qkeys(o.prefix, qname)
   local key = q.job .. id
@@ -42,6 +43,7 @@ for i = 2, #ARGV, 17 do
   redis.call('HSET', q.wf .. id, 'workflow', ARGV[i + 8], 'pending', ARGV[i + 9],
     'passing', ARGV[i + 10], 'trig', ARGV[i + 11], 'in', ARGV[i + 12],
     'out', ARGV[i + 13])
+  if ARGV[i + 17] ~= '' then redis.call('HSET', q.wf .. id, 'delay', ARGV[i + 17]) end
   emit(q, maxlen, 'type', 'enqueued', 'job_id', id, 'task', ARGV[i + 7], 'at', now,
     'state', state)
 end
