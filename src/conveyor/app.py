@@ -380,9 +380,12 @@ class Conveyor:
         on_success: Signature | Spec | JobSpec | None = None,
         on_failure: Signature | Spec | JobSpec | None = None,
         name: str = "",
+        connection: Any = None,
     ) -> Batch:
         """``with app.batch(on_complete=notify.s()) as b:`` enqueue jobs; stored at the end of
-        the block with the callbacks, atomically; ``b.status()`` counts (docs/workflows.md)."""
+        the block with the callbacks, atomically; ``b.status()`` counts (docs/workflows.md).
+        ``connection``: store the batch inside that database transaction (SQLite, same file);
+        ``async with`` stores without blocking the event loop."""
         from .workflow.batch import Batch
 
         return Batch(
@@ -391,6 +394,7 @@ class Conveyor:
             on_success=on_success,
             on_failure=on_failure,
             name=name,
+            connection=connection,
         )
 
     def cancel(self, job_id: str) -> bool:

@@ -143,6 +143,9 @@ class Producer:
         jobs, plain, now = self.build_batch(specs, bind, known_only)
         if not jobs:
             return []
+        batch = current_batch.get()
+        if batch is not None and (kept := batch.collect(self.app, jobs)):
+            return kept  # stored with the batch's callbacks when its block ends
         payloads, after, fresh = self.encode(jobs, plain)
         results = await self.app.broker.enqueue_async(jobs, now, payloads, fresh_ids=fresh)
         if after:
@@ -270,7 +273,7 @@ class Producer:
             return []
         app = self.app
         batch = current_batch.get()
-        if batch is not None and connection is None and (kept := batch.collect(app, jobs)):
+        if batch is not None and (kept := batch.collect(app, jobs, connection)):
             return kept  # stored with the batch's callbacks when its block ends
         payloads, after, fresh = self.encode(jobs, plain)
         if connection is not None:

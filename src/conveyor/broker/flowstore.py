@@ -7,6 +7,7 @@ memory, SQLite and Redis brokers implement them (docs/workflows.md).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from ..core.job import Job
 from .flow import FlowEdge, FlowNode
@@ -29,6 +30,22 @@ class WorkflowStore:
         idempotency key (the producer refuses one), so nothing is ever a duplicate.
         """
         raise NotImplementedError(f"{type(self).__name__} does not store workflows")
+
+    #: True where ``enqueue_workflow_in_transaction`` works (SQLite)
+    workflows_in_transaction = False
+
+    def enqueue_workflow_in_transaction(
+        self,
+        connection: Any,
+        jobs: Sequence[Job],
+        payloads: Sequence[bytes],
+        nodes: Sequence[FlowNode],
+        edges: Sequence[FlowEdge],
+        now: float,
+    ) -> None:
+        """``enqueue_workflow`` with the caller's DB-API ``connection``, inside its open
+        transaction (a batch opened with ``connection=``; docs/transactions.md)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot store workflows in a transaction")
 
     def workflow_jobs(self, workflow_id: str) -> list[Job]:
         """Every node of the workflow still stored, in enqueue order (empty if unknown)."""

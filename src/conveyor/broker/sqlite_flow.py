@@ -171,6 +171,26 @@ class SqliteFlow:
 class SqliteWorkflows:
     """The ``WorkflowStore`` methods of ``SqliteBroker`` (mixed in)."""
 
+    workflows_in_transaction = True
+
+    def enqueue_workflow_in_transaction(
+        self,
+        connection: Any,
+        jobs: Sequence[Job],
+        payloads: Sequence[bytes],
+        nodes: Sequence[FlowNode],
+        edges: Sequence[FlowEdge],
+        now: float,
+    ) -> None:
+        """Jobs, nodes and edges with the caller's connection, in its transaction (same file;
+        ``sqlite_txn``: a savepoint keeps a refused store from touching the caller's work)."""
+        from .sqlite_txn import enqueue_in_transaction
+
+        def graph(tx: Tx) -> None:
+            store(tx, nodes, edges)
+
+        enqueue_in_transaction(cast("SqliteBroker", self), connection, jobs, payloads, graph)
+
     def enqueue_workflow(
         self,
         jobs: Sequence[Job],

@@ -78,8 +78,9 @@ class Builder:
         self.edges.extend(FlowEdge(p, job.id, self.policy) for p in after)
         return str(job.id)
 
-    def store(self, sinks: list[str]) -> WorkflowHandle:
-        """Run the enqueue middleware, encode, store atomically; the handle."""
+    def store(self, sinks: list[str], connection: Any = None) -> WorkflowHandle:
+        """Run the enqueue middleware, encode, store atomically (inside the caller's
+        transaction with ``connection``); the handle."""
         rt = self.runtime
         before, after = rt.producer.hooks()
         handles = [JobHandle.bind(job, rt) for job in self.jobs]
@@ -88,7 +89,15 @@ class Builder:
                 mw.before_enqueue(rt.owner, handle)
         limit = rt.settings.max_payload_bytes
         payloads = [encode_envelope(h, limit) for h in handles]
-        rt.broker.enqueue_workflow(handles, payloads, self.nodes, self.edges, self.now)
+        if connection is None:
+            rt.broker.enqueue_workflow(handles, payloads, self.nodes, self.edges, self.now)
+        else:
+            from ..txn import raw_connection
+
+            raw = raw_connection(connection)
+            rt.broker.enqueue_workflow_in_transaction(
+                raw, handles, payloads, self.nodes, self.edges, self.now
+            )
         if after:
             after_enqueue_batch(after, rt.owner, handles, [False] * len(handles))
         queues = {h.id: h.queue for h in handles if h.id in set(sinks)}
