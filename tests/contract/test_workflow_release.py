@@ -68,6 +68,17 @@ def test_a_node_s_own_delay_counts_from_its_release(app: Conveyor, clock: FakeCl
     assert flow.result() == 2
 
 
+def test_a_first_node_with_a_delay_runs_after_it(app: Conveyor, clock: FakeClock) -> None:
+    """A node without parents is scheduled like any job (Redis left it unpromoted before)."""
+    t = tasks(app)
+    flow = chain(t.start.options(delay=100).s(), t.later.s()).enqueue()
+    app.worker().run_until_idle()
+    assert flow.jobs()[0].state is JobState.SCHEDULED
+    clock.advance(100)
+    app.worker().run_until_idle()
+    assert flow.result() == 2
+
+
 def test_a_node_s_run_at_is_a_lower_bound(app: Conveyor, clock: FakeClock) -> None:
     t = tasks(app)
     t0 = clock.now()

@@ -1,4 +1,5 @@
--- wf_enqueue.lua: store a whole workflow, all or nothing (transition: (new) -> pending | waiting).
+-- wf_enqueue.lua: store a whole workflow, all or nothing (transition: (new) -> pending |
+-- scheduled | waiting: a node without parents but with a delay is scheduled).
 --
 -- Every node becomes a job (hash, payload, ready or waiting set entry, "enqueued" event) and a
 -- graph record (<p>:{q}:wf:<id>, see the workflow part of _lib.lua); nodes with dependants get
@@ -13,7 +14,8 @@
 --   ARGV: [1] options (JSON object): now, events_max, prefix (the key prefix), index (the
 --         index document: JSON {"nodes": [[id, queue], ...], "edges": [[parent, child,
 --         policy], ...]})
---         then per node 18 values: id, queue, payload, state (pending | waiting), priority,
+--         then per node 18 values: id, queue, payload, state (pending | scheduled | waiting),
+--         priority,
 --         run_at, created_at, task, workflow id, pending parents, passing, trigger,
 --         in (JSON [[parent, policy], ...]), out (JSON [[child, queue, policy], ...]),
 --         expires_at, flow group, flow record JSON ("" = none; flow control, issue 15: a
@@ -37,6 +39,9 @@ for i = 2, #ARGV, 18 do
   if state == 'pending' then
     make_ready(q, id, tonumber(prio) or 0, grp)
     wake(q)
+  elseif state == 'scheduled' then
+    redis.call('ZADD', q.scheduled, ARGV[i + 5], id)
+    wake(q)  -- an idle worker recomputes how long to sleep
   else
     redis.call('ZADD', q.waiting, ARGV[i + 6], id)
   end
