@@ -31,6 +31,7 @@ class MemoryFlow:
         self._nodes: dict[str, FlowNode] = {}
         self._pending: dict[str, int] = {}
         self.members: dict[str, list[str]] = {}  # workflow id -> node ids, in enqueue order
+        self._live: dict[str, int] = {}  # workflow id -> its jobs still stored (retention)
         self._now = 0.0
 
     def add(self, nodes: Sequence[FlowNode], edges: Sequence[FlowEdge]) -> None:
@@ -39,9 +40,28 @@ class MemoryFlow:
             self._nodes[node.id] = node
             self._pending[node.id] = node.parents
             self.members.setdefault(node.workflow, []).append(node.id)
+            self._live[node.workflow] = self._live.get(node.workflow, 0) + 1
         for edge in edges:
             self._out.setdefault(edge.parent, []).append((edge.child, edge.policy))
             self._in.setdefault(edge.child, []).append((edge.parent, edge.policy))
+
+    def dropped(self, job_id: str) -> None:
+        """Job ``job_id`` was deleted (retention, purge, delete): when it was its workflow's
+        last stored job, the workflow's graph records go too. Until then every record stays,
+        those of dropped parents included (their results still reach the children)."""
+        node = self._nodes.get(job_id)
+        if node is None:
+            return
+        left = self._live[node.workflow] = self._live.get(node.workflow, 1) - 1
+        if left > 0:
+            return
+        del self._live[node.workflow]
+        for member in self.members.pop(node.workflow, []):
+            self._nodes.pop(member, None)
+            self._pending.pop(member, None)
+            for parent, _ in self._in.pop(member, ()):
+                self._marks.pop((parent, member), None)
+            self._out.pop(member, None)
 
     def edges(self, workflow: str) -> list[FlowEdge]:
         """The edges into the workflow's nodes, child by child."""

@@ -486,6 +486,7 @@ class SqliteBroker(
                     (queue, state, queue, state, now - ttl),
                 )
             self._housekeep_side(tx, now)
+            self.sweep_workflows(tx, now)  # graphs whose jobs are all gone (sqlite_flow.py)
             return reaped
 
     def _expire(self, tx: Tx, now: float, max_lost: int, limit: int) -> int:

@@ -168,10 +168,38 @@ class SqliteFlow:
         self._tx.emit("cancelled", rec.job, self._now, reason="upstream_failed", parent=parent)
 
 
+#: Seconds between two sweeps for finished workflows' graphs (per broker object).
+SWEEP_EVERY = 60.0
+#: Workflows whose graph one sweep removes at most.
+SWEEP_BATCH = 200
+_GONE = (
+    "SELECT workflow FROM wf_nodes n GROUP BY workflow"
+    " HAVING MAX(EXISTS (SELECT 1 FROM jobs j WHERE j.id = n.id)) = 0 LIMIT ?"
+)
+
+
 class SqliteWorkflows:
     """The ``WorkflowStore`` methods of ``SqliteBroker`` (mixed in)."""
 
     workflows_in_transaction = True
+    _wf_sweep_at = float("-inf")
+
+    def sweep_workflows(self, tx: Tx, now: float) -> int:
+        """Drop the graph records (nodes, edges, copied results) of workflows none of whose
+        jobs is stored any more: job retention (completed / cancelled TTLs and caps, purges)
+        decides when a finished workflow goes; a running one always has a stored job. At
+        most once per ``SWEEP_EVERY`` seconds: it reads every node row."""
+        if now < self._wf_sweep_at + SWEEP_EVERY:
+            return 0
+        self._wf_sweep_at = now
+        gone = [row[0] for row in tx.conn.execute(_GONE, (SWEEP_BATCH,)).fetchall()]
+        for workflow in gone:
+            tx.conn.execute(
+                "DELETE FROM wf_edges WHERE child IN (SELECT id FROM wf_nodes WHERE workflow = ?)",
+                (workflow,),
+            )
+            tx.conn.execute("DELETE FROM wf_nodes WHERE workflow = ?", (workflow,))
+        return len(gone)
 
     def enqueue_workflow_in_transaction(
         self,

@@ -31,8 +31,16 @@ _NOT_STARTED = frozenset(
 )
 
 
+#: Seconds between two sweeps for finished workflows' graphs (per broker object).
+SWEEP_EVERY = 60.0
+#: Workflows one sweep checks at most.
+SWEEP_BATCH = 200
+
+
 class RedisWorkflows:
     """The ``WorkflowStore`` methods of ``RedisBroker`` (mixed in)."""
+
+    _wf_sweep_at = float("-inf")
 
     @guarded
     def enqueue_workflow(
@@ -86,6 +94,9 @@ class RedisWorkflows:
             )
         b.register({job.queue for job in jobs})
         workflow = nodes[0].workflow if nodes else ""
+        # registered first: the sweep leaves entries younger than SWEEP_EVERY alone, so it
+        # cannot drop this one before the script stored it
+        b.client.zadd(b.keys.workflows(), {workflow: now})
         b.runner.run("wf_enqueue", [b.keys.workflow(workflow)], args)
         for job in jobs:
             b.remember(job.id, job.queue)
@@ -155,6 +166,41 @@ class RedisWorkflows:
             state = None if job is None else str(job.state)
             out.append(flow.ParentView(parent, policy, done, result, state))
         return out
+
+    def sweep_workflows(self, now: float) -> int:
+        """Drop the graph records (index, node hashes with the copied results) of workflows
+        none of whose jobs is stored any more: job retention (completed / cancelled TTLs and
+        caps, purges) decides when a finished workflow goes; a running one always has a
+        stored job and is only moved to the back of the line. At most once per
+        ``SWEEP_EVERY`` seconds and ``SWEEP_BATCH`` workflows (the least recently checked)."""
+        b = cast("RedisBroker", self)
+        if now < b._wf_sweep_at + SWEEP_EVERY:
+            return 0
+        b._wf_sweep_at = now
+        registry = b.keys.workflows()
+        due = b.client.zrangebyscore(registry, "-inf", now - SWEEP_EVERY, 0, SWEEP_BATCH)
+        gone = 0
+        for raw in due:
+            workflow = raw.decode()
+            nodes = [(queue, job_id) for job_id, queue in b._index(workflow)["nodes"]]
+            if b._any_stored(nodes):
+                b.client.zadd(registry, {workflow: now})
+                continue
+            keys = [b.keys.workflow(workflow), *(b.keys.wf_node(q, i) for q, i in nodes)]
+            for start in range(0, len(keys), 500):
+                b.client.delete(*keys[start : start + 500])
+            b.client.zrem(registry, workflow)
+            gone += 1
+        return gone
+
+    def _any_stored(self, nodes: list[tuple[str, str]]) -> bool:
+        """Does any of these (queue, id) jobs still exist? (chunks; stops at a live one)"""
+        b = cast("RedisBroker", self)
+        for start in range(0, len(nodes), 200):
+            chunk = nodes[start : start + 200]
+            if b.client.exists(*(b.keys.job(q, i) for q, i in chunk)):
+                return True
+        return False
 
     def cancel_workflow(self, workflow_id: str, now: float) -> int:
         """Cancel the nodes that have not started, one atomic cancel each (a cancelled node's
