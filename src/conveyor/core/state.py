@@ -13,6 +13,7 @@
     pending ──lapse (expires_at passed before it started)──> expired ──requeue──> pending
     active ──cancel_running (lease holder, fenced)──> cancelled
     (enqueue a workflow node) ──> waiting ──release_parents──> pending
+                                    │ ├──release_parents_later (own delay)──> scheduled
                                     │ └──upstream_failed / cancel──> cancelled
 
 A workflow node waits (``waiting``) until its last parent finishes: the transition that finishes
