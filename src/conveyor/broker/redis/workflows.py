@@ -156,14 +156,18 @@ class RedisWorkflows:
         """The node's parents now: a completed parent's current result, else its edge's (the
         node field r:<parent>: "1" + result JSON, or "0"), else its state."""
         b = cast("RedisBroker", self)
+        edges = orjson.loads(record.get(b"in", b"[]"))
+        index = b._index(record.get(b"workflow", b"").decode())
+        queue_of = {job_id: queue for job_id, queue in index["nodes"]}
+        jobs = b.fetch_many([(queue_of.get(p, "default"), p) for p, _ in edges])  # one pipeline
         out = []
-        for parent, policy in orjson.loads(record.get(b"in", b"[]")):
+        for (parent, policy), fields in zip(edges, jobs, strict=True):
             mark = record.get(f"r:{parent}".encode(), b"0")
             done, result = mark[:1] == b"1", orjson.loads(mark[1:]) if mark[:1] == b"1" else None
-            job = b.get(parent)
-            if job is not None and job.state is JobState.COMPLETED:
-                done, result = True, job.result
-            state = None if job is None else str(job.state)
+            state = fields.get(b"state", b"").decode() or None
+            if state == "completed":
+                raw = fields.get(b"result")
+                done, result = True, None if raw is None else orjson.loads(raw)
             out.append(flow.ParentView(parent, policy, done, result, state))
         return out
 
