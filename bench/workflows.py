@@ -1,4 +1,5 @@
-"""Workflow numbers on Redis (issue 16): chord callback latency and per-node broker overhead.
+"""Workflow numbers (issue 16): chord callback latency and per-node broker overhead on Redis;
+``job.wait()`` latency on Redis and SQLite.
 
 * chord: a chord of ``--members`` no-op jobs and a callback, run by one worker process
   (``concurrency`` threads) in this process. Latency = the callback handler's start - the last
@@ -9,19 +10,25 @@
 * overhead: broker time per job (enqueue + claim + complete through the Broker protocol, no
   handler, one job per call) for plain jobs, a chain and a chord of ``--nodes`` nodes. Target:
   a workflow node <= 2x a plain job.
+* wait: ``--waits`` jobs one after the other, each waited for with ``job.wait()`` while a worker
+  thread runs them; latency = ``wait()``'s return (``time.time()``) - the job's ``finished_at``
+  (the worker's clock when it acked). Target: p50 <= 5 ms, on Redis and on a SQLite file.
 
 Starts a private redis-server (bench/harness/redis_server.py) unless ``--redis URL`` is given.
 The machine must be quiet: record the numbers in docs/benchmarks.md from a quiet run.
 
-    .venv/bin/python -m bench.workflows [--members 10000] [--nodes 2000] [--out FILE]
+    .venv/bin/python -m bench.workflows [--members 10000] [--nodes 2000] [--waits 500] [--out FILE]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
+import tempfile
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from conveyor import Conveyor, chain, chord
@@ -46,7 +53,7 @@ def chord_latency(url: str, members: int, concurrency: int) -> dict[str, Any]:
         return len(results)
 
     t0 = time.perf_counter()
-    flow = chord([member.partial(n) for n in range(members)], callback.partial()).enqueue()
+    flow = chord([member.s(n) for n in range(members)], callback.s()).enqueue()
     enqueued = time.perf_counter() - t0
     worker = app.worker(concurrency=concurrency, handle_signals=False)
     thread = threading.Thread(target=worker.run, daemon=True)
@@ -94,10 +101,8 @@ def overhead(url: str, nodes: int) -> dict[str, Any]:
     out: dict[str, Any] = {"nodes": nodes}
     shapes = {
         "plain": lambda: app.enqueue_many([node.spec(i) for i in range(nodes)]),
-        "chain": lambda: chain(*[node.partial(i) for i in range(nodes)]).enqueue(),
-        "chord": lambda: chord(
-            [node.partial(i) for i in range(nodes - 1)], node.partial()
-        ).enqueue(),
+        "chain": lambda: chain(*[node.s(i) for i in range(nodes)]).enqueue(),
+        "chord": lambda: chord([node.s(i) for i in range(nodes - 1)], node.s()).enqueue(),
     }
     for name, build in shapes.items():
         app.broker.flush_all()
@@ -112,6 +117,40 @@ def overhead(url: str, nodes: int) -> dict[str, Any]:
     return out
 
 
+def wait_latency(url: str, waits: int) -> dict[str, Any]:
+    """``job.wait()``'s return minus the job's ``finished_at``, one job at a time (ms)."""
+    app = Conveyor(url)
+    app.broker.flush_all()
+
+    @app.task(name="bench.echo")
+    def echo(n: int) -> int:
+        return n
+
+    worker = app.worker(concurrency=1, handle_signals=False)
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    lags: list[float] = []
+    try:
+        for i in range(waits + 5):  # the first few warm the connections up
+            handle = echo.enqueue(i)
+            handle.wait(timeout=30)
+            returned = time.time()
+            job = app.broker.get(handle.id)
+            if i >= 5 and job is not None and job.finished_at is not None:
+                lags.append((returned - job.finished_at) * 1000)
+    finally:
+        worker.stop(timeout=10)
+        thread.join(15)
+        app.close()
+    lags.sort()
+    return {
+        "waits": len(lags),
+        "p50_ms": round(statistics.median(lags), 2),
+        "p90_ms": round(lags[int(len(lags) * 0.9)], 2),
+        "max_ms": round(lags[-1], 2),
+    }
+
+
 def main() -> None:
     """Parse arguments, run both measurements, print (and save) the JSON."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -119,6 +158,7 @@ def main() -> None:
     parser.add_argument("--members", type=int, default=10_000)
     parser.add_argument("--nodes", type=int, default=2_000)
     parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--waits", type=int, default=500)
     parser.add_argument("--out", default="")
     args = parser.parse_args()
     server = None
@@ -129,10 +169,14 @@ def main() -> None:
         server = start_redis()
         url = server.url
     try:
-        result = {
-            "chord": chord_latency(url, args.members, args.concurrency),
-            "overhead": overhead(url, args.nodes),
-        }
+        with tempfile.TemporaryDirectory() as tmp:
+            sqlite_url = f"sqlite:///{Path(tmp) / 'wait.db'}"
+            result = {
+                "chord": chord_latency(url, args.members, args.concurrency),
+                "overhead": overhead(url, args.nodes),
+                "wait_redis": wait_latency(url, args.waits),
+                "wait_sqlite": wait_latency(sqlite_url, args.waits),
+            }
     finally:
         if server is not None:
             server.stop()

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from .worker.loop import Worker
     from .workflow import Workflow
     from .workflow.batch import Batch
-    from .workflow.canvas import Signature
+    from .workflow.canvas import Signature, Spec
 
 log = logging.getLogger("conveyor")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -400,13 +400,17 @@ class Conveyor:
     def batch(
         self,
         *,
-        on_complete: Signature | JobSpec | None = None,
-        on_success: Signature | JobSpec | None = None,
-        on_failure: Signature | JobSpec | None = None,
+        on_complete: Signature | Spec | JobSpec | None = None,
+        on_success: Signature | Spec | JobSpec | None = None,
+        on_failure: Signature | Spec | JobSpec | None = None,
         name: str = "",
+        connection: Any = None,
     ) -> Batch:
         """``with app.batch(on_complete=notify.s()) as b:`` enqueue jobs; stored at the end of
-        the block with the callbacks, atomically; ``b.status()`` counts (docs/workflows.md)."""
+        the block with the callbacks, atomically; ``b.status()`` counts (docs/workflows.md).
+        ``connection``: store the batch inside that database transaction (SQLite: same file;
+        PostgreSQL: a psycopg connection to the broker's database);
+        ``async with`` stores without blocking the event loop."""
         from .workflow.batch import Batch
 
         return Batch(
@@ -415,6 +419,7 @@ class Conveyor:
             on_success=on_success,
             on_failure=on_failure,
             name=name,
+            connection=connection,
         )
 
     def cancel(self, job_id: str) -> bool:

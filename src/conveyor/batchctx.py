@@ -13,8 +13,9 @@ from typing import Any, Protocol
 class Collector(Protocol):
     """An open batch: keeps the jobs its app enqueues until its block ends."""
 
-    def collect(self, runtime: Any, jobs: list[Any]) -> list[Any] | None:
-        """The jobs, kept (None: another app's enqueue, store it as usual)."""
+    def collect(self, runtime: Any, jobs: list[Any], connection: Any = None) -> list[Any] | None:
+        """The jobs, kept (None: another app's enqueue, store it as usual). ``connection``:
+        the caller's transaction the jobs were meant for (joins only a batch stored in it)."""
         ...
 
 

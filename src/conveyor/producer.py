@@ -154,6 +154,9 @@ class Producer:
         jobs, plain, now = self.build_batch(specs, bind, known_only)
         if not jobs:
             return []
+        batch = current_batch.get()
+        if batch is not None and (kept := batch.collect(self.app, jobs)):
+            return kept  # stored with the batch's callbacks when its block ends
         payloads, after, fresh = self.encode(jobs, plain)
         auto = self.autobatch
         if auto is not None and len(jobs) == 1:  # joins other callers' jobs (autobatch.py)
@@ -291,7 +294,7 @@ class Producer:
             return []
         app = self.app
         batch = current_batch.get()
-        if batch is not None and connection is None and (kept := batch.collect(app, jobs)):
+        if batch is not None and (kept := batch.collect(app, jobs, connection)):
             return kept  # stored with the batch's callbacks when its block ends
         payloads, after, fresh = self.encode(jobs, plain)
         if connection is not None:

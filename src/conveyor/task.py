@@ -6,7 +6,17 @@ import datetime as dt
 import inspect
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, Protocol, TypeVar, overload
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Concatenate,
+    Generic,
+    Literal,
+    ParamSpec,
+    Protocol,
+    TypeVar,
+    overload,
+)
 
 from .core.backoff import DEFAULT_BACKOFF, Backoff
 from .core.flow import UNIQUE_MODES, TaskFlow, job_flow
@@ -23,9 +33,11 @@ from .task_args import ArgBinder
 
 if TYPE_CHECKING:
     from .handles import JobHandle
-    from .workflow.canvas import Signature
+    from .workflow.canvas import Signature, Spec
 
 P = ParamSpec("P")
+#: the parameters after the first (a workflow step whose first argument comes from upstream)
+P2 = ParamSpec("P2")
 R = TypeVar("R")
 ExecutorKind = Literal["auto", "thread", "asyncio", "process", "inline"]
 _OPTION_NAMES = frozenset(
@@ -127,6 +139,9 @@ class JobSpec:
     args: tuple[Any, ...] = ()
     kwargs: Mapping[str, Any] = field(default_factory=dict)
     options: Mapping[str, Any] = field(default_factory=dict)
+    #: the ``Task`` that built it (``task.s(...)``): a workflow finds its app and checks the
+    #: arguments with it; None for a spec written by hand
+    origin: Any = field(default=None, compare=False, repr=False)
 
 
 class Enqueuer(Protocol):
@@ -202,13 +217,28 @@ class Task(Generic[P, R]):
         """Build an un-enqueued job for ``app.enqueue_many`` (arguments checked now)."""
         return self._plain.spec(*args, **kwargs)
 
-    def s(self, *args: P.args, **kwargs: P.kwargs) -> JobSpec:
-        """Short for ``spec`` (a signature, in Celery's words): an un-enqueued job."""
-        return self._plain.spec(*args, **kwargs)
+    @overload
+    def s(self, *args: P.args, **kwargs: P.kwargs) -> JobSpec: ...
+
+    @overload
+    def s(self: Task[Concatenate[Any, P2], R], *args: P2.args, **kwargs: P2.kwargs) -> JobSpec: ...
+
+    def s(self, *args: Any, **kwargs: Any) -> JobSpec:
+        """A signature, in Celery's words: an un-enqueued job (``enqueue_many`` takes it) and a
+        workflow step. After another step it gets the upstream result as first argument:
+        ``chain(fetch.s(url), parse.s(), store.s())`` (docs/workflows.md), so the arguments
+        may leave the first parameter out; they are checked now with that slot optional, and
+        exactly when the workflow is built or the spec enqueued."""
+        return self._plain.s(*args, **kwargs)
+
+    def si(self, *args: P.args, **kwargs: P.kwargs) -> Spec:
+        """An immutable workflow step: it runs with exactly these arguments and never gets
+        its parents' results (Celery's ``si``); bound against the function now."""
+        return self._plain.si(*args, **kwargs)
 
     def partial(self, *args: Any, **kwargs: Any) -> Signature:
-        """A workflow step that gets its parents' result as first argument:
-        ``chain(fetch.s(url), parse.partial(), store.partial())`` (docs/workflows.md)."""
+        """The explicit form of a step that gets its parents' result as first argument
+        (``.s()`` after another step does the same; docs/workflows.md)."""
         return self._plain.partial(*args, **kwargs)
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle[R]:
@@ -258,9 +288,29 @@ class TaskOptions(Generic[P, R]):
         self.task.binder.require(args, kwargs)
         return JobSpec(self.task.name, args, kwargs, dict(self.opts) if self.opts else {})
 
-    def s(self, *args: P.args, **kwargs: P.kwargs) -> JobSpec:
-        """Short for ``spec``."""
-        return self.spec(*args, **kwargs)
+    @overload
+    def s(self, *args: P.args, **kwargs: P.kwargs) -> JobSpec: ...
+
+    @overload
+    def s(
+        self: TaskOptions[Concatenate[Any, P2], R], *args: P2.args, **kwargs: P2.kwargs
+    ) -> JobSpec: ...
+
+    def s(self, *args: Any, **kwargs: Any) -> JobSpec:
+        """``Task.s`` with these options: the first parameter may be left to the step before
+        (checked when the workflow is built or the spec enqueued)."""
+        binder = self.task.binder
+        if binder.reason(args, kwargs) is not None and binder.reason((None, *args), kwargs):
+            raise binder.error(args, kwargs)  # fits neither with nor without the upstream slot
+        opts = dict(self.opts) if self.opts else {}
+        return JobSpec(self.task.name, args, kwargs, opts, origin=self.task)
+
+    def si(self, *args: P.args, **kwargs: P.kwargs) -> Spec:
+        """``Task.si`` with these options."""
+        from .workflow.canvas import Spec
+
+        spec = self.spec(*args, **kwargs)
+        return Spec(replace(spec, origin=self.task), immutable=True)
 
     def partial(self, *args: Any, **kwargs: Any) -> Signature:
         """A workflow step whose first argument comes from its parents (docs/workflows.md);

@@ -30,6 +30,7 @@ EXPECTED = {
     (S.ACTIVE, E.CANCEL_RUNNING): S.CANCELLED,
     # workflows: a node waits for its parents, then runs or ends with the failed parent named
     (S.WAITING, E.RELEASE_PARENTS): S.PENDING,
+    (S.WAITING, E.RELEASE_PARENTS_LATER): S.SCHEDULED,  # the node's own delay (session 5)
     (S.WAITING, E.UPSTREAM_FAILED): S.CANCELLED,
     (S.WAITING, E.CANCEL): S.CANCELLED,
     (S.PENDING, E.LAPSE): S.EXPIRED,
@@ -70,6 +71,7 @@ def test_waiting_is_not_terminal_and_only_parents_or_cancel_end_it() -> None:
     assert S.WAITING not in TERMINAL_STATES
     assert {e for (s, e) in TRANSITIONS if s is S.WAITING} == {
         E.RELEASE_PARENTS,
+        E.RELEASE_PARENTS_LATER,
         E.UPSTREAM_FAILED,
         E.CANCEL,
     }

@@ -44,6 +44,7 @@ EXPECTED_OUTPUT = {
     "# enqueue.py": "completed 1 sent",
     "from jobs import app, send_email": "completed",
     "from conveyor import Conveyor, current_job": "1 resized 2 of 2",
+    "from conveyor import Conveyor, chain, chord, group": "['stored 32', 6] 2",
 }
 
 

@@ -20,7 +20,14 @@ from conveyor.broker.redis import RedisBroker
 
 # Workflows span queues (hash slots), so Redis Cluster refuses them (docs/workflows.md); the
 # refusal itself is tested below instead of the workflow contract.
-CLUSTER_UNSUPPORTED = {"test_workflows", "test_flow_workflows"}
+CLUSTER_UNSUPPORTED = {
+    "test_workflows",
+    "test_flow_workflows",
+    "test_workflow_steps",
+    "test_workflow_release",
+    "test_workflow_retention",
+    "test_batch_join",
+}
 
 for _info in pkgutil.iter_modules(tests.contract.__path__):
     if _info.name.startswith("test_") and _info.name not in CLUSTER_UNSUPPORTED:

@@ -105,6 +105,9 @@ def test_every_script_call_touches_one_slot(rbroker: RedisBroker) -> None:
         [FlowEdge("w1", "w2")],
         T0,
     )
+    b.cancel("w2", T0)  # a waiting node cancelled: its requeue gives it its parent's result
+    b.complete([Ack(lease.id, lease.token) for lease in b.claim(["default"], T0, limit=9)], T0)
+    assert b.requeue_node("w2", T0)
     used = {name for name, _ in recorder.seen}
     assert used == set(SCRIPT_NAMES), set(SCRIPT_NAMES) - used
     for name, keys in recorder.seen:

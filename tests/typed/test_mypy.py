@@ -71,4 +71,5 @@ def test_mypy_accepts_typed_use_and_reports_each_misuse(tmp_path: Path) -> None:
     assert [f for f in found if f[0] == "accepted.py"] == []
     expected = _expected(refused)
     assert len(expected) == 10
-    assert sorted(f for f in found if f[0] == "refused.py") == sorted(expected)
+    # one error per line (an overloaded call, e.g. ``.s``, may report its mismatch twice)
+    assert sorted({f for f in found if f[0] == "refused.py"}) == sorted(expected)

@@ -127,6 +127,53 @@ def finished(ops: FlowOps, job_id: str, ok: bool, result: Any) -> None:
             ops.release(child, passed(node.passing, inputs))
 
 
+@dataclass(frozen=True)
+class ParentView:
+    """A parent as a requeued child sees it: ``result`` when it completed (now, or when its
+    edge was marked), ``state`` else (None: gone)."""
+
+    id: str
+    policy: str
+    completed: bool
+    result: Any
+    state: str | None
+
+
+def requeue_inputs(child: str, trigger: str, passing: str, parents: list[ParentView]) -> list[Any]:
+    """The arguments a node that never got its parents' results (it ended ``upstream_failed``
+    or was cancelled while waiting) gets when an operator requeues it: its parents' results,
+    read again now. A parent without one, whose edge would not let the child run without it
+    (policy "fail"), or that has not finished, is named in a ``ValidationError``."""
+    from ..errors import ValidationError
+
+    inputs = []
+    for p in parents:
+        if p.completed:
+            inputs.append(Input(True, p.result, p.policy))
+            continue
+        finished = p.state in _ENDED
+        if finished and (p.policy != "fail" or trigger == "one_failed"):
+            inputs.append(Input(False, None, p.policy))
+            continue
+        why = "has not finished" if p.state is not None and not finished else "has no result"
+        raise ValidationError(
+            "job_id",
+            f"job {child} cannot run without its parents' results: parent {p.id}"
+            f" ({p.state or 'deleted'}) {why}; requeue {p.id} first, and {child} once it"
+            " completed",
+        )
+    return passed(passing, inputs)
+
+
+_ENDED = ("completed", "dead_letter", "cancelled", "expired")
+
+
+def node_delay(job: Any) -> float:
+    """A node's own delay, counted from its release (``metadata["workflow"]["delay"]``)."""
+    meta = job.metadata.get("workflow") if isinstance(job.metadata, dict) else None
+    return float(meta.get("delay") or 0.0) if isinstance(meta, dict) else 0.0
+
+
 def passed(passing: str, inputs: list[Input]) -> list[Any]:
     """The arguments a released node gets before its own (see ``FlowNode``)."""
     if passing == "one":

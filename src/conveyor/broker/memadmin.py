@@ -14,6 +14,7 @@ from collections.abc import Callable
 from ..core import lifecycle
 from ..core.job import Job
 from ..core.state import JobState
+from .memflow import MemoryFlow
 
 _DELAYED = (JobState.SCHEDULED, JobState.RETRY_SCHEDULED)
 
@@ -25,6 +26,7 @@ class MemoryJobAdmin:
     _jobs: dict[str, Job]
     _ready_seq: dict[str, int]
     _tokens: dict[str, str]
+    flow: MemoryFlow
     _make_ready: Callable[[Job], None]
     _make_delayed: Callable[[Job], None]
 
@@ -55,6 +57,7 @@ class MemoryJobAdmin:
             if job is None or job.state is JobState.ACTIVE:
                 return False
             del self._jobs[job_id]
+            self.flow.dropped(job_id)
             self._ready_seq.pop(job_id, None)
             self._tokens.pop(job_id, None)
             return True

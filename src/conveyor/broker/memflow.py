@@ -31,6 +31,7 @@ class MemoryFlow:
         self._nodes: dict[str, FlowNode] = {}
         self._pending: dict[str, int] = {}
         self.members: dict[str, list[str]] = {}  # workflow id -> node ids, in enqueue order
+        self._live: dict[str, int] = {}  # workflow id -> its jobs still stored (retention)
         self._now = 0.0
 
     def add(self, nodes: Sequence[FlowNode], edges: Sequence[FlowEdge]) -> None:
@@ -39,9 +40,28 @@ class MemoryFlow:
             self._nodes[node.id] = node
             self._pending[node.id] = node.parents
             self.members.setdefault(node.workflow, []).append(node.id)
+            self._live[node.workflow] = self._live.get(node.workflow, 0) + 1
         for edge in edges:
             self._out.setdefault(edge.parent, []).append((edge.child, edge.policy))
             self._in.setdefault(edge.child, []).append((edge.parent, edge.policy))
+
+    def dropped(self, job_id: str) -> None:
+        """Job ``job_id`` was deleted (retention, purge, delete): when it was its workflow's
+        last stored job, the workflow's graph records go too. Until then every record stays,
+        those of dropped parents included (their results still reach the children)."""
+        node = self._nodes.get(job_id)
+        if node is None:
+            return
+        left = self._live[node.workflow] = self._live.get(node.workflow, 1) - 1
+        if left > 0:
+            return
+        del self._live[node.workflow]
+        for member in self.members.pop(node.workflow, []):
+            self._nodes.pop(member, None)
+            self._pending.pop(member, None)
+            for parent, _ in self._in.pop(member, ()):
+                self._marks.pop((parent, member), None)
+            self._out.pop(member, None)
 
     def edges(self, workflow: str) -> list[FlowEdge]:
         """The edges into the workflow's nodes, child by child."""
@@ -92,13 +112,26 @@ class MemoryFlow:
             out.append(Input(ok, result, policy))
         return out
 
+    def parents(self, child: str) -> list[flow.ParentView]:
+        """The child's parents now (``flow.requeue_inputs``): a completed parent's current
+        result, else its edge's, else its state."""
+        out = []
+        for parent, policy in self._in.get(child, ()):
+            job = self._broker._jobs.get(parent)
+            ok, result = self._marks.get((parent, child), (False, None))
+            if job is not None and job.state is JobState.COMPLETED:
+                ok, result = True, job.result
+            state = None if job is None else str(job.state)
+            out.append(flow.ParentView(parent, policy, ok, result, state))
+        return out
+
     def release(self, child: str, inputs: list[Any]) -> None:
         """waiting -> pending."""
         broker = self._broker
         job = broker._jobs[child]
-        lifecycle.release_parents(job, self._now, inputs)
+        lifecycle.release_parents(job, self._now, inputs, flow.node_delay(job))
         broker._emit("released", job, self._now, note="parents finished")
-        broker._make_ready(job)
+        broker._place(job)  # pending, or scheduled for its own delay
 
     def upstream_failed(self, child: str, parent: str, detail: str) -> None:
         """waiting -> cancelled."""
@@ -139,6 +172,24 @@ class MemoryWorkflows:
         with b._lock:
             return b.flow.edges(workflow_id)
 
+    def requeue_node(self, job_id: str, now: float) -> bool:
+        """Requeue; a node that never got its parents' results reads them now
+        (``WorkflowStore``)."""
+        b = cast("MemoryBroker", self)
+        with b._lock:
+            job = b._jobs.get(job_id)
+            fl = b.flow
+            if job is None or job.state not in _REVIVABLE or fl._pending.get(job_id, 0) <= 0:
+                return b.requeue(job_id, now)  # not a node waiting for results: as usual
+            node = fl._nodes[job_id]
+            inputs = flow.requeue_inputs(job_id, node.trigger, node.passing, fl.parents(job_id))
+            lifecycle.requeue(job, now)
+            job.args = [*inputs, *job.args]
+            fl._pending[job_id] = 0  # it has its inputs: a later requeue keeps them
+            b._emit("requeued", job, now)
+            b._make_ready(job)
+            return True
+
     def cancel_workflow(self, workflow_id: str, now: float) -> int:
         """Cancel the nodes that have not started."""
         b = cast("MemoryBroker", self)
@@ -150,4 +201,5 @@ class MemoryWorkflows:
             return len(doomed)
 
 
+_REVIVABLE = (JobState.DEAD_LETTER, JobState.CANCELLED, JobState.EXPIRED)
 _CANCELLABLE = (JobState.PENDING, JobState.SCHEDULED, JobState.RETRY_SCHEDULED, JobState.WAITING)

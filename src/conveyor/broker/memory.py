@@ -134,6 +134,7 @@ class MemoryBroker(
         job = self._jobs.get(job_id)
         if job is not None and job.state is state:
             del self._jobs[job_id]
+            self.flow.dropped(job_id)
 
     # ------------------------------------------------------------------ producers
     def enqueue(
@@ -440,6 +441,7 @@ class MemoryBroker(
             ]
             for job_id in doomed:
                 del self._jobs[job_id]
+                self.flow.dropped(job_id)
             return len(doomed)
 
     def clear_queue(self, queue: str, now: float) -> int:
@@ -452,6 +454,7 @@ class MemoryBroker(
             ]
             for job_id in doomed:
                 del self._jobs[job_id]
+                self.flow.dropped(job_id)
                 self._ready_seq.pop(job_id, None)
             return len(doomed)
 

@@ -9,6 +9,10 @@ edge once (``UPDATE ... WHERE done = 0``: a second completion changes no row) an
 child when its counter reaches zero. On PostgreSQL the counter's ``UPDATE … RETURNING`` takes
 the node's row lock, so two parents finishing at once in two transactions decrement in turn and
 exactly one of them sees zero. Each backend keeps its own DDL (sqlite_flow.py, postgres/flow.py).
+Also shared: a node's requeue that reads its parents' results again (``requeue_node``), the
+retention sweep of finished workflows' graph records (``sweep_workflows``, from the reaper) and
+storing a workflow or batch inside the caller's transaction (``enqueue_workflow_in_transaction``:
+the broker's ``_txn_enqueue`` binds the caller's connection).
 """
 
 from __future__ import annotations
@@ -25,10 +29,24 @@ from ..core.state import JobState
 from . import flow
 from .flow import FlowEdge, FlowNode, Input
 from .sqldb import Db
+from .sqlite_rows import Rec
 
 #: job ids per ``done_many`` query (far below SQLite's bound-parameter limit)
 _IN_CHUNK = 500
 CANCELLABLE = (JobState.WAITING, JobState.PENDING, JobState.SCHEDULED, JobState.RETRY_SCHEDULED)
+REVIVABLE = (JobState.DEAD_LETTER, JobState.CANCELLED, JobState.EXPIRED)
+#: Seconds between two sweeps for finished workflows' graphs (per broker object).
+SWEEP_EVERY = 60.0
+#: Workflows whose graph one sweep removes at most.
+SWEEP_BATCH = 200
+_GONE = (
+    "SELECT workflow FROM {S}.wf_nodes n GROUP BY workflow HAVING SUM(CASE WHEN EXISTS"
+    " (SELECT 1 FROM {S}.jobs j WHERE j.id = n.id) THEN 1 ELSE 0 END) = 0 LIMIT ?"
+)
+_PARENTS = (
+    "SELECT e.parent, e.policy, e.ok, e.result, j.state FROM {S}.wf_edges e"
+    " LEFT JOIN {S}.jobs j ON j.id = e.parent WHERE e.child = ? ORDER BY e.pos"
+)
 
 
 def store(db: Db, nodes: Sequence[FlowNode], edges: Sequence[FlowEdge]) -> None:
@@ -110,10 +128,44 @@ class SqlFlow:
             for ok, result, policy in self._db.run(sql, (child,)).fetchall()
         ]
 
+    def pending(self, child: str) -> int:
+        """Parents the node still waits for (0: released, or not a node)."""
+        row = self._db.run("SELECT pending FROM {S}.wf_nodes WHERE id = ?", (child,)).fetchone()
+        return 0 if row is None else int(row[0])
+
+    def parents(self, child: str) -> list[flow.ParentView]:
+        """The child's parents now (``flow.requeue_inputs``): a completed parent's current
+        result, else its edge's, else its state."""
+        out = []
+        for parent, policy, ok, raw, state in self._db.run(_PARENTS, (child,)).fetchall():
+            done, result = bool(ok), None if raw is None else orjson.loads(raw)
+            if state == "completed":
+                [rec] = self._db.rows("id = ?", (parent,), full=True)
+                done, result = True, rec.job.result
+            out.append(flow.ParentView(parent, policy, done, result, state))
+        return out
+
+    def requeue(self, rec: Rec) -> None:
+        """``requeue_node`` inside the transaction: the node's row ``rec`` (locked) gets its
+        parents' results read again, then pending with fresh attempts; its counter goes to 0
+        (it has its inputs: a later requeue keeps them)."""
+        child = rec.job.id
+        sql = "SELECT trig, passing FROM {S}.wf_nodes WHERE id = ?"
+        trig, passing = self._db.run(sql, (child,)).fetchone()
+        inputs = flow.requeue_inputs(child, trig, passing, self.parents(child))
+        lifecycle.requeue(rec.job, self._now)
+        rec.job.args = [*inputs, *rec.job.args]
+        if rec.data is not None:
+            rec.data["args"] = rec.job.args
+        self._db.save(rec)
+        self._db.run("UPDATE {S}.wf_nodes SET pending = 0 WHERE id = ?", (child,))
+        self._db.emit("requeued", rec.job, self._now)
+
     def release(self, child: str, inputs: list[Any]) -> None:
-        """waiting -> pending, the inputs written into the envelope's arguments."""
+        """waiting -> pending (or scheduled, for the node's own delay), the inputs written into
+        the envelope's arguments."""
         [rec] = self._db.rows("id = ?", (child,), full=True)
-        lifecycle.release_parents(rec.job, self._now, inputs)
+        lifecycle.release_parents(rec.job, self._now, inputs, flow.node_delay(rec.job))
         if rec.data is not None:
             rec.data["args"] = rec.job.args
         self._db.save(rec)
@@ -132,6 +184,62 @@ class SqlWorkflows:
 
     _write: Callable[[], AbstractContextManager[Any]]
     _db: Callable[[Any], Db]
+    #: the broker's transactional enqueue: (connection, jobs, payloads, now, also(tx))
+    _txn_enqueue: Callable[..., Any]
+    requeue: Callable[[str, float], bool]
+
+    #: ``enqueue_workflow_in_transaction`` works (``WorkflowStore``; ``app.batch(connection=)``)
+    workflows_in_transaction = True
+    _wf_sweep_at = float("-inf")
+
+    def sweep_workflows(self, tx: Any, now: float) -> int:
+        """Drop the graph records (nodes, edges, copied results) of workflows none of whose
+        jobs is stored any more, inside the reaper's transaction ``tx``: job retention
+        (completed / cancelled TTLs and caps, purges) decides when a finished workflow goes; a
+        running one always has a stored job (an uncommitted one's rows are not seen at all).
+        At most once per ``SWEEP_EVERY`` seconds: it reads every node row."""
+        if now < self._wf_sweep_at + SWEEP_EVERY:
+            return 0
+        self._wf_sweep_at = now
+        db = self._db(tx)
+        gone = [row[0] for row in db.run(_GONE, (SWEEP_BATCH,)).fetchall()]
+        for workflow in gone:
+            db.run(
+                "DELETE FROM {S}.wf_edges WHERE child IN"
+                " (SELECT id FROM {S}.wf_nodes WHERE workflow = ?)",
+                (workflow,),
+            )
+            db.run("DELETE FROM {S}.wf_nodes WHERE workflow = ?", (workflow,))
+        return len(gone)
+
+    def enqueue_workflow_in_transaction(
+        self,
+        connection: Any,
+        jobs: Sequence[Job],
+        payloads: Sequence[bytes],
+        nodes: Sequence[FlowNode],
+        edges: Sequence[FlowEdge],
+        now: float,
+    ) -> None:
+        """Jobs, nodes and edges with the caller's connection, in its open transaction, under
+        one savepoint (a refused store leaves the caller's work alone; docs/transactions.md)."""
+
+        def graph(tx: Any) -> None:
+            store(self._db(tx), nodes, edges)
+
+        self._txn_enqueue(connection, jobs, payloads, now, graph)
+
+    def requeue_node(self, job_id: str, now: float) -> bool:
+        """Requeue; a node that never got its parents' results reads them now, in the same
+        transaction (``WorkflowStore``; its row locked first on PostgreSQL)."""
+        with self._write() as tx:
+            db = self._db(tx)
+            recs = db.rows("id = ?", (job_id,), full=True)
+            ops = SqlFlow(db, now)
+            if recs and recs[0].job.state in REVIVABLE and ops.pending(job_id) > 0:
+                ops.requeue(recs[0])
+                return True
+        return self.requeue(job_id, now)  # not a node waiting for results: as usual
 
     def enqueue_workflow(
         self,

@@ -173,6 +173,12 @@ class SqliteBroker(SqliteReads, SqliteJobAdmin, SqlWorkflows, sqllimits.SqlFlowA
         """Store ``jobs`` in the caller's open transaction on this file; see ``sqlite_txn``."""
         return enqueue_in_transaction(self, connection, jobs, payloads)
 
+    def _txn_enqueue(
+        self, conn: Any, jobs: Sequence[Job], payloads: Sequence[bytes], now: float, also: Any
+    ) -> None:
+        """A workflow's jobs and ``also`` (its graph) in the caller's transaction (sqlflow.py)."""
+        enqueue_in_transaction(self, conn, jobs, payloads, also)
+
     def _insert(
         self, tx: Tx, jobs: Sequence[Job], now: float, payloads: Sequence[bytes] | None
     ) -> list[EnqueueResult]:
@@ -485,6 +491,7 @@ class SqliteBroker(SqliteReads, SqliteJobAdmin, SqlWorkflows, sqllimits.SqlFlowA
                     (queue, state, queue, state, now - ttl),
                 )
             self._housekeep_side(tx, now)
+            self.sweep_workflows(tx, now)  # graphs whose jobs are all gone (sqlflow.py)
             return reaped
 
     def _expire(self, tx: Tx, now: float, max_lost: int, limit: int) -> int:

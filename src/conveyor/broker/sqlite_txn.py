@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..core.job import Job
@@ -32,9 +32,11 @@ def enqueue_in_transaction(
     conn: Any,
     jobs: Sequence[Job],
     payloads: Sequence[bytes] | None = None,
+    also: Callable[[Tx], None] | None = None,
 ) -> list[EnqueueResult]:
     """Insert ``jobs`` (encoded as ``payloads`` when given) with ``conn`` inside its transaction
-    (begun here in legacy mode)."""
+    (begun here in legacy mode); ``also`` writes more rows in the same savepoint (a workflow's
+    graph: ``sqlflow``)."""
     if not isinstance(conn, sqlite3.Connection):
         raise ValidationError(
             "connection",
@@ -49,6 +51,8 @@ def enqueue_in_transaction(
     try:
         tx = Tx(conn)
         results = broker._insert(tx, jobs, jobs[0].created_at, payloads)
+        if also is not None:
+            also(tx)
         broker._before_commit(tx)
     except BaseException as exc:
         conn.execute(f"ROLLBACK TO {_SAVEPOINT}")

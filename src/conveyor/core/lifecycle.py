@@ -131,13 +131,19 @@ def promote(job: Job) -> None:
     job.state = transition(job.state, Event.PROMOTE)
 
 
-def release_parents(job: Job, now: float, inputs: list[Any]) -> None:
+def release_parents(job: Job, now: float, inputs: list[Any], delay: float = 0.0) -> None:
     """waiting → pending: the node's last parent finished; ``inputs`` (its parents' results, as
-    the workflow passes them) go before its own arguments."""
-    job.state = transition(job.state, Event.RELEASE_PARENTS)
+    the workflow passes them) go before its own arguments. A node with its own ``delay`` (or a
+    ``run_at`` still ahead, kept in ``job.run_at`` since enqueue) goes waiting → scheduled for
+    ``max(now + delay, run_at)`` instead."""
+    due = max(now + delay, job.run_at)
+    later = due > now
+    job.state = transition(
+        job.state, Event.RELEASE_PARENTS_LATER if later else Event.RELEASE_PARENTS
+    )
     if inputs:
         job.args = [*inputs, *job.args]
-    job.run_at = now
+    job.run_at = due if later else now
 
 
 def upstream_failed(job: Job, now: float, parent_id: str, detail: str) -> None:

@@ -13,6 +13,7 @@
     pending ──lapse (expires_at passed before it started)──> expired ──requeue──> pending
     active ──cancel_running (lease holder, fenced)──> cancelled
     (enqueue a workflow node) ──> waiting ──release_parents──> pending
+                                    │ ├──release_parents_later (own delay)──> scheduled
                                     │ └──upstream_failed / cancel──> cancelled
 
 A workflow node waits (``waiting``) until its last parent finishes: the transition that finishes
@@ -62,6 +63,8 @@ class Event(StrEnum):
     # cancellation with its lease token (fenced: a stale holder changes nothing)
     CANCEL_RUNNING = "cancel_running"
     RELEASE_PARENTS = "release_parents"  # a workflow node's last parent finished: it may run
+    # ... and the node has its own delay (or a run_at still ahead): it runs at release + delay
+    RELEASE_PARENTS_LATER = "release_parents_later"
     UPSTREAM_FAILED = "upstream_failed"  # a parent failed under the "fail the rest" policy
     LAPSE = "lapse"  # a claim found it past its expires_at: it will never run
 
@@ -92,6 +95,7 @@ TRANSITIONS: dict[tuple[JobState, Event], JobState] = {
     # cancelling a running job (issue 16; worker/cancel.py): never retried
     (_S.ACTIVE, _E.CANCEL_RUNNING): _S.CANCELLED,
     (_S.WAITING, _E.RELEASE_PARENTS): _S.PENDING,
+    (_S.WAITING, _E.RELEASE_PARENTS_LATER): _S.SCHEDULED,
     (_S.WAITING, _E.UPSTREAM_FAILED): _S.CANCELLED,
     (_S.WAITING, _E.CANCEL): _S.CANCELLED,
     # expiry (issue 15): kept apart from the entries above

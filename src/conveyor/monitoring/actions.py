@@ -106,7 +106,11 @@ class Operator:
     def retry(self, job_id: str) -> bool:
         """Requeue a dead-lettered or cancelled job with fresh attempts."""
         self._require(job_id)
-        ok = admin.requeue_dead(self.runtime, job_id)
+        try:
+            ok = admin.requeue_dead(self.runtime, job_id)
+        except ValidationError as exc:  # a workflow node whose parent has no result (says which)
+            self.audit("job.retry", job_id, "refused", reason=str(exc))
+            raise
         self.audit("job.retry", job_id, "ok" if ok else "refused")
         return ok
 
@@ -135,7 +139,7 @@ class Operator:
     def retry_dead(self, filters: Mapping[str, Any] | None = None) -> int:
         """Requeue every dead letter matching ``filters``; returns how many were requeued."""
         ids = self.inspector.matching_ids({**(filters or {}), "state": "dead_letter"}, BULK_LIMIT)
-        done = sum(1 for job_id in ids if admin.requeue_dead(self.runtime, job_id))
+        done = sum(1 for job_id in ids if _requeue_or_refuse(self.runtime, job_id))
         self.audit("dlq.retry", "bulk", done, filters=_clean(filters))
         return done
 
@@ -192,7 +196,7 @@ class Operator:
         """The unaudited one-job operation behind a bulk action."""
         rt = self.runtime
         ops: dict[str, Callable[[str], bool]] = {
-            "retry": lambda job_id: admin.requeue_dead(rt, job_id),
+            "retry": lambda job_id: _requeue_or_refuse(rt, job_id),
             "cancel": lambda job_id: admin.cancel(rt, job_id),
             "delete": lambda job_id: admin.delete_job(rt, job_id),
             "run_now": lambda job_id: admin.run_now(rt, job_id),
@@ -264,3 +268,12 @@ def _bulk_ids(ids: Sequence[str]) -> list[str]:
 
 def _clean(filters: Mapping[str, Any] | None) -> dict[str, Any]:
     return {k: v for k, v in (filters or {}).items() if v not in (None, "") and k != "state"}
+
+
+def _requeue_or_refuse(rt: Any, job_id: str) -> bool:
+    """``requeue_dead`` for bulk actions: a workflow node that cannot run yet (its parent has no
+    result: ``Broker.requeue_node``) counts as refused instead of stopping the batch."""
+    try:
+        return admin.requeue_dead(rt, job_id)
+    except ValidationError:
+        return False

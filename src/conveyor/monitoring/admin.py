@@ -87,8 +87,13 @@ def cancel(rt: Runtime, job_id: str, by: str = "") -> bool:
 
 
 def requeue_dead(rt: Runtime, job_id: str) -> bool:
-    """Run a dead-lettered (or cancelled) job again with fresh attempts."""
-    ok = rt.broker.requeue(job_id, rt.now())
+    """Run a dead-lettered (or cancelled) job again with fresh attempts (a workflow node that
+    never got its parents' results reads them again: ``Broker.requeue_node``)."""
+    job = rt.broker.get(job_id)
+    if job is not None and "workflow" in job.metadata:  # it may need its parents' results
+        ok = rt.broker.requeue_node(job_id, rt.now())
+    else:
+        ok = rt.broker.requeue(job_id, rt.now())
     if ok:  # a cancel request that arrived as the job ended must not stop its next run
         jobdocs.forget_cancel(rt.broker, job_id)
     return ok

@@ -67,16 +67,20 @@ class Builder:
         if spec.options.get("idempotency_key") is not None:
             raise ValidationError("idempotency_key", "workflow nodes cannot have one")
         job = self.runtime.producer.build_job(spec, self.now)
-        job.metadata = {**job.metadata, META_KEY: {"id": self.workflow_id, "name": self.name}}
+        meta: dict[str, Any] = {"id": self.workflow_id, "name": self.name}
         if after:
             job.state = JobState.WAITING
+            if spec.options.get("delay"):  # counted from the release (lifecycle.release_parents)
+                meta["delay"] = float(spec.options["delay"])
+        job.metadata = {**job.metadata, META_KEY: meta}
         self.jobs.append(job)
         self.nodes.append(FlowNode(job.id, self.workflow_id, len(after), passing, trigger))
         self.edges.extend(FlowEdge(p, job.id, self.policy) for p in after)
         return str(job.id)
 
-    def store(self, sinks: list[str]) -> WorkflowHandle:
-        """Run the enqueue middleware, encode, store atomically; the handle."""
+    def store(self, sinks: list[str], connection: Any = None) -> WorkflowHandle:
+        """Run the enqueue middleware, encode, store atomically (inside the caller's
+        transaction with ``connection``); the handle."""
         rt = self.runtime
         before, after = rt.producer.hooks()
         handles = [JobHandle.bind(job, rt) for job in self.jobs]
@@ -85,7 +89,15 @@ class Builder:
                 mw.before_enqueue(rt.owner, handle)
         limit = rt.settings.max_payload_bytes
         payloads = [encode_envelope(h, limit) for h in handles]
-        rt.broker.enqueue_workflow(handles, payloads, self.nodes, self.edges, self.now)
+        if connection is None:
+            rt.broker.enqueue_workflow(handles, payloads, self.nodes, self.edges, self.now)
+        else:
+            from ..txn import raw_connection
+
+            raw = raw_connection(connection)
+            rt.broker.enqueue_workflow_in_transaction(
+                raw, handles, payloads, self.nodes, self.edges, self.now
+            )
         if after:
             after_enqueue_batch(after, rt.owner, handles, [False] * len(handles))
         queues = {h.id: h.queue for h in handles if h.id in set(sinks)}

@@ -53,24 +53,34 @@ class Canvas:
 
 @dataclass(frozen=True)
 class Spec(Canvas):
-    """A complete job (``task.s(...)``, a ``JobSpec``): its arguments are bound already, so it
-    gets no result from its parents (Celery's immutable signature)."""
+    """A ``JobSpec`` as a step (``task.s(...)``, ``task.si(...)``, or written by hand).
+
+    After another step it gets the upstream result as first argument when its function can
+    take it there (``steps.spec_mode``); ``immutable`` (``task.si``) never gets it."""
 
     spec: JobSpec
+    immutable: bool = False
 
     def build(self, b: Builder, after: list[str], passing: PassMode) -> Built:
-        """One node that receives nothing."""
-        return [b.add_spec(self.spec, after, "none")], "one"
+        """One node; whether it receives its parents' results is decided here."""
+        from .steps import spec_mode
+
+        upstream = bool(after) and passing != "none" and not self.immutable
+        mode = spec_mode(b.runtime, self.spec, passing if upstream else "none")
+        return [b.add_spec(self.spec, after, mode)], "one"
 
     def tasks(self) -> Iterable[Task[..., Any]]:
-        """No Task object: the app comes from another item or ``enqueue(app=...)``."""
-        return ()
+        """The task that built the spec (none for a hand-written one: the app then comes from
+        another item or ``enqueue(app=...)``)."""
+        origin = self.spec.origin
+        return () if origin is None else (origin,)
 
 
 @dataclass(frozen=True)
 class Signature(Canvas):
-    """One task call whose first argument comes from its parents (``task.partial(...)``);
-    without parents it runs with just its own arguments."""
+    """One task call whose first argument comes from its parents (``task.partial(...)``, the
+    explicit form of ``task.s(...)`` after another step); without parents it runs with just
+    its own arguments."""
 
     task: Task[..., Any]
     args: tuple[Any, ...] = ()
@@ -126,8 +136,8 @@ class Group(Canvas):
 
 
 def chain(*items: Canvas | JobSpec) -> Chain:
-    """``chain(a.s(x), b.partial(), c.partial())``: each result is the next one's first argument
-    (a ``task.s(...)`` step has all its arguments and gets no result)."""
+    """``chain(fetch.s(url), parse.s(), store.s())``: each result is the next one's first
+    argument (``task.si(...)``: a step that gets no result)."""
     return Chain(*items)
 
 
@@ -139,7 +149,7 @@ def group(*items: Canvas | JobSpec | Iterable[Canvas | JobSpec]) -> Group:
 
 
 def chord(header: Canvas | JobSpec | Iterable[Canvas | JobSpec], body: Canvas | JobSpec) -> Chain:
-    """``chord(group(...), callback.partial())``: the callback gets the list of results."""
+    """``chord(group(...), summarize.s())``: the callback gets the list of results first."""
     head = _canvas(header, "chord") if isinstance(header, Canvas | JobSpec) else Group(header)
     if isinstance(head, Signature | Spec):
         head = Group([head])
@@ -151,7 +161,7 @@ def _canvas(item: object, where: str) -> Canvas:
     if isinstance(item, JobSpec):
         return Spec(item)
     if not isinstance(item, Canvas):
-        rule = "takes task.s(...), task.partial(...), chains, groups, chords or workflows"
+        rule = "takes task.s(...), .si(...), .partial(...), chains, groups, chords or workflows"
         raise ValidationError(where, f"{rule}, got {type(item).__name__}")
     return item
 

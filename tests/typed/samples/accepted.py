@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from conveyor import Conveyor, JobHandle, JobSpec
+from conveyor import Conveyor, JobHandle, JobSpec, chain, chord, group
 
 app = Conveyor("memory://")
 
@@ -35,6 +35,11 @@ send.enqueue("a@example.com", subject="hi")
 data: bytes = fetch.enqueue("https://example.com").wait()
 by_name: JobHandle[object] = app.enqueue("add", args=[1, 2])
 direct: int = add(1, 2)
+# workflow steps: after another step, .s() may leave its first argument to the upstream result
+flow = chain(fetch.s("https://example.com"), add.s(), send.s(subject="hi"))
+both = chord(group(add.s(i) for i in range(3)), add.s(y=1))
+still: JobSpec = send.options(queue="q").s(subject="hi")
+fixed = add.si(1, 2)
 
 
 async def main() -> int:

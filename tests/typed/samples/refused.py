@@ -26,7 +26,7 @@ add.enqueue("one")  # E: arg-type
 add.enqueue()  # E: call-arg
 wrong: str = add.enqueue(1).wait()  # E: assignment
 send.enqueue("a@example.com")  # E: call-arg
-add.s(1, z=3)  # E: call-arg
+add.s(1, z=3)  # E: call-overload
 add.options(queue="high").enqueue("one")  # E: arg-type
 add.enqueue_in(5, "one")  # E: arg-type
 raw: str = fetch.enqueue("https://example.com").wait()  # E: assignment

@@ -29,7 +29,7 @@ from ..sqlite_rows import Rec
 from ..sqllimits import SqlFlowAdmin
 from . import flow as pgflow  # issue 15/16 hooks (postgres/flow.py)
 from .admin import PgJobAdmin
-from .enqueue import insert_jobs
+from .enqueue import enqueue_on, insert_jobs
 from .reads import COLS, PgReads
 from .side import PgCounters, PgDocs, PgEvents, PgLogs
 from .store import Tx, one, parse_url
@@ -176,9 +176,13 @@ class PostgresBroker(PgReads, PgWaits, PgJobAdmin, SqlWorkflows, SqlFlowAdmin, B
         ``created_at`` (as on every backend); ``payloads``: the producer's encoded envelopes.
         Returns what ``enqueue`` returns (id, duplicate, state per job).
         """
-        from .enqueue import enqueue_on
-
         return enqueue_on(self, conn, jobs, now, payloads)
+
+    def _txn_enqueue(
+        self, conn: Any, jobs: Sequence[Job], payloads: Sequence[bytes], now: float, also: Any
+    ) -> None:
+        """A workflow's jobs and ``also`` (its graph) in the caller's transaction (sqlflow.py)."""
+        enqueue_on(self, conn, jobs, now, payloads, also)
 
     # ------------------------------------------------------------------ consumers
     def claim(
@@ -377,7 +381,8 @@ class PostgresBroker(PgReads, PgWaits, PgJobAdmin, SqlWorkflows, SqlFlowAdmin, B
 
     def reap_expired(self, now: float, *, max_lost: int = 3) -> int:
         """Return expired leases to pending (poison pills to dead letter), then housekeeping:
-        completed / cancelled TTLs, expired keys, documents and counters."""
+        completed / cancelled TTLs, expired keys, documents, counters and finished workflows'
+        graph records."""
         from .maintenance import drop_expired_finished, fold_counts
 
         with self._write() as tx:
@@ -385,6 +390,7 @@ class PostgresBroker(PgReads, PgWaits, PgJobAdmin, SqlWorkflows, SqlFlowAdmin, B
             drop_expired_finished(self, tx, now)
             fold_counts(self, tx)
             self._housekeep_side(tx, now)
+            self.sweep_workflows(tx, now)  # issue 16: graphs whose jobs are all gone (sqlflow.py)
             return reaped
 
     def _expire(self, tx: Tx, now: float, max_lost: int, limit: int) -> int:

@@ -13,7 +13,7 @@ In the caller's transaction nothing touches a row every worker writes: its event
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -203,8 +203,10 @@ def enqueue_on(
     jobs: Sequence[Job],
     now: float | None,
     payloads: Sequence[bytes] | None,
+    also: Callable[[Tx], None] | None = None,
 ) -> list[EnqueueResult]:
-    """``PostgresBroker.enqueue_in_transaction``: the batch on ``conn`` under a SAVEPOINT."""
+    """``PostgresBroker.enqueue_in_transaction``: the batch on ``conn`` under a SAVEPOINT;
+    ``also`` writes more rows under the same savepoint (a workflow's graph: sqlflow.py)."""
     if not isinstance(conn, psycopg.Connection):
         raise ValidationError(
             "connection", f"must be a psycopg (3) Connection, got {type(conn).__name__}"
@@ -218,6 +220,8 @@ def enqueue_on(
     with conn.transaction():  # a SAVEPOINT inside the caller's transaction
         tx = Tx(conn)
         results = insert_jobs(b, tx, jobs, now, payloads, deferred=True)
+        if also is not None:
+            also(tx)
         for queue in sorted(tx.notify):  # queued by the server, delivered at the caller's COMMIT
             conn.execute(
                 "SELECT pg_notify(%s, %s)", (b.channel, queue if len(queue) < 2000 else "")

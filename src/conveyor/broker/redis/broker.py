@@ -400,6 +400,7 @@ class RedisBroker(
             queues = [q for q, r in zip(queues, replies, strict=True) if r[1] == ScriptCode.MORE]
         if reaped:
             self.wake_all()
+        self.sweep_workflows(now)  # graphs whose jobs are all gone (workflows.py)
         return reaped
 
     # ------------------------------------------------------------------ admin

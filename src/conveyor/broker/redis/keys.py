@@ -176,6 +176,11 @@ class KeySchema:
         """STRING: a workflow's index (its nodes and edges)."""
         return f"{self.prefix}:wf:{workflow_id}"
 
+    def workflows(self) -> str:
+        """ZSET: every stored workflow's id -> when retention last checked it (the sweep for
+        finished workflows' graphs, ``workflows.py``)."""
+        return f"{self.prefix}:workflows"
+
     def wf_node(self, queue: str, job_id: str) -> str:
         """HASH: one workflow node's graph record."""
         return f"{self.tag(queue)}wf:{job_id}"

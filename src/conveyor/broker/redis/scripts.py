@@ -80,6 +80,7 @@ SCRIPT_NAMES = (
     "debounce",
     "doc_cas",
     "wf_enqueue",
+    "wf_requeue",
 )
 
 

@@ -16,21 +16,31 @@ import orjson
 from ...core.job import Job
 from ...core.state import JobState
 from ...errors import ValidationError
-from ..flow import FlowEdge, FlowNode
+from .. import flow
+from ..flow import FlowEdge, FlowNode, node_delay
 from .codec import fmt_time
-from .codes import options
+from .codes import ScriptCode, options
 from .plumbing import guarded
 
 if TYPE_CHECKING:
     from .broker import RedisBroker
 
+_REVIVABLE = ("dead_letter", "cancelled", "expired")
 _NOT_STARTED = frozenset(
     {JobState.WAITING, JobState.PENDING, JobState.SCHEDULED, JobState.RETRY_SCHEDULED}
 )
 
 
+#: Seconds between two sweeps for finished workflows' graphs (per broker object).
+SWEEP_EVERY = 60.0
+#: Workflows one sweep checks at most.
+SWEEP_BATCH = 200
+
+
 class RedisWorkflows:
     """The ``WorkflowStore`` methods of ``RedisBroker`` (mixed in)."""
+
+    _wf_sweep_at = float("-inf")
 
     @guarded
     def enqueue_workflow(
@@ -80,9 +90,13 @@ class RedisWorkflows:
                 orjson.dumps(ins[job.id]),
                 orjson.dumps(outs[job.id]),
                 *_flow_fields(job),
+                _delay(job),
             )
         b.register({job.queue for job in jobs})
         workflow = nodes[0].workflow if nodes else ""
+        # registered first: the sweep leaves entries younger than SWEEP_EVERY alone, so it
+        # cannot drop this one before the script stored it
+        b.client.zadd(b.keys.workflows(), {workflow: now})
         b.runner.run("wf_enqueue", [b.keys.workflow(workflow)], args)
         for job in jobs:
             b.remember(job.id, job.queue)
@@ -109,6 +123,89 @@ class RedisWorkflows:
         b = cast("RedisBroker", self)
         return [FlowEdge(p, c, pol) for p, c, pol in b._index(workflow_id)["edges"]]
 
+    @guarded
+    def requeue_node(self, job_id: str, now: float) -> bool:
+        """Requeue; a node that never got its parents' results reads them now (``WorkflowStore``).
+
+        Two steps: the parents' results are read here (``flow.requeue_inputs``, which names a
+        parent without one), then ``wf_requeue.lua`` requeues the node with them only if it is
+        still such a node (revivable, parents still counted): two callers cannot both give it
+        inputs, and a parent finishing in between cannot release it (it is not waiting).
+        """
+        b = cast("RedisBroker", self)
+        found = b.fetch(job_id)
+        if found is None:
+            return False
+        queue, fields = found
+        record = b.client.hgetall(b.keys.wf_node(queue, job_id))
+        state = fields.get(b"state", b"").decode()
+        if state not in _REVIVABLE or int(record.get(b"pending", 0)) <= 0:
+            return b.requeue(job_id, now)  # not a node waiting for results: as usual
+        parents = b._parents(record)
+        trig, passing = record.get(b"trig", b"").decode(), record.get(b"passing", b"").decode()
+        inputs = flow.requeue_inputs(job_id, trig, passing, parents)
+        inject = ",".join(orjson.dumps(v).decode() for v in inputs)
+        args = [job_id, fmt_time(now), b.retention.events_max, inject]
+        keys = (*b.qkeys(queue), b.keys.wf_node(queue, job_id))
+        if b.runner.run("wf_requeue", keys, args) != ScriptCode.OK:
+            return b.requeue(job_id, now)  # it changed meanwhile: the plain rules decide
+        b.wake_all()
+        return True
+
+    def _parents(self, record: dict[bytes, bytes]) -> list[flow.ParentView]:
+        """The node's parents now: a completed parent's current result, else its edge's (the
+        node field r:<parent>: "1" + result JSON, or "0"), else its state."""
+        b = cast("RedisBroker", self)
+        edges = orjson.loads(record.get(b"in", b"[]"))
+        index = b._index(record.get(b"workflow", b"").decode())
+        queue_of = {job_id: queue for job_id, queue in index["nodes"]}
+        jobs = b.fetch_many([(queue_of.get(p, "default"), p) for p, _ in edges])  # one pipeline
+        out = []
+        for (parent, policy), fields in zip(edges, jobs, strict=True):
+            mark = record.get(f"r:{parent}".encode(), b"0")
+            done, result = mark[:1] == b"1", orjson.loads(mark[1:]) if mark[:1] == b"1" else None
+            state = fields.get(b"state", b"").decode() or None
+            if state == "completed":
+                raw = fields.get(b"result")
+                done, result = True, None if raw is None else orjson.loads(raw)
+            out.append(flow.ParentView(parent, policy, done, result, state))
+        return out
+
+    def sweep_workflows(self, now: float) -> int:
+        """Drop the graph records (index, node hashes with the copied results) of workflows
+        none of whose jobs is stored any more: job retention (completed / cancelled TTLs and
+        caps, purges) decides when a finished workflow goes; a running one always has a
+        stored job and is only moved to the back of the line. At most once per
+        ``SWEEP_EVERY`` seconds and ``SWEEP_BATCH`` workflows (the least recently checked)."""
+        b = cast("RedisBroker", self)
+        if now < b._wf_sweep_at + SWEEP_EVERY:
+            return 0
+        b._wf_sweep_at = now
+        registry = b.keys.workflows()
+        due = b.client.zrangebyscore(registry, "-inf", now - SWEEP_EVERY, 0, SWEEP_BATCH)
+        gone = 0
+        for raw in due:
+            workflow = raw.decode()
+            nodes = [(queue, job_id) for job_id, queue in b._index(workflow)["nodes"]]
+            if b._any_stored(nodes):
+                b.client.zadd(registry, {workflow: now})
+                continue
+            keys = [b.keys.workflow(workflow), *(b.keys.wf_node(q, i) for q, i in nodes)]
+            for start in range(0, len(keys), 500):
+                b.client.delete(*keys[start : start + 500])
+            b.client.zrem(registry, workflow)
+            gone += 1
+        return gone
+
+    def _any_stored(self, nodes: list[tuple[str, str]]) -> bool:
+        """Does any of these (queue, id) jobs still exist? (chunks; stops at a live one)"""
+        b = cast("RedisBroker", self)
+        for start in range(0, len(nodes), 200):
+            chunk = nodes[start : start + 200]
+            if b.client.exists(*(b.keys.job(q, i) for q, i in chunk)):
+                return True
+        return False
+
     def cancel_workflow(self, workflow_id: str, now: float) -> int:
         """Cancel the nodes that have not started, one atomic cancel each (a cancelled node's
         dependants end in the same step, so later ones answer False)."""
@@ -117,6 +214,12 @@ class RedisWorkflows:
         for job_id in doomed:
             b.cancel(job_id, now)
         return len(doomed)
+
+
+def _delay(job: Job) -> str:
+    """The node's own delay ("" = none), counted from its release (``flow.node_delay``)."""
+    delay = node_delay(job)
+    return fmt_time(delay) if delay > 0 else ""
 
 
 def _flow_fields(job: Job) -> tuple[str, str, str]:

@@ -266,11 +266,10 @@ local function wf_upstream_failed(cq, cid, pid, detail, now, maxlen)
   finish(cq, cq.cancelled, cid, now, -1)
 end
 
--- waiting -> pending: `inject` (JSON values, "" = none) goes before the envelope's arguments.
+-- `inject` (JSON values, "" = none) goes before the envelope's arguments of job `cid`.
 -- orjson writes "args" as the fourth key, after v, id and task (strings, whose quotes are
 -- escaped), so the first '"args":[' is the envelope's own.
-local function wf_release(cq, cid, inject, now, maxlen)
-  local key = cq.job .. cid
+local function wf_inject(cq, cid, inject)
   if inject ~= '' then
     local pay = redis.call('HGET', cq.payloads, cid)
     local _, e = string.find(pay or '', '"args":[', 1, true)
@@ -281,10 +280,27 @@ local function wf_release(cq, cid, inject, now, maxlen)
       redis.call('HSET', cq.payloads, cid, string.sub(pay, 1, e) .. inject .. sep .. rest)
     end
   end
+end
+
+-- waiting -> pending (`inject` before its arguments); waiting -> scheduled when the node has
+-- its own delay (node field `delay`: due at now + delay) or a run_at still ahead
+-- (lifecycle.release_parents: due = max(now + delay, run_at)). The one time computed in Lua:
+-- a double sum, written with %.17g (exact, as Python's repr reads it back).
+local function wf_release(cq, cid, inject, now, maxlen)
+  local key = cq.job .. cid
+  wf_inject(cq, cid, inject)
   redis.call('ZREM', cq.waiting, cid)
-  local f = redis.call('HMGET', key, 'priority', 'task', 'grp')
-  redis.call('HSET', key, 'run_at', now)
-  make_ready(cq, cid, tonumber(f[1]) or 0, f[3])  -- a flow-controlled node: into its group
+  local f = redis.call('HMGET', key, 'priority', 'task', 'grp', 'run_at')
+  local due = math.max(tonumber(now) + (tonumber(redis.call('HGET', cq.wf .. cid, 'delay')) or 0),
+    tonumber(f[4]) or 0)
+  if due > tonumber(now) then
+    local at = string.format('%.17g', due)
+    redis.call('HSET', key, 'state', 'scheduled', 'run_at', at)
+    redis.call('ZADD', cq.scheduled, at, cid)
+  else
+    redis.call('HSET', key, 'run_at', now)
+    make_ready(cq, cid, tonumber(f[1]) or 0, f[3])  -- a flow-controlled node: into its group
+  end
   emit(cq, maxlen, 'type', 'released', 'job_id', cid, 'task', f[2] or '', 'at', now,
     'note', 'parents finished')
   wake(cq)

@@ -1,4 +1,5 @@
--- wf_enqueue.lua: store a whole workflow, all or nothing (transition: (new) -> pending | waiting).
+-- wf_enqueue.lua: store a whole workflow, all or nothing (transition: (new) -> pending |
+-- scheduled | waiting: a node without parents but with a delay is scheduled).
 --
 -- Every node becomes a job (hash, payload, ready or waiting set entry, "enqueued" event) and a
 -- graph record (<p>:{q}:wf:<id>, see the workflow part of _lib.lua); nodes with dependants get
@@ -13,16 +14,18 @@
 --   ARGV: [1] options (JSON object): now, events_max, prefix (the key prefix), index (the
 --         index document: JSON {"nodes": [[id, queue], ...], "edges": [[parent, child,
 --         policy], ...]})
---         then per node 17 values: id, queue, payload, state (pending | waiting), priority,
+--         then per node 18 values: id, queue, payload, state (pending | scheduled | waiting),
+--         priority,
 --         run_at, created_at, task, workflow id, pending parents, passing, trigger,
 --         in (JSON [[parent, policy], ...]), out (JSON [[child, queue, policy], ...]),
 --         expires_at, flow group, flow record JSON ("" = none; flow control, issue 15: a
---         node of a limited task waits in its group when pending, as enqueue.lua's jobs do)
+--         node of a limited task waits in its group when pending, as enqueue.lua's jobs do),
+--         the node's own delay in seconds ("" = none: counted from its release, wf_release)
 -- Output: CODE_OK
 local o = cjson.decode(ARGV[1])
 local now, maxlen = o.now, o.events_max
 redis.call('SET', KEYS[1], o.index)
-for i = 2, #ARGV, 17 do
+for i = 2, #ARGV, 18 do
   local id, qname, state, prio = ARGV[i], ARGV[i + 1], ARGV[i + 3], ARGV[i + 4]
   local q = wf_qkeys(o.prefix, qname)
   local key = q.job .. id
@@ -36,12 +39,16 @@ for i = 2, #ARGV, 17 do
   if state == 'pending' then
     make_ready(q, id, tonumber(prio) or 0, grp)
     wake(q)
+  elseif state == 'scheduled' then
+    redis.call('ZADD', q.scheduled, ARGV[i + 5], id)
+    wake(q)  -- an idle worker recomputes how long to sleep
   else
     redis.call('ZADD', q.waiting, ARGV[i + 6], id)
   end
   redis.call('HSET', q.wf .. id, 'workflow', ARGV[i + 8], 'pending', ARGV[i + 9],
     'passing', ARGV[i + 10], 'trig', ARGV[i + 11], 'in', ARGV[i + 12],
     'out', ARGV[i + 13])
+  if ARGV[i + 17] ~= '' then redis.call('HSET', q.wf .. id, 'delay', ARGV[i + 17]) end
   emit(q, maxlen, 'type', 'enqueued', 'job_id', id, 'task', ARGV[i + 7], 'at', now,
     'state', state)
 end

@@ -1,0 +1,93 @@
+"""Contract: the graph records of a finished workflow follow its jobs out (issue 16, session 5).
+
+A workflow's graph records (nodes, edges, the parents' results copied on the edges, the index)
+are dropped once none of its jobs is stored any more: its completed and cancelled nodes are
+dropped by the job retention (``completed_ttl`` / ``cancelled_ttl``), dead letters when purged.
+A running workflow keeps every record, also those of parents whose jobs retention dropped
+already (their results still reach the children).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from conveyor import Conveyor, FakeClock, JobState, chain
+from conveyor.broker.sqlite import SqliteBroker
+
+DAY = 24 * 3600.0
+
+
+def records(app: Conveyor, workflow_id: str, ids: list[str]) -> int:
+    """How many graph records of the workflow the backend still holds."""
+    b: Any = app.broker
+    if isinstance(b, SqliteBroker):
+        with b._write() as tx:
+            sql = "SELECT COUNT(*) FROM wf_nodes WHERE workflow = ?"
+            nodes = tx.conn.execute(sql, (workflow_id,)).fetchone()[0]
+            marks = ",".join("?" * len(ids))
+            sql = f"SELECT COUNT(*) FROM wf_edges WHERE child IN ({marks}) OR parent IN ({marks})"
+            return int(nodes + tx.conn.execute(sql, (*ids, *ids)).fetchone()[0])
+    if type(b).__name__ == "PostgresBroker":  # not imported: psycopg is an extra
+        with b._write() as tx:
+            sql = "SELECT COUNT(*) FROM {S}.wf_nodes WHERE workflow = %s"
+            nodes = tx.conn.execute(b.sql(sql), (workflow_id,)).fetchone()[0]
+            sql = "SELECT COUNT(*) FROM {S}.wf_edges WHERE child = ANY(%s) OR parent = ANY(%s)"
+            return int(nodes + tx.conn.execute(b.sql(sql), (ids, ids)).fetchone()[0])
+    if hasattr(b, "flow"):  # memory
+        f = b.flow
+        held = [i for i in ids if i in f._nodes or i in f._in or i in f._out]
+        return len(held) + int(workflow_id in f.members)
+    queues = {j: "default" for j in ids}
+    keys = [b.keys.workflow(workflow_id)] + [b.keys.wf_node(q, j) for j, q in queues.items()]
+    return int(b.client.exists(*keys))
+
+
+def test_a_finished_workflow_s_records_go_after_the_ttl(app: Conveyor, clock: FakeClock) -> None:
+    @app.task
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    @app.task
+    def double(x: int) -> int:
+        return 2 * x
+
+    done = chain(add.s(1, 2), double.s()).enqueue()
+    app.worker().run_until_idle()
+    assert done.result() == 6
+    assert records(app, done.id, done.ids) > 0
+    clock.advance(DAY - 60)
+    app.broker.reap_expired(clock.now())
+    assert records(app, done.id, done.ids) > 0, "kept while its jobs are kept"
+    clock.advance(120)
+    app.broker.reap_expired(clock.now())  # its completed jobs go: so does its graph
+    assert [app.broker.get(i) for i in done.ids] == [None, None]
+    app.broker.reap_expired(clock.now())
+    assert records(app, done.id, done.ids) == 0
+    assert app.broker.workflow_edges(done.id) == []
+
+
+def test_a_running_workflow_keeps_its_records(app: Conveyor, clock: FakeClock) -> None:
+    @app.task
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    @app.task
+    def total(xs: list[int]) -> int:
+        return sum(xs)
+
+    dag = app.workflow(name="slow")
+    a = dag.add(add.s(1, 2))
+    b = dag.add(add.options(delay=3 * DAY).s(10, 20))
+    dag.add(total.s(), after=[a, b])
+    flow = dag.enqueue()
+    app.worker().run_until_idle()  # a completes; b is scheduled; the callback waits
+    before = records(app, flow.id, flow.ids)
+    clock.advance(2 * DAY)
+    app.broker.reap_expired(clock.now())
+    app.broker.reap_expired(clock.now())
+    assert app.broker.get(flow.ids[0]) is None  # a's job is gone (completed_ttl)...
+    assert records(app, flow.id, flow.ids) == before  # ...its records are not
+    clock.advance(DAY + 1)
+    app.worker().run_until_idle()
+    assert flow.result() == 33  # a's result still reached the callback
+    assert app.broker.get(flow.ids[2]).state is JobState.COMPLETED
