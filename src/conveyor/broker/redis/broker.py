@@ -45,6 +45,7 @@ from .side import RedisCounters, RedisDocs, RedisEvents, RedisLogs
 from .workflows import RedisWorkflows
 
 PURGE_BATCH = 1000
+CLAIM_WIDTH = 9  # values per job in claim.lua's flat reply (see its header)
 _STATES = {state.value.encode(): state for state in JobState}
 
 
@@ -210,8 +211,9 @@ class RedisBroker(
                     next_due = due if next_due is None else min(next_due, due)
                 buried = 0
                 where = self._where
-                where.make_room(len(reply))
-                for item in reply[2:]:
+                where.make_room(len(reply) // CLAIM_WIDTH)
+                for k in range(2, len(reply), CLAIM_WIDTH):  # flat: 9 values per job
+                    item = reply[k : k + CLAIM_WIDTH]
                     try:
                         job = claimed_job(item, queue, now, expires, worker_id)
                     except Exception as exc:  # one bad job never fails the batch
