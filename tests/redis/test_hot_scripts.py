@@ -4,19 +4,24 @@
   small sorted set keeps unparsed); reaping and ``next_due`` still use the exact deadline from
   the job hash, and a lease written by the previous version (its exact, fractional deadline as
   the score) is reaped exactly as before.
-* A one-job enqueue takes enqueue.lua's fast path and stores exactly what a batch stores.
+* A one-job enqueue (enqueue_one.lua: one key, eight arguments) stores exactly what a batch
+  (enqueue.lua) stores, and only under keys.py's names.
 * A claim on a queue without flow groups asks about groups once (one EXISTS), not again after
   leasing.
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
+import re
+from importlib import resources
 from typing import Any
 
 import pytest
 
 from conveyor.broker.redis import RedisBroker
+from conveyor.broker.redis.keys import QUEUE_KEY_SUFFIXES
 from conveyor.core.job import Job
 from conveyor.core.state import JobState
 from conveyor.errors import DuplicateJob
@@ -122,3 +127,21 @@ def test_a_claim_without_flow_groups_asks_about_groups_once(rbroker: RedisBroker
     stats = rbroker.client.info("commandstats")
     assert stats["cmdstat_exists"]["calls"] == 2  # paused, and the groups (one EXISTS)
     assert stats["cmdstat_zcard"]["calls"] == 1  # ready jobs left? (no f:groups ZCARD)
+
+
+def test_enqueue_one_builds_only_keys_py_keys() -> None:
+    text = resources.files("conveyor.broker.redis").joinpath("lua", "enqueue_one.lua").read_text()
+    suffixes = set(re.findall(r"\bt \.\. '([^']+)'", text))
+    assert suffixes == {"job:", "seq", "ready", "scheduled", "payloads", "wake", "events"}
+    assert suffixes <= set(QUEUE_KEY_SUFFIXES)
+
+
+def test_async_one_job_enqueue_takes_the_same_script(rbroker: RedisBroker) -> None:
+    async def work() -> None:
+        await rbroker.enqueue_async([_job("solo")], T)
+        await rbroker.enqueue_async([_job("pair1"), _job("pair2")], T)
+        with pytest.raises(DuplicateJob):
+            await rbroker.enqueue_async([_job("solo")], T)
+
+    asyncio.run(work())
+    assert _stored(rbroker, "solo") == _stored(rbroker, "pair1")

@@ -21,7 +21,7 @@ from typing import Any
 from ...config import Retention
 from ...core.job import Job, validate_queue_name
 from ...core.state import TERMINAL_STATES, JobState
-from ...errors import DecodeError, DuplicateJob, LeaseLost, ValidationError
+from ...errors import DecodeError, DuplicateJob, LeaseLost
 from ..base import Ack, Broker, Claimed, EnqueueResult, Lease
 from . import aio, codec, idguard
 from .admin import JobAdminMixin
@@ -36,7 +36,9 @@ from .scriptargs import (
     claim_options,
     complete_options,
     enqueue_group,
+    enqueue_one,
     fail_options,
+    group_batch,
     reap_options,
     release_options,
 )
@@ -47,29 +49,6 @@ from .workflows import RedisWorkflows
 PURGE_BATCH = 1000
 CLAIM_WIDTH = 9  # values per job in claim.lua's flat reply (see its header)
 _STATES = {state.value.encode(): state for state in JobState}
-
-
-def _group_batch(jobs: Sequence[Job], cluster: bool) -> dict[str, list[int]]:
-    """Indexes of a batch's jobs by queue, in first-seen order; refuses repeated ids and, in
-    Redis Cluster, a batch over several queues (one script call must stay in one slot)."""
-    groups: dict[str, list[int]] = {}
-    seen: set[str] = set()
-    for i, job in enumerate(jobs):
-        if job.id in seen:
-            raise DuplicateJob(job.id)
-        seen.add(job.id)
-        idxs = groups.get(job.queue)
-        if idxs is None:
-            groups[job.queue] = [i]
-        else:
-            idxs.append(i)
-    if len(groups) > 1 and cluster:
-        raise ValidationError(
-            "jobs",
-            "in Redis Cluster one enqueue_many batch must target a single queue"
-            f" (atomicity is per queue); got {sorted(groups)}",
-        )
-    return groups
 
 
 class RedisBroker(
@@ -104,13 +83,13 @@ class RedisBroker(
         """Store all jobs or none (one script call); see ``Broker.enqueue``."""
         if not jobs:
             return []
-        groups, keys, args, order = self.enqueue_plan(jobs, now, payloads)
+        script, groups, keys, args, order = self.enqueue_plan(jobs, now, payloads)
         self.register(groups)
         # ids unique across queues (see idguard.py); ids the producer just minted need no check
         custom = [] if fresh_ids else idguard.custom_ids(jobs)
         locks = idguard.reserve(self, custom) if custom else None
         try:
-            reply = self.runner.run("enqueue", keys, args)
+            reply = self.runner.run(script, keys, args)
         finally:
             if locks:
                 idguard.release(self, locks)
@@ -121,15 +100,26 @@ class RedisBroker(
 
     def enqueue_plan(
         self, jobs: Sequence[Job], now: float, payloads: Sequence[bytes] | None
-    ) -> tuple[dict[str, list[int]], list[str], list[Any], list[int]]:
-        """(indexes by queue, KEYS, ARGV, ARGV position -> job index) of one enqueue script
-        call; shared by ``enqueue`` and the async client (``aio.py``)."""
+    ) -> tuple[str, dict[str, list[int]], list[str], list[Any], list[int]]:
+        """(script, indexes by queue, KEYS, ARGV, ARGV position -> job index) of one enqueue
+        script call; shared by ``enqueue`` and the async client (``aio.py``).
+
+        One plain job (the hot path: no idempotency key, expiry or flow group) goes to
+        enqueue_one.lua with one key and eight arguments; anything else to enqueue.lua.
+        """
         if payloads is not None and len(payloads) != len(jobs):
             raise ValueError("enqueue: one payload per job")
-        # One job (the hot path) is one group, built inline; batches are grouped off this path.
-        groups = {jobs[0].queue: [0]} if len(jobs) == 1 else _group_batch(jobs, self.cluster)
-        keys: list[str] = []
         events_max = str(self.retention.events_max)  # a string: it goes to XADD as is
+        if len(jobs) == 1:
+            queue = jobs[0].queue
+            self.qkeys(queue)  # validates the queue name (cached)
+            one = enqueue_one(jobs[0], None if payloads is None else payloads[0], now, events_max)
+            if one is not None:
+                return "enqueue_one", {queue: [0]}, [self.keys.tag(queue)], one, [0]
+            groups = {queue: [0]}
+        else:
+            groups = group_batch(jobs, self.cluster)
+        keys: list[str] = []
         args: list[Any] = [options(now=fmt_time(now), events_max=events_max)]
         order: list[int] = []  # batch position in ARGV order -> index in ``jobs``
         for queue, idxs in groups.items():
@@ -141,7 +131,7 @@ class RedisBroker(
                 order += idxs
                 part = None if payloads is None else [payloads[i] for i in idxs]
                 args += enqueue_group(queue, [jobs[i] for i in idxs], part, now)
-        return groups, keys, args, order
+        return "enqueue", groups, keys, args, order
 
     def enqueue_results(
         self, jobs: Sequence[Job], groups: dict[str, list[int]], order: list[int], reply: Any

@@ -28,32 +28,6 @@
 --             the id and state it was sent with.
 local o = cjson.decode(ARGV[1])
 local now, maxlen = o.now, o.events_max
-
--- fast path (issue 18): ONE job in one queue as a short record (the group defaults apply, no
--- idempotency key, expiry or flow group) -- what task.enqueue(...) sends. The same writes as
--- the general path below (job hash, ready or scheduled entry, payload, wake-up marker, one
--- "enqueued" event), without its per-batch tables: about a fifth of the script's time.
-if #KEYS == 16 and ARGV[3] == '1' and ARGV[11] == '' then
-  local id, state, prio, run_at, task = ARGV[9], ARGV[4], ARGV[5], ARGV[6], ARGV[8]
-  local key = KEYS[1] .. id
-  if redis.call('EXISTS', key) == 1 then return {CODE_DUPLICATE_ID, id} end
-  if state == 'pending' then
-    local m = string.format('%016x:%s', redis.call('INCR', KEYS[9]), id)  -- member(seq, id)
-    redis.call('HSET', key, 'state', state, 'priority', prio, 'run_at', run_at,
-      'created_at', ARGV[7], 'task', task, 'rk', m)
-    redis.call('ZADD', KEYS[2], prio, m)
-  else
-    redis.call('HSET', key, 'state', state, 'priority', prio, 'run_at', run_at,
-      'created_at', ARGV[7], 'task', task)
-    redis.call('ZADD', KEYS[3], run_at, id)
-  end
-  redis.call('HSET', KEYS[14], id, ARGV[10])
-  if redis.call('LLEN', KEYS[11]) < WAKE_MAX then redis.call('LPUSH', KEYS[11], '1') end
-  redis.call('XADD', KEYS[10], 'MAXLEN', '~', maxlen, '*', 'type', 'enqueued', 'job_id', id,
-    'task', task, 'at', now, 'state', state)
-  return {CODE_OK}
-end
-
 local groups = #KEYS / 16
 local nnow = tonumber(now)
 
