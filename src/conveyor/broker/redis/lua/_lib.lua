@@ -36,6 +36,11 @@
 
 local WAKE_MAX = 16
 
+-- small counts as strings: a Lua number handed to redis.call is formatted with "%.14g" (the
+-- slow floating-point path of snprintf), an entry of this table is passed as it is
+local COUNTS = {'1', '2', '3', '4', '5', '6', '7', '8', '9', '10', '11', '12', '13', '14',
+  '15', '16'}
+
 local CODE_OK = 1             -- done (stored, claimed, recorded, cancelled, ...)
 local CODE_NO = 0             -- not done, nothing changed; as a flag: no more work
 local CODE_DUPLICATE_ID = -1  -- enqueue: a job with this id exists, nothing stored

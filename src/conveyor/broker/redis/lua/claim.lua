@@ -104,10 +104,13 @@ if grouped then
 end
 
 while claimed < limit do
-  local popped = redis.call('ZPOPMIN', q.ready, limit - claimed)
+  -- the ready set's head by rank, then removed by rank: ZPOPMIN would also format every
+  -- score (a priority) as a double for the reply
+  local popped = redis.call('ZRANGE', q.ready, 0, limit - claimed - 1)
   if #popped == 0 then break end
-  local seq = redis.call('INCRBY', q.seq, #popped / 2) - #popped / 2
-  for i = 1, #popped, 2 do
+  redis.call('ZREMRANGEBYRANK', q.ready, 0, #popped - 1)
+  local seq = redis.call('INCRBY', q.seq, #popped) - #popped
+  for i = 1, #popped do
     seq = seq + 1
     local id = member_id(popped[i])
     local key = q.job .. id
@@ -121,8 +124,8 @@ while claimed < limit do
       -- lease_one, inlined: this loop is the hot path of every claim
       local attempts = (tonumber(f[2]) or 0) + 1
       local token = string.format('%d', seq) .. suffix
-      redis.call('HSET', key, 'state', 'active', 'attempts', attempts, 'started_at', now,
-        'lease_expires_at', deadline, 'token', token, 'worker_id', worker)
+      redis.call('HSET', key, 'state', 'active', 'attempts', COUNTS[attempts] or attempts,
+        'started_at', now, 'lease_expires_at', deadline, 'token', token, 'worker_id', worker)
       local n = #leased
       leased[n + 1], leased[n + 2] = score, id
       ids[claimed + 1] = id
