@@ -221,10 +221,10 @@ local function trim(q, set, cap)
   if cap < 0 then return end
   local excess = redis.call('ZCARD', set) - cap
   while excess > 0 do
-    local gone = redis.call('ZPOPMIN', set, math.min(excess, 1000))
-    if #gone == 0 then return end
-    local ids = {}
-    for i = 1, #gone, 2 do ids[#ids + 1] = gone[i] end
+    -- by rank: ZPOPMIN would format each score (a finished_at) as a double for the reply
+    local ids = redis.call('ZRANGE', set, 0, math.min(excess, 1000) - 1)
+    if #ids == 0 then return end
+    redis.call('ZREMRANGEBYRANK', set, 0, #ids - 1)
     drop_jobs(q, ids)
     excess = excess - #ids
   end
