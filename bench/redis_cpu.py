@@ -7,7 +7,8 @@ included) and the script's own time per call (``usec_per_call`` of evalsha / fca
 * ``noop``: an EVALSHA of ``return 1`` and a bare LPUSH from redis-py (the floor of one call);
 * ``single``: ``task.enqueue`` one job per call;
 * ``bulk``: ``app.enqueue_many`` in batches of 1,000;
-* ``drain``: a threaded worker with the CLI's defaults (32 slots) claims and completes the bulk jobs;
+* ``drain``: a threaded worker with the CLI's defaults (32 slots) claims and completes the
+  bulk jobs (``drain_single``: the single-enqueued ones);
 * ``lifecycle``: single + drain, and bulk + drain (the sums, per job).
 
 A/B of two source trees, alternating, fresh server each run, min of ``--rounds``::
@@ -63,7 +64,7 @@ def _start_server() -> tuple[subprocess.Popen[bytes], str, str]:
             "no",
             "--dir",
             where,
-        ],  # fmt: skip
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
