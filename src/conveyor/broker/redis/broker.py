@@ -8,8 +8,9 @@ docs/architecture-redis.md. Highlights:
   tried in the given order, the next only when the previous could not fill ``limit``.
 * ``complete`` and ``extend`` take batches: one script call per queue, pipelined.
 * Fencing tokens name their queue, so finishing calls need no lookup.
-* ``enqueue`` is one script call: atomic across queues on a standalone server; in Redis
-  Cluster a batch must stay within one queue (one slot), else ``ValidationError("jobs")``.
+* ``enqueue`` (``enqueuing.py``) is one script call: atomic across queues on a standalone
+  server; in Redis Cluster a batch must stay within one queue (one slot), else
+  ``ValidationError("jobs")``.
 * Idle workers block in ``wait_for_work`` on BLPOP of the queues' wake lists.
 """
 
@@ -21,12 +22,13 @@ from typing import Any
 from ...config import Retention
 from ...core.job import Job, validate_queue_name
 from ...core.state import TERMINAL_STATES, JobState
-from ...errors import DecodeError, DuplicateJob, LeaseLost
+from ...errors import DecodeError, LeaseLost
 from ..base import Ack, Broker, Claimed, EnqueueResult, Lease
-from . import aio, codec, idguard
+from . import aio, codec
 from .admin import JobAdminMixin
 from .codec import fmt_time
 from .codes import ScriptCode, options
+from .enqueuing import EnqueueMixin
 from .flowadmin import FlowAdminMixin
 from .keys import TERMINAL_SETS
 from .lifecycle import LifecycleMixin
@@ -35,10 +37,7 @@ from .reads import ReadsMixin
 from .scriptargs import (
     claim_options,
     complete_options,
-    enqueue_group,
-    enqueue_one,
     fail_options,
-    group_batch,
     reap_options,
     release_options,
 )
@@ -48,11 +47,16 @@ from .workflows import RedisWorkflows
 
 PURGE_BATCH = 1000
 CLAIM_WIDTH = 9  # values per job in claim.lua's flat reply (see its header)
-_STATES = {state.value.encode(): state for state in JobState}
 
 
 class RedisBroker(
-    RedisWorkflows, ReadsMixin, LifecycleMixin, JobAdminMixin, FlowAdminMixin, Broker
+    EnqueueMixin,
+    RedisWorkflows,
+    ReadsMixin,
+    LifecycleMixin,
+    JobAdminMixin,
+    FlowAdminMixin,
+    Broker,
 ):
     """Redis (standalone, Sentinel or Cluster) backend; build it with ``from_url``."""
 
@@ -69,87 +73,6 @@ class RedisBroker(
     def from_url(cls, url: str, retention: Retention | None = None) -> RedisBroker:
         """Broker for a ``redis[s]://``, ``redis+sentinel://`` or ``redis+cluster://`` URL."""
         return cls(url, retention)
-
-    # ------------------------------------------------------------------ producers
-    @guarded
-    def enqueue(
-        self,
-        jobs: Sequence[Job],
-        now: float,
-        payloads: Sequence[bytes] | None = None,
-        *,
-        fresh_ids: bool = False,
-    ) -> list[EnqueueResult]:
-        """Store all jobs or none (one script call); see ``Broker.enqueue``."""
-        if not jobs:
-            return []
-        script, groups, keys, args, order = self.enqueue_plan(jobs, now, payloads)
-        self.register(groups)
-        # ids unique across queues (see idguard.py); ids the producer just minted need no check
-        custom = [] if fresh_ids else idguard.custom_ids(jobs)
-        locks = idguard.reserve(self, custom) if custom else None
-        try:
-            reply = self.runner.run(script, keys, args)
-        finally:
-            if locks:
-                idguard.release(self, locks)
-        results = self.enqueue_results(jobs, groups, order, reply)
-        if self.cluster and any(not res.duplicate for res in results):
-            self.wake_all()  # delayed jobs too: idle workers recompute their next due time
-        return results
-
-    def enqueue_plan(
-        self, jobs: Sequence[Job], now: float, payloads: Sequence[bytes] | None
-    ) -> tuple[str, dict[str, list[int]], list[str], list[Any], list[int]]:
-        """(script, indexes by queue, KEYS, ARGV, ARGV position -> job index) of one enqueue
-        script call; shared by ``enqueue`` and the async client (``aio.py``).
-
-        One plain job (the hot path: no idempotency key, expiry or flow group) goes to
-        enqueue_one.lua with one key and eight arguments; anything else to enqueue.lua.
-        """
-        if payloads is not None and len(payloads) != len(jobs):
-            raise ValueError("enqueue: one payload per job")
-        events_max = str(self.retention.events_max)  # a string: it goes to XADD as is
-        if len(jobs) == 1:
-            queue = jobs[0].queue
-            self.qkeys(queue)  # validates the queue name (cached)
-            one = enqueue_one(jobs[0], None if payloads is None else payloads[0], now, events_max)
-            if one is not None:
-                return "enqueue_one", {queue: [0]}, [self.keys.tag(queue)], one, [0]
-            groups = {queue: [0]}
-        else:
-            groups = group_batch(jobs, self.cluster)
-        keys: list[str] = []
-        args: list[Any] = [options(now=fmt_time(now), events_max=events_max)]
-        order: list[int] = []  # batch position in ARGV order -> index in ``jobs``
-        for queue, idxs in groups.items():
-            keys += self.qkeys(queue)  # validates the queue name
-            if len(groups) == 1:
-                order = idxs
-                args += enqueue_group(queue, jobs, payloads, now)
-            else:
-                order += idxs
-                part = None if payloads is None else [payloads[i] for i in idxs]
-                args += enqueue_group(queue, [jobs[i] for i in idxs], part, now)
-        return "enqueue", groups, keys, args, order
-
-    def enqueue_results(
-        self, jobs: Sequence[Job], groups: dict[str, list[int]], order: list[int], reply: Any
-    ) -> list[EnqueueResult]:
-        """The results of an enqueue script's ``reply``; remembers where each job lives."""
-        if reply[0] == ScriptCode.DUPLICATE_ID:
-            raise DuplicateJob(reply[1].decode())
-        results = [EnqueueResult(job.id, False, job.state) for job in jobs]
-        for n in range(1, len(reply), 3):  # only jobs whose idempotency key matched
-            results[order[reply[n] - 1]] = EnqueueResult(
-                reply[n + 1].decode(), True, _STATES[reply[n + 2]]
-            )
-        where = self._where
-        where.make_room(len(jobs))
-        for queue, idxs in groups.items():
-            for i in idxs:
-                where[results[i].id] = queue
-        return results
 
     async def enqueue_async(
         self,

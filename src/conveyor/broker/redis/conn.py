@@ -1,7 +1,8 @@
 """Connections: URL parsing, one shared client (pool) per URL per process, start-up checks.
 
 URLs (query options: ``prefix`` (key prefix, default ``conveyor``), ``socket_timeout``,
-``socket_connect_timeout``, ``sentinel_password``; others go to redis-py):
+``socket_connect_timeout``, ``sentinel_password``, ``batch_enqueue`` (ms: auto-batching of
+one-job enqueues, coalesce.py) and ``batch_enqueue_max``; others go to redis-py):
 
 * ``redis://[user:password@]host:port/db`` and ``rediss://`` (TLS) — a Redis Cluster node is
   detected (``INFO cluster``) and the client switches to Cluster mode by itself;
@@ -29,6 +30,7 @@ from redis.retry import Retry
 import redis
 
 from ...errors import ValidationError
+from .coalesce import DEFAULT_MAX, Coalescer
 from .keys import DEFAULT_PREFIX
 
 log = logging.getLogger("conveyor.redis")
@@ -56,6 +58,7 @@ class Connection:
     registered: set[str] = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock)
     runner: Any = None  # the ScriptRunner of ``client`` (shared by the brokers of this URL)
+    coalescer: Any = None  # ?batch_enqueue=<ms>: one-job enqueues batched (coalesce.py)
 
 
 _SHARED: dict[tuple[int, str], Connection] = {}
@@ -143,6 +146,40 @@ def _connect(url: str) -> Connection:
         raise ValidationError("url", f"cannot parse {url!r}") from exc
     prefix = query.pop("prefix", DEFAULT_PREFIX)
     sentinel_password = query.pop("sentinel_password", None)
+    coalescer = _coalescer(query)
+    conn = _client(url, scheme, userinfo, hosts, path, query, prefix, sentinel_password)
+    conn.coalescer = coalescer
+    return conn
+
+
+def _coalescer(query: dict[str, str]) -> Coalescer | None:
+    """``?batch_enqueue=<ms>[&batch_enqueue_max=<n>]``: the process's one-job enqueues batched."""
+    linger, most = query.pop("batch_enqueue", None), query.pop("batch_enqueue_max", None)
+    if linger is None:
+        if most is not None:
+            raise ValidationError("url", "batch_enqueue_max needs batch_enqueue=<ms>")
+        return None
+    try:
+        ms, n = float(linger), int(most or DEFAULT_MAX)
+    except ValueError as exc:
+        raise ValidationError("url", f"batch_enqueue: not a number: {exc}") from exc
+    if not 0 < ms <= 1000 or not 2 <= n <= 10_000:
+        raise ValidationError(
+            "url", "batch_enqueue must be in (0, 1000] ms and batch_enqueue_max in [2, 10000]"
+        )
+    return Coalescer(ms / 1000, n)
+
+
+def _client(
+    url: str,
+    scheme: str,
+    userinfo: str,
+    hosts: str,
+    path: str,
+    query: dict[str, str],
+    prefix: str,
+    sentinel_password: str | None,
+) -> Connection:
     opts = _options(query)
     timeout = float(opts["socket_timeout"])
     username, password = _credentials(userinfo)
