@@ -9,7 +9,9 @@ included) and the script's own time per call (``usec_per_call`` of evalsha / fca
 * ``bulk``: ``app.enqueue_many`` in batches of 1,000;
 * ``drain``: a threaded worker with the CLI's defaults (32 slots) claims and completes the
   bulk jobs (``drain_single``: the single-enqueued ones);
-* ``lifecycle``: single + drain, and bulk + drain (the sums, per job).
+* ``lifecycle``: single + drain, and bulk + drain (the sums, per job);
+* ``threads_batched``: 8 threads enqueue one job per call with ``?batch_enqueue=1`` (the
+  opt-in auto-batching; skipped for a tree without it).
 
 A/B of two source trees, alternating, fresh server each run, min of ``--rounds``::
 
@@ -30,6 +32,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -38,7 +41,17 @@ SINGLE = 3_000
 BULK = 20_000
 BATCH = 1_000
 NOOP = 3_000
-STEPS = ("noop_evalsha", "noop_lpush", "single", "bulk", "drain", "life_single", "life_bulk")
+THREADS = 8
+STEPS = (
+    "noop_evalsha",
+    "noop_lpush",
+    "single",
+    "bulk",
+    "drain",
+    "life_single",
+    "life_bulk",
+    "threads_batched",
+)
 
 
 def _free_port() -> int:
@@ -153,11 +166,43 @@ def measure() -> dict[str, dict[str, float]]:
         out["life_single"] = _sum(out["single"], out["drain_single"])
         out["life_bulk"] = _sum(out["bulk"], out["drain"])
         app.broker.close()
+        _threads_step(meter, url, out)
         return out
     finally:
         proc.terminate()
         proc.wait()
         shutil.rmtree(where, ignore_errors=True)
+
+
+def _threads_step(meter: Meter, url: str, out: dict[str, dict[str, float]]) -> None:
+    """``threads``: THREADS threads enqueue one job per call with ``?batch_enqueue=1``
+    (skipped on a tree without the option)."""
+    from conveyor import Conveyor
+
+    try:
+        app = Conveyor(url + "?batch_enqueue=1&prefix=bt")
+    except Exception:  # an older tree: no auto-batching
+        return
+
+    @app.task
+    def bench_job(n: int) -> None:
+        return None
+
+    bench_job.enqueue(-1)
+    per = SINGLE // THREADS
+
+    def produce() -> None:
+        threads = [
+            threading.Thread(target=lambda: [bench_job.enqueue(i) for i in range(per)])
+            for _ in range(THREADS)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+    out["threads_batched"] = meter.step(per * THREADS, produce)
+    app.broker.close()
 
 
 def _drain(app: Any, jobs: int) -> None:
