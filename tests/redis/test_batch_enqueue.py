@@ -15,7 +15,7 @@ import pytest
 from conveyor import Conveyor
 from conveyor.broker.redis import RedisBroker
 from conveyor.core.job import Job
-from conveyor.errors import DuplicateJob, ValidationError
+from conveyor.errors import BrokerUnavailable, DuplicateJob, ValidationError
 
 T = 1_700_000_000.0
 THREADS = 40
@@ -139,3 +139,17 @@ def test_an_app_with_batch_enqueue_runs_its_jobs(redis_server: Any) -> None:
 def test_bad_batch_options_are_refused(redis_server: Any, query: str) -> None:
     with pytest.raises(ValidationError, match="batch_enqueue"):
         RedisBroker.from_url(redis_server.url + "?" + query)
+
+
+def test_an_outage_is_raised_to_every_caller_of_the_batch() -> None:
+    import socket
+
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    broker = RedisBroker.from_url(f"redis://127.0.0.1:{port}/0?batch_enqueue=50")
+    try:
+        results = _together([lambda i=i: broker.enqueue([_job(f"o{i}")], T) for i in range(5)])
+        assert all(isinstance(r, BrokerUnavailable) for r in results), results
+    finally:
+        broker.close()

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from ...core.job import Job
-from ...errors import DuplicateJob
+from ...errors import BrokerUnavailable, DuplicateJob
 from ..base import EnqueueResult
 from . import codec
 
@@ -84,16 +84,21 @@ class Coalescer:
 
 
 def run(send: Send, batch: list[_Item]) -> None:
-    """Send ``batch`` (one call per queue) and hand every item its answer."""
+    """Send ``batch`` (one call per queue) and hand every item its answer; whatever happens
+    (even an interrupt of the sending thread), no caller is left waiting."""
     queues: dict[str, list[_Item]] = {}
     for item in batch:
         queues.setdefault(item.job.queue, []).append(item)
-    for items in queues.values():
-        try:
+    try:
+        for items in queues.values():
             _send_queue(send, items)
-        finally:
-            for item in items:
-                item.done.set()
+    finally:
+        for item in batch:
+            if item.result is None and item.error is None:
+                item.error = BrokerUnavailable(
+                    "the enqueue batch was interrupted: the job may or may not be stored"
+                )
+            item.done.set()
 
 
 def _send_queue(send: Send, items: list[_Item]) -> None:
