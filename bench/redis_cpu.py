@@ -179,16 +179,16 @@ def _threads_step(meter: Meter, url: str, out: dict[str, dict[str, float]]) -> N
     (skipped on a tree without the option)."""
     from conveyor import Conveyor
 
-    try:
-        app = Conveyor(url + "?batch_enqueue=1&prefix=bt")
-    except Exception:  # an older tree: no auto-batching
-        return
+    app = Conveyor(url + "?batch_enqueue=1&prefix=bt")
 
     @app.task
     def bench_job(n: int) -> None:
         return None
 
-    bench_job.enqueue(-1)
+    try:
+        bench_job.enqueue(-1)  # connects: an older tree refuses the option here
+    except Exception:
+        return
     per = SINGLE // THREADS
 
     def produce() -> None:
