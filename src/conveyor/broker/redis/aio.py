@@ -2,7 +2,7 @@
 
 Async producers (``await task.enqueue_async(...)``, ``await handle.wait_async()``) talk to
 Redis through ``redis.asyncio`` on the caller's event loop, never blocking it and never taking
-a thread. They run the very same Lua script with the same KEYS/ARGV (``RedisBroker.enqueue_plan``
+a thread. They run the very same Lua scripts with the same KEYS/ARGV (``RedisBroker.enqueue_plan``
 / ``enqueue_results``, ``scriptargs.py``) and wait on the queue's event stream as the
 synchronous ``wait_change`` does (``lifecycle.scan_entries``).
 
@@ -73,11 +73,11 @@ class AsyncClients:
 
 
 async def _evalsha(
-    broker: RedisBroker, client: Any, keys: Sequence[str], args: Sequence[Any]
+    broker: RedisBroker, client: Any, name: str, keys: Sequence[str], args: Sequence[Any]
 ) -> Any:
     from redis.exceptions import NoScriptError
 
-    script = broker.runner.scripts["enqueue"]
+    script = broker.runner.scripts[name]
     try:
         return await client.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
     except NoScriptError:
@@ -98,13 +98,13 @@ async def enqueue(
     if client is None or (not fresh_ids and idguard.custom_ids(jobs)):
         return await Broker.enqueue_async(broker, jobs, now, payloads, fresh_ids=fresh_ids)
     try:
-        groups, keys, args, order = broker.enqueue_plan(jobs, now, payloads)
+        name, groups, keys, args, order = broker.enqueue_plan(jobs, now, payloads)
         registered = broker._conn.registered
         fresh = [q for q in groups if q not in registered]
         if fresh:
             await client.sadd(broker.keys.queues, *fresh)
             registered.update(fresh)
-        reply = await _evalsha(broker, client, keys, args)
+        reply = await _evalsha(broker, client, name, keys, args)
     except Exception as exc:
         _raise_mapped(exc)
         raise

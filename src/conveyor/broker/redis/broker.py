@@ -8,8 +8,9 @@ docs/architecture-redis.md. Highlights:
   tried in the given order, the next only when the previous could not fill ``limit``.
 * ``complete`` and ``extend`` take batches: one script call per queue, pipelined.
 * Fencing tokens name their queue, so finishing calls need no lookup.
-* ``enqueue`` is one script call: atomic across queues on a standalone server; in Redis
-  Cluster a batch must stay within one queue (one slot), else ``ValidationError("jobs")``.
+* ``enqueue`` (``enqueuing.py``) is one script call: atomic across queues on a standalone
+  server; in Redis Cluster a batch must stay within one queue (one slot), else
+  ``ValidationError("jobs")``.
 * Idle workers block in ``wait_for_work`` on BLPOP of the queues' wake lists.
 """
 
@@ -21,12 +22,13 @@ from typing import Any
 from ...config import Retention
 from ...core.job import Job, validate_queue_name
 from ...core.state import TERMINAL_STATES, JobState
-from ...errors import DecodeError, DuplicateJob, LeaseLost, ValidationError
+from ...errors import DecodeError, LeaseLost
 from ..base import Ack, Broker, Claimed, EnqueueResult, Lease
-from . import aio, codec, idguard
+from . import aio, codec
 from .admin import JobAdminMixin
 from .codec import fmt_time
 from .codes import ScriptCode, options
+from .enqueuing import EnqueueMixin
 from .flowadmin import FlowAdminMixin
 from .keys import TERMINAL_SETS
 from .lifecycle import LifecycleMixin
@@ -35,7 +37,6 @@ from .reads import ReadsMixin
 from .scriptargs import (
     claim_options,
     complete_options,
-    enqueue_group,
     fail_options,
     reap_options,
     release_options,
@@ -45,34 +46,17 @@ from .side import RedisCounters, RedisDocs, RedisEvents, RedisLogs
 from .workflows import RedisWorkflows
 
 PURGE_BATCH = 1000
-_STATES = {state.value.encode(): state for state in JobState}
-
-
-def _group_batch(jobs: Sequence[Job], cluster: bool) -> dict[str, list[int]]:
-    """Indexes of a batch's jobs by queue, in first-seen order; refuses repeated ids and, in
-    Redis Cluster, a batch over several queues (one script call must stay in one slot)."""
-    groups: dict[str, list[int]] = {}
-    seen: set[str] = set()
-    for i, job in enumerate(jobs):
-        if job.id in seen:
-            raise DuplicateJob(job.id)
-        seen.add(job.id)
-        idxs = groups.get(job.queue)
-        if idxs is None:
-            groups[job.queue] = [i]
-        else:
-            idxs.append(i)
-    if len(groups) > 1 and cluster:
-        raise ValidationError(
-            "jobs",
-            "in Redis Cluster one enqueue_many batch must target a single queue"
-            f" (atomicity is per queue); got {sorted(groups)}",
-        )
-    return groups
+CLAIM_WIDTH = 9  # values per job in claim.lua's flat reply (see its header)
 
 
 class RedisBroker(
-    RedisWorkflows, ReadsMixin, LifecycleMixin, JobAdminMixin, FlowAdminMixin, Broker
+    EnqueueMixin,
+    RedisWorkflows,
+    ReadsMixin,
+    LifecycleMixin,
+    JobAdminMixin,
+    FlowAdminMixin,
+    Broker,
 ):
     """Redis (standalone, Sentinel or Cluster) backend; build it with ``from_url``."""
 
@@ -89,76 +73,6 @@ class RedisBroker(
     def from_url(cls, url: str, retention: Retention | None = None) -> RedisBroker:
         """Broker for a ``redis[s]://``, ``redis+sentinel://`` or ``redis+cluster://`` URL."""
         return cls(url, retention)
-
-    # ------------------------------------------------------------------ producers
-    @guarded
-    def enqueue(
-        self,
-        jobs: Sequence[Job],
-        now: float,
-        payloads: Sequence[bytes] | None = None,
-        *,
-        fresh_ids: bool = False,
-    ) -> list[EnqueueResult]:
-        """Store all jobs or none (one script call); see ``Broker.enqueue``."""
-        if not jobs:
-            return []
-        groups, keys, args, order = self.enqueue_plan(jobs, now, payloads)
-        self.register(groups)
-        # ids unique across queues (see idguard.py); ids the producer just minted need no check
-        custom = [] if fresh_ids else idguard.custom_ids(jobs)
-        locks = idguard.reserve(self, custom) if custom else None
-        try:
-            reply = self.runner.run("enqueue", keys, args)
-        finally:
-            if locks:
-                idguard.release(self, locks)
-        results = self.enqueue_results(jobs, groups, order, reply)
-        if self.cluster and any(not res.duplicate for res in results):
-            self.wake_all()  # delayed jobs too: idle workers recompute their next due time
-        return results
-
-    def enqueue_plan(
-        self, jobs: Sequence[Job], now: float, payloads: Sequence[bytes] | None
-    ) -> tuple[dict[str, list[int]], list[str], list[Any], list[int]]:
-        """(indexes by queue, KEYS, ARGV, ARGV position -> job index) of one enqueue script
-        call; shared by ``enqueue`` and the async client (``aio.py``)."""
-        if payloads is not None and len(payloads) != len(jobs):
-            raise ValueError("enqueue: one payload per job")
-        # One job (the hot path) is one group, built inline; batches are grouped off this path.
-        groups = {jobs[0].queue: [0]} if len(jobs) == 1 else _group_batch(jobs, self.cluster)
-        keys: list[str] = []
-        events_max = str(self.retention.events_max)  # a string: it goes to XADD as is
-        args: list[Any] = [options(now=fmt_time(now), events_max=events_max)]
-        order: list[int] = []  # batch position in ARGV order -> index in ``jobs``
-        for queue, idxs in groups.items():
-            keys += self.qkeys(queue)  # validates the queue name
-            if len(groups) == 1:
-                order = idxs
-                args += enqueue_group(queue, jobs, payloads, now)
-            else:
-                order += idxs
-                part = None if payloads is None else [payloads[i] for i in idxs]
-                args += enqueue_group(queue, [jobs[i] for i in idxs], part, now)
-        return groups, keys, args, order
-
-    def enqueue_results(
-        self, jobs: Sequence[Job], groups: dict[str, list[int]], order: list[int], reply: Any
-    ) -> list[EnqueueResult]:
-        """The results of an enqueue script's ``reply``; remembers where each job lives."""
-        if reply[0] == ScriptCode.DUPLICATE_ID:
-            raise DuplicateJob(reply[1].decode())
-        results = [EnqueueResult(job.id, False, job.state) for job in jobs]
-        for n in range(1, len(reply), 3):  # only jobs whose idempotency key matched
-            results[order[reply[n] - 1]] = EnqueueResult(
-                reply[n + 1].decode(), True, _STATES[reply[n + 2]]
-            )
-        where = self._where
-        where.make_room(len(jobs))
-        for queue, idxs in groups.items():
-            for i in idxs:
-                where[results[i].id] = queue
-        return results
 
     async def enqueue_async(
         self,
@@ -210,8 +124,9 @@ class RedisBroker(
                     next_due = due if next_due is None else min(next_due, due)
                 buried = 0
                 where = self._where
-                where.make_room(len(reply))
-                for item in reply[2:]:
+                where.make_room(len(reply) // CLAIM_WIDTH)
+                for k in range(2, len(reply), CLAIM_WIDTH):  # flat: 9 values per job
+                    item = reply[k : k + CLAIM_WIDTH]
                     try:
                         job = claimed_job(item, queue, now, expires, worker_id)
                     except Exception as exc:  # one bad job never fails the batch

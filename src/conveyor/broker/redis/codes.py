@@ -33,6 +33,7 @@ class ScriptCode(IntEnum):
 #: Scripts whose scalar options are one JSON object in ARGV[1].
 PACKED = (
     "enqueue",
+    "enqueue_one",
     "claim",
     "complete",
     "fail",

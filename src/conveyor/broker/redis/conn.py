@@ -143,6 +143,19 @@ def _connect(url: str) -> Connection:
         raise ValidationError("url", f"cannot parse {url!r}") from exc
     prefix = query.pop("prefix", DEFAULT_PREFIX)
     sentinel_password = query.pop("sentinel_password", None)
+    return _client(url, scheme, userinfo, hosts, path, query, prefix, sentinel_password)
+
+
+def _client(
+    url: str,
+    scheme: str,
+    userinfo: str,
+    hosts: str,
+    path: str,
+    query: dict[str, str],
+    prefix: str,
+    sentinel_password: str | None,
+) -> Connection:
     opts = _options(query)
     timeout = float(opts["socket_timeout"])
     username, password = _credentials(userinfo)

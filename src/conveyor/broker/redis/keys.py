@@ -9,7 +9,8 @@ Redis Cluster slot (queue names are validated: no braces, spaces or colons)::
                                    (equal scores sort by member, so FIFO within a priority)
     <p>:{<q>}:scheduled    ZSET    id -> run_at (scheduled: delayed enqueue / delayed release)
     <p>:{<q>}:retry        ZSET    id -> run_at (retry_scheduled)
-    <p>:{<q>}:leases       ZSET    id -> lease deadline (active jobs)
+    <p>:{<q>}:leases       ZSET    id -> lease deadline rounded up to a whole second (active
+                                   jobs; the exact deadline is the hash's lease_expires_at)
     <p>:{<q>}:completed    ZSET    id -> finished_at (retention by count and TTL)
     <p>:{<q>}:dead         ZSET    id -> finished_at (dead_letter; capped per queue)
     <p>:{<q>}:cancelled    ZSET    id -> finished_at (TTL)

@@ -12,6 +12,7 @@ from typing import Any
 
 from ...config import Retention
 from ...core.job import Job
+from ...errors import DuplicateJob, ValidationError
 from . import codec
 from .codec import fmt_time
 from .codes import options
@@ -19,6 +20,29 @@ from .codes import options
 IDEMPOTENCY_GRACE = 60.0  # real-time slack on top of a key's logical TTL before Redis drops it
 REAP_BATCH = 1000
 PROMOTE_BATCH = 1000
+
+
+def group_batch(jobs: Sequence[Job], cluster: bool) -> dict[str, list[int]]:
+    """Indexes of a batch's jobs by queue, in first-seen order; refuses repeated ids and, in
+    Redis Cluster, a batch over several queues (one script call must stay in one slot)."""
+    groups: dict[str, list[int]] = {}
+    seen: set[str] = set()
+    for i, job in enumerate(jobs):
+        if job.id in seen:
+            raise DuplicateJob(job.id)
+        seen.add(job.id)
+        idxs = groups.get(job.queue)
+        if idxs is None:
+            groups[job.queue] = [i]
+        else:
+            idxs.append(i)
+    if len(groups) > 1 and cluster:
+        raise ValidationError(
+            "jobs",
+            "in Redis Cluster one enqueue_many batch must target a single queue"
+            f" (atomicity is per queue); got {sorted(groups)}",
+        )
+    return groups
 
 
 def enqueue_group(
@@ -57,6 +81,26 @@ def enqueue_group(
         else:
             args += (job.id, payload, "f", *codec.enqueue_fields(job, now, IDEMPOTENCY_GRACE))
     return args
+
+
+def enqueue_one(job: Job, payload: bytes | None, now: float, events_max: str) -> list[Any] | None:
+    """enqueue_one.lua's ARGV for ``job``, or None when that script does not take it (an
+    idempotency key, an expiry or a flow group: enqueue.lua's full record)."""
+    if job.idempotency_key or job.expires_at is not None or job.flow is not None:
+        return None
+    run_at = job.run_at
+    at = fmt_time(run_at)
+    created = at if job.created_at == run_at else fmt_time(job.created_at)
+    return [
+        options(now=fmt_time(now), events_max=events_max),
+        job.id,
+        codec.envelope(job) if payload is None else payload,
+        str(job.state),
+        job.priority,
+        at,
+        created,
+        job.task,
+    ]
 
 
 def reap_options(queue: str, now: float, max_lost: int, ret: Retention) -> bytes:

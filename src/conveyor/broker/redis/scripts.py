@@ -61,6 +61,7 @@ except ImportError:  # pragma: no cover - hiredis is a dependency; redis-py pack
 _STANDALONE = frozenset({"doc_cas"})
 SCRIPT_NAMES = (
     "enqueue",
+    "enqueue_one",
     "claim",
     "complete",
     "fail",

@@ -24,9 +24,9 @@
 --         this claim, else CODE_NO; next_due = on an empty claim of a queue that is not
 --         paused, the earliest run_at of the scheduled / retry sets or lease deadline ('' when
 --         none, or when jobs were claimed: next_due in _lib.lua);
---         job = {id, attempts, token, payload, run_at, lost, errors, history, last_error}
---         (the other fields are known to the caller: state active, started_at = now,
---         lease_expires_at = deadline, worker_id)
+--         job = 9 values in a row (flat, not a nested array: issue 18), id, attempts, token,
+--         payload, run_at, lost, errors, history, last_error (the other fields are known to
+--         the caller: state active, started_at = now, lease_expires_at = deadline, worker_id)
 local q = qkeys(0)
 local o = cjson.decode(ARGV[1])
 local qname, now, deadline, limit, worker = o.queue, o.now, o.deadline, o.limit, o.worker
@@ -67,36 +67,50 @@ redis.call('DEL', q.wake)
 if redis.call('EXISTS', q.paused) == 1 then return {CODE_NO, ''} end
 
 local out = {CODE_NO, ''}
+local score = lease_score(deadline)  -- the leases-set score: a whole second (_lib.lua)
 local leased, ids, rows = {}, {}, {}
 local claimed = 0
+local suffix = ':' .. qname  -- of every fencing token "<seq>:<queue>"
+
+-- append one job's 9 reply values (payload filled in below, from one HMGET for the batch)
+local function reply(id, attempts, token, f)
+  local n = #out
+  out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = id, attempts, token, false, f[4]
+  out[n + 6], out[n + 7], out[n + 8], out[n + 9] = f[5], f[6], f[7], f[8]
+end
 
 -- lease one pending job (f = its HMGET fields: state, attempts, task, run_at, lost, errors,
 -- history, last_error, ...) with fencing token number `seq`
 local function lease_one(id, key, f, seq)
   local attempts = (tonumber(f[2]) or 0) + 1
-  local token = string.format('%d', seq) .. ':' .. qname
+  local token = string.format('%d', seq) .. suffix
   redis.call('HSET', key, 'state', 'active', 'attempts', attempts, 'started_at', now,
     'lease_expires_at', deadline, 'token', token, 'worker_id', worker)
-  leased[#leased + 1] = deadline
+  leased[#leased + 1] = score
   leased[#leased + 1] = id
   ids[#ids + 1] = id
   rows[#rows + 1] = id
   rows[#rows + 1] = f[3] or ''
   rows[#rows + 1] = attempts
-  out[#out + 1] = {id, attempts, token, false, f[4], f[5], f[6], f[7], f[8]}
+  reply(id, attempts, token, f)
   claimed = claimed + 1
 end
 
--- flow control (issue 15; _flow.lua): grouped jobs first, only when the queue has groups
-if redis.call('EXISTS', q.flow .. 'groups', q.flow .. 'gdelay') > 0 then
+-- flow control (issue 15; _flow.lua): grouped jobs first, only when the queue has groups (a
+-- queue without them pays this one EXISTS per call, nothing per job)
+local grouped = redis.call('EXISTS', q.flow .. 'groups', q.flow .. 'gdelay') > 0
+if grouped then
   flow_take(q, now, nnow, limit, function() return claimed end, lease_one, lapse)
 end
 
 while claimed < limit do
-  local popped = redis.call('ZPOPMIN', q.ready, limit - claimed)
+  -- the ready set's head by rank, then removed by rank: ZPOPMIN would also format every
+  -- score (a priority) as a double for the reply
+  local popped = redis.call('ZRANGE', q.ready, 0, limit - claimed - 1)
   if #popped == 0 then break end
-  local seq = redis.call('INCRBY', q.seq, #popped / 2) - #popped / 2
-  for i = 1, #popped, 2 do
+  redis.call('ZREMRANGEBYRANK', q.ready, 0, #popped - 1)
+  local seq = redis.call('INCRBY', q.seq, #popped) - #popped
+  for i = 1, #popped do
     seq = seq + 1
     local id = member_id(popped[i])
     local key = q.job .. id
@@ -109,16 +123,17 @@ while claimed < limit do
     elseif f[1] == 'pending' then
       -- lease_one, inlined: this loop is the hot path of every claim
       local attempts = (tonumber(f[2]) or 0) + 1
-      local token = string.format('%d', seq) .. ':' .. qname
-      redis.call('HSET', key, 'state', 'active', 'attempts', attempts, 'started_at', now,
-        'lease_expires_at', deadline, 'token', token, 'worker_id', worker)
-      leased[#leased + 1] = deadline
-      leased[#leased + 1] = id
-      ids[#ids + 1] = id
-      rows[#rows + 1] = id
-      rows[#rows + 1] = f[3] or ''
-      rows[#rows + 1] = attempts
-      out[#out + 1] = {id, attempts, token, false, f[4], f[5], f[6], f[7], f[8]}
+      local token = string.format('%d', seq) .. suffix
+      redis.call('HSET', key, 'state', 'active', 'attempts', COUNTS[attempts] or attempts,
+        'started_at', now, 'lease_expires_at', deadline, 'token', token, 'worker_id', worker)
+      local n = #leased
+      leased[n + 1], leased[n + 2] = score, id
+      ids[claimed + 1] = id
+      n = #rows
+      rows[n + 1], rows[n + 2], rows[n + 3] = id, f[3] or '', attempts
+      n = #out
+      out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = id, attempts, token, false, f[4]
+      out[n + 6], out[n + 7], out[n + 8], out[n + 9] = f[5], f[6], f[7], f[8]
       claimed = claimed + 1
     end
   end
@@ -126,11 +141,11 @@ end
 if #leased > 0 then
   bulk('ZADD', q.leases, leased)
   local payloads = hmget_many(q.payloads, ids)
-  for i = 1, #ids do out[i + 2][4] = payloads[i] end
+  for i = 1, #ids do out[i * 9 - 3] = payloads[i] end  -- 4th of the job's 9 values
   emit_many(q, maxlen, 'started', now, {'worker', worker}, {'job_id', 'task', 'attempt'}, rows)
 end
 if claimed > 0 and (redis.call('ZCARD', q.ready) > 0
-    or redis.call('ZCARD', q.flow .. 'groups') > 0) then
+    or (grouped and redis.call('ZCARD', q.flow .. 'groups') > 0)) then
   out[1] = CODE_MORE
   wake(q)
 elseif claimed == 0 then

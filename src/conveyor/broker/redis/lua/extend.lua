@@ -8,6 +8,7 @@
 -- Output: {code_1, code_2, ...} one per pair: CODE_OK extended, CODE_NO lease lost
 local q = qkeys(0)
 local deadline = ARGV[1]
+local score = lease_score(deadline)  -- whole seconds in the leases set (_lib.lua)
 local out = {}
 for i = 2, #ARGV, 2 do
   local id, token = ARGV[i], ARGV[i + 1]
@@ -15,7 +16,7 @@ for i = 2, #ARGV, 2 do
   local f = hmget(key, 'state', 'token')
   if f and f[1] == 'active' and f[2] == token then
     redis.call('HSET', key, 'lease_expires_at', deadline)
-    redis.call('ZADD', q.leases, deadline, id)
+    redis.call('ZADD', q.leases, score, id)
     out[#out + 1] = CODE_OK
   else
     out[#out + 1] = CODE_NO
