@@ -313,10 +313,23 @@ class Worker(InlineMode):
             if next_due is not None and (until := next_due - self.runtime.now()) < wait:
                 # sleep exactly until the next delayed job / lease deadline (BullMQ-style)
                 wait, due = max(0.0, until), True
-            self.broker.wait_for_work(self.selector.names, wait, due=due)
+            if not self._wait_safely(wait, due):
+                continue  # an outage: the claim's own retry and back-off take over
             delay = backoff.delay_after_wait(time.monotonic() - began)
             if delay:  # fast, empty wake-ups repeat: a backend that cannot block, do not spin
                 stopping.wait(delay)
+
+    def _wait_safely(self, wait: float, due: bool) -> bool:
+        """``wait_for_work``; False (after a short pause) when the broker failed: an outage
+        while waiting must never end the worker (logged once, as for the claim)."""
+        try:
+            self.broker.wait_for_work(self.selector.names, wait, due=due)
+        except Exception as exc:
+            if not self._outage.failed(exc, "waiting for work", log):
+                log.warning("waiting for work failed", exc_info=True)
+            self._stopping.wait(min(wait, 1.0))
+            return False
+        return True
 
     def _maintain_safely(self) -> None:
         try:
