@@ -159,6 +159,19 @@ class MemoryLimits:
                     woke = True
         return woke
 
+    def forget_queue(self, queue: str) -> None:
+        """``clear_queue``: the queue's groups go with their jobs (off the line, unparked, no
+        slot waits); buckets and the slots of running jobs stay."""
+        self.heaps.pop(queue, None)
+        for table in (self.jobs, self.placed, self.blocked):
+            for key in [k for k in table if k[0] == queue]:
+                del table[key]
+        self.parked = {k for k in self.parked if k[0] != queue}
+        for name in list(self.waiters):
+            self.waiters[name] = {k for k in self.waiters[name] if k[0] != queue}
+            if not self.waiters[name]:
+                del self.waiters[name]
+
     def next_time(self, queues: Iterable[str]) -> float | None:
         """The earliest time a group of ``queues`` becomes eligible (for an empty claim)."""
         times = [self.heaps[q][0][0] for q in queues if self.heaps.get(q)]

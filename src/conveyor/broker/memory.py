@@ -453,6 +453,7 @@ class MemoryBroker(
             for job_id in doomed:
                 del self._jobs[job_id]
                 self._ready_seq.pop(job_id, None)
+            self.limits.forget_queue(queue)  # issue 15: its groups go with their jobs
             return len(doomed)
 
     def pause(self, queue: str) -> None:

@@ -528,6 +528,7 @@ class SqliteBroker(
         """Delete the waiting jobs of ``queue`` in one write transaction."""
         where = "queue = ? AND state = ?"
         with self._write() as tx:
+            sqlite_limits.forget_queue(tx, queue)  # issue 15: its groups go with their jobs
             return sum(
                 self._delete(tx, queue, state, where, (queue, state))
                 for state in ("pending", "scheduled", "retry_scheduled")

@@ -98,6 +98,13 @@ def on_save(tx: Tx, job: Any, old_state: str) -> None:
         tx.conn.execute(_SCHEDULE, (job.queue, job.flow["g"], tx.next_seq()))
 
 
+def forget_queue(tx: Tx, queue: str) -> None:
+    """``clear_queue``: the queue's groups and slot waits go with its waiting jobs (buckets and
+    the slots of running jobs stay: they belong to limiters and leases)."""
+    tx.conn.execute("DELETE FROM flow_groups WHERE queue = ?", (queue,))
+    tx.conn.execute("DELETE FROM flow_waiters WHERE queue = ?", (queue,))
+
+
 def admit(
     tx: Tx, job_id: str, flow: dict[str, Any], queue: str, grp: str, now: float
 ) -> tuple[float | None, str | None]:

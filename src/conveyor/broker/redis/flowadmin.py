@@ -1,7 +1,9 @@
 """Flow control for operators on Redis (issue 15): run-time limits and what waits, per queue.
 
 Limits live per queue (``<p>:{q}:f:limits``: every key a claim reads is in its queue's slot),
-so ``flow_set_limit`` writes the override into every known queue. ``flow_status`` reads the
+so ``flow_set_limit`` writes the override into every known queue, one atomic script per queue
+(lua/flow_limit.lua: the new limit and the waiting groups put back in line, in the same step
+as far as any claim of that queue can tell). ``flow_status`` reads the
 flow keys of every queue (SCAN of the buckets and slots: an operator's read, never a claim's).
 """
 
@@ -21,26 +23,16 @@ class FlowAdminMixin:
     keys: KeySchema
     client: Any
     known_queues: Callable[[], list[str]]  # the broker's
+    qkeys: Callable[[str], tuple[str, ...]]
+    runner: Any  # scripts.ScriptRunner
 
     def flow_set_limit(self, name: str, spec: list[float] | None) -> None:
         """Override the limit of a limiter (``rate:<task>``) or one bucket / slot; None clears.
 
         Parked groups of every queue are put back in line (a raised concurrency limit)."""
+        raw = "" if spec is None else orjson.dumps([float(v) for v in spec]).decode()
         for queue in self.known_queues():
-            limits = self.keys.flow(queue, "limits")
-            if spec is None:
-                self.client.hdel(limits, name)
-            else:
-                self.client.hset(limits, name, orjson.dumps([float(v) for v in spec]))
-            # every waiting group is looked at again by the next claim, under the new limit
-            waiting = [g.decode() for g in self.client.smembers(self.keys.flow(queue, "parked"))]
-            waiting += [
-                g.decode() for g in self.client.zrange(self.keys.flow(queue, "gdelay"), 0, -1)
-            ]
-            if waiting:
-                self.client.zadd(self.keys.flow(queue, "groups"), dict.fromkeys(waiting, 0))
-                self.client.delete(self.keys.flow(queue, "parked"), self.keys.flow(queue, "gdelay"))
-                self.client.hdel(self.keys.flow(queue, "why"), *waiting)
+            self.runner.run("flow_limit", self.qkeys(queue), [name, raw])
 
     def flow_status(self, now: float) -> dict[str, Any]:
         """Run-time limits, bucket tokens, running jobs per slot, waiting jobs per group."""
