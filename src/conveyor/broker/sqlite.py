@@ -306,7 +306,7 @@ class SqliteBroker(
                         break
             next_due = None if leases else self._next_due(tx)
             if not leases and flowing:
-                group_due = tx.conn.execute(sqlite_limits.NEXT_GROUP, (now,)).fetchone()[0]
+                group_due = sqlite_limits.next_group(tx, served, now)
                 if group_due is not None:
                     next_due = group_due if next_due is None else min(next_due, group_due)
         return Claimed.of(leases, next_due)

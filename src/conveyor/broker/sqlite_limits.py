@@ -25,53 +25,67 @@ from ..core.flow import bucket_take, limiter_base, limiter_label
 from .sqlite_rows import COLS, Rec
 from .sqlite_store import Tx
 
-_DUE = (
-    "SELECT grp FROM flow_groups WHERE queue = ? AND due IS NOT NULL AND due <= ?"
-    " ORDER BY due, rr LIMIT 1"
-)
-_HEAD = (
-    f"SELECT {COLS} FROM jobs WHERE queue = ? AND grp = ? AND state = 'pending'"
-    " ORDER BY priority, seq LIMIT 1"
+#: Up to ``?3`` due groups of queue ``?1`` at ``?2``, oldest ``(due, rr)`` first, each with its
+#: head job (NULL columns: the group is empty) — one statement per batch of groups, where one
+#: query for the group and one for its head cost two per leased job.
+_DUE_HEADS = (
+    "SELECT g.grp, "
+    + ", ".join("j." + col.strip() for col in COLS.split(","))
+    + " FROM (SELECT grp, due, rr FROM flow_groups WHERE queue = ?1 AND due IS NOT NULL"
+    " AND due <= ?2 ORDER BY due, rr LIMIT ?3) AS g LEFT JOIN jobs AS j ON j.rid ="
+    " (SELECT rid FROM jobs WHERE queue = ?1 AND grp = g.grp AND state = 'pending'"
+    " ORDER BY priority, seq LIMIT 1) ORDER BY g.due, g.rr"
 )
 _RESCHEDULE = "UPDATE flow_groups SET due = ?, rr = ?, why = ? WHERE queue = ? AND grp = ?"
-#: The earliest future time a group becomes due (an empty claim sleeps until then at most).
-NEXT_GROUP = "SELECT MIN(due) FROM flow_groups WHERE due IS NOT NULL AND due > ?"
+#: The earliest future time a group of queue ``?`` becomes due (an empty claim sleeps until
+#: then at most; one index probe per queue, where a scan of every queue's groups read them all).
+NEXT_GROUP = "SELECT MIN(due) FROM flow_groups WHERE queue = ? AND due IS NOT NULL AND due > ?"
 Lease = Callable[[Rec], Any]
 
 
+def next_group(tx: Tx, queues: Sequence[str], now: float) -> float | None:
+    """The earliest future time a group of ``queues`` becomes due (None: none is throttled)."""
+    times = [tx.conn.execute(NEXT_GROUP, (q, now)).fetchone()[0] for q in queues]
+    return min((t for t in times if t is not None), default=None)
+
+
 def take(tx: Tx, queue: str, now: float, want: int, lease: Lease) -> list[Any]:
-    """Lease up to ``want`` jobs of ``queue``'s due groups (``lease(rec)``: a Lease or None)."""
+    """Lease up to ``want`` jobs of ``queue``'s due groups (``lease(rec)``: a Lease or None).
+
+    Groups come in batches (``_DUE_HEADS``); a served group goes behind the others with a
+    fresh ``rr``, which is also the order the next batch reads them in: the same round-robin
+    as one group per query. Every group of a batch makes progress (a job leased, lapsed or
+    buried; the group put aside or deleted), so the loop ends."""
     out: list[Any] = []
     c = tx.conn
+    overrides = c.execute("SELECT 1 FROM flow_limits LIMIT 1").fetchone() is not None
     while len(out) < want:
-        row = c.execute(_DUE, (queue, now)).fetchone()
-        if row is None:
+        batch = c.execute(_DUE_HEADS, (queue, now, want - len(out))).fetchall()
+        if not batch:
             break
-        grp = row[0]
-        head = c.execute(_HEAD, (queue, grp)).fetchone()
-        if head is None:  # empty: forgotten until one of its jobs becomes pending again
-            c.execute("DELETE FROM flow_groups WHERE queue = ? AND grp = ?", (queue, grp))
-            continue
-        rec = Rec(head, True)
-        verdict, why = admit(tx, rec.job.id, rec.job.flow or {}, queue, grp, now)
-        if verdict is None:
-            c.execute(_RESCHEDULE, (now, tx.next_seq(), None, queue, grp))
-            leased = lease(rec)
-            if leased is not None:
-                out.append(leased)
-        elif verdict == float("inf"):
-            c.execute(_RESCHEDULE, (None, tx.next_seq(), why, queue, grp))
-        else:
-            c.execute(_RESCHEDULE, (verdict, tx.next_seq(), why, queue, grp))
+        moves: list[tuple[Any, ...]] = []
+        for grp, *head in batch:
+            if head[0] is None:  # empty: forgotten until one of its jobs becomes pending again
+                c.execute("DELETE FROM flow_groups WHERE queue = ? AND grp = ?", (queue, grp))
+                continue
+            rec = Rec(tuple(head), True)
+            verdict, why = admit(tx, rec.job.id, rec.job.flow or {}, queue, grp, now, overrides)
+            if verdict is None:
+                moves.append((now, tx.next_seq(), None, queue, grp))
+                leased = lease(rec)
+                if leased is not None:
+                    out.append(leased)
+            else:  # inf: parked until a slot frees (due NULL)
+                due = None if verdict == float("inf") else verdict
+                moves.append((due, tx.next_seq(), why, queue, grp))
+        c.executemany(_RESCHEDULE, moves)
     return out
 
 
 _SCHEDULE = "INSERT OR IGNORE INTO flow_groups (queue, grp, due, rr) VALUES (?, ?, 0, ?)"
-_WAKE = (
-    "UPDATE flow_groups SET due = 0, why = NULL WHERE due IS NULL AND (queue, grp) IN"
-    " (SELECT w.queue, w.grp FROM flow_waiters w JOIN flow_slots s ON s.name = w.name"
-    " WHERE s.job_id = ?)"
-)
+_FREE = "DELETE FROM flow_slots WHERE name = ? AND job_id = ?"
+_WAITERS = "SELECT queue, grp FROM flow_waiters WHERE name = ?"
+_WAKE = "UPDATE flow_groups SET due = 0, why = NULL WHERE queue = ? AND grp = ? AND due IS NULL"
 
 
 def on_insert(tx: Tx, jobs: Sequence[Any]) -> None:
@@ -87,13 +101,7 @@ def on_save(tx: Tx, job: Any, old_state: str) -> None:
     slots it owns free (fenced by its id) and the groups that waited for them wake."""
     new_state = str(job.state)
     if old_state == "active" and new_state != "active":
-        c = tx.conn
-        c.execute(_WAKE, (job.id,))
-        c.execute(
-            "DELETE FROM flow_waiters WHERE name IN (SELECT name FROM flow_slots WHERE job_id = ?)",
-            (job.id,),
-        )
-        c.execute("DELETE FROM flow_slots WHERE job_id = ?", (job.id,))
+        free(tx, job.id, job.flow.get("c") or ())
     if new_state == "pending":
         tx.conn.execute(_SCHEDULE, (job.queue, job.flow["g"], tx.next_seq()))
 
@@ -105,14 +113,36 @@ def forget_queue(tx: Tx, queue: str) -> None:
     tx.conn.execute("DELETE FROM flow_waiters WHERE queue = ?", (queue,))
 
 
+def free(tx: Tx, job_id: str, slots: Sequence[Any]) -> None:
+    """The job left ``active``: each slot it owns frees (fenced: a slot row of another job is
+    not touched) and the groups that waited for it are due again. Jobs without slots (fair
+    groups, rate limits only) cost nothing here."""
+    c = tx.conn
+    for name, _ in slots:
+        if c.execute(_FREE, (name, job_id)).rowcount:
+            # a plain read first: most frees have no waiter (a DELETE ... RETURNING that finds
+            # nothing still costs ~4x a SELECT)
+            waiting = c.execute(_WAITERS, (name,)).fetchall()
+            if waiting:
+                c.executemany(_WAKE, waiting)
+                c.execute("DELETE FROM flow_waiters WHERE name = ?", (name,))
+
+
 def admit(
-    tx: Tx, job_id: str, flow: dict[str, Any], queue: str, grp: str, now: float
+    tx: Tx,
+    job_id: str,
+    flow: dict[str, Any],
+    queue: str,
+    grp: str,
+    now: float,
+    overrides: bool = True,
 ) -> tuple[float | None, str | None]:
     """(None, None): the job may run (tokens and its slots taken); else (when to look again,
-    why it waits); ``inf``: when a slot frees (the group is recorded as a waiter)."""
+    why it waits); ``inf``: when a slot frees (the group is recorded as a waiter).
+    ``overrides=False``: the caller knows ``flow_limits`` is empty (no lookups)."""
     c = tx.conn
     for name, limit in flow.get("c") or ():
-        n = int(spec(tx, name, [limit])[0])
+        n = int(spec(tx, name, [limit])[0] if overrides else limit)
         running = c.execute("SELECT COUNT(*) FROM flow_slots WHERE name = ?", (name,)).fetchone()[0]
         if running >= n:
             c.execute(
@@ -123,7 +153,7 @@ def admit(
     taken: list[tuple[str, tuple[float, float]]] = []
     wait, why = 0.0, None
     for name, *own in flow.get("r") or ():
-        rate, per, burst = spec(tx, name, own)
+        rate, per, burst = spec(tx, name, own) if overrides else (float(v) for v in own)
         row = c.execute("SELECT tokens, at FROM flow_buckets WHERE name = ?", (name,)).fetchone()
         ok, state, next_at = bucket_take(
             None if row is None else (row[0], row[1]), rate, per, burst, now
@@ -136,14 +166,16 @@ def admit(
         taken.append((name, state))
     if wait:
         return wait, why
-    c.executemany(
-        "INSERT OR REPLACE INTO flow_buckets (name, tokens, at) VALUES (?, ?, ?)",
-        [(name, s[0], s[1]) for name, s in taken],
-    )
-    c.executemany(
-        "INSERT OR IGNORE INTO flow_slots (name, job_id) VALUES (?, ?)",
-        [(name, job_id) for name, _ in flow.get("c") or ()],
-    )
+    if taken:  # (an empty executemany still costs a statement preparation)
+        c.executemany(
+            "INSERT OR REPLACE INTO flow_buckets (name, tokens, at) VALUES (?, ?, ?)",
+            [(name, s[0], s[1]) for name, s in taken],
+        )
+    if flow.get("c"):
+        c.executemany(
+            "INSERT OR IGNORE INTO flow_slots (name, job_id) VALUES (?, ?)",
+            [(name, job_id) for name, _ in flow["c"]],
+        )
     return None, None
 
 
