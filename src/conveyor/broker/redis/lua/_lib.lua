@@ -497,7 +497,10 @@ local function flow_admit(q, nnow, now, id, fl, g)
   return nil
 end
 
--- lease jobs of the queue's groups while count() < limit (lease_one / lapse: claim.lua's)
+-- lease jobs of the queue's groups while count() < limit (lease_one / lapse: claim.lua's).
+-- Groups are read in batches (one ZRANGE for up to `limit` of them): a served group goes to
+-- the back with a fresh sequence number, after every group of the batch, so serving a batch
+-- in order is the round-robin of reading one group at a time. f:npend is settled once.
 local function flow_take(q, now, nnow, limit, count, lease_one, lapse)
   local F = q.flow
   for _, g in ipairs(redis.call('ZRANGEBYSCORE', F .. 'gdelay', '-inf', now, 'LIMIT', 0, 1000)) do
@@ -505,45 +508,54 @@ local function flow_take(q, now, nnow, limit, count, lease_one, lapse)
     redis.call('HDEL', F .. 'why', g)
     redis.call('ZADD', F .. 'groups', redis.call('INCR', q.seq), g)
   end
-  local rounds = 0
-  while count() < limit and rounds < 4 * limit + 100 do  -- bounded work per call
-    rounds = rounds + 1
-    local first = redis.call('ZRANGE', F .. 'groups', 0, 0)
-    if #first == 0 then break end
-    local g = first[1]
-    local gk = F .. 'g:' .. g
-    local head = redis.call('ZRANGE', gk, 0, 0)
-    if #head == 0 then
-      redis.call('ZREM', F .. 'groups', g)  -- idle: forgotten until a job of it is pending
-    else
-      local id = member_id(head[1])
-      local key = q.job .. id
-      local f = redis.pcall('HMGET', key, 'state', 'attempts', 'task', 'run_at', 'lost',
-        'errors', 'history', 'last_error', 'expires_at', 'flow')
-      if f.err or f[1] ~= 'pending' then
-        redis.call('ZREM', gk, head[1])  -- stale: its job is gone or no longer pending
-        redis.call('DECR', F .. 'npend')
-      elseif f[9] and tonumber(f[9]) <= nnow then
-        redis.call('ZREM', gk, head[1])
-        redis.call('DECR', F .. 'npend')
-        lapse(id, key, f[3], f[2])
+  local rounds, gone = 0, 0
+  local max_rounds = 4 * limit + 100  -- bounded work per call
+  while count() < limit and rounds < max_rounds do
+    local batch = redis.call('ZRANGE', F .. 'groups', 0, limit - count() - 1)
+    if #batch == 0 then break end
+    for _, g in ipairs(batch) do
+      if count() >= limit or rounds >= max_rounds then break end
+      rounds = rounds + 1
+      local gk = F .. 'g:' .. g
+      local head = redis.call('ZRANGE', gk, 0, 0)
+      if #head == 0 then
+        redis.call('ZREM', F .. 'groups', g)  -- idle: forgotten until a job of it is pending
       else
-        local verdict, why = flow_admit(q, nnow, now, id, cjson.decode(f[10] or '{}'), g)
-        if verdict == nil then
+        local id = member_id(head[1])
+        local key = q.job .. id
+        local f = redis.pcall('HMGET', key, 'state', 'attempts', 'task', 'run_at', 'lost',
+          'errors', 'history', 'last_error', 'expires_at', 'flow')
+        if f.err or f[1] ~= 'pending' then
+          redis.call('ZREM', gk, head[1])  -- stale: its job is gone or no longer pending
+          gone = gone + 1
+        elseif f[9] and tonumber(f[9]) <= nnow then
           redis.call('ZREM', gk, head[1])
-          redis.call('DECR', F .. 'npend')
-          redis.call('ZADD', F .. 'groups', redis.call('INCR', q.seq), g)
-          lease_one(id, key, f, redis.call('INCR', q.seq))
+          gone = gone + 1
+          lapse(id, key, f[3], f[2])
         else
-          redis.call('ZREM', F .. 'groups', g)
-          redis.call('HSET', F .. 'why', g, why)
-          if verdict == 'park' then
-            redis.call('SADD', F .. 'parked', g)
+          -- a group named without a rate: / conc: part (fair_by only) has no limiter to ask
+          local verdict, why = nil, nil
+          if string.find(g, 'rate:', 1, true) or string.find(g, 'conc:', 1, true) then
+            verdict, why = flow_admit(q, nnow, now, id, cjson.decode(f[10] or '{}'), g)
+          end
+          if verdict == nil then
+            redis.call('ZREM', gk, head[1])
+            gone = gone + 1
+            local seq = redis.call('INCRBY', q.seq, 2)
+            redis.call('ZADD', F .. 'groups', seq - 1, g)
+            lease_one(id, key, f, seq)
           else
-            redis.call('ZADD', F .. 'gdelay', string.format('%.17g', verdict), g)
+            redis.call('ZREM', F .. 'groups', g)
+            redis.call('HSET', F .. 'why', g, why)
+            if verdict == 'park' then
+              redis.call('SADD', F .. 'parked', g)
+            else
+              redis.call('ZADD', F .. 'gdelay', string.format('%.17g', verdict), g)
+            end
           end
         end
       end
     end
   end
+  if gone > 0 then redis.call('DECRBY', F .. 'npend', gone) end
 end
