@@ -9,12 +9,15 @@ flow keys of every queue (SCAN of the buckets and slots: an operator's read, nev
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import itertools
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import orjson
 
 from .keys import KeySchema
+
+STATUS_BATCH = 1000  # keys read per pipeline by flow_status
 
 
 class FlowAdminMixin:
@@ -41,22 +44,27 @@ class FlowAdminMixin:
             f = self.keys.flow(queue, "")
             for name, raw in self.client.hgetall(f + "limits").items():
                 out["limits"][name.decode()] = orjson.loads(raw)
-            for key in self.client.scan_iter(match=f + "tb:*", count=1000):
-                tokens = self.client.hget(key, "tokens")
-                out["buckets"][key.decode()[len(f) + 3 :]] = round(float(tokens or 0), 3)
-            for key in self.client.scan_iter(match=f + "slot:*", count=1000):
-                members = sorted(m.decode() for m in self.client.smembers(key))
-                out["running"][key.decode()[len(f) + 5 :]] = members
+            for name, tokens in self._each(f, "tb:", lambda p, k: p.hget(k, "tokens")):
+                out["buckets"][name] = round(float(tokens or 0), 3)
+            for name, members in self._each(f, "slot:", lambda p, k: p.smembers(k)):
+                out["running"][name] = sorted(m.decode() for m in members)
             why = {g.decode(): w.decode() for g, w in self.client.hgetall(f + "why").items()}
-            for key in self.client.scan_iter(match=f + "g:*", count=1000):
-                group = key.decode()[len(f) + 2 :]
+            for group, n in self._each(f, "g:", lambda p, k: p.zcard(k)):
                 out["groups"].append(
-                    {
-                        "queue": queue,
-                        "group": group,
-                        "waiting": int(self.client.zcard(key)),
-                        "why": why.get(group),
-                    }
+                    {"queue": queue, "group": group, "waiting": int(n), "why": why.get(group)}
                 )
         out["groups"].sort(key=lambda g: (g["queue"], g["group"]))
         return out
+
+    def _each(
+        self, f: str, kind: str, read: Callable[[Any, bytes], Any]
+    ) -> Iterator[tuple[str, Any]]:
+        """(name, value) of every ``<f><kind><name>`` key, read ``STATUS_BATCH`` keys per
+        pipeline (100,000 groups: 100 round trips, not 100,000)."""
+        keys = self.client.scan_iter(match=f + kind + "*", count=STATUS_BATCH)
+        while batch := list(itertools.islice(keys, STATUS_BATCH)):
+            pipe = self.client.pipeline(transaction=False)
+            for key in batch:
+                read(pipe, key)
+            for key, value in zip(batch, pipe.execute(), strict=True):
+                yield key.decode()[len(f) + len(kind) :], value
