@@ -517,7 +517,7 @@ local function flow_take(q, now, nnow, limit, count, lease_one, lapse)
       if count() >= limit or rounds >= max_rounds then break end
       rounds = rounds + 1
       local gk = F .. 'g:' .. g
-      local head = redis.call('ZRANGE', gk, 0, 0)
+      local head = redis.call('ZRANGE', gk, 0, 1)  -- the head, and whether one follows it
       if #head == 0 then
         redis.call('ZREM', F .. 'groups', g)  -- idle: forgotten until a job of it is pending
       else
@@ -542,7 +542,11 @@ local function flow_take(q, now, nnow, limit, count, lease_one, lapse)
             redis.call('ZREM', gk, head[1])
             gone = gone + 1
             local seq = redis.call('INCRBY', q.seq, 2)
-            redis.call('ZADD', F .. 'groups', seq - 1, g)
+            if #head > 1 then
+              redis.call('ZADD', F .. 'groups', seq - 1, g)  -- to the back: round-robin
+            else
+              redis.call('ZREM', F .. 'groups', g)  -- its last job: forgotten right away
+            end
             lease_one(id, key, f, seq)
           else
             redis.call('ZREM', F .. 'groups', g)
