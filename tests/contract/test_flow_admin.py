@@ -110,3 +110,20 @@ def test_limit_changes_racing_claims_strand_no_group(app: Conveyor, clock: FakeC
         claimed.update(lease.id for lease in leases)
     assert claimed == jobs, f"{len(jobs - claimed)} jobs stranded"
     assert flow_app.broker.flow_status(t0 + 20_000)["groups"] == []
+
+
+def test_an_expired_grouped_job_is_requeued_into_its_group(app: Conveyor, clock: FakeClock) -> None:
+    """Expired jobs are requeueable like dead letters, flow-controlled ones included: the
+    requeued job waits in its group again and its limits still apply."""
+    flow_app = needs_flow(app)
+    _, sync, _ = _register(flow_app)
+    late = sync.options(expires_in=5).enqueue(42, 0)
+    clock.advance(6)
+    assert _claim(flow_app, clock.now()) == []
+    assert flow_app.get_job(late.id).state.value == "expired"
+    assert flow_app.broker.flow_status(clock.now())["running"] == {}, "it never took a slot"
+    assert flow_app.requeue_dead(late.id)
+    sync.enqueue(42, 1)
+    [lease] = _claim(flow_app, clock.now())
+    assert lease.id == late.id, "back in its group, first in line"
+    assert _claim(flow_app, clock.now()) == [], "its concurrency limit still applies"

@@ -69,6 +69,10 @@ def take(tx: Tx, queue: str, now: float, want: int, lease: Lease) -> list[Any]:
                 c.execute("DELETE FROM flow_groups WHERE queue = ? AND grp = ?", (queue, grp))
                 continue
             rec = Rec(tuple(head), True)
+            if rec.corrupt is None and (rec.job.expires_at or float("inf")) <= now:
+                lease(rec)  # lapses it (expired, never runs) before it takes a token or slot
+                moves.append((now, tx.next_seq(), None, queue, grp))
+                continue
             verdict, why = admit(tx, rec.job.id, rec.job.flow or {}, queue, grp, now, overrides)
             if verdict is None:
                 moves.append((now, tx.next_seq(), None, queue, grp))
