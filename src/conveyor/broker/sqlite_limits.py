@@ -21,7 +21,7 @@ from typing import Any
 
 import orjson
 
-from ..core.flow import bucket_take, limiter_base, limiter_label
+from ..core.flow import bucket_take, is_queue_limiter, limiter_base, limiter_label
 from .sqlite_rows import COLS, Rec
 from .sqlite_store import Tx
 
@@ -59,6 +59,7 @@ def take(tx: Tx, queue: str, now: float, want: int, lease: Lease) -> list[Any]:
     out: list[Any] = []
     c = tx.conn
     overrides = c.execute("SELECT 1 FROM flow_limits LIMIT 1").fetchone() is not None
+    stop = False
     while len(out) < want:
         batch = c.execute(_DUE_HEADS, (queue, now, want - len(out))).fetchall()
         if not batch:
@@ -73,7 +74,9 @@ def take(tx: Tx, queue: str, now: float, want: int, lease: Lease) -> list[Any]:
                 lease(rec)  # lapses it (expired, never runs) before it takes a token or slot
                 moves.append((now, tx.next_seq(), None, queue, grp))
                 continue
-            verdict, why = admit(tx, rec.job.id, rec.job.flow or {}, queue, grp, now, overrides)
+            verdict, why, whole = admit(
+                tx, rec.job.id, rec.job.flow or {}, queue, grp, now, overrides
+            )
             if verdict is None:
                 moves.append((now, tx.next_seq(), None, queue, grp))
                 leased = lease(rec)
@@ -82,7 +85,12 @@ def take(tx: Tx, queue: str, now: float, want: int, lease: Lease) -> list[Any]:
             else:  # inf: parked until a slot frees (due NULL)
                 due = None if verdict == float("inf") else verdict
                 moves.append((due, tx.next_seq(), why, queue, grp))
+                if whole:
+                    stop = True  # the queue's own limit said no: no other group may start now
+                    break
         c.executemany(_RESCHEDULE, moves)
+        if stop:
+            break
     return out
 
 
@@ -140,10 +148,11 @@ def admit(
     grp: str,
     now: float,
     overrides: bool = True,
-) -> tuple[float | None, str | None]:
-    """(None, None): the job may run (tokens and its slots taken); else (when to look again,
-    why it waits); ``inf``: when a slot frees (the group is recorded as a waiter).
-    ``overrides=False``: the caller knows ``flow_limits`` is empty (no lookups)."""
+) -> tuple[float | None, str | None, bool]:
+    """(None, None, False): the job may run (tokens and its slots taken); else (when to look
+    again, why it waits, whether a limit of the whole queue said no: ``is_queue_limiter``);
+    ``inf``: when a slot frees (the group is recorded as a waiter). ``overrides=False``: the
+    caller knows ``flow_limits`` is empty (no lookups)."""
     c = tx.conn
     for name, limit in flow.get("c") or ():
         n = int(spec(tx, name, [limit])[0] if overrides else limit)
@@ -153,9 +162,12 @@ def admit(
                 "INSERT OR IGNORE INTO flow_waiters (name, queue, grp) VALUES (?, ?, ?)",
                 (name, queue, grp),
             )
-            return float("inf"), f"waiting for {limiter_label(name)} ({running} running)"
+            parked = f"waiting for {limiter_label(name)} ({running} running)"
+            return float("inf"), parked, is_queue_limiter(name)
     taken: list[tuple[str, tuple[float, float]]] = []
-    wait, why = 0.0, None
+    wait: float = 0.0
+    why: str | None = None
+    whole = False
     for name, *own in flow.get("r") or ():
         rate, per, burst = spec(tx, name, own) if overrides else (float(v) for v in own)
         row = c.execute("SELECT tokens, at FROM flow_buckets WHERE name = ?", (name,)).fetchone()
@@ -167,9 +179,10 @@ def admit(
                 max(wait, next_at),
                 f"throttled by rate limit {limiter_label(name, [rate, per])}",
             )
+            whole = whole or is_queue_limiter(name)
         taken.append((name, state))
     if wait:
-        return wait, why
+        return wait, why, whole
     if taken:  # (an empty executemany still costs a statement preparation)
         c.executemany(
             "INSERT OR REPLACE INTO flow_buckets (name, tokens, at) VALUES (?, ?, ?)",
@@ -180,7 +193,7 @@ def admit(
             "INSERT OR IGNORE INTO flow_slots (name, job_id) VALUES (?, ?)",
             [(name, job_id) for name, _ in flow["c"]],
         )
-    return None, None
+    return None, None, False
 
 
 def spec(tx: Tx, name: str, own: Sequence[Any]) -> list[float]:

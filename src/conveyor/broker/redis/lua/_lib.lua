@@ -460,7 +460,14 @@ local function flow_label(name, rate, per)
   return rest .. ':' .. string.format('%g', rate) .. '/' .. unit
 end
 
--- nil: the job may run (its tokens and slots taken); else (when to look again | 'park', why)
+-- a limit of the whole queue (rate:@<q> / conc:@<q>; core/flow.py is_queue_limiter): when it
+-- says no, no other group of the queue may start either
+local function flow_whole(name)
+  return string.sub(name, 1, 6) == 'rate:@' or string.sub(name, 1, 6) == 'conc:@'
+end
+
+-- nil: the job may run (its tokens and slots taken); else (when to look again | 'park', why,
+-- whether a limit of the whole queue said no)
 local function flow_admit(q, nnow, now, id, fl, g)
   local F = q.flow
   if fl.c then
@@ -469,11 +476,12 @@ local function flow_admit(q, nnow, now, id, fl, g)
       local running = redis.call('SCARD', F .. 'slot:' .. c[1])
       if running >= n then
         redis.call('SADD', F .. 'wait:' .. c[1], g)
-        return 'park', 'waiting for ' .. flow_label(c[1]) .. ' (' .. running .. ' running)'
+        return 'park', 'waiting for ' .. flow_label(c[1]) .. ' (' .. running .. ' running)',
+          flow_whole(c[1])
       end
     end
   end
-  local wait, why, left = 0, nil, {}
+  local wait, why, left, whole = 0, nil, {}, false
   for i, r in ipairs(fl.r or {}) do
     local s = flow_spec(q, r[1], {r[2], r[3], r[4]})
     local rate, per = tonumber(s[1]), tonumber(s[2])
@@ -487,9 +495,10 @@ local function flow_admit(q, nnow, now, id, fl, g)
       local t = nnow + (1 - tokens) * per / rate
       if t > wait then wait = t end
       why = 'throttled by rate limit ' .. flow_label(r[1], rate, per)
+      whole = whole or flow_whole(r[1])
     end
   end
-  if wait > 0 then return wait, why end
+  if wait > 0 then return wait, why, whole end
   for i, r in ipairs(fl.r or {}) do
     redis.call('HSET', F .. 'tb:' .. r[1], 'tokens', string.format('%.17g', left[i]), 'at', now)
   end
@@ -534,9 +543,9 @@ local function flow_take(q, now, nnow, limit, count, lease_one, lapse)
           lapse(id, key, f[3], f[2])
         else
           -- a group named without a rate: / conc: part (fair_by only) has no limiter to ask
-          local verdict, why = nil, nil
+          local verdict, why, whole = nil, nil, false
           if string.find(g, 'rate:', 1, true) or string.find(g, 'conc:', 1, true) then
-            verdict, why = flow_admit(q, nnow, now, id, cjson.decode(f[10] or '{}'), g)
+            verdict, why, whole = flow_admit(q, nnow, now, id, cjson.decode(f[10] or '{}'), g)
           end
           if verdict == nil then
             redis.call('ZREM', gk, head[1])
@@ -555,6 +564,9 @@ local function flow_take(q, now, nnow, limit, count, lease_one, lapse)
               redis.call('SADD', F .. 'parked', g)
             else
               redis.call('ZADD', F .. 'gdelay', string.format('%.17g', verdict), g)
+            end
+            if whole then  -- the queue's own limit said no: nothing else may start now
+              rounds = max_rounds
             end
           end
         end
