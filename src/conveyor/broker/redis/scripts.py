@@ -80,6 +80,7 @@ SCRIPT_NAMES = (
     "debounce",
     "doc_cas",
     "wf_enqueue",
+    "flow_limit",  # issue 15: run-time limit changes, atomic with claims
 )
 
 
