@@ -12,6 +12,10 @@ measured is the claim path's, which is where the limits are enforced. Scenarios:
   commandstats`` of EVALSHA: claim + complete) with 100, 1,000, 10,000 and 100,000 fair keys
   (two jobs each): it must stay flat.
 
+Each drain also reports its CPU per job (this process's CPU time plus, on Redis, the server's
+from ``INFO cpu``) and ``*_cpu_ratio`` = no-limit CPU per job ÷ the scenario's (the drain-rate
+ratio a CPU-bound drain would show): on a shared machine, compare those, not the rates.
+
 Usage (the lead records the full-size numbers; smoke-run small)::
 
     python -m bench.flow_control --url redis://127.0.0.1:6379/0 --jobs 20000
@@ -71,14 +75,26 @@ def _register(app: Conveyor) -> None:
     def fair(key: str, i: int) -> None: ...
 
 
-def drain_rate(url: str, task: str, jobs: int, keys: int) -> float:
-    """Jobs per second of one drain."""
+def _server_cpu(app: Conveyor) -> float:
+    """Redis: the server's CPU seconds so far (INFO cpu); other backends run in this process."""
+    client: Any = getattr(app.broker, "client", None)
+    if client is None or not hasattr(client, "info"):
+        return 0.0
+    info = client.info("cpu")
+    return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
+
+
+def drain_rate(url: str, task: str, jobs: int, keys: int) -> tuple[float, float]:
+    """Jobs per second of one drain, and its CPU µs per job (this process + Redis server):
+    on a shared machine only the CPU figure compares runs."""
     app = _app(url)
     _register(app)
     _fill(app, task, jobs, keys)
+    cpu, server = time.process_time(), _server_cpu(app)
     seconds = _drain(app, jobs)
+    used = time.process_time() - cpu + _server_cpu(app) - server
     app.close()
-    return jobs / seconds
+    return jobs / seconds, used / jobs * 1e6
 
 
 def claim_server_time(url: str, keys: int, per_key: int = 2) -> float:
@@ -107,14 +123,18 @@ def main() -> None:
     wanted = set(args.scenarios.split(","))
     out: dict[str, Any] = {"url": args.url.split("@")[-1], "jobs": args.jobs}
     if wanted & {"nolimit", "conc", "fair"}:
-        base = drain_rate(args.url, "bench.plain", args.jobs, 1)
+        base, base_cpu = drain_rate(args.url, "bench.plain", args.jobs, 1)
         out["nolimit_jobs_per_s"] = round(base, 1)
-        if "conc" in wanted:
-            rate = drain_rate(args.url, "bench.conc", args.jobs, args.keys or 1000)
-            out["conc_jobs_per_s"], out["conc_ratio"] = round(rate, 1), round(rate / base, 3)
-        if "fair" in wanted:
-            rate = drain_rate(args.url, "bench.fair", args.jobs, args.keys or 10_000)
-            out["fair_jobs_per_s"], out["fair_ratio"] = round(rate, 1), round(rate / base, 3)
+        out["nolimit_cpu_us_per_job"] = round(base_cpu, 2)
+        for name, task, keys in (("conc", "bench.conc", 1000), ("fair", "bench.fair", 10_000)):
+            if name in wanted:
+                rate, cpu = drain_rate(args.url, task, args.jobs, args.keys or keys)
+                out[f"{name}_jobs_per_s"], out[f"{name}_ratio"] = (
+                    round(rate, 1),
+                    round(rate / base, 3),
+                )
+                out[f"{name}_cpu_us_per_job"] = round(cpu, 2)
+                out[f"{name}_cpu_ratio"] = round(base_cpu / cpu, 3)  # like the rate ratio
     if "keys" in wanted and args.url.startswith("redis"):
         counts = [int(k) for k in args.key_counts.split(",")]
         out["script_usec_per_job_by_keys"] = {

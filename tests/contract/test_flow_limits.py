@@ -19,6 +19,7 @@ from conveyor import (
     ValidationError,
 )
 from conveyor.broker.base import Ack
+from conveyor.errors import LeaseLost
 
 
 def needs_flow(app: Conveyor) -> Conveyor:
@@ -168,3 +169,26 @@ def test_grouped_jobs_are_counted_as_pending(app: Conveyor, clock: FakeClock) ->
     assert flow_app.broker.delete_job(waiting.id, clock.now())
     assert flow_app.stats()["queues"]["default"]["pending"] == 0
     assert claim(flow_app, clock) == []
+
+
+def test_a_stale_lease_never_frees_the_slot_of_the_new_one(app: Conveyor, clock: FakeClock) -> None:
+    """The slot records its owner; a worker whose lease expired (the slot went to the next
+    lease) cannot free the slot the new lease holds: cleanup is fenced."""
+    flow_app = needs_flow(app)
+
+    @flow_app.task(name="flow.fence", concurrency=ConcurrencyLimit(1, key="account_id"))
+    def fence(account_id: int, n: int) -> None: ...
+
+    ids = {fence.enqueue(1, 0).id, fence.enqueue(1, 1).id}
+    [old] = claim(flow_app, clock, vt=30)
+    clock.advance(31)  # the first worker stalls past its lease: the slot goes to a new lease
+    [new] = claim(flow_app, clock, vt=30)
+    broker = flow_app.broker
+    assert broker.complete([Ack(old.id, old.token)], clock.now()) == [False]
+    with pytest.raises(LeaseLost):
+        broker.fail(old.id, old.token, clock.now(), error={"kind": "error"}, retry_at=None)
+    assert claim(flow_app, clock, vt=30) == [], "the slot is still the new lease's"
+    assert broker.flow_status(clock.now())["running"] == {"conc:flow.fence:account_id=1": [new.id]}
+    assert broker.complete([Ack(new.id, new.token)], clock.now()) == [True]
+    [last] = claim(flow_app, clock, vt=30)
+    assert {new.id, last.id} == ids

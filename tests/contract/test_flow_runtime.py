@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conveyor import ConcurrencyLimit, Conveyor, FakeClock, ValidationError
+from conveyor import ConcurrencyLimit, Conveyor, FakeClock, RateLimit, ValidationError
 from conveyor.monitoring.limits import why_waiting
 
 
@@ -66,3 +66,21 @@ def test_bad_run_time_limits_are_refused(app: Conveyor) -> None:
         app.set_limit("conc:x", 0)
     with pytest.raises(ValidationError, match="queue"):
         app.queue("bad queue", rate_limit="1/s")
+
+
+def test_why_names_the_queue_limit_for_every_waiting_group(app: Conveyor, clock: FakeClock) -> None:
+    """A claim stops at an exhausted queue limit after setting one group aside; the jobs of
+    the groups it did not reach still say why they wait: the queue's limit."""
+    flow_app = app
+    flow_app.queue("llm", rate_limit="1/m")
+
+    @flow_app.task(name="flow.ask", queue="llm", rate_limit=RateLimit("100/s", key="customer"))
+    def ask(customer: int) -> None: ...
+
+    jobs = [ask.enqueue(c) for c in range(20)]
+    assert len(_claim(flow_app, clock, "llm")) == 1
+    assert _claim(flow_app, clock, "llm") == []
+    status = flow_app.limits()
+    waiting = [why_waiting(status, job.refresh()) for job in jobs]
+    assert waiting.count(None) == 1  # the one that runs
+    assert set(waiting) - {None} == {"throttled by rate limit @llm:1/m"}

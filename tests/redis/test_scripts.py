@@ -96,6 +96,7 @@ def test_every_script_call_touches_one_slot(rbroker: RedisBroker) -> None:
     assert b.search(SearchQuery(task="t", text="zzz")).total == 0
     b.doc_put("c", "d", {"x": 1}, T0)
     b.doc_update_if("c", "d", "x", 1, {"x": 2}, T0)
+    b.flow_set_limit("rate:t", [1.0, 1.0, 1.0])  # flow_limit.lua, once per known queue
     # a workflow: its script declares only the index key (nodes may span queues: no Cluster)
     nodes = [job("w1"), job("w2", state=JobState.WAITING)]
     b.enqueue_workflow(

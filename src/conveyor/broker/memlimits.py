@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from ..core import lifecycle
-from ..core.flow import bucket_take, limiter_base, limiter_label
+from ..core.flow import bucket_take, is_queue_limiter, limiter_base, limiter_label
 from ..core.job import Job
 from ..core.state import JobState
 from .base import Lease
@@ -45,6 +45,8 @@ class MemoryLimits:
         self.blocked: dict[tuple[str, str], str] = {}  # group -> why it waits (operators)
         self.parked: set[tuple[str, str]] = set()  # groups off the heap until a slot frees
         self.overrides: dict[str, list[float]] = {}  # limiter (or its base) -> run-time spec
+        self.queue_blocked = False  # the last _admit was refused by a limit of the whole queue
+        self.held: dict[str, float] = {}  # queue -> when its own limit allows again (take)
         self._rr = itertools.count(1)
 
     # ------------------------------------------------------------------ placing
@@ -69,6 +71,7 @@ class MemoryLimits:
         """
         heap = self.heaps.get(queue)
         out: list[Job] = []
+        self.held.pop(queue, None)
         while heap and heap[0][0] <= now and len(out) < want:
             at, rr, g = heapq.heappop(heap)
             key = (queue, g)
@@ -87,8 +90,12 @@ class MemoryLimits:
                     self._schedule(key, now)  # behind every group eligible now: round-robin
                 else:
                     del self.jobs[key]
-            elif verdict != float("inf"):  # inf: parked until a slot frees (``free``)
-                self._schedule(key, verdict)
+            else:
+                if verdict != float("inf"):  # inf: parked until a slot frees (``free``)
+                    self._schedule(key, verdict)
+                if self.queue_blocked:  # the queue's own limit said no: nothing else may start
+                    self.held[queue] = verdict  # (inf: until one of its slots frees)
+                    break
         return out
 
     def _head(self, key: tuple[str, str], ok: Eligible) -> Job | None:
@@ -107,10 +114,12 @@ class MemoryLimits:
         """None: the job may run (tokens and slot taken); else when to look at its group again
         (``inf``: when a slot frees)."""
         flow = job.flow or {}
+        self.queue_blocked = False  # set when a limit of the whole queue says no
         for name, limit in flow.get("c") or ():
             n = int(self._spec(name, [limit])[0])
             running = self.slots.get(name, set())
             if len(running) >= n:
+                self.queue_blocked = is_queue_limiter(name)
                 self.waiters.setdefault(name, set()).add(key)
                 self.parked.add(key)
                 self.blocked[key] = f"waiting for {limiter_label(name)} ({len(running)} running)"
@@ -121,6 +130,7 @@ class MemoryLimits:
             rate, per, burst = self._spec(name, spec)
             taken, state, next_at = bucket_take(self.buckets.get(name), rate, per, burst, now)
             if not taken:
+                self.queue_blocked = self.queue_blocked or is_queue_limiter(name)
                 wait = max(wait, next_at)
                 label = limiter_label(name, [rate, per])
                 self.blocked[key] = f"throttled by rate limit {label}"
@@ -159,9 +169,33 @@ class MemoryLimits:
                     woke = True
         return woke
 
-    def next_time(self, queues: Iterable[str]) -> float | None:
-        """The earliest time a group of ``queues`` becomes eligible (for an empty claim)."""
-        times = [self.heaps[q][0][0] for q in queues if self.heaps.get(q)]
+    def forget_queue(self, queue: str) -> None:
+        """``clear_queue``: the queue's groups go with their jobs (off the line, unparked, no
+        slot waits); buckets and the slots of running jobs stay."""
+        self.heaps.pop(queue, None)
+        self.held.pop(queue, None)
+        for table in (self.jobs, self.placed, self.blocked):
+            for key in [k for k in table if k[0] == queue]:
+                del table[key]
+        self.parked = {k for k in self.parked if k[0] != queue}
+        for name in list(self.waiters):
+            self.waiters[name] = {k for k in self.waiters[name] if k[0] != queue}
+            if not self.waiters[name]:
+                del self.waiters[name]
+
+    def next_time(self, queues: Iterable[str], now: float) -> float | None:
+        """The earliest time a group of ``queues`` becomes eligible (for an empty claim); for a
+        queue whose own limit stopped the claim with groups still due, when that limit allows
+        again (None if it waits for a slot: the slot's release wakes the workers)."""
+        times = []
+        for q in queues:
+            heap = self.heaps.get(q)
+            if not heap:
+                continue
+            if heap[0][0] > now:
+                times.append(heap[0][0])
+            elif self.held.get(q, float("inf")) < float("inf"):
+                times.append(self.held[q])
         return min(times) if times else None
 
 

@@ -243,7 +243,7 @@ class MemoryBroker(
                 return Claimed(leases)
             served = [q for q in queues if q not in self._paused]
             nexts = (self._delayed.next_time(), self._leases.next_time())
-            times = [t for t in (*nexts, self.limits.next_time(served)) if t is not None]
+            times = [t for t in (*nexts, self.limits.next_time(served, now)) if t is not None]
             return Claimed.of(leases, min(times) if times else None)
 
     def complete(self, acks: Sequence[Ack], now: float) -> list[bool]:
@@ -456,6 +456,7 @@ class MemoryBroker(
                 del self._jobs[job_id]
                 self.flow.dropped(job_id)
                 self._ready_seq.pop(job_id, None)
+            self.limits.forget_queue(queue)  # issue 15: its groups go with their jobs
             return len(doomed)
 
     def pause(self, queue: str) -> None:

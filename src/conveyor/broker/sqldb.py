@@ -37,6 +37,10 @@ def pg_sql(text: str, schema: str) -> str:
 class Db(abc.ABC):
     """The shared flow code's view of one open transaction ``tx`` of ``broker``."""
 
+    #: Whether a row read for update must be locked (PostgreSQL); SQLite's write transaction
+    #: already excludes every other writer.
+    locks_rows = False
+
     def __init__(self, broker: Any, tx: Any) -> None:
         self.broker, self.tx = broker, tx
 

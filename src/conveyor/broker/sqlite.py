@@ -315,7 +315,7 @@ class SqliteBroker(SqliteReads, SqliteJobAdmin, SqlWorkflows, sqllimits.SqlFlowA
                         break
             next_due = None if leases else self._next_due(tx)
             if not leases and flowing:
-                next_due = sqllimits.next_due(self._db(tx), now, next_due)
+                next_due = sqllimits.next_due(self._db(tx), now, next_due, served)
         return Claimed.of(leases, next_due)
 
     def _has_groups(self, tx: Tx) -> bool:
@@ -534,10 +534,12 @@ class SqliteBroker(SqliteReads, SqliteJobAdmin, SqlWorkflows, sqllimits.SqlFlowA
         """Delete the waiting jobs of ``queue`` in one write transaction."""
         where = "queue = ? AND state = ?"
         with self._write() as tx:
-            return sum(
+            n = sum(
                 self._delete(tx, queue, state, where, (queue, state))
                 for state in ("pending", "scheduled", "retry_scheduled")
             )
+            sqllimits.forget_queue(self._db(tx), queue)  # issue 15: its groups go with its jobs
+            return n
 
     def purge(
         self,

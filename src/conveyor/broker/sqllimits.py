@@ -16,7 +16,7 @@ deleted: idle groups cost nothing, and a claim touches only the groups it serves
 
 Every step that reads or writes a limiter or a group runs after ``Db.lock()``: SQLite's write
 transaction already excludes the others; PostgreSQL takes one transaction-level advisory lock
-(postgres/limits.py), so two claimers can never both take the last token or slot.
+(postgres/flow.py), so two claimers can never both take the last token or slot.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import Any
 import orjson
 
 from ..core import lifecycle
-from ..core.flow import bucket_take, limiter_base, limiter_label
+from ..core.flow import bucket_take, is_queue_limiter, limiter_base, limiter_label
 from ..core.job import Job
 from ..core.serialization import job_to_dict
 from ..core.state import JobState
@@ -36,68 +36,127 @@ from .sqldb import Db
 from .sqlflow import SqlFlow
 from .sqlite_rows import COLS, Rec
 
-_DUE = (
-    "SELECT grp FROM {S}.flow_groups WHERE queue = ? AND due IS NOT NULL AND due <= ?"
-    " ORDER BY due, rr LIMIT 1"
+#: Up to ``?`` due groups of queue ``?`` at ``?``, oldest ``(due, rr)`` first, each with its head
+#: job (NULL columns: the group is empty): one statement per batch of groups, where one query
+#: for the group and one for its head cost two per leased job. (SQLite: its write transaction
+#: already excludes every other writer, so the head rows need no lock.)
+_DUE_HEADS = (
+    "SELECT g.grp, "
+    + ", ".join("j." + col.strip() for col in COLS.split(","))
+    + " FROM (SELECT grp, due, rr FROM {S}.flow_groups WHERE queue = ? AND due IS NOT NULL"
+    " AND due <= ? ORDER BY due, rr LIMIT ?) AS g LEFT JOIN {S}.jobs AS j ON j.rid ="
+    " (SELECT rid FROM {S}.jobs WHERE queue = ? AND grp = g.grp AND state = 'pending'"
+    " ORDER BY priority, seq LIMIT 1) ORDER BY g.due, g.rr"
 )
-_HEAD = (
-    f"SELECT {COLS} FROM {{S}}.jobs WHERE queue = ? AND grp = ? AND state = 'pending'"
-    " ORDER BY priority, seq LIMIT 1 {LOCK}"
+#: PostgreSQL: the same batch as head ids only (``FOR UPDATE`` may not lock the nullable side of
+#: an outer join), then ``_LOCK_HEADS`` locks the heads in one statement, skipping rows another
+#: transaction holds (``SKIP LOCKED``: such a group is looked at again ``BUSY_S`` later).
+_DUE_RIDS = (
+    "SELECT g.grp, (SELECT rid FROM {S}.jobs WHERE queue = ? AND grp = g.grp AND state ="
+    " 'pending' ORDER BY priority, seq LIMIT 1) FROM (SELECT grp, due, rr FROM {S}.flow_groups"
+    " WHERE queue = ? AND due IS NOT NULL AND due <= ? ORDER BY due, rr LIMIT ?) AS g"
+    " ORDER BY g.due, g.rr"
 )
-_ANY = "SELECT 1 FROM {S}.jobs WHERE queue = ? AND grp = ? AND state = 'pending' LIMIT 1"
+_LOCK_HEADS = (
+    f"SELECT {COLS} FROM {{S}}.jobs WHERE rid = ANY(?) AND state = 'pending' FOR UPDATE SKIP LOCKED"
+)
 _RESCHEDULE = "UPDATE {S}.flow_groups SET due = ?, rr = ?, why = ? WHERE queue = ? AND grp = ?"
-#: The earliest future time a group becomes due (an empty claim sleeps until then at most).
-NEXT_GROUP = "SELECT MIN(due) FROM {S}.flow_groups WHERE due IS NOT NULL AND due > ?"
+#: The earliest future time a group of queue ``?`` becomes due (an empty claim sleeps until
+#: then at most; one index probe per queue, where a scan of every queue's groups read them all).
+NEXT_GROUP = "SELECT MIN(due) FROM {S}.flow_groups WHERE queue = ? AND due IS NOT NULL AND due > ?"
 #: A group whose head row another transaction holds (an operator's action) is looked at again
 #: this much later: never waited for, never forgotten.
 BUSY_S = 0.05
 SCHEDULE = (
     "INSERT INTO {S}.flow_groups (queue, grp, due, rr) VALUES (?, ?, 0, ?) ON CONFLICT DO NOTHING"
 )
-_WAKE = (
-    "UPDATE {S}.flow_groups SET due = 0, why = NULL WHERE due IS NULL AND (queue, grp) IN"
-    " (SELECT w.queue, w.grp FROM {S}.flow_waiters w JOIN {S}.flow_slots s ON s.name = w.name"
-    " WHERE s.job_id = ?) RETURNING queue"
-)
+_FREE = "DELETE FROM {S}.flow_slots WHERE name = ? AND job_id = ?"
+_WAITERS = "SELECT queue, grp FROM {S}.flow_waiters WHERE name = ?"
+_WAKE = "UPDATE {S}.flow_groups SET due = 0, why = NULL WHERE queue = ? AND grp = ? AND due IS NULL"
 _DELAYED = (JobState.SCHEDULED, JobState.RETRY_SCHEDULED)
+_BUSY = "busy"  # a head row another transaction holds (PostgreSQL only)
 Lease = Callable[[Rec], Any]
 
 
+def _heads(db: Db, queue: str, now: float, n: int) -> list[tuple[str, Rec | str | None]]:
+    """Up to ``n`` due groups of ``queue`` with their head rows: a ``Rec``, None (the group is
+    empty) or ``_BUSY`` (its head is locked by another transaction)."""
+    if not db.locks_rows:
+        batch = db.run(_DUE_HEADS, (queue, now, n, queue)).fetchall()
+        return [(grp, None if head[0] is None else Rec(tuple(head), True)) for grp, *head in batch]
+    batch = db.run(_DUE_RIDS, (queue, queue, now, n)).fetchall()
+    rids = [rid for _, rid in batch if rid is not None]
+    locked = {row[0]: row for row in db.run(_LOCK_HEADS, (rids,)).fetchall()} if rids else {}
+    return [
+        (grp, None if rid is None else Rec(tuple(locked[rid]), True) if rid in locked else _BUSY)
+        for grp, rid in batch
+    ]
+
+
 def take(db: Db, queue: str, now: float, want: int, lease: Lease) -> list[Any]:
-    """Lease up to ``want`` jobs of ``queue``'s due groups (``lease(rec)``: a Lease or None)."""
+    """Lease up to ``want`` jobs of ``queue``'s due groups (``lease(rec)``: a Lease or None).
+
+    Groups come in batches (``_heads``); a served group goes behind the others with a fresh
+    ``rr``, which is also the order the next batch reads them in: the same round-robin as one
+    group per query. Every group of a batch makes progress (a job leased, lapsed or buried; the
+    group put aside, deleted or, its head held elsewhere, looked at ``BUSY_S`` later), so the
+    loop ends. A limit of the whole queue that says no stops the claim of the queue there."""
     out: list[Any] = []
     db.lock()
-    while len(out) < want:
-        row = db.run(_DUE, (queue, now)).fetchone()
-        if row is None:
+    overrides = db.run("SELECT 1 FROM {S}.flow_limits LIMIT 1").fetchone() is not None
+    stop = False
+    while len(out) < want and not stop:
+        batch = _heads(db, queue, now, want - len(out))
+        if not batch:
             break
-        grp = row[0]
-        head = db.run(_HEAD, (queue, grp)).fetchone()
-        if head is None:
-            if db.run(_ANY, (queue, grp)).fetchone() is None:  # empty: forgotten until one of
+        moves: list[tuple[Any, ...]] = []
+        for grp, rec in batch:
+            if rec is None:  # empty: forgotten until one of its jobs becomes pending again
                 db.run("DELETE FROM {S}.flow_groups WHERE queue = ? AND grp = ?", (queue, grp))
-            else:  # its jobs becomes pending again; or its head is held: look again soon
-                db.run(_RESCHEDULE, (now + BUSY_S, db.next_seq(), None, queue, grp))
-            continue
-        rec = Rec(tuple(head), True)
-        verdict, why = admit(db, rec.job.id, rec.job.flow or {}, queue, grp, now)
-        if verdict is None:
-            db.run(_RESCHEDULE, (now, db.next_seq(), None, queue, grp))
-            leased = lease(rec)
-            if leased is not None:
-                out.append(leased)
-        else:  # inf: parked until a slot frees (NULL)
-            due = None if verdict == float("inf") else verdict
-            db.run(_RESCHEDULE, (due, db.next_seq(), why, queue, grp))
+            elif isinstance(rec, str):  # its head is held by another transaction: look again soon
+                moves.append((now + BUSY_S, db.next_seq(), None, queue, grp))
+            elif rec.corrupt is None and (rec.job.expires_at or float("inf")) <= now:
+                lease(rec)  # lapses it (expired, never runs) before it takes a token or slot
+                moves.append((now, db.next_seq(), None, queue, grp))
+            else:
+                stop = _serve(db, rec, queue, grp, now, overrides, lease, out, moves)
+                if stop:  # the queue's own limit said no: no other group may start now
+                    break
+        db.many(_RESCHEDULE, moves)
     return out
 
 
-def next_due(db: Db, now: float, due: float | None) -> float | None:
-    """``due`` or the earliest time a throttled group becomes due, whichever comes first."""
-    group_due = db.run(NEXT_GROUP, (now,)).fetchone()[0]
-    if group_due is None:
-        return due
-    return float(group_due) if due is None else min(due, float(group_due))
+def _serve(
+    db: Db,
+    rec: Rec,
+    queue: str,
+    grp: str,
+    now: float,
+    overrides: bool,
+    lease: Lease,
+    out: list[Any],
+    moves: list[tuple[Any, ...]],
+) -> bool:
+    """Ask the limiters of the head ``rec`` of group ``grp``: lease it into ``out`` or set the
+    group aside (its move appended to ``moves``). True: a limit of the whole queue said no."""
+    verdict, why, whole = admit(db, rec.job.id, rec.job.flow or {}, queue, grp, now, overrides)
+    if verdict is None:
+        moves.append((now, db.next_seq(), None, queue, grp))
+        leased = lease(rec)
+        if leased is not None:
+            out.append(leased)
+        return False
+    due = None if verdict == float("inf") else verdict  # inf: parked until a slot frees (NULL)
+    moves.append((due, db.next_seq(), why, queue, grp))
+    return whole
+
+
+def next_due(db: Db, now: float, due: float | None, queues: Sequence[str]) -> float | None:
+    """``due`` or the earliest time a throttled group of ``queues`` becomes due, whichever
+    comes first (one index probe per served queue)."""
+    times = [db.run(NEXT_GROUP, (q, now)).fetchone()[0] for q in queues]
+    times = [float(t) for t in times if t is not None] + ([] if due is None else [due])
+    return min(times, default=None)
 
 
 def on_insert(db: Db, jobs: Sequence[Job]) -> None:
@@ -113,27 +172,63 @@ def on_save(db: Db, job: Job, old_state: str) -> None:
     slots it owns free (fenced by its id) and the groups that waited for them wake."""
     new_state = str(job.state)
     if old_state == "active" and new_state != "active":
-        db.lock()
-        for (queue,) in db.run(_WAKE, (job.id,)).fetchall():
-            db.wake(queue)
-        db.run(
-            "DELETE FROM {S}.flow_waiters WHERE name IN"
-            " (SELECT name FROM {S}.flow_slots WHERE job_id = ?)",
-            (job.id,),
-        )
-        db.run("DELETE FROM {S}.flow_slots WHERE job_id = ?", (job.id,))
+        free(db, job.id, (job.flow or {}).get("c") or ())
     if new_state == "pending" and job.flow:
         db.lock()
         db.run(SCHEDULE, (job.queue, job.flow["g"], db.next_seq()))
 
 
+def forget_queue(db: Db, queue: str) -> None:
+    """``clear_queue``, after its deletes: the queue's groups without a pending job left and
+    their slot waits go (buckets and the slots of running jobs stay: they belong to limiters
+    and leases; a group whose job another transaction held on PostgreSQL stays, as it waits)."""
+    db.lock()
+    db.run(
+        "DELETE FROM {S}.flow_groups AS g WHERE queue = ? AND NOT EXISTS (SELECT 1 FROM {S}.jobs j"
+        " WHERE j.queue = g.queue AND j.grp = g.grp AND j.state = 'pending')",
+        (queue,),
+    )
+    db.run(
+        "DELETE FROM {S}.flow_waiters AS w WHERE queue = ? AND NOT EXISTS (SELECT 1 FROM"
+        " {S}.flow_groups g WHERE g.queue = w.queue AND g.grp = w.grp)",
+        (queue,),
+    )
+
+
+def free(db: Db, job_id: str, slots: Sequence[Any]) -> None:
+    """The job left ``active``: each slot it owns frees (fenced: a slot row of another job is
+    not touched) and the groups that waited for it are due again. Jobs without slots (fair
+    groups, rate limits only) cost nothing here (not even the flow lock)."""
+    if not slots:
+        return
+    db.lock()
+    for name, _ in slots:
+        if db.run(_FREE, (name, job_id)).rowcount:
+            # a plain read first: most frees have no waiter (a DELETE ... RETURNING that finds
+            # nothing still costs ~4x a SELECT on SQLite)
+            waiting = [tuple(w) for w in db.run(_WAITERS, (name,)).fetchall()]
+            if waiting:
+                db.many(_WAKE, waiting)
+                db.run("DELETE FROM {S}.flow_waiters WHERE name = ?", (name,))
+                for queue in sorted({q for q, _ in waiting}):
+                    db.wake(queue)
+
+
 def admit(
-    db: Db, job_id: str, flow: dict[str, Any], queue: str, grp: str, now: float
-) -> tuple[float | None, str | None]:
-    """(None, None): the job may run (tokens and its slots taken); else (when to look again,
-    why it waits); ``inf``: when a slot frees (the group is recorded as a waiter)."""
+    db: Db,
+    job_id: str,
+    flow: dict[str, Any],
+    queue: str,
+    grp: str,
+    now: float,
+    overrides: bool = True,
+) -> tuple[float | None, str | None, bool]:
+    """(None, None, False): the job may run (tokens and its slots taken); else (when to look
+    again, why it waits, whether a limit of the whole queue said no: ``is_queue_limiter``);
+    ``inf``: when a slot frees (the group is recorded as a waiter). ``overrides=False``: the
+    caller knows ``flow_limits`` is empty (no lookups)."""
     for name, limit in flow.get("c") or ():
-        n = int(spec(db, name, [limit])[0])
+        n = int(spec(db, name, [limit])[0] if overrides else limit)
         sql = "SELECT COUNT(*) FROM {S}.flow_slots WHERE name = ?"
         running = int(db.run(sql, (name,)).fetchone()[0])
         if running >= n:
@@ -142,11 +237,14 @@ def admit(
                 " ON CONFLICT DO NOTHING",
                 (name, queue, grp),
             )
-            return float("inf"), f"waiting for {limiter_label(name)} ({running} running)"
+            parked = f"waiting for {limiter_label(name)} ({running} running)"
+            return float("inf"), parked, is_queue_limiter(name)
     taken: list[tuple[str, tuple[float, float]]] = []
-    wait, why = 0.0, None
+    wait: float = 0.0
+    why: str | None = None
+    whole = False
     for name, *own in flow.get("r") or ():
-        rate, per, burst = spec(db, name, own)
+        rate, per, burst = spec(db, name, own) if overrides else (float(v) for v in own)
         sql = "SELECT tokens, at FROM {S}.flow_buckets WHERE name = ?"
         row = db.run(sql, (name,)).fetchone()
         ok, state, next_at = bucket_take(
@@ -157,19 +255,22 @@ def admit(
                 max(wait, next_at),
                 f"throttled by rate limit {limiter_label(name, [rate, per])}",
             )
+            whole = whole or is_queue_limiter(name)
         taken.append((name, state))
     if wait:
-        return wait, why
-    db.many(
-        "INSERT INTO {S}.flow_buckets (name, tokens, at) VALUES (?, ?, ?) ON CONFLICT (name)"
-        " DO UPDATE SET tokens = excluded.tokens, at = excluded.at",
-        [(name, s[0], s[1]) for name, s in taken],
-    )
-    db.many(
-        "INSERT INTO {S}.flow_slots (name, job_id) VALUES (?, ?) ON CONFLICT DO NOTHING",
-        [(name, job_id) for name, _ in flow.get("c") or ()],
-    )
-    return None, None
+        return wait, why, whole
+    if taken:  # (an empty executemany still costs a statement preparation)
+        db.many(
+            "INSERT INTO {S}.flow_buckets (name, tokens, at) VALUES (?, ?, ?) ON CONFLICT (name)"
+            " DO UPDATE SET tokens = excluded.tokens, at = excluded.at",
+            [(name, s[0], s[1]) for name, s in taken],
+        )
+    if flow.get("c"):
+        db.many(
+            "INSERT INTO {S}.flow_slots (name, job_id) VALUES (?, ?) ON CONFLICT DO NOTHING",
+            [(name, job_id) for name, _ in flow["c"]],
+        )
+    return None, None, False
 
 
 def spec(db: Db, name: str, own: Sequence[Any]) -> list[float]:

@@ -230,6 +230,13 @@ def limiter_base(name: str) -> str:
     return ":".join(name.split(":", 2)[:2])
 
 
+def is_queue_limiter(name: str) -> bool:
+    """A limit of a whole queue (``app.queue(name, rate_limit=, concurrency=)``): every group
+    of the queue waits on it, so when it says no, nothing else in the queue may start either
+    and a claim stops there instead of setting every group aside one by one."""
+    return name.startswith(("rate:@", "conc:@"))
+
+
 def limiter_label(name: str, spec: Sequence[Any] | None = None) -> str:
     """How an operator reads a limiter: ``rate:partner`` + ``10/s`` -> "partner:10/s"."""
     kind, _, rest = name.partition(":")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..core.flow import limiter_base, parse_rate
+from ..core.flow import is_queue_limiter, limiter_base, parse_rate
 from ..core.job import Job
 from ..errors import ValidationError
 from ..runtime import Runtime
@@ -84,13 +84,26 @@ def flow_waits(rt: Runtime) -> list[dict[str, Any]]:
 
 def why_waiting(status: dict[str, Any], job: Job) -> str | None:
     """Why a pending flow-controlled job waits ("throttled by rate limit partner:10/s",
-    "waiting for account_id=42 (1 running)"), from a ``limits`` / ``flow_status`` result."""
+    "waiting for account_id=42 (1 running)"), from a ``limits`` / ``flow_status`` result.
+
+    A claim stops at an exhausted queue limit after setting one group aside, so the other
+    groups of the queue carry no reason of their own: a job that waits on that queue limit
+    too reads the set-aside group's reason."""
     if job.flow is None or str(job.state) != "pending":
         return None
-    for group in status.get("groups", ()):
-        if group["queue"] == job.queue and group["group"] == job.flow.get("g"):
-            return str(group["why"]) if group.get("why") else None
-    return None
+    groups = [g for g in status.get("groups", ()) if g["queue"] == job.queue and g.get("why")]
+    for group in groups:
+        if group["group"] == job.flow.get("g"):
+            return str(group["why"])
+    if not _carries_queue_limit(job.flow):
+        return None
+    marks = (f" @{job.queue}:", f" @{job.queue} (")  # rate:@q -> "@q:10/s", conc:@q -> "@q (n"
+    return next((str(g["why"]) for g in groups if any(m in g["why"] for m in marks)), None)
+
+
+def _carries_queue_limit(flow: dict[str, Any]) -> bool:
+    names = [entry[0] for entry in (*(flow.get("r") or ()), *(flow.get("c") or ()))]
+    return any(is_queue_limiter(name) for name in names)
 
 
 __all__ = [

@@ -81,7 +81,9 @@ class PgJobAdmin:
             " FOR UPDATE SKIP LOCKED)"
         )
         with self._write() as tx:
-            return sum(self._delete(tx, queue, state, where, (queue, state)) for state in _WAITING)
+            n = sum(self._delete(tx, queue, state, where, (queue, state)) for state in _WAITING)
+            pgflow.forget_queue(self, tx, queue)  # type: ignore[arg-type]  # issue 15
+            return n
 
     def purge(
         self,

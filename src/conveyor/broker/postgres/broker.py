@@ -210,7 +210,8 @@ class PostgresBroker(PgReads, PgWaits, PgJobAdmin, SqlWorkflows, SqlFlowAdmin, B
                 r[0] for r in tx.conn.execute(self.sql("SELECT name FROM {S}.queues WHERE paused"))
             }
             flowing = pgflow.flowing(self, tx)  # issue 15: any flow group at all (cheap gate)
-            for queue in (q for q in queues if q not in paused):
+            served = [q for q in queues if q not in paused]
+            for queue in served:
                 if flowing:  # issue 15: grouped jobs first (postgres/flow.py)
                     want = limit - len(leases)
                     leases += pgflow.take(self, tx, queue, now, want, visibility_timeout, worker_id)
@@ -224,7 +225,7 @@ class PostgresBroker(PgReads, PgWaits, PgJobAdmin, SqlWorkflows, SqlFlowAdmin, B
                         break
             next_due = None if leases else self._next_due(tx)
             if not leases and flowing:  # issue 15: or when a throttled group is due
-                next_due = pgflow.next_due(self, tx, now, next_due)
+                next_due = pgflow.next_due(self, tx, now, next_due, served)
         return Claimed.of(leases, next_due)
 
     def _claim_rows(self, tx: Tx, queue: str, n: int, now: float, vt: float) -> list[Rec]:

@@ -54,6 +54,7 @@ class PgDb(Db):
 
     broker: PostgresBroker
     tx: Tx
+    locks_rows = True
 
     def q(self, text: str) -> str:
         """``text`` for PostgreSQL (``%s``, the broker's schema, ``FOR UPDATE SKIP LOCKED``)."""
@@ -115,9 +116,16 @@ def take(
     return sqllimits.take(PgDb(b, tx), queue, now, want, lease)
 
 
-def next_due(b: PostgresBroker, tx: Tx, now: float, due: float | None) -> float | None:
-    """``due`` or the earliest time a throttled group becomes due."""
-    return sqllimits.next_due(PgDb(b, tx), now, due)
+def next_due(
+    b: PostgresBroker, tx: Tx, now: float, due: float | None, queues: Sequence[str]
+) -> float | None:
+    """``due`` or the earliest time a throttled group of ``queues`` becomes due."""
+    return sqllimits.next_due(PgDb(b, tx), now, due, queues)
+
+
+def forget_queue(b: PostgresBroker, tx: Tx, queue: str) -> None:
+    """``clear_queue`` removed the queue's waiting jobs: their groups go (sqllimits)."""
+    sqllimits.forget_queue(PgDb(b, tx), queue)
 
 
 def on_save(b: PostgresBroker, tx: Tx, job: Job, old_state: str) -> None:

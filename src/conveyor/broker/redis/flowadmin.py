@@ -1,18 +1,23 @@
 """Flow control for operators on Redis (issue 15): run-time limits and what waits, per queue.
 
 Limits live per queue (``<p>:{q}:f:limits``: every key a claim reads is in its queue's slot),
-so ``flow_set_limit`` writes the override into every known queue. ``flow_status`` reads the
+so ``flow_set_limit`` writes the override into every known queue, one atomic script per queue
+(lua/flow_limit.lua: the new limit and the waiting groups put back in line, in the same step
+as far as any claim of that queue can tell). ``flow_status`` reads the
 flow keys of every queue (SCAN of the buckets and slots: an operator's read, never a claim's).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import itertools
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import orjson
 
 from .keys import KeySchema
+
+STATUS_BATCH = 1000  # keys read per pipeline by flow_status
 
 
 class FlowAdminMixin:
@@ -21,26 +26,16 @@ class FlowAdminMixin:
     keys: KeySchema
     client: Any
     known_queues: Callable[[], list[str]]  # the broker's
+    qkeys: Callable[[str], tuple[str, ...]]
+    runner: Any  # scripts.ScriptRunner
 
     def flow_set_limit(self, name: str, spec: list[float] | None) -> None:
         """Override the limit of a limiter (``rate:<task>``) or one bucket / slot; None clears.
 
         Parked groups of every queue are put back in line (a raised concurrency limit)."""
+        raw = "" if spec is None else orjson.dumps([float(v) for v in spec]).decode()
         for queue in self.known_queues():
-            limits = self.keys.flow(queue, "limits")
-            if spec is None:
-                self.client.hdel(limits, name)
-            else:
-                self.client.hset(limits, name, orjson.dumps([float(v) for v in spec]))
-            # every waiting group is looked at again by the next claim, under the new limit
-            waiting = [g.decode() for g in self.client.smembers(self.keys.flow(queue, "parked"))]
-            waiting += [
-                g.decode() for g in self.client.zrange(self.keys.flow(queue, "gdelay"), 0, -1)
-            ]
-            if waiting:
-                self.client.zadd(self.keys.flow(queue, "groups"), dict.fromkeys(waiting, 0))
-                self.client.delete(self.keys.flow(queue, "parked"), self.keys.flow(queue, "gdelay"))
-                self.client.hdel(self.keys.flow(queue, "why"), *waiting)
+            self.runner.run("flow_limit", self.qkeys(queue), [name, raw])
 
     def flow_status(self, now: float) -> dict[str, Any]:
         """Run-time limits, bucket tokens, running jobs per slot, waiting jobs per group."""
@@ -49,22 +44,27 @@ class FlowAdminMixin:
             f = self.keys.flow(queue, "")
             for name, raw in self.client.hgetall(f + "limits").items():
                 out["limits"][name.decode()] = orjson.loads(raw)
-            for key in self.client.scan_iter(match=f + "tb:*", count=1000):
-                tokens = self.client.hget(key, "tokens")
-                out["buckets"][key.decode()[len(f) + 3 :]] = round(float(tokens or 0), 3)
-            for key in self.client.scan_iter(match=f + "slot:*", count=1000):
-                members = sorted(m.decode() for m in self.client.smembers(key))
-                out["running"][key.decode()[len(f) + 5 :]] = members
+            for name, tokens in self._each(f, "tb:", lambda p, k: p.hget(k, "tokens")):
+                out["buckets"][name] = round(float(tokens or 0), 3)
+            for name, members in self._each(f, "slot:", lambda p, k: p.smembers(k)):
+                out["running"][name] = sorted(m.decode() for m in members)
             why = {g.decode(): w.decode() for g, w in self.client.hgetall(f + "why").items()}
-            for key in self.client.scan_iter(match=f + "g:*", count=1000):
-                group = key.decode()[len(f) + 2 :]
+            for group, n in self._each(f, "g:", lambda p, k: p.zcard(k)):
                 out["groups"].append(
-                    {
-                        "queue": queue,
-                        "group": group,
-                        "waiting": int(self.client.zcard(key)),
-                        "why": why.get(group),
-                    }
+                    {"queue": queue, "group": group, "waiting": int(n), "why": why.get(group)}
                 )
         out["groups"].sort(key=lambda g: (g["queue"], g["group"]))
         return out
+
+    def _each(
+        self, f: str, kind: str, read: Callable[[Any, bytes], Any]
+    ) -> Iterator[tuple[str, Any]]:
+        """(name, value) of every ``<f><kind><name>`` key, read ``STATUS_BATCH`` keys per
+        pipeline (100,000 groups: 100 round trips, not 100,000)."""
+        keys = self.client.scan_iter(match=f + kind + "*", count=STATUS_BATCH)
+        while batch := list(itertools.islice(keys, STATUS_BATCH)):
+            pipe = self.client.pipeline(transaction=False)
+            for key in batch:
+                read(pipe, key)
+            for key, value in zip(batch, pipe.execute(), strict=True):
+                yield key.decode()[len(f) + len(kind) :], value

@@ -82,6 +82,7 @@ SCRIPT_NAMES = (
     "doc_cas",
     "wf_enqueue",
     "wf_requeue",
+    "flow_limit",  # issue 15: run-time limit changes, atomic with claims
 )
 
 

@@ -525,7 +525,14 @@ local function flow_label(name, rate, per)
   return rest .. ':' .. string.format('%g', rate) .. '/' .. unit
 end
 
--- nil: the job may run (its tokens and slots taken); else (when to look again | 'park', why)
+-- a limit of the whole queue (rate:@<q> / conc:@<q>; core/flow.py is_queue_limiter): when it
+-- says no, no other group of the queue may start either
+local function flow_whole(name)
+  return string.sub(name, 1, 6) == 'rate:@' or string.sub(name, 1, 6) == 'conc:@'
+end
+
+-- nil: the job may run (its tokens and slots taken); else (when to look again | 'park', why,
+-- whether a limit of the whole queue said no)
 local function flow_admit(q, nnow, now, id, fl, g)
   local F = q.flow
   if fl.c then
@@ -534,11 +541,12 @@ local function flow_admit(q, nnow, now, id, fl, g)
       local running = redis.call('SCARD', F .. 'slot:' .. c[1])
       if running >= n then
         redis.call('SADD', F .. 'wait:' .. c[1], g)
-        return 'park', 'waiting for ' .. flow_label(c[1]) .. ' (' .. running .. ' running)'
+        return 'park', 'waiting for ' .. flow_label(c[1]) .. ' (' .. running .. ' running)',
+          flow_whole(c[1])
       end
     end
   end
-  local wait, why, left = 0, nil, {}
+  local wait, why, left, whole = 0, nil, {}, false
   for i, r in ipairs(fl.r or {}) do
     local s = flow_spec(q, r[1], {r[2], r[3], r[4]})
     local rate, per = tonumber(s[1]), tonumber(s[2])
@@ -552,9 +560,10 @@ local function flow_admit(q, nnow, now, id, fl, g)
       local t = nnow + (1 - tokens) * per / rate
       if t > wait then wait = t end
       why = 'throttled by rate limit ' .. flow_label(r[1], rate, per)
+      whole = whole or flow_whole(r[1])
     end
   end
-  if wait > 0 then return wait, why end
+  if wait > 0 then return wait, why, whole end
   for i, r in ipairs(fl.r or {}) do
     redis.call('HSET', F .. 'tb:' .. r[1], 'tokens', string.format('%.17g', left[i]), 'at', now)
   end
@@ -562,7 +571,10 @@ local function flow_admit(q, nnow, now, id, fl, g)
   return nil
 end
 
--- lease jobs of the queue's groups while count() < limit (lease_one / lapse: claim.lua's)
+-- lease jobs of the queue's groups while count() < limit (lease_one / lapse: claim.lua's).
+-- Groups are read in batches (one ZRANGE for up to `limit` of them): a served group goes to
+-- the back with a fresh sequence number, after every group of the batch, so serving a batch
+-- in order is the round-robin of reading one group at a time. f:npend is settled once.
 local function flow_take(q, now, nnow, limit, count, lease_one, lapse)
   local F = q.flow
   for _, g in ipairs(redis.call('ZRANGEBYSCORE', F .. 'gdelay', '-inf', now, 'LIMIT', 0, 1000)) do
@@ -570,45 +582,61 @@ local function flow_take(q, now, nnow, limit, count, lease_one, lapse)
     redis.call('HDEL', F .. 'why', g)
     redis.call('ZADD', F .. 'groups', redis.call('INCR', q.seq), g)
   end
-  local rounds = 0
-  while count() < limit and rounds < 4 * limit + 100 do  -- bounded work per call
-    rounds = rounds + 1
-    local first = redis.call('ZRANGE', F .. 'groups', 0, 0)
-    if #first == 0 then break end
-    local g = first[1]
-    local gk = F .. 'g:' .. g
-    local head = redis.call('ZRANGE', gk, 0, 0)
-    if #head == 0 then
-      redis.call('ZREM', F .. 'groups', g)  -- idle: forgotten until a job of it is pending
-    else
-      local id = member_id(head[1])
-      local key = q.job .. id
-      local f = redis.pcall('HMGET', key, 'state', 'attempts', 'task', 'run_at', 'lost',
-        'errors', 'history', 'last_error', 'expires_at', 'flow')
-      if f.err or f[1] ~= 'pending' then
-        redis.call('ZREM', gk, head[1])  -- stale: its job is gone or no longer pending
-        redis.call('DECR', F .. 'npend')
-      elseif f[9] and tonumber(f[9]) <= nnow then
-        redis.call('ZREM', gk, head[1])
-        redis.call('DECR', F .. 'npend')
-        lapse(id, key, f[3], f[2])
+  local rounds, gone = 0, 0
+  local max_rounds = 4 * limit + 100  -- bounded work per call
+  while count() < limit and rounds < max_rounds do
+    local batch = redis.call('ZRANGE', F .. 'groups', 0, limit - count() - 1)
+    if #batch == 0 then break end
+    for _, g in ipairs(batch) do
+      if count() >= limit or rounds >= max_rounds then break end
+      rounds = rounds + 1
+      local gk = F .. 'g:' .. g
+      local head = redis.call('ZRANGE', gk, 0, 1)  -- the head, and whether one follows it
+      if #head == 0 then
+        redis.call('ZREM', F .. 'groups', g)  -- idle: forgotten until a job of it is pending
       else
-        local verdict, why = flow_admit(q, nnow, now, id, cjson.decode(f[10] or '{}'), g)
-        if verdict == nil then
+        local id = member_id(head[1])
+        local key = q.job .. id
+        local f = redis.pcall('HMGET', key, 'state', 'attempts', 'task', 'run_at', 'lost',
+          'errors', 'history', 'last_error', 'expires_at', 'flow')
+        if f.err or f[1] ~= 'pending' then
+          redis.call('ZREM', gk, head[1])  -- stale: its job is gone or no longer pending
+          gone = gone + 1
+        elseif f[9] and tonumber(f[9]) <= nnow then
           redis.call('ZREM', gk, head[1])
-          redis.call('DECR', F .. 'npend')
-          redis.call('ZADD', F .. 'groups', redis.call('INCR', q.seq), g)
-          lease_one(id, key, f, redis.call('INCR', q.seq))
+          gone = gone + 1
+          lapse(id, key, f[3], f[2])
         else
-          redis.call('ZREM', F .. 'groups', g)
-          redis.call('HSET', F .. 'why', g, why)
-          if verdict == 'park' then
-            redis.call('SADD', F .. 'parked', g)
+          -- a group named without a rate: / conc: part (fair_by only) has no limiter to ask
+          local verdict, why, whole = nil, nil, false
+          if string.find(g, 'rate:', 1, true) or string.find(g, 'conc:', 1, true) then
+            verdict, why, whole = flow_admit(q, nnow, now, id, cjson.decode(f[10] or '{}'), g)
+          end
+          if verdict == nil then
+            redis.call('ZREM', gk, head[1])
+            gone = gone + 1
+            local seq = redis.call('INCRBY', q.seq, 2)
+            if #head > 1 then
+              redis.call('ZADD', F .. 'groups', seq - 1, g)  -- to the back: round-robin
+            else
+              redis.call('ZREM', F .. 'groups', g)  -- its last job: forgotten right away
+            end
+            lease_one(id, key, f, seq)
           else
-            redis.call('ZADD', F .. 'gdelay', string.format('%.17g', verdict), g)
+            redis.call('ZREM', F .. 'groups', g)
+            redis.call('HSET', F .. 'why', g, why)
+            if verdict == 'park' then
+              redis.call('SADD', F .. 'parked', g)
+            else
+              redis.call('ZADD', F .. 'gdelay', string.format('%.17g', verdict), g)
+            end
+            if whole then  -- the queue's own limit said no: nothing else may start now
+              rounds = max_rounds
+            end
           end
         end
       end
     end
   end
+  if gone > 0 then redis.call('DECRBY', F .. 'npend', gone) end
 end

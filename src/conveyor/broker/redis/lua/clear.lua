@@ -2,6 +2,10 @@
 -- retry_scheduled). Active jobs live in the leases set and finished ones in their terminal
 -- sets, which this script never reads: a job claimed before it runs keeps its lease (a claim
 -- and a clear are both atomic scripts, so a job is either still ready here or already leased).
+-- Pending jobs waiting in flow groups (issue 15: f:g:<group>, see keys.py) go too, with the
+-- f:npend count; a group left empty is forgotten everywhere (f:groups, f:gdelay, f:parked,
+-- f:why, f:wait:<slot>), so no group key outlives a clear. Buckets and the slots of running
+-- jobs stay: they belong to limiters and leases, not to waiting jobs.
 --
 -- Input
 --   KEYS: the 16 queue keys (_lib.lua)
@@ -23,5 +27,60 @@ for _, set in ipairs({q.ready, q.scheduled, q.retry}) do
     redis.call('ZREM', set, unpack(members))
     total = total + #members
   end
+end
+
+-- ------------------------------------------------------------ flow groups (issue 15)
+local F = q.flow
+
+-- the group is empty: off every list, its reason and its slot waits
+local function forget(g)
+  redis.call('ZREM', F .. 'groups', g)
+  redis.call('ZREM', F .. 'gdelay', g)
+  redis.call('SREM', F .. 'parked', g)
+  redis.call('HDEL', F .. 'why', g)
+  for part in string.gmatch(g, '[^|]+') do  -- its concurrency slots are the conc: parts
+    if string.sub(part, 1, 5) == 'conc:' then redis.call('SREM', F .. 'wait:' .. part, g) end
+  end
+end
+
+-- delete up to `left` jobs of group g; entries whose job is no longer pending (stale) are
+-- dropped from the group but their jobs kept. Returns how many entries went.
+local function clear_group(g, left)
+  local gk = F .. 'g:' .. g
+  local members = redis.call('ZRANGE', gk, 0, left - 1)
+  if #members > 0 then
+    local ids = {}
+    for _, m in ipairs(members) do
+      local id = member_id(m)
+      local f = hmget(q.job .. id, 'state')
+      if f and f[1] == 'pending' then ids[#ids + 1] = id end
+    end
+    drop_jobs(q, ids)
+    redis.call('ZREM', gk, unpack(members))
+    redis.call('DECRBY', F .. 'npend', #members)
+  end
+  if redis.call('EXISTS', gk) == 0 then forget(g) end
+  return #members
+end
+
+-- every group holding pending jobs is in line (f:groups), throttled (f:gdelay) or parked
+for _, list in ipairs({'groups', 'gdelay', 'parked'}) do
+  local key = F .. list
+  while total < limit do
+    local names
+    if list == 'parked' then
+      names = redis.call('SRANDMEMBER', key, 100)
+    else
+      names = redis.call('ZRANGE', key, 0, 99)
+    end
+    if #names == 0 then break end
+    for _, g in ipairs(names) do
+      total = total + clear_group(g, limit - total)
+      if total >= limit then break end
+    end
+  end
+end
+if total < limit and tonumber(redis.call('GET', F .. 'npend') or '0') <= 0 then
+  redis.call('DEL', F .. 'npend')  -- nothing waits in a group any more: no stale count
 end
 return total

@@ -1,0 +1,37 @@
+"""Memory broker flow-control state after operator actions (issue 15).
+
+The contract test (tests/contract/test_flow_admin.py) checks counts and ``flow_status``; this
+one reads the memory broker's limiter state: after ``clear_queue`` no group of the queue is
+left in line, parked, or waiting for a slot.
+"""
+
+from __future__ import annotations
+
+from conveyor import ConcurrencyLimit, Conveyor, FakeClock, RateLimit
+from conveyor.broker.memory import MemoryBroker
+
+T0 = 1_700_000_000.0
+
+
+def test_clear_leaves_no_groups() -> None:
+    broker = MemoryBroker()
+    app = Conveyor(broker, clock=FakeClock(T0))
+
+    @app.task(name="t.sync", concurrency=ConcurrencyLimit(1, key="account"))
+    def sync(account: int, i: int) -> None: ...
+
+    @app.task(name="t.call", rate_limit=RateLimit("1/m", key="customer"))
+    def call(customer: str, i: int) -> None: ...
+
+    for i in range(30):
+        sync.enqueue(i % 3, i)
+        call.enqueue(f"c{i % 5}", i)
+        app.enqueue("t.call", [f"other{i % 2}", i], queue="other")
+    assert len(broker.claim(["default"], T0, limit=100, visibility_timeout=600)) == 8
+    assert broker.claim(["default"], T0, limit=100) == []  # groups parked and throttled
+    assert broker.clear_queue("default", T0) == 60 - 8
+    limits = broker.limits
+    groups = [*limits.jobs, *limits.placed, *limits.parked, *limits.blocked]
+    groups += [key for waiting in limits.waiters.values() for key in waiting]
+    assert {queue for queue, _ in groups} == {"other"}
+    assert sorted(limits.slots) == [f"conc:t.sync:account={a}" for a in range(3)]
