@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from conveyor import BrokerUnavailable, Conveyor
+from conveyor.broker.base import Ack
 from conveyor.broker.postgres import schema as pg_schema
 from conveyor.broker.postgres.broker import PostgresBroker
 from conveyor.cli.main import cli
@@ -92,3 +93,28 @@ def test_bad_url_options_are_named(pg_server: Any) -> None:
         PostgresBroker.from_url(pg_server.url + "?migrate=maybe")
     with pytest.raises(ValidationError, match="pool_size"):
         PostgresBroker.from_url(pg_server.url + "?pool_size=lots")
+
+
+def test_a_version_1_schema_migrates_to_the_claim_overlay(pg_server: Any) -> None:
+    url = pg_server.new_database()
+    old = PostgresBroker.from_url(url)
+    app = Conveyor(old)
+    job = app.enqueue("t", args=["kept"])
+    old.close()
+    with psycopg.connect(url, autocommit=True) as c:  # what version 1 looked like
+        c.execute(
+            "ALTER TABLE conveyor.jobs DROP COLUMN claims, DROP COLUMN started_at,"
+            " DROP COLUMN worker"
+        )
+        c.execute("UPDATE conveyor.schema_version SET version = 1")
+    with pytest.raises(BrokerUnavailable, match="conveyor migrate"):
+        PostgresBroker.from_url(url)
+    assert run_cli("migrate", "--url", url).exit_code == 0
+    new = PostgresBroker.from_url(url)
+    now = new.server_time()
+    lease = new.claim(["default"], now, limit=1, visibility_timeout=30, worker_id="w")[0]
+    assert (lease.id, lease.job.args, lease.job.attempts) == (job.id, ["kept"], 1)
+    assert new.get(job.id).worker_id == "w"
+    assert new.complete([Ack(lease.id, lease.token, 7)], now) == [True]
+    assert new.get(job.id).result == 7
+    new.close()

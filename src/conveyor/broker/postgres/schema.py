@@ -16,13 +16,15 @@ quoted schema name. The version is the single row of ``{S}.schema_version``.
 Version history:
 
 * 1 — the first schema (docs/architecture-postgres.md explains every table and index).
+* 2 — the claim overlay: ``jobs.claims``, ``jobs.started_at``, ``jobs.worker`` (added columns,
+  nothing rewritten). The claim writes them instead of the envelope (``postgres/rec.py``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 #: Text columns compare by code point (``COLLATE "C"``): the same order as Python's ``sorted``
 #: and the other backends, and id-prefix search can use the b-tree as a range.
@@ -46,7 +48,10 @@ CREATE TABLE {S}.jobs (
   token text,
   last_error text,
   payload bytea NOT NULL,
-  corrupt bytea
+  corrupt bytea,
+  claims integer NOT NULL DEFAULT 0,
+  started_at double precision,
+  worker text
 ) WITH (fillfactor = 80);
 CREATE INDEX jobs_ready ON {S}.jobs (queue, priority, seq) WHERE state = 'pending';
 CREATE INDEX jobs_due ON {S}.jobs (due_at, seq) WHERE due_at IS NOT NULL;
@@ -105,8 +110,12 @@ CREATE TABLE {S}.counters (
 );
 CREATE INDEX counters_expiry ON {S}.counters (expires_at)"""
 
-#: ``MIGRATIONS[v]`` turns a version ``v`` schema into version ``v + 1`` (none yet).
-MIGRATIONS: dict[int, str] = {}
+#: ``MIGRATIONS[v]`` turns a version ``v`` schema into version ``v + 1``.
+MIGRATIONS: dict[int, str] = {
+    # 2: the claim overlay (postgres/rec.py); v1 rows have claims = 0: their envelope is whole
+    1: "ALTER TABLE {S}.jobs ADD COLUMN claims integer NOT NULL DEFAULT 0,"
+    " ADD COLUMN started_at double precision, ADD COLUMN worker text",
+}
 
 #: The advisory lock key serialising schema creation and migration (any schema name).
 LOCK_KEY = 0x636F6E76  # "conv"

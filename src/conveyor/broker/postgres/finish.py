@@ -1,0 +1,110 @@
+"""Completion of the PostgreSQL backend in set-based statements (``PostgresBroker.complete``).
+
+A batch of acks costs two statements, whatever its size: ``_LOCK`` joins the acks' (id, token)
+pairs to the active rows and locks the ones whose lease is still held (in ``rid`` order, so two
+completers never deadlock), and ``_DONE`` writes every completed row from arrays (``unnest``).
+An ack whose token no longer matches (the lease expired and the job was claimed again, or it
+already finished) finds no row: False for that ack, True for the others. The envelope is
+rebuilt in Python (the claim overlay folded in, ``postgres/rec.py``); events and count deltas
+go in bulk at COMMIT (``PgStore._before_commit``).
+
+Slow path: an ack that carries an ``errors`` entry (a dropped result) and a job that belongs to
+a workflow or a flow group go through the per-job path (``PostgresBroker._save``), and the
+latter then through ``finish_special``, in the same transaction: the hook where releasing a
+workflow's dependants or a group's slot belongs. ``SPECIAL`` is the SQL test that sends a row
+there (``false`` while the PostgreSQL backend has neither).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from ...core import lifecycle
+from ..base import Ack
+from ..sqlite_rows import Rec
+from .rec import COLS, pg_rec
+from .store import Tx
+
+if TYPE_CHECKING:
+    from .broker import PostgresBroker
+
+#: SQL (over ``jobs j``) true for a row whose completion must go through ``finish_special``:
+#: a workflow step or a flow-group member (e.g. ``j.workflow IS NOT NULL OR j.grp IS NOT
+#: NULL`` once those columns exist).
+SPECIAL = "false"
+_LOCK = (
+    "SELECT {cols}, a.n, ({special}) FROM {{S}}.jobs j JOIN unnest(%s::text[], %s::text[],"
+    " %s::int[]) AS a(id, token, n) ON j.id = a.id AND j.token = a.token WHERE j.state ="
+    " 'active' ORDER BY j.rid FOR UPDATE OF j"
+)
+_DONE = (
+    "UPDATE {S}.jobs j SET state = 'completed', seq = nextval('{S}.job_seq'), due_at = NULL,"
+    " lease_at = NULL, token = NULL, claims = 0, finished_at = %s, payload = u.payload"
+    " FROM unnest(%s::bigint[], %s::bytea[]) AS u(rid, payload) WHERE j.rid = u.rid"
+)
+
+
+def complete_acks(b: PostgresBroker, acks: Sequence[Ack], now: float) -> list[bool]:
+    """``PostgresBroker.complete``: True per ack recorded, False per stale token."""
+    out = [False] * len(acks)
+    if not acks:
+        return out
+    cols = ", ".join(f"j.{c.strip()}" for c in COLS.split(","))
+    lock = _LOCK.format(cols=cols, special=SPECIAL)
+    with b._write() as tx:
+        rows = tx.conn.execute(
+            b.sql(lock),
+            ([a.job_id for a in acks], [a.token for a in acks], list(range(len(acks)))),
+            prepare=True,
+        ).fetchall()
+        fast: list[tuple[Rec, Ack]] = []
+        slow: list[tuple[Rec, Ack]] = []
+        special: list[Rec] = []
+        seen: set[int] = set()
+        for row in rows:
+            rec, i = pg_rec(row[:15]), row[15]
+            if rec.rid in seen:  # the same ack twice in one batch: only the first counts
+                continue
+            seen.add(rec.rid)
+            out[i] = True
+            ack = acks[i]
+            if row[16]:
+                special.append(rec)
+            (slow if row[16] or ack.error is not None or rec.corrupt else fast).append((rec, ack))
+        _write_fast(b, tx, fast, now)
+        for rec, ack in slow:
+            lifecycle.complete(rec.job, now, ack.result, ack.error)
+            b._save(tx, rec)
+            tx.emit("completed", rec.job, now, attempt=rec.job.attempts)
+        if special:
+            finish_special(b, tx, special, now)
+    return out
+
+
+def _write_fast(b: PostgresBroker, tx: Tx, done: list[tuple[Rec, Ack]], now: float) -> None:
+    """Complete plain jobs with one ``UPDATE … FROM unnest``; events and counts in bulk."""
+    if not done:
+        return
+    rids: list[int] = []
+    payloads: list[bytes] = []
+    for rec, ack in done:
+        job = rec.job
+        lifecycle.complete(job, now, ack.result)
+        rids.append(rec.rid)
+        payloads.append(rec.payload())
+        tx.count(job.queue, "active", "completed")
+        tx.finished.add((job.queue, "completed"))
+        tx.done.add(job.queue)
+        tx.emit("completed", job, now, attempt=job.attempts)
+    tx.conn.execute(b.sql(_DONE), (now, rids, payloads), prepare=True)
+
+
+def finish_special(b: PostgresBroker, tx: Tx, recs: list[Rec], now: float) -> None:
+    """Hook: ``recs`` (workflow steps, flow-group members; already completed and saved in
+    ``tx``) release what waits on them here, in the completion's own transaction.
+
+    Nothing to do while ``SPECIAL`` is ``false``: the PostgreSQL ports of workflows
+    (issue 16) and flow control (issue 15) fill this in.
+    """
+    del b, tx, recs, now
