@@ -18,16 +18,18 @@ there (``false`` while the PostgreSQL backend has neither).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ...core import lifecycle
 from ..base import Ack
 from ..sqlite_rows import Rec
-from .rec import COLS, pg_rec
+from .rec import COLS, completed_envelope, pg_rec
 from .store import Tx
 
 if TYPE_CHECKING:
     from .broker import PostgresBroker
+
+Row = tuple[Any, ...]
 
 #: SQL (over ``jobs j``) true for a row whose completion must go through ``finish_special``:
 #: a workflow step or a flow-group member (e.g. ``j.workflow IS NOT NULL OR j.grp IS NOT
@@ -58,20 +60,23 @@ def complete_acks(b: PostgresBroker, acks: Sequence[Ack], now: float) -> list[bo
             ([a.job_id for a in acks], [a.token for a in acks], list(range(len(acks)))),
             prepare=True,
         ).fetchall()
-        fast: list[tuple[Rec, Ack]] = []
+        fast: list[tuple[Row, Ack]] = []
         slow: list[tuple[Rec, Ack]] = []
         special: list[Rec] = []
         seen: set[int] = set()
         for row in rows:
-            rec, i = pg_rec(row[:15]), row[15]
-            if rec.rid in seen:  # the same ack twice in one batch: only the first counts
+            i = row[15]
+            if row[0] in seen:  # the same ack twice in one batch: only the first counts
                 continue
-            seen.add(rec.rid)
+            seen.add(row[0])
             out[i] = True
-            ack = acks[i]
+            if not row[16] and acks[i].error is None:
+                fast.append((row[:15], acks[i]))
+                continue
+            rec = pg_rec(row[:15])
+            slow.append((rec, acks[i]))
             if row[16]:
                 special.append(rec)
-            (slow if row[16] or ack.error is not None or rec.corrupt else fast).append((rec, ack))
         _write_fast(b, tx, fast, now)
         for rec, ack in slow:
             lifecycle.complete(rec.job, now, ack.result, ack.error)
@@ -82,21 +87,32 @@ def complete_acks(b: PostgresBroker, acks: Sequence[Ack], now: float) -> list[bo
     return out
 
 
-def _write_fast(b: PostgresBroker, tx: Tx, done: list[tuple[Rec, Ack]], now: float) -> None:
-    """Complete plain jobs with one ``UPDATE … FROM unnest``; events and counts in bulk."""
+def _write_fast(b: PostgresBroker, tx: Tx, done: list[tuple[Row, Ack]], now: float) -> None:
+    """Complete plain jobs with one ``UPDATE … FROM unnest``; events and counts in bulk. The
+    envelope is patched as a dict (``rec.completed_envelope``); an unexpected one (written by
+    someone else, undecodable) is decoded and saved through ``lifecycle`` like the slow path."""
     if not done:
         return
     rids: list[int] = []
     payloads: list[bytes] = []
-    for rec, ack in done:
-        job = rec.job
-        lifecycle.complete(job, now, ack.result)
-        rids.append(rec.rid)
-        payloads.append(rec.payload())
-        tx.count(job.queue, "active", "completed")
-        tx.finished.add((job.queue, "completed"))
-        tx.done.add(job.queue)
-        tx.emit("completed", job, now, attempt=job.attempts)
+    for row, ack in done:
+        patched = completed_envelope(row, now, ack.result)
+        if patched is None:  # not the envelope expected: decoded and saved like the slow path
+            rec = pg_rec(row)
+            lifecycle.complete(rec.job, now, ack.result)
+            b._save(tx, rec)
+            tx.emit("completed", rec.job, now, attempt=rec.job.attempts)
+            continue
+        rids.append(row[0])
+        payloads.append(patched[0])
+        queue = row[2]
+        tx.count(queue, "active", "completed")
+        tx.finished.add((queue, "completed"))
+        tx.done.add(queue)
+        tx.events.append(
+            {"type": "completed", "job_id": row[1], "queue": queue, "task": row[3], "at": now}
+            | {"attempt": patched[1]}
+        )
     tx.conn.execute(b.sql(_DONE), (now, rids, payloads), prepare=True)
 
 
