@@ -37,6 +37,20 @@ T = TypeVar("T")
 _OPTIONS = {"schema", "migrate", "pool_size"}
 #: How long a caller waits for a pooled connection while the server is known to be down.
 DOWN_WAIT_S = 0.5
+#: One statement at COMMIT: take the events of enqueues committed in callers' transactions
+#: (``events_pending``) and reserve numbers for them and this transaction's ``%s`` events.
+_FOLD_EVENTS = (
+    "WITH gone AS (DELETE FROM {S}.events_pending RETURNING id, body), bump AS (UPDATE"
+    " {S}.meta SET n = n + %s + COALESCE((SELECT sum(jsonb_array_length(convert_from(body,"
+    " 'UTF8')::jsonb)) FROM gone), 0) WHERE key = 'event' RETURNING n)"
+    " SELECT (SELECT n FROM bump), ARRAY(SELECT body FROM gone ORDER BY id)"
+)
+#: Every count delta of a transaction in one statement (rows in sorted order: lock order).
+_UPSERT_COUNTS = (
+    "INSERT INTO {S}.counts (queue, state, n) SELECT * FROM unnest(%s::text[], %s::text[],"
+    " %s::bigint[]) ON CONFLICT (queue, state) DO UPDATE SET n = {S}.counts.n + excluded.n"
+    " RETURNING queue, state, n"
+)
 
 
 class PoolRetryFilter(logging.Filter):
@@ -225,14 +239,18 @@ class PgStore:
 
     # ------------------------------------------------------------------ commit bookkeeping
     def _before_commit(self, tx: Tx) -> None:
-        """Number and store the events, apply the count deltas, send the NOTIFYs."""
+        """Number and store the events, apply the count deltas, send the NOTIFYs (each one
+        statement, however many jobs the transaction touched)."""
         self._write_events(tx)
         self._settle(tx)
         notes = [(self.channel, q) for q in sorted(tx.notify)]
         notes += [(self.done_channel, q) for q in sorted(tx.done)]
-        for channel, queue in notes:
-            payload = queue if len(queue.encode()) < 7000 else ""  # "" wakes every waiter
-            tx.conn.execute("SELECT pg_notify(%s, %s)", (channel, payload))
+        if notes:  # "" (a name too long for a payload) wakes every waiter
+            tx.conn.execute(
+                "SELECT pg_notify(c, q) FROM unnest(%s::text[], %s::text[]) AS t(c, q)",
+                ([c for c, _ in notes], [q if len(q.encode()) < 7000 else "" for _, q in notes]),
+                prepare=True,
+            )
 
     def _write_events(self, tx: Tx) -> None:
         keep = self.retention.events_max
@@ -240,20 +258,9 @@ class PgStore:
             return
         c = tx.conn  # the meta row lock orders committers: cursors never skip an event
         # Events of enqueues committed in callers' transactions go first (numbered now).
-        early = c.execute(
-            self.sql(
-                "WITH gone AS (DELETE FROM {S}.events_pending RETURNING id, body)"
-                " SELECT body FROM gone ORDER BY id"
-            )
-        ).fetchall()
+        last, early = one(c.execute(self.sql(_FOLD_EVENTS), (len(tx.events),), prepare=True))
         if early:
-            tx.events[:0] = [e for (body,) in early for e in orjson.loads(body)]
-        last = one(
-            c.execute(
-                self.sql("UPDATE {S}.meta SET n = n + %s WHERE key = 'event' RETURNING n"),
-                (len(tx.events),),
-            )
-        )[0]
+            tx.events[:0] = [e for body in early for e in orjson.loads(body)]
         events = tx.events[-keep:] if keep > 0 else []
         first = last - len(events) + 1
         rows = [
@@ -275,12 +282,14 @@ class PgStore:
         deltas = sorted((k, d) for k, d in tx.deltas.items() if d)
         tx.deltas.clear()
         totals: dict[tuple[str, str], int] = {}
-        upsert = self.sql(
-            "INSERT INTO {S}.counts (queue, state, n) VALUES (%s, %s, %s) ON CONFLICT"
-            " (queue, state) DO UPDATE SET n = {S}.counts.n + excluded.n RETURNING n"
-        )
-        for (queue, state), d in deltas:
-            totals[queue, state] = one(tx.conn.execute(upsert, (queue, state, d)))[0]
+        if deltas:
+            keys = [k for k, _ in deltas]
+            rows = tx.conn.execute(
+                self.sql(_UPSERT_COUNTS),
+                ([q for q, _ in keys], [st for _, st in keys], [d for _, d in deltas]),
+                prepare=True,
+            )
+            totals = {(q, st): int(n) for q, st, n in rows}
         for queue, state in sorted(tx.finished):
             cap = (
                 self.retention.completed_max
