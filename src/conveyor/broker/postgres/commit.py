@@ -18,10 +18,12 @@ from typing import TYPE_CHECKING
 
 import orjson
 
+from .arrays import bytea_array, num_array, text_array
 from .store import EVENT_CHUNK, EVENT_TRIM, Tx, one
 
 if TYPE_CHECKING:
-    from .store import PgStore
+    from .arrays import bytea_array, num_array, text_array
+from .store import PgStore
 
 _FOLD = (
     "WITH gone AS (DELETE FROM {S}.events_pending RETURNING id, body), bump AS (UPDATE"
@@ -57,15 +59,15 @@ def settle(s: PgStore, tx: Tx) -> None:
         tx.conn.execute(
             s.sql(_APPLY),
             (
-                [last for last, _, _ in events],
-                [n for _, n, _ in events],
-                [body for _, _, body in events],
-                [q for (q, _), _ in deltas],
-                [st for (_, st), _ in deltas],
-                [d for _, d in deltas],
-                [c for c, _ in notes],
+                num_array([last for last, _, _ in events]),
+                num_array([n for _, n, _ in events]),
+                bytea_array([body for _, _, body in events]),
+                text_array([q for (q, _), _ in deltas]),
+                text_array([st for (_, st), _ in deltas]),
+                num_array([d for _, d in deltas]),
+                text_array([c for c, _ in notes]),
                 # "" (a name too long for a payload) wakes every waiter
-                [q if len(q.encode()) < 7000 else "" for _, q in notes],
+                text_array([q if len(q.encode()) < 7000 else "" for _, q in notes]),
             ),
             prepare=True,
         )

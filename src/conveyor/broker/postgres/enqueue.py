@@ -24,6 +24,7 @@ from ...core.serialization import job_to_dict
 from ...core.state import TERMINAL_STATES, JobState
 from ...errors import DuplicateJob, ValidationError
 from ..base import EnqueueResult
+from .arrays import bytea_array, num_array, text_array
 from .store import Tx, one
 
 if TYPE_CHECKING:
@@ -109,19 +110,22 @@ def _register(b: PostgresBroker, tx: Tx, queues: list[str]) -> None:
     )
 
 
-def _columns(jobs: Sequence[Job], payloads: Sequence[bytes] | None) -> list[list[Any]]:
-    """One list per column of ``_INSERT`` (delayed: ``due_at``; finished: ``finished_at``)."""
+def _columns(jobs: Sequence[Job], payloads: Sequence[bytes] | None) -> list[str]:
+    """One array literal per column of ``_INSERT`` (delayed: ``due_at``; finished:
+    ``finished_at``)."""
     return [
-        [j.id for j in jobs],
-        [j.queue for j in jobs],
-        [j.task for j in jobs],
-        [str(j.state) for j in jobs],
-        [j.priority for j in jobs],
-        [j.run_at for j in jobs],
-        [j.created_at for j in jobs],
-        [j.run_at if j.state in _DELAYED else None for j in jobs],
-        [j.finished_at if j.state in TERMINAL_STATES else None for j in jobs],
-        list(payloads) if payloads is not None else [orjson.dumps(job_to_dict(j)) for j in jobs],
+        text_array([j.id for j in jobs]),
+        text_array([j.queue for j in jobs]),
+        text_array([j.task for j in jobs]),
+        text_array([str(j.state) for j in jobs]),
+        num_array([j.priority for j in jobs]),
+        num_array([j.run_at for j in jobs]),
+        num_array([j.created_at for j in jobs]),
+        num_array([j.run_at if j.state in _DELAYED else None for j in jobs]),
+        num_array([j.finished_at if j.state in TERMINAL_STATES else None for j in jobs]),
+        bytea_array(
+            payloads if payloads is not None else [orjson.dumps(job_to_dict(j)) for j in jobs]
+        ),
     ]
 
 
@@ -145,7 +149,9 @@ def insert_jobs(
     queues = sorted({j.queue for j in new})
     if new:
         cols = _columns(new, [payloads[i] for i in fresh] if payloads is not None else None)
-        sql, params = (_INSERT, cols) if deferred else (_REGISTER + _INSERT, [queues, *cols])
+        sql, params = (_INSERT, cols)
+        if not deferred:
+            sql, params = _REGISTER + _INSERT, [text_array(queues), *cols]
         try:
             tx.conn.execute(b.sql(sql), params, prepare=None if deferred else True)
         except psycopg.errors.UniqueViolation as exc:

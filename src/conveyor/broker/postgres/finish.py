@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from ...core import lifecycle
 from ..base import Ack
 from ..sqlite_rows import Rec
+from .arrays import bytea_array, num_array, text_array
 from .rec import COLS, completed_envelope, pg_rec
 from .store import Tx
 
@@ -57,7 +58,11 @@ def complete_acks(b: PostgresBroker, acks: Sequence[Ack], now: float) -> list[bo
     with b._write() as tx:
         rows = tx.conn.execute(
             b.sql(lock),
-            ([a.job_id for a in acks], [a.token for a in acks], list(range(len(acks)))),
+            (
+                text_array([a.job_id for a in acks]),
+                text_array([a.token for a in acks]),
+                num_array(range(len(acks))),
+            ),
             prepare=True,
         ).fetchall()
         fast: list[tuple[Row, Ack]] = []
@@ -113,7 +118,8 @@ def _write_fast(b: PostgresBroker, tx: Tx, done: list[tuple[Row, Ack]], now: flo
             {"type": "completed", "job_id": row[1], "queue": queue, "task": row[3], "at": now}
             | {"attempt": patched[1]}
         )
-    tx.conn.execute(b.sql(_DONE), (now, rids, payloads), prepare=True)
+    if rids:
+        tx.conn.execute(b.sql(_DONE), (now, num_array(rids), bytea_array(payloads)), prepare=True)
 
 
 def finish_special(b: PostgresBroker, tx: Tx, recs: list[Rec], now: float) -> None:
