@@ -28,7 +28,7 @@ from ..base import Ack, Broker, Claimed, EnqueueResult
 from ..sqlite_rows import Rec
 from .admin import PgJobAdmin
 from .claim import claim_jobs
-from .enqueue import duplicate, insert_jobs
+from .enqueue import insert_jobs
 from .finish import complete_acks
 from .reads import PgReads
 from .rec import COLS, pg_rec
@@ -137,11 +137,8 @@ class PostgresBroker(PgReads, PgWaits, PgJobAdmin, Broker):
         fresh_ids: bool = False,
     ) -> list[EnqueueResult]:
         """Store all jobs or none, in one transaction; see ``Broker.enqueue``."""
-        try:  # pipelined: BEGIN and the INSERT travel with the first read (postgres/commit.py)
-            with self._write(pipelined=True) as tx:
-                return insert_jobs(self, tx, jobs, now, payloads)
-        except psycopg.errors.UniqueViolation as exc:
-            raise duplicate(exc, jobs[0].id if jobs else "") from None
+        with self._write() as tx:
+            return insert_jobs(self, tx, jobs, now, payloads)
 
     def enqueue_in_transaction(
         self,

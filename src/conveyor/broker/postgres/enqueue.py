@@ -51,12 +51,6 @@ _CLAIM_KEY = (
 )
 
 
-def duplicate(exc: psycopg.errors.UniqueViolation, fallback: str) -> DuplicateJob:
-    """The ``DuplicateJob`` for a unique violation on ``jobs.id`` (the id from its detail)."""
-    detail = (exc.diag.message_detail or "").partition("=(")[2].rpartition(")")[0]
-    return DuplicateJob(detail or fallback)
-
-
 def _first_repeat(ids: Sequence[str]) -> str | None:
     seen: set[str] = set()
     for job_id in ids:
@@ -158,10 +152,11 @@ def insert_jobs(
         sql, params = (_INSERT, cols)
         if not deferred:
             sql, params = _REGISTER + _INSERT, [text_array(queues), *cols]
-        try:  # pipelined (``PostgresBroker.enqueue``): a conflict raises at the next read
+        try:
             tx.conn.execute(b.sql(sql), params, prepare=None if deferred else True)
         except psycopg.errors.UniqueViolation as exc:
-            raise duplicate(exc, new[0].id) from None
+            detail = (exc.diag.message_detail or "").partition("=(")[2].rpartition(")")[0]
+            raise DuplicateJob(detail or new[0].id) from None
     events = [
         {"type": "enqueued", "job_id": j.id, "queue": j.queue, "task": j.task, "at": now}
         | {"state": str(j.state)}
