@@ -75,7 +75,7 @@ def claim_jobs(
 ) -> Claimed:
     """``PostgresBroker.claim`` (see the module docstring)."""
     leases: list[Lease] = []
-    with b._write(pipelined=True) as tx:
+    with b._write() as tx:
         _, due, lease_end, paused = one(tx.conn.execute(b.sql(_LOOKUP), prepare=True))
         moved = 0
         if due is not None and due <= now:

@@ -40,11 +40,9 @@ _APPLY = (
     " SELECT (SELECT count(*) FROM nt), ARRAY(SELECT queue FROM cn), ARRAY(SELECT state FROM"
     " cn), ARRAY(SELECT n FROM cn)"
 )
-#: Returns the count as a row: a pipelined transaction has no rowcount before a sync.
 _CAP = (
-    "WITH gone AS (DELETE FROM {S}.jobs WHERE rid IN (SELECT rid FROM {S}.jobs WHERE queue = %s"
-    " AND state = %s AND finished_at IS NOT NULL ORDER BY seq LIMIT %s FOR UPDATE SKIP LOCKED)"
-    " RETURNING 1) SELECT count(*) FROM gone"
+    "DELETE FROM {S}.jobs WHERE rid IN (SELECT rid FROM {S}.jobs WHERE queue = %s AND state = %s"
+    " AND finished_at IS NOT NULL ORDER BY seq LIMIT %s FOR UPDATE SKIP LOCKED)"
 )
 
 
@@ -57,22 +55,25 @@ def settle(s: PgStore, tx: Tx) -> None:
     notes += [(s.done_channel, q) for q in sorted(tx.done)]
     if not (events or deltas or notes):
         return
-    params = (
-        num_array([last for last, _, _ in events]),
-        num_array([n for _, n, _ in events]),
-        bytea_array([body for _, _, body in events]),
-        text_array([q for (q, _), _ in deltas]),
-        text_array([st for (_, st), _ in deltas]),
-        num_array([d for _, d in deltas]),
-        text_array([c for c, _ in notes]),
-        # "" (a name too long for a payload) wakes every waiter
-        text_array([q if len(q.encode()) < 7000 else "" for _, q in notes]),
+    _, queues, states, ns = one(
+        tx.conn.execute(
+            s.sql(_APPLY),
+            (
+                num_array([last for last, _, _ in events]),
+                num_array([n for _, n, _ in events]),
+                bytea_array([body for _, _, body in events]),
+                text_array([q for (q, _), _ in deltas]),
+                text_array([st for (_, st), _ in deltas]),
+                num_array([d for _, d in deltas]),
+                text_array([c for c, _ in notes]),
+                # "" (a name too long for a payload) wakes every waiter
+                text_array([q if len(q.encode()) < 7000 else "" for _, q in notes]),
+            ),
+            prepare=True,
+        )
     )
-    cursor = tx.conn.execute(s.sql(_APPLY), params, prepare=True)
-    if tx.finished:  # the totals decide retention; otherwise (pipelined) it goes with COMMIT
-        _, queues, states, ns = one(cursor)
-        totals = {(q, st): int(n) for q, st, n in zip(queues, states, ns, strict=True)}
-        _cap_finished(s, tx, totals)
+    totals = {(q, st): int(n) for q, st, n in zip(queues, states, ns, strict=True)}
+    _cap_finished(s, tx, totals)
 
 
 def _number_events(s: PgStore, tx: Tx) -> list[tuple[int, int, bytes]]:
@@ -101,7 +102,7 @@ def _cap_finished(s: PgStore, tx: Tx, totals: dict[tuple[str, str], int]) -> Non
         cap = r.completed_max if state == "completed" else r.dead_letter_max
         excess = totals.get((queue, state), 0) - max(cap, 0)
         if excess > 0:
-            n = one(tx.conn.execute(s.sql(_CAP), (queue, state, excess)))[0]
+            n = tx.conn.execute(s.sql(_CAP), (queue, state, excess)).rowcount
             tx.conn.execute(
                 s.sql("UPDATE {S}.counts SET n = n - %s WHERE queue = %s AND state = %s"),
                 (n, queue, state),

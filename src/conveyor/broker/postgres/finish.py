@@ -55,7 +55,7 @@ def complete_acks(b: PostgresBroker, acks: Sequence[Ack], now: float) -> list[bo
         return out
     cols = ", ".join(f"j.{c.strip()}" for c in COLS.split(","))
     lock = _LOCK.format(cols=cols, special=SPECIAL)
-    with b._write(pipelined=True) as tx:
+    with b._write() as tx:
         rows = tx.conn.execute(
             b.sql(lock),
             (

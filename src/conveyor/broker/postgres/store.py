@@ -207,18 +207,10 @@ class PgStore:
             raise self._failed(exc) from exc
 
     @contextmanager
-    def _write(self, *, pipelined: bool = False) -> Iterator[Tx]:
-        """One transaction; commits on success (events, counts and NOTIFY settled first).
-
-        ``pipelined`` (the claim, the completion): psycopg's pipeline mode, so statements whose
-        result is not read travel with the next one (BEGIN with the first statement, the last
-        writes with COMMIT). Errors then surface at the next read, not at ``execute``: only
-        for transactions that handle no statement error themselves."""
+    def _write(self) -> Iterator[Tx]:
+        """One transaction; commits on success (events, counts and NOTIFY settled first)."""
         try:
-            with self._connection() as conn, contextlib.ExitStack() as stack:
-                if pipelined:
-                    stack.enter_context(conn.pipeline())
-                stack.enter_context(conn.transaction())
+            with self._connection() as conn, conn.transaction():
                 tx = Tx(conn)
                 yield tx
                 self._before_commit(tx)
