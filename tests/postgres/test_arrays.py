@@ -26,7 +26,7 @@ TEXTS = [
 
 def test_text_numbers_and_bytes_read_back_exactly(pg_server: Any) -> None:
     nums = [0, -1, 2**63 - 1, 1795507379.331612, 1e-300, -0.5, None]
-    blobs = [b"", b"\x00\xff", '{"a":"\\u0000"}'.encode(), bytes(range(256))]
+    blobs = [b"", b"\x00\xff", b'{"a":"\\u0000"}', bytes(range(256))]
     with psycopg.connect(pg_server.url, autocommit=True) as c:
         got = c.execute(
             "SELECT %s::text[], %s::float8[], %s::bytea[], %s::bigint[]",
