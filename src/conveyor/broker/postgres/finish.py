@@ -39,7 +39,7 @@ SPECIAL = "false"
 _LOCK = (
     "SELECT {cols}, a.n, ({special}) FROM {{S}}.jobs j JOIN unnest(%s::text[], %s::text[],"
     " %s::int[]) AS a(id, token, n) ON j.id = a.id AND j.token = a.token WHERE j.state ="
-    " 'active' ORDER BY j.rid FOR UPDATE OF j"
+    " 'active' ORDER BY j.rid, a.n FOR UPDATE OF j"
 )
 _DONE = (
     "UPDATE {S}.jobs j SET state = 'completed', seq = nextval('{S}.job_seq'), due_at = NULL,"
