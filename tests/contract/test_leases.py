@@ -148,3 +148,48 @@ def test_an_empty_claim_reports_the_next_due_time(app: Conveyor, clock: FakeCloc
     clock.advance(10)
     assert len(app.broker.claim(["default"], clock.now(), visibility_timeout=60)) == 1
     assert app.broker.claim(["default"], clock.now()).next_due == t0 + 30
+
+
+def test_a_batch_completion_refuses_only_its_stale_ack(app: Conveyor, clock: FakeClock) -> None:
+    for n in range(3):
+        app.enqueue("t", args=[n])
+    first = app.broker.claim(["default"], clock.now(), limit=3, visibility_timeout=5)
+    by_arg = {lease.job.args[0]: lease for lease in first}
+    clock.advance(6)  # every lease expires; the middle job is claimed again by another worker
+    app.broker.reap_expired(clock.now())
+    again = app.broker.claim(["default"], clock.now(), limit=3, visibility_timeout=60)
+    fresh = {lease.job.args[0]: lease for lease in again}
+    middle = by_arg[1]
+    acks = [Ack(fresh[0].id, fresh[0].token, "a"), Ack(middle.id, middle.token, "zombie")]
+    acks.append(Ack(fresh[2].id, fresh[2].token, "c"))
+    assert app.broker.complete(acks, clock.now()) == [True, False, True]
+    assert [app.get_job(lease.id).result for lease in (fresh[0], fresh[2])] == ["a", "c"]
+    snap = app.get_job(middle.id)
+    assert snap.state is JobState.ACTIVE and snap.attempts == 2 and snap.result is None
+    assert app.broker.complete([Ack(middle.id, fresh[1].token, "b")], clock.now()) == [True]
+    assert app.get_job(middle.id).result == "b"
+
+
+def test_the_same_ack_twice_in_one_batch_counts_once(app: Conveyor, clock: FakeClock) -> None:
+    app.enqueue("t")
+    lease = claim_one(app.broker, clock.now())
+    acks = [Ack(lease.id, lease.token, "one"), Ack(lease.id, lease.token, "two")]  # type: ignore[attr-defined]
+    assert app.broker.complete(acks, clock.now()) == [True, False]
+    snap = app.get_job(lease.id)  # type: ignore[attr-defined]
+    assert snap.state is JobState.COMPLETED and snap.result == "one"
+    assert app.broker.counts()["default"]["completed"] == 1
+
+
+def test_a_claimed_job_reads_back_with_its_lease(app: Conveyor, clock: FakeClock) -> None:
+    job = app.enqueue("t", args=[1])
+    lease = app.broker.claim(
+        ["default"], clock.now(), limit=1, visibility_timeout=30, worker_id="w9"
+    )[0]
+    snap = app.get_job(job.id)
+    assert (snap.state, snap.attempts, snap.worker_id) == (JobState.ACTIVE, 1, "w9")
+    assert (snap.started_at, snap.lease_expires_at) == (clock.now(), clock.now() + 30)
+    assert snap.args == [1] and lease.job.attempts == 1
+    clock.advance(1)
+    assert app.broker.extend([(lease.id, lease.token)], clock.now(), 30) == [True]
+    snap = app.get_job(job.id)
+    assert (snap.attempts, snap.worker_id, snap.lease_expires_at) == (1, "w9", clock.now() + 30)

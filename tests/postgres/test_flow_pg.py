@@ -4,7 +4,8 @@ parallel (the contract suite covers the semantics with one claimer at a time).
 * Two claimers on two connections never exceed a ``ConcurrencyLimit`` (the flow lock).
 * A grouped job enqueued in the caller's open transaction is claimed once the caller commits,
   even if a claimer dropped its group as empty in between (``flow_pending``).
-* A version 1 schema with jobs migrates to version 2 and the jobs run.
+* A version 1 schema migrates to the current version (2: workflows and flow control, 3: the
+  claim overlay) and its jobs run.
 """
 
 from __future__ import annotations
@@ -112,4 +113,42 @@ def test_a_version_1_schema_migrates_and_its_jobs_run(pg_server: Any) -> None:
         broker.complete([Ack(lease.id, lease.token, result)], time.time())
     assert [j.state for j in flow.jobs()] == [JobState.COMPLETED] * 2
     assert flow.result() == 13
+    app.close()
+
+
+def test_both_claim_paths_lease_alike_and_complete_in_one_batch(pg_server: Any) -> None:
+    """A grouped job (leased per job under the flow lock, its whole envelope saved: no claim
+    overlay) and a plain one (the one-statement claim, overlay columns) read back alike, and one
+    ``complete`` batch finishes both: the grouped one through ``finish_special`` (its slot
+    frees: the group's next job is claimable) and the plain one set-based."""
+    url = pg_server.new_database()
+    app = Conveyor(url)
+    broker = app.broker
+    assert isinstance(broker, PostgresBroker)
+
+    @app.task(name="flow.one", concurrency=ConcurrencyLimit(1, key="account"))
+    def one(account: int) -> None: ...
+
+    @app.task(name="plain")
+    def plain() -> None: ...
+
+    first, second = one.enqueue(1), one.enqueue(1)
+    free = plain.enqueue()
+    now = time.time()
+    leases = broker.claim(["default"], now, limit=5, visibility_timeout=60, worker_id="w")
+    assert [x.id for x in leases] == [first.id, free.id]  # groups first; the group's slot is full
+    with psycopg.connect(url) as c:
+        claims = dict(c.execute("SELECT id, claims FROM conveyor.jobs").fetchall())
+    assert (claims[first.id], claims[free.id]) == (0, 1)
+    for lease in leases:
+        got = broker.get(lease.id)
+        assert (got.state, got.attempts, got.worker_id) == (JobState.ACTIVE, 1, "w")
+        assert got.lease_expires_at == pytest.approx(now + 60)
+    acks = [Ack(x.id, x.token, x.id) for x in leases]
+    assert broker.complete(acks, time.time()) == [True, True]
+    for lease in leases:
+        got = broker.get(lease.id)
+        assert (got.state, got.result, got.attempts) == (JobState.COMPLETED, lease.id, 1)
+    [again] = broker.claim(["default"], time.time(), limit=5, worker_id="w")
+    assert again.id == second.id
     app.close()

@@ -11,9 +11,11 @@ import pytest
 from click.testing import CliRunner
 
 from conveyor import BrokerUnavailable, Conveyor
+from conveyor.broker.base import Ack
 from conveyor.broker.postgres import schema as pg_schema
 from conveyor.broker.postgres.broker import PostgresBroker
 from conveyor.cli.main import cli
+from conveyor.core.state import JobState
 
 
 def run_cli(*args: str) -> Any:
@@ -92,3 +94,38 @@ def test_bad_url_options_are_named(pg_server: Any) -> None:
         PostgresBroker.from_url(pg_server.url + "?migrate=maybe")
     with pytest.raises(ValidationError, match="pool_size"):
         PostgresBroker.from_url(pg_server.url + "?pool_size=lots")
+
+
+def test_a_version_2_schema_migrates_to_the_claim_overlay(pg_server: Any) -> None:
+    """Version 2 (workflows and flow control, released first) -> 3 (the claim overlay): a
+    pending job and one running under the old code (its whole envelope stored) both go on."""
+    url = pg_server.new_database()
+    old = PostgresBroker.from_url(url)
+    app = Conveyor(old)
+    job = app.enqueue("t", args=["kept"])
+    running = app.enqueue("t", args=["running"])
+    now = old.server_time()
+    [held] = old.claim(["default"], now, limit=1, visibility_timeout=300, worker_id="w0")
+    assert held.id == job.id
+    assert old.extend([(held.id, held.token)], now, 300) == [True]  # envelope written whole
+    old.close()
+    with psycopg.connect(url, autocommit=True) as c:  # what version 2 looked like
+        c.execute(
+            "ALTER TABLE conveyor.jobs DROP COLUMN claims, DROP COLUMN started_at,"
+            " DROP COLUMN worker"
+        )
+        c.execute("UPDATE conveyor.schema_version SET version = 2")
+    with pytest.raises(BrokerUnavailable, match="conveyor migrate"):
+        PostgresBroker.from_url(url)
+    assert run_cli("migrate", "--url", url).exit_code == 0
+    new = PostgresBroker.from_url(url)
+    got = new.get(held.id)
+    assert (got.state, got.attempts, got.worker_id) == (JobState.ACTIVE, 1, "w0")
+    now = new.server_time()
+    lease = new.claim(["default"], now, limit=1, visibility_timeout=30, worker_id="w")[0]
+    assert (lease.id, lease.job.args, lease.job.attempts) == (running.id, ["running"], 1)
+    assert new.get(running.id).worker_id == "w"
+    acks = [Ack(lease.id, lease.token, 7), Ack(held.id, held.token, 8)]
+    assert new.complete(acks, now) == [True, True]
+    assert (new.get(running.id).result, new.get(held.id).result) == (7, 8)
+    new.close()

@@ -62,7 +62,8 @@ def _wait_until(condition: Callable[[], bool], timeout: float, what: str) -> Non
 def test_three_scheduler_processes_with_a_kill_9(shared_url: str, tmp_path: Path) -> None:
     (tmp_path / "beat_app.py").write_text(APP_MODULE)
     conveyor = Path(sys.executable).parent / "conveyor"
-    env = {**os.environ, "CONVEYOR_URL": shared_url, "PYTHONPATH": str(tmp_path)}
+    path = os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "CONVEYOR_URL": shared_url, "PYTHONPATH": path}  # keep the tree's src
     logs: list[Path] = []
 
     def start() -> subprocess.Popen[bytes]:

@@ -4,15 +4,16 @@ One row of ``jobs`` per job, the same layout as the SQLite backend: the v1 envel
 ``payload`` plus the columns claim, retention and search use. Each transition is one
 transaction: lock the rows (``FOR UPDATE``; ``SKIP LOCKED`` where other workers compete),
 decode, apply the pure ``core.lifecycle`` function, write back. The claim selects, locks and
-leases its rows in ONE statement (``UPDATE … WHERE rid IN (SELECT … FOR UPDATE SKIP LOCKED
-LIMIT n) RETURNING``); the envelope is then patched in the same transaction. Enqueue can also run
-on the caller's own psycopg connection, inside their transaction (``enqueue_in_transaction``).
+leases its rows in ONE statement that also writes the lease and fencing token into the row's
+columns (``postgres/claim.py``; the envelope catches up at the next write: ``postgres/rec.py``),
+and a batch of acks completes in two set-based statements (``postgres/finish.py``). Enqueue can
+also run on the caller's own psycopg connection, inside their transaction
+(``enqueue_in_transaction``).
 Schema, queries, NOTIFY and vacuum: docs/architecture-postgres.md.
 """
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Mapping, Sequence
 from typing import Any, Self
 
@@ -20,19 +21,22 @@ import psycopg
 
 from ...config import Retention
 from ...core import lifecycle
-from ...core.job import ErrorKind, Job
+from ...core.job import Job
 from ...core.state import TERMINAL_STATES, JobState
 from ...errors import LeaseLost, ValidationError
-from ..base import Ack, Broker, Claimed, EnqueueResult, Lease
+from ..base import Ack, Broker, Claimed, EnqueueResult
 from ..sqlflow import SqlWorkflows
 from ..sqlite_rows import Rec
 from ..sqllimits import SqlFlowAdmin
 from . import flow as pgflow  # issue 15/16 hooks (postgres/flow.py)
 from .admin import PgJobAdmin
+from .claim import claim_jobs
 from .enqueue import enqueue_on, insert_jobs
-from .reads import COLS, PgReads
+from .finish import complete_acks
+from .reads import PgReads
+from .rec import COLS, pg_rec
 from .side import PgCounters, PgDocs, PgEvents, PgLogs
-from .store import Tx, one, parse_url
+from .store import Tx, parse_url
 from .waits import PgWaits
 
 _DELAYED = (JobState.SCHEDULED, JobState.RETRY_SCHEDULED)
@@ -41,21 +45,7 @@ _WAKES = (JobState.PENDING, JobState.SCHEDULED, JobState.RETRY_SCHEDULED)
 _SAVE = (
     "UPDATE {S}.jobs SET state = %s, seq = CASE WHEN %s THEN nextval('{S}.job_seq') ELSE seq"
     " END, run_at = %s, due_at = %s, lease_at = %s, token = %s, finished_at = %s,"
-    " last_error = %s, payload = %s, corrupt = COALESCE(corrupt, %s) WHERE rid = %s"
-)
-#: The claim: pick, lock and lease up to n ready rows of one queue in one statement. The row
-#: keeps its old state in RETURNING (``'pending'``) so ``Rec`` checks it against the envelope.
-_CLAIM = (
-    "WITH picked AS (SELECT rid, seq FROM {S}.jobs WHERE queue = %s AND state = 'pending'"
-    " AND grp IS NULL ORDER BY priority, seq LIMIT %s FOR UPDATE SKIP LOCKED)"
-    " UPDATE {S}.jobs j SET state = 'active', seq = nextval('{S}.job_seq'), lease_at = %s"
-    " FROM picked WHERE j.rid = picked.rid RETURNING j.rid, j.id, j.queue, j.task,"
-    " 'pending', j.priority, j.run_at, j.created_at, j.finished_at, j.last_error, j.payload,"
-    " picked.seq"
-)
-_NEXT_DUE = (
-    "SELECT (SELECT min(due_at) FROM {S}.jobs WHERE due_at IS NOT NULL),"
-    " (SELECT min(lease_at) FROM {S}.jobs WHERE lease_at IS NOT NULL)"
+    " last_error = %s, payload = %s, corrupt = COALESCE(corrupt, %s), claims = 0 WHERE rid = %s"
 )
 
 
@@ -109,7 +99,7 @@ class PostgresBroker(PgReads, PgWaits, PgJobAdmin, SqlWorkflows, SqlFlowAdmin, B
 
     def _rows(self, tx: Tx, where: str, params: Sequence[Any], lock: str = "") -> list[Rec]:
         sql = self.sql(f"SELECT {COLS} FROM {{S}}.jobs WHERE {where} {lock}")
-        return [Rec(tuple(row), True) for row in tx.conn.execute(sql, params)]
+        return [pg_rec(row) for row in tx.conn.execute(sql, params)]
 
     def _leased(self, tx: Tx, job_id: str, token: str) -> Rec | None:
         recs = self._rows(
@@ -201,96 +191,13 @@ class PostgresBroker(PgReads, PgWaits, PgJobAdmin, SqlWorkflows, SqlFlowAdmin, B
         leases come back (``max_lost`` applies; rows another claimer holds are skipped). An
         empty claim reports ``next_due`` over all queues.
         """
-        leases: list[Lease] = []
         self._drain_notifies()  # LISTEN before claiming: a NOTIFY after it wakes the next wait
-        with self._write() as tx:
-            self._promote(tx, now, 1000)
-            self._expire(tx, now, max_lost, 1000)
-            paused = {
-                r[0] for r in tx.conn.execute(self.sql("SELECT name FROM {S}.queues WHERE paused"))
-            }
-            flowing = pgflow.flowing(self, tx)  # issue 15: any flow group at all (cheap gate)
-            served = [q for q in queues if q not in paused]
-            for queue in served:
-                if flowing:  # issue 15: grouped jobs first (postgres/flow.py)
-                    want = limit - len(leases)
-                    leases += pgflow.take(self, tx, queue, now, want, visibility_timeout, worker_id)
-                while len(leases) < limit:
-                    got = self._claim_rows(tx, queue, limit - len(leases), now, visibility_timeout)
-                    for rec in got:
-                        lease = self._lease(tx, rec, now, visibility_timeout, worker_id)
-                        if lease is not None:
-                            leases.append(lease)
-                    if not got:
-                        break
-            next_due = None if leases else self._next_due(tx)
-            if not leases and flowing:  # issue 15: or when a throttled group is due
-                next_due = pgflow.next_due(self, tx, now, next_due, served)
-        return Claimed.of(leases, next_due)
-
-    def _claim_rows(self, tx: Tx, queue: str, n: int, now: float, vt: float) -> list[Rec]:
-        rows = tx.conn.execute(self.sql(_CLAIM), (queue, n, now + vt)).fetchall()
-        rows.sort(key=lambda r: (r[5], r[11]))  # RETURNING has no order: priority, old seq
-        recs = [Rec(tuple(r[:11]), True) for r in rows]
-        tx.count(queue, "pending", "active", len(recs))
-        for rec in recs:
-            rec.state = "active"
-        return recs
-
-    def _next_due(self, tx: Tx) -> float | None:
-        row = one(tx.conn.execute(self.sql(_NEXT_DUE)))
-        times = [float(t) for t in row if t is not None]
-        return min(times) if times else None
-
-    def _lease(
-        self, tx: Tx, rec: Rec, now: float, visibility_timeout: float, worker_id: str
-    ) -> Lease | None:
-        """Lease one claimed row; an undecodable one is dead-lettered (``decode_error``)."""
-        if pgflow.lapsed(self, tx, rec, now):  # issue 15: past expires_at -> expired
-            return None
-        lifecycle.claim(rec.job, now, visibility_timeout, worker_id)
-        if rec.corrupt is None:
-            token = secrets.token_hex(12)
-            try:
-                self._save(tx, rec, token, placed=False)
-            except (TypeError, ValueError, RecursionError) as exc:  # cannot be re-encoded
-                rec.spoil(rec.row, rec.row[10], exc)
-                rec.state = "active"
-                lifecycle.claim(rec.job, now, visibility_timeout, worker_id)
-            else:
-                tx.emit("started", rec.job, now, attempt=rec.job.attempts, worker=worker_id)
-                return Lease(rec.job, token, now + visibility_timeout)
-        self._bury_corrupt(tx, rec, now, worker_id)
-        return None
-
-    def _bury_corrupt(self, tx: Tx, rec: Rec, now: float, worker_id: str) -> None:
-        """An undecodable row: active → dead_letter with kind ``decode_error``; bytes kept."""
-        error = {
-            "kind": str(ErrorKind.DECODE_ERROR),
-            "type": "DecodeError",
-            "traceback": "",
-            "message": str(rec.job.metadata.get("decode_error")),
-            "worker": worker_id or None,
-            "at": now,
-        }
-        lifecycle.fail(rec.job, now, error, None)
-        self._save(tx, rec)
-        tx.emit("dead_lettered", rec.job, now, reason=str(ErrorKind.DECODE_ERROR))
-        pgflow.done(self, tx, now, rec.job)  # issue 16
+        return claim_jobs(self, queues, now, limit, visibility_timeout, worker_id, max_lost)
 
     def complete(self, acks: Sequence[Ack], now: float) -> list[bool]:
-        """Record each success, all in one transaction; False for stale tokens."""
-        out: list[bool] = []
-        with self._write() as tx:
-            for ack in acks:
-                rec = self._leased(tx, ack.job_id, ack.token)
-                if rec is not None:
-                    lifecycle.complete(rec.job, now, ack.result, ack.error)
-                    self._save(tx, rec)
-                    tx.emit("completed", rec.job, now, attempt=rec.job.attempts)
-                    pgflow.done(self, tx, now, rec.job)  # issue 16: release dependants
-                out.append(rec is not None)
-        return out
+        """Record each success, all in one transaction (set-based: ``postgres/finish.py``);
+        False for stale tokens."""
+        return complete_acks(self, acks, now)
 
     def fail(
         self,
@@ -398,11 +305,12 @@ class PostgresBroker(PgReads, PgWaits, PgJobAdmin, SqlWorkflows, SqlFlowAdmin, B
         """Expired leases → pending (``lost += 1``), the ``max_lost``-th loss → dead letter."""
         recs = self._rows(
             tx,
-            "lease_at <= %s AND state = 'active' ORDER BY lease_at, seq LIMIT %s",
+            # lease_at is set only on active rows: jobs_lease alone finds them (postgres/claim.py)
+            "lease_at <= %s ORDER BY lease_at, seq LIMIT %s",
             (now, limit),
             "FOR UPDATE SKIP LOCKED",
         )
-        for rec in recs:
+        for rec in (r for r in recs if r.state == "active"):
             job, worker = rec.job, rec.job.worker_id
             lifecycle.expire(job, now, max_lost)
             self._save(tx, rec)

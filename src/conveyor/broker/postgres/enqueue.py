@@ -26,16 +26,26 @@ from ...core.state import TERMINAL_STATES, JobState
 from ...errors import DuplicateJob, ValidationError
 from ..base import EnqueueResult
 from . import flow as pgflow
+from .arrays import bytea_array, num_array, text_array
 from .store import Tx, one
 
 if TYPE_CHECKING:
     from .broker import PostgresBroker
 
 _DELAYED = (JobState.SCHEDULED, JobState.RETRY_SCHEDULED)
+#: The whole batch in one statement, from one array per column (rows numbered in order).
 _INSERT = (
     "INSERT INTO {S}.jobs (id, queue, task, state, priority, seq, run_at, created_at, due_at,"
-    " finished_at, payload, grp) VALUES (%s, %s, %s, %s, %s, nextval('{S}.job_seq'), %s, %s,"
-    " %s, %s, %s, %s)"
+    " finished_at, payload, grp) SELECT i, q, t, s, p, nextval('{S}.job_seq'), r, c, d, f, b, g"
+    " FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::int[], %s::float8[],"
+    " %s::float8[], %s::float8[], %s::float8[], %s::bytea[], %s::text[])"
+    " AS u(i, q, t, s, p, r, c, d, f, b, g)"
+)
+#: Prefix of ``_INSERT`` in the broker's own transaction: list the queues in the same statement
+#: (an existing row is not locked).
+_REGISTER = (
+    "WITH reg AS (INSERT INTO {S}.queues (name) SELECT unnest(%s::text[])"
+    " ON CONFLICT (name) DO NOTHING) "
 )
 _CLAIM_KEY = (
     "INSERT INTO {S}.idem (queue, key, job_id, expires_at) VALUES (%s, %s, %s, %s)"
@@ -127,6 +137,26 @@ def _register(b: PostgresBroker, tx: Tx, queues: list[str]) -> None:
     )
 
 
+def _columns(jobs: Sequence[Job], payloads: Sequence[bytes] | None) -> list[str]:
+    """One array literal per column of ``_INSERT`` (delayed: ``due_at``; finished:
+    ``finished_at``; a flow-controlled job: its group ``grp``)."""
+    return [
+        text_array([j.id for j in jobs]),
+        text_array([j.queue for j in jobs]),
+        text_array([j.task for j in jobs]),
+        text_array([str(j.state) for j in jobs]),
+        num_array([j.priority for j in jobs]),
+        num_array([j.run_at for j in jobs]),
+        num_array([j.created_at for j in jobs]),
+        num_array([j.run_at if j.state in _DELAYED else None for j in jobs]),
+        num_array([j.finished_at if j.state in TERMINAL_STATES else None for j in jobs]),
+        bytea_array(
+            payloads if payloads is not None else [orjson.dumps(job_to_dict(j)) for j in jobs]
+        ),
+        text_array([j.flow["g"] if j.flow else None for j in jobs]),  # issue 15: its group
+    ]
+
+
 def insert_jobs(
     b: PostgresBroker,
     tx: Tx,
@@ -144,28 +174,17 @@ def insert_jobs(
     else:
         results, fresh = [EnqueueResult(j.id, False, j.state) for j in jobs], list(range(len(jobs)))
     new = [jobs[i] for i in fresh]
-    rows = [
-        (
-            j.id,
-            j.queue,
-            j.task,
-            str(j.state),
-            j.priority,
-            j.run_at,
-            j.created_at,
-            j.run_at if j.state in _DELAYED else None,
-            j.finished_at if j.state in TERMINAL_STATES else None,
-            payloads[i] if payloads is not None else orjson.dumps(job_to_dict(j)),
-            j.flow["g"] if j.flow else None,  # issue 15: its group, if any
-        )
-        for i, j in zip(fresh, new, strict=True)
-    ]
-    try:
-        with tx.conn.cursor() as cur:
-            cur.executemany(b.sql(_INSERT), rows)
-    except psycopg.errors.UniqueViolation as exc:
-        detail = (exc.diag.message_detail or "").partition("=(")[2].rpartition(")")[0]
-        raise DuplicateJob(detail or (new[0].id if new else "")) from None
+    queues = sorted({j.queue for j in new})
+    if new:
+        cols = _columns(new, [payloads[i] for i in fresh] if payloads is not None else None)
+        sql, params = (_INSERT, cols)
+        if not deferred:
+            sql, params = _REGISTER + _INSERT, [text_array(queues), *cols]
+        try:
+            tx.conn.execute(b.sql(sql), params, prepare=None if deferred else True)
+        except psycopg.errors.UniqueViolation as exc:
+            detail = (exc.diag.message_detail or "").partition("=(")[2].rpartition(")")[0]
+            raise DuplicateJob(detail or new[0].id) from None
     if grouped := [j for j in new if j.flow]:  # issue 15: their groups (postgres/flow.py)
         pgflow.on_insert(b, tx, grouped)
     events = [
@@ -174,12 +193,9 @@ def insert_jobs(
         for j in new
     ]
     counts = Counter((j.queue, str(j.state)) for j in new)
-    queues = sorted({j.queue for j in new})
     if queues and deferred:  # committed apart: a new queue row must not wait for the caller
         with b._write() as own:
             _register(b, own, queues)
-    elif queues:
-        _register(b, tx, queues)
     tx.notify.update(queues)
     if not deferred:
         tx.events.extend(events)

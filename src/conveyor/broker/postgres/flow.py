@@ -23,8 +23,7 @@ Concurrency (SQLite serialises every writer; PostgreSQL does not):
 from __future__ import annotations
 
 import weakref
-from collections.abc import Sequence
-from functools import partial
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ...core.job import Job
@@ -109,10 +108,15 @@ def flowing(b: PostgresBroker, tx: Tx) -> bool:
 
 
 def take(
-    b: PostgresBroker, tx: Tx, queue: str, now: float, want: int, vt: float, worker_id: str
+    b: PostgresBroker,
+    tx: Tx,
+    queue: str,
+    now: float,
+    want: int,
+    lease: Callable[[Rec], Lease | None],
 ) -> list[Lease]:
-    """Lease up to ``want`` jobs of ``queue``'s due groups (sqllimits.take)."""
-    lease = partial(b._lease, tx, now=now, visibility_timeout=vt, worker_id=worker_id)
+    """Lease up to ``want`` jobs of ``queue``'s due groups (sqllimits.take), each through
+    ``lease`` (``claim.lease_one``: the whole envelope saved with the lease)."""
     return sqllimits.take(PgDb(b, tx), queue, now, want, lease)
 
 

@@ -1,6 +1,6 @@
 """Job reads of the PostgreSQL backend (get, peek, search, oldest pending) and the wake-ups
-(``wait_for_work``: LISTEN/NOTIFY plus a safety poll). Rows decode with the SQLite backend's
-``Rec`` (the same row layout and envelope bytes). Transitions live in ``broker.py``.
+(``wait_for_work``: LISTEN/NOTIFY plus a safety poll). Rows decode through ``rec.pg_rec``
+(the SQLite backend's ``Rec`` plus the claim overlay). Transitions live in ``broker.py``.
 """
 
 from __future__ import annotations
@@ -15,14 +15,10 @@ import psycopg
 from psycopg import sql
 
 from ..base import Page, SearchQuery
-from ..sqlite_rows import Rec
 from ..sqlite_store import _icontains, _text_match
+from .rec import COLS, pg_rec
 from .store import PgStore
 
-COLS = (
-    "rid, id, queue, task, state, priority, run_at, created_at, finished_at, last_error,"
-    " payload"
-)  # the row layout Rec reads
 READY = "queue = %s AND state = 'pending' AND grp IS NULL ORDER BY priority, seq"  # as the claim
 #: A lost NOTIFY (a dropped listener connection, a restart) delays a pickup at most this long.
 SAFETY_POLL_S = 1.0
@@ -50,12 +46,12 @@ class PgReads(PgStore):
     def get(self, job_id: str) -> Any:
         """A fresh snapshot, or None (a corrupt row reads as a stub built from its columns)."""
         rows = self._read(f"SELECT {COLS} FROM {{S}}.jobs WHERE id = %s", (job_id,))
-        return Rec(tuple(rows[0]), True).job if rows else None
+        return pg_rec(rows[0]).job if rows else None
 
     def peek(self, queue: str, n: int = 10) -> list[Any]:
         """The next ``n`` ready jobs of ``queue`` in claim order."""
         sql = f"SELECT {COLS} FROM {{S}}.jobs WHERE {READY} LIMIT %s"
-        return [Rec(tuple(r), True).job for r in self._read(sql, (queue, n))]
+        return [pg_rec(r).job for r in self._read(sql, (queue, n))]
 
     def search(self, query: SearchQuery) -> Page:
         """Filter in SQL (an index narrows first), newest first, one page.
@@ -84,7 +80,7 @@ class PgReads(PgStore):
                 f"SELECT {COLS} FROM {{S}}.jobs WHERE {where} {order} LIMIT %(lim)s OFFSET %(off)s",
                 p | {"lim": size, "off": offset},
             )
-            return Page([Rec(tuple(r), True).job for r in rows], int(total), q.page, size)
+            return Page([pg_rec(r).job for r in rows], int(total), q.page, size)
         rids = [
             r[0]
             for r in self._read(
@@ -95,7 +91,7 @@ class PgReads(PgStore):
         ]
         chosen = rids[offset : offset + size]
         rows = self._read(f"SELECT {COLS} FROM {{S}}.jobs WHERE rid = ANY(%s) {order}", (chosen,))
-        return Page([Rec(tuple(r), True).job for r in rows], len(rids), q.page, size)
+        return Page([pg_rec(r).job for r in rows], len(rids), q.page, size)
 
     def oldest_pending(self, queue: str) -> float | None:
         """Ready time (run_at, or created_at when run_at is 0) of the oldest pending job."""

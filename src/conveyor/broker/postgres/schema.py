@@ -22,14 +22,19 @@ Version history:
   ones; ``wf_nodes``, ``wf_edges``, ``flow_groups``, ``flow_pending``, ``flow_buckets``,
   ``flow_slots``, ``flow_waiters``, ``flow_limits``. Additive: a nullable column (no table
   rewrite), new tables, and ``jobs_ready`` rebuilt with the narrower predicate (an index, no
-  data). A new database is created at version 1 and migrated forward in the same transaction.
+  data).
+* 3 — the claim overlay: ``jobs.claims``, ``jobs.started_at``, ``jobs.worker`` (added columns,
+  nothing rewritten). The claim writes them instead of the envelope (``postgres/rec.py``).
+
+A new database is created at version 1 (``SCHEMA``, never edited) and migrated forward in the
+same transaction, so a new and an upgraded database are the same schema.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 #: Text columns compare by code point (``COLLATE "C"``): the same order as Python's ``sorted``
 #: and the other backends, and id-prefix search can use the b-tree as a range.
@@ -184,8 +189,15 @@ FLOW_TABLES = (
     "flow_limits",
 )
 
+#: Version 3: the claim overlay (postgres/rec.py). Rows written before it have claims = 0:
+#: their envelope is whole.
+OVERLAY_SCHEMA = (
+    "ALTER TABLE {S}.jobs ADD COLUMN claims integer NOT NULL DEFAULT 0,"
+    " ADD COLUMN started_at double precision, ADD COLUMN worker text"
+)
+
 #: ``MIGRATIONS[v]`` turns a version ``v`` schema into version ``v + 1``.
-MIGRATIONS: dict[int, str] = {1: FLOW_SCHEMA}
+MIGRATIONS: dict[int, str] = {1: FLOW_SCHEMA, 2: OVERLAY_SCHEMA}
 
 #: The advisory lock key serialising schema creation and migration (any schema name).
 LOCK_KEY = 0x636F6E76  # "conv"

@@ -21,7 +21,6 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-import orjson
 import psycopg
 import psycopg_pool
 
@@ -225,82 +224,10 @@ class PgStore:
 
     # ------------------------------------------------------------------ commit bookkeeping
     def _before_commit(self, tx: Tx) -> None:
-        """Number and store the events, apply the count deltas, send the NOTIFYs."""
-        self._write_events(tx)
-        self._settle(tx)
-        notes = [(self.channel, q) for q in sorted(tx.notify)]
-        notes += [(self.done_channel, q) for q in sorted(tx.done)]
-        for channel, queue in notes:
-            payload = queue if len(queue.encode()) < 7000 else ""  # "" wakes every waiter
-            tx.conn.execute("SELECT pg_notify(%s, %s)", (channel, payload))
+        """Events, count deltas, NOTIFYs and retention: ``postgres/commit.py``."""
+        from .commit import settle
 
-    def _write_events(self, tx: Tx) -> None:
-        keep = self.retention.events_max
-        if not tx.events:
-            return
-        c = tx.conn  # the meta row lock orders committers: cursors never skip an event
-        # Events of enqueues committed in callers' transactions go first (numbered now).
-        early = c.execute(
-            self.sql(
-                "WITH gone AS (DELETE FROM {S}.events_pending RETURNING id, body)"
-                " SELECT body FROM gone ORDER BY id"
-            )
-        ).fetchall()
-        if early:
-            tx.events[:0] = [e for (body,) in early for e in orjson.loads(body)]
-        last = one(
-            c.execute(
-                self.sql("UPDATE {S}.meta SET n = n + %s WHERE key = 'event' RETURNING n"),
-                (len(tx.events),),
-            )
-        )[0]
-        events = tx.events[-keep:] if keep > 0 else []
-        first = last - len(events) + 1
-        rows = [
-            (first + i + len(chunk) - 1, len(chunk), orjson.dumps(chunk))
-            for i in range(0, len(events), EVENT_CHUNK)
-            for chunk in [events[i : i + EVENT_CHUNK]]
-        ]
-        if rows:
-            with c.cursor() as cur:
-                cur.executemany(
-                    self.sql("INSERT INTO {S}.events (last, n, body) VALUES (%s, %s, %s)"), rows
-                )
-        if (last - len(tx.events)) // EVENT_TRIM != last // EVENT_TRIM:  # amortised trim
-            c.execute(self.sql("DELETE FROM {S}.events WHERE last <= %s"), (last - keep,))
-
-    def _settle(self, tx: Tx) -> None:
-        """Apply the count deltas (sorted: every transaction locks count rows in one order);
-        then cap the finished jobs this transaction touched (``Retention``)."""
-        deltas = sorted((k, d) for k, d in tx.deltas.items() if d)
-        tx.deltas.clear()
-        totals: dict[tuple[str, str], int] = {}
-        upsert = self.sql(
-            "INSERT INTO {S}.counts (queue, state, n) VALUES (%s, %s, %s) ON CONFLICT"
-            " (queue, state) DO UPDATE SET n = {S}.counts.n + excluded.n RETURNING n"
-        )
-        for (queue, state), d in deltas:
-            totals[queue, state] = one(tx.conn.execute(upsert, (queue, state, d)))[0]
-        for queue, state in sorted(tx.finished):
-            cap = (
-                self.retention.completed_max
-                if state == "completed"
-                else self.retention.dead_letter_max
-            )
-            excess = totals.get((queue, state), 0) - max(cap, 0)
-            if excess > 0:
-                n = tx.conn.execute(
-                    self.sql(
-                        "DELETE FROM {S}.jobs WHERE rid IN (SELECT rid FROM {S}.jobs WHERE"
-                        " queue = %s AND state = %s AND finished_at IS NOT NULL ORDER BY seq"
-                        " LIMIT %s FOR UPDATE SKIP LOCKED)"
-                    ),
-                    (queue, state, excess),
-                ).rowcount
-                tx.conn.execute(
-                    self.sql("UPDATE {S}.counts SET n = n - %s WHERE queue = %s AND state = %s"),
-                    (n, queue, state),
-                )
+        settle(self, tx)
 
     # ------------------------------------------------------------------ queues and counts
     def pause(self, queue: str) -> None:

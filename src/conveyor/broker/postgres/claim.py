@@ -1,0 +1,191 @@
+"""The claim transaction of the PostgreSQL backend (``PostgresBroker.claim``).
+
+One round trip looks up everything the claim needs before it starts (``_LOOKUP``: the earliest
+delayed run_at and lease deadline, the paused queues); due delayed jobs and expired leases are
+handled only when there are some. Then, per queue in the order given, ONE statement picks,
+locks and leases a batch (``_CLAIM``: ``UPDATE … FROM (SELECT … ORDER BY priority, seq LIMIT n
+FOR UPDATE SKIP LOCKED) … RETURNING``). It writes the lease into the row's columns (state, lease
+deadline, a fencing token from ``gen_random_uuid()``, the claim overlay ``claims``,
+``started_at``, ``worker``) and leaves the envelope untouched (``postgres/rec.py``), so no
+per-job statement follows a claim. Only an undecodable row costs one more write (it is
+dead-lettered as ``decode_error``), and so does a row past its ``expires_at`` (it expires).
+
+Flow control (issue 15): ``_CLAIM`` takes only ungrouped rows (``grp IS NULL``, the
+``jobs_ready`` index); a flow group's jobs go first, through ``pgflow.take`` under the flow
+lock, each leased by ``lease_one``, which saves the whole envelope with the lease (``claims =
+0``: no overlay), so a reader sees the same job whichever path leased it. The look-up also
+tells whether any flow group exists: without one the claim never takes the flow lock.
+
+Plans: the claim must walk ``jobs_ready`` in index order and stop after n rows whatever the
+statistics say. A freshly filled table has none (autovacuum analyzes it a minute later), and the
+planner then estimates two pending rows and chooses a bitmap scan of EVERY pending row plus a
+sort: the cost grows with the backlog (docs/architecture-postgres.md, "Claim"). The look-up
+therefore turns bitmap scans off for the claim's transaction (``set_config(…, true)``), which
+leaves the ordered index scan as the cheap plan. Expired leases are found through
+``jobs_lease`` alone: ``lease_at`` is set only on active rows, and a ``state = 'active'``
+condition made the planner AND in ``jobs_state_created``, whose dead entries bitmap scans never
+clean up (thousands read per claim mid-drain).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from ...core import lifecycle
+from ...core.job import ErrorKind
+from ...core.state import JobState
+from ..base import Claimed, Lease
+from ..sqlite_rows import Rec
+from . import flow as pgflow  # issue 15/16 hooks
+from .rec import COLS, pg_rec
+from .store import Tx, one
+
+if TYPE_CHECKING:
+    from .broker import PostgresBroker
+
+_LOOKUP = (
+    "SELECT set_config('enable_bitmapscan', 'off', true),"
+    " (SELECT min(due_at) FROM {S}.jobs WHERE due_at IS NOT NULL),"
+    " (SELECT min(lease_at) FROM {S}.jobs WHERE lease_at IS NOT NULL),"
+    " ARRAY(SELECT name FROM {S}.queues WHERE paused),"
+    " EXISTS (SELECT 1 FROM {S}.flow_groups) OR EXISTS (SELECT 1 FROM {S}.flow_pending)"
+)
+_RETURNED = ", ".join(f"j.{c.strip()}" for c in COLS.split(","))
+#: Pick, lock and lease up to n ready rows of one queue; the envelope is not rewritten. Only
+#: ungrouped rows (``jobs_ready``): a flow group's jobs go through ``pgflow.take`` (issue 15).
+_CLAIM = (
+    "WITH picked AS (SELECT rid, seq FROM {S}.jobs WHERE queue = %s AND state = 'pending'"
+    " AND grp IS NULL ORDER BY priority, seq LIMIT %s FOR UPDATE SKIP LOCKED)"
+    " UPDATE {S}.jobs j SET state = 'active', seq = nextval('{S}.job_seq'), lease_at = %s,"
+    " token = replace(gen_random_uuid()::text, '-', ''), claims = j.claims + 1,"
+    f" started_at = %s, worker = %s FROM picked WHERE j.rid = picked.rid RETURNING {_RETURNED},"
+    " picked.seq, j.token"
+)
+_NEXT_DUE = (
+    "SELECT (SELECT min(due_at) FROM {S}.jobs WHERE due_at IS NOT NULL),"
+    " (SELECT min(lease_at) FROM {S}.jobs WHERE lease_at IS NOT NULL)"
+)
+
+
+def _earliest(*times: float | None) -> float | None:
+    found = [float(t) for t in times if t is not None]
+    return min(found) if found else None
+
+
+def claim_jobs(
+    b: PostgresBroker,
+    queues: Sequence[str],
+    now: float,
+    limit: int,
+    vt: float,
+    worker_id: str,
+    max_lost: int,
+) -> Claimed:
+    """``PostgresBroker.claim`` (see the module docstring)."""
+    leases: list[Lease] = []
+    with b._write() as tx:
+        _, due, lease_end, paused, groups = one(tx.conn.execute(b.sql(_LOOKUP), prepare=True))
+        moved = 0
+        if due is not None and due <= now:
+            moved += b._promote(tx, now, 1000)
+        if lease_end is not None and lease_end <= now:
+            moved += b._expire(tx, now, max_lost, 1000)
+        # issue 15: a flow group seen (or just made due by a promotion or an expired lease):
+        # the flow lock and the groups' bookkeeping; the unlimited path never pays for them
+        flowing = bool(groups or moved) and pgflow.flowing(b, tx)
+        lease = partial(lease_one, b, tx, now, vt, worker_id)
+        served = [q for q in queues if q not in set(paused)]
+        for queue in served:
+            if flowing:  # issue 15: grouped jobs first (postgres/flow.py), leased per job
+                leases += pgflow.take(b, tx, queue, now, limit - len(leases), lease)
+            while len(leases) < limit:
+                rows, got = _claim_rows(b, tx, queue, limit - len(leases), now, vt, worker_id)
+                leases.extend(got)
+                if not rows:  # none left (a buried or expired row leaves room: claim again)
+                    break
+        next_due = None
+        if not leases:
+            if moved:
+                due, lease_end = one(tx.conn.execute(b.sql(_NEXT_DUE)))
+            next_due = _earliest(due, lease_end)
+            if flowing:  # issue 15: or when a throttled group is due
+                next_due = pgflow.next_due(b, tx, now, next_due, served)
+    return Claimed.of(leases, next_due)
+
+
+def _claim_rows(
+    b: PostgresBroker, tx: Tx, queue: str, n: int, now: float, vt: float, worker_id: str
+) -> tuple[int, list[Lease]]:
+    """One claim statement: the rows it took, and their leases in claim order (priority, then
+    the old place); an undecodable row or one past its ``expires_at`` gets none."""
+    rows = tx.conn.execute(
+        b.sql(_CLAIM), (queue, n, now + vt, now, worker_id or None), prepare=True
+    ).fetchall()
+    if not rows:
+        return 0, []
+    rows.sort(key=lambda r: (r[5], r[15]))  # RETURNING has no order: priority, old seq
+    tx.count(queue, "pending", "active", len(rows))
+    leases: list[Lease] = []
+    for row in rows:
+        rec = pg_rec(row[:15])
+        if rec.corrupt is not None:
+            bury_corrupt(b, tx, rec, now, worker_id)
+            continue
+        if lifecycle.is_lapsed(rec.job, now) and _lapse(b, tx, row, now):
+            continue  # issue 15: past its expires_at: expired, never leased
+        tx.emit("started", rec.job, now, attempt=rec.job.attempts, worker=worker_id)
+        leases.append(Lease(rec.job, row[16], now + vt))
+    return len(rows), leases
+
+
+def _lapse(b: PostgresBroker, tx: Tx, row: Sequence[Any], now: float) -> bool:
+    """A claimed row past its ``expires_at``: expired as if found pending (its envelope, not
+    the overlay: it never started), its workflow dependants end (sqllimits.lapsed)."""
+    rec = Rec((*row[:4], "pending", *row[5:11]), True)
+    rec.state = "active"  # the row's state now (the claim counted pending -> active)
+    return pgflow.lapsed(b, tx, rec, now)
+
+
+def lease_one(
+    b: PostgresBroker, tx: Tx, now: float, vt: float, worker_id: str, rec: Rec
+) -> Lease | None:
+    """Lease one pending row the flow-control path picked (issue 15; ``pgflow.take``): the
+    whole envelope is saved with the lease (``_save``: ``claims = 0``, no overlay), so every
+    reader sees the same job as after a fast claim. An undecodable row is dead-lettered
+    (``decode_error``); a row past its ``expires_at`` expires instead."""
+    if pgflow.lapsed(b, tx, rec, now):
+        return None
+    lifecycle.claim(rec.job, now, vt, worker_id)
+    if rec.corrupt is None:
+        token = secrets.token_hex(16)
+        try:
+            b._save(tx, rec, token, placed=False)
+        except (TypeError, ValueError, RecursionError) as exc:  # cannot be re-encoded
+            rec.spoil(rec.row, rec.row[10], exc)
+            rec.state = "active"
+            lifecycle.claim(rec.job, now, vt, worker_id)
+        else:
+            tx.emit("started", rec.job, now, attempt=rec.job.attempts, worker=worker_id)
+            return Lease(rec.job, token, now + vt)
+    bury_corrupt(b, tx, rec, now, worker_id)
+    return None
+
+
+def bury_corrupt(b: PostgresBroker, tx: Tx, rec: Rec, now: float, worker_id: str) -> None:
+    """An undecodable row: active → dead_letter with kind ``decode_error``; bytes kept."""
+    rec.job.state = JobState.ACTIVE
+    error = {
+        "kind": str(ErrorKind.DECODE_ERROR),
+        "type": "DecodeError",
+        "traceback": "",
+        "message": str(rec.job.metadata.get("decode_error")),
+        "worker": worker_id or None,
+        "at": now,
+    }
+    lifecycle.fail(rec.job, now, error, None)
+    b._save(tx, rec)
+    tx.emit("dead_lettered", rec.job, now, reason=str(ErrorKind.DECODE_ERROR))
+    pgflow.done(b, tx, now, rec.job)  # issue 16: a workflow node's dependants end

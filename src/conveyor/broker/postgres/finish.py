@@ -1,0 +1,136 @@
+"""Completion of the PostgreSQL backend in set-based statements (``PostgresBroker.complete``).
+
+A batch of acks costs two statements, whatever its size: ``_LOCK`` joins the acks' (id, token)
+pairs to the active rows and locks the ones whose lease is still held (in ``rid`` order, so two
+completers never deadlock), and ``_DONE`` writes every completed row from arrays (``unnest``).
+An ack whose token no longer matches (the lease expired and the job was claimed again, or it
+already finished) finds no row: False for that ack, True for the others. The envelope is
+rebuilt in Python (the claim overlay folded in, ``postgres/rec.py``); events and count deltas
+go in bulk at COMMIT (``PgStore._before_commit``).
+
+Slow path: an ack that carries an ``errors`` entry (a dropped result) and a job that belongs to
+a workflow or a flow group go through the per-job path (``PostgresBroker._save``), and the
+latter then through ``finish_special``, in the same transaction: the hook where releasing a
+workflow's dependants (issue 16) or a group's slot (issue 15) belongs. ``SPECIAL`` is the SQL
+test that sends a row there (a job with a group, or with a workflow edge not marked yet).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from ...core import lifecycle
+from ..base import Ack
+from ..sqlite_rows import Rec
+from . import flow as pgflow  # issue 15/16 hooks
+from .arrays import bytea_array, num_array, text_array
+from .rec import COLS, completed_envelope, pg_rec
+from .store import Tx
+
+if TYPE_CHECKING:
+    from .broker import PostgresBroker
+
+Row = tuple[Any, ...]
+
+#: SQL (over ``jobs j``) true for a row whose completion must go through ``finish_special``: a
+#: flow-group member (issue 15: its concurrency slots free in ``_save``) or a workflow step with
+#: an edge not marked yet (issue 16: its dependants; the test ``SqlFlow.done_many`` uses, one
+#: probe of ``wf_edges``'s primary key: an edge leaving a job is marked only by that job's own
+#: completion, so a job without one has nothing to release).
+SPECIAL = (
+    "j.grp IS NOT NULL OR EXISTS (SELECT 1 FROM {S}.wf_edges e WHERE e.parent = j.id"
+    " AND e.done = 0)"
+)
+_LOCK = (
+    "SELECT {cols}, a.n, ({special}) FROM {{S}}.jobs j JOIN unnest(%s::text[], %s::text[],"
+    " %s::int[]) AS a(id, token, n) ON j.id = a.id AND j.token = a.token WHERE j.state ="
+    " 'active' ORDER BY j.rid, a.n FOR UPDATE OF j"
+)
+_DONE = (
+    "UPDATE {S}.jobs j SET state = 'completed', seq = nextval('{S}.job_seq'), due_at = NULL,"
+    " lease_at = NULL, token = NULL, claims = 0, finished_at = %s, payload = u.payload"
+    " FROM unnest(%s::bigint[], %s::bytea[]) AS u(rid, payload) WHERE j.rid = u.rid"
+)
+
+
+def complete_acks(b: PostgresBroker, acks: Sequence[Ack], now: float) -> list[bool]:
+    """``PostgresBroker.complete``: True per ack recorded, False per stale token."""
+    out = [False] * len(acks)
+    if not acks:
+        return out
+    cols = ", ".join(f"j.{c.strip()}" for c in COLS.split(","))
+    lock = _LOCK.format(cols=cols, special=SPECIAL)
+    with b._write() as tx:
+        rows = tx.conn.execute(
+            b.sql(lock),
+            (
+                text_array([a.job_id for a in acks]),
+                text_array([a.token for a in acks]),
+                num_array(range(len(acks))),
+            ),
+            prepare=True,
+        ).fetchall()
+        fast: list[tuple[Row, Ack]] = []
+        slow: list[tuple[Rec, Ack]] = []
+        special: list[Rec] = []
+        seen: set[int] = set()
+        for row in rows:
+            i = row[15]
+            if row[0] in seen:  # the same ack twice in one batch: only the first counts
+                continue
+            seen.add(row[0])
+            out[i] = True
+            if not row[16] and acks[i].error is None:
+                fast.append((row[:15], acks[i]))
+                continue
+            rec = pg_rec(row[:15])
+            slow.append((rec, acks[i]))
+            if row[16]:
+                special.append(rec)
+        _write_fast(b, tx, fast, now)
+        for rec, ack in slow:
+            lifecycle.complete(rec.job, now, ack.result, ack.error)
+            b._save(tx, rec)
+            tx.emit("completed", rec.job, now, attempt=rec.job.attempts)
+        if special:
+            finish_special(b, tx, special, now)
+    return out
+
+
+def _write_fast(b: PostgresBroker, tx: Tx, done: list[tuple[Row, Ack]], now: float) -> None:
+    """Complete plain jobs with one ``UPDATE … FROM unnest``; events and counts in bulk. The
+    envelope is patched as a dict (``rec.completed_envelope``); an unexpected one (written by
+    someone else, undecodable) is decoded and saved through ``lifecycle`` like the slow path."""
+    if not done:
+        return
+    rids: list[int] = []
+    payloads: list[bytes] = []
+    for row, ack in done:
+        patched = completed_envelope(row, now, ack.result)
+        if patched is None:  # not the envelope expected: decoded and saved like the slow path
+            rec = pg_rec(row)
+            lifecycle.complete(rec.job, now, ack.result)
+            b._save(tx, rec)
+            tx.emit("completed", rec.job, now, attempt=rec.job.attempts)
+            continue
+        rids.append(row[0])
+        payloads.append(patched[0])
+        queue = row[2]
+        tx.count(queue, "active", "completed")
+        tx.finished.add((queue, "completed"))
+        tx.done.add(queue)
+        tx.events.append(
+            {"type": "completed", "job_id": row[1], "queue": queue, "task": row[3], "at": now}
+            | {"attempt": patched[1]}
+        )
+    if rids:
+        tx.conn.execute(b.sql(_DONE), (now, num_array(rids), bytea_array(payloads)), prepare=True)
+
+
+def finish_special(b: PostgresBroker, tx: Tx, recs: list[Rec], now: float) -> None:
+    """``recs`` (workflow steps, flow-group members; already completed and saved in ``tx``,
+    which freed a grouped job's slots: ``pgflow.on_save``) release what waits on them, in the
+    completion's own transaction: a workflow step's dependants (``pgflow.done``, issue 16)."""
+    for rec in recs:
+        pgflow.done(b, tx, now, rec.job)
