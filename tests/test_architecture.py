@@ -31,6 +31,7 @@ RUNTIME = (
     "conveyor.runtime",
     "conveyor.producer",
     "conveyor.producer_envelopes",
+    "conveyor.producer_jobs",
     "conveyor.task",
     "conveyor.handles",
     "conveyor.middleware",
