@@ -33,6 +33,7 @@ RUNTIME = (
     "conveyor.producer_envelopes",
     "conveyor.producer_jobs",
     "conveyor.task",
+    "conveyor.task_options",
     "conveyor.handles",
     "conveyor.middleware",
     "conveyor.config",
