@@ -16,8 +16,12 @@ import random
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast, overload
 
+from .app_admin import AdminMixin
+from .app_flow import FlowControlMixin
+from .app_schedules import SchedulesMixin
+from .app_workflow import WorkflowMixin
 from .autobatch import from_option
-from .broker.base import Broker, Page
+from .broker.base import Broker
 from .broker.factory import broker_from_url
 from .config import DEFAULT_URL, Settings
 from .core.autobatch import AutoBatch
@@ -25,12 +29,9 @@ from .core.backoff import Backoff
 from .core.clock import Clock, SystemClock
 from .core.flow import ConcurrencyLimit, RateLimit, task_flow
 from .core.job import Job, validate_queue_name
-from .core.state import JobState
-from .errors import JobNotFound, ValidationError
+from .errors import ValidationError
 from .handles import Delivery, JobHandle
 from .middleware import Middleware
-from .monitoring import admin
-from .monitoring import limits as limits_mod
 from .monitoring.metrics import MetricsMiddleware
 from .runtime import Runtime
 from .task import ExecutorKind, JobSpec, Task, TaskDecorator, build_task
@@ -40,9 +41,6 @@ if TYPE_CHECKING:
     from .scheduler.runner import Scheduler
     from .scheduler.schedules import ScheduleRegistry
     from .worker.loop import Worker
-    from .workflow import Workflow
-    from .workflow.batch import Batch
-    from .workflow.canvas import Signature, Spec
 
 log = logging.getLogger("conveyor")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -58,8 +56,13 @@ def default_middleware() -> list[Middleware]:
     return [MetricsMiddleware()]
 
 
-class Conveyor:
-    """A job processing application bound to one broker."""
+class Conveyor(AdminMixin, FlowControlMixin, WorkflowMixin, SchedulesMixin):
+    """A job processing application bound to one broker.
+
+    Its methods by duty: tasks, enqueue and consumers here; inspection and operator actions in
+    ``app_admin.py``, flow control in ``app_flow.py``, workflows and batches in
+    ``app_workflow.py``, schedules and alerts in ``app_schedules.py`` (mixins).
+    """
 
     def __init__(
         self,
@@ -241,51 +244,6 @@ class Conveyor:
 
         return register(fn) if fn is not None else cast(TaskDecorator, register)
 
-    # ------------------------------------------------------------------ flow control
-    def queue(
-        self,
-        name: str,
-        *,
-        rate_limit: str | RateLimit | None = None,
-        concurrency: int | ConcurrencyLimit | None = None,
-        shards: int = 1,
-        shard_by: str | Callable[..., Any] | None = None,
-    ) -> None:
-        """Limit a whole queue: every job enqueued to it from this app shares one token
-        bucket (``rate_limit="10/s"``) and at most ``concurrency`` of them run at once,
-        on all workers together (docs/flow-control.md).
-
-        ``shards=N`` spreads the queue over N physical queues (N hash slots in Redis
-        Cluster); ``shard_by`` (an argument name or a callable over the arguments) keeps
-        the jobs of one key in one shard, in order (docs/scaling.md)."""
-        validate_queue_name(name)
-        flow = task_flow(rate_limit, concurrency, None)
-        if shards != 1 and flow is not None:
-            raise ValidationError(
-                "shards",
-                "a sharded queue takes no queue-wide rate_limit or concurrency (each shard"
-                " would enforce its own); declare the limit on the tasks instead, whose jobs"
-                " then all go to shard 0 (docs/scaling.md)",
-            )
-        self.runtime.shards.declare(name, shards, shard_by, self.runtime.id_rng.randrange(64))
-        for limit in (flow.rate_limit, flow.concurrency) if flow else ():
-            if limit is not None and limit.key is not None:
-                raise ValidationError("queue", "queue limits take no key (use a task's limits)")
-        if flow is None:
-            self.runtime.producer.queue_flows.pop(name, None)
-        else:
-            self.runtime.producer.queue_flows[name] = flow
-
-    def limits(self) -> dict[str, Any]:
-        """Declared limits, run-time overrides, bucket tokens, running per key, waiting per
-        group (``monitoring/limits.py``)."""
-        return limits_mod.limits(self.runtime)
-
-    def set_limit(self, name: str, value: str | int | None, burst: float | None = None) -> None:
-        """Change a limit at run time, for every worker, without a restart: ``rate:<task>``
-        takes ``"10/s"``, ``conc:<task>`` an integer; ``None`` restores the declared one."""
-        limits_mod.set_limit(self.runtime, name, value, burst)
-
     # ------------------------------------------------------------------ enqueue
     def enqueue(
         self,
@@ -333,117 +291,6 @@ class Conveyor:
         """Validate a spec and build the Job record it describes (not stored)."""
         return self.runtime.producer.build_job(spec, now)
 
-    # ------------------------------------------------------------------ inspection
-    def get_job(self, job_id: str) -> JobHandle[Any]:
-        """A fresh snapshot of a job; ``JobNotFound`` if it does not exist."""
-        job = self.broker.get(job_id)
-        if job is None:
-            raise JobNotFound(job_id)
-        return JobHandle.bind(job, self.runtime)
-
-    def stats(self) -> dict[str, Any]:
-        """Counts per queue and state, paused flags, and the live workers."""
-        return admin.stats(self.runtime)
-
-    def workers(self) -> list[dict[str, Any]]:
-        """Heartbeat records of live workers."""
-        return admin.workers(self.runtime)
-
-    def peek(self, queue: str, n: int = 10) -> list[JobHandle[Any]]:
-        """The next ``n`` ready jobs of a queue, in the order workers would take them (a
-        sharded queue: of each shard in turn)."""
-        members = self.runtime.shards.members(validate_queue_name(queue))
-        jobs = [j for q in members for j in self.broker.peek(q, n)][:n]
-        return [JobHandle.bind(j, self.runtime) for j in jobs]
-
-    def search(
-        self,
-        *,
-        id: str | None = None,
-        state: JobState | str | None = None,
-        task: str | None = None,
-        queue: str | None = None,
-        since: float | None = None,
-        until: float | None = None,
-        error: str | None = None,
-        text: str | None = None,
-        page: int = 1,
-        page_size: int = 50,
-    ) -> Page:
-        """Search stored jobs (newest first) with filters and pagination."""
-        return admin.search(
-            self.runtime,
-            id=id,
-            state=state,
-            task=task,
-            queue=queue,
-            since=since,
-            until=until,
-            error=error,
-            text=text,
-            page=page,
-            page_size=page_size,
-        )
-
-    def dead_letters(self, queue: str | None = None, limit: int = 100) -> list[JobHandle[Any]]:
-        """Dead-lettered jobs, newest first."""
-        page = self.search(state=JobState.DEAD_LETTER, queue=queue, page_size=min(limit, 1000))
-        return [JobHandle.bind(j, self.runtime) for j in page.items]
-
-    # ------------------------------------------------------------------ admin
-    def workflow(self, name: str = "", *, policy: str = "fail") -> Workflow:
-        """An explicit DAG: ``dag.add(task.s(...), after=[...])``, then ``dag.enqueue()``."""
-        from .workflow import Workflow
-
-        return Workflow(self, name, policy)  # type: ignore[arg-type]
-
-    def batch(
-        self,
-        *,
-        on_complete: Signature | Spec | JobSpec | None = None,
-        on_success: Signature | Spec | JobSpec | None = None,
-        on_failure: Signature | Spec | JobSpec | None = None,
-        name: str = "",
-        connection: Any = None,
-    ) -> Batch:
-        """``with app.batch(on_complete=notify.s()) as b:`` enqueue jobs; stored at the end of
-        the block with the callbacks, atomically; ``b.status()`` counts (docs/workflows.md).
-        ``connection``: store the batch inside that database transaction (SQLite: same file;
-        PostgreSQL: a psycopg connection to the broker's database);
-        ``async with`` stores without blocking the event loop."""
-        from .workflow.batch import Batch
-
-        return Batch(
-            self.runtime,
-            on_complete=on_complete,
-            on_success=on_success,
-            on_failure=on_failure,
-            name=name,
-            connection=connection,
-        )
-
-    def cancel(self, job_id: str) -> bool:
-        """Cancel a job: a waiting one at once; a RUNNING one is stopped by the worker holding
-        its lease (within about a second) and ends ``cancelled``, never retried. False if it
-        is finished or unknown (see docs/operations.md)."""
-        return admin.cancel(self.runtime, job_id)
-
-    def requeue_dead(self, job_id: str) -> bool:
-        """Run a dead-lettered (or cancelled) job again with fresh attempts."""
-        return admin.requeue_dead(self.runtime, job_id)
-
-    def purge_dead(self, older_than: float | None = None, queue: str | None = None) -> int:
-        """Delete dead letters finished more than ``older_than`` seconds ago (all if None)."""
-        return admin.purge_dead(self.runtime, older_than=older_than, queue=queue)
-
-    def pause(self, queue: str) -> None:
-        """Workers stop claiming from ``queue`` (running jobs finish)."""
-        admin.pause(self.runtime, queue)
-
-    def resume(self, queue: str) -> None:
-        """Undo ``pause``."""
-        admin.resume(self.runtime, queue)
-
     # ------------------------------------------------------------------ consumers
     def dequeue(
         self, queue: str = "default", visibility_timeout: float | None = None
@@ -485,55 +332,6 @@ class Conveyor:
         from .scheduler.runner import Scheduler
 
         return Scheduler(self.runtime, **options)
-
-    # ------------------------------------------------------------------ schedules
-    @property
-    def schedules(self) -> ScheduleRegistry:
-        """The schedule registry (code-declared and stored schedules)."""
-        if self._schedules is None:
-            from .scheduler.schedules import ScheduleRegistry
-
-            self._schedules = ScheduleRegistry(self.runtime, self.task)
-        return self._schedules
-
-    @property
-    def alerts(self) -> AlertManager:
-        """The alert manager (rules, states, notifiers); built on first use."""
-        if self._alerts is None:
-            from .monitoring.alerts import build_manager
-
-            self._alerts = build_manager(self.runtime)
-        return self._alerts
-
-    def cron(self, expr: str, **options: Any) -> Callable[[F], F]:
-        """Decorate a task function to run on a cron expression (``tz=``, ``name=``, ...)."""
-        return self.schedules.cron(expr, **options)
-
-    def every(self, seconds: Any, **options: Any) -> Callable[[F], F]:
-        """Decorate a task function to run every ``seconds`` (int or timedelta)."""
-        return self.schedules.every(seconds, **options)
-
-    def schedule_cron(
-        self, name: str, task: str | Task[..., Any], expr: str | None = None, **options: Any
-    ) -> Any:
-        """Create or replace a stored schedule at run time."""
-        return self.schedules.schedule(name, task, expr, **options)
-
-    def unschedule(self, name: str) -> bool:
-        """Remove a schedule."""
-        return self.schedules.remove(name)
-
-    def list_schedules(self) -> list[Any]:
-        """Every stored schedule."""
-        return self.schedules.list()
-
-    def pause_schedule(self, name: str) -> None:
-        """Stop a schedule from firing until resumed."""
-        self.schedules.set_paused(name, True)
-
-    def resume_schedule(self, name: str) -> None:
-        """Resume a paused schedule."""
-        self.schedules.set_paused(name, False)
 
     def close(self) -> None:
         """Store what the auto-batcher holds (if on), then close the broker's connections."""

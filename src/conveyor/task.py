@@ -1,4 +1,7 @@
-"""Tasks: a registered function plus its policy; options and specs build jobs from calls."""
+"""Tasks: a registered function plus its policy; options and specs build jobs from calls.
+
+The per-call options (names, validation) live in ``task_options.py``, re-exported here.
+"""
 
 from __future__ import annotations
 
@@ -19,17 +22,15 @@ from typing import (
 )
 
 from .core.backoff import DEFAULT_BACKOFF, Backoff
-from .core.flow import UNIQUE_MODES, TaskFlow, job_flow
-from .core.job import (
-    validate_exception_names,
-    validate_identifier,
-    validate_max_attempts,
-    validate_non_negative,
-)
+from .core.flow import TaskFlow, job_flow
+from .core.job import validate_max_attempts, validate_non_negative
 from .core.retry import RetryPolicy, max_attempts_from
 from .errors import PermanentError, ValidationError
 from .task_args import SHAPE_CACHE_MAX as SHAPE_CACHE_MAX
 from .task_args import ArgBinder
+from .task_options import check_options as check_options  # re-exported (task_options.py)
+from .task_options import datetime_to_epoch as datetime_to_epoch
+from .task_options import validate_time as validate_time
 
 if TYPE_CHECKING:
     from .handles import JobHandle
@@ -40,95 +41,6 @@ P = ParamSpec("P")
 P2 = ParamSpec("P2")
 R = TypeVar("R")
 ExecutorKind = Literal["auto", "thread", "asyncio", "process", "inline"]
-_OPTION_NAMES = frozenset(
-    {
-        "job_id",
-        "queue",
-        "priority",
-        "idempotency_key",
-        "idempotency_ttl",
-        "delay",
-        "run_at",
-        "max_attempts",
-        "max_retries",
-        "timeout",
-        "metadata",
-        "retry_on",
-        "dead_on",
-        "expires_in",
-        "unique",
-        "unique_key",
-        "debounce",
-    }
-)
-
-
-def check_options(options: Mapping[str, Any]) -> dict[str, Any]:
-    """Refuse unknown option names; resolve ``max_retries`` and datetime ``run_at``."""
-    unknown = set(options) - _OPTION_NAMES
-    if unknown:
-        raise ValidationError("options", f"unknown option(s): {', '.join(sorted(unknown))}")
-    out = dict(options)
-    if "max_retries" in out:
-        out["max_attempts"] = max_attempts_from(None, out.pop("max_retries"))
-    if out.get("max_attempts") is not None:
-        validate_max_attempts(out["max_attempts"])
-    run_at = out.get("run_at")
-    if isinstance(run_at, dt.datetime):
-        out["run_at"] = datetime_to_epoch(run_at, "run_at")
-    elif run_at is not None:
-        out["run_at"] = validate_time(run_at, "run_at")
-    if out.get("delay") is not None:
-        validate_non_negative(out["delay"], "delay")
-    if out.get("idempotency_ttl") is not None:
-        validate_non_negative(out["idempotency_ttl"], "idempotency_ttl")
-    if out.get("timeout") is not None:
-        validate_non_negative(out["timeout"], "timeout")
-    _check_flow_options(out)
-    for name in ("retry_on", "dead_on"):  # stored by qualified name (docs/wire-format.md)
-        if out.get(name) is not None:
-            out[name] = validate_exception_names(out[name], name)
-    return out
-
-
-def _check_flow_options(out: dict[str, Any]) -> None:
-    """``unique`` / ``unique_key`` / ``expires_in`` (issue 15), in place."""
-    if out.get("unique") is not None and out["unique"] not in UNIQUE_MODES:
-        raise ValidationError("unique", f"must be one of {', '.join(UNIQUE_MODES)}")
-    if out.get("debounce") is not None:
-        if out.get("unique") is not None or out.get("idempotency_key") is not None:
-            raise ValidationError("debounce", "cannot be combined with unique / idempotency_key")
-        if validate_non_negative(out["debounce"], "debounce") <= 0:
-            raise ValidationError("debounce", "must be a number of seconds > 0")
-    if out.get("unique_key") is not None:
-        if out.get("unique") is None and out.get("debounce") is None:
-            raise ValidationError("unique_key", "needs unique= (while_queued, ...)")
-        validate_identifier(out["unique_key"], "unique_key")
-    if out.get("unique") is not None and out.get("idempotency_key") is not None:
-        raise ValidationError("unique", "cannot be combined with idempotency_key")
-    if out.get("expires_in") is not None:
-        out["expires_in"] = validate_non_negative(out["expires_in"], "expires_in")
-
-
-def validate_time(value: object, field_name: str) -> float:
-    """Epoch seconds given as a finite number (NaN and infinity are refused)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValidationError(
-            field_name,
-            f"must be a timezone-aware datetime or epoch seconds, got {type(value).__name__}",
-        )
-    if value != value or value in (float("inf"), float("-inf")):
-        raise ValidationError(field_name, f"must be a finite number, got {value!r}")
-    return float(value)
-
-
-def datetime_to_epoch(when: dt.datetime, field_name: str) -> float:
-    """Epoch seconds of an aware datetime; naive datetimes are refused (ambiguous)."""
-    if not isinstance(when, dt.datetime):
-        raise ValidationError(field_name, f"must be a datetime, got {type(when).__name__}")
-    if when.tzinfo is None or when.utcoffset() is None:
-        raise ValidationError(field_name, "must be timezone-aware (e.g. datetime.now(UTC))")
-    return when.timestamp()
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,9 @@
 Protocols of one screen each: ``JobReads`` (read-only views), ``JobAdmin`` (operator actions),
 ``JobStore`` (transitions and lifecycle, plus both) and ``Broker`` = a ``JobStore`` composed with
 the side stores of ``broker.side`` (documents, logs, events, counters), which each backend builds
-as separate objects.
+as separate objects. The values passed (``Lease``, ``Ack``, ``Claimed``, ``EnqueueResult``,
+``SearchQuery``, ``Page``, ``EVENT_TYPES``) live in ``broker/records.py``, ``JobReads`` and
+``JobAdmin`` in ``broker/jobviews.py``; this module re-exports them all.
 
 Rules every backend obeys (the contract suite in tests/contract is the referee):
 
@@ -38,253 +40,41 @@ Rules every backend obeys (the contract suite in tests/contract is the referee):
 from __future__ import annotations
 
 import abc
-import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 from ..core.job import Job
 from ..core.state import JobState
 from ..errors import ValidationError
 from .flowstore import WorkflowStore
+from .jobviews import JobAdmin, JobReads
+from .records import (
+    EVENT_TYPES,
+    SUPPORTS_FLOW_ATTRIBUTE,
+    Ack,
+    Claimed,
+    EnqueueResult,
+    Lease,
+    Page,
+    SearchQuery,
+)
 from .side import CounterStore, DocStore, EventStore, LogStore
 from .waits import JobWaits
 
-EVENT_TYPES = (
-    "enqueued",
-    "started",
-    "completed",
-    "failed",
-    "retry_scheduled",
-    "dead_lettered",
-    "cancelled",
-    "requeued",
-    "released",
-    "lease_lost",
-    "worker_up",
-    "worker_down",
-    "expired",  # issue 15: not started before its expires_at
-)
-
-
-#: Backends that enforce flow control (issue 15: ``flow`` records of jobs) set
-#: ``supports_flow = True`` on their class; the producer refuses such jobs elsewhere.
-SUPPORTS_FLOW_ATTRIBUTE = "supports_flow"
-
-
-class EnqueueResult(NamedTuple):
-    """Outcome of storing one job: its id, and whether an idempotency key matched.
-
-    A named tuple (immutable, about 5x cheaper to build than a frozen dataclass: one per
-    enqueued job).
-    """
-
-    id: str
-    duplicate: bool
-    state: JobState
-
-
-@dataclass(frozen=True)
-class Lease:
-    """A claimed job: the snapshot after claiming, and the fencing token of this attempt."""
-
-    job: Job
-    token: str
-    expires_at: float
-
-    @property
-    def id(self) -> str:
-        """The job id."""
-        return self.job.id
-
-    @classmethod
-    def fast(cls, job: Job, token: str, expires_at: float) -> Lease:
-        """``Lease(job, token, expires_at)`` without the frozen dataclass ``__init__`` (one
-        ``object.__setattr__`` per field): brokers build one per claimed job."""
-        lease = _new_object(cls)
-        _set_attribute(lease, "__dict__", {"job": job, "token": token, "expires_at": expires_at})
-        return lease
-
-
-_new_object = object.__new__
-_set_attribute = object.__setattr__  # the way past a frozen dataclass's __setattr__
-
-
-class Claimed(list[Lease]):
-    """What ``Broker.claim`` returns: the leases (a plain list to every caller) and ``next_due``.
-
-    ``next_due`` is set only on an empty claim: the earliest run_at of a scheduled or
-    retry_scheduled job, or lease deadline, in the queues read (paused ones excluded); None when
-    there is none. The claim loop waits ``min(poll_interval, next_due - now)`` for work.
-    """
-
-    next_due: float | None = None
-
-    @classmethod
-    def of(cls, leases: list[Lease], next_due: float | None) -> Claimed:
-        """The leases, with ``next_due`` kept only when there are none."""
-        out = cls(leases)
-        if not leases:
-            out.next_due = next_due
-        return out
-
-
-@dataclass(frozen=True)
-class Ack:
-    """One successful completion to record: coalesced into ``Broker.complete`` batches."""
-
-    job_id: str
-    token: str
-    result: Any = None
-    queue: str = ""
-    #: an ``errors`` entry to append while completing (kind ``result_error``: the handler's
-    #: return value could not be stored, so ``result`` is None); it also sets ``last_error``
-    error: Mapping[str, Any] | None = None
-
-    @classmethod
-    def fast(cls, job_id: str, token: str, result: Any, queue: str) -> Ack:
-        """``Ack(job_id, token, result, queue)`` (no ``error``) without the frozen dataclass
-        ``__init__``: the worker builds one per completed job."""
-        ack = _new_object(cls)
-        _set_attribute(
-            ack,
-            "__dict__",
-            {"job_id": job_id, "token": token, "result": result, "queue": queue, "error": None},
-        )
-        return ack
-
-
-@dataclass(frozen=True)
-class SearchQuery:
-    """Filters for ``Broker.search``; None means "any". Results are newest first."""
-
-    id: str | None = None
-    state: JobState | None = None
-    task: str | None = None
-    queue: str | None = None
-    since: float | None = None  # created_at >= since
-    until: float | None = None  # created_at < until
-    error: str | None = None  # substring of last_error (error type or message)
-    text: str | None = None  # substring of the encoded args/kwargs
-    page: int = 1
-    page_size: int = 50
-
-
-@dataclass(frozen=True)
-class Page:
-    """One page of search results."""
-
-    items: list[Job]
-    total: int
-    page: int
-    page_size: int
-    pages: int = field(init=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "pages", max(1, math.ceil(self.total / max(1, self.page_size))))
-
-
-class JobReads(abc.ABC):
-    """Read-only views of jobs and queues (inspector, dashboard, CLI)."""
-
-    @abc.abstractmethod
-    def get(self, job_id: str) -> Job | None:
-        """A fresh snapshot of the job, or None."""
-
-    # -------------------------------------------------------- flow control (issue 15)
-    def replace_waiting(self, job_id: str, job: Job, now: float) -> bool:
-        """``debounce``: a job that still waits takes ``job``'s arguments (and metadata); a
-        scheduled one also its ``run_at`` (its delay restarts). False when it no longer waits."""
-        raise ValidationError("debounce", f"{type(self).__name__} cannot replace waiting jobs")
-
-    def flow_set_limit(self, name: str, spec: list[float] | None) -> None:
-        """Override a limiter's limit at run time (``[tokens, per, burst]`` or ``[n]``; None
-        clears); workers pick it up on their next claim. Backends with ``supports_flow``."""
-        raise ValidationError("limits", f"{type(self).__name__} has no flow control")
-
-    def flow_status(self, now: float) -> dict[str, Any]:
-        """``limits`` (run-time overrides), ``buckets`` (tokens), ``running`` (job ids per
-        slot), ``groups`` (queue, group, waiting, why) of flow control."""
-        return {"limits": {}, "buckets": {}, "running": {}, "groups": []}
-
-    @abc.abstractmethod
-    def paused_queues(self) -> set[str]:
-        """Names of paused queues."""
-
-    @abc.abstractmethod
-    def queues(self) -> list[str]:
-        """Every queue that has ever held a job (or is paused), sorted."""
-
-    @abc.abstractmethod
-    def counts(self) -> dict[str, dict[str, int]]:
-        """Per queue, the number of jobs in each ``JobState`` (all states present)."""
-
-    @abc.abstractmethod
-    def peek(self, queue: str, n: int = 10) -> list[Job]:
-        """The next ``n`` ready jobs of ``queue`` in claim order, without claiming them."""
-
-    @abc.abstractmethod
-    def search(self, query: SearchQuery) -> Page:
-        """Jobs matching every given filter, newest first, one page."""
-
-    @abc.abstractmethod
-    def oldest_pending(self, queue: str) -> float | None:
-        """The ready time (run_at, or created_at) of the oldest pending job of ``queue``."""
-
-
-class JobAdmin(abc.ABC):
-    """Operator actions on jobs and queues (CLI, dashboard, ``Conveyor`` admin methods)."""
-
-    @abc.abstractmethod
-    def cancel(self, job_id: str, now: float) -> bool:
-        """Cancel a job that has not started (scheduled/pending/retry_scheduled)."""
-
-    @abc.abstractmethod
-    def requeue(self, job_id: str, now: float) -> bool:
-        """Revive a dead_letter or cancelled job: pending now, attempts and lost reset to 0.
-
-        Errors are kept; the requeue is recorded in the history.
-        """
-
-    @abc.abstractmethod
-    def purge(
-        self,
-        now: float,
-        *,
-        state: JobState = JobState.DEAD_LETTER,
-        older_than: float | None = None,
-        queue: str | None = None,
-        ids: Sequence[str] | None = None,
-    ) -> int:
-        """Delete terminal jobs in ``state`` finished more than ``older_than`` s ago."""
-
-    @abc.abstractmethod
-    def clear_queue(self, queue: str, now: float) -> int:
-        """Delete every waiting job of ``queue`` (pending, scheduled, retry_scheduled) in one
-        atomic step per batch; returns how many. Active jobs keep their lease and finished
-        jobs stay: a job claimed before the clear is never touched by it."""
-
-    @abc.abstractmethod
-    def run_now(self, job_id: str, now: float) -> bool:
-        """Make a scheduled or retry_scheduled job due now: pending, ``run_at = now``.
-
-        Attempts, errors and history are kept; False (nothing changed) in any other state.
-        """
-
-    @abc.abstractmethod
-    def delete_job(self, job_id: str, now: float) -> bool:
-        """Delete one job that is not running (any state but active), for good.
-
-        False when the job does not exist or is active (a running job cannot be deleted).
-        """
-
-    @abc.abstractmethod
-    def pause(self, queue: str) -> None:
-        """Stop handing out jobs of ``queue`` (running jobs finish)."""
-
-    @abc.abstractmethod
-    def resume(self, queue: str) -> None:
-        """Undo ``pause``."""
+__all__ = [  # the values and half-protocols live in records.py / jobviews.py: one import path
+    "EVENT_TYPES",
+    "SUPPORTS_FLOW_ATTRIBUTE",
+    "Ack",
+    "Broker",
+    "Claimed",
+    "EnqueueResult",
+    "JobAdmin",
+    "JobReads",
+    "JobStore",
+    "Lease",
+    "Page",
+    "SearchQuery",
+]
 
 
 class JobStore(JobReads, JobAdmin, JobWaits, WorkflowStore):

@@ -15,15 +15,14 @@ exactly and are written as one-key objects so other languages can read them:
 A user dict whose only key is one of those tags (or ``$map``) is wrapped as ``{"$map": {...}}``
 so it can never be mistaken for a typed value. Anything else is refused with a
 ``ValidationError`` naming the argument and its type. See docs/wire-format.md.
+
+The values themselves are encoded and decoded in ``core/values.py`` (re-exported here); this
+module writes and reads the envelope of a whole job.
 """
 
 from __future__ import annotations
 
-import base64
 import dataclasses
-import datetime as dt
-import sys
-import uuid
 from typing import Any
 
 import orjson
@@ -31,118 +30,18 @@ import orjson
 from ..errors import DecodeError, PayloadTooLarge, ValidationError
 from .job import Job, is_utf8
 from .state import JobState
+from .values import MAX_RESULT_BYTES as MAX_RESULT_BYTES  # re-exported (values.py)
+from .values import decode_value as decode_value
+from .values import dumps as dumps
+from .values import encode_args as encode_args
+from .values import encode_kwargs as encode_kwargs
+from .values import encode_value as encode_value
+from .values import loads as loads
+from .values import result_problem as result_problem
 
 ENVELOPE_VERSION = 1
 MAX_PAYLOAD_BYTES = 1024 * 1024
-MAX_RESULT_BYTES = 1024 * 1024  # default cap on a stored result (Settings.max_result_bytes)
-_TAGS = ("$dt", "$date", "$dec", "$uuid", "$b64", "$map")
 _REQUIRED = ("id", "task", "queue", "state")
-
-
-def encode_value(value: Any, path: str) -> Any:
-    """Turn ``value`` into plain JSON data, raising ``ValidationError`` naming ``path``."""
-    # Hot path (every enqueue encodes its args): JSON types are tested inline, in order of
-    # frequency; the typed values and every error are in ``_encode_other``, off this path.
-    if value is None or isinstance(value, bool | str):
-        return value
-    if isinstance(value, int):
-        if not -(2**63) <= value < 2**64:  # orjson (and most JSON readers) stop at 64 bits
-            raise ValidationError(path, "integers must fit in 64 bits")
-        return value
-    if isinstance(value, float):
-        if value != value or value in (float("inf"), float("-inf")):
-            raise ValidationError(path, "NaN and infinity are not valid JSON numbers")
-        return value
-    if isinstance(value, list | tuple):
-        return [encode_value(v, f"{path}[{i}]") for i, v in enumerate(value)]
-    if isinstance(value, dict):
-        return _encode_dict(value, path)
-    return _encode_other(value, path)
-
-
-def _encode_other(value: Any, path: str) -> Any:
-    """The tagged form of a datetime, date, Decimal, UUID or bytes; anything else is refused."""
-    if isinstance(value, dt.datetime):
-        return {"$dt": value.isoformat()}
-    if isinstance(value, dt.date):
-        return {"$date": value.isoformat()}
-    decimal = sys.modules.get("decimal")  # not imported: no Decimal exists (saves ~0.4 MB)
-    if decimal is not None and isinstance(value, decimal.Decimal):
-        return {"$dec": str(value)}
-    if isinstance(value, uuid.UUID):
-        return {"$uuid": str(value)}
-    if isinstance(value, bytes | bytearray):
-        return {"$b64": base64.b64encode(bytes(value)).decode("ascii")}
-    raise ValidationError(
-        path,
-        f"values of type {type(value).__name__} cannot be serialised; use JSON types,"
-        " datetime, date, Decimal, UUID or bytes",
-    )
-
-
-def _encode_dict(value: dict[Any, Any], path: str) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, item in value.items():
-        if not isinstance(key, str):
-            raise ValidationError(path, f"dict keys must be strings, got {type(key).__name__}")
-        out[key] = encode_value(item, f"{path}[{key!r}]")
-    if len(out) == 1 and next(iter(out)) in _TAGS:
-        return {"$map": out}
-    return out
-
-
-def result_problem(result: Any, limit: int = MAX_RESULT_BYTES) -> str | None:
-    """Why a handler's ``result`` cannot be stored (None when it can).
-
-    Runs the full encoding (typed values, then orjson) so a result that passes can never make
-    the broker's ``complete`` fail: lone surrogates, nesting over 255 levels, and values over
-    ``limit`` bytes once encoded are all caught here, before anything is written.
-    """
-    if result is None:
-        return None
-    try:
-        size = len(orjson.dumps(encode_value(result, "result")))
-    except ValidationError as exc:
-        return str(exc)
-    except RecursionError:
-        return "result: nests too deeply to be encoded as JSON (at most 255 levels)"
-    except (TypeError, ValueError) as exc:  # orjson.JSONEncodeError is a TypeError
-        return f"result: cannot be encoded as JSON ({exc})"
-    if size > limit:
-        return f"result: encoded result is {size} bytes, the limit is {limit} bytes"
-    return None
-
-
-def decode_value(value: Any) -> Any:
-    """Inverse of ``encode_value``: plain JSON data back to Python values."""
-    if isinstance(value, list):
-        return [decode_value(v) for v in value]
-    if not isinstance(value, dict):
-        return value
-    if len(value) == 1:
-        tag, inner = next(iter(value.items()))
-        if tag in _TAGS:
-            return _decode_tagged(tag, inner)
-    return {k: decode_value(v) for k, v in value.items()}
-
-
-def _decode_tagged(tag: str, inner: Any) -> Any:
-    try:
-        if tag == "$map":
-            return {k: decode_value(v) for k, v in inner.items()}
-        if tag == "$dt":
-            return dt.datetime.fromisoformat(inner)
-        if tag == "$date":
-            return dt.date.fromisoformat(inner)
-        if tag == "$dec":
-            from decimal import Decimal
-
-            return Decimal(inner)
-        if tag == "$uuid":
-            return uuid.UUID(inner)
-        return base64.b64decode(inner, validate=True)
-    except (ValueError, TypeError, AttributeError, ArithmeticError) as exc:
-        raise DecodeError(f"bad {tag} value: {exc}") from exc
 
 
 def job_to_dict(job: Job) -> dict[str, Any]:
@@ -182,45 +81,6 @@ def job_to_dict(job: Job) -> dict[str, Any]:
     if (flow := getattr(job, "flow", None)) is not None:
         data["flow"] = flow
     return data
-
-
-_INT_MIN, _INT_END = -(2**63), 2**64
-
-
-def _plain(values: Any) -> bool:
-    """True when every item is a JSON scalar that encodes as itself (no copy needed)."""
-    for v in values:
-        kind = type(v)
-        if kind is str or kind is bool or v is None:
-            continue
-        if kind is int:
-            if _INT_MIN <= v < _INT_END:
-                continue
-            return False
-        if kind is float and v - v == 0.0:  # finite: NaN and infinities give NaN
-            continue
-        return False
-    return True
-
-
-def encode_args(args: Any, path: str = "args") -> Any:
-    """``encode_value`` for a list or tuple, with a fast path for flat JSON scalars."""
-    if type(args) in (list, tuple) and _plain(args):
-        return args
-    return encode_value(args, path)
-
-
-def encode_kwargs(kwargs: Any, path: str = "kwargs") -> Any:
-    """``encode_value`` for a dict, with a fast path for str keys and flat JSON scalars."""
-    if type(kwargs) is not dict:
-        return encode_value(kwargs, path)
-    if not kwargs or (
-        (len(kwargs) != 1 or next(iter(kwargs)) not in _TAGS)
-        and all(type(k) is str for k in kwargs)
-        and _plain(kwargs.values())
-    ):
-        return kwargs
-    return encode_value(kwargs, path)
 
 
 _OPTIONAL = (
@@ -419,16 +279,6 @@ def decode_job(raw: bytes | str) -> Job:
     except (orjson.JSONDecodeError, TypeError, UnicodeDecodeError) as exc:
         raise DecodeError(f"not valid JSON: {exc}") from exc
     return job_from_dict(data)
-
-
-def dumps(value: Any) -> bytes:
-    """JSON-encode plain data (schedules, events, metrics) with orjson."""
-    return orjson.dumps(value)
-
-
-def loads(raw: bytes | str) -> Any:
-    """JSON-decode plain data with orjson."""
-    return orjson.loads(raw)
 
 
 def _flow(value: Any) -> dict[str, Any] | None:

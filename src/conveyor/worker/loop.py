@@ -29,16 +29,15 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..broker.base import Lease
 from ..core.ids import new_ulid
 from ..core.queues import parse_queues, task_queues
-from ..errors import BrokerConfigError
-from ..middleware import Around, Middleware, emit
+from ..middleware import emit
 from ..outage import OutageLog
 from ..runtime import HasRuntime, Runtime, as_runtime
 from .cancel import CANCELLED, stop_job
-from .execute import OK, Outcome, hooked, reported, runs_of
-from .executors import Executor, make_executor
+from .claimloop import ClaimLoop
+from .execute import OK, Outcome, reported
+from .executors import Executor
 from .helpers import Wiring, broker_accepts, start_helpers, stop_helpers
 from .inline_mode import InlineMode
 from .jobctx import JobBoard
@@ -51,7 +50,7 @@ from .procutil import EXIT_STUCK as EXIT_STUCK
 from .recorder import Recorder
 from .running import Running
 from .shutdown import stop_on_signals
-from .slots import IdleBackoff, Slots
+from .slots import Slots
 
 if TYPE_CHECKING:
     from .timeouts import Watchdog
@@ -59,7 +58,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("conveyor.worker")
 
 
-class Worker(InlineMode):
+class Worker(ClaimLoop, InlineMode):
     """Runs jobs of some queues; see the module docstring for the two driving modes."""
 
     def __init__(
@@ -283,136 +282,6 @@ class Worker(InlineMode):
             on_cancel=self._on_cancel,
             board=self.board,
         )
-
-    # ------------------------------------------------------------------ claim loop
-    def _claim_loop(self) -> None:
-        backoff = IdleBackoff(self.runtime.settings.poll_interval)
-        slots, stopping = self._slots, self._stopping
-        while not stopping.is_set():
-            self._maintain_safely()
-            free = slots.wait_claimable(stopping)
-            if self._quiet.is_set():  # quiet: claim nothing; running jobs finish
-                stopping.wait(0.1)
-                continue
-            if self.max_jobs:  # never start more than the job limit allows
-                free = min(free, self.max_jobs - self.processed - self.failed - len(slots.inflight))
-                if free <= 0:
-                    stopping.wait(0.05)
-                    continue
-            if stopping.is_set():
-                break
-            leases = self._claim(free)
-            if leases:
-                backoff.claimed()
-                self._dispatch(leases)
-                time.sleep(0)  # yield the GIL to the job threads just woken (~0.1 ms pickup)
-                continue
-            began = time.monotonic()
-            wait, due = backoff.poll_interval, False
-            next_due = getattr(leases, "next_due", None)  # set by an empty claim (Claimed)
-            if next_due is not None and (until := next_due - self.runtime.now()) < wait:
-                # sleep exactly until the next delayed job / lease deadline (BullMQ-style)
-                wait, due = max(0.0, until), True
-            if not self._wait_safely(wait, due):
-                continue  # an outage: the claim's own retry and back-off take over
-            delay = backoff.delay_after_wait(time.monotonic() - began)
-            if delay:  # fast, empty wake-ups repeat: a backend that cannot block, do not spin
-                stopping.wait(delay)
-
-    def _wait_safely(self, wait: float, due: bool) -> bool:
-        """``wait_for_work``; False (after a short pause) when the broker failed: an outage
-        while waiting must never end the worker (logged once, as for the claim)."""
-        try:
-            self.broker.wait_for_work(self.selector.names, wait, due=due)
-        except Exception as exc:
-            if not self._outage.failed(exc, "waiting for work", log):
-                log.warning("waiting for work failed", exc_info=True)
-            self._stopping.wait(min(wait, 1.0))
-            return False
-        return True
-
-    def _maintain_safely(self) -> None:
-        try:
-            self.maintain(self.runtime.now())
-        except Exception as exc:
-            if not self._outage.failed(exc, "reaping expired leases", log):
-                log.warning("reaping expired leases failed", exc_info=True)
-
-    def _claim(self, free: int) -> list[Lease]:
-        try:
-            leases = self.broker.claim(
-                self.selector.order(),
-                self.runtime.now(),
-                limit=free,
-                worker_id=self.id,
-                max_lost=self.max_lost,
-                visibility_timeout=self.visibility_timeout,
-            )
-        except BrokerConfigError as exc:  # permanent (e.g. the password changed): exit, do not spin
-            log.error("worker %s: %s: stopping", self.id, exc)
-            self.stop_now(EXIT_CONFIG)
-            return []
-        except Exception as exc:
-            self._claim_errors += 1
-            delay = min(10.0, 0.5 * 2 ** (self._claim_errors - 1))
-            if not self._outage.failed(exc, "claim", log):  # an outage is logged once
-                log.warning(
-                    "claim failed (%d in a row); retrying in %.1fs",
-                    self._claim_errors,
-                    delay,
-                    exc_info=self._claim_errors == 1,
-                )
-            self._stopping.wait(delay)
-            return []
-        self._outage.succeeded(log)
-        if self._claim_errors:
-            log.info("claiming works again after %d failure(s)", self._claim_errors)
-            self._claim_errors = 0
-        return leases
-
-    def _dispatch(self, leases: list[Lease]) -> None:
-        runs, refused = runs_of(leases, self.runtime.tasks)
-        self._slots.claimed(runs, len(runs) - len(refused))
-        for run, outcome in refused:
-            run.settle()
-            self._done.put((run, outcome))
-        if refused:
-            runs = [r for r in runs if r.executor != "none"]
-        self.board.add(runs)
-        before = hooked(self.runtime.middleware, "before_process")
-        around = Around.of(self, self.runtime.middleware)
-        if before or around is not None:
-            self._before(runs, before, around)
-        groups: dict[str, list[Running]] = {}
-        for run in runs:
-            group = groups.get(run.executor)
-            if group is None:
-                groups[run.executor] = [run]
-            else:
-                group.append(run)
-        for kind, group in groups.items():
-            try:
-                self._executor(kind).submit(group)
-            except Exception as exc:  # e.g. the process pool cannot start
-                log.exception("cannot start %d job(s) on the %s executor", len(group), kind)
-                for run in group:
-                    self._report(run, None, exc, None)
-        if self._watchdog is not None and any(r.timeout for r in runs):
-            self._watchdog.poke()
-
-    def _before(self, runs: list[Running], before: list[Middleware], around: Around | None) -> None:
-        """``before_process`` hooks (here), and the ``around_process`` hooks for the executors."""
-        for run in runs:
-            if before:
-                emit(before, "before_process", self, run.job)
-            run.around = around
-
-    def _executor(self, kind: str) -> Executor:
-        ex = self._executors.get(kind)
-        if ex is None:
-            size = self.process_pool_size if kind == "process" else self.concurrency
-            ex = self._executors[kind] = make_executor(kind, size, self._report)
-        return ex
 
     # ------------------------------------------------------------------ outcomes
     def _report(self, run: Running, result: Any, exc: BaseException | None, tb: str | None) -> None:

@@ -13,6 +13,9 @@ extending jobs until they are recorded, and moves ``Running.lease_until``): a wr
 a lock or a failover is retried until it lands or the lease runs out, never for a fixed count.
 Deterministic errors (a value the broker cannot encode) are never retried. An attempt whose
 lease was lost is never written — it belongs to another delivery now.
+
+The per-job aftermath (counters, the log line, the hooks, shutdown releases, lost leases) is
+the ``Aftermath`` mixin of ``worker/aftermath.py``.
 """
 
 from __future__ import annotations
@@ -30,8 +33,9 @@ from ..core.retry import Decision
 from ..core.serialization import result_problem
 from ..errors import LeaseLost
 from ..middleware import after_process_batch, emit, hooked
+from .aftermath import Aftermath
 from .cancel import record_cancelled
-from .execute import Outcome, log_extra, safe_text
+from .execute import Outcome, safe_text
 from .running import Running
 
 if TYPE_CHECKING:
@@ -67,7 +71,7 @@ def _lease_until(run: Running) -> float:
     return run.claimed + max(0.0, run.lease.expires_at - started_at)
 
 
-class Recorder:
+class Recorder(Aftermath):
     """Records outcomes for one worker (thread-safe)."""
 
     def __init__(
@@ -332,92 +336,3 @@ class Recorder:
                 )
                 time.sleep(pause)
                 delay = min(MAX_DELAY, delay * 2)
-
-    def after(self, run: Running, name: str, outcome: Outcome | None) -> None:
-        """Counters, the outcome log line, and the hooks, for a recorded (or released) job."""
-        job, duration = run.job, run.duration()
-        with self._lock:
-            if name == "completed":
-                self.processed += 1
-            elif name != "released":
-                self.failed += 1
-        if name == "lease_lost":
-            self.lease_lost(run)
-        error = outcome.error if outcome is not None else None
-        decision = outcome.decision if outcome is not None else None
-        detail = f" error={decision.exc_type}: {decision.message[:200]}" if decision else ""
-        level = (
-            logging.DEBUG
-            if name == "completed"
-            else logging.INFO
-            if name == "released"
-            else logging.WARNING
-        )
-        if log.isEnabledFor(level):
-            fields: dict[str, Any] = {
-                "job_id": job.id,
-                "task": job.task,
-                "queue": job.queue,
-                "attempt": job.attempts,
-                "worker": self.worker_id,
-                "duration": round(duration, 6),
-                "outcome": name,
-            }
-            if decision is not None:
-                fields.update(
-                    error_kind=str(decision.kind),
-                    error=decision.exc_type,
-                    message=decision.message[:500],
-                )
-            log.log(
-                level,
-                "job %s task=%s queue=%s attempt=%d worker=%s duration=%.3fs outcome=%s%s",
-                job.id,
-                job.task,
-                job.queue,
-                job.attempts,
-                self.worker_id,
-                duration,
-                name,
-                detail,
-                extra=log_extra(fields, decision),
-            )
-        if name != "released":
-            emit(
-                self.middleware,
-                "after_process",
-                self.worker,
-                job,
-                outcome=name,
-                duration=duration,
-                error=error,
-                reverse=True,
-            )
-        else:  # a released job did not finish: no after_process, its own hook
-            emit(self.middleware, "on_release", self.worker, job, reverse=True)
-
-    def release(self, run: Running, note: str) -> str:
-        """Give an unfinished job back without an attempt penalty (shutdown); log it."""
-        try:
-            self.broker.release(run.job.id, run.token, self.now(), penalize=False, note=note)
-            name = "released"
-        except LeaseLost:
-            name = "lease_lost"
-        except Exception:
-            log.exception("releasing job %s failed (its lease will expire)", run.job.id)
-            name = "lease_lost"
-        self.after(run, name, None)
-        return name
-
-    def lease_lost(self, run: Running) -> None:
-        """Log and announce a lost lease, once per attempt."""
-        with run.lock:
-            if run.lost_announced:
-                return
-            run.lost = run.lost_announced = True
-        log.warning(
-            "job %s (%s): lease lost; this attempt's outcome will be discarded",
-            run.job.id,
-            run.job.task,
-        )
-        emit(self.middleware, "on_lease_lost", self.worker, run.job)

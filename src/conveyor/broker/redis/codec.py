@@ -6,11 +6,13 @@ mutable fields that override it when present: ``state``, ``attempts``, ``lost`` 
 ``result`` (JSON), ``last_error``, ``worker_id`` (text), ``errors`` and ``history`` (JSON Lines),
 and script bookkeeping: ``token``, ``rk`` (ready-set member), ``priority``, ``task``,
 ``created_at``, ``raw`` (original bytes of an undecodable payload). Lua never parses payloads.
+
+Undecodable hashes are handled in ``salvage.py`` and event-stream entries decoded in
+``eventcodec.py``; both are re-exported here.
 """
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -30,9 +32,14 @@ from ...errors import DecodeError
 from .claimjob import PLAIN_LEN as _PLAIN_LEN
 from .claimjob import lines as _lines
 from .claimjob import plain_job as _plain_job
+from .eventcodec import event_from_fields as event_from_fields  # re-exported
+from .eventcodec import events_from_entry as events_from_entry  # re-exported
+from .salvage import UNDECODABLE_TASK as UNDECODABLE_TASK  # re-exported
+from .salvage import decode_error_entry as decode_error_entry  # re-exported
+from .salvage import salvage as salvage  # re-exported
+from .salvage import stub_payload as stub_payload  # re-exported
 
 _REQUIRED = ("id", "task", "queue", "state")
-UNDECODABLE_TASK = "<undecodable>"
 
 
 def fmt_time(value: float) -> str:
@@ -310,136 +317,3 @@ def _build(data: dict[str, Any], fields: Mapping[bytes, bytes], queue: str, type
         expires_at=_opt(field(b"expires_at")),  # the hash field: requeue deletes it
         flow=get("flow"),
     )
-
-
-def salvage(fields: Mapping[bytes, bytes], queue: str, job_id: str, problem: str) -> Job:
-    """Best effort for a job hash that does not decode: every field that parses is kept."""
-    job = Job(id=job_id, task=UNDECODABLE_TASK, queue=queue, last_error=f"undecodable: {problem}")
-    try:
-        data = orjson.loads(fields.get(b"payload") or b"null")
-        if isinstance(data, dict) and isinstance(data.get("task"), str):
-            job.task = data["task"]
-    except orjson.JSONDecodeError:
-        pass
-    state = fields.get(b"state", b"").decode("utf-8", "replace")
-    job.state = _STATES.get(state, JobState.DEAD_LETTER if state else JobState.PENDING)
-    for name, convert in (
-        ("attempts", int),
-        ("lost", int),
-        ("run_at", float),
-        ("created_at", float),
-        ("finished_at", float),
-    ):
-        with contextlib.suppress(KeyError, ValueError):
-            setattr(job, name, convert(fields[name.encode()]))
-    for name in ("errors", "history"):
-        entries = []
-        for line in fields.get(name.encode(), b"").split(b"\n"):
-            try:
-                entries.append(orjson.loads(line))
-            except orjson.JSONDecodeError:
-                continue
-        setattr(job, name, entries)
-    if last := fields.get(b"last_error"):
-        job.last_error = last.decode("utf-8", "replace")
-    return job
-
-
-def stub_payload(job_id: str, queue: str, fields: Mapping[bytes, bytes]) -> bytes:
-    """A minimal valid envelope replacing an undecodable one (the original goes to ``raw``)."""
-    task = fields.get(b"task", b"").decode("utf-8", "replace") or UNDECODABLE_TASK
-    return orjson.dumps(
-        {
-            "v": ENVELOPE_VERSION,
-            "id": job_id,
-            "task": task,
-            "queue": queue,
-            "state": "dead_letter",
-            "args": [],
-            "kwargs": {},
-        }
-    )
-
-
-def decode_error_entry(
-    message: str, fields: Mapping[bytes, bytes], worker: str, now: float
-) -> dict[str, Any]:
-    """The ``errors`` entry recorded when a claimed job cannot be decoded."""
-    try:
-        attempt = int(fields.get(b"attempts", b"0"))
-    except ValueError:
-        attempt = 0
-    return {
-        "attempt": attempt,
-        "kind": "decode_error",
-        "type": "DecodeError",
-        "message": message[:2000],
-        "traceback": "",
-        "worker": worker or None,
-        "at": now,
-    }
-
-
-_EVENT_FLOATS = ("at", "run_at")
-_EVENT_INTS = ("attempt", "lost")
-
-
-def event_from_fields(fields: Mapping[bytes, bytes], queue: str | None) -> dict[str, Any]:
-    """A stream entry as an event dict (job events are flat fields; others one JSON field).
-
-    Job events do not store their queue: it is the stream's, passed as ``queue``.
-    """
-    if b"event" in fields:
-        value = orjson.loads(fields[b"event"])
-        return value if isinstance(value, dict) else {"type": "unknown", "value": value}
-    event: dict[str, Any] = {k.decode(): v.decode("utf-8", "replace") for k, v in fields.items()}
-    if queue is not None:
-        event.setdefault("queue", queue)
-    for name in _EVENT_FLOATS:
-        if name in event:
-            event[name] = _number(event[name], float)
-    for name in _EVENT_INTS:
-        if name in event:
-            event[name] = _number(event[name], int)
-    return event
-
-
-def events_from_entry(fields: Mapping[bytes, bytes], queue: str | None) -> list[dict[str, Any]]:
-    """The events of one stream entry: usually one; a batch entry (field ``jobs``, written by
-    ``emit_many`` in ``_lib.lua``) stands for one event per job of one script call."""
-    raw = fields.get(b"jobs")
-    if raw is None:
-        return [event_from_fields(fields, queue)]
-    try:
-        columns = fields.get(b"fields", b"").decode().split()
-        values = orjson.loads(raw)
-        if not columns or not isinstance(values, list) or len(values) % len(columns):
-            raise ValueError("malformed batch entry")
-    except (ValueError, UnicodeDecodeError):
-        return [event_from_fields(fields, queue)]
-    shared = event_from_fields({k: v for k, v in fields.items() if k not in _BATCH_FIELDS}, queue)
-    width = len(columns)
-    out = []
-    for start in range(0, len(values), width):
-        event = dict(shared)
-        for name, value in zip(columns, values[start : start + width], strict=True):
-            if name in _EVENT_INTS:
-                value = _number(str(value), int)
-            elif not isinstance(value, str):
-                value = str(value)
-            event[name] = value
-        out.append(event)
-    return out
-
-
-_BATCH_FIELDS = (b"jobs", b"fields")
-
-
-def _number(text: str, kind: type) -> Any:
-    try:
-        return kind(text)
-    except ValueError:
-        try:
-            return kind(float(text))
-        except ValueError:
-            return text

@@ -1,0 +1,105 @@
+"""The facade's inspection and operator methods: ``get_job``, ``stats``, ``search``, ``cancel``...
+
+A mixin of ``Conveyor`` (``app.py``), split out to keep the facade under ~400 lines. Every
+method delegates to ``monitoring/admin.py`` (which the audited ``Operator`` and the
+``Inspector`` call too) or reads the broker, and wraps stored jobs in ``JobHandle``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .broker.base import Broker, Page
+from .core.job import validate_queue_name
+from .core.state import JobState
+from .errors import JobNotFound
+from .handles import JobHandle
+from .monitoring import admin
+
+if TYPE_CHECKING:
+    from .runtime import Runtime
+
+
+class AdminMixin:
+    """Read jobs and queues, and act on them as an operator (cancel, requeue, purge, pause)."""
+
+    runtime: Runtime
+    broker: Broker  # a property of ``Conveyor``: ``runtime.broker``
+
+    def get_job(self, job_id: str) -> JobHandle[Any]:
+        """A fresh snapshot of a job; ``JobNotFound`` if it does not exist."""
+        job = self.broker.get(job_id)
+        if job is None:
+            raise JobNotFound(job_id)
+        return JobHandle.bind(job, self.runtime)
+
+    def stats(self) -> dict[str, Any]:
+        """Counts per queue and state, paused flags, and the live workers."""
+        return admin.stats(self.runtime)
+
+    def workers(self) -> list[dict[str, Any]]:
+        """Heartbeat records of live workers."""
+        return admin.workers(self.runtime)
+
+    def peek(self, queue: str, n: int = 10) -> list[JobHandle[Any]]:
+        """The next ``n`` ready jobs of a queue, in the order workers would take them (a
+        sharded queue: of each shard in turn)."""
+        members = self.runtime.shards.members(validate_queue_name(queue))
+        jobs = [j for q in members for j in self.broker.peek(q, n)][:n]
+        return [JobHandle.bind(j, self.runtime) for j in jobs]
+
+    def search(
+        self,
+        *,
+        id: str | None = None,
+        state: JobState | str | None = None,
+        task: str | None = None,
+        queue: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        error: str | None = None,
+        text: str | None = None,
+        page: int = 1,
+        page_size: int = 50,
+    ) -> Page:
+        """Search stored jobs (newest first) with filters and pagination."""
+        return admin.search(
+            self.runtime,
+            id=id,
+            state=state,
+            task=task,
+            queue=queue,
+            since=since,
+            until=until,
+            error=error,
+            text=text,
+            page=page,
+            page_size=page_size,
+        )
+
+    def dead_letters(self, queue: str | None = None, limit: int = 100) -> list[JobHandle[Any]]:
+        """Dead-lettered jobs, newest first."""
+        page = self.search(state=JobState.DEAD_LETTER, queue=queue, page_size=min(limit, 1000))
+        return [JobHandle.bind(j, self.runtime) for j in page.items]
+
+    def cancel(self, job_id: str) -> bool:
+        """Cancel a job: a waiting one at once; a RUNNING one is stopped by the worker holding
+        its lease (within about a second) and ends ``cancelled``, never retried. False if it
+        is finished or unknown (see docs/operations.md)."""
+        return admin.cancel(self.runtime, job_id)
+
+    def requeue_dead(self, job_id: str) -> bool:
+        """Run a dead-lettered (or cancelled) job again with fresh attempts."""
+        return admin.requeue_dead(self.runtime, job_id)
+
+    def purge_dead(self, older_than: float | None = None, queue: str | None = None) -> int:
+        """Delete dead letters finished more than ``older_than`` seconds ago (all if None)."""
+        return admin.purge_dead(self.runtime, older_than=older_than, queue=queue)
+
+    def pause(self, queue: str) -> None:
+        """Workers stop claiming from ``queue`` (running jobs finish)."""
+        admin.pause(self.runtime, queue)
+
+    def resume(self, queue: str) -> None:
+        """Undo ``pause``."""
+        admin.resume(self.runtime, queue)
