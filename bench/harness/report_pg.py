@@ -42,6 +42,8 @@ def postgres_table(doc: dict[str, Any]) -> str:
     head += ["best PG peer", f"{CONVEYOR} ÷ best PG peer"] if with_ratio else []
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for label, path, higher, dec in report.METRICS:
+        if path[-1] == report.CPU:  # a Redis server's CPU: meaningless for PostgreSQL systems
+            continue
         scen = {n: systems[n].get("scenarios", {}) for n in names}
         vals = {n: report._num(report._get(*path)(scen[n])) for n in names}
         if all(v is None for v in vals.values()):
