@@ -168,13 +168,14 @@ class MemoryLimits:
         flow = job.flow or {}
         self.queue_blocked = False  # set when a limit of the whole queue says no
         for name, limit in flow.get("c") or ():
-            n = int(self._spec(name, [limit])[0])
-            running = self.slots.get(name, set())
-            if len(running) >= n:
+            n = int(self._spec(name, [limit])[0]) if self.overrides else int(limit)
+            running = self.slots.get(name)
+            busy = len(running) if running else 0
+            if busy >= n:
                 self.queue_blocked = is_queue_limiter(name)
                 self.waiters.setdefault(name, set()).add(key)
                 self.parked.add(key)
-                self.blocked[key] = f"waiting for {limiter_label(name)} ({len(running)} running)"
+                self.blocked[key] = f"waiting for {limiter_label(name)} ({busy} running)"
                 return float("inf")
         wait = 0.0
         takes: list[tuple[str, tuple[float, float]]] = []
@@ -192,7 +193,10 @@ class MemoryLimits:
         for name, state in takes:
             self.buckets[name] = state
         for name, _ in flow.get("c") or ():
-            self.slots.setdefault(name, set()).add(job.id)
+            owners = self.slots.get(name)
+            if owners is None:
+                owners = self.slots[name] = set()
+            owners.add(job.id)
         self.blocked.pop(key, None)
         return None
 
