@@ -1,8 +1,9 @@
 """Flow control of the memory broker (issue 15): groups, token buckets, concurrency slots.
 
 Runs under the broker's lock, inside its claim. A pending job with a ``flow`` record waits in
-its group (``core/flow.py``), not in the queue's ready heap. Each queue keeps a heap of its
-*scheduled* groups, ``(eligible at, round-robin number, group)``: a claim pops the groups that
+its group (``core/flow.py``), not in the queue's ready heap. Each queue keeps its *scheduled*
+groups in ``(eligible at, round-robin number, group)`` order (a ``Line``: a deque for the
+in-order round-robin, a heap for the rest; no scan or sort): a claim pops the groups that
 are eligible now, asks their limiters, leases one job of each group that may run and puts the
 group back behind the others (round-robin: fairness). A group whose bucket is empty goes back
 at the time of its next token; one whose concurrency slots are full waits, off the heap, until
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +32,46 @@ if TYPE_CHECKING:
     from .memflow import MemoryFlow
 
 Eligible = Callable[[Job], bool]
+Entry = tuple[float, int, str]  # (eligible at, round-robin number, group)
+
+
+class Line:
+    """A queue's scheduled groups in ``(eligible at, round-robin number)`` order, as one heap
+    would keep them, but cheaper: a deque that stays sorted while entries arrive in order (a
+    group put back behind the others at the claim's time: the round-robin of every claim, O(1))
+    plus a heap for the entries that arrive out of order (a new group at 0, a throttled one at
+    its next token). Popping takes the smaller of the two heads."""
+
+    __slots__ = ("heap", "line")
+
+    def __init__(self) -> None:
+        self.line: deque[Entry] = deque()
+        self.heap: list[Entry] = []
+
+    def __len__(self) -> int:
+        return len(self.line) + len(self.heap)
+
+    def push(self, entry: Entry) -> None:
+        """Schedule ``entry`` (round-robin numbers are unique: groups are never compared)."""
+        line = self.line
+        if not line or line[-1] < entry:
+            line.append(entry)
+        else:
+            heapq.heappush(self.heap, entry)
+
+    def first(self) -> Entry | None:
+        """The earliest entry, or None."""
+        line, heap = self.line, self.heap
+        if line and (not heap or line[0] < heap[0]):
+            return line[0]
+        return heap[0] if heap else None
+
+    def pop_due(self, now: float) -> Entry | None:
+        """Remove and return the earliest entry if it is eligible at ``now``, else None."""
+        line, heap = self.line, self.heap
+        if line and (not heap or line[0] < heap[0]):
+            return line.popleft() if line[0][0] <= now else None
+        return heapq.heappop(heap) if heap and heap[0][0] <= now else None
 
 
 class MemoryLimits:
@@ -37,8 +79,8 @@ class MemoryLimits:
 
     def __init__(self) -> None:
         self.jobs: dict[tuple[str, str], list[tuple[int, int, str]]] = {}
-        self.heaps: dict[str, list[tuple[float, int, str]]] = {}
-        self.placed: dict[tuple[str, str], tuple[float, int]] = {}  # live heap entry per group
+        self.heaps: dict[str, Line] = {}
+        self.placed: dict[tuple[str, str], int] = {}  # group -> its live entry's number
         self.buckets: dict[str, tuple[float, float]] = {}
         self.slots: dict[str, set[str]] = {}  # slot name -> owning job ids
         self.waiters: dict[str, set[tuple[str, str]]] = {}  # slot name -> groups waiting
@@ -58,38 +100,46 @@ class MemoryLimits:
             self._schedule(key, 0.0)
 
     def _schedule(self, key: tuple[str, str], at: float) -> None:
-        entry = (at, next(self._rr))
-        self.placed[key] = entry
-        heapq.heappush(self.heaps.setdefault(key[0], []), (entry[0], entry[1], key[1]))
+        rr = self.placed[key] = next(self._rr)  # unique: it alone tells a live entry
+        line = self.heaps.get(key[0])
+        if line is None:
+            line = self.heaps[key[0]] = Line()
+        line.push((at, rr, key[1]))
 
     # ------------------------------------------------------------------ claiming
     def take(self, queue: str, now: float, want: int, ok: Eligible) -> list[Job]:
         """Up to ``want`` jobs of ``queue``'s groups that their limiters let run now.
 
-        ``ok(job)``: the broker's check that a group entry is still this pending job (stale
-        entries are skipped).
+        ``ok(job)``: the broker's check that a group's head, a pending job with an expiry, has
+        not lapsed (a lapsed one is skipped).
         """
-        heap = self.heaps.get(queue)
+        line = self.heaps.get(queue)
         out: list[Job] = []
         self.held.pop(queue, None)
-        while heap and heap[0][0] <= now and len(out) < want:
-            at, rr, g = heapq.heappop(heap)
-            key = (queue, g)
-            if self.placed.get(key) != (at, rr):
+        placed, groups = self.placed, self.jobs
+        while line is not None and len(out) < want:
+            due = line.pop_due(now)
+            if due is None:
+                break
+            key = (queue, due[2])
+            if placed.get(key) != due[1]:
                 continue  # a stale entry: the group was rescheduled since
-            del self.placed[key]
+            del placed[key]
             job = self._head(key, ok)
             if job is None:
                 self.blocked.pop(key, None)
                 continue  # empty: forgotten until a job arrives
-            verdict = self._admit(job, key, now)
+            flow = job.flow or {}
+            # a fair-only group has no limiter to ask (as on Redis): it may always run
+            verdict = self._admit(job, key, now) if "r" in flow or "c" in flow else None
             if verdict is None:
-                heapq.heappop(self.jobs[key])
+                heap = groups[key]
+                heapq.heappop(heap)
                 out.append(job)
-                if self.jobs[key]:
+                if heap:
                     self._schedule(key, now)  # behind every group eligible now: round-robin
                 else:
-                    del self.jobs[key]
+                    del groups[key]  # its last job leased: the group is forgotten
             else:
                 if verdict != float("inf"):  # inf: parked until a slot frees (``free``)
                     self._schedule(key, verdict)
@@ -100,9 +150,11 @@ class MemoryLimits:
 
     def _head(self, key: tuple[str, str], ok: Eligible) -> Job | None:
         heap = self.jobs.get(key)
+        lookup = self.lookup
         while heap:
-            job = self.lookup(heap[0][2], heap[0][1])
-            if job is not None and ok(job):
+            _, seq, job_id = heap[0]
+            job = lookup(job_id, seq)
+            if job is not None and (job.expires_at is None or ok(job)):
                 return job
             heapq.heappop(heap)
         self.jobs.pop(key, None)
@@ -116,13 +168,14 @@ class MemoryLimits:
         flow = job.flow or {}
         self.queue_blocked = False  # set when a limit of the whole queue says no
         for name, limit in flow.get("c") or ():
-            n = int(self._spec(name, [limit])[0])
-            running = self.slots.get(name, set())
-            if len(running) >= n:
+            n = int(self._spec(name, [limit])[0]) if self.overrides else int(limit)
+            running = self.slots.get(name)
+            busy = len(running) if running else 0
+            if busy >= n:
                 self.queue_blocked = is_queue_limiter(name)
                 self.waiters.setdefault(name, set()).add(key)
                 self.parked.add(key)
-                self.blocked[key] = f"waiting for {limiter_label(name)} ({len(running)} running)"
+                self.blocked[key] = f"waiting for {limiter_label(name)} ({busy} running)"
                 return float("inf")
         wait = 0.0
         takes: list[tuple[str, tuple[float, float]]] = []
@@ -140,7 +193,10 @@ class MemoryLimits:
         for name, state in takes:
             self.buckets[name] = state
         for name, _ in flow.get("c") or ():
-            self.slots.setdefault(name, set()).add(job.id)
+            owners = self.slots.get(name)
+            if owners is None:
+                owners = self.slots[name] = set()
+            owners.add(job.id)
         self.blocked.pop(key, None)
         return None
 
@@ -189,11 +245,12 @@ class MemoryLimits:
         again (None if it waits for a slot: the slot's release wakes the workers)."""
         times = []
         for q in queues:
-            heap = self.heaps.get(q)
-            if not heap:
+            line = self.heaps.get(q)
+            first = None if line is None else line.first()
+            if first is None:
                 continue
-            if heap[0][0] > now:
-                times.append(heap[0][0])
+            if first[0] > now:
+                times.append(first[0])
             elif self.held.get(q, float("inf")) < float("inf"):
                 times.append(self.held[q])
         return min(times) if times else None
@@ -271,7 +328,7 @@ class MemoryLimitsHooks:
     def _unlease(self, job: Job) -> None:
         """The job left ``active``: its token goes, its concurrency slots free (issue 15)."""
         self._tokens.pop(job.id, None)
-        if job.flow is not None and self.limits.free(job):
+        if job.flow is not None and "c" in job.flow and self.limits.free(job):
             self._notify()  # an idle worker claims the job that waited for this slot
 
     def _not_lapsed(self, job: Job, now: float) -> bool:
