@@ -139,8 +139,8 @@ def _scheduled() -> Any:
 
 
 def test_workflow_keys_built_in_lua_mirror_keys_py(rbroker: RedisBroker) -> None:
-    """wf_qkeys (lua/_lib.lua) builds other queues' keys: they must be keys.py's."""
-    lib = resources.files("conveyor.broker.redis").joinpath("lua", "_lib.lua").read_text()
+    """wf_qkeys (lua/_wf.lua) builds other queues' keys: they must be keys.py's."""
+    lib = resources.files("conveyor.broker.redis").joinpath("lua", "_wf.lua").read_text()
     start = lib.index("local function wf_qkeys")
     body = lib[start : lib.index("\nend\n", start) + 5]
     script = (

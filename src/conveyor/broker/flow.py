@@ -5,7 +5,7 @@ with parents start ``waiting``), each edge ``parent -> child`` carries a failure
 once the parent finished, whether it succeeded and its result; each node keeps a counter of
 parents not finished yet. ``finished`` runs INSIDE the atomic step that finishes a job (the
 memory broker's lock, the SQLite transaction; the Redis Lua script ``wf_release`` in
-``_lib.lua`` mirrors it line for line), so a dependant is released exactly when its last parent
+``_wf.lua`` mirrors it line for line), so a dependant is released exactly when its last parent
 finishes and never by a polling task.
 
 Exactly once: an edge is marked done once (``FlowOps.mark`` answers False the second time), and

@@ -1,7 +1,9 @@
 """MemoryBroker: the reference implementation of the protocol, thread-safe, in one process.
 
 Used by tests, simulations and ``memory://`` apps. Its code is the plainest statement of the
-semantics; the SQLite and Redis backends must behave the same (tests/contract checks it).
+semantics; the SQLite and Redis backends must behave the same (tests/contract checks it). This
+module holds the state, ``enqueue`` and ``claim``; the other transitions are mixins by duty
+(memfinish.py, memmaint.py, memadmin.py, memreads.py).
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import heapq
 import itertools
 import threading
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
@@ -19,25 +21,38 @@ from ..core import lifecycle
 from ..core.flow import unique_holds
 from ..core.job import Job
 from ..core.serialization import decode_job
-from ..core.state import TERMINAL_STATES, JobState
+from ..core.state import JobState
 from ..errors import DuplicateJob, LeaseLost
-from .base import Ack, Broker, Claimed, EnqueueResult, Lease
+from .base import Broker, Claimed, EnqueueResult, Lease
 from .memadmin import MemoryJobAdmin
+from .memfinish import MemoryFinish
 from .memflow import MemoryFlow, MemoryWorkflows
 from .memlimits import MemoryLimits, MemoryLimitsAdmin, MemoryLimitsHooks
+from .memmaint import MemoryMaintenance
 from .memreads import MemoryReads
 from .memstore import MemoryCounters, MemoryDocs, MemoryEvents, MemoryLogs
 from .memtimers import TimeHeap
 
 _DELAYED = (JobState.SCHEDULED, JobState.RETRY_SCHEDULED)
-_CANCELLABLE = (JobState.PENDING, *_DELAYED, JobState.WAITING)
-_REQUEUEABLE = (JobState.DEAD_LETTER, JobState.CANCELLED, JobState.EXPIRED)
 
 
 class MemoryBroker(
-    MemoryWorkflows, MemoryReads, MemoryJobAdmin, MemoryLimitsAdmin, MemoryLimitsHooks, Broker
+    MemoryWorkflows,
+    MemoryReads,
+    MemoryJobAdmin,
+    MemoryLimitsAdmin,
+    MemoryLimitsHooks,
+    MemoryMaintenance,
+    MemoryFinish,
+    Broker,
 ):
-    """All state in dicts and heaps behind one lock."""
+    """All state in dicts and heaps behind one lock.
+
+    Here: the state, the helpers that file a job by its state, ``enqueue`` and ``claim``. The
+    rest lives in mixins by duty: the lease holder's transitions (``memfinish.py``), timers and
+    retention (``memmaint.py``), operator actions and queue flags (``memadmin.py``), reads and
+    waits (``memreads.py``), flow control (``memlimits.py``), workflows (``memflow.py``).
+    """
 
     events: MemoryEvents  # job transitions ``emit`` into it under the lock
     supports_flow = True  # rate limits, concurrency, fair groups (issue 15)
@@ -245,263 +260,6 @@ class MemoryBroker(
             nexts = (self._delayed.next_time(), self._leases.next_time())
             times = [t for t in (*nexts, self.limits.next_time(served, now)) if t is not None]
             return Claimed.of(leases, min(times) if times else None)
-
-    def complete(self, acks: Sequence[Ack], now: float) -> list[bool]:
-        """Record each success; False for stale tokens."""
-        with self._lock:
-            out = []
-            for ack in acks:
-                try:
-                    job = self._leased(ack.job_id, ack.token)
-                except LeaseLost:
-                    out.append(False)
-                    continue
-                lifecycle.complete(job, now, ack.result, ack.error)
-                self._emit("completed", job, now, attempt=job.attempts)
-                self._finish(job)
-                self.flow.done(job, now)
-                out.append(True)
-            return out
-
-    def fail(
-        self,
-        job_id: str,
-        token: str,
-        now: float,
-        *,
-        error: Mapping[str, Any],
-        retry_at: float | None,
-    ) -> JobState:
-        """Record a failed attempt; retry later or dead-letter."""
-        with self._lock:
-            job = self._leased(job_id, token)
-            lifecycle.fail(job, now, error, retry_at)
-            self._unlease(job)
-            self._emit("failed", job, now, attempt=job.attempts, error=job.last_error)
-            if retry_at is None:
-                self._emit("dead_lettered", job, now, reason=error.get("kind"))
-                self._finish(job)
-                self.flow.done(job, now)
-            else:
-                self._emit("retry_scheduled", job, now, run_at=retry_at)
-                self._make_delayed(job)
-            return job.state
-
-    def release(
-        self,
-        job_id: str,
-        token: str,
-        now: float,
-        *,
-        delay: float = 0.0,
-        penalize: bool = True,
-        note: str = "released",
-    ) -> JobState:
-        """Give the job back (now or after ``delay``)."""
-        with self._lock:
-            job = self._leased(job_id, token)
-            lifecycle.release(job, now, delay, penalize, note)
-            self._unlease(job)
-            self._emit("released", job, now, note=note)
-            self._place(job)
-            return job.state
-
-    def cancel_running(
-        self, job_id: str, token: str, now: float, *, note: str = "cancelled while running"
-    ) -> JobState:
-        """active → cancelled by the lease holder (fenced)."""
-        with self._lock:
-            job = self._leased(job_id, token)
-            lifecycle.cancel_running(job, now, note)
-            self._tokens.pop(job_id, None)
-            self._emit("cancelled", job, now, note=note)
-            self._finish(job)
-            self.flow.done(job, now)
-            return job.state
-
-    def extend(
-        self, leases: Sequence[tuple[str, str]], now: float, visibility_timeout: float
-    ) -> list[bool]:
-        """Push lease deadlines."""
-        with self._lock:
-            out = []
-            for job_id, token in leases:
-                try:
-                    job = self._leased(job_id, token)
-                except LeaseLost:
-                    out.append(False)
-                    continue
-                job.lease_expires_at = now + visibility_timeout
-                self._leases.push(job.lease_expires_at, job_id)
-                out.append(True)
-            return out
-
-    # ------------------------------------------------------------------ maintenance
-    def promote_due(self, now: float, limit: int = 1000) -> int:
-        """Move due delayed jobs to pending."""
-        with self._lock:
-            return self._promote(now, limit)
-
-    def _promote(self, now: float, limit: int) -> int:
-        moved = 0
-        for job_id in self._delayed.pop_due(now):
-            job = self._jobs[job_id]
-            lifecycle.promote(job)
-            self._make_ready(job)
-            moved += 1
-            if moved >= limit:
-                break
-        return moved
-
-    def reap_expired(self, now: float, *, max_lost: int = 3) -> int:
-        """Return expired leases to pending; poison pills to dead letter."""
-        with self._lock:
-            reaped = self._expire(now, max_lost)
-            self._expire_finished(now)
-            return reaped
-
-    def _expire(self, now: float, max_lost: int) -> int:
-        reaped = 0
-        for job_id in self._leases.pop_due(now):
-            job = self._jobs[job_id]
-            worker = job.worker_id
-            lifecycle.expire(job, now, max_lost)
-            self._unlease(job)
-            self._emit("lease_lost", job, now, worker=worker, lost=job.lost)
-            if job.state is JobState.DEAD_LETTER:
-                self._emit("dead_lettered", job, now, reason="worker_lost")
-                self._finish(job)
-                self.flow.done(job, now)
-            else:
-                self._make_ready(job)
-            reaped += 1
-        return reaped
-
-    def _expire_finished(self, now: float) -> None:
-        ttl = {
-            JobState.COMPLETED: self.retention.completed_ttl,
-            JobState.CANCELLED: self.retention.cancelled_ttl,
-        }
-        for key, ring in self._finished.items():
-            state = JobState(key.rsplit("|", 1)[1])
-            if state not in ttl:
-                continue
-            while ring:
-                job = self._jobs.get(ring[0])
-                fresh = job is not None and (job.finished_at or 0) > now - ttl[state]
-                if fresh and job is not None and job.state is state:
-                    break
-                self._drop(ring.popleft(), state)
-
-    # ------------------------------------------------------------------ admin
-    def cancel(self, job_id: str, now: float) -> bool:
-        """Cancel a not-yet-started job."""
-        with self._lock:
-            job = self._jobs.get(job_id)
-            if job is None or job.state not in _CANCELLABLE:
-                return False
-            lifecycle.cancel(job, now)
-            self._emit("cancelled", job, now)
-            self._finish(job)
-            self.flow.done(job, now)
-            return True
-
-    def requeue(self, job_id: str, now: float) -> bool:
-        """Revive a dead or cancelled job."""
-        with self._lock:
-            job = self._jobs.get(job_id)
-            if job is None or job.state not in _REQUEUEABLE:
-                return False
-            lifecycle.requeue(job, now)
-            self._emit("requeued", job, now)
-            self._make_ready(job)
-            return True
-
-    def purge(
-        self,
-        now: float,
-        *,
-        state: JobState = JobState.DEAD_LETTER,
-        older_than: float | None = None,
-        queue: str | None = None,
-        ids: Sequence[str] | None = None,
-    ) -> int:
-        """Delete matching terminal jobs."""
-        if state not in TERMINAL_STATES:
-            raise ValueError("purge: only terminal states can be purged")
-        with self._lock:
-            wanted = set(ids) if ids is not None else None
-            doomed = [
-                job.id
-                for job in self._jobs.values()
-                if job.state is state
-                and (queue is None or job.queue == queue)
-                and (wanted is None or job.id in wanted)
-                and (older_than is None or (job.finished_at or 0) <= now - older_than)
-            ]
-            for job_id in doomed:
-                del self._jobs[job_id]
-                self.flow.dropped(job_id)
-            return len(doomed)
-
-    def clear_queue(self, queue: str, now: float) -> int:
-        """Delete the waiting jobs of ``queue`` (heap entries of deleted jobs are skipped)."""
-        with self._lock:
-            doomed = [
-                j.id
-                for j in self._jobs.values()
-                if j.queue == queue and (j.state is JobState.PENDING or j.state in _DELAYED)
-            ]
-            for job_id in doomed:
-                del self._jobs[job_id]
-                self.flow.dropped(job_id)
-                self._ready_seq.pop(job_id, None)
-            self.limits.forget_queue(queue)  # issue 15: its groups go with their jobs
-            return len(doomed)
-
-    def pause(self, queue: str) -> None:
-        """Pause a queue."""
-        with self._lock:
-            self._paused.add(queue)
-            self._known_queues.add(queue)
-
-    def resume(self, queue: str) -> None:
-        """Resume a queue."""
-        with self._lock:
-            self._paused.discard(queue)
-            self._notify()
-
-    def paused_queues(self) -> set[str]:
-        """Paused queue names."""
-        with self._lock:
-            return set(self._paused)
-
-    def queues(self) -> list[str]:
-        """Known queues."""
-        with self._lock:
-            return sorted(self._known_queues)
-
-    def wait_for_work(self, queues: Sequence[str], timeout: float, *, due: bool = False) -> None:
-        """Wait on the condition that enqueue, delayed jobs and resume notify (exact timeout).
-
-        A notify since this thread's last claim (while it was not waiting yet) ends the wait
-        at once: it would otherwise be lost.
-        """
-        with self._wake:
-            if getattr(self._seen, "changes", self._changes) == self._changes:
-                self._wake.wait(timeout)
-            self._seen.changes = self._changes
-
-    def change_cursor(self, queue: str) -> int:
-        """How many jobs have finished so far."""
-        return self._ends
-
-    def wait_change(self, queue: str, job_id: str, cursor: Any, timeout: float) -> int:
-        """Wait on the condition every finishing job notifies (no polling)."""
-        with self._ended:
-            if self._ends == cursor:
-                self._ended.wait(timeout)
-            return self._ends
 
     def flush_all(self) -> None:
         """Forget everything."""

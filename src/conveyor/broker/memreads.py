@@ -1,12 +1,17 @@
-"""Read-only job queries of the memory broker (get, counts, peek, search, oldest pending).
+"""Read-only job queries of the memory broker (get, counts, peek, search, oldest pending) and
+the waits (``wait_for_work`` for an idle worker, ``change_cursor`` / ``wait_change`` for a job's
+result).
 
 Split from ``memory.py`` to keep it short; the state they read (``_jobs``, ``_ready_seq``,
-``_known_queues``) is the broker's, guarded by its lock.
+``_known_queues``) is the broker's, guarded by its lock, and the waits block on its conditions
+(``_wake``, notified by new work; ``_ended``, notified by every finishing job).
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
+from typing import Any
 
 import orjson
 
@@ -24,6 +29,11 @@ class MemoryReads:
     _jobs: dict[str, Job]
     _ready_seq: dict[str, int]
     _known_queues: set[str]
+    _wake: threading.Condition
+    _changes: int  # bumped with every notify of _wake
+    _seen: threading.local  # per thread: _changes as of its last claim
+    _ended: threading.Condition
+    _ends: int  # jobs finished so far
 
     @staticmethod
     def _snap(job: Job) -> Job:
@@ -72,3 +82,25 @@ class MemoryReads:
                 if j.queue == queue and j.state is JobState.PENDING
             ]
             return min(times) if times else None
+
+    def wait_for_work(self, queues: Sequence[str], timeout: float, *, due: bool = False) -> None:
+        """Wait on the condition that enqueue, delayed jobs and resume notify (exact timeout).
+
+        A notify since this thread's last claim (while it was not waiting yet) ends the wait
+        at once: it would otherwise be lost.
+        """
+        with self._wake:
+            if getattr(self._seen, "changes", self._changes) == self._changes:
+                self._wake.wait(timeout)
+            self._seen.changes = self._changes
+
+    def change_cursor(self, queue: str) -> int:
+        """How many jobs have finished so far."""
+        return self._ends
+
+    def wait_change(self, queue: str, job_id: str, cursor: Any, timeout: float) -> int:
+        """Wait on the condition every finishing job notifies (no polling)."""
+        with self._ended:
+            if self._ends == cursor:
+                self._ended.wait(timeout)
+            return self._ends

@@ -1,6 +1,7 @@
 """Job rows of the SQLite backend: decoding a row (``_Rec``) and the read-only queries (get,
 peek, search, oldest pending, waiting for work). Reads run outside transactions (WAL readers
-never block the writer), each through ``SqliteStore._read``. Transitions live in ``sqlite.py``.
+never block the writer), each through ``SqliteStore._read``. Transitions live in ``sqlite.py``
+and its mixins.
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ _COUNTED_TOTAL = (
     "SELECT COALESCE(SUM(n), 0) FROM counts WHERE queue != '' AND state ="
     " COALESCE(:state, state) AND queue = COALESCE(:queue, queue)"
 )
+#: The finished rows of one queue and state (params: queue, state): retention and purge.
+FINISHED = "queue = ? AND state = ? AND finished_at IS NOT NULL"
 #: The earliest delayed run_at and the earliest lease deadline (any queue; two index lookups).
 NEXT_DUE = (
     "SELECT (SELECT MIN(due_at) FROM jobs WHERE due_at IS NOT NULL),"

@@ -61,7 +61,7 @@ class RedisBroker(
     """Redis (standalone, Sentinel or Cluster) backend; build it with ``from_url``."""
 
     has_server_clock = True
-    supports_flow = True  # rate limits, concurrency, fair groups (issue 15; lua/_lib.lua)
+    supports_flow = True  # rate limits, concurrency, fair groups (issue 15; lua/_flow.lua)
 
     def __init__(self, url: str, retention: Retention | None = None) -> None:
         super().__init__(url, retention)

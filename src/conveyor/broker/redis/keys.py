@@ -20,7 +20,7 @@ Redis Cluster slot (queue names are validated: no braces, spaces or colons)::
     <p>:{<q>}:paused       STRING  exists while the queue is paused
     <p>:{<q>}:idem:<key>   STRING  "<expires_at>|<job id>" (PX: logical TTL + grace)
     <p>:{<q>}:waiting      ZSET    id -> created_at (waiting workflow nodes)
-    <p>:{<q>}:wf:<id>      HASH    a workflow node's graph record (lua/_lib.lua, workflows)
+    <p>:{<q>}:wf:<id>      HASH    a workflow node's graph record (lua/_wf.lua)
     <p>:{<q>}:expired      ZSET    id -> finished_at (expired: not started before expires_at)
     <p>:{<q>}:f:           prefix of the flow-control keys of the queue (issue 15, lua/_flow.lua):
       f:groups             ZSET    group -> round-robin number (groups that may be served now)
@@ -96,7 +96,7 @@ STATE_SETS = {
     **TERMINAL_SETS,
 }
 
-#: Keys of a queue that workflow scripts build with ``wf_qkeys`` (lua/_lib.lua) besides the
+#: Keys of a queue that workflow scripts build with ``wf_qkeys`` (lua/_wf.lua) besides the
 #: ``QUEUE_KEY_SUFFIXES``: the waiting set and the prefix of the node records.
 WORKFLOW_SUFFIXES = ("waiting", "wf:")
 

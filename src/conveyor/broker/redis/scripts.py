@@ -1,7 +1,8 @@
 """The Lua scripts: loaded from ``lua/*.lua``, run with EVALSHA, reloaded on NOSCRIPT.
 
-Every job script is the part of ``lua/_lib.lua`` (shared helpers) it uses, followed by the
-script's own file (``lib_for``); its SHA1 is computed here, so EVALSHA works without a prior
+Every job script is the part of the prelude (the shared helpers: ``lua/_lib.lua``, ``_wf.lua``,
+``_timers.lua``, ``_flow.lua``, concatenated in that order by ``prelude``) it uses, followed by
+the script's own file (``lib_for``); its SHA1 is computed here, so EVALSHA works without a prior
 SCRIPT LOAD. When the server answers NOSCRIPT (restart, failover, ``SCRIPT FLUSH``) the script
 is loaded and the call repeated; in a pipeline only the calls that failed with NOSCRIPT are
 repeated (a NOSCRIPT call never ran).
@@ -57,6 +58,9 @@ try:
 except ImportError:  # pragma: no cover - hiredis is a dependency; redis-py packs without it
     _hiredis_pack = None
 
+#: The prelude files (``lua/<name>.lua``), in the order they are concatenated: each helper is
+#: defined before the helpers that call it (a Lua local is visible only below its definition).
+PRELUDE = ("_lib", "_wf", "_timers", "_flow")
 #: Scripts that are not job transitions and do not get the shared prelude.
 _STANDALONE = frozenset({"doc_cas"})
 SCRIPT_NAMES = (
@@ -110,11 +114,23 @@ def _read(name: str) -> str:
     )
 
 
+def prelude() -> str:
+    """The shared helpers of the job scripts: the ``PRELUDE`` files, concatenated in order.
+
+    The files after the first go without their header (the leading comment block, up to the
+    first blank line): it documents the file, and ``lib_for`` would otherwise count a helper
+    named there as used by the definition it follows. ``_lib.lua``'s header heads every script.
+    """
+    first, *rest = (_read(name) for name in PRELUDE)
+    return "\n".join([first, *(_HEADER.sub("", text, count=1) for text in rest)])
+
+
+_HEADER = re.compile(r"\A(?:--[^\n]*\n)+\n")
 _TOP_LEVEL = re.compile(r"^local (?:function )?([A-Za-z_][A-Za-z0-9_]*)", re.MULTILINE)
 
 
 def lib_for(lib: str, body: str) -> str:
-    """The part of ``_lib.lua`` that ``body`` uses: its header and the top-level definitions
+    """The part of the prelude ``lib`` that ``body`` uses: its header and the top-level definitions
     (``local function f`` / ``local X =``) that the body names, directly or through another
     included definition, in their original order.
 
@@ -143,7 +159,7 @@ def lib_for(lib: str, body: str) -> str:
 @functools.cache
 def load_all() -> dict[str, Script]:
     """Read every script from the package and compute its SHA1."""
-    lib = _read("_lib")
+    lib = prelude()
     out = {}
     for name in SCRIPT_NAMES:
         body = _read(name)

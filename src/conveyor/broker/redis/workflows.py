@@ -1,5 +1,5 @@
 """Workflows on Redis: ``enqueue_workflow`` is one script (``wf_enqueue.lua``), the release of
-dependants happens inside the finishing scripts (``wf_done`` in ``lua/_lib.lua``).
+dependants happens inside the finishing scripts (``wf_done`` in ``lua/_wf.lua``).
 
 Nodes may sit in several queues, so the scripts write keys of several hash tags: workflows
 need a standalone or Sentinel server (Redis Cluster refuses them with a clear error).

@@ -1,6 +1,6 @@
 -- cancel.lua: cancel a job that has not started
 -- (transition: scheduled | pending | retry_scheduled | waiting -> cancelled).
--- A workflow node's dependants are ended or released in the same step (wf_done in _lib.lua).
+-- A workflow node's dependants are ended or released in the same step (wf_done in _wf.lua).
 --
 -- Input
 --   KEYS: the 16 queue keys (_lib.lua)

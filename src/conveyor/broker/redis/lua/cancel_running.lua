@@ -5,7 +5,7 @@
 -- the job must be active (fencing: a worker whose lease was lost changes nothing). The lease is
 -- dropped at once, a "cancelled" entry goes to the history (with the note and the worker) and
 -- the job joins the cancelled set (kept cancelled_ttl, like any cancelled job). Never retried.
--- A workflow node's dependants are ended or released in the same step (wf_done in _lib.lua);
+-- A workflow node's dependants are ended or released in the same step (wf_done in _wf.lua);
 -- the concurrency slots of a flow-controlled job free (free_slots).
 --
 -- Input

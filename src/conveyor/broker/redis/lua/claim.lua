@@ -23,7 +23,7 @@
 -- Output: {more, next_due, job_1, job_2, ...}; more = CODE_MORE when ready jobs remain after
 --         this claim, else CODE_NO; next_due = on an empty claim of a queue that is not
 --         paused, the earliest run_at of the scheduled / retry sets or lease deadline ('' when
---         none, or when jobs were claimed: next_due in _lib.lua);
+--         none, or when jobs were claimed: next_due in _timers.lua);
 --         job = 9 values in a row (flat, not a nested array: issue 18), id, attempts, token,
 --         payload, run_at, lost, errors, history, last_error (the other fields are known to
 --         the caller: state active, started_at = now, lease_expires_at = deadline, worker_id)
@@ -55,7 +55,7 @@ local function lapse(id, key, task, attempts)
   history(key, 'expired', now, attempts or 0, 'not started before its expires_at', nil)
   finish(q, q.expired, id, now, dead_max)  -- capped like the dead letters
   emit(q, maxlen, 'type', 'expired', 'job_id', id, 'task', task or '', 'at', now)
-  -- a workflow node that never ran fails its dependants (issue 16; wf_done in _lib.lua)
+  -- a workflow node that never ran fails its dependants (issue 16; wf_done in _wf.lua)
   if redis.call('HGET', key, 'wf') then wf_done(q, qname, id, false, nil, now, maxlen) end
 end
 
@@ -67,7 +67,7 @@ redis.call('DEL', q.wake)
 if redis.call('EXISTS', q.paused) == 1 then return {CODE_NO, ''} end
 
 local out = {CODE_NO, ''}
-local score = lease_score(deadline)  -- the leases-set score: a whole second (_lib.lua)
+local score = lease_score(deadline)  -- the leases-set score: a whole second (_timers.lua)
 local leased, ids, rows = {}, {}, {}
 local claimed = 0
 local suffix = ':' .. qname  -- of every fencing token "<seq>:<queue>"

@@ -12,7 +12,7 @@
 -- sets last_error, in the same step as the completion.
 --
 -- A workflow node (field wf) releases or ends its dependants in the same step (wf_done in
--- _lib.lua).
+-- _wf.lua).
 --
 -- Input
 --   KEYS: the 16 queue keys (_lib.lua)

@@ -3,12 +3,12 @@
 -- Per (id, token): the token must match and the job must be active, else CODE_NO (lease lost).
 --
 -- Input
---   KEYS: the 16 queue keys (_lib.lua)
+--   KEYS: the 16 queue keys (_timers.lua)
 --   ARGV: [1] new deadline (now + visibility_timeout)  then pairs: id, token
 -- Output: {code_1, code_2, ...} one per pair: CODE_OK extended, CODE_NO lease lost
 local q = qkeys(0)
 local deadline = ARGV[1]
-local score = lease_score(deadline)  -- whole seconds in the leases set (_lib.lua)
+local score = lease_score(deadline)  -- whole seconds in the leases set (_timers.lua)
 local out = {}
 for i = 2, #ARGV, 2 do
   local id, token = ARGV[i], ARGV[i + 1]

@@ -6,7 +6,7 @@
 -- learn its due time); without one it is dead-lettered (dead set, capped
 -- at dead_letter_max). A non-empty stub payload replaces an undecodable payload, whose bytes
 -- are kept in field "raw" (used for kind decode_error right after a claim). A dead-lettered
--- workflow node ends or releases its dependants in the same step (wf_done in _lib.lua).
+-- workflow node ends or releases its dependants in the same step (wf_done in _wf.lua).
 --
 -- Input
 --   KEYS: the 16 queue keys (_lib.lua)

@@ -3,7 +3,7 @@
 -- housekeeping: completed / cancelled jobs finished before their TTL cutoff are deleted.
 --
 -- Each loss: lost + 1, a worker_lost entry in "errors", last_error, "lease_lost" event
--- (expire_leases in _lib.lua, which claim.lua runs too).
+-- (expire_leases in _timers.lua, which claim.lua runs too).
 -- Safe to run concurrently from many processes: a lease is only reaped while its job is
 -- active and its deadline <= now.
 --

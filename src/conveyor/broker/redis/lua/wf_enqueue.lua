@@ -2,7 +2,7 @@
 -- scheduled | waiting: a node without parents but with a delay is scheduled).
 --
 -- Every node becomes a job (hash, payload, ready or waiting set entry, "enqueued" event) and a
--- graph record (<p>:{q}:wf:<id>, see the workflow part of _lib.lua); nodes with dependants get
+-- graph record (<p>:{q}:wf:<id>, see _wf.lua); nodes with dependants get
 -- field wf = "1" in their job hash. The workflow's index (KEYS[1], keys.py workflow) lists
 -- its nodes and edges for readers (dashboard, WorkflowHandle). Ids are fresh (the producer
 -- minted them) and nodes carry no idempotency key, so nothing is checked before writing: the
