@@ -117,10 +117,9 @@ def test_a_version_1_schema_migrates_and_its_jobs_run(pg_server: Any) -> None:
 
 
 def test_both_claim_paths_lease_alike_and_complete_in_one_batch(pg_server: Any) -> None:
-    """A grouped job (leased per job under the flow lock, its whole envelope saved: no claim
-    overlay) and a plain one (the one-statement claim, overlay columns) read back alike, and one
-    ``complete`` batch finishes both: the grouped one through ``finish_special`` (its slot
-    frees: the group's next job is claimable) and the plain one set-based."""
+    """A grouped job (leased per batch under the flow lock) and a plain one (the one-statement
+    claim) both get the claim overlay and read back alike, and one set-based ``complete`` batch
+    finishes both: the grouped one's slot frees (the group's next job is claimable)."""
     url = pg_server.new_database()
     app = Conveyor(url)
     broker = app.broker
@@ -139,7 +138,7 @@ def test_both_claim_paths_lease_alike_and_complete_in_one_batch(pg_server: Any) 
     assert [x.id for x in leases] == [first.id, free.id]  # groups first; the group's slot is full
     with psycopg.connect(url) as c:
         claims = dict(c.execute("SELECT id, claims FROM conveyor.jobs").fetchall())
-    assert (claims[first.id], claims[free.id]) == (0, 1)
+    assert (claims[first.id], claims[free.id]) == (1, 1)  # no per-job envelope write
     for lease in leases:
         got = broker.get(lease.id)
         assert (got.state, got.attempts, got.worker_id) == (JobState.ACTIVE, 1, "w")

@@ -60,6 +60,10 @@ class Db(abc.ABC):
     def next_seq(self) -> int:
         """A fresh, increasing placement number (round-robin order of groups)."""
 
+    def next_seqs(self, n: int) -> list[int]:
+        """``n`` fresh, increasing placement numbers (a backend may fetch them at once)."""
+        return [self.next_seq() for _ in range(n)]
+
     @abc.abstractmethod
     def rows(self, where: str, params: Sequence[Any], *, full: bool = True) -> list[Rec]:
         """Job rows matching ``where`` (shared dialect), locked for update where that matters."""

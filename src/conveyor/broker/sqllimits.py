@@ -72,10 +72,19 @@ SCHEDULE = (
 )
 _FREE = "DELETE FROM {S}.flow_slots WHERE name = ? AND job_id = ?"
 _WAITERS = "SELECT queue, grp FROM {S}.flow_waiters WHERE name = ?"
-_WAKE = "UPDATE {S}.flow_groups SET due = 0, why = NULL WHERE queue = ? AND grp = ? AND due IS NULL"
+WAKE = "UPDATE {S}.flow_groups SET due = 0, why = NULL WHERE queue = ? AND grp = ? AND due IS NULL"
 _DELAYED = (JobState.SCHEDULED, JobState.RETRY_SCHEDULED)
 _BUSY = "busy"  # a head row another transaction holds (PostgreSQL only)
-Lease = Callable[[Rec], Any]
+Lease = Callable[[list[Rec]], list[Any]]
+
+
+def each(lease_one: Callable[[Rec], Any]) -> Lease:
+    """A batch ``lease`` for ``take`` from a per-row one (a Lease or None per row)."""
+
+    def lease(recs: list[Rec]) -> list[Any]:
+        return [got for rec in recs if (got := lease_one(rec)) is not None]
+
+    return lease
 
 
 def _heads(db: Db, queue: str, now: float, n: int) -> list[tuple[str, Rec | str | None]]:
@@ -94,13 +103,16 @@ def _heads(db: Db, queue: str, now: float, n: int) -> list[tuple[str, Rec | str 
 
 
 def take(db: Db, queue: str, now: float, want: int, lease: Lease) -> list[Any]:
-    """Lease up to ``want`` jobs of ``queue``'s due groups (``lease(rec)``: a Lease or None).
+    """Lease up to ``want`` jobs of ``queue``'s due groups (``lease(recs)``: their Leases, a
+    row that lapsed or was buried left out).
 
     Groups come in batches (``_heads``); a served group goes behind the others with a fresh
     ``rr``, which is also the order the next batch reads them in: the same round-robin as one
     group per query. Every group of a batch makes progress (a job leased, lapsed or buried; the
     group put aside, deleted or, its head held elsewhere, looked at ``BUSY_S`` later), so the
-    loop ends. A limit of the whole queue that says no stops the claim of the queue there."""
+    loop ends. A limit of the whole queue that says no stops the claim of the queue there. The
+    admitted heads of a batch are leased together (one statement on PostgreSQL), after their
+    tokens and slots are taken."""
     out: list[Any] = []
     db.lock()
     overrides = db.run("SELECT 1 FROM {S}.flow_limits LIMIT 1").fetchone() is not None
@@ -109,45 +121,61 @@ def take(db: Db, queue: str, now: float, want: int, lease: Lease) -> list[Any]:
         batch = _heads(db, queue, now, want - len(out))
         if not batch:
             break
+        seqs = iter(db.next_seqs(len(batch)))  # one round trip for the batch's rr numbers
+        slots = Slots(db, [rec for _, rec in batch if isinstance(rec, Rec) and rec.corrupt is None])
         moves: list[tuple[Any, ...]] = []
+        picked: list[Rec] = []
+        empty: list[str] = []
         for grp, rec in batch:
             if rec is None:  # empty: forgotten until one of its jobs becomes pending again
-                db.run("DELETE FROM {S}.flow_groups WHERE queue = ? AND grp = ?", (queue, grp))
+                empty.append(grp)
             elif isinstance(rec, str):  # its head is held by another transaction: look again soon
-                moves.append((now + BUSY_S, db.next_seq(), None, queue, grp))
+                moves.append((now + BUSY_S, next(seqs), None, queue, grp))
             elif rec.corrupt is None and (rec.job.expires_at or float("inf")) <= now:
-                lease(rec)  # lapses it (expired, never runs) before it takes a token or slot
-                moves.append((now, db.next_seq(), None, queue, grp))
+                picked.append(rec)  # lapses it (expired, never runs) before any token or slot
+                moves.append((now, next(seqs), None, queue, grp))
             else:
-                stop = _serve(db, rec, queue, grp, now, overrides, lease, out, moves)
+                head = (rec, queue, grp, next(seqs))
+                stop = _serve(db, head, now, overrides, slots, picked, moves)
                 if stop:  # the queue's own limit said no: no other group may start now
                     break
+        slots.flush()
+        _forget(db, queue, empty)
         db.many(_RESCHEDULE, moves)
+        if picked:
+            out += lease(picked)
     return out
+
+
+def _forget(db: Db, queue: str, groups: Sequence[str]) -> None:
+    """Delete the groups of ``queue`` a batch found empty (one statement)."""
+    if groups:
+        marks = ", ".join("?" * len(groups))
+        sql = f"DELETE FROM {{S}}.flow_groups WHERE queue = ? AND grp IN ({marks})"
+        db.run(sql, (queue, *groups))
 
 
 def _serve(
     db: Db,
-    rec: Rec,
-    queue: str,
-    grp: str,
+    head: tuple[Rec, str, str, int],
     now: float,
     overrides: bool,
-    lease: Lease,
-    out: list[Any],
+    slots: Slots,
+    picked: list[Rec],
     moves: list[tuple[Any, ...]],
 ) -> bool:
-    """Ask the limiters of the head ``rec`` of group ``grp``: lease it into ``out`` or set the
-    group aside (its move appended to ``moves``). True: a limit of the whole queue said no."""
-    verdict, why, whole = admit(db, rec.job.id, rec.job.flow or {}, queue, grp, now, overrides)
+    """Ask the limiters of the head ``rec`` of group ``grp`` of ``queue`` (``head``, with the
+    group's next round-robin place): add it to ``picked`` (to lease) or set the group aside
+    (its move appended to ``moves``). True: a limit of the whole queue said no."""
+    rec, queue, grp, seq = head
+    flow = rec.job.flow or {}
+    verdict, why, whole = admit(db, rec.job.id, flow, queue, grp, now, overrides, slots)
     if verdict is None:
-        moves.append((now, db.next_seq(), None, queue, grp))
-        leased = lease(rec)
-        if leased is not None:
-            out.append(leased)
+        moves.append((now, seq, None, queue, grp))
+        picked.append(rec)
         return False
     due = None if verdict == float("inf") else verdict  # inf: parked until a slot frees (NULL)
-    moves.append((due, db.next_seq(), why, queue, grp))
+    moves.append((due, seq, why, queue, grp))
     return whole
 
 
@@ -208,10 +236,49 @@ def free(db: Db, job_id: str, slots: Sequence[Any]) -> None:
             # nothing still costs ~4x a SELECT on SQLite)
             waiting = [tuple(w) for w in db.run(_WAITERS, (name,)).fetchall()]
             if waiting:
-                db.many(_WAKE, waiting)
+                db.many(WAKE, waiting)
                 db.run("DELETE FROM {S}.flow_waiters WHERE name = ?", (name,))
                 for queue in sorted({q for q, _ in waiting}):
                     db.wake(queue)
+
+
+class Slots:
+    """Running jobs per concurrency slot for one batch of heads (``take``): read for the whole
+    batch in one statement, counted here as heads are admitted, the new slot rows inserted
+    together (``flush``) before the next batch reads them. Runs under the flow lock."""
+
+    def __init__(self, db: Db, recs: Sequence[Rec] = ()) -> None:
+        self.db, self.new = db, list[tuple[str, str]]()
+        names = sorted({str(c[0]) for r in recs for c in (r.job.flow or {}).get("c") or ()})
+        self.running = dict.fromkeys(names, 0)
+        if names:
+            marks = ", ".join("?" * len(names))
+            sql = (
+                f"SELECT name, COUNT(*) FROM {{S}}.flow_slots WHERE name IN ({marks}) GROUP BY name"
+            )
+            self.running.update((n, int(c)) for n, c in db.run(sql, names).fetchall())
+
+    def count(self, name: str) -> int:
+        """Jobs holding slot ``name`` now (admitted in this batch included)."""
+        if name not in self.running:
+            sql = "SELECT COUNT(*) FROM {S}.flow_slots WHERE name = ?"
+            self.running[name] = int(self.db.run(sql, (name,)).fetchone()[0])
+        return self.running[name]
+
+    def take(self, job_id: str, names: Sequence[str]) -> None:
+        """``job_id`` holds ``names`` (written at ``flush``)."""
+        for name in names:
+            self.running[name] = self.count(name) + 1
+            self.new.append((name, job_id))
+
+    def flush(self) -> None:
+        """Insert the slot rows taken since the last flush (one batch)."""
+        if self.new:
+            self.db.many(
+                "INSERT INTO {S}.flow_slots (name, job_id) VALUES (?, ?) ON CONFLICT DO NOTHING",
+                self.new,
+            )
+            self.new = []
 
 
 def admit(
@@ -222,15 +289,17 @@ def admit(
     grp: str,
     now: float,
     overrides: bool = True,
+    slots: Slots | None = None,
 ) -> tuple[float | None, str | None, bool]:
     """(None, None, False): the job may run (tokens and its slots taken); else (when to look
     again, why it waits, whether a limit of the whole queue said no: ``is_queue_limiter``);
     ``inf``: when a slot frees (the group is recorded as a waiter). ``overrides=False``: the
-    caller knows ``flow_limits`` is empty (no lookups)."""
+    caller knows ``flow_limits`` is empty (no lookups). ``slots``: the batch's slot counts (its
+    new rows are written at its ``flush``); None: read and written here."""
+    held = Slots(db) if slots is None else slots
     for name, limit in flow.get("c") or ():
         n = int(spec(db, name, [limit])[0] if overrides else limit)
-        sql = "SELECT COUNT(*) FROM {S}.flow_slots WHERE name = ?"
-        running = int(db.run(sql, (name,)).fetchone()[0])
+        running = held.count(name)
         if running >= n:
             db.run(
                 "INSERT INTO {S}.flow_waiters (name, queue, grp) VALUES (?, ?, ?)"
@@ -265,11 +334,9 @@ def admit(
             " DO UPDATE SET tokens = excluded.tokens, at = excluded.at",
             [(name, s[0], s[1]) for name, s in taken],
         )
-    if flow.get("c"):
-        db.many(
-            "INSERT INTO {S}.flow_slots (name, job_id) VALUES (?, ?) ON CONFLICT DO NOTHING",
-            [(name, job_id) for name, _ in flow["c"]],
-        )
+    held.take(job_id, [name for name, _ in flow.get("c") or ()])
+    if slots is None:
+        held.flush()
     return None, None, False
 
 

@@ -32,6 +32,7 @@ from ..base import Lease
 from ..sqldb import Db, pg_sql
 from ..sqlflow import SqlFlow
 from ..sqlite_rows import Rec
+from .arrays import text_array
 from .store import Tx, one
 
 if TYPE_CHECKING:
@@ -46,6 +47,14 @@ _DRAIN = (
     "WITH gone AS (DELETE FROM {S}.flow_pending RETURNING queue, grp)"
     " SELECT DISTINCT queue, grp FROM gone ORDER BY queue, grp"
 )
+
+#: The slots of completed jobs (``free_many``), fenced by (name, owner), and then the waiters of
+#: the slots that freed (the groups they name wake).
+_FREE_MANY = (
+    "DELETE FROM {S}.flow_slots s USING unnest(%s::text[], %s::text[]) AS f(name, job_id)"
+    " WHERE s.name = f.name AND s.job_id = f.job_id RETURNING s.name"
+)
+_UNWAIT = "DELETE FROM {S}.flow_waiters WHERE name = ANY(%s::text[]) RETURNING queue, grp"
 
 
 class PgDb(Db):
@@ -68,6 +77,11 @@ class PgDb(Db):
     def next_seq(self) -> int:
         """The schema's placement sequence."""
         return int(one(self.tx.conn.execute(self.q("SELECT nextval('{S}.job_seq')")))[0])
+
+    def next_seqs(self, n: int) -> list[int]:
+        """``n`` numbers of the placement sequence in one round trip, increasing."""
+        sql = self.q("SELECT nextval('{S}.job_seq') FROM generate_series(1, %s)")
+        return sorted(int(r[0]) for r in self.tx.conn.execute(sql, (n,), prepare=True))
 
     def rows(self, where: str, params: Sequence[Any], *, full: bool = True) -> list[Rec]:
         """Job rows, locked until the transaction ends (``FOR UPDATE``)."""
@@ -103,7 +117,9 @@ def flowing(b: PostgresBroker, tx: Tx) -> bool:
         return False
     db.lock()
     groups = tx.conn.execute(db.q(_DRAIN)).fetchall()
-    db.many(sqllimits.SCHEDULE, [(q, g, db.next_seq()) for q, g in groups])
+    if groups:
+        seqs = db.next_seqs(len(groups))
+        db.many(sqllimits.SCHEDULE, [(q, g, n) for (q, g), n in zip(groups, seqs, strict=True)])
     return True
 
 
@@ -113,11 +129,28 @@ def take(
     queue: str,
     now: float,
     want: int,
-    lease: Callable[[Rec], Lease | None],
+    lease: Callable[[list[Rec]], list[Lease]],
 ) -> list[Lease]:
-    """Lease up to ``want`` jobs of ``queue``'s due groups (sqllimits.take), each through
-    ``lease`` (``claim.lease_one``: the whole envelope saved with the lease)."""
+    """Lease up to ``want`` jobs of ``queue``'s due groups (sqllimits.take), a batch at a time
+    through ``lease`` (``claim.lease_many``: one statement, the claim overlay)."""
     return sqllimits.take(PgDb(b, tx), queue, now, want, lease)
+
+
+def free_many(b: PostgresBroker, tx: Tx, slots: Sequence[tuple[str, str]]) -> None:
+    """Completed jobs left ``active``: their (slot, job id) rows free in one statement (fenced:
+    only a job's own rows) and the groups that waited for a freed slot wake, under the flow
+    lock (sqllimits.free, set-based)."""
+    db = PgDb(b, tx)
+    db.lock()
+    names, ids = text_array(n for n, _ in slots), text_array(i for _, i in slots)
+    freed = tx.conn.execute(db.q(_FREE_MANY), (names, ids), prepare=True).fetchall()
+    if not freed:
+        return
+    waiting = tx.conn.execute(db.q(_UNWAIT), (text_array(r[0] for r in freed),)).fetchall()
+    if waiting:
+        db.many(sqllimits.WAKE, sorted({(q, g) for q, g in waiting}))
+        for queue in sorted({q for q, _ in waiting}):
+            db.wake(queue)
 
 
 def next_due(
