@@ -64,6 +64,11 @@ class Db(abc.ABC):
         """``n`` fresh, increasing placement numbers (a backend may fetch them at once)."""
         return [self.next_seq() for _ in range(n)]
 
+    def move_groups(self, text: str, moves: Sequence[Sequence[Any]]) -> None:
+        """``sqllimits``' group moves: ``text`` (an UPDATE of ``flow_groups``) once per move
+        of (due, rr, why, queue, grp); a backend may write them all in one statement."""
+        self.many(text, moves)
+
     @abc.abstractmethod
     def rows(self, where: str, params: Sequence[Any], *, full: bool = True) -> list[Rec]:
         """Job rows matching ``where`` (shared dialect), locked for update where that matters."""

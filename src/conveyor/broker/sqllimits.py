@@ -88,18 +88,31 @@ def each(lease_one: Callable[[Rec], Any]) -> Lease:
 
 
 def _heads(db: Db, queue: str, now: float, n: int) -> list[tuple[str, Rec | str | None]]:
-    """Up to ``n`` due groups of ``queue`` with their head rows: a ``Rec``, None (the group is
-    empty) or ``_BUSY`` (its head is locked by another transaction)."""
+    """Due groups of ``queue`` with their head rows, up to ``n`` of them with a head: a
+    ``Rec``, None (the group is empty; as many as come before the n-th head: a group served
+    its last job is found empty on its next turn, and such turns would each cost a batch) or
+    ``_BUSY`` (its head is locked by another transaction)."""
     if not db.locks_rows:
-        batch = db.run(_DUE_HEADS, (queue, now, n, queue)).fetchall()
-        return [(grp, None if head[0] is None else Rec(tuple(head), True)) for grp, *head in batch]
-    batch = db.run(_DUE_RIDS, (queue, queue, now, n)).fetchall()
-    rids = [rid for _, rid in batch if rid is not None]
+        batch = db.run(_DUE_HEADS, (queue, now, 2 * n, queue)).fetchall()
+        found = [(grp, None if h[0] is None else Rec(tuple(h), True)) for grp, *h in batch]
+        return _trim(found, n)
+    ids = _trim(db.run(_DUE_RIDS, (queue, queue, now, 2 * n)).fetchall(), n)
+    rids = [rid for _, rid in ids if rid is not None]
     locked = {row[0]: row for row in db.run(_LOCK_HEADS, (rids,)).fetchall()} if rids else {}
     return [
         (grp, None if rid is None else Rec(tuple(locked[rid]), True) if rid in locked else _BUSY)
-        for grp, rid in batch
+        for grp, rid in ids
     ]
+
+
+def _trim(batch: list[Any], n: int) -> list[Any]:
+    """The (group, head) pairs of ``batch`` up to its ``n``-th with a head (order kept)."""
+    heads = 0
+    for i, (_, head) in enumerate(batch):
+        heads += head is not None
+        if heads == n:
+            return batch[: i + 1]
+    return batch
 
 
 def take(db: Db, queue: str, now: float, want: int, lease: Lease) -> list[Any]:
@@ -121,7 +134,8 @@ def take(db: Db, queue: str, now: float, want: int, lease: Lease) -> list[Any]:
         batch = _heads(db, queue, now, want - len(out))
         if not batch:
             break
-        seqs = iter(db.next_seqs(len(batch)))  # one round trip for the batch's rr numbers
+        # the rr numbers of the batch's groups with a head, in one round trip
+        seqs = iter(db.next_seqs(sum(head is not None for _, head in batch)))
         slots = Slots(db, [rec for _, rec in batch if isinstance(rec, Rec) and rec.corrupt is None])
         moves: list[tuple[Any, ...]] = []
         picked: list[Rec] = []
@@ -141,7 +155,7 @@ def take(db: Db, queue: str, now: float, want: int, lease: Lease) -> list[Any]:
                     break
         slots.flush()
         _forget(db, queue, empty)
-        db.many(_RESCHEDULE, moves)
+        db.move_groups(_RESCHEDULE, moves)
         if picked:
             out += lease(picked)
     return out

@@ -52,7 +52,7 @@ _LOOKUP = (
     " (SELECT min(due_at) FROM {S}.jobs WHERE due_at IS NOT NULL),"
     " (SELECT min(lease_at) FROM {S}.jobs WHERE lease_at IS NOT NULL),"
     " ARRAY(SELECT name FROM {S}.queues WHERE paused),"
-    " EXISTS (SELECT 1 FROM {S}.flow_groups) OR EXISTS (SELECT 1 FROM {S}.flow_pending)"
+    " EXISTS (SELECT 1 FROM {S}.flow_groups), EXISTS (SELECT 1 FROM {S}.flow_pending)"
 )
 _RETURNED = ", ".join(f"j.{c.strip()}" for c in COLS.split(","))
 #: Pick, lock and lease up to n ready rows of one queue; the envelope is not rewritten. Only
@@ -96,7 +96,7 @@ def claim_jobs(
     """``PostgresBroker.claim`` (see the module docstring)."""
     leases: list[Lease] = []
     with b._write() as tx:
-        _, due, lease_end, paused, groups = one(tx.conn.execute(b.sql(_LOOKUP), prepare=True))
+        _, due, lease_end, paused, *seen = one(tx.conn.execute(b.sql(_LOOKUP), prepare=True))
         moved = 0
         if due is not None and due <= now:
             moved += b._promote(tx, now, 1000)
@@ -104,7 +104,7 @@ def claim_jobs(
             moved += b._expire(tx, now, max_lost, 1000)
         # issue 15: a flow group seen (or just made due by a promotion or an expired lease):
         # the flow lock and the groups' bookkeeping; the unlimited path never pays for them
-        flowing = bool(groups or moved) and pgflow.flowing(b, tx)
+        flowing = pgflow.flowing(b, tx, None if moved else (seen[0], seen[1]))
         lease = partial(lease_many, b, tx, now, vt, worker_id)
         served = [q for q in queues if q not in set(paused)]
         for queue in served:

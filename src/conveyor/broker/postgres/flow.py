@@ -32,7 +32,7 @@ from ..base import Lease
 from ..sqldb import Db, pg_sql
 from ..sqlflow import SqlFlow
 from ..sqlite_rows import Rec
-from .arrays import text_array
+from .arrays import num_array, text_array
 from .store import Tx, one
 
 if TYPE_CHECKING:
@@ -40,9 +40,7 @@ if TYPE_CHECKING:
 
 #: Transactions holding the flow lock (it is held to their end; taken once each).
 _LOCKED: weakref.WeakKeyDictionary[Tx, bool] = weakref.WeakKeyDictionary()
-_FLOWING = (
-    "SELECT EXISTS (SELECT 1 FROM {S}.flow_groups) OR EXISTS (SELECT 1 FROM {S}.flow_pending)"
-)
+_FLOWING = "SELECT EXISTS (SELECT 1 FROM {S}.flow_groups), EXISTS (SELECT 1 FROM {S}.flow_pending)"
 _DRAIN = (
     "WITH gone AS (DELETE FROM {S}.flow_pending RETURNING queue, grp)"
     " SELECT DISTINCT queue, grp FROM gone ORDER BY queue, grp"
@@ -53,6 +51,12 @@ _DRAIN = (
 _FREE_MANY = (
     "DELETE FROM {S}.flow_slots s USING unnest(%s::text[], %s::text[]) AS f(name, job_id)"
     " WHERE s.name = f.name AND s.job_id = f.job_id RETURNING s.name"
+)
+#: ``sqllimits``' ``_RESCHEDULE`` for a whole batch of groups (``PgDb.move_groups``).
+_MOVE = (
+    "UPDATE {S}.flow_groups g SET due = m.due, rr = m.rr, why = m.why FROM unnest(%s::float8[],"
+    " %s::bigint[], %s::text[], %s::text[], %s::text[]) AS m(due, rr, why, queue, grp)"
+    " WHERE g.queue = m.queue AND g.grp = m.grp"
 )
 _UNWAIT = "DELETE FROM {S}.flow_waiters WHERE name = ANY(%s::text[]) RETURNING queue, grp"
 
@@ -83,6 +87,13 @@ class PgDb(Db):
         sql = self.q("SELECT nextval('{S}.job_seq') FROM generate_series(1, %s)")
         return sorted(int(r[0]) for r in self.tx.conn.execute(sql, (n,), prepare=True))
 
+    def move_groups(self, text: str, moves: Sequence[Sequence[Any]]) -> None:
+        """The moves of a batch of groups in one ``UPDATE … FROM unnest`` (``_MOVE``)."""
+        if moves:
+            due, rr, why, queue, grp = zip(*moves, strict=True)
+            params = (num_array(due), num_array(rr), text_array(why), text_array(queue))
+            self.tx.conn.execute(self.q(_MOVE), (*params, text_array(grp)), prepare=True)
+
     def rows(self, where: str, params: Sequence[Any], *, full: bool = True) -> list[Rec]:
         """Job rows, locked until the transaction ends (``FOR UPDATE``)."""
         return self.broker._rows(self.tx, self.q(where), params, "FOR UPDATE")
@@ -109,17 +120,22 @@ class PgDb(Db):
         self.tx.notify.add(queue)
 
 
-def flowing(b: PostgresBroker, tx: Tx) -> bool:
-    """Any flow group, scheduled or newly enqueued (two index probes). If so, take the flow
-    lock and move the newly enqueued groups into ``flow_groups``."""
+def flowing(b: PostgresBroker, tx: Tx, seen: tuple[bool, bool] | None = None) -> bool:
+    """Any flow group, scheduled or newly enqueued (``seen``: whether ``flow_groups`` and
+    ``flow_pending`` have rows, as the claim's look-up found them; None: two index probes). If
+    so, take the flow lock and move the newly enqueued groups into ``flow_groups`` (a
+    ``flow_pending`` row committed after the look-up waits for the next claim)."""
     db = PgDb(b, tx)
-    if not one(tx.conn.execute(db.q(_FLOWING)))[0]:
+    groups, pending = seen if seen is not None else one(tx.conn.execute(db.q(_FLOWING)))
+    if not (groups or pending):
         return False
     db.lock()
-    groups = tx.conn.execute(db.q(_DRAIN)).fetchall()
-    if groups:
-        seqs = db.next_seqs(len(groups))
-        db.many(sqllimits.SCHEDULE, [(q, g, n) for (q, g), n in zip(groups, seqs, strict=True)])
+    if not pending:
+        return True
+    moved = tx.conn.execute(db.q(_DRAIN)).fetchall()
+    if moved:
+        seqs = db.next_seqs(len(moved))
+        db.many(sqllimits.SCHEDULE, [(q, g, n) for (q, g), n in zip(moved, seqs, strict=True)])
     return True
 
 
