@@ -151,3 +151,48 @@ def test_both_claim_paths_lease_alike_and_complete_in_one_batch(pg_server: Any) 
     [again] = broker.claim(["default"], time.time(), limit=5, worker_id="w")
     assert again.id == second.id
     app.close()
+
+
+@pytest.mark.parametrize("kind", ["fair", "conc"])
+def test_grouped_claims_and_completions_are_batched(
+    pg_server: Any, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """Issue 15's numbers: claiming and completing 32 grouped jobs (32 groups, fair or each with
+    ``ConcurrencyLimit(1)``) costs a few statements per batch, not several per job (every row
+    of an ``executemany`` counted: each is one statement on the server)."""
+    url = pg_server.new_database()
+    app = Conveyor(url)
+    broker = app.broker
+
+    @app.task(name="fair", fair_by="key")
+    def fair(key: str) -> None: ...
+
+    @app.task(name="conc", concurrency=ConcurrencyLimit(1, key="key"))
+    def conc(key: str) -> None: ...
+
+    task = fair if kind == "fair" else conc
+    app.enqueue_many([task.spec(f"k{i}") for i in range(64)])
+    statements = Counter[str]()
+    execute, executemany = psycopg.Connection.execute, psycopg.Cursor.executemany
+
+    def spy(self: Any, query: Any, params: Any = None, **kw: Any) -> Any:
+        statements["one"] += 1
+        return execute(self, query, params, **kw)
+
+    def spy_many(self: Any, query: Any, rows: Any, **kw: Any) -> Any:
+        rows = list(rows)
+        statements["many"] += len(rows)
+        return executemany(self, query, rows, **kw)
+
+    monkeypatch.setattr(psycopg.Connection, "execute", spy)
+    monkeypatch.setattr(psycopg.Cursor, "executemany", spy_many)
+    leases = broker.claim(["default"], time.time(), limit=32, visibility_timeout=60)
+    assert len(leases) == 32
+    assert broker.complete([Ack(x.id, x.token) for x in leases], time.time()) == [True] * 32
+    monkeypatch.undo()
+    assert sum(statements.values()) < 32, statements  # fewer than one per job
+    assert [j.state for j in map(broker.get, [x.id for x in leases])] == [JobState.COMPLETED] * 32
+    with psycopg.connect(url) as c:  # every slot freed with its job
+        assert c.execute("SELECT count(*) FROM conveyor.flow_slots").fetchone() == (0,)
+    assert len(broker.claim(["default"], time.time(), limit=32, visibility_timeout=60)) == 32
+    app.close()

@@ -69,6 +69,11 @@ class Db(abc.ABC):
         of (due, rr, why, queue, grp); a backend may write them all in one statement."""
         self.many(text, moves)
 
+    def add_slots(self, text: str, slots: Sequence[tuple[str, str]]) -> None:
+        """``sqllimits``' new slot rows: ``text`` (an INSERT into ``flow_slots``) once per
+        (name, job id); a backend may write them all in one statement."""
+        self.many(text, slots)
+
     @abc.abstractmethod
     def rows(self, where: str, params: Sequence[Any], *, full: bool = True) -> list[Rec]:
         """Job rows matching ``where`` (shared dialect), locked for update where that matters."""

@@ -288,7 +288,7 @@ class Slots:
     def flush(self) -> None:
         """Insert the slot rows taken since the last flush (one batch)."""
         if self.new:
-            self.db.many(
+            self.db.add_slots(
                 "INSERT INTO {S}.flow_slots (name, job_id) VALUES (?, ?) ON CONFLICT DO NOTHING",
                 self.new,
             )

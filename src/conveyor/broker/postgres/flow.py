@@ -41,11 +41,14 @@ if TYPE_CHECKING:
 #: Transactions holding the flow lock (it is held to their end; taken once each).
 _LOCKED: weakref.WeakKeyDictionary[Tx, bool] = weakref.WeakKeyDictionary()
 _FLOWING = "SELECT EXISTS (SELECT 1 FROM {S}.flow_groups), EXISTS (SELECT 1 FROM {S}.flow_pending)"
+#: The newly enqueued groups (``flow_pending``) into ``flow_groups``, due now, in one statement
+#: (sqllimits.SCHEDULE for all of them: a new group takes the next round-robin place).
 _DRAIN = (
     "WITH gone AS (DELETE FROM {S}.flow_pending RETURNING queue, grp)"
-    " SELECT DISTINCT queue, grp FROM gone ORDER BY queue, grp"
+    " INSERT INTO {S}.flow_groups (queue, grp, due, rr) SELECT queue, grp, 0,"
+    " nextval('{S}.job_seq') FROM (SELECT DISTINCT queue, grp FROM gone ORDER BY queue, grp) AS d"
+    " ON CONFLICT DO NOTHING"
 )
-
 #: The slots of completed jobs (``free_many``), fenced by (name, owner), and then the waiters of
 #: the slots that freed (the groups they name wake).
 _FREE_MANY = (
@@ -57,6 +60,11 @@ _MOVE = (
     "UPDATE {S}.flow_groups g SET due = m.due, rr = m.rr, why = m.why FROM unnest(%s::float8[],"
     " %s::bigint[], %s::text[], %s::text[], %s::text[]) AS m(due, rr, why, queue, grp)"
     " WHERE g.queue = m.queue AND g.grp = m.grp"
+)
+#: ``sqllimits.Slots.flush`` for a whole batch (``PgDb.add_slots``).
+_ADD_SLOTS = (
+    "INSERT INTO {S}.flow_slots (name, job_id) SELECT * FROM unnest(%s::text[], %s::text[])"
+    " ON CONFLICT DO NOTHING"
 )
 _UNWAIT = "DELETE FROM {S}.flow_waiters WHERE name = ANY(%s::text[]) RETURNING queue, grp"
 
@@ -93,6 +101,12 @@ class PgDb(Db):
             due, rr, why, queue, grp = zip(*moves, strict=True)
             params = (num_array(due), num_array(rr), text_array(why), text_array(queue))
             self.tx.conn.execute(self.q(_MOVE), (*params, text_array(grp)), prepare=True)
+
+    def add_slots(self, text: str, slots: Sequence[tuple[str, str]]) -> None:
+        """A batch's new slot rows in one ``INSERT … SELECT FROM unnest`` (``_ADD_SLOTS``)."""
+        if slots:
+            names, ids = text_array(n for n, _ in slots), text_array(i for _, i in slots)
+            self.tx.conn.execute(self.q(_ADD_SLOTS), (names, ids), prepare=True)
 
     def rows(self, where: str, params: Sequence[Any], *, full: bool = True) -> list[Rec]:
         """Job rows, locked until the transaction ends (``FOR UPDATE``)."""
@@ -132,10 +146,7 @@ def flowing(b: PostgresBroker, tx: Tx, seen: tuple[bool, bool] | None = None) ->
     db.lock()
     if not pending:
         return True
-    moved = tx.conn.execute(db.q(_DRAIN)).fetchall()
-    if moved:
-        seqs = db.next_seqs(len(moved))
-        db.many(sqllimits.SCHEDULE, [(q, g, n) for (q, g), n in zip(moved, seqs, strict=True)])
+    tx.conn.execute(db.q(_DRAIN), prepare=True)
     return True
 
 
