@@ -88,14 +88,15 @@ def each(lease_one: Callable[[Rec], Any]) -> Lease:
 
 
 def _heads(db: Db, queue: str, now: float, n: int) -> list[tuple[str, Rec | str | None]]:
-    """Due groups of ``queue`` with their head rows, up to ``n`` of them with a head: a
-    ``Rec``, None (the group is empty; as many as come before the n-th head: a group served
-    its last job is found empty on its next turn, and such turns would each cost a batch) or
-    ``_BUSY`` (its head is locked by another transaction)."""
+    """Due groups of ``queue`` with their head rows: a ``Rec``, None (the group is empty) or
+    ``_BUSY`` (its head is locked by another transaction). SQLite: up to ``n`` groups.
+    PostgreSQL: up to ``n`` with a head and the empty ones before the n-th (a group that served
+    its last job is found empty on its next turn: such turns would each cost a batch, i.e.
+    several round trips)."""
     if not db.locks_rows:
-        batch = db.run(_DUE_HEADS, (queue, now, 2 * n, queue)).fetchall()
-        found = [(grp, None if h[0] is None else Rec(tuple(h), True)) for grp, *h in batch]
-        return _trim(found, n)
+        # (a statement costs little on SQLite: one batch of n groups, as many as it takes)
+        batch = db.run(_DUE_HEADS, (queue, now, n, queue)).fetchall()
+        return [(grp, None if head[0] is None else Rec(tuple(head), True)) for grp, *head in batch]
     ids = _trim(db.run(_DUE_RIDS, (queue, queue, now, 2 * n)).fetchall(), n)
     rids = [rid for _, rid in ids if rid is not None]
     locked = {row[0]: row for row in db.run(_LOCK_HEADS, (rids,)).fetchall()} if rids else {}
