@@ -74,6 +74,13 @@ class Db(abc.ABC):
         (name, job id); a backend may write them all in one statement."""
         self.many(text, slots)
 
+    def forget_groups(self, queue: str, groups: Sequence[str]) -> None:
+        """Delete the groups of ``queue`` a batch of ``sqllimits.take`` found empty."""
+        if groups:
+            marks = ", ".join("?" * len(groups))
+            sql = f"DELETE FROM {{S}}.flow_groups WHERE queue = ? AND grp IN ({marks})"
+            self.run(sql, (queue, *groups))
+
     @abc.abstractmethod
     def rows(self, where: str, params: Sequence[Any], *, full: bool = True) -> list[Rec]:
         """Job rows matching ``where`` (shared dialect), locked for update where that matters."""

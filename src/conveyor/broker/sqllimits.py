@@ -154,19 +154,11 @@ def take(db: Db, queue: str, now: float, want: int, lease: Lease) -> list[Any]:
                 if stop:  # the queue's own limit said no: no other group may start now
                     break
         slots.flush()
-        _forget(db, queue, empty)
+        db.forget_groups(queue, empty)
         db.move_groups(_RESCHEDULE, moves)
         if picked:
             out += lease(picked)
     return out
-
-
-def _forget(db: Db, queue: str, groups: Sequence[str]) -> None:
-    """Delete the groups of ``queue`` a batch found empty (one statement)."""
-    if groups:
-        marks = ", ".join("?" * len(groups))
-        sql = f"DELETE FROM {{S}}.flow_groups WHERE queue = ? AND grp IN ({marks})"
-        db.run(sql, (queue, *groups))
 
 
 def _serve(
