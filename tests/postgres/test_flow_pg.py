@@ -117,10 +117,9 @@ def test_a_version_1_schema_migrates_and_its_jobs_run(pg_server: Any) -> None:
 
 
 def test_both_claim_paths_lease_alike_and_complete_in_one_batch(pg_server: Any) -> None:
-    """A grouped job (leased per job under the flow lock, its whole envelope saved: no claim
-    overlay) and a plain one (the one-statement claim, overlay columns) read back alike, and one
-    ``complete`` batch finishes both: the grouped one through ``finish_special`` (its slot
-    frees: the group's next job is claimable) and the plain one set-based."""
+    """A grouped job (leased per batch under the flow lock) and a plain one (the one-statement
+    claim) both get the claim overlay and read back alike, and one set-based ``complete`` batch
+    finishes both: the grouped one's slot frees (the group's next job is claimable)."""
     url = pg_server.new_database()
     app = Conveyor(url)
     broker = app.broker
@@ -139,7 +138,7 @@ def test_both_claim_paths_lease_alike_and_complete_in_one_batch(pg_server: Any) 
     assert [x.id for x in leases] == [first.id, free.id]  # groups first; the group's slot is full
     with psycopg.connect(url) as c:
         claims = dict(c.execute("SELECT id, claims FROM conveyor.jobs").fetchall())
-    assert (claims[first.id], claims[free.id]) == (0, 1)
+    assert (claims[first.id], claims[free.id]) == (1, 1)  # no per-job envelope write
     for lease in leases:
         got = broker.get(lease.id)
         assert (got.state, got.attempts, got.worker_id) == (JobState.ACTIVE, 1, "w")
@@ -151,4 +150,49 @@ def test_both_claim_paths_lease_alike_and_complete_in_one_batch(pg_server: Any) 
         assert (got.state, got.result, got.attempts) == (JobState.COMPLETED, lease.id, 1)
     [again] = broker.claim(["default"], time.time(), limit=5, worker_id="w")
     assert again.id == second.id
+    app.close()
+
+
+@pytest.mark.parametrize("kind", ["fair", "conc"])
+def test_grouped_claims_and_completions_are_batched(
+    pg_server: Any, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """Issue 15's numbers: claiming and completing 32 grouped jobs (32 groups, fair or each with
+    ``ConcurrencyLimit(1)``) costs a few statements per batch, not several per job (every row
+    of an ``executemany`` counted: each is one statement on the server)."""
+    url = pg_server.new_database()
+    app = Conveyor(url)
+    broker = app.broker
+
+    @app.task(name="fair", fair_by="key")
+    def fair(key: str) -> None: ...
+
+    @app.task(name="conc", concurrency=ConcurrencyLimit(1, key="key"))
+    def conc(key: str) -> None: ...
+
+    task = fair if kind == "fair" else conc
+    app.enqueue_many([task.spec(f"k{i}") for i in range(64)])
+    statements = Counter[str]()
+    execute, executemany = psycopg.Connection.execute, psycopg.Cursor.executemany
+
+    def spy(self: Any, query: Any, params: Any = None, **kw: Any) -> Any:
+        statements["one"] += 1
+        return execute(self, query, params, **kw)
+
+    def spy_many(self: Any, query: Any, rows: Any, **kw: Any) -> Any:
+        rows = list(rows)
+        statements["many"] += len(rows)
+        return executemany(self, query, rows, **kw)
+
+    monkeypatch.setattr(psycopg.Connection, "execute", spy)
+    monkeypatch.setattr(psycopg.Cursor, "executemany", spy_many)
+    leases = broker.claim(["default"], time.time(), limit=32, visibility_timeout=60)
+    assert len(leases) == 32
+    assert broker.complete([Ack(x.id, x.token) for x in leases], time.time()) == [True] * 32
+    monkeypatch.undo()
+    assert sum(statements.values()) < 32, statements  # fewer than one per job
+    assert [j.state for j in map(broker.get, [x.id for x in leases])] == [JobState.COMPLETED] * 32
+    with psycopg.connect(url) as c:  # every slot freed with its job
+        assert c.execute("SELECT count(*) FROM conveyor.flow_slots").fetchone() == (0,)
+    assert len(broker.claim(["default"], time.time(), limit=32, visibility_timeout=60)) == 32
     app.close()

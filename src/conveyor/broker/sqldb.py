@@ -60,6 +60,27 @@ class Db(abc.ABC):
     def next_seq(self) -> int:
         """A fresh, increasing placement number (round-robin order of groups)."""
 
+    def next_seqs(self, n: int) -> list[int]:
+        """``n`` fresh, increasing placement numbers (a backend may fetch them at once)."""
+        return [self.next_seq() for _ in range(n)]
+
+    def move_groups(self, text: str, moves: Sequence[Sequence[Any]]) -> None:
+        """``sqllimits``' group moves: ``text`` (an UPDATE of ``flow_groups``) once per move
+        of (due, rr, why, queue, grp); a backend may write them all in one statement."""
+        self.many(text, moves)
+
+    def add_slots(self, text: str, slots: Sequence[tuple[str, str]]) -> None:
+        """``sqllimits``' new slot rows: ``text`` (an INSERT into ``flow_slots``) once per
+        (name, job id); a backend may write them all in one statement."""
+        self.many(text, slots)
+
+    def forget_groups(self, queue: str, groups: Sequence[str]) -> None:
+        """Delete the groups of ``queue`` a batch of ``sqllimits.take`` found empty."""
+        if groups:
+            marks = ", ".join("?" * len(groups))
+            sql = f"DELETE FROM {{S}}.flow_groups WHERE queue = ? AND grp IN ({marks})"
+            self.run(sql, (queue, *groups))
+
     @abc.abstractmethod
     def rows(self, where: str, params: Sequence[Any], *, full: bool = True) -> list[Rec]:
         """Job rows matching ``where`` (shared dialect), locked for update where that matters."""

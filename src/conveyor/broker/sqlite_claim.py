@@ -64,7 +64,8 @@ class SqliteClaim:
             flowing = self.supports_flow and self._has_groups(tx)
             for queue in served:
                 if flowing:  # grouped jobs first (issue 15; sqllimits.py)
-                    lease = partial(self._lease, tx, now=now, vt=visibility_timeout, wid=worker_id)
+                    one = partial(self._lease, tx, now=now, vt=visibility_timeout, wid=worker_id)
+                    lease = sqllimits.each(one)  # row by row: a statement costs little here
                     leases += sqllimits.take(self._db(tx), queue, now, limit - len(leases), lease)
                 while len(leases) < limit:
                     recs = self._rows(tx, READY, (queue, limit - len(leases)), full=True)

@@ -22,7 +22,6 @@ transaction already excludes the others; PostgreSQL takes one transaction-level 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
 from typing import Any
 
 import orjson
@@ -30,11 +29,12 @@ import orjson
 from ..core import lifecycle
 from ..core.flow import bucket_take, is_queue_limiter, limiter_base, limiter_label
 from ..core.job import Job
-from ..core.serialization import job_to_dict
 from ..core.state import JobState
 from .sqldb import Db
 from .sqlflow import SqlFlow
 from .sqlite_rows import COLS, Rec
+from .sqllimits_admin import SqlFlowAdmin as SqlFlowAdmin  # re-exported (split out)
+from .sqllimits_admin import replace_waiting as replace_waiting
 
 #: Up to ``?`` due groups of queue ``?`` at ``?``, oldest ``(due, rr)`` first, each with its head
 #: job (NULL columns: the group is empty): one statement per batch of groups, where one query
@@ -72,35 +72,60 @@ SCHEDULE = (
 )
 _FREE = "DELETE FROM {S}.flow_slots WHERE name = ? AND job_id = ?"
 _WAITERS = "SELECT queue, grp FROM {S}.flow_waiters WHERE name = ?"
-_WAKE = "UPDATE {S}.flow_groups SET due = 0, why = NULL WHERE queue = ? AND grp = ? AND due IS NULL"
-_DELAYED = (JobState.SCHEDULED, JobState.RETRY_SCHEDULED)
+WAKE = "UPDATE {S}.flow_groups SET due = 0, why = NULL WHERE queue = ? AND grp = ? AND due IS NULL"
 _BUSY = "busy"  # a head row another transaction holds (PostgreSQL only)
-Lease = Callable[[Rec], Any]
+Lease = Callable[[list[Rec]], list[Any]]
+
+
+def each(lease_one: Callable[[Rec], Any]) -> Lease:
+    """A batch ``lease`` for ``take`` from a per-row one (a Lease or None per row)."""
+
+    def lease(recs: list[Rec]) -> list[Any]:
+        return [got for rec in recs if (got := lease_one(rec)) is not None]
+
+    return lease
 
 
 def _heads(db: Db, queue: str, now: float, n: int) -> list[tuple[str, Rec | str | None]]:
-    """Up to ``n`` due groups of ``queue`` with their head rows: a ``Rec``, None (the group is
-    empty) or ``_BUSY`` (its head is locked by another transaction)."""
+    """Due groups of ``queue`` with their head rows: a ``Rec``, None (the group is empty) or
+    ``_BUSY`` (its head is locked by another transaction). SQLite: up to ``n`` groups.
+    PostgreSQL: up to ``n`` with a head and the empty ones before the n-th (a group that served
+    its last job is found empty on its next turn: such turns would each cost a batch, i.e.
+    several round trips)."""
     if not db.locks_rows:
+        # (a statement costs little on SQLite: one batch of n groups, as many as it takes)
         batch = db.run(_DUE_HEADS, (queue, now, n, queue)).fetchall()
         return [(grp, None if head[0] is None else Rec(tuple(head), True)) for grp, *head in batch]
-    batch = db.run(_DUE_RIDS, (queue, queue, now, n)).fetchall()
-    rids = [rid for _, rid in batch if rid is not None]
+    ids = _trim(db.run(_DUE_RIDS, (queue, queue, now, 2 * n)).fetchall(), n)
+    rids = [rid for _, rid in ids if rid is not None]
     locked = {row[0]: row for row in db.run(_LOCK_HEADS, (rids,)).fetchall()} if rids else {}
     return [
         (grp, None if rid is None else Rec(tuple(locked[rid]), True) if rid in locked else _BUSY)
-        for grp, rid in batch
+        for grp, rid in ids
     ]
 
 
+def _trim(batch: list[Any], n: int) -> list[Any]:
+    """The (group, head) pairs of ``batch`` up to its ``n``-th with a head (order kept)."""
+    heads = 0
+    for i, (_, head) in enumerate(batch):
+        heads += head is not None
+        if heads == n:
+            return batch[: i + 1]
+    return batch
+
+
 def take(db: Db, queue: str, now: float, want: int, lease: Lease) -> list[Any]:
-    """Lease up to ``want`` jobs of ``queue``'s due groups (``lease(rec)``: a Lease or None).
+    """Lease up to ``want`` jobs of ``queue``'s due groups (``lease(recs)``: their Leases, a
+    row that lapsed or was buried left out).
 
     Groups come in batches (``_heads``); a served group goes behind the others with a fresh
     ``rr``, which is also the order the next batch reads them in: the same round-robin as one
     group per query. Every group of a batch makes progress (a job leased, lapsed or buried; the
     group put aside, deleted or, its head held elsewhere, looked at ``BUSY_S`` later), so the
-    loop ends. A limit of the whole queue that says no stops the claim of the queue there."""
+    loop ends. A limit of the whole queue that says no stops the claim of the queue there. The
+    admitted heads of a batch are leased together (one statement on PostgreSQL), after their
+    tokens and slots are taken."""
     out: list[Any] = []
     db.lock()
     overrides = db.run("SELECT 1 FROM {S}.flow_limits LIMIT 1").fetchone() is not None
@@ -109,45 +134,54 @@ def take(db: Db, queue: str, now: float, want: int, lease: Lease) -> list[Any]:
         batch = _heads(db, queue, now, want - len(out))
         if not batch:
             break
+        # the rr numbers of the batch's groups with a head, in one round trip
+        seqs = iter(db.next_seqs(sum(head is not None for _, head in batch)))
+        slots = Slots(db, [rec for _, rec in batch if isinstance(rec, Rec) and rec.corrupt is None])
         moves: list[tuple[Any, ...]] = []
+        picked: list[Rec] = []
+        empty: list[str] = []
         for grp, rec in batch:
             if rec is None:  # empty: forgotten until one of its jobs becomes pending again
-                db.run("DELETE FROM {S}.flow_groups WHERE queue = ? AND grp = ?", (queue, grp))
+                empty.append(grp)
             elif isinstance(rec, str):  # its head is held by another transaction: look again soon
-                moves.append((now + BUSY_S, db.next_seq(), None, queue, grp))
+                moves.append((now + BUSY_S, next(seqs), None, queue, grp))
             elif rec.corrupt is None and (rec.job.expires_at or float("inf")) <= now:
-                lease(rec)  # lapses it (expired, never runs) before it takes a token or slot
-                moves.append((now, db.next_seq(), None, queue, grp))
+                picked.append(rec)  # lapses it (expired, never runs) before any token or slot
+                moves.append((now, next(seqs), None, queue, grp))
             else:
-                stop = _serve(db, rec, queue, grp, now, overrides, lease, out, moves)
+                head = (rec, queue, grp, next(seqs))
+                stop = _serve(db, head, now, overrides, slots, picked, moves)
                 if stop:  # the queue's own limit said no: no other group may start now
                     break
-        db.many(_RESCHEDULE, moves)
+        slots.flush()
+        db.forget_groups(queue, empty)
+        db.move_groups(_RESCHEDULE, moves)
+        if picked:
+            out += lease(picked)
     return out
 
 
 def _serve(
     db: Db,
-    rec: Rec,
-    queue: str,
-    grp: str,
+    head: tuple[Rec, str, str, int],
     now: float,
     overrides: bool,
-    lease: Lease,
-    out: list[Any],
+    slots: Slots,
+    picked: list[Rec],
     moves: list[tuple[Any, ...]],
 ) -> bool:
-    """Ask the limiters of the head ``rec`` of group ``grp``: lease it into ``out`` or set the
-    group aside (its move appended to ``moves``). True: a limit of the whole queue said no."""
-    verdict, why, whole = admit(db, rec.job.id, rec.job.flow or {}, queue, grp, now, overrides)
+    """Ask the limiters of the head ``rec`` of group ``grp`` of ``queue`` (``head``, with the
+    group's next round-robin place): add it to ``picked`` (to lease) or set the group aside
+    (its move appended to ``moves``). True: a limit of the whole queue said no."""
+    rec, queue, grp, seq = head
+    flow = rec.job.flow or {}
+    verdict, why, whole = admit(db, rec.job.id, flow, queue, grp, now, overrides, slots)
     if verdict is None:
-        moves.append((now, db.next_seq(), None, queue, grp))
-        leased = lease(rec)
-        if leased is not None:
-            out.append(leased)
+        moves.append((now, seq, None, queue, grp))
+        picked.append(rec)
         return False
     due = None if verdict == float("inf") else verdict  # inf: parked until a slot frees (NULL)
-    moves.append((due, db.next_seq(), why, queue, grp))
+    moves.append((due, seq, why, queue, grp))
     return whole
 
 
@@ -208,10 +242,49 @@ def free(db: Db, job_id: str, slots: Sequence[Any]) -> None:
             # nothing still costs ~4x a SELECT on SQLite)
             waiting = [tuple(w) for w in db.run(_WAITERS, (name,)).fetchall()]
             if waiting:
-                db.many(_WAKE, waiting)
+                db.many(WAKE, waiting)
                 db.run("DELETE FROM {S}.flow_waiters WHERE name = ?", (name,))
                 for queue in sorted({q for q, _ in waiting}):
                     db.wake(queue)
+
+
+class Slots:
+    """Running jobs per concurrency slot for one batch of heads (``take``): read for the whole
+    batch in one statement, counted here as heads are admitted, the new slot rows inserted
+    together (``flush``) before the next batch reads them. Runs under the flow lock."""
+
+    def __init__(self, db: Db, recs: Sequence[Rec] = ()) -> None:
+        self.db, self.new = db, list[tuple[str, str]]()
+        names = sorted({str(c[0]) for r in recs for c in (r.job.flow or {}).get("c") or ()})
+        self.running = dict.fromkeys(names, 0)
+        if names:
+            marks = ", ".join("?" * len(names))
+            sql = (
+                f"SELECT name, COUNT(*) FROM {{S}}.flow_slots WHERE name IN ({marks}) GROUP BY name"
+            )
+            self.running.update((n, int(c)) for n, c in db.run(sql, names).fetchall())
+
+    def count(self, name: str) -> int:
+        """Jobs holding slot ``name`` now (admitted in this batch included)."""
+        if name not in self.running:
+            sql = "SELECT COUNT(*) FROM {S}.flow_slots WHERE name = ?"
+            self.running[name] = int(self.db.run(sql, (name,)).fetchone()[0])
+        return self.running[name]
+
+    def take(self, job_id: str, names: Sequence[str]) -> None:
+        """``job_id`` holds ``names`` (written at ``flush``)."""
+        for name in names:
+            self.running[name] = self.count(name) + 1
+            self.new.append((name, job_id))
+
+    def flush(self) -> None:
+        """Insert the slot rows taken since the last flush (one batch)."""
+        if self.new:
+            self.db.add_slots(
+                "INSERT INTO {S}.flow_slots (name, job_id) VALUES (?, ?) ON CONFLICT DO NOTHING",
+                self.new,
+            )
+            self.new = []
 
 
 def admit(
@@ -222,15 +295,17 @@ def admit(
     grp: str,
     now: float,
     overrides: bool = True,
+    slots: Slots | None = None,
 ) -> tuple[float | None, str | None, bool]:
     """(None, None, False): the job may run (tokens and its slots taken); else (when to look
     again, why it waits, whether a limit of the whole queue said no: ``is_queue_limiter``);
     ``inf``: when a slot frees (the group is recorded as a waiter). ``overrides=False``: the
-    caller knows ``flow_limits`` is empty (no lookups)."""
+    caller knows ``flow_limits`` is empty (no lookups). ``slots``: the batch's slot counts (its
+    new rows are written at its ``flush``); None: read and written here."""
+    held = Slots(db) if slots is None else slots
     for name, limit in flow.get("c") or ():
         n = int(spec(db, name, [limit])[0] if overrides else limit)
-        sql = "SELECT COUNT(*) FROM {S}.flow_slots WHERE name = ?"
-        running = int(db.run(sql, (name,)).fetchone()[0])
+        running = held.count(name)
         if running >= n:
             db.run(
                 "INSERT INTO {S}.flow_waiters (name, queue, grp) VALUES (?, ?, ?)"
@@ -265,11 +340,9 @@ def admit(
             " DO UPDATE SET tokens = excluded.tokens, at = excluded.at",
             [(name, s[0], s[1]) for name, s in taken],
         )
-    if flow.get("c"):
-        db.many(
-            "INSERT INTO {S}.flow_slots (name, job_id) VALUES (?, ?) ON CONFLICT DO NOTHING",
-            [(name, job_id) for name, _ in flow["c"]],
-        )
+    held.take(job_id, [name for name, _ in flow.get("c") or ()])
+    if slots is None:
+        held.flush()
     return None, None, False
 
 
@@ -294,83 +367,3 @@ def lapsed(db: Db, rec: Rec, now: float) -> bool:
     db.emit("expired", job, now)
     SqlFlow(db, now).done(job)
     return True
-
-
-def replace_waiting(db: Db, job_id: str, job: Job, now: float) -> bool:
-    """``debounce`` (issue 15): newest arguments; a scheduled job's delay restarts."""
-    recs = db.rows("id = ?", (job_id,), full=True)
-    if not recs or recs[0].corrupt is not None:
-        return False
-    stored = recs[0].job
-    if not lifecycle.debounce(stored, job, now):
-        return False
-    due = stored.run_at if stored.state in _DELAYED else None
-    db.run(
-        "UPDATE {S}.jobs SET payload = ?, run_at = ?, due_at = ? WHERE id = ?",
-        (orjson.dumps(job_to_dict(stored)), stored.run_at, due, job_id),
-    )
-    return True
-
-
-class SqlFlowAdmin:
-    """``flow_set_limit`` / ``flow_status`` / ``replace_waiting`` of the SQL brokers (mixed in;
-    ``_db`` binds a transaction)."""
-
-    _write: Callable[[], AbstractContextManager[Any]]
-    _db: Callable[[Any], Db]
-
-    def replace_waiting(self, job_id: str, job: Job, now: float) -> bool:
-        """``debounce`` (issue 15): newest arguments; a scheduled job's delay restarts."""
-        with self._write() as tx:
-            return replace_waiting(self._db(tx), job_id, job, now)
-
-    def flow_set_limit(self, name: str, spec: list[float] | None) -> None:
-        """Override the limit of a limiter (``rate:<task>``) or one bucket / slot; None clears.
-
-        Parked groups are looked at again by the next claim (a raised concurrency limit)."""
-        with self._write() as tx:
-            db = self._db(tx)
-            db.lock()
-            if spec is None:
-                db.run("DELETE FROM {S}.flow_limits WHERE name = ?", (name,))
-            else:
-                db.run(
-                    "INSERT INTO {S}.flow_limits (name, spec) VALUES (?, ?) ON CONFLICT (name)"
-                    " DO UPDATE SET spec = excluded.spec",
-                    (name, orjson.dumps([float(v) for v in spec]).decode()),
-                )
-            # every waiting group is looked at again by the next claim, under the new limit
-            for (queue,) in db.run(
-                "UPDATE {S}.flow_groups SET due = 0, why = NULL RETURNING queue"
-            ).fetchall():
-                db.wake(queue)
-            db.run("DELETE FROM {S}.flow_waiters")
-
-    def flow_status(self, now: float) -> dict[str, Any]:
-        """Run-time limits, bucket tokens, running jobs per slot, waiting jobs per group."""
-        with self._write() as tx:
-            db = self._db(tx)
-
-            def read(sql: str) -> list[Any]:
-                return list(db.run(sql).fetchall())
-
-            slots = read("SELECT name, job_id FROM {S}.flow_slots ORDER BY name, job_id")
-            why = {(q, g): w for q, g, w in read("SELECT queue, grp, why FROM {S}.flow_groups")}
-            waiting = read(
-                "SELECT queue, grp, COUNT(*) FROM {S}.jobs WHERE state = 'pending'"
-                " AND grp IS NOT NULL GROUP BY queue, grp ORDER BY queue, grp"
-            )
-            limits = read("SELECT name, spec FROM {S}.flow_limits")
-            buckets = read("SELECT name, tokens FROM {S}.flow_buckets")
-        running: dict[str, list[str]] = {}
-        for name, job_id in slots:
-            running.setdefault(name, []).append(job_id)
-        return {
-            "limits": {n: orjson.loads(s) for n, s in limits},
-            "buckets": {n: round(t, 3) for n, t in buckets},
-            "running": running,
-            "groups": [
-                {"queue": q, "group": g, "waiting": int(n), "why": why.get((q, g))}
-                for q, g, n in waiting
-            ],
-        }

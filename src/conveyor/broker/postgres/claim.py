@@ -12,8 +12,8 @@ dead-lettered as ``decode_error``), and so does a row past its ``expires_at`` (i
 
 Flow control (issue 15): ``_CLAIM`` takes only ungrouped rows (``grp IS NULL``, the
 ``jobs_ready`` index); a flow group's jobs go first, through ``pgflow.take`` under the flow
-lock, each leased by ``lease_one``, which saves the whole envelope with the lease (``claims =
-0``: no overlay), so a reader sees the same job whichever path leased it. The look-up also
+lock, leased per batch by ``lease_many`` with the same overlay as ``_CLAIM`` (one statement;
+a lapsed or undecodable head goes through ``lease_one``). The look-up also
 tells whether any flow group exists: without one the claim never takes the flow lock.
 
 Plans: the claim must walk ``jobs_ready`` in index order and stop after n rows whatever the
@@ -40,6 +40,7 @@ from ...core.state import JobState
 from ..base import Claimed, Lease
 from ..sqlite_rows import Rec
 from . import flow as pgflow  # issue 15/16 hooks
+from .arrays import num_array
 from .rec import COLS, pg_rec
 from .store import Tx, one
 
@@ -51,7 +52,7 @@ _LOOKUP = (
     " (SELECT min(due_at) FROM {S}.jobs WHERE due_at IS NOT NULL),"
     " (SELECT min(lease_at) FROM {S}.jobs WHERE lease_at IS NOT NULL),"
     " ARRAY(SELECT name FROM {S}.queues WHERE paused),"
-    " EXISTS (SELECT 1 FROM {S}.flow_groups) OR EXISTS (SELECT 1 FROM {S}.flow_pending)"
+    " EXISTS (SELECT 1 FROM {S}.flow_groups), EXISTS (SELECT 1 FROM {S}.flow_pending)"
 )
 _RETURNED = ", ".join(f"j.{c.strip()}" for c in COLS.split(","))
 #: Pick, lock and lease up to n ready rows of one queue; the envelope is not rewritten. Only
@@ -63,6 +64,14 @@ _CLAIM = (
     " token = replace(gen_random_uuid()::text, '-', ''), claims = j.claims + 1,"
     f" started_at = %s, worker = %s FROM picked WHERE j.rid = picked.rid RETURNING {_RETURNED},"
     " picked.seq, j.token"
+)
+#: Lease the heads ``pgflow.take`` picked and locked (issue 15) like ``_CLAIM`` does: the claim
+#: overlay, the envelope untouched; one statement per batch of groups.
+_LEASE = (
+    "UPDATE {S}.jobs j SET state = 'active', seq = nextval('{S}.job_seq'), lease_at = %s,"
+    " token = replace(gen_random_uuid()::text, '-', ''), claims = j.claims + 1,"
+    " started_at = %s, worker = %s WHERE j.rid = ANY(%s::bigint[]) AND j.state = 'pending'"
+    " RETURNING j.rid, j.token"
 )
 _NEXT_DUE = (
     "SELECT (SELECT min(due_at) FROM {S}.jobs WHERE due_at IS NOT NULL),"
@@ -87,7 +96,7 @@ def claim_jobs(
     """``PostgresBroker.claim`` (see the module docstring)."""
     leases: list[Lease] = []
     with b._write() as tx:
-        _, due, lease_end, paused, groups = one(tx.conn.execute(b.sql(_LOOKUP), prepare=True))
+        _, due, lease_end, paused, *seen = one(tx.conn.execute(b.sql(_LOOKUP), prepare=True))
         moved = 0
         if due is not None and due <= now:
             moved += b._promote(tx, now, 1000)
@@ -95,11 +104,11 @@ def claim_jobs(
             moved += b._expire(tx, now, max_lost, 1000)
         # issue 15: a flow group seen (or just made due by a promotion or an expired lease):
         # the flow lock and the groups' bookkeeping; the unlimited path never pays for them
-        flowing = bool(groups or moved) and pgflow.flowing(b, tx)
-        lease = partial(lease_one, b, tx, now, vt, worker_id)
+        flowing = pgflow.flowing(b, tx, None if moved else (seen[0], seen[1]))
+        lease = partial(lease_many, b, tx, now, vt, worker_id)
         served = [q for q in queues if q not in set(paused)]
         for queue in served:
-            if flowing:  # issue 15: grouped jobs first (postgres/flow.py), leased per job
+            if flowing:  # issue 15: grouped jobs first (postgres/flow.py), leased per batch
                 leases += pgflow.take(b, tx, queue, now, limit - len(leases), lease)
             while len(leases) < limit:
                 rows, got = _claim_rows(b, tx, queue, limit - len(leases), now, vt, worker_id)
@@ -147,6 +156,36 @@ def _lapse(b: PostgresBroker, tx: Tx, row: Sequence[Any], now: float) -> bool:
     rec = Rec((*row[:4], "pending", *row[5:11]), True)
     rec.state = "active"  # the row's state now (the claim counted pending -> active)
     return pgflow.lapsed(b, tx, rec, now)
+
+
+def lease_many(
+    b: PostgresBroker, tx: Tx, now: float, vt: float, worker_id: str, recs: list[Rec]
+) -> list[Lease]:
+    """Lease the pending rows the flow-control path picked and locked (issue 15;
+    ``pgflow.take``), in their order: one ``_LEASE`` statement writes the claim overlay (the
+    envelope untouched, as after ``_CLAIM``). A row past its ``expires_at`` or undecodable goes
+    through ``lease_one`` (it expires or is dead-lettered instead)."""
+    plain = [r for r in recs if r.corrupt is None and not lifecycle.is_lapsed(r.job, now)]
+    odd = {id(r) for r in recs} - {id(r) for r in plain}
+    tokens: dict[int, str] = {}
+    if plain:
+        rids = num_array([r.rid for r in plain])
+        params = (now + vt, now, worker_id or None, rids)
+        tokens = dict(tx.conn.execute(b.sql(_LEASE), params, prepare=True).fetchall())
+    leases: list[Lease] = []
+    for rec in recs:
+        if id(rec) in odd:
+            if (got := lease_one(b, tx, now, vt, worker_id, rec)) is not None:
+                leases.append(got)
+            continue
+        if (token := tokens.get(rec.rid)) is None:
+            continue  # not pending any more (cannot happen: the row is locked)
+        lifecycle.claim(rec.job, now, vt, worker_id)  # what pg_rec reads from the overlay
+        tx.count(rec.job.queue, rec.state, "active")
+        rec.state = "active"
+        tx.emit("started", rec.job, now, attempt=rec.job.attempts, worker=worker_id)
+        leases.append(Lease(rec.job, token, now + vt))
+    return leases
 
 
 def lease_one(

@@ -8,17 +8,20 @@ already finished) finds no row: False for that ack, True for the others. The env
 rebuilt in Python (the claim overlay folded in, ``postgres/rec.py``); events and count deltas
 go in bulk at COMMIT (``PgStore._before_commit``).
 
-Slow path: an ack that carries an ``errors`` entry (a dropped result) and a job that belongs to
-a workflow or a flow group go through the per-job path (``PostgresBroker._save``), and the
-latter then through ``finish_special``, in the same transaction: the hook where releasing a
-workflow's dependants (issue 16) or a group's slot (issue 15) belongs. ``SPECIAL`` is the SQL
-test that sends a row there (a job with a group, or with a workflow edge not marked yet).
+Slow path: an ack that carries an ``errors`` entry (a dropped result) and a workflow step go
+through the per-job path (``PostgresBroker._save``), and the latter then through
+``finish_special``, in the same transaction: the hook where releasing a workflow's dependants
+(issue 16) belongs. ``SPECIAL`` is the SQL test that sends a row there (a job with a workflow
+edge not marked yet). A flow group's job (issue 15) completes set-based; the concurrency slots
+of a batch free in one statement (``pgflow.free_many``, under the flow lock).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
+
+import orjson
 
 from ...core import lifecycle
 from ..base import Ack
@@ -34,18 +37,16 @@ if TYPE_CHECKING:
 Row = tuple[Any, ...]
 
 #: SQL (over ``jobs j``) true for a row whose completion must go through ``finish_special``: a
-#: flow-group member (issue 15: its concurrency slots free in ``_save``) or a workflow step with
-#: an edge not marked yet (issue 16: its dependants; the test ``SqlFlow.done_many`` uses, one
-#: probe of ``wf_edges``'s primary key: an edge leaving a job is marked only by that job's own
-#: completion, so a job without one has nothing to release).
-SPECIAL = (
-    "j.grp IS NOT NULL OR EXISTS (SELECT 1 FROM {S}.wf_edges e WHERE e.parent = j.id"
-    " AND e.done = 0)"
-)
+#: workflow step with an edge not marked yet (issue 16: its dependants; the test
+#: ``SqlFlow.done_many`` uses, one probe of ``wf_edges``'s primary key: an edge leaving a job is
+#: marked only by that job's own completion, so a job without one has nothing to release). A
+#: flow-group member (issue 15) completes set-based too; its concurrency slots free in one
+#: statement per batch (``pgflow.free_many``).
+SPECIAL = "EXISTS (SELECT 1 FROM {S}.wf_edges e WHERE e.parent = j.id AND e.done = 0)"
 _LOCK = (
-    "SELECT {cols}, a.n, ({special}) FROM {{S}}.jobs j JOIN unnest(%s::text[], %s::text[],"
-    " %s::int[]) AS a(id, token, n) ON j.id = a.id AND j.token = a.token WHERE j.state ="
-    " 'active' ORDER BY j.rid, a.n FOR UPDATE OF j"
+    "SELECT {cols}, a.n, ({special}), j.grp IS NOT NULL FROM {{S}}.jobs j JOIN"
+    " unnest(%s::text[], %s::text[], %s::int[]) AS a(id, token, n) ON j.id = a.id AND"
+    " j.token = a.token WHERE j.state = 'active' ORDER BY j.rid, a.n FOR UPDATE OF j"
 )
 _DONE = (
     "UPDATE {S}.jobs j SET state = 'completed', seq = nextval('{S}.job_seq'), due_at = NULL,"
@@ -71,7 +72,7 @@ def complete_acks(b: PostgresBroker, acks: Sequence[Ack], now: float) -> list[bo
             ),
             prepare=True,
         ).fetchall()
-        fast: list[tuple[Row, Ack]] = []
+        fast: list[tuple[Row, Ack, bool]] = []
         slow: list[tuple[Rec, Ack]] = []
         special: list[Rec] = []
         seen: set[int] = set()
@@ -82,7 +83,7 @@ def complete_acks(b: PostgresBroker, acks: Sequence[Ack], now: float) -> list[bo
             seen.add(row[0])
             out[i] = True
             if not row[16] and acks[i].error is None:
-                fast.append((row[:15], acks[i]))
+                fast.append((row[:15], acks[i], row[17]))
                 continue
             rec = pg_rec(row[:15])
             slow.append((rec, acks[i]))
@@ -98,15 +99,18 @@ def complete_acks(b: PostgresBroker, acks: Sequence[Ack], now: float) -> list[bo
     return out
 
 
-def _write_fast(b: PostgresBroker, tx: Tx, done: list[tuple[Row, Ack]], now: float) -> None:
-    """Complete plain jobs with one ``UPDATE … FROM unnest``; events and counts in bulk. The
-    envelope is patched as a dict (``rec.completed_envelope``); an unexpected one (written by
-    someone else, undecodable) is decoded and saved through ``lifecycle`` like the slow path."""
+def _write_fast(b: PostgresBroker, tx: Tx, done: list[tuple[Row, Ack, bool]], now: float) -> None:
+    """Complete plain and grouped jobs with one ``UPDATE … FROM unnest``; events and counts in
+    bulk; the grouped ones' slots free together (``pgflow.free_many``). The envelope is patched
+    as a dict (``rec.completed_envelope``); an unexpected one (written by someone else,
+    undecodable) is decoded and saved through ``lifecycle`` like the slow path (``_save``
+    frees its slots)."""
     if not done:
         return
     rids: list[int] = []
     payloads: list[bytes] = []
-    for row, ack in done:
+    slots: list[tuple[str, str]] = []
+    for row, ack, grouped in done:
         patched = completed_envelope(row, now, ack.result)
         if patched is None:  # not the envelope expected: decoded and saved like the slow path
             rec = pg_rec(row)
@@ -116,6 +120,8 @@ def _write_fast(b: PostgresBroker, tx: Tx, done: list[tuple[Row, Ack]], now: flo
             continue
         rids.append(row[0])
         payloads.append(patched[0])
+        if grouped:  # issue 15: the slots it holds (its envelope's flow spec)
+            slots += [(name, row[1]) for name in slot_names(row[10])]
         queue = row[2]
         tx.count(queue, "active", "completed")
         tx.finished.add((queue, "completed"))
@@ -126,6 +132,14 @@ def _write_fast(b: PostgresBroker, tx: Tx, done: list[tuple[Row, Ack]], now: flo
         )
     if rids:
         tx.conn.execute(b.sql(_DONE), (now, num_array(rids), bytea_array(payloads)), prepare=True)
+    if slots:
+        pgflow.free_many(b, tx, slots)
+
+
+def slot_names(payload: bytes) -> list[str]:
+    """The concurrency slots a grouped job's stored envelope names (``flow["c"]``)."""
+    flow = orjson.loads(payload).get("flow")
+    return [str(c[0]) for c in (flow or {}).get("c") or ()]
 
 
 def finish_special(b: PostgresBroker, tx: Tx, recs: list[Rec], now: float) -> None:

@@ -32,6 +32,7 @@ from ..base import Lease
 from ..sqldb import Db, pg_sql
 from ..sqlflow import SqlFlow
 from ..sqlite_rows import Rec
+from .arrays import num_array, text_array
 from .store import Tx, one
 
 if TYPE_CHECKING:
@@ -39,13 +40,37 @@ if TYPE_CHECKING:
 
 #: Transactions holding the flow lock (it is held to their end; taken once each).
 _LOCKED: weakref.WeakKeyDictionary[Tx, bool] = weakref.WeakKeyDictionary()
-_FLOWING = (
-    "SELECT EXISTS (SELECT 1 FROM {S}.flow_groups) OR EXISTS (SELECT 1 FROM {S}.flow_pending)"
-)
+_FLOWING = "SELECT EXISTS (SELECT 1 FROM {S}.flow_groups), EXISTS (SELECT 1 FROM {S}.flow_pending)"
+#: The newly enqueued groups (``flow_pending``) into ``flow_groups``, due now, in one statement
+#: (sqllimits.SCHEDULE for all of them: a new group takes the next round-robin place).
 _DRAIN = (
     "WITH gone AS (DELETE FROM {S}.flow_pending RETURNING queue, grp)"
-    " SELECT DISTINCT queue, grp FROM gone ORDER BY queue, grp"
+    " INSERT INTO {S}.flow_groups (queue, grp, due, rr) SELECT queue, grp, 0,"
+    " nextval('{S}.job_seq') FROM (SELECT DISTINCT queue, grp FROM gone ORDER BY queue, grp) AS d"
+    " ON CONFLICT DO NOTHING"
 )
+#: The slots of completed jobs (``free_many``), fenced by (name, owner), and then the waiters of
+#: the slots that freed (the groups they name wake).
+_FREE_MANY = (
+    "DELETE FROM {S}.flow_slots s USING unnest(%s::text[], %s::text[]) AS f(name, job_id)"
+    " WHERE s.name = f.name AND s.job_id = f.job_id RETURNING s.name"
+)
+#: ``sqllimits``' ``_RESCHEDULE`` for a whole batch of groups (``PgDb.move_groups``).
+_MOVE = (
+    "UPDATE {S}.flow_groups g SET due = m.due, rr = m.rr, why = m.why FROM unnest(%s::float8[],"
+    " %s::bigint[], %s::text[], %s::text[], %s::text[]) AS m(due, rr, why, queue, grp)"
+    " WHERE g.queue = m.queue AND g.grp = m.grp"
+)
+#: ``sqllimits.Slots.flush`` for a whole batch (``PgDb.add_slots``).
+_ADD_SLOTS = (
+    "INSERT INTO {S}.flow_slots (name, job_id) SELECT * FROM unnest(%s::text[], %s::text[])"
+    " ON CONFLICT DO NOTHING"
+)
+_FORGET = (
+    "DELETE FROM {S}.flow_groups g USING unnest(%s::text[]) AS e(grp)"
+    " WHERE g.queue = %s AND g.grp = e.grp"
+)
+_UNWAIT = "DELETE FROM {S}.flow_waiters WHERE name = ANY(%s::text[]) RETURNING queue, grp"
 
 
 class PgDb(Db):
@@ -68,6 +93,32 @@ class PgDb(Db):
     def next_seq(self) -> int:
         """The schema's placement sequence."""
         return int(one(self.tx.conn.execute(self.q("SELECT nextval('{S}.job_seq')")))[0])
+
+    def next_seqs(self, n: int) -> list[int]:
+        """``n`` numbers of the placement sequence in one round trip, increasing."""
+        if n <= 0:
+            return []
+        sql = self.q("SELECT nextval('{S}.job_seq') FROM generate_series(1, %s)")
+        return sorted(int(r[0]) for r in self.tx.conn.execute(sql, (n,), prepare=True))
+
+    def move_groups(self, text: str, moves: Sequence[Sequence[Any]]) -> None:
+        """The moves of a batch of groups in one ``UPDATE … FROM unnest`` (``_MOVE``)."""
+        if moves:
+            due, rr, why, queue, grp = zip(*moves, strict=True)
+            params = (num_array(due), num_array(rr), text_array(why), text_array(queue))
+            self.tx.conn.execute(self.q(_MOVE), (*params, text_array(grp)), prepare=True)
+
+    def add_slots(self, text: str, slots: Sequence[tuple[str, str]]) -> None:
+        """A batch's new slot rows in one ``INSERT … SELECT FROM unnest`` (``_ADD_SLOTS``)."""
+        if slots:
+            names, ids = text_array(n for n, _ in slots), text_array(i for _, i in slots)
+            self.tx.conn.execute(self.q(_ADD_SLOTS), (names, ids), prepare=True)
+
+    def forget_groups(self, queue: str, groups: Sequence[str]) -> None:
+        """The empty groups of a batch in one prepared statement (``_FORGET``: a primary-key
+        probe per group; an ``IN`` list scanned the whole table with bitmap scans off)."""
+        if groups:
+            self.tx.conn.execute(self.q(_FORGET), (text_array(groups), queue), prepare=True)
 
     def rows(self, where: str, params: Sequence[Any], *, full: bool = True) -> list[Rec]:
         """Job rows, locked until the transaction ends (``FOR UPDATE``)."""
@@ -95,15 +146,19 @@ class PgDb(Db):
         self.tx.notify.add(queue)
 
 
-def flowing(b: PostgresBroker, tx: Tx) -> bool:
-    """Any flow group, scheduled or newly enqueued (two index probes). If so, take the flow
-    lock and move the newly enqueued groups into ``flow_groups``."""
+def flowing(b: PostgresBroker, tx: Tx, seen: tuple[bool, bool] | None = None) -> bool:
+    """Any flow group, scheduled or newly enqueued (``seen``: whether ``flow_groups`` and
+    ``flow_pending`` have rows, as the claim's look-up found them; None: two index probes). If
+    so, take the flow lock and move the newly enqueued groups into ``flow_groups`` (a
+    ``flow_pending`` row committed after the look-up waits for the next claim)."""
     db = PgDb(b, tx)
-    if not one(tx.conn.execute(db.q(_FLOWING)))[0]:
+    groups, pending = seen if seen is not None else one(tx.conn.execute(db.q(_FLOWING)))
+    if not (groups or pending):
         return False
     db.lock()
-    groups = tx.conn.execute(db.q(_DRAIN)).fetchall()
-    db.many(sqllimits.SCHEDULE, [(q, g, db.next_seq()) for q, g in groups])
+    if not pending:
+        return True
+    tx.conn.execute(db.q(_DRAIN), prepare=True)
     return True
 
 
@@ -113,11 +168,28 @@ def take(
     queue: str,
     now: float,
     want: int,
-    lease: Callable[[Rec], Lease | None],
+    lease: Callable[[list[Rec]], list[Lease]],
 ) -> list[Lease]:
-    """Lease up to ``want`` jobs of ``queue``'s due groups (sqllimits.take), each through
-    ``lease`` (``claim.lease_one``: the whole envelope saved with the lease)."""
+    """Lease up to ``want`` jobs of ``queue``'s due groups (sqllimits.take), a batch at a time
+    through ``lease`` (``claim.lease_many``: one statement, the claim overlay)."""
     return sqllimits.take(PgDb(b, tx), queue, now, want, lease)
+
+
+def free_many(b: PostgresBroker, tx: Tx, slots: Sequence[tuple[str, str]]) -> None:
+    """Completed jobs left ``active``: their (slot, job id) rows free in one statement (fenced:
+    only a job's own rows) and the groups that waited for a freed slot wake, under the flow
+    lock (sqllimits.free, set-based)."""
+    db = PgDb(b, tx)
+    db.lock()
+    names, ids = text_array(n for n, _ in slots), text_array(i for _, i in slots)
+    freed = tx.conn.execute(db.q(_FREE_MANY), (names, ids), prepare=True).fetchall()
+    if not freed:
+        return
+    waiting = tx.conn.execute(db.q(_UNWAIT), (text_array(r[0] for r in freed),)).fetchall()
+    if waiting:
+        db.many(sqllimits.WAKE, sorted({(q, g) for q, g in waiting}))
+        for queue in sorted({q for q, _ in waiting}):
+            db.wake(queue)
 
 
 def next_due(
