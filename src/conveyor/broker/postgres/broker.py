@@ -14,7 +14,7 @@ Schema, queries, NOTIFY and vacuum: docs/architecture-postgres.md.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, Self
 
 import psycopg
@@ -23,8 +23,9 @@ from ...config import Retention
 from ...core import lifecycle
 from ...core.job import Job
 from ...core.state import TERMINAL_STATES, JobState
-from ...errors import LeaseLost, ValidationError
+from ...errors import ValidationError
 from ..base import Ack, Broker, Claimed, EnqueueResult
+from ..sqlfinish import SqlLeaseTransitions
 from ..sqlflow import SqlWorkflows
 from ..sqlite_rows import Rec
 from ..sqllimits import SqlFlowAdmin
@@ -49,7 +50,9 @@ _SAVE = (
 )
 
 
-class PostgresBroker(PgReads, PgWaits, PgJobAdmin, SqlWorkflows, SqlFlowAdmin, Broker):
+class PostgresBroker(
+    PgReads, PgWaits, PgJobAdmin, SqlWorkflows, SqlFlowAdmin, SqlLeaseTransitions, Broker
+):
     """The Broker protocol on one PostgreSQL schema (see module docstring)."""
 
     supports_flow = True  # rate limits, concurrency, fair groups (issue 15; postgres/flow.py)
@@ -199,75 +202,10 @@ class PostgresBroker(PgReads, PgWaits, PgJobAdmin, SqlWorkflows, SqlFlowAdmin, B
         False for stale tokens."""
         return complete_acks(self, acks, now)
 
-    def fail(
-        self,
-        job_id: str,
-        token: str,
-        now: float,
-        *,
-        error: Mapping[str, Any],
-        retry_at: float | None,
-    ) -> JobState:
-        """Record a failed attempt; retry at ``retry_at`` or dead-letter (None)."""
-        with self._write() as tx:
-            if (rec := self._leased(tx, job_id, token)) is None:
-                raise LeaseLost(job_id)
-            lifecycle.fail(rec.job, now, error, retry_at)
-            self._save(tx, rec)
-            job = rec.job
-            tx.emit("failed", job, now, attempt=job.attempts, error=job.last_error)
-            if retry_at is None:
-                tx.emit("dead_lettered", job, now, reason=error.get("kind"))
-                pgflow.done(self, tx, now, job)  # issue 16
-            else:
-                tx.emit("retry_scheduled", job, now, run_at=retry_at)
-            return job.state
-
-    def release(
-        self,
-        job_id: str,
-        token: str,
-        now: float,
-        *,
-        delay: float = 0.0,
-        penalize: bool = True,
-        note: str = "released",
-    ) -> JobState:
-        """Give the job back (pending now, or scheduled after ``delay``)."""
-        with self._write() as tx:
-            if (rec := self._leased(tx, job_id, token)) is None:
-                raise LeaseLost(job_id)
-            lifecycle.release(rec.job, now, delay, penalize, note)
-            self._save(tx, rec)
-            tx.emit("released", rec.job, now, note=note)
-            return rec.job.state
-
-    def cancel_running(
-        self, job_id: str, token: str, now: float, *, note: str = "cancelled while running"
-    ) -> JobState:
-        """active → cancelled by the lease holder (fenced), in one transaction."""
-        with self._write() as tx:
-            if (rec := self._leased(tx, job_id, token)) is None:
-                raise LeaseLost(job_id)
-            lifecycle.cancel_running(rec.job, now, note)
-            self._save(tx, rec)
-            tx.emit("cancelled", rec.job, now, note=note)
-            pgflow.done(self, tx, now, rec.job)  # issue 16
-            return rec.job.state
-
-    def extend(
-        self, leases: Sequence[tuple[str, str]], now: float, visibility_timeout: float
-    ) -> list[bool]:
-        """Push lease deadlines, all in one transaction; False where the lease is lost."""
-        out: list[bool] = []
-        with self._write() as tx:
-            for job_id, token in leases:
-                rec = self._leased(tx, job_id, token)
-                if rec is not None:
-                    rec.job.lease_expires_at = now + visibility_timeout
-                    self._save(tx, rec, token, placed=False)
-                out.append(rec is not None)
-        return out
+    def _flow_done(self, tx: Tx, now: float, job: Job) -> None:
+        """A terminal job's workflow dependants (postgres/flow.py; fail, release,
+        cancel_running and extend are shared with SQLite: ``sqlfinish.py``)."""
+        pgflow.done(self, tx, now, job)  # issue 16
 
     # ------------------------------------------------------------------ maintenance
     def promote_due(self, now: float, limit: int = 1000) -> int:
