@@ -214,6 +214,7 @@ def test_threads_share_one_broker_and_claim_each_job_once(sbroker: SqliteBroker)
             ):
                 claimed[n].extend(lease.id for lease in leases)
                 assert all(sbroker.complete([Ack(x.id, x.token) for x in leases], T0))
+                time.sleep(0)  # hand the GIL on, as a worker does after a claim: threads interleave
         except BaseException as exc:
             errors.append(exc)
 
