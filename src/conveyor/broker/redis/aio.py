@@ -99,11 +99,8 @@ async def enqueue(
         return await Broker.enqueue_async(broker, jobs, now, payloads, fresh_ids=fresh_ids)
     try:
         name, groups, keys, args, order = broker.enqueue_plan(jobs, now, payloads)
-        registered = broker._conn.registered
-        fresh = [q for q in groups if q not in registered]
-        if fresh:
-            await client.sadd(broker.keys.queues, *fresh)
-            registered.update(fresh)
+        if any(q not in broker._conn.registered for q in groups):  # once per queue
+            await asyncio.to_thread(broker.register, groups)  # also seeds run-time limits
         reply = await _evalsha(broker, client, name, keys, args)
     except Exception as exc:
         _raise_mapped(exc)
