@@ -30,6 +30,7 @@ class PgJobAdmin:
     _rows: Callable[..., list[Rec]]
     _save: Callable[..., None]
     _delete: Callable[[Tx, str, str, str, Sequence[Any]], int]
+    sql: Callable[[str], str]
 
     def _admin(self, job_id: str, now: float, allowed: Sequence[JobState], event: str) -> bool:
         with self._write() as tx:
@@ -71,6 +72,11 @@ class PgJobAdmin:
             if not recs or recs[0].job.state is JobState.ACTIVE:
                 return False
             job = recs[0].job
+            if job.idempotency_key:  # released with the job (fenced: only if still its own)
+                tx.conn.execute(
+                    self.sql("DELETE FROM {S}.idem WHERE queue = %s AND key = %s AND job_id = %s"),
+                    (job.queue, job.idempotency_key, job_id),
+                )
             return self._delete(tx, job.queue, str(job.state), "id = %s", (job_id,)) > 0
 
     def clear_queue(self, queue: str, now: float) -> int:
