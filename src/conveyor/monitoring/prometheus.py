@@ -160,8 +160,16 @@ class ConveyorCollector:
         return family
 
 
-def flow_metrics(status: dict[str, Any]) -> Iterator[Metric]:
-    """Flow control (issue 15): tokens per bucket, running per slot, waiting per group."""
+#: ``conveyor_limit_waiting`` series per scrape at most: the groups with the most waiting jobs
+#: keep their own series, the rest are summed per queue into ``group="(other)"`` (10,000 fair
+#: tenants must not make 10,000 series); ``conveyor_limit_waiting_groups`` counts them all.
+WAITING_SERIES = 50
+OTHER_GROUP = "(other)"
+
+
+def flow_metrics(status: dict[str, Any], top: int = WAITING_SERIES) -> Iterator[Metric]:
+    """Flow control (issue 15): tokens per bucket, running per slot, waiting per group (the
+    ``top`` biggest groups, the rest summed per queue) and the number of waiting groups."""
     tokens = GaugeMetricFamily(
         "conveyor_limit_tokens", "Tokens left in a rate-limit bucket.", labels=["bucket"]
     )
@@ -177,9 +185,24 @@ def flow_metrics(status: dict[str, Any]) -> Iterator[Metric]:
         "Pending jobs of a flow-control group, with why they wait ('' when not held back).",
         labels=["queue", "group", "why"],
     )
-    for group in status["groups"]:
-        waiting.add_metric([group["queue"], group["group"], group["why"] or ""], group["waiting"])
-    yield from (tokens, running, waiting)
+    groups = sorted(status["groups"], key=lambda g: (-g["waiting"], g["queue"], g["group"]))
+    other: dict[str, float] = {}
+    counted: dict[str, float] = {}
+    for i, group in enumerate(groups):
+        queue = group["queue"]
+        counted[queue] = counted.get(queue, 0) + 1
+        if i < top:
+            waiting.add_metric([queue, group["group"], group["why"] or ""], group["waiting"])
+        else:
+            other[queue] = other.get(queue, 0) + group["waiting"]
+    for queue, n in sorted(other.items()):
+        waiting.add_metric([queue, OTHER_GROUP, ""], n)
+    count = GaugeMetricFamily(
+        "conveyor_limit_waiting_groups", "Flow-control groups with waiting jobs.", labels=["queue"]
+    )
+    for queue, n in sorted(counted.items()):
+        count.add_metric([queue], n)
+    yield from (tokens, running, waiting, count)
 
 
 def registry_for(app: Runtime | HasRuntime) -> CollectorRegistry:
