@@ -110,3 +110,35 @@ def test_a_running_relay_does_not_loop_on_a_refused_row(rapp: Conveyor, db: Path
     relay.stop()
     thread.join(DEADLINE)
     assert relay.failed == 1
+
+
+def test_a_refused_row_on_a_postgresql_outbox(rapp: Conveyor, pg_server: Any) -> None:
+    """The same with the outbox in PostgreSQL (psycopg, ``%s`` placeholders, transactional DDL)."""
+    psycopg = pytest.importorskip("psycopg")
+    with psycopg.connect(pg_server.url, autocommit=True) as setup:
+        setup.execute("DROP TABLE IF EXISTS conveyor_outbox, conveyor_outbox_failed")
+        for statement in ddl():
+            setup.execute(statement)
+    outbox = Outbox(rapp, pg_server.url)
+    conn = psycopg.connect(pg_server.url)
+    ship = rapp.tasks["ship"]
+    good = ship.options(connection=conn).enqueue(1)
+    bad = ship.options(connection=conn).enqueue(2)
+    conn.commit()
+    envelope = orjson.loads(
+        conn.execute("SELECT payload FROM conveyor_outbox WHERE id = %s", (bad.id,)).fetchone()[0]
+    )
+    envelope["queue"] = "no spaces allowed"
+    conn.execute(
+        "UPDATE conveyor_outbox SET payload = %s WHERE id = %s",
+        (orjson.dumps(envelope).decode(), bad.id),
+    )
+    conn.commit()
+    relay = Relay(outbox)
+    assert relay.relay_once() == 2 and relay.failed == 1
+    assert rapp.get_job(good.id) is not None
+    failed = conn.execute("SELECT id, error FROM conveyor_outbox_failed").fetchall()
+    assert [row[0] for row in failed] == [bad.id] and "queue" in failed[0][1]
+    assert conn.execute("SELECT count(*) FROM conveyor_outbox").fetchone()[0] == 0
+    conn.close()
+    relay.close()
