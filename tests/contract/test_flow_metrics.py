@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from conveyor import Conveyor
+from conveyor import ConcurrencyLimit, Conveyor, FakeClock, RateLimit
 
 pytest.importorskip("prometheus_client")
 
@@ -40,3 +40,31 @@ def test_limit_waiting_keeps_the_biggest_groups_and_sums_the_rest(app: Conveyor)
     assert series[("default", "(other)")] >= tenants - WAITING_SERIES
     text = exposition(app)[0].decode()
     assert f'conveyor_limit_waiting_groups{{queue="default"}} {tenants + 1}.0\n' in text
+
+
+def _series(text: str, metric: str) -> dict[str, float]:
+    """label value -> value of every series of a one-label metric."""
+    found = re.findall(rf'^{metric}\{{\w+="([^"]*)"\}} (\S+)$', text, re.M)
+    return {label: float(value) for label, value in found}
+
+
+def test_per_key_buckets_and_slots_stay_bounded(app: Conveyor, clock: FakeClock) -> None:
+    from conveyor.monitoring.prometheus import WAITING_SERIES, exposition
+
+    @app.task(
+        name="flow.per_key",
+        rate_limit=RateLimit("10/s", key="customer"),
+        concurrency=ConcurrencyLimit(1, key="customer"),
+    )
+    def per_key(customer: str) -> None: ...
+
+    keys = WAITING_SERIES * 3
+    for k in range(keys):
+        per_key.enqueue(f"c{k:04d}")
+    claimed = app.broker.claim(["default"], clock.now(), limit=keys, visibility_timeout=600)
+    assert len(claimed) == keys
+    text = exposition(app)[0].decode()
+    running = _series(text, "conveyor_limit_running")
+    assert len(running) <= WAITING_SERIES + 1 and sum(running.values()) == keys
+    assert running["(other)"] == keys - WAITING_SERIES
+    assert 0 < len(_series(text, "conveyor_limit_tokens")) <= WAITING_SERIES
