@@ -103,3 +103,57 @@ def test_release_racing_a_workflow_cancel_never_errs(pg_server: Any) -> None:
         assert all(s in (JobState.CANCELLED, JobState.PENDING) for s in states[1:4]), states
         broker.flush_all()
     app.close()
+
+
+def _blocked(url: str, pid: int) -> bool:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as c:
+        row = c.execute(
+            "SELECT count(*) FROM pg_locks WHERE NOT granted AND pid <> %s", (pid,)
+        ).fetchone()
+    return bool(row and row[0])
+
+
+def test_an_operator_action_chosen_as_deadlock_victim_is_retried(pg_server: Any) -> None:
+    """Whatever another transaction does, the operator never sees a deadlock: a transaction
+    holding the workflow's last node and then asking for its first one (the opposite order)
+    makes PostgreSQL pick ``cancel_workflow`` as the victim (it waited first, so its deadlock
+    check runs first); it is run again once and succeeds."""
+    import psycopg
+
+    broker = PostgresBroker.from_url(pg_server.url)
+    broker.flush_all()
+    app = Conveyor(broker)
+
+    @app.task(name="wf.step")
+    def step(x: int = 0) -> int:
+        return x + 1
+
+    flow = chain(step.partial(1), group(step.partial(), step.partial())).enqueue()
+    ids = sorted(j.id for j in flow.jobs())
+    other = psycopg.connect(pg_server.url)
+    pid = other.info.backend_pid
+    other.execute("SELECT 1 FROM conveyor.jobs WHERE id = %s FOR UPDATE", (ids[-1],))
+    result: list[Any] = []
+
+    def cancel() -> None:
+        try:
+            result.append(broker.cancel_workflow(flow.id, time.time()))
+        except Exception as exc:  # collected: the assertion names it
+            result.append(exc)
+
+    thread = threading.Thread(target=cancel)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not _blocked(pg_server.url, pid):  # it holds the first ids, waits for the last
+        assert time.monotonic() < deadline, "cancel_workflow never waited"
+        time.sleep(0.01)
+    other.execute("SELECT 1 FROM conveyor.jobs WHERE id = %s FOR UPDATE", (ids[0],))
+    other.commit()  # reached once the victim rolled back; then the retry goes through
+    thread.join(60)
+    assert not thread.is_alive()
+    other.close()
+    assert result == [3], result
+    assert all(j.state is JobState.CANCELLED for j in flow.jobs())
+    app.close()
