@@ -52,6 +52,20 @@ def ddl(table: str = DEFAULT_TABLE) -> list[str]:
     ]
 
 
+def failed_ddl(table: str = DEFAULT_TABLE) -> list[str]:
+    """The statements that create ``<table>_failed`` (idempotent): rows the broker refused
+    (``conveyor.relay``), with ``error`` (the refusal) and ``failed_at`` (epoch seconds). The
+    relay runs them itself the first time it needs the table; run them in your migrations to
+    own it. An operator fixes a row and moves it back with ``INSERT INTO <table> SELECT id,
+    created_at, payload FROM <table>_failed WHERE id = ...`` (then deletes it there)."""
+    t = check_table(table) + "_failed"
+    return [
+        f"CREATE TABLE IF NOT EXISTS {t} (id VARCHAR(255) PRIMARY KEY,"
+        " created_at DOUBLE PRECISION NOT NULL, payload TEXT NOT NULL, error TEXT NOT NULL,"
+        " failed_at DOUBLE PRECISION NOT NULL)"
+    ]
+
+
 def sqlalchemy_table(metadata: Any, table: str = DEFAULT_TABLE) -> Any:
     """The outbox as a SQLAlchemy ``Table`` on ``metadata`` (for Alembic autogenerate)."""
     import sqlalchemy as sa

@@ -134,10 +134,15 @@ class Producer(JobBuilder):
             after_enqueue_batch(after, self.app.owner, jobs, [res.duplicate for res in results])
         handles = jobs
         for i, res in enumerate(results):
+            if res.duplicate and (jobs[i].idempotency_key or "").startswith("debounce:"):
+                # as ``store``: newest args, the delay restarts (off the loop: a broker call)
+                await asyncio.to_thread(self.app.broker.replace_waiting, res.id, jobs[i], now)
             if res.duplicate:
                 existing = await self.app.broker.get_async(res.id)
+                if existing is None:  # gone meanwhile: report the stored job's id, as ``store``
+                    existing = Job.fast({**jobs[i].__dict__, "id": res.id, "state": res.state})
                 handles = list(handles) if handles is jobs else handles
-                handles[i] = JobHandle.bind(existing or jobs[i], self.app, duplicate=True)
+                handles[i] = JobHandle.bind(existing, self.app, duplicate=True)
         return handles
 
     def enqueue_one(

@@ -8,6 +8,14 @@ a time, skips the ones already there and deletes the rows: 0 lost, 0 duplicates 
 pushed job is still in the broker, i.e. within its retention). Several relays (one per worker)
 may run at once: the same guard makes their overlap harmless.
 
+A row the broker refuses for good (``ValidationError`` / ``DecodeError``: a job it can never
+store, such as a queue name its rules forbid) would block its batch forever. The relay then
+pushes that batch one job at a time too, and moves each refused row to ``<table>_failed``
+(``failed_ddl``: the row plus ``error`` and ``failed_at``; created on first need) in the same
+transaction that deletes the batch's rows: it leaves the loop, is counted (``Relay.failed``),
+logged at ERROR, and stays visible to operators; the other rows go on. A broker that is down
+(``BrokerUnavailable``) is not a refusal: the whole batch is retried with backoff.
+
 Run it with ``conveyor relay APP`` (cli/relay_cmd.py) or inside every worker of the app
 (``Outbox(app, url, relay_in_worker=True)``: ``RelayInWorker``). docs/transactions.md.
 """
@@ -25,12 +33,14 @@ from .core.job import Job
 from .core.serialization import decode_job
 from .errors import DecodeError, DuplicateJob, ValidationError
 from .middleware import Middleware, WorkerView
-from .outbox import Outbox
+from .outbox import Outbox, failed_ddl
 from .txn import placeholder
 
 log = logging.getLogger("conveyor.relay")
 #: Longest pause after a failed batch (database or broker down): retried with backoff.
 MAX_BACKOFF = 5.0
+#: What the broker raises for a job it can never store: the row leaves the outbox as failed.
+REFUSED = (ValidationError, DecodeError)
 
 
 def connect(url: str, busy_timeout: float = 30.0) -> Any:
@@ -69,6 +79,7 @@ class Relay:
         self.interval = float(outbox.interval if interval is None else interval)
         self.relayed = 0  # rows moved (pushed or found already pushed) and deleted
         self.duplicates = 0  # rows whose job was already in the broker (an earlier crash)
+        self.failed = 0  # rows the broker refused, moved to ``<table>_failed``
         self._conn: Any = None
         self._stop = threading.Event()
 
@@ -87,41 +98,75 @@ class Relay:
     def _batch(self, conn: Any) -> int:
         table, p = self.outbox.table, placeholder(conn)
         cur = conn.cursor()
-        cur.execute(f"SELECT id, payload FROM {table} ORDER BY created_at, id LIMIT {self.batch}")
+        cur.execute(
+            f"SELECT id, payload, created_at FROM {table}"
+            f" ORDER BY created_at, id LIMIT {self.batch}"
+        )
         rows = cur.fetchall()
         conn.commit()  # end the read (PostgreSQL opened a transaction for it)
         if not rows:
             return 0
         jobs: list[Job] = []
         payloads: list[bytes] = []
-        for row_id, text in rows:
+        refused: dict[str, str] = {}
+        for row_id, text, _ in rows:
             raw = text.encode() if isinstance(text, str) else bytes(text)
             try:
                 jobs.append(decode_job(raw))
                 payloads.append(raw)
-            except DecodeError as exc:  # only a hand-edited row: keep its bytes in the log
-                log.error("outbox row %s is not a job (%s); deleted. Payload: %r", row_id, exc, raw)
+            except DecodeError as exc:  # only a hand-edited row
+                refused[row_id] = f"DecodeError: {exc}"
+                log.error("outbox row %s is not a job (%s); moved to %s_failed", row_id, exc, table)
         if jobs:
-            self._push(jobs, payloads)
+            refused.update(self._push(jobs, payloads))
+        if refused:
+            self._move_failed(cur, p, [row for row in rows if row[0] in refused], refused)
         ids = [row[0] for row in rows]
         cur.execute(f"DELETE FROM {table} WHERE id IN ({', '.join([p] * len(ids))})", ids)
         conn.commit()
+        self.failed += len(refused)
         return len(rows)
 
-    def _push(self, jobs: Sequence[Job], payloads: Sequence[bytes]) -> None:
-        """One atomic enqueue; after a crash some ids are taken: then one job at a time."""
+    def _push(self, jobs: Sequence[Job], payloads: Sequence[bytes]) -> dict[str, str]:
+        """One atomic enqueue; after a crash some ids are taken, or the broker refuses a job:
+        then one job at a time. Returns the refused rows: id -> the error."""
         broker, now = self.outbox.app.broker, self.outbox.app.now()
         try:
             broker.enqueue(jobs, now, payloads)
-            return
-        except DuplicateJob:
+            return {}
+        except (DuplicateJob, *REFUSED):
             pass
+        refused: dict[str, str] = {}
         for job, payload in zip(jobs, payloads, strict=True):
             try:
                 broker.enqueue([job], now, [payload])
             except DuplicateJob:
                 self.duplicates += 1
                 log.info("outbox job %s was already relayed (an earlier relay stopped)", job.id)
+            except REFUSED as exc:
+                refused[job.id] = f"{type(exc).__name__}: {exc}"
+                log.error(
+                    "outbox row %s refused by the broker (%s); moved to %s_failed",
+                    job.id,
+                    exc,
+                    self.outbox.table,
+                )
+        return refused
+
+    def _move_failed(self, cur: Any, p: str, rows: Sequence[Any], errors: dict[str, str]) -> None:
+        """Copy refused rows to ``<table>_failed`` (created if missing) in the batch's
+        transaction: the delete that follows commits with it, so a row is never in neither."""
+        failed = self.outbox.table + "_failed"
+        for statement in failed_ddl(self.outbox.table):
+            cur.execute(statement)
+        now = self.outbox.app.now()
+        ids = [row[0] for row in rows]  # an operator may have moved one back and left it here
+        cur.execute(f"DELETE FROM {failed} WHERE id IN ({', '.join([p] * len(ids))})", ids)
+        cur.executemany(
+            f"INSERT INTO {failed} (id, created_at, payload, error, failed_at)"
+            f" VALUES ({p}, {p}, {p}, {p}, {p})",
+            [(row_id, created, text, errors[row_id], now) for row_id, text, created in rows],
+        )
 
     def run(self) -> None:
         """Relay until ``stop``: full batches back to back, else every ``interval`` seconds.

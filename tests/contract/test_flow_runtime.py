@@ -84,3 +84,27 @@ def test_why_names_the_queue_limit_for_every_waiting_group(app: Conveyor, clock:
     waiting = [why_waiting(status, job.refresh()) for job in jobs]
     assert waiting.count(None) == 1  # the one that runs
     assert set(waiting) - {None} == {"throttled by rate limit @llm:1/m"}
+
+
+def test_an_override_set_before_a_queue_exists_reaches_it(app: Conveyor, clock: FakeClock) -> None:
+    """Run-time limits apply to jobs enqueued later into a queue that held no job yet (Redis
+    kept overrides per queue and wrote them only into queues it already knew)."""
+
+    @app.task(name="flow.fresh", queue="fresh", concurrency=3)
+    def fresh(n: int) -> None: ...
+
+    @app.task(name="flow.newq", queue="newq", rate_limit="100/s")
+    def newq(n: int) -> None: ...
+
+    app.set_limit("conc:flow.fresh", 1)
+    app.set_limit("rate:flow.newq", "1/m")
+    app.set_limit("rate:flow.newq", "2/m")  # the newest write wins
+    assert app.limits()["limits"] == {"conc:flow.fresh": [1.0], "rate:flow.newq": [2.0, 60.0, 2.0]}
+    for n in range(3):
+        fresh.enqueue(n)
+        newq.enqueue(n)
+    assert len(_claim(app, clock, "fresh")) == 1, "the override (1), not the declared 3"
+    assert len(_claim(app, clock, "newq")) == 2, "the override (2/m), not the declared 100/s"
+    app.set_limit("conc:flow.fresh", None)  # cleared: the declared limit again
+    assert "conc:flow.fresh" not in app.limits()["limits"]
+    assert len(_claim(app, clock, "fresh")) == 2

@@ -80,3 +80,31 @@ def test_delete_refuses_a_running_job(app: Conveyor, broker: Broker, clock: Fake
     assert broker.complete([Ack(lease.id, lease.token)], clock.now()) == [True]
     assert broker.delete_job(job.id, clock.now()), "a completed job can be deleted"
     assert broker.get(job.id) is None
+
+
+def test_delete_releases_the_jobs_idempotency_key(
+    app: Conveyor, broker: Broker, clock: FakeClock
+) -> None:
+    """After ``delete_job`` the job's idempotency key is free again: enqueueing with it stores
+    a new job (it used to return the deleted job's id with ``duplicate=True``)."""
+    first = app.runtime.enqueue("t", idempotency_key="order-1")
+    assert broker.delete_job(first.id, clock.now())
+    again = app.runtime.enqueue("t", idempotency_key="order-1")
+    assert not again.duplicate and again.id != first.id
+    assert broker.get(again.id) is not None
+    dup = app.runtime.enqueue("t", idempotency_key="order-1")
+    assert dup.duplicate and dup.id == again.id, "the key holds the new job"
+
+
+def test_delete_leaves_a_key_that_moved_to_another_job(
+    app: Conveyor, broker: Broker, clock: FakeClock
+) -> None:
+    """Fenced: a key whose TTL ran out and that a newer job took stays with that job when the
+    old job is deleted."""
+    old = app.runtime.enqueue("t", idempotency_key="k", idempotency_ttl=10, delay=3600)
+    clock.advance(11)
+    new = app.runtime.enqueue("t", idempotency_key="k", idempotency_ttl=600)
+    assert not new.duplicate and new.id != old.id
+    assert broker.delete_job(old.id, clock.now())
+    dup = app.runtime.enqueue("t", idempotency_key="k", idempotency_ttl=600)
+    assert dup.duplicate and dup.id == new.id

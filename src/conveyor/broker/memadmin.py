@@ -33,6 +33,7 @@ class MemoryJobAdmin:
     _tokens: dict[str, str]
     _paused: set[str]
     _known_queues: set[str]
+    _idem: dict[tuple[str, str], tuple[str, float]]
     flow: MemoryFlow
     limits: MemoryLimits
     _make_ready: Callable[[Job], None]
@@ -68,6 +69,9 @@ class MemoryJobAdmin:
             if job is None or job.state is JobState.ACTIVE:
                 return False
             del self._jobs[job_id]
+            key = (job.queue, job.idempotency_key or "")
+            if self._idem.get(key, ("",))[0] == job_id:  # fenced: only the key it still holds
+                del self._idem[key]
             self.flow.dropped(job_id)
             self._ready_seq.pop(job_id, None)
             self._tokens.pop(job_id, None)

@@ -92,7 +92,9 @@ class SqlFlow:
 
     def out_edges(self, parent: str) -> Sequence[tuple[str, str]]:
         """Edges leaving ``parent`` not marked yet (one indexed lookup; empty for plain jobs)."""
-        sql = "SELECT child, policy FROM {S}.wf_edges WHERE parent = ? AND done = 0"
+        # children in id order: a release locks them (``state``) in the order every other
+        # multi-node lock takes (cancel_workflow), so the two never wait on each other in a cycle
+        sql = "SELECT child, policy FROM {S}.wf_edges WHERE parent = ? AND done = 0 ORDER BY child"
         return [(c, p) for c, p in self._db.run(sql, (parent,)).fetchall()]
 
     def mark(self, parent: str, child: str, ok: bool, result: Any) -> bool:
@@ -111,8 +113,15 @@ class SqlFlow:
         return None if row is None else FlowNode(*row)
 
     def state(self, child: str) -> JobState | None:
-        """The child job's state column."""
-        row = self._db.run("SELECT state FROM {S}.jobs WHERE id = ?", (child,)).fetchone()
+        """The child job's state column. On PostgreSQL the row is locked first (held to the
+        end of the transaction): an operator's cancel of the child committing meanwhile is
+        then seen here, before the node's counter is touched, instead of a stale ``waiting``
+        that made the release fail with an illegal transition (and, locking the node's
+        counter row before the job's, a lock order opposite to other paths)."""
+        sql = "SELECT state FROM {S}.jobs WHERE id = ?"
+        if self._db.locks_rows:
+            sql += " FOR UPDATE"
+        row = self._db.run(sql, (child,)).fetchone()
         return None if row is None else JobState(row[0])
 
     def decrement(self, child: str) -> int:
@@ -285,8 +294,8 @@ class SqlWorkflows:
             db = self._db(tx)
             where = (
                 "id IN (SELECT id FROM {S}.wf_nodes WHERE workflow = ?) AND state IN"
-                " ('waiting', 'pending', 'scheduled', 'retry_scheduled')"
-            )
+                " ('waiting', 'pending', 'scheduled', 'retry_scheduled') ORDER BY id"
+            )  # locked in id order (see ``out_edges``)
             recs = db.rows(where, (workflow_id,), full=False)
             ops = SqlFlow(db, now)
             for rec in recs:

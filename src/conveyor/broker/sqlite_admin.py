@@ -55,6 +55,11 @@ class SqliteJobAdmin:
             if not recs or recs[0].job.state is JobState.ACTIVE:
                 return False
             job = recs[0].job
+            if job.idempotency_key:  # released with the job (fenced: only if still its own)
+                tx.conn.execute(
+                    "DELETE FROM idem WHERE queue = ? AND key = ? AND job_id = ?",
+                    (job.queue, job.idempotency_key, job_id),
+                )
             return self._delete(tx, job.queue, str(job.state), "id = ?", (job_id,)) > 0
 
     def _admin(self, job_id: str, now: float, allowed: Sequence[JobState], event: str) -> bool:

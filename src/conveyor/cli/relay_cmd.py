@@ -53,7 +53,10 @@ def relay(
         while runner.relay_once():
             pass
         runner.close()
-        click.echo(f"relayed {runner.relayed} row(s) ({runner.duplicates} already in the broker)")
+        click.echo(
+            f"relayed {runner.relayed} row(s) ({runner.duplicates} already in the broker,"
+            f" {runner.failed} refused: moved to {runner.outbox.table}_failed)"
+        )
         return
 
     def stop(signum: int, frame: Any) -> None:

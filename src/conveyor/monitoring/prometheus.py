@@ -160,26 +160,56 @@ class ConveyorCollector:
         return family
 
 
-def flow_metrics(status: dict[str, Any]) -> Iterator[Metric]:
-    """Flow control (issue 15): tokens per bucket, running per slot, waiting per group."""
+#: Series per flow-control metric and scrape at most (per-key limits and fair groups: 10,000
+#: tenants must not make 10,000 series). ``conveyor_limit_waiting``: the groups with the most
+#: waiting jobs keep their own series, the rest are summed per queue into ``group="(other)"``
+#: (``conveyor_limit_waiting_groups`` counts them all); ``conveyor_limit_running``: the slots
+#: with the most running jobs, the rest summed into ``slot="(other)"``;
+#: ``conveyor_limit_tokens``: the buckets with the fewest tokens (the ones throttling).
+WAITING_SERIES = 50
+OTHER_GROUP = "(other)"
+
+
+def flow_metrics(status: dict[str, Any], top: int = WAITING_SERIES) -> Iterator[Metric]:
+    """Flow control (issue 15): tokens per bucket, running per slot, waiting per group (the
+    ``top`` series of each, see ``WAITING_SERIES``) and the number of waiting groups."""
     tokens = GaugeMetricFamily(
         "conveyor_limit_tokens", "Tokens left in a rate-limit bucket.", labels=["bucket"]
     )
-    for name, value in status["buckets"].items():
+    lowest = sorted(status["buckets"].items(), key=lambda kv: (float(kv[1]), kv[0]))
+    for name, value in lowest[:top]:
         tokens.add_metric([name], float(value))
     running = GaugeMetricFamily(
         "conveyor_limit_running", "Jobs holding a concurrency slot.", labels=["slot"]
     )
-    for name, ids in status["running"].items():
+    busiest = sorted(status["running"].items(), key=lambda kv: (-len(kv[1]), kv[0]))
+    for name, ids in busiest[:top]:
         running.add_metric([name], float(len(ids)))
+    if len(busiest) > top:
+        running.add_metric([OTHER_GROUP], float(sum(len(ids) for _, ids in busiest[top:])))
     waiting = GaugeMetricFamily(
         "conveyor_limit_waiting",
         "Pending jobs of a flow-control group, with why they wait ('' when not held back).",
         labels=["queue", "group", "why"],
     )
-    for group in status["groups"]:
-        waiting.add_metric([group["queue"], group["group"], group["why"] or ""], group["waiting"])
-    yield from (tokens, running, waiting)
+    groups = sorted(status["groups"], key=lambda g: (-g["waiting"], g["queue"], g["group"]))
+    other: dict[str, float] = {}
+    counted: dict[str, float] = {}
+    for i, group in enumerate(groups):
+        queue = group["queue"]
+        counted[queue] = counted.get(queue, 0) + 1
+        if i < top:
+            waiting.add_metric([queue, group["group"], group["why"] or ""], group["waiting"])
+        else:
+            other[queue] = other.get(queue, 0) + group["waiting"]
+    for queue, n in sorted(other.items()):
+        waiting.add_metric([queue, OTHER_GROUP, ""], n)
+    count = GaugeMetricFamily(
+        "conveyor_limit_waiting_groups", "Flow-control groups with waiting jobs.", labels=["queue"]
+    )
+    for queue, n in sorted(counted.items()):
+        count.add_metric([queue], n)
+    yield from (tokens, running, waiting, count)
 
 
 def registry_for(app: Runtime | HasRuntime) -> CollectorRegistry:

@@ -5,19 +5,49 @@ Split from ``broker.py`` to keep it short. Each is one transaction that locks th
 (``FOR UPDATE``), checks its state and writes it back or deletes it, so a worker claiming the
 job at the same moment sees either the old or the new row, never half of each (the claim's
 ``SKIP LOCKED`` passes over a row locked here; a row the claim holds makes us wait for it).
+
+Conveyor's own transactions lock job rows in one order (ids ascending where they take several),
+but an application's transaction may not: if PostgreSQL picks an operator action as the victim
+of a deadlock (SQLSTATE 40P01; it rolled back entirely), the action runs once more
+(``retry_deadlock``) instead of showing the operator a spurious ``BrokerUnavailable``.
 """
 
 from __future__ import annotations
 
+import functools
+import logging
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from ...core import lifecycle
 from ...core.state import JobState
+from ...errors import BrokerUnavailable
 from ..sqlite_rows import Rec
 from . import flow as pgflow
 from .store import Tx
+
+log = logging.getLogger("conveyor.postgres")
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+def retry_deadlock(fn: Callable[P, T]) -> Callable[P, T]:
+    """Run ``fn`` (one whole transaction) once more when PostgreSQL rolled it back as a
+    deadlock victim (``BrokerUnavailable`` caused by SQLSTATE 40P01)."""
+
+    @functools.wraps(fn)
+    def run(*args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            return fn(*args, **kwargs)
+        except BrokerUnavailable as exc:
+            if getattr(exc.__cause__, "sqlstate", None) != "40P01":
+                raise
+            log.info("%s was a deadlock victim; running it again", fn.__name__)
+            return fn(*args, **kwargs)
+
+    return run
+
 
 _DELAYED = (JobState.SCHEDULED, JobState.RETRY_SCHEDULED)
 _WAITING = ("pending", "scheduled", "retry_scheduled")
@@ -30,6 +60,7 @@ class PgJobAdmin:
     _rows: Callable[..., list[Rec]]
     _save: Callable[..., None]
     _delete: Callable[[Tx, str, str, str, Sequence[Any]], int]
+    sql: Callable[[str], str]
 
     def _admin(self, job_id: str, now: float, allowed: Sequence[JobState], event: str) -> bool:
         with self._write() as tx:
@@ -43,17 +74,20 @@ class PgJobAdmin:
                 pgflow.done(self, tx, now, recs[0].job)  # type: ignore[arg-type]
             return True
 
+    @retry_deadlock
     def cancel(self, job_id: str, now: float) -> bool:
         """Cancel a job that has not started (scheduled / pending / retry_scheduled)."""
         return self._admin(
             job_id, now, (JobState.PENDING, *_DELAYED, JobState.WAITING), "cancelled"
         )
 
+    @retry_deadlock
     def requeue(self, job_id: str, now: float) -> bool:
         """Revive a dead-letter or cancelled job: pending, attempts and lost reset to 0."""
         revivable = (JobState.DEAD_LETTER, JobState.CANCELLED, JobState.EXPIRED)
         return self._admin(job_id, now, revivable, "requeued")
 
+    @retry_deadlock
     def run_now(self, job_id: str, now: float) -> bool:
         """A scheduled or retrying job becomes pending now (it takes the next ready place)."""
         with self._write() as tx:
@@ -64,6 +98,7 @@ class PgJobAdmin:
             self._save(tx, recs[0])  # pending: NOTIFYs the queue's idle workers
             return True
 
+    @retry_deadlock
     def delete_job(self, job_id: str, now: float) -> bool:
         """Delete a job that is not running; the per-state counts follow."""
         with self._write() as tx:
@@ -71,8 +106,14 @@ class PgJobAdmin:
             if not recs or recs[0].job.state is JobState.ACTIVE:
                 return False
             job = recs[0].job
+            if job.idempotency_key:  # released with the job (fenced: only if still its own)
+                tx.conn.execute(
+                    self.sql("DELETE FROM {S}.idem WHERE queue = %s AND key = %s AND job_id = %s"),
+                    (job.queue, job.idempotency_key, job_id),
+                )
             return self._delete(tx, job.queue, str(job.state), "id = %s", (job_id,)) > 0
 
+    @retry_deadlock
     def clear_queue(self, queue: str, now: float) -> int:
         """Delete the waiting jobs of ``queue`` in one transaction; a row a claimer holds at
         this moment is left to it (``SKIP LOCKED``: it is being claimed, no longer waiting)."""

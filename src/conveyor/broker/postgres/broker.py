@@ -30,7 +30,7 @@ from ..sqlflow import SqlWorkflows
 from ..sqlite_rows import Rec
 from ..sqllimits import SqlFlowAdmin
 from . import flow as pgflow  # issue 15/16 hooks (postgres/flow.py)
-from .admin import PgJobAdmin
+from .admin import PgJobAdmin, retry_deadlock
 from .claim import claim_jobs
 from .enqueue import enqueue_on, insert_jobs
 from .finish import complete_acks
@@ -257,6 +257,17 @@ class PostgresBroker(
                 tx.emit("dead_lettered", job, now, reason="worker_lost")
                 pgflow.done(self, tx, now, job)  # issue 16
         return len(recs)
+
+    @retry_deadlock
+    def cancel_workflow(self, workflow_id: str, now: float) -> int:
+        """``SqlWorkflows.cancel_workflow``, run again if PostgreSQL made it a deadlock victim
+        (``admin.retry_deadlock``)."""
+        return super().cancel_workflow(workflow_id, now)
+
+    @retry_deadlock
+    def requeue_node(self, job_id: str, now: float) -> bool:
+        """``SqlWorkflows.requeue_node``, run again if it was a deadlock victim."""
+        return super().requeue_node(job_id, now)
 
     def _delete(self, tx: Tx, queue: str, state: str, where: str, params: Sequence[Any]) -> int:
         """Delete the ``queue`` / ``state`` jobs matching ``where``; keep ``counts`` in step."""

@@ -53,4 +53,7 @@ class JobAdminMixin(RedisBase):
         found = self.fetch(job_id)
         if found is None:
             return False
-        return bool(self.runner.run("delete_job", self.qkeys(found[0]), [job_id]) == ScriptCode.OK)
+        queue, fields = found
+        key = self.decode_lenient(fields, queue, job_id).idempotency_key or ""  # released too
+        reply = self.runner.run("delete_job", self.qkeys(queue), [job_id, key])
+        return bool(reply == ScriptCode.OK)

@@ -7,7 +7,11 @@ a thread. They run the very same Lua scripts with the same KEYS/ARGV (``RedisBro
 synchronous ``wait_change`` does (``lifecycle.scan_entries``).
 
 One ``redis.asyncio`` client per event loop (a client is bound to the loop that opened its
-connections), created on first use for plain ``redis://`` / ``rediss://`` URLs. Sentinel and
+connections), created on first use for plain ``redis://`` / ``rediss://`` URLs. Each is closed
+explicitly (no ``unclosed Connection`` ResourceWarning at shutdown): when its loop shuts down
+(a small async generator started on the loop, which ``asyncio.run`` closes with
+``shutdown_asyncgens`` while the loop still runs) or by ``broker.close()`` while its loop is
+still open (``AsyncClients.close``). Sentinel and
 Cluster URLs, and enqueues of custom job ids (their cross-queue id guard is synchronous), fall
 back to the base class: the synchronous call on a worker thread (``asyncio.to_thread``).
 """
@@ -15,6 +19,7 @@ back to the base class: the synchronous call on a worker thread (``asyncio.to_th
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import weakref
 from collections.abc import Sequence
@@ -29,6 +34,10 @@ from .plumbing import guarded
 
 if TYPE_CHECKING:
     from .broker import RedisBroker
+
+log = logging.getLogger("conveyor.redis")
+#: Seconds ``close`` waits for a client of a loop running in another thread to close.
+CLOSE_WAIT = 5.0
 
 
 def _raise_mapped(exc: BaseException) -> None:
@@ -48,7 +57,25 @@ class AsyncClients:
         self.by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
             weakref.WeakKeyDictionary()
         )
+        #: per loop, the async generator that closes its client when the loop shuts down
+        self._keepers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
+            weakref.WeakKeyDictionary()
+        )
         self.plain: bool | None = None  # a plain server (not Sentinel, not Cluster)
+
+    def close(self) -> None:
+        """Close every client whose loop is still open (``broker.close()``): on the loop, in
+        its thread when it runs elsewhere, else by running it briefly. A client whose loop is
+        closed was closed by its keeper when that loop shut down."""
+        for loop, client in list(self.by_loop.items()):
+            self.by_loop.pop(loop, None)
+            keeper = self._keepers.pop(loop, None)
+            if loop.is_closed():
+                continue
+            try:  # closing the keeper closes the client (and leaves no generator to finalise)
+                _close_on(loop, client.aclose() if keeper is None else keeper.aclose())
+            except Exception:  # a broken connection: nothing left to release
+                log.debug("closing an async Redis client failed", exc_info=True)
 
     async def get(self, broker: RedisBroker) -> Any:
         """This loop's client, or None when the broker's URL needs the fallback."""
@@ -69,7 +96,39 @@ class AsyncClients:
                 socket_connect_timeout=conn.socket_timeout,
             )
             self.by_loop[loop] = client
+            keeper = self._keeper(loop, client)
+            await keeper.__anext__()  # now known to the loop: closed at its shutdown
+            self._keepers[loop] = keeper
         return client
+
+    async def _keeper(self, loop: asyncio.AbstractEventLoop, client: Any) -> Any:
+        """Suspends until ``loop`` shuts down (``shutdown_asyncgens``), then closes ``client``
+        and forgets both (the keeper refers to its loop: kept, it would keep the loop alive)."""
+        try:
+            yield
+        finally:
+            if self.by_loop.get(loop) is client:
+                self.by_loop.pop(loop, None)
+                self._keepers.pop(loop, None)
+            try:
+                await client.aclose()
+            except Exception:  # a server already gone: nothing left to release
+                log.debug("closing an async Redis client failed", exc_info=True)
+
+
+def _close_on(loop: asyncio.AbstractEventLoop, closing: Any) -> None:
+    """Run the coroutine ``closing`` on ``loop`` (open), from a thread that may or may not run
+    it."""
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    if running is loop:  # called from the loop's own code: cannot block it, so schedule it
+        loop.create_task(closing)
+    elif loop.is_running():
+        asyncio.run_coroutine_threadsafe(closing, loop).result(CLOSE_WAIT)
+    else:
+        loop.run_until_complete(closing)
 
 
 async def _evalsha(
@@ -99,11 +158,8 @@ async def enqueue(
         return await Broker.enqueue_async(broker, jobs, now, payloads, fresh_ids=fresh_ids)
     try:
         name, groups, keys, args, order = broker.enqueue_plan(jobs, now, payloads)
-        registered = broker._conn.registered
-        fresh = [q for q in groups if q not in registered]
-        if fresh:
-            await client.sadd(broker.keys.queues, *fresh)
-            registered.update(fresh)
+        if any(q not in broker._conn.registered for q in groups):  # once per queue
+            await asyncio.to_thread(broker.register, groups)  # also seeds run-time limits
         reply = await _evalsha(broker, client, name, keys, args)
     except Exception as exc:
         _raise_mapped(exc)

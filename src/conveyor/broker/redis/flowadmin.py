@@ -3,7 +3,13 @@
 Limits live per queue (``<p>:{q}:f:limits``: every key a claim reads is in its queue's slot),
 so ``flow_set_limit`` writes the override into every known queue, one atomic script per queue
 (lua/flow_limit.lua: the new limit and the waiting groups put back in line, in the same step
-as far as any claim of that queue can tell). ``flow_status`` reads the
+as far as any claim of that queue can tell). A queue that holds no job yet must get it too:
+each override is also kept in one global hash (``<p>:flow:limits``, name -> ``[version, spec
+or null]``, the version from ``<p>:flow:seq``), written BEFORE the known queues are read, and
+a process registering a new queue (``RedisBase.register``) adds it to ``<p>:queues`` BEFORE it
+copies the global hash into it (``seed``): whichever side comes second sees the other's write.
+Every per-queue write carries the version and a queue keeps only the newest (``f:limitv``), so
+the copy and the operator's own write may land in either order. ``flow_status`` reads the
 flow keys of every queue (SCAN of the buckets and slots: an operator's read, never a claim's).
 """
 
@@ -33,9 +39,12 @@ class FlowAdminMixin:
         """Override the limit of a limiter (``rate:<task>``) or one bucket / slot; None clears.
 
         Parked groups of every queue are put back in line (a raised concurrency limit)."""
-        raw = "" if spec is None else orjson.dumps([float(v) for v in spec]).decode()
-        for queue in self.known_queues():
-            self.runner.run("flow_limit", self.qkeys(queue), [name, raw])
+        values = None if spec is None else [float(v) for v in spec]
+        raw = "" if values is None else orjson.dumps(values).decode()
+        version = int(self.client.incr(self.keys.flow_seq))
+        self.client.hset(self.keys.flow_overrides, name, orjson.dumps([version, values]))
+        for queue in self.known_queues():  # read after the global write: see the docstring
+            self.runner.run("flow_limit", self.qkeys(queue), [name, raw, version])
 
     def flow_status(self, now: float) -> dict[str, Any]:
         """Run-time limits, bucket tokens, running jobs per slot, waiting jobs per group."""
@@ -53,6 +62,11 @@ class FlowAdminMixin:
                 out["groups"].append(
                     {"queue": queue, "group": group, "waiting": int(n), "why": why.get(group)}
                 )
+        for name, (_, values) in global_overrides(self.client, self.keys).items():
+            if values is None:  # the operator's intent wins over a queue's copy
+                out["limits"].pop(name, None)
+            else:
+                out["limits"][name] = values
         out["groups"].sort(key=lambda g: (g["queue"], g["group"]))
         return out
 
@@ -68,3 +82,23 @@ class FlowAdminMixin:
                 read(pipe, key)
             for key, value in zip(batch, pipe.execute(), strict=True):
                 yield key.decode()[len(f) + len(kind) :], value
+
+
+def global_overrides(client: Any, keys: KeySchema) -> dict[str, tuple[int, list[float] | None]]:
+    """Every run-time override as operators last set it: name -> (version, spec or None)."""
+    out: dict[str, tuple[int, list[float] | None]] = {}
+    for name, raw in client.hgetall(keys.flow_overrides).items():
+        version, values = orjson.loads(raw)
+        out[name.decode()] = (int(version), values)
+    return out
+
+
+def seed(broker: Any, queues: list[str]) -> None:
+    """Copy the run-time overrides into queues being registered (``RedisBase.register``,
+    called after their SADD to ``<p>:queues``): an override set before a queue held its
+    first job applies to it. One HGETALL when no override was ever set."""
+    overrides = global_overrides(broker.client, broker.keys)
+    for queue in queues:
+        for name, (version, values) in overrides.items():
+            raw = "" if values is None else orjson.dumps(values).decode()
+            broker.runner.run("flow_limit", broker.qkeys(queue), [name, raw, version])

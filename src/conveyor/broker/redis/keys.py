@@ -33,6 +33,7 @@ Redis Cluster slot (queue names are validated: no braces, spaces or colons)::
       f:why                HASH    group -> why it waits (operators)
       f:npend              STRING  pending jobs waiting in groups (part of the pending count)
       f:limits             HASH    limiter -> JSON spec set at run time (overrides the jobs')
+      f:limitv             HASH    limiter -> version of its f:limits entry (newest write wins)
 
 Global keys (never touched by a job script)::
 
@@ -45,6 +46,9 @@ Global keys (never touched by a job script)::
     <p>:ctr:<bucket>       HASH    counter name -> number, plus the logical expiry
     <p>:wf:<workflow id>   STRING  a workflow's index: JSON {"nodes": [[id, queue], ...],
                                    "edges": [[parent, child, policy], ...]}
+    <p>:flow:limits        HASH    limiter -> JSON [version, spec or null]: every run-time
+                                   override, copied into queues registered later (flowadmin.py)
+    <p>:flow:seq           STRING  version counter of those overrides
     <p>:idlock:<id>        STRING  queue name; held (PX 30 s) while a custom job id is being
                                    enqueued, so no other queue can take the id (idguard.py)
 
@@ -124,6 +128,16 @@ class KeySchema:
     def queue_key(self, queue: str, suffix: str) -> str:
         """One per-queue key (``suffix`` from ``QUEUE_KEY_SUFFIXES``)."""
         return self.tag(queue) + suffix
+
+    @property
+    def flow_overrides(self) -> str:
+        """HASH: every run-time limit override, name -> JSON ``[version, spec or null]``."""
+        return f"{self.prefix}:flow:limits"
+
+    @property
+    def flow_seq(self) -> str:
+        """STRING: the version counter of the run-time limit overrides."""
+        return f"{self.prefix}:flow:seq"
 
     def flow(self, queue: str, suffix: str) -> str:
         """One flow-control key of ``queue`` (issue 15): ``<p>:{<q>}:f:<suffix>``."""

@@ -154,4 +154,7 @@ class LifecycleMixin(RedisBase):
         if getattr(self, "_closed", False):
             return
         self._closed = True
+        aclients = getattr(self, "aclients", None)
+        if aclients is not None:  # redis.asyncio clients of loops still open (aio.py)
+            aclients.close()
         conn.release(self._conn)

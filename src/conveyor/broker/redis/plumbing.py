@@ -36,7 +36,7 @@ from ...errors import (
     DecodeError,
     StorageFull,
 )
-from . import codec, conn
+from . import codec, conn, flowadmin
 from .keys import KeySchema
 from .scripts import ScriptRunner
 
@@ -171,6 +171,7 @@ class RedisBase:
         fresh = [q for q in queues if q not in self._conn.registered]
         if fresh:
             self.client.sadd(self.keys.queues, *fresh)
+            flowadmin.seed(self, fresh)  # run-time limits set before these queues existed
             self._conn.registered.update(fresh)
 
     def wake_all(self) -> None:

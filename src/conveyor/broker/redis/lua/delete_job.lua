@@ -3,16 +3,24 @@
 --
 -- Input
 --   KEYS: the 16 queue keys (_lib.lua)
---   ARGV: [1] id
+--   ARGV: [1] id  [2] the job's idempotency key ('' = none): released with the job, fenced
+--         (only while its value "<expires_at>|<id>" still names this job)
 -- Output: CODE_OK deleted | CODE_NO not found or active
 local q = qkeys(0)
 local id = ARGV[1]
 local f = hmget(q.job .. id, 'state', 'rk', 'grp')
 if not f or not f[1] then return CODE_NO end
+local function release_key()
+  local key = ARGV[2]
+  if not key or key == '' then return end
+  local v = redis.call('GET', q.idem .. key)
+  if v and string.sub(v, -(#id + 1)) == '|' .. id then redis.call('DEL', q.idem .. key) end
+end
 if f[1] == 'pending' and f[3] then  -- waiting in a flow group (issue 15)
   redis.call('ZREM', q.flow .. 'g:' .. f[3], f[2] or id)
   redis.call('DECR', q.flow .. 'npend')
   drop_jobs(q, {id})
+  release_key()
   return CODE_OK
 end
 local sets = {
@@ -27,4 +35,5 @@ else
   return CODE_NO
 end
 drop_jobs(q, {id})
+release_key()
 return CODE_OK

@@ -8,9 +8,18 @@
 -- Input
 --   KEYS: the 16 queue keys (_lib.lua)
 --   ARGV: [1] limiter, bucket or slot name  [2] JSON spec, '' = clear the override
--- Output: the number of groups put back in line
+--         [3] the override's version (<p>:flow:seq, flowadmin.py): a write older than the
+--             one the queue holds (f:limitv) changes nothing, so an operator's write and the
+--             copy into a newly registered queue may arrive in either order
+-- Output: the number of groups put back in line (-1: an older version, ignored)
 local q = qkeys(0)
 local F = q.flow
+local version = tonumber(ARGV[3] or '')
+if version then
+  local held = tonumber(redis.call('HGET', F .. 'limitv', ARGV[1]) or '')
+  if held and held >= version then return -1 end
+  redis.call('HSET', F .. 'limitv', ARGV[1], version)
+end
 if ARGV[2] == '' then
   redis.call('HDEL', F .. 'limits', ARGV[1])
 else
