@@ -19,6 +19,10 @@ A/B of two source trees, alternating, fresh server each run, min of ``--rounds``
     .venv/bin/python bench/redis_cpu.py --tree base=/tmp/c_base/src --tree new=src --rounds 3
 
 One tree (the one on PYTHONPATH) with ``--one LABEL``; ``--json`` prints one JSON line.
+``--commandstats`` adds, per step, where the server time went (µs per job): each command run
+inside the scripts (commandstats counts those too), ``script glue`` (the scripts' own time
+minus the commands they ran: Lua, argument and reply conversion) and ``request`` (server CPU
+minus every command's time: reading, parsing and answering the calls, the event loop).
 """
 
 from __future__ import annotations
@@ -52,6 +56,8 @@ STEPS = (
     "life_bulk",
     "threads_batched",
 )
+SCRIPT_CMDS = ("cmdstat_evalsha", "cmdstat_fcall", "cmdstat_eval")
+METER_CMDS = ("cmdstat_info", "cmdstat_config|resetstat")  # the meter's own calls
 
 
 def _free_port() -> int:
@@ -114,23 +120,42 @@ class Meter:
         after = self.cpu()
         stats = self.client.info("commandstats")
         calls = usec = 0
-        for name in ("cmdstat_evalsha", "cmdstat_fcall", "cmdstat_eval"):
+        for name in SCRIPT_CMDS:
             calls += int(stats.get(name, {}).get("calls", 0))
             usec += int(stats.get(name, {}).get("usec", 0))
-        if os.environ.get("BENCH_COMMANDSTATS"):
-            top = sorted(stats.items(), key=lambda kv: -kv[1]["usec"])[:12]
-            print(f"-- {jobs} jobs", file=sys.stderr)
-            for name, row in top:
-                print(
-                    f"  {name.removeprefix('cmdstat_'):18} {row['calls'] / jobs:6.2f} calls/job"
-                    f" {row['usec'] / jobs:6.2f} us/job {row['usec_per_call']:8.2f} us/call",
-                    file=sys.stderr,
-                )
-        return {
+        out: dict[str, Any] = {
             "us_per_job": 1e6 * (after - before) / jobs,
             "script_us_per_call": usec / calls if calls else 0.0,
             "script_us_per_job": usec / jobs,
         }
+        if COMMANDSTATS:
+            out["cmds"] = breakdown(stats, jobs, out["us_per_job"])
+        return out
+
+
+COMMANDSTATS = bool(os.environ.get("BENCH_COMMANDSTATS"))  # set by --commandstats
+
+
+def breakdown(stats: dict[str, Any], jobs: int, server_us: float) -> dict[str, float]:
+    """µs per job by command from an ``INFO commandstats`` reply, plus ``script glue`` (the
+    scripts' time minus the commands they ran) and ``request`` (server CPU minus all commands).
+
+    A script's ``usec`` includes the commands it runs, which commandstats also counts on their
+    own; the meter's INFO / CONFIG RESETSTAT calls are left out.
+    """
+    mine = {k: v for k, v in stats.items() if k.startswith("cmdstat_") and k not in METER_CMDS}
+    scripts = sum(int(v["usec"]) for k, v in mine.items() if k in SCRIPT_CMDS)
+    nested = sum(int(v["usec"]) for k, v in mine.items() if k not in SCRIPT_CMDS)
+    out = {
+        k.removeprefix("cmdstat_"): int(v["usec"]) / jobs
+        for k, v in mine.items()
+        if k not in SCRIPT_CMDS
+    }
+    # a command the client sends itself (a bare LPUSH) is outside every script: the scripts'
+    # glue is only what their time exceeds the commands by
+    out["script glue"] = max(0, scripts - nested) / jobs if scripts else 0.0
+    out["request"] = server_us - max(scripts, nested) / jobs
+    return out
 
 
 def measure() -> dict[str, dict[str, float]]:
@@ -211,10 +236,14 @@ def _drain(app: Any, jobs: int) -> None:
     worker.run()
 
 
-def _sum(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
-    return {k: a[k] + b[k] for k in ("us_per_job", "script_us_per_job")} | {
+def _sum(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    out = {k: a[k] + b[k] for k in ("us_per_job", "script_us_per_job")} | {
         "script_us_per_call": 0.0
     }
+    if "cmds" in a and "cmds" in b:
+        names = set(a["cmds"]) | set(b["cmds"])
+        out["cmds"] = {n: a["cmds"].get(n, 0.0) + b["cmds"].get(n, 0.0) for n in names}
+    return out
 
 
 def compare(trees: list[tuple[str, str]], rounds: int) -> None:
@@ -223,6 +252,8 @@ def compare(trees: list[tuple[str, str]], rounds: int) -> None:
     for _ in range(rounds):
         for label, src in trees:
             env = dict(os.environ, PYTHONPATH=os.path.abspath(src))
+            if COMMANDSTATS:
+                env["BENCH_COMMANDSTATS"] = "1"
             line = (
                 subprocess.run(
                     [sys.executable, __file__, "--one", label, "--json"],
@@ -255,6 +286,21 @@ def _print(best: dict[str, dict[str, dict[str, float]]]) -> None:
             r = best[label].get(step)
             row += f"{r['us_per_job']:>16.1f}{r['script_us_per_call']:>18.1f}" if r else " " * 34
         print(row)
+    if any("cmds" in r for rows in best.values() for r in rows.values()):
+        _print_breakdown(best)
+
+
+def _print_breakdown(best: dict[str, dict[str, dict[str, Any]]]) -> None:
+    """Per step, µs per job by command (``--commandstats``), one column per tree."""
+    labels = list(best)
+    for step in ("single", "bulk", "drain", "drain_single", "life_single", "life_bulk"):
+        rows = [best[label].get(step, {}).get("cmds", {}) for label in labels]
+        names = sorted(set().union(*rows), key=lambda n: -max(r.get(n, 0.0) for r in rows))
+        print(f"\n{step} (us/job)".ljust(25) + "".join(f"{label:>12}" for label in labels))
+        for name in names:
+            values = [r.get(name, 0.0) for r in rows]
+            if max(values) >= 0.01:
+                print(f"  {name:22}" + "".join(f"{v:>12.2f}" for v in values))
 
 
 def main() -> None:
@@ -264,7 +310,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--one", metavar="LABEL")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--commandstats",
+        action="store_true",
+        help="also print µs per job by command, script glue and request cost per step",
+    )
     ns = parser.parse_args()
+    if ns.commandstats:
+        global COMMANDSTATS
+        COMMANDSTATS = True
     if ns.tree:
         compare([tuple(t.split("=", 1)) for t in ns.tree], ns.rounds)  # type: ignore[misc]
         return
