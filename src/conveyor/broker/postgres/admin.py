@@ -24,8 +24,8 @@ from ...core import lifecycle
 from ...core.state import JobState
 from ...errors import BrokerUnavailable
 from ..sqlite_rows import Rec
-from .maintenance import release_keys
 from . import flow as pgflow
+from .maintenance import release_keys
 from .store import Tx
 
 log = logging.getLogger("conveyor.postgres")
