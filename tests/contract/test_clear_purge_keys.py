@@ -80,3 +80,15 @@ def test_clear_releases_a_hostile_key(app: Conveyor, broker: Broker) -> None:
     app.runtime.enqueue("t", idempotency_key=key)
     assert broker.clear_queue("default", app.clock.now()) == 1
     assert not app.runtime.enqueue("t", idempotency_key=key).duplicate
+
+
+def test_clear_releases_the_key_of_a_job_waiting_in_a_flow_group(
+    app: Conveyor, broker: Broker
+) -> None:
+    @app.task(name="fair", fair_by="tenant")
+    def fair(tenant: str) -> None: ...
+
+    job = fair.options(idempotency_key="g-1").enqueue("acme")
+    assert broker.clear_queue("default", app.clock.now()) == 1
+    again = fair.options(idempotency_key="g-1").enqueue("acme")
+    assert not again.duplicate and again.id != job.id
