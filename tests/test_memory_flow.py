@@ -7,29 +7,14 @@ left in line, parked, or waiting for a slot.
 
 from __future__ import annotations
 
-from conveyor import ConcurrencyLimit, Conveyor, FakeClock, RateLimit
 from conveyor.broker.memory import MemoryBroker
-
-T0 = 1_700_000_000.0
+from tests.support.flow_backlog import T0, WAITING, grouped_backlog
 
 
 def test_clear_leaves_no_groups() -> None:
     broker = MemoryBroker()
-    app = Conveyor(broker, clock=FakeClock(T0))
-
-    @app.task(name="t.sync", concurrency=ConcurrencyLimit(1, key="account"))
-    def sync(account: int, i: int) -> None: ...
-
-    @app.task(name="t.call", rate_limit=RateLimit("1/m", key="customer"))
-    def call(customer: str, i: int) -> None: ...
-
-    for i in range(30):
-        sync.enqueue(i % 3, i)
-        call.enqueue(f"c{i % 5}", i)
-        app.enqueue("t.call", [f"other{i % 2}", i], queue="other")
-    assert len(broker.claim(["default"], T0, limit=100, visibility_timeout=600)) == 8
-    assert broker.claim(["default"], T0, limit=100) == []  # groups parked and throttled
-    assert broker.clear_queue("default", T0) == 60 - 8
+    grouped_backlog(broker)
+    assert broker.clear_queue("default", T0) == WAITING
     limits = broker.limits
     groups = [*limits.jobs, *limits.placed, *limits.parked, *limits.blocked]
     groups += [key for waiting in limits.waiters.values() for key in waiting]

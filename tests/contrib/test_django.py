@@ -233,3 +233,35 @@ def test_a_deactivated_staff_user_is_refused(asgi: Any) -> None:
 def test_other_paths_go_to_django(asgi: Any) -> None:
     assert asgi.get("/hello/").text == "hello from django"
     assert asgi.get("/admin/jobs", follow_redirects=False).headers["location"] == "/admin/jobs/"
+
+
+HOSTILE_STAFF = '<script>alert("x")</script>\x1b[31m\u202eop\u00e9rator'
+
+
+def test_dashboard_actions_are_audited_as_the_django_user(asgi: Any) -> None:
+    """The staff member's username is the audit entry's actor (it was ``local``); a hostile
+    name is stored without its control characters and shown escaped on /audit."""
+    import re
+
+    from conveyor.dashboard.security import CSRF_COOKIE
+    from conveyor.monitoring.inspect import Inspector
+
+    cookies = session_cookie(make_user(HOSTILE_STAFF, staff=True))
+    first = asgi.get("/admin/jobs/", headers=cookies)
+    token = re.search(r'"X-CSRF-Token": "([0-9a-f]+)"', first.text)
+    assert token, "no CSRF token"
+    seed = first.cookies[CSRF_COOKIE]
+    cookies = {"cookie": f"{cookies['cookie']}; {CSRF_COOKIE}={seed}"}
+    r = asgi.post(
+        "/admin/jobs/queues/audited/pause",
+        headers=cookies,
+        data={"csrf_token": token.group(1)},
+        follow_redirects=False,
+    )
+    assert r.status_code == 303, r.text
+    app = conveyor_app()
+    app.runtime.broker.resume("audited")
+    entry = next(e for e in Inspector(app.runtime).audit_log() if e["target"] == "audited")
+    assert entry["actor"] == '<script>alert("x")</script>[31mop\u00e9rator'
+    audit = asgi.get("/admin/jobs/audit", headers=cookies).text
+    assert "<script>alert" not in audit and "&lt;script&gt;alert" in audit

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -160,3 +161,40 @@ def test_history_charts_with_axes_and_legend(
         expect(page.locator("figcaption.legend")).to_contain_text("failed (1)")
         assert page.locator("svg.chart text.tick.x").count() >= 2
     expect(page.locator(".ranges a.active")).to_have_text("1h")
+
+
+def test_chart_time_labels_follow_the_time_zone_toggle(
+    browser: Any,  # noqa: F811
+    ops_server: BackgroundServer,
+    ops_app: Conveyor,
+) -> None:
+    """The history chart's time axis, bar titles and legend switch to the browser's zone with
+    the Local toggle (they stayed UTC), and back."""
+    expect = playwright_sync.expect
+    ops_app.enqueue("add", [1, 1])
+    ops_app.worker(handle_signals=False, heartbeat=False).run_until_idle()
+    flush_local(ops_app)
+    context = browser.new_context(timezone_id="Asia/Tokyo", viewport={"width": 1360, "height": 900})
+    try:
+        page = context.new_page()
+        page.goto(ops_server.url + "/login")
+        page.fill("input[name=username]", USER)
+        page.fill("input[name=password]", PASSWORD)
+        page.click("form[action='/login'] button[type=submit]")
+        page.wait_for_url(ops_server.url + "/")
+        page.goto(ops_server.url + "/history?range=1h")
+        tick = page.locator("svg.chart text.tick.x").first
+        stamp = float(tick.get_attribute("data-ts") or "nan")
+        utc = time.strftime("%H:%M", time.gmtime(stamp))
+        tokyo = time.strftime("%H:%M", time.gmtime(stamp + 9 * 3600))
+        expect(tick).to_have_text(utc)
+        page.click(".tz-toggle button[data-tz=local]")
+        expect(tick).to_have_text(tokyo)
+        expect(page.locator("figcaption.legend .tz-legend")).to_have_text("times in Asia/Tokyo")
+        title = page.locator("svg.chart rect.ok title").first
+        assert "Asia/Tokyo:" in (title.text_content() or "")
+        page.click(".tz-toggle button[data-tz=utc]")
+        expect(tick).to_have_text(utc)
+        assert " UTC:" in (title.text_content() or "")
+    finally:
+        context.close()

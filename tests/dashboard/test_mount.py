@@ -184,3 +184,43 @@ def test_an_external_next_is_refused(mounted: TestClient, dash_app: Conveyor) ->
     assert r.headers["location"].startswith(f"{PREFIX}/jobs?state=pending&page=2&flash=")
     login = mounted.get(f"{PREFIX}/login?next=https://evil.example/")
     assert login.status_code in (200, 303)
+
+
+def test_external_auth_audits_the_mounting_apps_user(dash_app: Conveyor) -> None:
+    """Behind Starlette's AuthenticationMiddleware with ``external_auth=True``, actions are
+    audited as ``request.user.display_name`` (was ``local``), control characters removed."""
+    from starlette.authentication import (
+        AuthCredentials,
+        AuthenticationBackend,
+        SimpleUser,
+    )
+    from starlette.middleware import Middleware
+    from starlette.middleware.authentication import AuthenticationMiddleware
+
+    from conveyor.monitoring.inspect import Inspector
+
+    class Everyone(AuthenticationBackend):
+        async def authenticate(self, conn: Any) -> tuple[AuthCredentials, SimpleUser]:
+            return AuthCredentials(["authenticated"]), SimpleUser("ops\x1b[2J<b>ann</b>")
+
+    dashboard = create_app(dash_app, DashboardConfig(external_auth=True))
+    outer = Starlette(
+        routes=[Mount(PREFIX, dashboard)],
+        middleware=[Middleware(AuthenticationMiddleware, backend=Everyone())],
+    )
+    with TestClient(outer, base_url="http://127.0.0.1") as client:
+        token = csrf_of_page(client.get(PREFIX + "/").text)
+        r = client.post(
+            f"{PREFIX}/queues/default/pause", data={"csrf_token": token}, follow_redirects=False
+        )
+        assert r.status_code == 303, r.text
+        entry = Inspector(dash_app.runtime).audit_log()[0]
+        assert (entry["action"], entry["actor"]) == ("queue.pause", "ops[2J<b>ann</b>")
+        assert "<b>ann" not in client.get(PREFIX + "/audit").text
+
+
+def csrf_of_page(html: str) -> str:
+    """The CSRF token of a page without a log-out form (hx-headers)."""
+    match = re.search(r'"X-CSRF-Token": "([0-9a-f]+)"', html)
+    assert match, "no CSRF token"
+    return match.group(1)

@@ -80,6 +80,33 @@ def test_quiet_and_stop_set_the_control_flag_and_are_audited(
     assert control.read(dash_app.broker, "nobody", dash_app.now()) is None
 
 
+def test_a_worker_with_several_processes_is_stopped_whole_or_one_process(
+    browser_client: tuple[TestClient, str], dash_app: Conveyor
+) -> None:
+    """Rows of one ``conveyor worker --processes 2`` offer "Stop all 2" (the group's flag:
+    every child, restarted ones too) and "Stop this process" (``scope=process``)."""
+    client, token = browser_client
+    group = 'host-a:77:<b>"x"</b>'
+    first = fake_worker(dash_app, "host-a:78:a", group=group, processes=2)
+    second = fake_worker(dash_app, "host-a:79:b", group=group, processes=2)
+    html = client.get("/workers").text
+    assert "Stop all 2" in html and "Quiet all 2" in html and "1 of 2 processes" in html
+    assert 'data-action="stop-process"' in html and '<b>"x"' not in html
+    now = dash_app.now()
+    r = client.post(f"/workers/{first}/stop", data={"csrf_token": token, "scope": "process"})
+    assert r.status_code == 200
+    assert control.read(dash_app.broker, first, now) == "stop"
+    assert control.read(dash_app.broker, control.group_key(group), now) is None
+    r = client.post(f"/workers/{second}/stop", data={"csrf_token": token})
+    assert r.status_code == 200
+    assert control.read(dash_app.broker, control.group_key(group), now) == "stop"
+    assert client.get("/workers").text.count("asked: stop") == 2
+    entry = dash_app.broker.logs.read("audit", 1)[0]
+    assert entry["processes"] == sorted([first, second]) and entry["group"] == group
+    r = client.post(f"/workers/{second}/quiet", data={"csrf_token": token, "scope": "bad"})
+    assert r.status_code == 422 and "scope" in r.text
+
+
 def test_queues_page_shows_depth_latency_rates_and_limits(
     browser_client: tuple[TestClient, str], dash_app: Conveyor
 ) -> None:

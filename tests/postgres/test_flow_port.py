@@ -16,12 +16,12 @@ from typing import Any
 import psycopg
 import pytest
 
-from conveyor import ConcurrencyLimit, Conveyor, FakeClock, RateLimit
+from conveyor import Conveyor, FakeClock, RateLimit
 from conveyor.broker.postgres.broker import PostgresBroker
 from conveyor.broker.sqllimits import BUSY_S
+from tests.support.flow_backlog import T0, WAITING, grouped_backlog
 
 pytestmark = pytest.mark.timeout(60)
-T0 = 1_700_000_000.0
 
 
 def _count(pg: PostgresBroker, sql: str) -> int:
@@ -51,22 +51,9 @@ def test_a_head_row_held_elsewhere_is_skipped_not_waited_for(
 
 
 def test_clear_queue_removes_group_rows_and_waits(pg: PostgresBroker) -> None:
-    app = Conveyor(pg, clock=FakeClock(T0))
-
-    @app.task(name="t.sync", concurrency=ConcurrencyLimit(1, key="account"))
-    def sync(account: int, i: int) -> None: ...
-
-    @app.task(name="t.call", rate_limit=RateLimit("1/m", key="customer"))
-    def call(customer: str, i: int) -> None: ...
-
-    for i in range(30):
-        sync.enqueue(i % 3, i)
-        call.enqueue(f"c{i % 5}", i)
-        app.enqueue("t.call", [f"other{i % 2}", i], queue="other")
-    assert len(pg.claim(["default"], T0, limit=100, visibility_timeout=600)) == 8
-    assert pg.claim(["default"], T0, limit=100) == []  # groups parked and throttled
+    grouped_backlog(pg)
     assert _count(pg, "SELECT COUNT(*) FROM conveyor.flow_waiters") == 3
-    assert pg.clear_queue("default", T0) == 60 - 8
+    assert pg.clear_queue("default", T0) == WAITING
     for table in ("flow_groups", "flow_waiters"):
         sql = f"SELECT COUNT(*) FROM conveyor.{table} WHERE queue = 'default'"
         assert _count(pg, sql) == 0, table

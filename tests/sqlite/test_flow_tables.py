@@ -7,28 +7,13 @@ one reads the tables: after a clear no group row of the queue is left (``flow_gr
 
 from __future__ import annotations
 
-from conveyor import ConcurrencyLimit, Conveyor, FakeClock, RateLimit
 from conveyor.broker.sqlite import SqliteBroker
-
-T0 = 1_700_000_000.0
+from tests.support.flow_backlog import T0, WAITING, grouped_backlog
 
 
 def test_clear_leaves_no_group_rows(sbroker: SqliteBroker) -> None:
-    app = Conveyor(sbroker, clock=FakeClock(T0))
-
-    @app.task(name="t.sync", concurrency=ConcurrencyLimit(1, key="account"))
-    def sync(account: int, i: int) -> None: ...
-
-    @app.task(name="t.call", rate_limit=RateLimit("1/m", key="customer"))
-    def call(customer: str, i: int) -> None: ...
-
-    for i in range(30):
-        sync.enqueue(i % 3, i)
-        call.enqueue(f"c{i % 5}", i)
-        app.enqueue("t.call", [f"other{i % 2}", i], queue="other")
-    assert len(sbroker.claim(["default"], T0, limit=100, visibility_timeout=600)) == 8
-    assert sbroker.claim(["default"], T0, limit=100) == []  # groups parked and throttled
-    assert sbroker.clear_queue("default", T0) == 60 - 8
+    grouped_backlog(sbroker)
+    assert sbroker.clear_queue("default", T0) == WAITING
     rows = {
         table: sbroker._read(f"SELECT COUNT(*) FROM {table} WHERE queue = 'default'")[0][0]
         for table in ("flow_groups", "flow_waiters")

@@ -69,13 +69,17 @@ class MemoryJobAdmin:
             if job is None or job.state is JobState.ACTIVE:
                 return False
             del self._jobs[job_id]
-            key = (job.queue, job.idempotency_key or "")
-            if self._idem.get(key, ("",))[0] == job_id:  # fenced: only the key it still holds
-                del self._idem[key]
+            self._release_key(job)
             self.flow.dropped(job_id)
             self._ready_seq.pop(job_id, None)
             self._tokens.pop(job_id, None)
             return True
+
+    def _release_key(self, job: Job) -> None:
+        """Free the idempotency key of a deleted job (fenced: only the key it still holds)."""
+        key = (job.queue, job.idempotency_key or "")
+        if self._idem.get(key, ("",))[0] == job.id:
+            del self._idem[key]
 
     def cancel(self, job_id: str, now: float) -> bool:
         """Cancel a not-yet-started job."""
@@ -115,30 +119,32 @@ class MemoryJobAdmin:
         with self._lock:
             wanted = set(ids) if ids is not None else None
             doomed = [
-                job.id
+                job
                 for job in self._jobs.values()
                 if job.state is state
                 and (queue is None or job.queue == queue)
                 and (wanted is None or job.id in wanted)
                 and (older_than is None or (job.finished_at or 0) <= now - older_than)
             ]
-            for job_id in doomed:
-                del self._jobs[job_id]
-                self.flow.dropped(job_id)
+            for job in doomed:
+                del self._jobs[job.id]
+                self._release_key(job)
+                self.flow.dropped(job.id)
             return len(doomed)
 
     def clear_queue(self, queue: str, now: float) -> int:
         """Delete the waiting jobs of ``queue`` (heap entries of deleted jobs are skipped)."""
         with self._lock:
             doomed = [
-                j.id
+                j
                 for j in self._jobs.values()
                 if j.queue == queue and (j.state is JobState.PENDING or j.state in _DELAYED)
             ]
-            for job_id in doomed:
-                del self._jobs[job_id]
-                self.flow.dropped(job_id)
-                self._ready_seq.pop(job_id, None)
+            for job in doomed:
+                del self._jobs[job.id]
+                self._release_key(job)
+                self.flow.dropped(job.id)
+                self._ready_seq.pop(job.id, None)
             self.limits.forget_queue(queue)  # issue 15: its groups go with their jobs
             return len(doomed)
 

@@ -87,10 +87,10 @@ class SqliteJobAdmin:
         """Delete the waiting jobs of ``queue`` in one write transaction."""
         where = "queue = ? AND state = ?"
         with self._write() as tx:
-            n = sum(
-                self._delete(tx, queue, state, where, (queue, state))
-                for state in ("pending", "scheduled", "retry_scheduled")
-            )
+            n = 0
+            for state in ("pending", "scheduled", "retry_scheduled"):
+                self._release_keys(tx, queue, where, (queue, state))
+                n += self._delete(tx, queue, state, where, (queue, state))
             sqllimits.forget_queue(self._db(tx), queue)  # issue 15: its groups go with its jobs
             return n
 
@@ -114,8 +114,18 @@ class SqliteJobAdmin:
         cutoff = float("inf") if older_than is None else now - older_than
         with self._write() as tx:
             names = [r[0] for r in tx.conn.execute("SELECT name FROM queues")]
-            return sum(
-                self._delete(tx, q, str(state), where, (q, str(state), cutoff, id_list, id_list))
-                for q in names
-                if queue is None or q == queue
-            )
+            n = 0
+            for q in names if queue is None else [queue]:
+                params = (q, str(state), cutoff, id_list, id_list)
+                self._release_keys(tx, q, where, params)
+                n += self._delete(tx, q, str(state), where, params)
+            return n
+
+    @staticmethod
+    def _release_keys(tx: Tx, queue: str, where: str, params: Sequence[Any]) -> None:
+        """Free the idempotency keys of the jobs ``where`` is about to delete; fenced: a key
+        that names another job by now (its TTL ran out and a newer job took it) stays."""
+        tx.conn.execute(
+            f"DELETE FROM idem WHERE queue = ? AND job_id IN (SELECT id FROM jobs WHERE {where})",
+            (queue, *params),
+        )

@@ -38,6 +38,12 @@ COMMANDS: dict[str, str] = {
     "relay": "relay_cmd",
     "migrate": "migrate_cmd",
     "limits": "limits_cmd",
+    "quiet": "ops_cmds",
+    "stop": "ops_cmds",
+    "clear": "ops_cmds",
+    "history": "ops_cmds",
+    "run-now": "ops_cmds",
+    "bulk": "ops_cmds",
 }
 #: Long-running processes: they show the broker's start-up warnings (persistence, eviction);
 #: one-shot commands do not repeat them on every call.

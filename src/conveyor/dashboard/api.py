@@ -22,6 +22,14 @@ from ..errors import ValidationError
 from ..monitoring.actions import ENQUEUE_OPTIONS
 from ..monitoring.filters import SEARCH_FIELDS
 from ..monitoring.inspect import job_dict
+from .api_ops import (
+    get_history,
+    post_bulk,
+    post_queue_clear,
+    post_run_now,
+    post_worker_quiet,
+    post_worker_stop,
+)
 from .security import csrf_token
 from .server import action, dashboard_of, int_param
 
@@ -265,13 +273,19 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation("GET", "/queues/{name}", get_queue, "queues", ("minutes",)),
     Operation("POST", "/queues/{name}/pause", post_pause, "queues"),
     Operation("POST", "/queues/{name}/resume", post_resume, "queues"),
+    Operation("POST", "/queues/{name}/clear", post_queue_clear, "queues"),
+    Operation("GET", "/history", get_history, "metrics", ("range", "queue")),
     Operation("GET", "/workers", get_workers, "workers"),
+    Operation("POST", "/workers/{id}/quiet", post_worker_quiet, "workers", body="WorkerCommand"),
+    Operation("POST", "/workers/{id}/stop", post_worker_stop, "workers", body="WorkerCommand"),
     Operation("GET", "/jobs", get_jobs, "jobs", _F),
     Operation("POST", "/jobs", post_enqueue, "jobs", body="Enqueue"),
+    Operation("POST", "/jobs/bulk", post_bulk, "jobs", body="Bulk"),
     Operation("GET", "/jobs/{id}", get_job, "jobs"),
     Operation("DELETE", "/jobs/{id}", delete_job, "jobs"),
     Operation("POST", "/jobs/{id}/cancel", post_cancel, "jobs"),
     Operation("POST", "/jobs/{id}/retry", post_retry, "jobs"),
+    Operation("POST", "/jobs/{id}/run-now", post_run_now, "jobs"),
     Operation(
         "GET", "/dead-letters", get_dead, "dead letters", tuple(f for f in _F if f != "state")
     ),

@@ -4,7 +4,8 @@
 "failed"}`` oldest first) into plain numbers and labels; ``_chart.html`` draws them with SVG
 attributes only (no inline styles, no script: the CSP holds). Up to ``MAX_BARS`` points are
 bars (failed drawn over processed); longer series (a day of minutes) are two polylines.
-Time labels are UTC.
+Time labels are UTC; each carries its epoch (``t``) and format (``fmt``: ``hm`` or ``dhm``) so
+dashboard.js rewrites them in the browser's zone when the Local toggle is on.
 """
 
 from __future__ import annotations
@@ -31,9 +32,14 @@ def nice_ceiling(value: float) -> int:
     return int(10 * power)  # pragma: no cover - the loop always returns
 
 
+def label_format(span: float) -> str:
+    """``hm`` (hours:minutes) for a chart of a day or less, else ``dhm`` (weekday day h:m)."""
+    return "hm" if span <= 26 * 3600 else "dhm"
+
+
 def time_label(t: float, span: float) -> str:
-    """A UTC label fit for a chart spanning ``span`` seconds."""
-    fmt = "%H:%M" if span <= 26 * 3600 else "%a %d %H:%M"
+    """A UTC label fit for a chart spanning ``span`` seconds (``label_format``)."""
+    fmt = "%H:%M" if label_format(span) == "hm" else "%a %d %H:%M"
     return time.strftime(fmt, time.gmtime(t))
 
 
@@ -52,8 +58,13 @@ def chart_model(points: Sequence[Mapping[str, Any]], step: float = 60.0) -> dict
 
     span = (times[-1] - times[0] + step) if times else step
     every = max(1, math.ceil(n / X_TICKS))
+    fmt = label_format(span)
     x_ticks = [
-        {"x": round(LEFT + i * slot + slot / 2, 1), "label": time_label(times[i], span)}
+        {
+            "x": round(LEFT + i * slot + slot / 2, 1),
+            "label": time_label(times[i], span),
+            "t": times[i],
+        }
         for i in range(0, len(times), every)
     ]
     y_ticks = [{"y": y(v), "label": str(v)} for v in sorted({0, top // 2, top})]
@@ -71,6 +82,7 @@ def chart_model(points: Sequence[Mapping[str, Any]], step: float = 60.0) -> dict
         "processed": sum(processed),
         "failed": sum(failed),
         "step": step,
+        "fmt": fmt,
         "first": times[0] if times else None,
         "last": times[-1] if times else None,
     }
@@ -84,8 +96,9 @@ def chart_model(points: Sequence[Mapping[str, Any]], step: float = 60.0) -> dict
                 "h": round(TOP + plot_h - y(processed[i]), 1),
                 "fy": y(failed[i]),
                 "fh": round(TOP + plot_h - y(failed[i]), 1),
-                "title": f"{time_label(times[i], span)} UTC: {processed[i]} processed,"
-                f" {failed[i]} failed",
+                "t": times[i],
+                "label": time_label(times[i], span),
+                "tail": f": {processed[i]} processed, {failed[i]} failed",
             }
             for i in range(len(points))
         ]

@@ -29,6 +29,7 @@ from .security import (
     Identity,
     authenticate,
     cross_site,
+    external_identity,
     is_loopback,
     new_csrf_seed,
 )
@@ -69,6 +70,8 @@ class SecurityMiddleware:
                 dash.app.now(),
                 dash.sessions.alive,
             )
+        if ident is None or ident.via == "none":  # the mounting app's user (external_auth)
+            ident = external_identity(config, scope) or ident
         response = self._refuse(request, ident)
         secure = (
             config.cookie_secure

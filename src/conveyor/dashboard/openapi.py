@@ -42,6 +42,10 @@ PARAMETERS: dict[str, dict[str, Any]] = {
     "minutes": {"schema": {**_INT, "minimum": 1, "maximum": 1440}, "description": "Window length."},
     "after": {"schema": _STR, "description": "Cursor returned by the previous call."},
     "limit": {"schema": {**_INT, "minimum": 1, "maximum": 1000}},
+    "range": {
+        "schema": {"type": "string", "enum": ["1h", "24h", "7d"]},
+        "description": "History range (default 1h): per-minute points, per-hour for 7d.",
+    },
 }
 SCHEMAS: dict[str, dict[str, Any]] = {
     "Enqueue": {
@@ -68,6 +72,34 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     "Filters": {
         "type": "object",
         "properties": {k: _STR for k in ("id", "task", "queue", "since", "until", "error", "text")},
+    },
+    "WorkerCommand": {
+        "type": "object",
+        "properties": {
+            "scope": {
+                "type": "string",
+                "enum": ["group", "process"],
+                "description": "group (default): every process of the row's conveyor worker; "
+                "process: this one only.",
+            }
+        },
+    },
+    "Bulk": {
+        "type": "object",
+        "required": ["action"],
+        "additionalProperties": False,
+        "properties": {
+            "action": {"type": "string", "enum": ["retry", "cancel", "delete", "run_now"]},
+            "ids": {"type": "array", "items": _STR, "description": "Either ids ..."},
+            "filters": {
+                "type": "object",
+                "description": "... or a search (the /jobs query fields).",
+                "properties": {
+                    k: _STR for k in ("id", "state", "task", "queue", "since", "until", "error")
+                }
+                | {"text": _STR},
+            },
+        },
     },
     "Error": {"type": "object", "properties": {"error": _STR, "field": _STR}},
 }

@@ -55,25 +55,34 @@ def workers_table(request: Request) -> Response:
     )
 
 
+def _whom(data: dict[str, Any], worker_id: str) -> tuple[str, str]:
+    """(scope, who) of a quiet / stop form: the whole ``conveyor worker`` unless
+    ``scope=process``."""
+    scope = str(data.get("scope") or "group")
+    return scope, f"Worker {worker_id}" + (" (this process only)" if scope == "process" else "")
+
+
 def quiet_worker(request: Request, data: dict[str, Any]) -> Response:
-    """Ask a worker to stop claiming; its running jobs finish."""
+    """Ask a worker (all its processes, or ``scope=process``: one) to stop claiming."""
     worker_id = request.path_params["id"]
-    ops.quiet_worker(dashboard_of(request).operator(request), worker_id)
+    scope, who = _whom(data, worker_id)
+    ops.quiet_worker(dashboard_of(request).operator(request), worker_id, scope)
     return done(
         request,
         back(request, data, "/workers"),
-        f"Worker {worker_id} asked to go quiet (within one heartbeat).",
+        f"{who} asked to go quiet (within one heartbeat).",
     )
 
 
 def stop_worker(request: Request, data: dict[str, Any]) -> Response:
-    """Ask a worker to shut down gracefully."""
+    """Ask a worker (all its processes, or ``scope=process``: one) to shut down gracefully."""
     worker_id = request.path_params["id"]
-    ops.stop_worker(dashboard_of(request).operator(request), worker_id)
+    scope, who = _whom(data, worker_id)
+    ops.stop_worker(dashboard_of(request).operator(request), worker_id, scope)
     return done(
         request,
         back(request, data, "/workers"),
-        f"Worker {worker_id} asked to stop (it drains its running jobs, then exits).",
+        f"{who} asked to stop (it drains its running jobs, then exits).",
     )
 
 

@@ -29,6 +29,7 @@ import re
 import secrets
 import threading
 import time
+import unicodedata
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -224,6 +225,30 @@ class Identity:
     def by_header(self) -> bool:
         """Authenticated by an Authorization header (immune to CSRF)."""
         return self.via == "header"
+
+
+#: ASGI scope key an outer app that authenticates for the dashboard (``external_auth``) sets
+#: to its user's name; Starlette's ``AuthenticationMiddleware`` ``scope["user"]`` counts too.
+EXTERNAL_USER = "conveyor.external_user"
+_ACTOR_MAX = 150  # Django's username length
+
+
+def actor_name(name: str) -> str:
+    """A user name fit for the audit log: control and format characters (escapes, bidi
+    overrides) removed, at most 150 characters; HTML escaping is the page's job."""
+    kept = "".join(ch for ch in name if unicodedata.category(ch) not in ("Cc", "Cf"))
+    return kept[:_ACTOR_MAX].strip() or "anonymous"
+
+
+def external_identity(config: DashboardConfig, scope: Mapping[str, Any]) -> Identity | None:
+    """The user the mounting app authenticated (``external_auth`` only), else None."""
+    if not config.external_auth:
+        return None
+    name = scope.get(EXTERNAL_USER)
+    user = scope.get("user")  # Starlette AuthenticationMiddleware
+    if not isinstance(name, str) and getattr(user, "is_authenticated", False):
+        name = str(getattr(user, "display_name", "") or "")
+    return Identity(actor_name(name), "external") if isinstance(name, str) and name else None
 
 
 def _eq(a: str, b: str | None) -> bool:

@@ -1,8 +1,9 @@
 """Reads and audited actions of the dashboard's workers, queues and history pages.
 
 * ``worker_rows`` — each live worker process with its running jobs (id, task, started,
-  runtime) and state (running / quiet / draining); ``quiet_worker`` / ``stop_worker`` send it a
-  control command (``worker/control.py``), honoured within one heartbeat.
+  runtime) and state (running / quiet / draining); ``quiet_worker`` / ``stop_worker`` send a
+  control command (``worker/control.py``), honoured within one heartbeat, to every process of
+  the row's ``conveyor worker`` (its ``group``) or, with ``scope="process"``, to that one.
 * ``queue_rows`` — per queue: depth by state, latency (age of the oldest pending job), rates
   per minute, paused, the weights live workers give it and the ``limit`` column (``None``: no
   per-queue limit exists yet; a flow-control feature fills it); ``clear_preview`` and
@@ -37,6 +38,7 @@ def worker_rows(inspector: Inspector) -> list[dict[str, Any]]:
     rt = inspector.runtime
     now = rt.now()
     rows = []
+    groups: dict[str, str | None] = {}  # group -> its command
     for w in inspector.workers():
         jobs = [j for j in (w.get("jobs") or []) if isinstance(j, dict)]
         if not jobs:  # an older worker: ids only
@@ -50,29 +52,57 @@ def worker_rows(inspector: Inspector) -> list[dict[str, Any]]:
             else:
                 job["runtime"] = None
         wid = str(w.get("id", ""))
-        rows.append({**w, "id": wid, "jobs": jobs, "command": control.read(rt.broker, wid, now)})
+        command = control.read(rt.broker, wid, now)
+        group = w.get("group")
+        if isinstance(group, str) and group:
+            if group not in groups:
+                groups[group] = control.read(rt.broker, control.group_key(group), now)
+            command = control.strongest(command, groups[group])
+        rows.append({**w, "id": wid, "jobs": jobs, "command": command})
     return rows
 
 
-def _live_worker(inspector: Inspector, worker_id: str) -> None:
-    if not any(str(w.get("id")) == worker_id for w in inspector.workers()):
+#: What a Quiet / Stop reaches: ``group`` — every process of the ``conveyor worker`` command
+#: the row belongs to (a worker without a supervisor is a group of one); ``process`` — that one.
+SCOPES = ("group", "process")
+
+
+def _live_worker(inspector: Inspector, worker_id: str) -> dict[str, Any]:
+    row = next((w for w in inspector.workers() if str(w.get("id")) == worker_id), None)
+    if row is None:
         raise ValidationError("worker", "no live worker has this id (it may have exited)")
+    return row
 
 
-def quiet_worker(op: Operator, worker_id: str) -> str:
-    """Ask a live worker to stop claiming new jobs (running ones finish); audited."""
-    _live_worker(op.inspector, worker_id)
-    result = control.send(op.runtime.broker, worker_id, control.QUIET, op.runtime.now(), op.actor)
-    op.audit("worker.quiet", worker_id, "ok" if result == control.QUIET else "already stopping")
+def _command(op: Operator, action: str, command: str, worker_id: str, scope: str) -> str:
+    """Send ``command`` to the worker (scope ``process``) or its whole group; audited."""
+    if scope not in SCOPES:
+        raise ValidationError("scope", f"must be one of {', '.join(SCOPES)}")
+    row = _live_worker(op.inspector, worker_id)
+    group = row.get("group") if scope == "group" else None
+    rt = op.runtime
+    if not isinstance(group, str) or not group:
+        result = control.send(rt.broker, worker_id, command, rt.now(), op.actor)
+        op.audit(action, worker_id, "ok" if result == command else "already stopping")
+        return result
+    members = sorted(str(w.get("id")) for w in op.inspector.workers() if w.get("group") == group)
+    result = control.send(rt.broker, control.group_key(group), command, rt.now(), op.actor)
+    outcome = "ok" if result == command else "already stopping"
+    op.audit(action, worker_id, outcome, group=group, processes=members)
     return result
 
 
-def stop_worker(op: Operator, worker_id: str) -> str:
-    """Ask a live worker to shut down gracefully (as on SIGTERM); audited."""
-    _live_worker(op.inspector, worker_id)
-    result = control.send(op.runtime.broker, worker_id, control.STOP, op.runtime.now(), op.actor)
-    op.audit("worker.stop", worker_id, "ok")
-    return result
+def quiet_worker(op: Operator, worker_id: str, scope: str = "group") -> str:
+    """Ask a live worker — by default every process of its ``conveyor worker`` (``SCOPES``) —
+    to stop claiming new jobs (running ones finish); audited."""
+    return _command(op, "worker.quiet", control.QUIET, worker_id, scope)
+
+
+def stop_worker(op: Operator, worker_id: str, scope: str = "group") -> str:
+    """Ask a live worker — by default every process of its ``conveyor worker`` (``SCOPES``) —
+    to shut down gracefully (as on SIGTERM); audited. With ``--processes N`` the supervisor
+    exits once every process stopped this way."""
+    return _command(op, "worker.stop", control.STOP, worker_id, scope)
 
 
 def queue_rows(inspector: Inspector, minutes: int = 5) -> list[dict[str, Any]]:

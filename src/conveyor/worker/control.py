@@ -12,6 +12,12 @@ command is honoured within one ``heartbeat_interval``:
 ``stop`` is the stronger command: a later ``quiet`` does not replace it. The document expires
 after ``CONTROL_TTL`` (a command for a worker that died is not kept forever) and a worker that
 exits deletes its own.
+
+A command may also name a *group*: the processes one ``conveyor worker --processes N`` started
+(``group_key``; the supervisor hands its children the group name, ``procutil.GROUP_ENV``).
+Each child reads its own flag and its group's, and obeys the stronger (``strongest``), so a
+child the supervisor restarts after the command still gets it. A group's document is left to
+expire: the group name includes the supervisor's pid and start time, so it is never reused.
 """
 
 from __future__ import annotations
@@ -45,6 +51,18 @@ def read(side: SideStores, worker_id: str, now: float) -> str | None:
     doc = side.docs.get(COLLECTION, worker_id, now)
     command = doc.get("command") if doc else None
     return command if command in COMMANDS else None
+
+
+def group_key(group: str) -> str:
+    """The control document name of a worker group (generated worker ids hold no ``=``)."""
+    return "group=" + group
+
+
+def strongest(*commands: str | None) -> str | None:
+    """The command in force when several apply: ``stop`` over ``quiet`` over none."""
+    if STOP in commands:
+        return STOP
+    return QUIET if QUIET in commands else None
 
 
 def clear(side: SideStores, worker_id: str) -> None:

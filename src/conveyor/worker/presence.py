@@ -7,7 +7,9 @@ start time, processed / failed counts and resident memory. ``app.workers()`` and
 ``conveyor status`` read the collection; a worker killed with ``kill -9`` disappears within two
 intervals, and a clean exit deletes its document at once. ``worker_up`` / ``worker_down`` events
 go to the event stream. Each beat also reads the worker's control flag (``control.py``: quiet or
-stop, set from the dashboard) and hands it to the worker, so a command takes one beat at most.
+stop, set from the dashboard) and hands it to the worker, so a command takes one beat at most;
+a process started by ``conveyor worker``'s supervisor also reads its group's flag and publishes
+``group`` (``procutil.GROUP_ENV``) and ``processes`` in its record.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..broker.side import SideStores
 from ..outage import OutageLog
 from . import control
-from .procutil import rss_bytes
+from .procutil import GROUP_ENV, PROCESSES_ENV, rss_bytes
 
 if TYPE_CHECKING:
     from .running import Running
@@ -81,7 +83,20 @@ def describe(worker: Describable) -> dict[str, Any]:
         "failed": worker.failed,
         "rss": rss_bytes(),
         "state": "draining" if worker.draining else "quiet" if worker.quiet else "running",
+        **_group_fields(),
     }
+
+
+def _group_fields() -> dict[str, Any]:
+    """``group`` and ``processes`` of a process the supervisor started (else nothing)."""
+    group = os.environ.get(GROUP_ENV)
+    if not group:
+        return {}
+    try:
+        processes: int | None = int(os.environ.get(PROCESSES_ENV, ""))
+    except ValueError:
+        processes = None
+    return {"group": group, "processes": processes}
 
 
 class Heartbeat:
@@ -103,6 +118,7 @@ class Heartbeat:
         self._now = now
         self._describe = describe
         self.interval = interval
+        self.group = os.environ.get(GROUP_ENV) or None  # its supervisor's group, if any
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._main, name="conveyor-heartbeat", daemon=True)
 
@@ -147,7 +163,11 @@ class Heartbeat:
         if self._on_command is None:
             return
         try:
-            command = control.read(self.broker, self.worker_id, self._now())
+            now = self._now()
+            command = control.read(self.broker, self.worker_id, now)
+            if self.group is not None and command != control.STOP:  # a Stop of the group
+                group = control.read(self.broker, control.group_key(self.group), now)
+                command = control.strongest(command, group)
         except Exception as exc:
             if not OutageLog.shared(self.broker).failed(exc, "control flag", log):
                 log.warning("heartbeat: could not read the control flag", exc_info=True)

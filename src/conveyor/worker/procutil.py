@@ -18,6 +18,12 @@ EXIT_CONFIG = 5  # the broker refused the credentials / configuration: do not re
 EXIT_UNGUARDED_MAIN = 6  # a process-pool child re-ran a script without a __main__ guard
 EXIT_STOPPED = 7  # an operator stopped this worker (dashboard, control.py): do not restart it
 
+# Set by the supervisor for its children: "<host>:<supervisor pid>:<start time>" names one
+# ``conveyor worker`` invocation (its heartbeats carry it as ``group``), and its process count.
+# An operator's Stop / Quiet of the group reaches every child, restarted ones included.
+GROUP_ENV = "CONVEYOR_WORKER_GROUP"
+PROCESSES_ENV = "CONVEYOR_WORKER_PROCESSES"
+
 
 def rss_bytes(pid: int | None = None) -> int:
     """Resident memory of a process (this one by default), in bytes; 0 if unknown."""

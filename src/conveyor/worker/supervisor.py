@@ -8,7 +8,8 @@
   exits with code 5 (the broker refused the credentials or configuration) is not restarted:
   the supervisor stops every child and exits 5. A child that exits with code 7 was stopped by
   an operator (the dashboard's STOP, ``control.py``): its slot stays empty, and once every slot
-  is empty that way the supervisor exits 0.
+  is empty that way the supervisor exits 0. Children get ``CONVEYOR_WORKER_GROUP`` (this
+  supervisor's host, pid and start time) and publish it, so a Stop of the group reaches all.
 * Recycles a child whose resident memory passes ``max_memory_mb``: SIGTERM (it drains), then a
   fresh one.
 * SIGTERM / SIGINT: forwarded as SIGTERM to every child (they drain for ``shutdown_timeout``);
@@ -35,7 +36,16 @@ import sys
 import time
 
 from .leanlog import LeanLogger
-from .procutil import EXIT_CONFIG, EXIT_OK, EXIT_RECYCLE, EXIT_STOPPED, EXIT_STUCK, rss_bytes
+from .procutil import (
+    EXIT_CONFIG,
+    EXIT_OK,
+    EXIT_RECYCLE,
+    EXIT_STOPPED,
+    EXIT_STUCK,
+    GROUP_ENV,
+    PROCESSES_ENV,
+    rss_bytes,
+)
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs this process ~0.6 MB
 if TYPE_CHECKING:
@@ -124,6 +134,9 @@ class Supervisor:
         self._hup = False
         self._stop_at: float | None = None
         self.exit_code = EXIT_OK  # EXIT_CONFIG once a child reported a refused configuration
+        # children name this invocation in their heartbeats: an operator's Stop reaches them all
+        group = f"{os.uname().nodename}:{os.getpid()}:{int(time.time())}"
+        self.env = {**os.environ, GROUP_ENV: group, PROCESSES_ENV: str(len(self.children))}
 
     def pids(self) -> list[int]:
         """Process ids of the running children."""
@@ -207,7 +220,7 @@ class Supervisor:
         pid = os.posix_spawn(
             self.python,
             argv,
-            os.environ,
+            self.env,
             setpgroup=0,
             file_actions=[(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)],
             setsigdef=(signal.SIGPIPE, signal.SIGXFSZ),

@@ -25,6 +25,7 @@ from ...core.state import JobState
 from ...errors import BrokerUnavailable
 from ..sqlite_rows import Rec
 from . import flow as pgflow
+from .maintenance import release_keys
 from .store import Tx
 
 log = logging.getLogger("conveyor.postgres")
@@ -122,7 +123,10 @@ class PgJobAdmin:
             " FOR UPDATE SKIP LOCKED)"
         )
         with self._write() as tx:
-            n = sum(self._delete(tx, queue, state, where, (queue, state)) for state in _WAITING)
+            n = 0
+            for state in _WAITING:  # the rows the key release locks are the rows deleted
+                release_keys(self, tx, queue, where, (queue, state))  # type: ignore[arg-type]
+                n += self._delete(tx, queue, state, where, (queue, state))
             pgflow.forget_queue(self, tx, queue)  # type: ignore[arg-type]  # issue 15
             return n
 

@@ -1,12 +1,13 @@
 """Housekeeping of the PostgreSQL backend: inside ``reap_expired``'s transaction the
 completed / cancelled TTLs (``Retention``) and folding ``counts_log`` (the count deltas written
-by enqueues in callers' transactions) into ``counts``; and ``purge`` (operator deletes).
+by enqueues in callers' transactions) into ``counts``; and ``purge`` (operator deletes) with
+``release_keys`` (the idempotency keys of the jobs an operator deletes go with them).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ...core.state import TERMINAL_STATES, JobState
 from .store import Tx
@@ -59,8 +60,21 @@ def purge_jobs(
     id_list = None if ids is None else [str(i) for i in ids]
     with b._write() as tx:
         names = [r[0] for r in tx.conn.execute(b.sql("SELECT name FROM {S}.queues"))]
-        return sum(
-            b._delete(tx, q, str(state), where, (q, str(state), cutoff, id_list, id_list))
-            for q in names
-            if queue is None or q == queue
-        )
+        n = 0
+        for q in names if queue is None else [queue]:
+            params = (q, str(state), cutoff, id_list, id_list)
+            release_keys(b, tx, q, where, params)
+            n += b._delete(tx, q, str(state), where, params)
+        return n
+
+
+def release_keys(b: PostgresBroker, tx: Tx, queue: str, where: str, params: Sequence[Any]) -> None:
+    """Free the idempotency keys of the jobs ``where`` is about to delete (clear / purge);
+    fenced: a key that names another job by now (its TTL ran out, a newer job took it) stays."""
+    tx.conn.execute(
+        b.sql(
+            "DELETE FROM {S}.idem WHERE queue = %s AND job_id IN"
+            f" (SELECT id FROM {{S}}.jobs WHERE {where})"
+        ),
+        (queue, *params),
+    )

@@ -9,6 +9,8 @@ The check runs Django's session and auth machinery (``SessionMiddleware``'s engi
 ``auth.get_user``, so session-hash invalidation on password change applies). The dashboard itself
 runs with its own rules (CSRF on every action, the Host check against ``ALLOWED_HOSTS``, rate
 limits); it has no credentials of its own, so it must only be reachable through this wrapper.
+Actions are audited as the Django user's username (passed on as the scope's
+``conveyor.external_user``).
 A WSGI deployment serves the dashboard as a separate process instead (``conveyor dashboard``).
 """
 
@@ -17,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, MutableMapping
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
+
+from ...dashboard.security import EXTERNAL_USER
 
 if TYPE_CHECKING:
     from ...app import Conveyor
@@ -41,6 +45,12 @@ def allowed_hosts_of(django_hosts: list[str]) -> tuple[str, ...]:
 
 def staff_user(scope: Scope) -> tuple[bool, bool]:
     """``(authenticated, staff)`` of the Django session a request carries (sync: ORM reads)."""
+    authenticated, staff, _ = staff_member(scope)
+    return authenticated, staff
+
+
+def staff_member(scope: Scope) -> tuple[bool, bool, str]:
+    """``(authenticated, staff, username)`` of the Django session a request carries (sync)."""
     from django.conf import settings
     from django.contrib.auth import get_user
     from django.http import HttpRequest
@@ -51,7 +61,8 @@ def staff_user(scope: Scope) -> tuple[bool, bool]:
     request.session = engine.SessionStore(cookies.get(settings.SESSION_COOKIE_NAME))
     user = get_user(request)
     authenticated = bool(user.is_authenticated)
-    return authenticated, authenticated and bool(user.is_active and user.is_staff)
+    staff = authenticated and bool(user.is_active and user.is_staff)
+    return authenticated, staff, str(user.get_username()) if authenticated else ""
 
 
 def _cookies(scope: Scope) -> dict[str, str]:
@@ -75,8 +86,9 @@ class StaffDashboard:
             return
         from asgiref.sync import sync_to_async
 
-        authenticated, staff = await sync_to_async(staff_user, thread_sensitive=True)(scope)
+        authenticated, staff, name = await sync_to_async(staff_member, thread_sensitive=True)(scope)
         if staff:
+            scope[EXTERNAL_USER] = name  # the dashboard audits actions as this user
             await self.dashboard(scope, receive, send)
         elif authenticated:
             await _respond(send, 403, b"staff only", [])

@@ -2,7 +2,9 @@
  *
  * - Time zone toggle: every <time class="ts" data-ts="EPOCH"> is rendered in UTC by the server;
  *   "Local" rewrites them in the browser's time zone. The choice is remembered per browser in
- *   localStorage ("conveyor.tz") and re-applied to content htmx or live updates swap in.
+ *   localStorage ("conveyor.tz") and re-applied to content htmx or live updates swap in. Chart
+ *   time labels and bar titles (svg.chart [data-ts][data-fmt], data-tail) and the legend's
+ *   .tz-legend follow it too.
  * - Bulk selection: "select all" ticks every job checkbox of the page; the count of selected
  *   jobs is shown and the "selected" bulk buttons are disabled while nothing is ticked.
  */
@@ -25,6 +27,34 @@
       pad(date.getUTCHours()) + ":" + pad(date.getUTCMinutes()) + ":" + pad(date.getUTCSeconds());
   }
 
+  var DAYS = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"];
+
+  // a chart's time label (charts.py time_label): "hm" = HH:MM, "dhm" = "Ddd DD HH:MM"
+  function chartLabel(date, fmt, local) {
+    var hm = local ? pad(date.getHours()) + ":" + pad(date.getMinutes())
+      : pad(date.getUTCHours()) + ":" + pad(date.getUTCMinutes());
+    if (fmt !== "dhm") { return hm; }
+    var day = local ? date.getDay() : date.getUTCDay();
+    return DAYS[day] + " " + pad(local ? date.getDate() : date.getUTCDate()) + " " + hm;
+  }
+
+  function applyCharts(root, local) {
+    var marks = (root || document).querySelectorAll("svg.chart [data-ts][data-fmt]");
+    var zone = local ? zoneName() : "UTC";
+    for (var i = 0; i < marks.length; i++) {
+      var m = marks[i];
+      var seconds = parseFloat(m.getAttribute("data-ts"));
+      if (!isFinite(seconds)) { continue; }
+      var text = chartLabel(new Date(seconds * 1000), m.getAttribute("data-fmt"), local);
+      if (m.hasAttribute("data-tail")) { text += " " + zone + m.getAttribute("data-tail"); }
+      if (m.textContent !== text) { m.textContent = text; }
+    }
+    var legends = document.querySelectorAll(".tz-legend");
+    for (var j = 0; j < legends.length; j++) {
+      if (legends[j].textContent !== "times in " + zone) { legends[j].textContent = "times in " + zone; }
+    }
+  }
+
   function zoneName() {
     try { return Intl.DateTimeFormat().resolvedOptions().timeZone || "local"; } catch (e) { return "local"; }
   }
@@ -40,6 +70,7 @@
       if (t.textContent !== text) { t.textContent = text; }
       t.title = local ? format(new Date(seconds * 1000), false) + " UTC" : "";
     }
+    applyCharts(root, local);
     var names = document.querySelectorAll(".tz-name");
     var label = local ? zoneName() : "UTC";
     for (var j = 0; j < names.length; j++) {

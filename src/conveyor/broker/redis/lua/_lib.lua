@@ -31,7 +31,8 @@
 -- Times are never computed here: callers pass them as strings formatted by Python (repr of a
 -- float), which are stored verbatim, so no precision is lost. Mutable job fields that become
 -- None are deleted (HDEL); readers fall back to the value in the immutable payload.
--- A job is deleted with drop_jobs (job hash + payload entry).
+-- A job is deleted with drop_jobs (job hash + payload entry); an operator's delete frees its
+-- idempotency key first (release_keys).
 --
 -- Calling convention: scripts with many scalar arguments take them as ONE JSON object in
 -- ARGV[1] (decoded once per call: `local o = cjson.decode(ARGV[1])`; times are strings, absent
@@ -218,6 +219,26 @@ local function drop_jobs(q, ids)
   for i, id in ipairs(ids) do keys[i] = q.job .. id end
   redis.call('DEL', unpack(keys))
   redis.call('HDEL', q.payloads, unpack(ids))
+end
+
+-- free the idempotency keys of jobs an operator is about to delete (clear.lua, purge.lua),
+-- fenced like delete_job.lua: only a key whose value "<expires_at>|<id>" still names that job
+-- (its TTL may have run out and a newer job taken it). The key lives only in the job's
+-- envelope: an envelope is decoded (cjson, under pcall) only when it holds the field name.
+local function release_keys(q, ids)
+  if #ids == 0 then return end
+  local envs = redis.call('HMGET', q.payloads, unpack(ids))
+  for i, id in ipairs(ids) do
+    local env = envs[i]
+    if env and string.find(env, '"idempotency_key":"', 1, true) then
+      local ok, data = pcall(cjson.decode, env)
+      local key = ok and type(data) == 'table' and data.idempotency_key
+      if type(key) == 'string' then
+        local v = redis.call('GET', q.idem .. key)
+        if v and string.sub(v, -(#id + 1)) == '|' .. id then redis.call('DEL', q.idem .. key) end
+      end
+    end
+  end
 end
 
 -- drop the oldest entries of a terminal set beyond `cap` (cap < 0: no cap), with their jobs

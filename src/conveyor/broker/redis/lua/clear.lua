@@ -5,7 +5,8 @@
 -- Pending jobs waiting in flow groups (issue 15: f:g:<group>, see keys.py) go too, with the
 -- f:npend count; a group left empty is forgotten everywhere (f:groups, f:gdelay, f:parked,
 -- f:why, f:wait:<slot>), so no group key outlives a clear. Buckets and the slots of running
--- jobs stay: they belong to limiters and leases, not to waiting jobs.
+-- jobs stay: they belong to limiters and leases, not to waiting jobs. Each deleted job's
+-- idempotency key is freed with it, fenced (release_keys in _lib.lua).
 --
 -- Input
 --   KEYS: the 16 queue keys (_lib.lua)
@@ -23,6 +24,7 @@ for _, set in ipairs({q.ready, q.scheduled, q.retry}) do
     for i, m in ipairs(members) do
       if set == q.ready then ids[i] = member_id(m) else ids[i] = m end
     end
+    release_keys(q, ids)
     drop_jobs(q, ids)
     redis.call('ZREM', set, unpack(members))
     total = total + #members
@@ -55,6 +57,7 @@ local function clear_group(g, left)
       local f = hmget(q.job .. id, 'state')
       if f and f[1] == 'pending' then ids[#ids + 1] = id end
     end
+    release_keys(q, ids)
     drop_jobs(q, ids)
     redis.call('ZREM', gk, unpack(members))
     redis.call('DECRBY', F .. 'npend', #members)

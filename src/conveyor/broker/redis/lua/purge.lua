@@ -1,5 +1,6 @@
 -- purge.lua: delete terminal jobs of one queue finished at or before a cutoff
--- (completed, dead_letter or cancelled; no state change for any other job).
+-- (completed, dead_letter, cancelled or expired; no state change for any other job). Each
+-- deleted job's idempotency key is freed with it, fenced (release_keys in _lib.lua).
 --
 -- Input
 --   KEYS: the 16 queue keys (_lib.lua)
@@ -23,6 +24,7 @@ else
   doomed = redis.call('ZRANGEBYSCORE', set, '-inf', cutoff, 'LIMIT', 0, tonumber(ARGV[3]))
 end
 if #doomed > 0 then
+  release_keys(q, doomed)
   drop_jobs(q, doomed)
   redis.call('ZREM', set, unpack(doomed))
 end

@@ -1,0 +1,88 @@
+"""The JSON API's operator actions that were pages only: quiet / stop a worker, clear a queue,
+history, run a job now and bulk actions — on every backend, with the API's auth and CSRF rules
+(bearer header: no CSRF; session cookie: X-CSRF-Token required) and audited like the pages."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.testclient import TestClient
+
+from conveyor import Conveyor, JobState
+from conveyor.worker import control
+
+from .test_ops_pages import audit_actions, fake_worker
+
+V1 = "/api/v1"
+
+
+def test_worker_quiet_and_stop(api: TestClient, dash_app: Conveyor) -> None:
+    group = "host-a:70:1"
+    one = fake_worker(dash_app, "host-a:71:a", group=group, processes=2)
+    two = fake_worker(dash_app, "host-a:72:b", group=group, processes=2)
+    now = dash_app.now()
+    r = api.post(f"{V1}/workers/{one}/quiet", json={"scope": "process"})
+    assert r.status_code == 200 and r.json() == {"ok": True, "worker": one, "command": "quiet"}
+    assert control.read(dash_app.broker, one, now) == "quiet"
+    assert control.read(dash_app.broker, two, now) is None
+    r = api.post(f"{V1}/workers/{two}/stop")
+    assert r.json()["command"] == "stop"
+    assert control.read(dash_app.broker, control.group_key(group), now) == "stop"
+    assert ("worker.stop", two) in audit_actions(dash_app)
+    r = api.post(f"{V1}/workers/{one}/stop", json={"scope": "everything"})
+    assert r.status_code == 422 and r.json()["field"] == "scope"
+    r = api.post(f"{V1}/workers/nobody/stop")
+    assert r.status_code == 422 and r.json()["field"] == "worker"
+
+
+def test_clear_queue_and_history(api: TestClient, dash_app: Conveyor) -> None:
+    for _ in range(3):
+        dash_app.enqueue("add", [1, 2], queue="emails")
+    dash_app.enqueue("add", [1, 2])
+    r = api.post(f"{V1}/queues/emails/clear")
+    assert r.status_code == 200 and r.json() == {"ok": True, "queue": "emails", "deleted": 3}
+    assert dash_app.broker.counts()["default"]["pending"] == 1
+    assert ("queue.clear", "emails") in audit_actions(dash_app)
+    assert api.post(f"{V1}/queues/nosuch/clear").status_code == 422
+    dash_app.worker().run_until_idle()
+    h = api.get(f"{V1}/history", params={"range": "24h"}).json()
+    assert h["processed"] == 1 and len(h["points"]) == 1440 and h["step"] == 60
+    assert api.get(f"{V1}/history", params={"range": "1y"}).json()["field"] == "range"
+    assert api.get(f"{V1}/history", params={"queue": "bad queue!"}).status_code == 422
+
+
+def test_run_now_and_bulk(api: TestClient, dash_app: Conveyor) -> None:
+    later = dash_app.enqueue("add", [1, 2], delay=3600)
+    now_job = dash_app.enqueue("add", [3, 4])
+    assert api.post(f"{V1}/jobs/{later.id}/run-now").json() == {"ok": True}
+    assert later.refresh().state is JobState.PENDING
+    r = api.post(f"{V1}/jobs/{now_job.id}/run-now")
+    assert r.status_code == 409 and r.json()["ok"] is False
+    assert api.post(f"{V1}/jobs/nosuchjob/run-now").status_code == 404
+    r = api.post(f"{V1}/jobs/bulk", json={"action": "cancel", "ids": [later.id, "nosuchjob"]})
+    assert r.status_code == 200
+    assert r.json() == {"action": "cancel", "matched": 2, "done": 1, "truncated": False}
+    r = api.post(f"{V1}/jobs/bulk", json={"action": "delete", "filters": {"state": "cancelled"}})
+    assert r.json()["done"] == 1 and dash_app.broker.get(later.id) is None
+    assert ("jobs.bulk_delete", "search") in audit_actions(dash_app)
+    bad: list[tuple[dict[str, Any], str]] = [
+        ({"action": "explode", "ids": []}, "action"),
+        ({"action": "retry", "ids": "x"}, "ids"),
+        ({"action": "retry", "filters": {"nope": 1}}, "filters"),
+        ({"action": "retry"}, "ids"),
+        ({"action": "retry", "ids": [], "extra": 1}, "extra"),
+    ]
+    for body, field in bad:
+        r = api.post(f"{V1}/jobs/bulk", json=body)
+        assert r.status_code == 422 and r.json()["field"] == field, body
+
+
+def test_session_callers_need_the_csrf_header(
+    browser_client: tuple[TestClient, str], dash_app: Conveyor
+) -> None:
+    client, token = browser_client
+    dash_app.enqueue("add", [1, 2], queue="emails")
+    assert client.post(f"{V1}/queues/emails/clear").status_code == 403
+    assert dash_app.broker.counts()["emails"]["pending"] == 1
+    r = client.post(f"{V1}/queues/emails/clear", headers={"X-CSRF-Token": token})
+    assert r.status_code == 200 and r.json()["deleted"] == 1
