@@ -5,7 +5,8 @@ mutable fields that override it when present: ``state``, ``attempts``, ``lost`` 
 ``run_at``, ``started_at``, ``finished_at``, ``lease_expires_at`` (epoch seconds),
 ``result`` (JSON), ``last_error``, ``worker_id`` (text), ``errors`` and ``history`` (JSON Lines),
 and script bookkeeping: ``token``, ``rk`` (ready-set member), ``priority``, ``task``,
-``created_at``, ``raw`` (original bytes of an undecodable payload). Lua never parses payloads.
+``created_at``, ``raw`` (original bytes of an undecodable payload). Lua never parses a payload on
+the job's own path; only clear / purge do, to release an ``idempotency_key`` (``_lib.lua``).
 
 Undecodable hashes are handled in ``salvage.py`` and event-stream entries decoded in
 ``eventcodec.py``; both are re-exported here.
