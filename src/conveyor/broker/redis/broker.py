@@ -103,8 +103,8 @@ class RedisBroker(
     ) -> Claimed:
         """Lease up to ``limit`` jobs, queues in the given order (one script call per queue).
 
-        Each call first promotes due jobs and returns expired leases of its queue; an empty
-        claim reports the earliest ``next_due`` of the queues read (claim.lua).
+        Each call first promotes due jobs and returns expired leases of its queue; an empty or
+        short claim reports the earliest ``next_due`` of the queues read (claim.lua).
         """
         leases: list[Lease] = []
         expires = now + visibility_timeout
@@ -140,7 +140,8 @@ class RedisBroker(
                     break
         if more:
             self.wake_all()
-        return Claimed.of(leases, next_due)
+            return Claimed.of(leases, next_due)
+        return Claimed.of(leases, next_due, limit=limit)  # short: every queue read to its end
 
     def _bury_claimed(
         self, queue: str, item: list[Any], message: str, worker_id: str, now: float
