@@ -154,4 +154,5 @@ class LifecycleMixin(RedisBase):
         if getattr(self, "_closed", False):
             return
         self._closed = True
+        self._waker.close()  # a pending global wake-up goes out before the client may close
         conn.release(self._conn)
