@@ -30,6 +30,7 @@ from .codec import fmt_time
 from .codes import ScriptCode, options
 from .enqueuing import EnqueueMixin
 from .flowadmin import FlowAdminMixin
+from .idlequeues import IdleQueues
 from .keys import TERMINAL_SETS
 from .lifecycle import LifecycleMixin
 from .plumbing import guarded, token_queue
@@ -111,17 +112,22 @@ class RedisBroker(
         at, deadline = fmt_time(now), fmt_time(expires)
         claimed_job, new_lease = codec.claimed_job, Lease.fast
         more = False
-        next_due: float | None = None
+        skip, next_due = self._skip_idle(queues, now)  # Cluster: queues known empty (issue 18)
+        idle = self._idle
         for queue in queues:
+            if queue in skip:
+                continue
             while len(leases) < limit:
-                opts = claim_options(
-                    queue, at, deadline, limit - len(leases), worker_id, max_lost, self.retention
-                )
+                want = limit - len(leases)
+                opts = claim_options(queue, at, deadline, want, worker_id, max_lost, self.retention)
                 reply = self.runner.run("claim", self.qkeys(queue), [opts])
                 more = more or reply[0] == ScriptCode.MORE
-                if reply[1]:
-                    due = float(reply[1])
+                due = float(reply[1]) if reply[1] else None
+                if due is not None:
                     next_due = due if next_due is None else min(next_due, due)
+                if idle is not None:  # empty: no more ready, fewer jobs than asked
+                    got = (len(reply) - 2) // CLAIM_WIDTH
+                    idle.note(queue, now, reply[0] != ScriptCode.MORE and got < want, due)
                 buried = 0
                 where = self._where
                 where.make_room(len(reply) // CLAIM_WIDTH)
@@ -142,6 +148,20 @@ class RedisBroker(
             self.wake_all()
             return Claimed.of(leases, next_due)
         return Claimed.of(leases, next_due, limit=limit)  # short: every queue read to its end
+
+    def _skip_idle(self, queues: Sequence[str], now: float) -> tuple[set[str], float | None]:
+        """(queues this claim skips, their earliest ``next_due``): Cluster workers of several
+        queues skip those their last claims left empty while no marker came (idlequeues.py)."""
+        if len(queues) < 2 or not self.cluster:
+            return set(), None
+        if self._idle is None:
+            self._idle = IdleQueues()
+        maybe = self._idle.candidates(queues, now)
+        if not maybe:
+            return set(), None
+        wake = [self.keys.queue_key(q, "wake") for q in maybe]
+        skip = self._idle.skip(self.client, wake, maybe)
+        return skip, self._idle.next_due(skip)
 
     def _bury_claimed(
         self, queue: str, item: list[Any], message: str, worker_id: str, now: float

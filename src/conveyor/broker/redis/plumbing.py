@@ -123,6 +123,7 @@ class RedisBase:
         self._where: BoundedCache[str, str] = BoundedCache(WHERE_MAX)
         self._qkeys: BoundedCache[str, tuple[str, ...]] = BoundedCache(10_000)
         self._waker = Waker(self._push_global_wake)  # no thread until Cluster mode needs one
+        self._idle: Any = None  # Cluster claims: queues known empty (idlequeues.py), lazily
 
     # ------------------------------------------------------------------ plumbing
     @property
