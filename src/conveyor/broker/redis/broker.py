@@ -30,7 +30,7 @@ from .codec import fmt_time
 from .codes import ScriptCode, options
 from .enqueuing import EnqueueMixin
 from .flowadmin import FlowAdminMixin
-from .idlequeues import IdleQueues
+from .idlequeues import skip_idle
 from .keys import TERMINAL_SETS
 from .lifecycle import LifecycleMixin
 from .plumbing import guarded, token_queue
@@ -112,7 +112,7 @@ class RedisBroker(
         at, deadline = fmt_time(now), fmt_time(expires)
         claimed_job, new_lease = codec.claimed_job, Lease.fast
         more = False
-        skip, next_due = self._skip_idle(queues, now)  # Cluster: queues known empty (issue 18)
+        skip, next_due = skip_idle(self, queues, now)  # Cluster: queues known empty (issue 18)
         idle = self._idle
         for queue in queues:
             if queue in skip:
@@ -146,22 +146,7 @@ class RedisBroker(
                     break
         if more:
             self.wake_all()
-            return Claimed.of(leases, next_due)
-        return Claimed.of(leases, next_due, limit=limit)  # short: every queue read to its end
-
-    def _skip_idle(self, queues: Sequence[str], now: float) -> tuple[set[str], float | None]:
-        """(queues this claim skips, their earliest ``next_due``): Cluster workers of several
-        queues skip those their last claims left empty while no marker came (idlequeues.py)."""
-        if len(queues) < 2 or not self.cluster:
-            return set(), None
-        if self._idle is None:
-            self._idle = IdleQueues()
-        maybe = self._idle.candidates(queues, now)
-        if not maybe:
-            return set(), None
-        wake = [self.keys.queue_key(q, "wake") for q in maybe]
-        skip = self._idle.skip(self.client, wake, maybe)
-        return skip, self._idle.next_due(skip)
+        return Claimed.of(leases, next_due, limit=0 if more else limit)  # short: drained
 
     def _bury_claimed(
         self, queue: str, item: list[Any], message: str, worker_id: str, now: float

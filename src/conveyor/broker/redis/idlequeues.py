@@ -28,7 +28,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .plumbing import RedisBase
 
 #: longest time a queue is skipped on the strength of one empty claim
 FRESH_S = 1.0
@@ -62,7 +65,7 @@ class IdleQueues:
         return {q for q, n in zip(queues, pipe.execute(), strict=True) if not n}
 
     def next_due(self, skipped: set[str]) -> float | None:
-        """The earliest ``next_due`` of the skipped queues (a claim that skipped them reports it)."""
+        """The earliest ``next_due`` of the ``skipped`` queues (the claim reports it)."""
         times = [self._idle[q][1] for q in skipped if q in self._idle]
         best = min((t for t in times if t is not None), default=math.inf)
         return None if best == math.inf else best
@@ -70,3 +73,18 @@ class IdleQueues:
     def clear(self) -> None:
         """Forget everything (``flush_all``)."""
         self._idle.clear()
+
+
+def skip_idle(b: RedisBase, queues: Sequence[str], now: float) -> tuple[set[str], float | None]:
+    """(queues a claim of ``b`` skips, their earliest ``next_due``): only a Cluster worker of
+    several queues skips, those its last claims left empty while no marker came."""
+    if len(queues) < 2 or not b.cluster:
+        return set(), None
+    if b._idle is None:
+        b._idle = IdleQueues()
+    maybe = b._idle.candidates(queues, now)
+    if not maybe:
+        return set(), None
+    wake = [b.keys.queue_key(q, "wake") for q in maybe]
+    skip = b._idle.skip(b.client, wake, maybe)
+    return skip, b._idle.next_due(skip)

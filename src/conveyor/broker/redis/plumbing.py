@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from redis.exceptions import (
     AuthenticationError,
@@ -40,6 +40,9 @@ from . import codec, conn
 from .keys import KeySchema
 from .scripts import ScriptRunner
 from .waker import Waker
+
+if TYPE_CHECKING:
+    from .idlequeues import IdleQueues
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -123,7 +126,7 @@ class RedisBase:
         self._where: BoundedCache[str, str] = BoundedCache(WHERE_MAX)
         self._qkeys: BoundedCache[str, tuple[str, ...]] = BoundedCache(10_000)
         self._waker = Waker(self._push_global_wake)  # no thread until Cluster mode needs one
-        self._idle: Any = None  # Cluster claims: queues known empty (idlequeues.py), lazily
+        self._idle: IdleQueues | None = None  # Cluster claims: queues known empty, lazily
 
     # ------------------------------------------------------------------ plumbing
     @property
