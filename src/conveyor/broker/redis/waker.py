@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import weakref
 from collections.abc import Callable
 
 log = logging.getLogger("conveyor.redis")
@@ -38,16 +39,19 @@ class Waker:
 
     def __init__(self, push: Callable[[], None]) -> None:
         self._push = push
+        self._reset()
+        _ALL.add(self)
+
+    def _reset(self) -> None:
+        """A fresh state (also in a forked child: the parent's thread, and maybe its lock
+        held at the fork, do not exist there)."""
         self._cond = threading.Condition()
         self._pending = False
         self._thread: threading.Thread | None = None
-        self._pid = os.getpid()
 
     def wake(self) -> None:
         """Ask for one push; returns at once."""
         with self._cond:
-            if self._pid != os.getpid():  # forked: the parent's thread is not here
-                self._pid, self._thread = os.getpid(), None
             self._pending = True
             if self._thread is None:
                 self._thread = threading.Thread(
@@ -87,3 +91,15 @@ class Waker:
             self._push()
         except Exception:  # a lost marker costs a waiting worker one poll, never a job
             log.debug("pushing the global wake-up marker failed", exc_info=True)
+
+
+_ALL: weakref.WeakSet[Waker] = weakref.WeakSet()
+
+
+def _after_fork() -> None:
+    for waker in list(_ALL):
+        waker._reset()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
