@@ -53,8 +53,8 @@ class IdleQueues:
 
     def candidates(self, queues: Sequence[str], now: float) -> list[str]:
         """The queues of ``queues`` that may be skipped if their wake list is empty."""
-        idle = self._idle
-        return [q for q in queues if q in idle and idle[q][0] > now]
+        get = self._idle.get  # .get: another thread's claim may note a queue meanwhile
+        return [q for q in queues if (get(q) or (0.0, None))[0] > now]
 
     def skip(self, client: Any, wake_keys: Sequence[str], queues: Sequence[str]) -> set[str]:
         """Of ``queues`` (candidates), those whose wake list (``wake_keys``, same order) is
@@ -66,7 +66,8 @@ class IdleQueues:
 
     def next_due(self, skipped: set[str]) -> float | None:
         """The earliest ``next_due`` of the ``skipped`` queues (the claim reports it)."""
-        times = [self._idle[q][1] for q in skipped if q in self._idle]
+        get = self._idle.get
+        times = [(get(q) or (0.0, None))[1] for q in skipped]
         best = min((t for t in times if t is not None), default=math.inf)
         return None if best == math.inf else best
 
