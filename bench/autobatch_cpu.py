@@ -10,6 +10,8 @@ and the EVALSHA calls the server saw (INFO commandstats) — i.e. the mean batch
 
     PYTHONPATH=$PWD/src .venv/bin/python bench/autobatch_cpu.py               # smoke size
     PYTHONPATH=$PWD/src .venv/bin/python bench/autobatch_cpu.py --threads 50 --per-thread 2000
+    # several max_delay values side by side (modes on@0.001, on@0, ...), e.g. one lone thread:
+    PYTHONPATH=$PWD/src .venv/bin/python bench/autobatch_cpu.py --threads 1 --delays 0.001,0
 
 Wall-clock rates mean little on a busy machine; the CPU per job figures are the A/B signal.
 """
@@ -49,7 +51,9 @@ def run_one(
     from conveyor import AutoBatch, Conveyor
 
     logging.disable(logging.WARNING)
-    auto = AutoBatch(max_jobs, delay) if mode == "on" else False
+    if mode.startswith("on@"):  # one of --delays
+        delay = float(mode[3:])
+    auto = AutoBatch(max_jobs, delay) if mode.startswith("on") else False
     app = Conveyor(url, autobatch=auto)
     app.broker.flush_all()
     app.enqueue("bench_job", args=[-1])  # connect, load the scripts
@@ -95,6 +99,9 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--max-jobs", type=int, default=100)
     p.add_argument("--max-delay", type=float, default=0.001)
+    p.add_argument(
+        "--delays", default="", help="compare these max_delay values (comma-separated) with off"
+    )
     p.add_argument("--one", nargs=2, metavar=("URL", "MODE"), help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.one:
@@ -111,11 +118,12 @@ def main() -> None:
     url = f"redis://127.0.0.1:{port}/0"
     try:
         _wait_up(url)
-        rows: dict[str, list[dict[str, Any]]] = {"off": [], "on": []}
+        modes = ["off"] + ([f"on@{d}" for d in a.delays.split(",")] if a.delays else ["on"])
+        rows: dict[str, list[dict[str, Any]]] = {mode: [] for mode in modes}
         flags = ["--threads", str(a.threads), "--per-thread", str(a.per_thread)]
         flags += ["--max-jobs", str(a.max_jobs), "--max-delay", str(a.max_delay)]
         for _ in range(a.rounds):
-            for mode in ("off", "on"):
+            for mode in modes:
                 out = subprocess.run(
                     [sys.executable, __file__, *flags, "--one", url, mode],
                     capture_output=True,
@@ -125,7 +133,7 @@ def main() -> None:
                 row = json.loads(out.stdout.strip().splitlines()[-1])
                 rows[mode].append(row)
                 print(_line(row), flush=True)
-        for mode in ("off", "on"):
+        for mode in modes:
             best = {k: min(r[k] for r in rows[mode]) for k in ("client_cpu_us", "redis_cpu_us")}
             rate = max(r["rate"] for r in rows[mode])
             print(
@@ -140,7 +148,7 @@ def main() -> None:
 
 def _line(row: dict[str, Any]) -> str:
     return (
-        f"{row['mode']:>3}: {row['jobs']} jobs, {row['rate']:,.0f}/s, client "
+        f"{row['mode']:>8}: {row['jobs']} jobs, {row['rate']:,.0f}/s, client "
         f"{row['client_cpu_us']:.1f} us/job, redis {row['redis_cpu_us']:.1f} us/job, "
         f"{row['evalsha_calls']} EVALSHA ({row['jobs_per_call']:.1f} jobs/call)"
     )

@@ -19,6 +19,11 @@ at about 1e6 / (its µs per job) jobs/s, and a cluster at its hottest master's f
 
     python bench/cluster_scale.py --smoke                 # proves it works (seconds)
     python bench/cluster_scale.py --jobs 40000 --out bench/results/cluster_scale.json
+    # the shallow case only (workers outpace one-job-per-call producers), A/B of two trees:
+    PYTHONPATH=/tmp/c_base/src python bench/cluster_scale.py --only curve --procs 1 --jobs 4000
+
+Each row also counts the workers' claim rounds and claim script calls per job (a round reads
+the queues in turn, so on a sharded queue it may make one call per shard).
 """
 
 from __future__ import annotations
@@ -64,8 +69,10 @@ def child(role: str, url: str, shards: int, count: int, concurrency: int) -> Non
     logging.disable(logging.WARNING)
     app = make_app(url, shards)
     worker = None
+    calls = {"claim": 0, "rounds": 0}
     if role == "worker":
         worker = app.worker([QUEUE], concurrency=concurrency, heartbeat=False, max_jobs=count)
+        _count_claims(app.broker, calls)
     print("ready", flush=True)
     sys.stdin.readline()
     c0 = time.process_time()
@@ -74,8 +81,26 @@ def child(role: str, url: str, shards: int, count: int, concurrency: int) -> Non
     else:
         for i in range(count):
             app.enqueue("bench.noop", (i,))
-    print(f"cpu {time.process_time() - c0}", flush=True)
+    print(f"cpu {time.process_time() - c0} {calls['claim']} {calls['rounds']}", flush=True)
     app.close()
+
+
+def _count_claims(broker: Any, calls: dict[str, int]) -> None:
+    """Count the worker's claim rounds (``Broker.claim``) and claim script calls (one per
+    queue read: a round over a sharded queue may read every shard)."""
+    runner, claim = broker.runner, broker.claim
+    real_run = runner.run
+
+    def run(name: str, *args: Any, **kwargs: Any) -> Any:
+        if name == "claim":
+            calls["claim"] += 1
+        return real_run(name, *args, **kwargs)
+
+    def counted_claim(*args: Any, **kwargs: Any) -> Any:
+        calls["rounds"] += 1
+        return claim(*args, **kwargs)
+
+    runner.run, broker.claim = run, counted_claim
 
 
 def node_cpu(ports: list[int]) -> list[float]:
@@ -105,7 +130,7 @@ def run_processes(
     # children's stderr (start-up warnings) goes to a file, shown when something fails
     with tempfile.TemporaryFile("w+") as log:
         try:
-            elapsed, cpu, before, after = _timed(url, shards, ports, roles, conc, log)
+            elapsed, cpu, claims, before, after = _timed(url, shards, ports, roles, conc, log)
         except Exception:
             log.seek(0)
             print(log.read()[-4000:], file=sys.stderr)
@@ -121,6 +146,9 @@ def run_processes(
         "redis_us_per_job": sum(per_node),
         "worker_us_per_job": 1e6 * sum(cpu[:workers]) / jobs,
         "producer_us_per_job": 1e6 * sum(cpu[workers:]) / jobs if producers else None,
+        # claim script calls and claim rounds (Broker.claim) per job, over all workers
+        "claim_calls_per_job": sum(c for c, _ in claims[:workers]) / jobs,
+        "claim_rounds_per_job": sum(r for _, r in claims[:workers]) / jobs,
         # the hottest node saturates first: its one core bounds the whole deployment
         "projected_jobs_per_s": 1e6 / max(per_node) if max(per_node) > 0 else None,
     }
@@ -128,8 +156,9 @@ def run_processes(
 
 def _timed(
     url: str, shards: int, ports: list[int], roles: list[tuple[str, int]], conc: int, log: Any
-) -> tuple[float, list[float], list[float], list[float]]:
-    """(seconds from "go" to the last exit, each child's CPU, node CPU before, after)."""
+) -> tuple[float, list[float], list[tuple[int, int]], list[float], list[float]]:
+    """(seconds from "go" to the last exit, each child's CPU, each child's (claim script
+    calls, claim rounds), node CPU before, after)."""
     src = os.environ.get("PYTHONPATH") or str(ROOT / "src")  # an A/B run picks the tree
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, str(ROOT)])}
     procs = [
@@ -151,13 +180,15 @@ def _timed(
             assert p.stdin is not None
             p.stdin.write("go\n")
             p.stdin.flush()
-        cpu = []
+        cpu, claims = [], []
         for p in procs:
             assert p.stdout is not None
-            cpu.append(float(p.stdout.readline().split()[1]))
+            line = p.stdout.readline().split()
+            cpu.append(float(line[1]))
+            claims.append((int(line[2]), int(line[3])))
             p.wait(600)
         elapsed = time.perf_counter() - t0
-        return elapsed, cpu, before, node_cpu(ports)
+        return elapsed, cpu, claims, before, node_cpu(ports)
     finally:
         for p in procs:
             if p.poll() is None:
@@ -200,7 +231,10 @@ def show(title: str, row: dict[str, Any]) -> None:
     ceiling = f"  hottest node saturates at ≈ {proj:,.0f} jobs/s" if proj else ""
     print(
         f"{title:<36} {row['jobs_per_s']:>8,.0f} jobs/s  redis µs/job per node [{nodes}]"
-        f"  worker {row['worker_us_per_job']:.0f} µs/job{ceiling}"
+        f"  worker {row['worker_us_per_job']:.0f} µs/job"
+        f"  claim calls/job {row['claim_calls_per_job']:.2f}"
+        f" (rounds {row['claim_rounds_per_job']:.2f})"
+        f"{ceiling}"
     )
 
 
@@ -213,6 +247,9 @@ def main() -> None:
     ap.add_argument("--procs", default="1,2,4", help="process counts of the curve")
     ap.add_argument("--concurrency", type=int, default=32, help="threads per worker process")
     ap.add_argument("--only", choices=["drain", "curve"], default=None)
+    ap.add_argument(
+        "--targets", default="redis,cluster", help="where the curve runs (the shallow case)"
+    )
     ap.add_argument("--smoke", action="store_true", help="tiny sizes: proves the script works")
     ap.add_argument("--out", type=Path, default=None, help="write the results as JSON")
     args = ap.parse_args()
@@ -248,6 +285,8 @@ def main() -> None:
                     ("redis", single.url, 1, [single.port]),
                     ("cluster", cluster.url, args.shards, ports),
                 ):
+                    if name not in args.targets.split(","):
+                        continue
                     for n in counts:
                         flush(url)
                         row = run_processes(url, shards, nodes, args.jobs, n, n, args.concurrency)

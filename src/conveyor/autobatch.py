@@ -1,6 +1,6 @@
 """The auto-batching producer: single-job enqueues of many threads and tasks, one broker call.
 
-Opt-in (``Conveyor(url, autobatch=AutoBatch(max_jobs=100, max_delay=0.001))`` or
+Opt-in (``Conveyor(url, autobatch=AutoBatch(max_jobs=100, max_delay=0))`` or
 ``CONVEYOR_AUTOBATCH_MAX_JOBS``; docs/design.md#auto-batching-producer). The producer builds,
 validates and encodes each job on its caller's thread as always (so a bad argument or an
 oversized payload is raised there, before anything is buffered), then hands the encoded job

@@ -65,7 +65,7 @@ class Settings:
     # opt-in auto-batching of single-job enqueues (conveyor.autobatch): 0 is off; else at most
     # this many jobs per broker call, each waiting at most autobatch_max_delay seconds
     autobatch_max_jobs: int = 0
-    autobatch_max_delay: float = 0.001
+    autobatch_max_delay: float = 0.0
     retention: Retention = field(default_factory=Retention)
 
     def __post_init__(self) -> None:

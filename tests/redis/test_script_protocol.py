@@ -55,7 +55,8 @@ def test_claim_takes_one_json_options_argument(rbroker: RedisBroker) -> None:
         "max_lost": 3,
     }
     reply = rbroker.runner.run("claim", rbroker.qkeys("default"), [orjson.dumps(options)])
-    assert reply[0] == ScriptCode.NO and reply[1] == b""
+    # short (1 of 5): next_due too, here the new lease's deadline (issue 18: the worker waits next)
+    assert reply[0] == ScriptCode.NO and float(reply[1]) == T0 + 30
     assert len(reply) == 2 + 9 and reply[2] == b"a"  # flat: 9 values per job (issue 18)
     got = rbroker.get("a")
     assert got is not None and got.worker_id == "w" and got.lease_expires_at == T0 + 30

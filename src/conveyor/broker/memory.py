@@ -254,12 +254,12 @@ class MemoryBroker(
                 if len(leases) >= limit:
                     break
             self._seen.changes = self._changes
-            if leases:
+            if len(leases) >= limit:
                 return Claimed(leases)
             served = [q for q in queues if q not in self._paused]
             nexts = (self._delayed.next_time(), self._leases.next_time())
             times = [t for t in (*nexts, self.limits.next_time(served, now)) if t is not None]
-            return Claimed.of(leases, min(times) if times else None)
+            return Claimed.of(leases, min(times) if times else None, limit=limit)
 
     def flush_all(self) -> None:
         """Forget everything."""

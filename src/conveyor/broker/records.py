@@ -78,19 +78,30 @@ _set_attribute = object.__setattr__  # the way past a frozen dataclass's __setat
 class Claimed(list[Lease]):
     """What ``Broker.claim`` returns: the leases (a plain list to every caller) and ``next_due``.
 
-    ``next_due`` is set only on an empty claim: the earliest run_at of a scheduled or
+    ``next_due`` is set on an empty claim: the earliest run_at of a scheduled or
     retry_scheduled job, or lease deadline, in the queues read (paused ones excluded); None when
     there is none. The claim loop waits ``min(poll_interval, next_due - now)`` for work.
+
+    ``drained`` (issue 18): the claim came back short (fewer leases than its ``limit``) because
+    the queues had nothing more ready, and ``next_due`` is set as for an empty claim. The claim
+    loop then waits for work at once instead of claiming again (that claim would almost always
+    be empty: on a sharded queue one call per shard). A broker that does not say so (False, the
+    default) gets the loop's old behaviour: claim again until a claim is empty.
     """
 
     next_due: float | None = None
+    drained: bool = False
 
     @classmethod
-    def of(cls, leases: list[Lease], next_due: float | None) -> Claimed:
-        """The leases, with ``next_due`` kept only when there are none."""
+    def of(cls, leases: list[Lease], next_due: float | None, *, limit: int = 0) -> Claimed:
+        """The leases, with ``next_due`` kept only when there are none, or (given the claim's
+        ``limit``) when there are fewer than ``limit``: then the claim is ``drained``."""
         out = cls(leases)
         if not leases:
             out.next_due = next_due
+            out.drained = limit > 0
+        elif len(leases) < limit:
+            out.next_due, out.drained = next_due, True
         return out
 
 

@@ -5,7 +5,7 @@ One ``BEGIN IMMEDIATE`` transaction first does the reaper's work for every queue
 jobs become pending, expired leases come back), then leases ready rows queue by queue: a flow
 group's jobs first (issue 15, ``sqllimits.take``), then the ungrouped ones in ``priority, seq``
 order. An undecodable row is dead-lettered (``decode_error``) instead of leased; a row past its
-``expires_at`` expires. An empty claim reports ``next_due`` over all queues. Methods moved
+``expires_at`` expires. An empty or short claim reports ``next_due`` over all queues. Methods moved
 here, not wrapped: the per-job cost is the same as when they lived in ``sqlite.py``.
 """
 
@@ -52,8 +52,8 @@ class SqliteClaim:
         """Lease up to ``limit`` ready jobs, queues in the given order, in one transaction.
 
         First, like the reaper, for every queue: due delayed jobs become pending and expired
-        leases come back (``max_lost`` applies). An empty claim reports ``next_due`` over all
-        queues (both steps cover every queue, so nothing reported is ever overdue).
+        leases come back (``max_lost`` applies). An empty or short claim reports ``next_due`` over
+        all queues (both steps cover every queue, so nothing reported is ever overdue).
         """
         leases: list[Lease] = []
         with self._write() as tx:
@@ -75,10 +75,11 @@ class SqliteClaim:
                             leases.append(leased)
                     if not recs:
                         break
-            next_due = None if leases else self._next_due(tx)
-            if not leases and flowing:
+            short = len(leases) < limit  # drained: the worker waits next (issue 18)
+            next_due = self._next_due(tx) if short else None
+            if short and flowing:
                 next_due = sqllimits.next_due(self._db(tx), now, next_due, served)
-        return Claimed.of(leases, next_due)
+        return Claimed.of(leases, next_due, limit=limit)
 
     def _has_groups(self, tx: Tx) -> bool:
         """Any flow group at all (one index probe; the gate that keeps unlimited claims as

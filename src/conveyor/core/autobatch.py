@@ -28,12 +28,13 @@ class AutoBatch:
 
     Enqueues of one job from any thread or task of the process are buffered and written in
     one broker call once ``max_jobs`` are waiting or the oldest has waited ``max_delay``
-    seconds (``0``: no waiting — whatever arrived while the previous write ran goes next).
+    seconds (``0``, the default: no waiting — whatever arrived while the previous write ran
+    goes next, so a lone caller is not slowed down and batches form under load).
     Each caller still blocks until its own job is stored and gets its own handle or error.
     """
 
     max_jobs: int = 100
-    max_delay: float = 0.001
+    max_delay: float = 0.0  # group commit: a lone caller never waits (issue 18, docs/design.md)
 
     def __post_init__(self) -> None:
         n = self.max_jobs

@@ -2,9 +2,10 @@
 
 A mixin of ``Worker`` (``worker/loop.py``), kept apart so the loop's lifecycle (start, stop,
 outcomes, timeouts) and its claiming each stay one screen per duty. The policy: never claim
-more than the free slots (and the ``max_jobs`` budget) allow; after an empty claim wait for
-work until the claim's ``next_due`` or ``poll_interval``, whichever is sooner (woken early by
-new work; ``IdleBackoff`` stops a backend that cannot block from spinning); a failing claim
+more than the free slots (and the ``max_jobs`` budget) allow; after an empty claim, or a short
+one the broker reports ``drained`` (it read every queue to the end), wait for work until the
+claim's ``next_due`` or ``poll_interval``, whichever is sooner (woken early by new work;
+``IdleBackoff`` stops a backend that cannot block from spinning); a failing claim
 backs off exponentially up to 10 s, and a ``BrokerConfigError`` stops the worker. Methods moved
 here, not wrapped: the per-job cost is the same as when they lived in ``loop.py``.
 """
@@ -96,7 +97,10 @@ class ClaimLoop:
                 backoff.claimed()
                 self._dispatch(leases)
                 time.sleep(0)  # yield the GIL to the job threads just woken (~0.1 ms pickup)
-                continue
+                if len(leases) >= free or not getattr(leases, "drained", False):
+                    continue
+                # short and drained (issue 18): the queues had no more; claiming again now
+                # would come back empty (one call per shard on a sharded queue): wait instead
             began = time.monotonic()
             wait, due = backoff.poll_interval, False
             next_due = getattr(leases, "next_due", None)  # set by an empty claim (Claimed)

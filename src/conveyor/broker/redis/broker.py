@@ -30,6 +30,7 @@ from .codec import fmt_time
 from .codes import ScriptCode, options
 from .enqueuing import EnqueueMixin
 from .flowadmin import FlowAdminMixin
+from .idlequeues import skip_idle
 from .keys import TERMINAL_SETS
 from .lifecycle import LifecycleMixin
 from .plumbing import guarded, token_queue
@@ -103,25 +104,30 @@ class RedisBroker(
     ) -> Claimed:
         """Lease up to ``limit`` jobs, queues in the given order (one script call per queue).
 
-        Each call first promotes due jobs and returns expired leases of its queue; an empty
-        claim reports the earliest ``next_due`` of the queues read (claim.lua).
+        Each call first promotes due jobs and returns expired leases of its queue; an empty or
+        short claim reports the earliest ``next_due`` of the queues read (claim.lua).
         """
         leases: list[Lease] = []
         expires = now + visibility_timeout
         at, deadline = fmt_time(now), fmt_time(expires)
         claimed_job, new_lease = codec.claimed_job, Lease.fast
         more = False
-        next_due: float | None = None
+        skip, next_due = skip_idle(self, queues, now)  # Cluster: queues known empty (issue 18)
+        idle = self._idle
         for queue in queues:
+            if queue in skip:
+                continue
             while len(leases) < limit:
-                opts = claim_options(
-                    queue, at, deadline, limit - len(leases), worker_id, max_lost, self.retention
-                )
+                want = limit - len(leases)
+                opts = claim_options(queue, at, deadline, want, worker_id, max_lost, self.retention)
                 reply = self.runner.run("claim", self.qkeys(queue), [opts])
                 more = more or reply[0] == ScriptCode.MORE
-                if reply[1]:
-                    due = float(reply[1])
+                due = float(reply[1]) if reply[1] else None
+                if due is not None:
                     next_due = due if next_due is None else min(next_due, due)
+                if idle is not None:  # empty: no more ready, fewer jobs than asked
+                    got = (len(reply) - 2) // CLAIM_WIDTH
+                    idle.note(queue, now, reply[0] != ScriptCode.MORE and got < want, due)
                 buried = 0
                 where = self._where
                 where.make_room(len(reply) // CLAIM_WIDTH)
@@ -140,7 +146,7 @@ class RedisBroker(
                     break
         if more:
             self.wake_all()
-        return Claimed.of(leases, next_due)
+        return Claimed.of(leases, next_due, limit=0 if more else limit)  # short: drained
 
     def _bury_claimed(
         self, queue: str, item: list[Any], message: str, worker_id: str, now: float

@@ -154,6 +154,7 @@ class LifecycleMixin(RedisBase):
         if getattr(self, "_closed", False):
             return
         self._closed = True
+        self._waker.close()  # a pending global wake-up goes out before the client may close
         aclients = getattr(self, "aclients", None)
         if aclients is not None:  # redis.asyncio clients of loops still open (aio.py)
             aclients.close()

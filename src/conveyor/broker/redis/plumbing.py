@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from redis.exceptions import (
     AuthenticationError,
@@ -39,6 +39,10 @@ from ...errors import (
 from . import codec, conn, flowadmin
 from .keys import KeySchema
 from .scripts import ScriptRunner
+from .waker import Waker
+
+if TYPE_CHECKING:
+    from .idlequeues import IdleQueues
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -121,6 +125,8 @@ class RedisBase:
         self._runner: ScriptRunner | None = None
         self._where: BoundedCache[str, str] = BoundedCache(WHERE_MAX)
         self._qkeys: BoundedCache[str, tuple[str, ...]] = BoundedCache(10_000)
+        self._waker = Waker(self._push_global_wake)  # no thread until Cluster mode needs one
+        self._idle: IdleQueues | None = None  # Cluster claims: queues known empty, lazily
 
     # ------------------------------------------------------------------ plumbing
     @property
@@ -175,12 +181,19 @@ class RedisBase:
             self._conn.registered.update(fresh)
 
     def wake_all(self) -> None:
-        """Cluster mode: wake workers that block on the global marker (several queues)."""
+        """Cluster mode: wake workers that block on the global marker (several queues).
+
+        Returns at once: the push goes out on the waker's thread, coalesced (waker.py), so an
+        enqueue costs the caller one round trip, not two (issue 18)."""
         if self.cluster:
-            pipe = self.client.pipeline(transaction=False)
-            pipe.lpush(self.keys.global_wake, "1")
-            pipe.ltrim(self.keys.global_wake, 0, 15)
-            pipe.execute()
+            self._waker.wake()
+
+    def _push_global_wake(self) -> None:
+        """LPUSH + LTRIM of the global wake-up list in one round trip (the waker's thread)."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.lpush(self.keys.global_wake, "1")
+        pipe.ltrim(self.keys.global_wake, 0, 15)
+        pipe.execute()
 
     # ------------------------------------------------------------------ reading jobs
     def fetch(self, job_id: str) -> tuple[str, dict[bytes, bytes]] | None:

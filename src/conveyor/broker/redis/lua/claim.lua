@@ -21,9 +21,9 @@
 --         visibility_timeout), limit, worker ("" = none), events_max, promote_max (promote /
 --         expiry batch limit), dead_max (dead_letter_max), max_lost
 -- Output: {more, next_due, job_1, job_2, ...}; more = CODE_MORE when ready jobs remain after
---         this claim, else CODE_NO; next_due = on an empty claim of a queue that is not
---         paused, the earliest run_at of the scheduled / retry sets or lease deadline ('' when
---         none, or when jobs were claimed: next_due in _timers.lua);
+--         this claim, else CODE_NO; next_due = on an empty or short claim of a queue that is
+--         not paused, the earliest run_at of the scheduled / retry sets or lease deadline (''
+--         when none, or when the claim filled its limit: next_due in _timers.lua);
 --         job = 9 values in a row (flat, not a nested array: issue 18), id, attempts, token,
 --         payload, run_at, lost, errors, history, last_error (the other fields are known to
 --         the caller: state active, started_at = now, lease_expires_at = deadline, worker_id)
@@ -148,7 +148,7 @@ if claimed > 0 and (redis.call('ZCARD', q.ready) > 0
     or (grouped and redis.call('ZCARD', q.flow .. 'groups') > 0)) then
   out[1] = CODE_MORE
   wake(q)
-elseif claimed == 0 then
+elseif claimed < limit then  -- short (issue 18): the worker waits next, until this time
   out[2] = next_due(q)
 end
 return out
