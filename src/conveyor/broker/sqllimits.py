@@ -48,18 +48,11 @@ _DUE_HEADS = (
     " (SELECT rid FROM {S}.jobs WHERE queue = ? AND grp = g.grp AND state = 'pending'"
     " ORDER BY priority, seq LIMIT 1) ORDER BY g.due, g.rr"
 )
-#: PostgreSQL: the same batch as head ids only (``FOR UPDATE`` may not lock the nullable side of
-#: an outer join), then ``_LOCK_HEADS`` locks the heads in one statement, skipping rows another
-#: transaction holds (``SKIP LOCKED``: such a group is looked at again ``BUSY_S`` later).
-_DUE_RIDS = (
-    "SELECT g.grp, (SELECT rid FROM {S}.jobs WHERE queue = ? AND grp = g.grp AND state ="
-    " 'pending' ORDER BY priority, seq LIMIT 1) FROM (SELECT grp, due, rr FROM {S}.flow_groups"
-    " WHERE queue = ? AND due IS NOT NULL AND due <= ? ORDER BY due, rr LIMIT ?) AS g"
-    " ORDER BY g.due, g.rr"
-)
-_LOCK_HEADS = (
-    f"SELECT {COLS} FROM {{S}}.jobs WHERE rid = ANY(?) AND state = 'pending' FOR UPDATE SKIP LOCKED"
-)
+#: PostgreSQL: the same batch in ONE statement (``PgDb.heads``, postgres/flow.py) that also
+#: locks the heads (``SKIP LOCKED``: a head another transaction holds is looked at again
+#: ``BUSY_S`` later) and tells whether each group has a second pending job: a group whose
+#: last job is leased is deleted at once instead of being visited again to be found empty.
+_ANY_OVERRIDE = "SELECT 1 FROM {S}.flow_limits LIMIT 1"
 _RESCHEDULE = "UPDATE {S}.flow_groups SET due = ?, rr = ?, why = ? WHERE queue = ? AND grp = ?"
 #: The earliest future time a group of queue ``?`` becomes due (an empty claim sleeps until
 #: then at most; one index probe per queue, where a scan of every queue's groups read them all).
@@ -86,33 +79,27 @@ def each(lease_one: Callable[[Rec], Any]) -> Lease:
     return lease
 
 
-def _heads(db: Db, queue: str, now: float, n: int) -> list[tuple[str, Rec | str | None]]:
+Heads = list[tuple[str, Rec | str | None, bool]]
+
+
+def _heads(db: Db, queue: str, now: float, n: int) -> tuple[Heads, bool]:
     """Due groups of ``queue`` with their head rows: a ``Rec``, None (the group is empty) or
-    ``_BUSY`` (its head is locked by another transaction). SQLite: up to ``n`` groups.
-    PostgreSQL: up to ``n`` with a head and the empty ones before the n-th (a group that served
-    its last job is found empty on its next turn: such turns would each cost a batch, i.e.
-    several round trips)."""
+    ``_BUSY`` (its head is locked by another transaction), and whether the group has another
+    pending job after its head (SQLite: assumed; a group served its last job is found empty on
+    its next turn). Also whether ``flow_limits`` has rows (PostgreSQL reads it with the heads;
+    SQLite answers True: its caller asked already). SQLite: up to ``n`` groups. PostgreSQL:
+    up to ``n`` with a head and the empty ones before the n-th (``PgDb.heads``)."""
     if not db.locks_rows:
         # (a statement costs little on SQLite: one batch of n groups, as many as it takes)
         batch = db.run(_DUE_HEADS, (queue, now, n, queue)).fetchall()
-        return [(grp, None if head[0] is None else Rec(tuple(head), True)) for grp, *head in batch]
-    ids = _trim(db.run(_DUE_RIDS, (queue, queue, now, 2 * n)).fetchall(), n)
-    rids = [rid for _, rid in ids if rid is not None]
-    locked = {row[0]: row for row in db.run(_LOCK_HEADS, (rids,)).fetchall()} if rids else {}
+        return [
+            (grp, None if head[0] is None else Rec(tuple(head), True), True) for grp, *head in batch
+        ], True
+    rows, overrides = db.heads(queue, now, n)
     return [
-        (grp, None if rid is None else Rec(tuple(locked[rid]), True) if rid in locked else _BUSY)
-        for grp, rid in ids
-    ]
-
-
-def _trim(batch: list[Any], n: int) -> list[Any]:
-    """The (group, head) pairs of ``batch`` up to its ``n``-th with a head (order kept)."""
-    heads = 0
-    for i, (_, head) in enumerate(batch):
-        heads += head is not None
-        if heads == n:
-            return batch[: i + 1]
-    return batch
+        (grp, None if rid is None else _BUSY if row[0] is None else Rec(tuple(row), True), more)
+        for grp, rid, more, *row in rows
+    ], overrides
 
 
 def take(db: Db, queue: str, now: float, want: int, lease: Lease) -> list[Any]:
@@ -128,61 +115,54 @@ def take(db: Db, queue: str, now: float, want: int, lease: Lease) -> list[Any]:
     tokens and slots are taken."""
     out: list[Any] = []
     db.lock()
-    overrides = db.run("SELECT 1 FROM {S}.flow_limits LIMIT 1").fetchone() is not None
+    # whether run-time overrides exist (PostgreSQL: read by the first heads statement)
+    overrides = None if db.locks_rows else db.run(_ANY_OVERRIDE).fetchone() is not None
     stop = False
     while len(out) < want and not stop:
-        batch = _heads(db, queue, now, want - len(out))
+        batch, found = _heads(db, queue, now, want - len(out))
         if not batch:
             break
-        # the rr numbers of the batch's groups with a head, in one round trip
-        seqs = iter(db.next_seqs(sum(head is not None for _, head in batch)))
-        slots = Slots(db, [rec for _, rec in batch if isinstance(rec, Rec) and rec.corrupt is None])
-        moves: list[tuple[Any, ...]] = []
+        overrides = found if overrides is None else overrides
+        slots = Slots(
+            db, [rec for _, rec, _ in batch if isinstance(rec, Rec) and rec.corrupt is None]
+        )
+        moves: list[tuple[float | None, str | None, str]] = []  # (due, why, group), in order
+        gone: list[str] = []  # empty, or its last job leased: deleted
         picked: list[Rec] = []
-        empty: list[str] = []
-        for grp, rec in batch:
+        for grp, rec, more in batch:
             if rec is None:  # empty: forgotten until one of its jobs becomes pending again
-                empty.append(grp)
+                gone.append(grp)
             elif isinstance(rec, str):  # its head is held by another transaction: look again soon
-                moves.append((now + BUSY_S, next(seqs), None, queue, grp))
-            elif rec.corrupt is None and (rec.job.expires_at or float("inf")) <= now:
-                picked.append(rec)  # lapses it (expired, never runs) before any token or slot
-                moves.append((now, next(seqs), None, queue, grp))
+                moves.append((now + BUSY_S, None, grp))
             else:
-                head = (rec, queue, grp, next(seqs))
-                stop = _serve(db, head, now, overrides, slots, picked, moves)
+                verdict, why, stop = _serve(db, rec, queue, grp, now, overrides, slots)
+                if verdict is None:
+                    picked.append(rec)  # leased, or lapsed (expired, never runs)
+                    if not more:  # its last job: nothing left to visit
+                        gone.append(grp)
+                        continue
+                    verdict = now
+                parked = verdict == float("inf")  # until a slot frees: due NULL
+                moves.append((None if parked else verdict, why, grp))
                 if stop:  # the queue's own limit said no: no other group may start now
                     break
         slots.flush()
-        db.forget_groups(queue, empty)
-        db.move_groups(_RESCHEDULE, moves)
+        db.place_groups(_RESCHEDULE, queue, moves, gone)
         if picked:
             out += lease(picked)
     return out
 
 
 def _serve(
-    db: Db,
-    head: tuple[Rec, str, str, int],
-    now: float,
-    overrides: bool,
-    slots: Slots,
-    picked: list[Rec],
-    moves: list[tuple[Any, ...]],
-) -> bool:
-    """Ask the limiters of the head ``rec`` of group ``grp`` of ``queue`` (``head``, with the
-    group's next round-robin place): add it to ``picked`` (to lease) or set the group aside
-    (its move appended to ``moves``). True: a limit of the whole queue said no."""
-    rec, queue, grp, seq = head
-    flow = rec.job.flow or {}
-    verdict, why, whole = admit(db, rec.job.id, flow, queue, grp, now, overrides, slots)
-    if verdict is None:
-        moves.append((now, seq, None, queue, grp))
-        picked.append(rec)
-        return False
-    due = None if verdict == float("inf") else verdict  # inf: parked until a slot frees (NULL)
-    moves.append((due, seq, why, queue, grp))
-    return whole
+    db: Db, rec: Rec, queue: str, grp: str, now: float, overrides: bool, slots: Slots
+) -> tuple[float | None, str | None, bool]:
+    """Ask the limiters of ``rec``, the head of group ``grp`` of ``queue``: (None, None, False)
+    to lease it (or, past its ``expires_at``, to let it lapse before any token or slot), else
+    (when to look at the group again, ``inf``: when a slot frees; why it waits; whether a
+    limit of the whole queue said no)."""
+    if rec.corrupt is None and (rec.job.expires_at or float("inf")) <= now:
+        return None, None, False
+    return admit(db, rec.job.id, rec.job.flow or {}, queue, grp, now, overrides, slots)
 
 
 def next_due(db: Db, now: float, due: float | None, queues: Sequence[str]) -> float | None:
