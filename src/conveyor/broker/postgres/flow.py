@@ -57,15 +57,19 @@ _FREE_MANY = (
 )
 #: The end of a batch of ``sqllimits.take`` (``PgDb.place_groups``) in one statement: the
 #: groups ``m`` (in batch order) go behind the others with fresh round-robin numbers (``s``,
-#: increasing in that order) and the groups ``gone`` are deleted (a primary-key probe each).
+#: increasing in that order) and the groups ``gone`` are deleted. Each group is found by its
+#: own primary-key probe (a scalar subquery: its ``ctid``), then written through that
+#: ``ctid``: a join of the arrays with ``flow_groups`` was planned as a hash join over every
+#: group of the queue while the table had no statistics yet (a fresh table: the bench drain).
 _PLACE = (
     "WITH m AS (SELECT * FROM unnest(%s::float8[], %s::text[], %s::text[]) WITH ORDINALITY"
     " AS m(due, why, grp, i)), s AS (SELECT v, row_number() OVER (ORDER BY v) AS i FROM"
     " (SELECT nextval('{S}.job_seq') AS v FROM generate_series(1, %s)) AS x),"
-    " gone AS (DELETE FROM {S}.flow_groups g USING unnest(%s::text[]) AS e(grp)"
-    " WHERE g.queue = %s AND g.grp = e.grp)"
-    " UPDATE {S}.flow_groups g SET due = m.due, rr = s.v, why = m.why FROM m JOIN s ON s.i = m.i"
-    " WHERE g.queue = %s AND g.grp = m.grp"
+    " gone AS (DELETE FROM {S}.flow_groups WHERE ctid = ANY(ARRAY(SELECT (SELECT ctid FROM"
+    " {S}.flow_groups f WHERE f.queue = %s AND f.grp = e.grp) FROM unnest(%s::text[]) AS e(grp))))"
+    " UPDATE {S}.flow_groups g SET due = x.due, rr = x.v, why = x.why FROM (SELECT m.due,"
+    " m.why, s.v, (SELECT ctid FROM {S}.flow_groups f WHERE f.queue = %s AND f.grp = m.grp)"
+    " AS t FROM m JOIN s ON s.i = m.i) AS x WHERE g.ctid = x.t"
 )
 #: Up to ``%s`` due groups of a queue, oldest ``(due, rr)`` first, with their first two pending
 #: job ids (``ids``), cut after the n-th group with a head (``before``: heads ahead of it;
@@ -90,6 +94,10 @@ _ADD_SLOTS = (
     "INSERT INTO {S}.flow_slots (name, job_id) SELECT * FROM unnest(%s::text[], %s::text[])"
     " ON CONFLICT DO NOTHING"
 )
+#: Groups ``_HEADS`` reads beyond the n it needs heads from: room for a few empty ones (a
+#: group is deleted when its last job is leased, so an empty one is rare: its jobs were
+#: cancelled or deleted), where each extra group costs two index probes.
+_SPARE = 8
 _UNWAIT = "DELETE FROM {S}.flow_waiters WHERE name = ANY(%s::text[]) RETURNING queue, grp"
 
 
@@ -126,14 +134,14 @@ class PgDb(Db):
             due, why, grp = zip(*moves, strict=True) if moves else ((), (), ())
             params = (num_array(due), text_array(why), text_array(grp), len(moves))
             self.tx.conn.execute(
-                self.q(_PLACE), (*params, text_array(gone), queue, queue), prepare=True
+                self.q(_PLACE), (*params, queue, text_array(gone), queue), prepare=True
             )
 
     def heads(self, queue: str, now: float, n: int) -> tuple[list[Any], bool]:
         """Up to ``n`` due groups of ``queue`` with a head (and the empty ones among them) as
         (group, head id, another pending job?, *head columns: NULL if held elsewhere), and
         whether ``flow_limits`` has rows (``_HEADS``, one statement)."""
-        params = (queue, queue, now, 2 * n, n)
+        params = (queue, queue, now, n + _SPARE, n)
         rows = self.tx.conn.execute(self.q(_HEADS), params, prepare=True).fetchall()
         return [(grp, rid, more, *cols) for grp, rid, more, _, *cols in rows], any(
             row[3] for row in rows[:1]
