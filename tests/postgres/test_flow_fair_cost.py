@@ -10,10 +10,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import orjson
 import psycopg
 import pytest
 
-from conveyor import Conveyor, JobState
+from conveyor import ConcurrencyLimit, Conveyor, JobState
 from conveyor.broker.base import Ack, Broker
 
 pytest.importorskip("psycopg")
@@ -97,4 +98,37 @@ def test_a_group_whose_last_job_is_leased_is_gone_at_once(
     assert sorted(order[:32]) == list(range(32)) and sorted(order[32:]) == list(range(32, 64))
     with psycopg.connect(url) as c:
         assert c.execute("SELECT count(*) FROM conveyor.flow_groups").fetchone() == (0,)
+    app.close()
+
+
+def test_completing_fair_jobs_parses_each_envelope_once(
+    pg_server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fair job holds no concurrency slot: its completion parses its envelope once (to write
+    the completed one), not a second time to look for slot names; a job with a slot still
+    frees it (its group names it: ``conc:…``)."""
+    app, fair, _ = _app(pg_server.new_database())
+
+    @app.task(name="conc", concurrency=ConcurrencyLimit(1, key="key"), fair_by="key")
+    def conc(key: str) -> None: ...
+
+    app.enqueue_many([fair.spec(f"k{i}", i) for i in range(32)])
+    leases = app.broker.claim(["default"], time.time(), limit=32, visibility_timeout=60)
+    parses = Counter[int]()
+    loads = orjson.loads
+
+    def spy(data: Any) -> Any:
+        parses[0] += 1
+        return loads(data)
+
+    monkeypatch.setattr(orjson, "loads", spy)
+    assert app.broker.complete([Ack(x.id, x.token) for x in leases], time.time()) == [True] * 32
+    monkeypatch.undo()
+    assert parses[0] <= 32, parses
+    first, second = conc.enqueue("a"), conc.enqueue("a")
+    [lease] = app.broker.claim(["default"], time.time(), limit=32, visibility_timeout=60)
+    assert lease.id == first.id
+    assert app.broker.complete([Ack(lease.id, lease.token)], time.time()) == [True]
+    [lease] = app.broker.claim(["default"], time.time(), limit=32, visibility_timeout=60)
+    assert lease.id == second.id  # the slot freed with the first
     app.close()

@@ -225,6 +225,13 @@ def free_many(b: PostgresBroker, tx: Tx, slots: Sequence[tuple[str, str]]) -> No
             db.wake(queue)
 
 
+def may_hold_slots(grp: str) -> bool:
+    """Whether a job of group ``grp`` may hold concurrency slots: every slot name of a job's
+    flow spec (``conc:…``: core/flow.py) is also a part of its group, so a group without one
+    (a fair group, rate limits only) spares its completion a parse of the envelope."""
+    return "conc:" in grp
+
+
 def next_due(
     b: PostgresBroker, tx: Tx, now: float, due: float | None, queues: Sequence[str]
 ) -> float | None:
