@@ -80,7 +80,9 @@ end
 -- lease jobs of the queue's groups while count() < limit (lease_one / lapse: claim.lua's).
 -- Groups are read in batches (one ZRANGE for up to `limit` of them): a served group goes to
 -- the back with a fresh sequence number, after every group of the batch, so serving a batch
--- in order is the round-robin of reading one group at a time. f:npend is settled once.
+-- in order is the round-robin of reading one group at a time. A batch reserves its sequence
+-- numbers with one INCRBY and moves its groups with one ZADD / ZREM (a call per job each
+-- before); f:npend is settled once.
 local function flow_take(q, now, nnow, limit, count, lease_one, lapse)
   local F = q.flow
   for _, g in ipairs(redis.call('ZRANGEBYSCORE', F .. 'gdelay', '-inf', now, 'LIMIT', 0, 1000)) do
@@ -93,13 +95,16 @@ local function flow_take(q, now, nnow, limit, count, lease_one, lapse)
   while count() < limit and rounds < max_rounds do
     local batch = redis.call('ZRANGE', F .. 'groups', 0, limit - count() - 1)
     if #batch == 0 then break end
+    -- two numbers per group: its new place in line (seq - 1) and its job's token (seq)
+    local seq = redis.call('INCRBY', q.seq, 2 * #batch) - 2 * #batch
+    local back, drop = {}, {}  -- groups to the back of the line (score, group, ...) / out of it
     for _, g in ipairs(batch) do
       if count() >= limit or rounds >= max_rounds then break end
       rounds = rounds + 1
       local gk = F .. 'g:' .. g
       local head = redis.call('ZRANGE', gk, 0, 1)  -- the head, and whether one follows it
       if #head == 0 then
-        redis.call('ZREM', F .. 'groups', g)  -- idle: forgotten until a job of it is pending
+        drop[#drop + 1] = g  -- idle: forgotten until a job of it is pending
       else
         local id = member_id(head[1])
         local key = q.job .. id
@@ -121,15 +126,15 @@ local function flow_take(q, now, nnow, limit, count, lease_one, lapse)
           if verdict == nil then
             redis.call('ZREM', gk, head[1])
             gone = gone + 1
-            local seq = redis.call('INCRBY', q.seq, 2)
+            seq = seq + 2
             if #head > 1 then
-              redis.call('ZADD', F .. 'groups', seq - 1, g)  -- to the back: round-robin
+              back[#back + 1], back[#back + 2] = seq - 1, g  -- to the back: round-robin
             else
-              redis.call('ZREM', F .. 'groups', g)  -- its last job: forgotten right away
+              drop[#drop + 1] = g  -- its last job: forgotten right away
             end
             lease_one(id, key, f, seq)
           else
-            redis.call('ZREM', F .. 'groups', g)
+            drop[#drop + 1] = g
             redis.call('HSET', F .. 'why', g, why)
             if verdict == 'park' then
               redis.call('SADD', F .. 'parked', g)
@@ -143,6 +148,8 @@ local function flow_take(q, now, nnow, limit, count, lease_one, lapse)
         end
       end
     end
+    if #back > 0 then bulk('ZADD', F .. 'groups', back) end
+    if #drop > 0 then bulk('ZREM', F .. 'groups', drop) end
   end
   if gone > 0 then redis.call('DECRBY', F .. 'npend', gone) end
 end
