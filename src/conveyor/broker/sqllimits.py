@@ -87,8 +87,8 @@ def _heads(db: Db, queue: str, now: float, n: int) -> tuple[Heads, bool]:
     ``_BUSY`` (its head is locked by another transaction), and whether the group has another
     pending job after its head (SQLite: assumed; a group served its last job is found empty on
     its next turn). Also whether ``flow_limits`` has rows (PostgreSQL reads it with the heads;
-    SQLite answers True: its caller asked already). SQLite: up to ``n`` groups. PostgreSQL:
-    up to ``n`` with a head and the empty ones before the n-th (``PgDb.heads``)."""
+    SQLite answers True: its caller asked already). Up to ``n`` groups (PostgreSQL:
+    ``PgDb.heads``, one statement)."""
     if not db.locks_rows:
         # (a statement costs little on SQLite: one batch of n groups, as many as it takes)
         batch = db.run(_DUE_HEADS, (queue, now, n, queue)).fetchall()
@@ -162,7 +162,10 @@ def _serve(
     limit of the whole queue said no)."""
     if rec.corrupt is None and (rec.job.expires_at or float("inf")) <= now:
         return None, None, False
-    return admit(db, rec.job.id, rec.job.flow or {}, queue, grp, now, overrides, slots)
+    flow = rec.job.flow
+    if not flow or not (flow.get("c") or flow.get("r")):  # a fair group: no limiter to ask
+        return None, None, False
+    return admit(db, rec.job.id, flow, queue, grp, now, overrides, slots)
 
 
 def next_due(db: Db, now: float, due: float | None, queues: Sequence[str]) -> float | None:

@@ -56,48 +56,42 @@ _FREE_MANY = (
     " WHERE s.name = f.name AND s.job_id = f.job_id RETURNING s.name"
 )
 #: The end of a batch of ``sqllimits.take`` (``PgDb.place_groups``) in one statement: the
-#: groups ``m`` (in batch order) go behind the others with fresh round-robin numbers (``s``,
-#: increasing in that order) and the groups ``gone`` are deleted. Each group is found by its
-#: own primary-key probe (a scalar subquery: its ``ctid``), then written through that
-#: ``ctid``: a join of the arrays with ``flow_groups`` was planned as a hash join over every
-#: group of the queue while the table had no statistics yet (a fresh table: the bench drain).
+#: groups ``m`` go behind the others with fresh round-robin numbers (``v``: ``nextval`` per row
+#: as the array is read, increasing in batch order) and the groups ``gone`` are deleted. Each
+#: group is found by its own primary-key probe (a scalar subquery: its ``ctid``) and written
+#: through that ``ctid``: a join of the arrays with ``flow_groups`` was planned as a hash join
+#: over every group of the queue while the table had no statistics yet (a fresh table). No
+#: ``generate_series`` of a parameter: its estimate (1,000 rows) kept the server re-planning
+#: the statement at each call instead of using its generic plan.
 _PLACE = (
-    "WITH m AS (SELECT * FROM unnest(%s::float8[], %s::text[], %s::text[]) WITH ORDINALITY"
-    " AS m(due, why, grp, i)), s AS (SELECT v, row_number() OVER (ORDER BY v) AS i FROM"
-    " (SELECT nextval('{S}.job_seq') AS v FROM generate_series(1, %s)) AS x),"
+    "WITH m AS (SELECT u.*, nextval('{S}.job_seq') AS v FROM unnest(%s::float8[], %s::text[],"
+    " %s::text[]) WITH ORDINALITY AS u(due, why, grp, i)),"
     " gone AS (DELETE FROM {S}.flow_groups WHERE ctid = ANY(ARRAY(SELECT (SELECT ctid FROM"
     " {S}.flow_groups f WHERE f.queue = %s AND f.grp = e.grp) FROM unnest(%s::text[]) AS e(grp))))"
-    " UPDATE {S}.flow_groups g SET due = x.due, rr = x.v, why = x.why FROM (SELECT m.due,"
-    " m.why, s.v, (SELECT ctid FROM {S}.flow_groups f WHERE f.queue = %s AND f.grp = m.grp)"
-    " AS t FROM m JOIN s ON s.i = m.i) AS x WHERE g.ctid = x.t"
+    " UPDATE {S}.flow_groups g SET due = m.due, rr = m.v, why = m.why FROM m"
+    " WHERE g.ctid = (SELECT ctid FROM {S}.flow_groups f WHERE f.queue = %s AND f.grp = m.grp)"
 )
 #: Up to ``%s`` due groups of a queue, oldest ``(due, rr)`` first, with their first two pending
-#: job ids (``ids``), cut after the n-th group with a head (``before``: heads ahead of it;
-#: the empty groups before it come along, to be deleted), their heads locked (``SKIP
+#: job ids (``ids``: the head, and whether another job follows it), their heads locked (``SKIP
 #: LOCKED``: a held head comes back NULL next to its id), and whether ``flow_limits`` has
-#: rows: everything ``sqllimits.take`` reads about a batch, in one statement.
+#: rows: everything ``sqllimits.take`` reads about a batch, in one statement. (An empty group
+#: in the batch is deleted and leaves the batch a head short: rare, as a group is deleted when
+#: its last job is leased; the next batch fills in.)
 _HEADS = (
     "WITH g AS (SELECT f.grp, f.due, f.rr, ARRAY(SELECT rid FROM {S}.jobs WHERE queue = %s"
     " AND grp = f.grp AND state = 'pending' ORDER BY priority, seq LIMIT 2) AS ids"
     " FROM {S}.flow_groups f WHERE f.queue = %s AND f.due IS NOT NULL AND f.due <= %s"
     " ORDER BY f.due, f.rr LIMIT %s),"
-    " k AS (SELECT grp, due, rr, ids[1] AS rid, ids[2] IS NOT NULL AS more FROM (SELECT *,"
-    " count(ids[1]) OVER (ORDER BY due, rr, grp ROWS UNBOUNDED PRECEDING)"
-    " - (ids[1] IS NOT NULL)::int AS before FROM g) AS w WHERE before < %s),"
-    f" h AS (SELECT {COLS} FROM {{S}}.jobs WHERE rid = ANY(ARRAY(SELECT rid FROM k"
-    " WHERE rid IS NOT NULL)) AND state = 'pending' FOR UPDATE SKIP LOCKED)"
-    " SELECT k.grp, k.rid, k.more, EXISTS (SELECT 1 FROM {S}.flow_limits), h.*"
-    " FROM k LEFT JOIN h ON h.rid = k.rid ORDER BY k.due, k.rr, k.grp"
+    f" h AS (SELECT {COLS} FROM {{S}}.jobs WHERE rid = ANY(ARRAY(SELECT ids[1] FROM g"
+    " WHERE ids[1] IS NOT NULL)) AND state = 'pending' FOR UPDATE SKIP LOCKED)"
+    " SELECT g.grp, g.ids[1], g.ids[2] IS NOT NULL, EXISTS (SELECT 1 FROM {S}.flow_limits), h.*"
+    " FROM g LEFT JOIN h ON h.rid = g.ids[1] ORDER BY g.due, g.rr"
 )
 #: ``sqllimits.Slots.flush`` for a whole batch (``PgDb.add_slots``).
 _ADD_SLOTS = (
     "INSERT INTO {S}.flow_slots (name, job_id) SELECT * FROM unnest(%s::text[], %s::text[])"
     " ON CONFLICT DO NOTHING"
 )
-#: Groups ``_HEADS`` reads beyond the n it needs heads from: room for a few empty ones (a
-#: group is deleted when its last job is leased, so an empty one is rare: its jobs were
-#: cancelled or deleted), where each extra group costs two index probes.
-_SPARE = 8
 _UNWAIT = "DELETE FROM {S}.flow_waiters WHERE name = ANY(%s::text[]) RETURNING queue, grp"
 
 
@@ -132,16 +126,16 @@ class PgDb(Db):
         """A batch's group moves and deletes in one statement (``_PLACE``)."""
         if moves or gone:
             due, why, grp = zip(*moves, strict=True) if moves else ((), (), ())
-            params = (num_array(due), text_array(why), text_array(grp), len(moves))
+            params = (num_array(due), text_array(why), text_array(grp))
             self.tx.conn.execute(
                 self.q(_PLACE), (*params, queue, text_array(gone), queue), prepare=True
             )
 
     def heads(self, queue: str, now: float, n: int) -> tuple[list[Any], bool]:
-        """Up to ``n`` due groups of ``queue`` with a head (and the empty ones among them) as
-        (group, head id, another pending job?, *head columns: NULL if held elsewhere), and
+        """Up to ``n`` due groups of ``queue`` as (group, head id: NULL if empty, another
+        pending job?, *head columns: NULL if held elsewhere), and
         whether ``flow_limits`` has rows (``_HEADS``, one statement)."""
-        params = (queue, queue, now, n + _SPARE, n)
+        params = (queue, queue, now, n)
         rows = self.tx.conn.execute(self.q(_HEADS), params, prepare=True).fetchall()
         return [(grp, rid, more, *cols) for grp, rid, more, _, *cols in rows], any(
             row[3] for row in rows[:1]
