@@ -72,20 +72,20 @@ _PLACE = (
     " WHERE g.ctid = (SELECT ctid FROM {S}.flow_groups f WHERE f.queue = %s AND f.grp = m.grp)"
 )
 #: Up to ``%s`` due groups of a queue, oldest ``(due, rr)`` first, with their first two pending
-#: job ids (``ids``: the head, and whether another job follows it), their heads locked (``SKIP
-#: LOCKED``: a held head comes back NULL next to its id), and whether ``flow_limits`` has
-#: rows: everything ``sqllimits.take`` reads about a batch, in one statement. (An empty group
-#: in the batch is deleted and leaves the batch a head short: rare, as a group is deleted when
-#: its last job is leased; the next batch fills in.)
+#: job ids (``ids``: the head, and whether another job follows it), each head locked by its own
+#: primary-key probe (``LATERAL``, ``SKIP LOCKED``: a head another transaction holds comes back
+#: NULL next to its id), and whether ``flow_limits`` has rows: everything ``sqllimits.take``
+#: reads about a batch, in one statement (a CTE of the heads joined back by hash cost twice
+#: the server time). An empty group in the batch is deleted and leaves the batch a head short:
+#: rare, as a group is deleted when its last job is leased; the next batch fills in.
 _HEADS = (
-    "WITH g AS (SELECT f.grp, f.due, f.rr, ARRAY(SELECT rid FROM {S}.jobs WHERE queue = %s"
+    "SELECT g.grp, g.ids[1], g.ids[2] IS NOT NULL, EXISTS (SELECT 1 FROM {S}.flow_limits), h.*"
+    " FROM (SELECT f.grp, f.due, f.rr, ARRAY(SELECT rid FROM {S}.jobs WHERE queue = %s"
     " AND grp = f.grp AND state = 'pending' ORDER BY priority, seq LIMIT 2) AS ids"
     " FROM {S}.flow_groups f WHERE f.queue = %s AND f.due IS NOT NULL AND f.due <= %s"
-    " ORDER BY f.due, f.rr LIMIT %s),"
-    f" h AS (SELECT {COLS} FROM {{S}}.jobs WHERE rid = ANY(ARRAY(SELECT ids[1] FROM g"
-    " WHERE ids[1] IS NOT NULL)) AND state = 'pending' FOR UPDATE SKIP LOCKED)"
-    " SELECT g.grp, g.ids[1], g.ids[2] IS NOT NULL, EXISTS (SELECT 1 FROM {S}.flow_limits), h.*"
-    " FROM g LEFT JOIN h ON h.rid = g.ids[1] ORDER BY g.due, g.rr"
+    " ORDER BY f.due, f.rr LIMIT %s) AS g LEFT JOIN LATERAL"
+    f" (SELECT {COLS} FROM {{S}}.jobs WHERE rid = g.ids[1] AND state = 'pending'"
+    " FOR UPDATE SKIP LOCKED) AS h ON true ORDER BY g.due, g.rr"
 )
 #: ``sqllimits.Slots.flush`` for a whole batch (``PgDb.add_slots``).
 _ADD_SLOTS = (
