@@ -27,7 +27,7 @@ from typing import Any
 import orjson
 
 from ..core import lifecycle
-from ..core.flow import bucket_take, is_queue_limiter, limiter_base, limiter_label
+from ..core.flow import bucket_take, is_queue_limiter, limiter_base, limiter_label, stagger
 from ..core.job import Job
 from ..core.state import JobState
 from .sqldb import Db
@@ -118,14 +118,14 @@ def take(db: Db, queue: str, now: float, want: int, lease: Lease) -> list[Any]:
     # whether run-time overrides exist (PostgreSQL: read by the first heads statement)
     overrides = None if db.locks_rows else db.run(_ANY_OVERRIDE).fetchone() is not None
     stop = False
+    behind: dict[str, int] = {}  # the claim's groups set aside per bucket (``stagger``)
     while len(out) < want and not stop:
         batch, found = _heads(db, queue, now, want - len(out))
         if not batch:
             break
         overrides = found if overrides is None else overrides
-        slots = Slots(
-            db, [rec for _, rec, _ in batch if isinstance(rec, Rec) and rec.corrupt is None]
-        )
+        heads = [rec for _, rec, _ in batch if isinstance(rec, Rec) and rec.corrupt is None]
+        slots = Slots(db, heads, behind)
         moves: list[tuple[float | None, str | None, str]] = []  # (due, why, group), in order
         gone: list[str] = []  # empty, or its last job leased: deleted
         picked: list[Rec] = []
@@ -236,8 +236,12 @@ class Slots:
     batch in one statement, counted here as heads are admitted, the new slot rows inserted
     together (``flush``) before the next batch reads them. Runs under the flow lock."""
 
-    def __init__(self, db: Db, recs: Sequence[Rec] = ()) -> None:
+    def __init__(
+        self, db: Db, recs: Sequence[Rec] = (), behind: dict[str, int] | None = None
+    ) -> None:
         self.db, self.new = db, list[tuple[str, str]]()
+        #: per rate-limit bucket, the groups this claim set aside for it so far (``stagger``)
+        self.behind: dict[str, int] = {} if behind is None else behind
         names = sorted({str(c[0]) for r in recs for c in (r.job.flow or {}).get("c") or ()})
         self.running = dict.fromkeys(names, 0)
         if names:
@@ -301,6 +305,7 @@ def admit(
     wait: float = 0.0
     why: str | None = None
     whole = False
+    refused: list[str] = []
     for name, *own in flow.get("r") or ():
         rate, per, burst = spec(db, name, own) if overrides else (float(v) for v in own)
         sql = "SELECT tokens, at FROM {S}.flow_buckets WHERE name = ?"
@@ -309,13 +314,16 @@ def admit(
             None if row is None else (row[0], row[1]), rate, per, burst, now
         )
         if not ok:
-            wait, why = (
-                max(wait, next_at),
-                f"throttled by rate limit {limiter_label(name, [rate, per])}",
-            )
+            # the groups this claim set aside for the same bucket already go first, a token
+            # each: one group is due per token, not all of them at the next (``stagger``)
+            wait = max(wait, stagger(next_at, held.behind, name, rate, per))
+            why = f"throttled by rate limit {limiter_label(name, [rate, per])}"
             whole = whole or is_queue_limiter(name)
+            refused.append(name)
         taken.append((name, state))
     if wait:
+        for name in refused:
+            held.behind[name] = held.behind.get(name, 0) + 1
         return wait, why, whole
     if taken:  # (an empty executemany still costs a statement preparation)
         db.many(
