@@ -11,8 +11,10 @@ run; the group then goes behind the others (``rr`` = a fresh sequence number). `
 ``on_insert`` (called by the broker for grouped jobs only) schedule a group when one of its
 jobs becomes pending and free a job's slots, waking the groups that waited for them, when it
 leaves ``active`` (any way: complete, fail, release, expired lease). A group found empty is
-deleted: idle groups cost nothing, and a claim touches only the groups it serves (index
-``flow_groups_due``), never all of them.
+deleted (on PostgreSQL already by the claim that leases its last job): idle groups cost
+nothing, and a claim touches only the groups it serves (index ``flow_groups_due``), never all
+of them. Groups set aside for one rate-limit bucket in a claim wait a token apart
+(``core.flow.stagger``): a task-wide limit over many fair groups makes one due per token.
 
 Every step that reads or writes a limiter or a group runs after ``Db.lock()``: SQLite's write
 transaction already excludes the others; PostgreSQL takes one transaction-level advisory lock
