@@ -12,21 +12,26 @@ measured is the claim path's, which is where the limits are enforced. Scenarios:
   commandstats`` of EVALSHA: claim + complete) with 100, 1,000, 10,000 and 100,000 fair keys
   (two jobs each): it must stay flat.
 
-Each drain also reports its CPU per job (this process's CPU time plus, on Redis, the server's
-from ``INFO cpu``) and ``*_cpu_ratio`` = no-limit CPU per job ÷ the scenario's (the drain-rate
-ratio a CPU-bound drain would show): on a shared machine, compare those, not the rates.
+Each drain also reports its CPU per job (this process's CPU time plus the server's: Redis from
+``INFO cpu``; PostgreSQL, with ``--pg`` or ``--server-pid``, the postmaster and its backends from
+/proc), split as ``*_worker_us`` / ``*_server_us``, and ``*_cpu_ratio`` = no-limit CPU per
+job ÷ the scenario's (the drain-rate ratio a CPU-bound drain would show): on a shared machine,
+compare those, not the rates.
 
 Usage (the lead records the full-size numbers; smoke-run small)::
 
     python -m bench.flow_control --url redis://127.0.0.1:6379/0 --jobs 20000
     python -m bench.flow_control --url memory:// --jobs 2000 --keys 100 \
         --scenarios nolimit,conc,fair
+    PYTHONPATH=$PWD/src:$PWD python -m bench.flow_control --pg --jobs 20000  # private cluster
 """
 
 from __future__ import annotations
 
 import argparse
+import glob
 import json
+import os
 import time
 from typing import Any
 
@@ -75,8 +80,29 @@ def _register(app: Conveyor) -> None:
     def fair(key: str, i: int) -> None: ...
 
 
+#: PostgreSQL's postmaster (``--pg`` / ``--server-pid``): its process tree is the server.
+SERVER_PID: int | None = None
+
+
+def _tree_cpu(pid: int) -> float:
+    """CPU seconds of process ``pid`` and its direct children (Linux /proc)."""
+    total = 0
+    for stat in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            with open(stat) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(stat.split("/")[2]) == pid or int(fields[1]) == pid:
+            total += int(fields[11]) + int(fields[12])  # utime + stime, in clock ticks
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def _server_cpu(app: Conveyor) -> float:
-    """Redis: the server's CPU seconds so far (INFO cpu); other backends run in this process."""
+    """The server's CPU seconds so far: Redis from INFO cpu, PostgreSQL from /proc (its
+    postmaster's tree, when known); 0 for the in-process backends."""
+    if SERVER_PID is not None:
+        return _tree_cpu(SERVER_PID)
     client: Any = getattr(app.broker, "client", None)
     if client is None or not hasattr(client, "info"):
         return 0.0
@@ -84,17 +110,18 @@ def _server_cpu(app: Conveyor) -> float:
     return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
 
 
-def drain_rate(url: str, task: str, jobs: int, keys: int) -> tuple[float, float]:
-    """Jobs per second of one drain, and its CPU µs per job (this process + Redis server):
-    on a shared machine only the CPU figure compares runs."""
+def drain_rate(url: str, task: str, jobs: int, keys: int) -> tuple[float, float, float]:
+    """Jobs per second of one drain, and its CPU µs per job of this process and of the server
+    (Redis, or PostgreSQL's processes when known): on a shared machine only the CPU figures
+    compare runs."""
     app = _app(url)
     _register(app)
     _fill(app, task, jobs, keys)
     cpu, server = time.process_time(), _server_cpu(app)
     seconds = _drain(app, jobs)
-    used = time.process_time() - cpu + _server_cpu(app) - server
+    worker, server = time.process_time() - cpu, _server_cpu(app) - server
     app.close()
-    return jobs / seconds, used / jobs * 1e6
+    return jobs / seconds, worker / jobs * 1e6, server / jobs * 1e6
 
 
 def claim_server_time(url: str, keys: int, per_key: int = 2) -> float:
@@ -119,28 +146,57 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=0, help="default: 1,000 conc / 10,000 fair")
     parser.add_argument("--scenarios", default="nolimit,conc,fair,keys")
     parser.add_argument("--key-counts", default="100,1000,10000,100000")
+    parser.add_argument("--pg", action="store_true", help="start a private PostgreSQL cluster")
+    parser.add_argument("--server-pid", type=int, help="PostgreSQL's postmaster pid (its CPU)")
     args = parser.parse_args()
     wanted = set(args.scenarios.split(","))
+    global SERVER_PID
+    pg = None
+    if args.pg:  # a private PostgreSQL cluster (tests/support/pg_proc.py: run from the repo root)
+        from tests.support.pg_proc import PgServer
+
+        pg = PgServer().start()
+        args.url, SERVER_PID = pg.url, pg.pid()
+    elif args.server_pid:
+        SERVER_PID = args.server_pid
     out: dict[str, Any] = {"url": args.url.split("@")[-1], "jobs": args.jobs}
+    try:
+        _ratios(args, wanted, out)
+    finally:
+        if pg is not None:
+            pg.stop()
+    print(json.dumps(out, indent=2))
+
+
+def _ratios(args: argparse.Namespace, wanted: set[str], out: dict[str, Any]) -> None:
+    """The drain scenarios of ``wanted`` into ``out`` (rates, CPU per job, ratios)."""
     if wanted & {"nolimit", "conc", "fair"}:
-        base, base_cpu = drain_rate(args.url, "bench.plain", args.jobs, 1)
+        base, base_worker, base_server = drain_rate(args.url, "bench.plain", args.jobs, 1)
+        base_cpu = base_worker + base_server
         out["nolimit_jobs_per_s"] = round(base, 1)
         out["nolimit_cpu_us_per_job"] = round(base_cpu, 2)
+        out["nolimit_worker_us"], out["nolimit_server_us"] = (
+            round(base_worker, 2),
+            round(base_server, 2),
+        )
         for name, task, keys in (("conc", "bench.conc", 1000), ("fair", "bench.fair", 10_000)):
             if name in wanted:
-                rate, cpu = drain_rate(args.url, task, args.jobs, args.keys or keys)
+                rate, worker, server = drain_rate(args.url, task, args.jobs, args.keys or keys)
                 out[f"{name}_jobs_per_s"], out[f"{name}_ratio"] = (
                     round(rate, 1),
                     round(rate / base, 3),
                 )
-                out[f"{name}_cpu_us_per_job"] = round(cpu, 2)
-                out[f"{name}_cpu_ratio"] = round(base_cpu / cpu, 3)  # like the rate ratio
+                out[f"{name}_cpu_us_per_job"] = round(worker + server, 2)
+                out[f"{name}_worker_us"], out[f"{name}_server_us"] = (
+                    round(worker, 2),
+                    round(server, 2),
+                )
+                out[f"{name}_cpu_ratio"] = round(base_cpu / (worker + server), 3)
     if "keys" in wanted and args.url.startswith("redis"):
         counts = [int(k) for k in args.key_counts.split(",")]
         out["script_usec_per_job_by_keys"] = {
             k: round(claim_server_time(args.url, k), 2) for k in counts
         }
-    print(json.dumps(out, indent=2))
 
 
 if __name__ == "__main__":

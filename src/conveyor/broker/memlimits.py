@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from ..core import lifecycle
-from ..core.flow import bucket_take, is_queue_limiter, limiter_base, limiter_label
+from ..core.flow import bucket_take, is_queue_limiter, limiter_base, limiter_label, stagger
 from ..core.job import Job
 from ..core.state import JobState
 from .base import Lease
@@ -88,6 +88,7 @@ class MemoryLimits:
         self.parked: set[tuple[str, str]] = set()  # groups off the heap until a slot frees
         self.overrides: dict[str, list[float]] = {}  # limiter (or its base) -> run-time spec
         self.queue_blocked = False  # the last _admit was refused by a limit of the whole queue
+        self.behind: dict[str, int] = {}  # per bucket, the groups the running claim set aside
         self.held: dict[str, float] = {}  # queue -> when its own limit allows again (take)
         self._rr = itertools.count(1)
 
@@ -117,6 +118,7 @@ class MemoryLimits:
         out: list[Job] = []
         self.held.pop(queue, None)
         placed, groups = self.placed, self.jobs
+        self.behind = {}  # groups set aside per bucket by this claim (core/flow.py stagger)
         while line is not None and len(out) < want:
             due = line.pop_due(now)
             if due is None:
@@ -179,16 +181,21 @@ class MemoryLimits:
                 return float("inf")
         wait = 0.0
         takes: list[tuple[str, tuple[float, float]]] = []
+        refused: list[str] = []
         for name, *spec in flow.get("r") or ():
             rate, per, burst = self._spec(name, spec)
             taken, state, next_at = bucket_take(self.buckets.get(name), rate, per, burst, now)
             if not taken:
                 self.queue_blocked = self.queue_blocked or is_queue_limiter(name)
-                wait = max(wait, next_at)
+                # one token later per group this claim already set aside for the bucket
+                wait = max(wait, stagger(next_at, self.behind, name, rate, per))
                 label = limiter_label(name, [rate, per])
                 self.blocked[key] = f"throttled by rate limit {label}"
+                refused.append(name)
             takes.append((name, state))
         if wait:
+            for name in refused:
+                self.behind[name] = self.behind.get(name, 0) + 1
             return wait  # nothing taken: every bucket of the group must have a token
         for name, state in takes:
             self.buckets[name] = state

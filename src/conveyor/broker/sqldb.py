@@ -74,6 +74,27 @@ class Db(abc.ABC):
         (name, job id); a backend may write them all in one statement."""
         self.many(text, slots)
 
+    def place_groups(
+        self,
+        text: str,
+        queue: str,
+        moves: Sequence[tuple[float | None, str | None, str]],
+        gone: Sequence[str],
+    ) -> None:
+        """The end of one batch of ``sqllimits.take``: each group of ``moves`` (due, why,
+        group) goes behind the others, in order (fresh round-robin numbers; ``text``, the
+        UPDATE, once per move), and the groups ``gone`` of ``queue`` are deleted. A backend
+        may do it all in one statement."""
+        seqs = self.next_seqs(len(moves))
+        self.forget_groups(queue, gone)
+        rows = [(due, seq, why, queue, g) for seq, (due, why, g) in zip(seqs, moves, strict=True)]
+        self.move_groups(text, rows)
+
+    def heads(self, queue: str, now: float, n: int) -> tuple[list[Any], bool]:
+        """PostgreSQL only (``locks_rows``): the due groups of ``queue`` with their locked
+        heads, and whether ``flow_limits`` has rows (see ``PgDb.heads``)."""
+        raise NotImplementedError
+
     def forget_groups(self, queue: str, groups: Sequence[str]) -> None:
         """Delete the groups of ``queue`` a batch of ``sqllimits.take`` found empty."""
         if groups:

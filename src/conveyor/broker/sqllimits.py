@@ -11,8 +11,10 @@ run; the group then goes behind the others (``rr`` = a fresh sequence number). `
 ``on_insert`` (called by the broker for grouped jobs only) schedule a group when one of its
 jobs becomes pending and free a job's slots, waking the groups that waited for them, when it
 leaves ``active`` (any way: complete, fail, release, expired lease). A group found empty is
-deleted: idle groups cost nothing, and a claim touches only the groups it serves (index
-``flow_groups_due``), never all of them.
+deleted (on PostgreSQL already by the claim that leases its last job): idle groups cost
+nothing, and a claim touches only the groups it serves (index ``flow_groups_due``), never all
+of them. Groups set aside for one rate-limit bucket in a claim wait a token apart
+(``core.flow.stagger``): a task-wide limit over many fair groups makes one due per token.
 
 Every step that reads or writes a limiter or a group runs after ``Db.lock()``: SQLite's write
 transaction already excludes the others; PostgreSQL takes one transaction-level advisory lock
@@ -27,7 +29,7 @@ from typing import Any
 import orjson
 
 from ..core import lifecycle
-from ..core.flow import bucket_take, is_queue_limiter, limiter_base, limiter_label
+from ..core.flow import bucket_take, is_queue_limiter, limiter_base, limiter_label, stagger
 from ..core.job import Job
 from ..core.state import JobState
 from .sqldb import Db
@@ -48,18 +50,11 @@ _DUE_HEADS = (
     " (SELECT rid FROM {S}.jobs WHERE queue = ? AND grp = g.grp AND state = 'pending'"
     " ORDER BY priority, seq LIMIT 1) ORDER BY g.due, g.rr"
 )
-#: PostgreSQL: the same batch as head ids only (``FOR UPDATE`` may not lock the nullable side of
-#: an outer join), then ``_LOCK_HEADS`` locks the heads in one statement, skipping rows another
-#: transaction holds (``SKIP LOCKED``: such a group is looked at again ``BUSY_S`` later).
-_DUE_RIDS = (
-    "SELECT g.grp, (SELECT rid FROM {S}.jobs WHERE queue = ? AND grp = g.grp AND state ="
-    " 'pending' ORDER BY priority, seq LIMIT 1) FROM (SELECT grp, due, rr FROM {S}.flow_groups"
-    " WHERE queue = ? AND due IS NOT NULL AND due <= ? ORDER BY due, rr LIMIT ?) AS g"
-    " ORDER BY g.due, g.rr"
-)
-_LOCK_HEADS = (
-    f"SELECT {COLS} FROM {{S}}.jobs WHERE rid = ANY(?) AND state = 'pending' FOR UPDATE SKIP LOCKED"
-)
+#: PostgreSQL: the same batch in ONE statement (``PgDb.heads``, postgres/flow.py) that also
+#: locks the heads (``SKIP LOCKED``: a head another transaction holds is looked at again
+#: ``BUSY_S`` later) and tells whether each group has a second pending job: a group whose
+#: last job is leased is deleted at once instead of being visited again to be found empty.
+_ANY_OVERRIDE = "SELECT 1 FROM {S}.flow_limits LIMIT 1"
 _RESCHEDULE = "UPDATE {S}.flow_groups SET due = ?, rr = ?, why = ? WHERE queue = ? AND grp = ?"
 #: The earliest future time a group of queue ``?`` becomes due (an empty claim sleeps until
 #: then at most; one index probe per queue, where a scan of every queue's groups read them all).
@@ -86,33 +81,27 @@ def each(lease_one: Callable[[Rec], Any]) -> Lease:
     return lease
 
 
-def _heads(db: Db, queue: str, now: float, n: int) -> list[tuple[str, Rec | str | None]]:
+Heads = list[tuple[str, Rec | str | None, bool]]
+
+
+def _heads(db: Db, queue: str, now: float, n: int) -> tuple[Heads, bool]:
     """Due groups of ``queue`` with their head rows: a ``Rec``, None (the group is empty) or
-    ``_BUSY`` (its head is locked by another transaction). SQLite: up to ``n`` groups.
-    PostgreSQL: up to ``n`` with a head and the empty ones before the n-th (a group that served
-    its last job is found empty on its next turn: such turns would each cost a batch, i.e.
-    several round trips)."""
+    ``_BUSY`` (its head is locked by another transaction), and whether the group has another
+    pending job after its head (SQLite: assumed; a group served its last job is found empty on
+    its next turn). Also whether ``flow_limits`` has rows (PostgreSQL reads it with the heads;
+    SQLite answers True: its caller asked already). Up to ``n`` groups (PostgreSQL:
+    ``PgDb.heads``, one statement)."""
     if not db.locks_rows:
         # (a statement costs little on SQLite: one batch of n groups, as many as it takes)
         batch = db.run(_DUE_HEADS, (queue, now, n, queue)).fetchall()
-        return [(grp, None if head[0] is None else Rec(tuple(head), True)) for grp, *head in batch]
-    ids = _trim(db.run(_DUE_RIDS, (queue, queue, now, 2 * n)).fetchall(), n)
-    rids = [rid for _, rid in ids if rid is not None]
-    locked = {row[0]: row for row in db.run(_LOCK_HEADS, (rids,)).fetchall()} if rids else {}
+        return [
+            (grp, None if head[0] is None else Rec(tuple(head), True), True) for grp, *head in batch
+        ], True
+    rows, overrides = db.heads(queue, now, n)
     return [
-        (grp, None if rid is None else Rec(tuple(locked[rid]), True) if rid in locked else _BUSY)
-        for grp, rid in ids
-    ]
-
-
-def _trim(batch: list[Any], n: int) -> list[Any]:
-    """The (group, head) pairs of ``batch`` up to its ``n``-th with a head (order kept)."""
-    heads = 0
-    for i, (_, head) in enumerate(batch):
-        heads += head is not None
-        if heads == n:
-            return batch[: i + 1]
-    return batch
+        (grp, None if rid is None else _BUSY if row[0] is None else Rec(tuple(row), True), more)
+        for grp, rid, more, *row in rows
+    ], overrides
 
 
 def take(db: Db, queue: str, now: float, want: int, lease: Lease) -> list[Any]:
@@ -128,61 +117,57 @@ def take(db: Db, queue: str, now: float, want: int, lease: Lease) -> list[Any]:
     tokens and slots are taken."""
     out: list[Any] = []
     db.lock()
-    overrides = db.run("SELECT 1 FROM {S}.flow_limits LIMIT 1").fetchone() is not None
+    # whether run-time overrides exist (PostgreSQL: read by the first heads statement)
+    overrides = None if db.locks_rows else db.run(_ANY_OVERRIDE).fetchone() is not None
     stop = False
+    behind: dict[str, int] = {}  # the claim's groups set aside per bucket (``stagger``)
     while len(out) < want and not stop:
-        batch = _heads(db, queue, now, want - len(out))
+        batch, found = _heads(db, queue, now, want - len(out))
         if not batch:
             break
-        # the rr numbers of the batch's groups with a head, in one round trip
-        seqs = iter(db.next_seqs(sum(head is not None for _, head in batch)))
-        slots = Slots(db, [rec for _, rec in batch if isinstance(rec, Rec) and rec.corrupt is None])
-        moves: list[tuple[Any, ...]] = []
+        overrides = found if overrides is None else overrides
+        heads = [rec for _, rec, _ in batch if isinstance(rec, Rec) and rec.corrupt is None]
+        slots = Slots(db, heads, behind)
+        moves: list[tuple[float | None, str | None, str]] = []  # (due, why, group), in order
+        gone: list[str] = []  # empty, or its last job leased: deleted
         picked: list[Rec] = []
-        empty: list[str] = []
-        for grp, rec in batch:
+        for grp, rec, more in batch:
             if rec is None:  # empty: forgotten until one of its jobs becomes pending again
-                empty.append(grp)
+                gone.append(grp)
             elif isinstance(rec, str):  # its head is held by another transaction: look again soon
-                moves.append((now + BUSY_S, next(seqs), None, queue, grp))
-            elif rec.corrupt is None and (rec.job.expires_at or float("inf")) <= now:
-                picked.append(rec)  # lapses it (expired, never runs) before any token or slot
-                moves.append((now, next(seqs), None, queue, grp))
+                moves.append((now + BUSY_S, None, grp))
             else:
-                head = (rec, queue, grp, next(seqs))
-                stop = _serve(db, head, now, overrides, slots, picked, moves)
+                verdict, why, stop = _serve(db, rec, queue, grp, now, overrides, slots)
+                if verdict is None:
+                    picked.append(rec)  # leased, or lapsed (expired, never runs)
+                    if not more:  # its last job: nothing left to visit
+                        gone.append(grp)
+                        continue
+                    verdict = now
+                parked = verdict == float("inf")  # until a slot frees: due NULL
+                moves.append((None if parked else verdict, why, grp))
                 if stop:  # the queue's own limit said no: no other group may start now
                     break
         slots.flush()
-        db.forget_groups(queue, empty)
-        db.move_groups(_RESCHEDULE, moves)
+        db.place_groups(_RESCHEDULE, queue, moves, gone)
         if picked:
             out += lease(picked)
     return out
 
 
 def _serve(
-    db: Db,
-    head: tuple[Rec, str, str, int],
-    now: float,
-    overrides: bool,
-    slots: Slots,
-    picked: list[Rec],
-    moves: list[tuple[Any, ...]],
-) -> bool:
-    """Ask the limiters of the head ``rec`` of group ``grp`` of ``queue`` (``head``, with the
-    group's next round-robin place): add it to ``picked`` (to lease) or set the group aside
-    (its move appended to ``moves``). True: a limit of the whole queue said no."""
-    rec, queue, grp, seq = head
-    flow = rec.job.flow or {}
-    verdict, why, whole = admit(db, rec.job.id, flow, queue, grp, now, overrides, slots)
-    if verdict is None:
-        moves.append((now, seq, None, queue, grp))
-        picked.append(rec)
-        return False
-    due = None if verdict == float("inf") else verdict  # inf: parked until a slot frees (NULL)
-    moves.append((due, seq, why, queue, grp))
-    return whole
+    db: Db, rec: Rec, queue: str, grp: str, now: float, overrides: bool, slots: Slots
+) -> tuple[float | None, str | None, bool]:
+    """Ask the limiters of ``rec``, the head of group ``grp`` of ``queue``: (None, None, False)
+    to lease it (or, past its ``expires_at``, to let it lapse before any token or slot), else
+    (when to look at the group again, ``inf``: when a slot frees; why it waits; whether a
+    limit of the whole queue said no)."""
+    if rec.corrupt is None and (rec.job.expires_at or float("inf")) <= now:
+        return None, None, False
+    flow = rec.job.flow
+    if not flow or not (flow.get("c") or flow.get("r")):  # a fair group: no limiter to ask
+        return None, None, False
+    return admit(db, rec.job.id, flow, queue, grp, now, overrides, slots)
 
 
 def next_due(db: Db, now: float, due: float | None, queues: Sequence[str]) -> float | None:
@@ -253,8 +238,12 @@ class Slots:
     batch in one statement, counted here as heads are admitted, the new slot rows inserted
     together (``flush``) before the next batch reads them. Runs under the flow lock."""
 
-    def __init__(self, db: Db, recs: Sequence[Rec] = ()) -> None:
+    def __init__(
+        self, db: Db, recs: Sequence[Rec] = (), behind: dict[str, int] | None = None
+    ) -> None:
         self.db, self.new = db, list[tuple[str, str]]()
+        #: per rate-limit bucket, the groups this claim set aside for it so far (``stagger``)
+        self.behind: dict[str, int] = {} if behind is None else behind
         names = sorted({str(c[0]) for r in recs for c in (r.job.flow or {}).get("c") or ()})
         self.running = dict.fromkeys(names, 0)
         if names:
@@ -318,6 +307,7 @@ def admit(
     wait: float = 0.0
     why: str | None = None
     whole = False
+    refused: list[str] = []
     for name, *own in flow.get("r") or ():
         rate, per, burst = spec(db, name, own) if overrides else (float(v) for v in own)
         sql = "SELECT tokens, at FROM {S}.flow_buckets WHERE name = ?"
@@ -326,13 +316,16 @@ def admit(
             None if row is None else (row[0], row[1]), rate, per, burst, now
         )
         if not ok:
-            wait, why = (
-                max(wait, next_at),
-                f"throttled by rate limit {limiter_label(name, [rate, per])}",
-            )
+            # the groups this claim set aside for the same bucket already go first, a token
+            # each: one group is due per token, not all of them at the next (``stagger``)
+            wait = max(wait, stagger(next_at, held.behind, name, rate, per))
+            why = f"throttled by rate limit {limiter_label(name, [rate, per])}"
             whole = whole or is_queue_limiter(name)
+            refused.append(name)
         taken.append((name, state))
     if wait:
+        for name in refused:
+            held.behind[name] = held.behind.get(name, 0) + 1
         return wait, why, whole
     if taken:  # (an empty executemany still costs a statement preparation)
         db.many(

@@ -211,6 +211,15 @@ def with_unique_slot(record: dict[str, Any] | None, key: str) -> dict[str, Any]:
     return out
 
 
+def stagger(next_at: float, behind: dict[str, int], name: str, rate: float, per: float) -> float:
+    """When a claim looks again at a group whose bucket ``name`` has no token: the next token,
+    plus one token's time per group the same claim already set aside for that bucket
+    (``behind``). A bucket shared by many groups (a task-wide limit with ``fair_by``) then
+    makes one group due per token, where all of them were due at the next one and each claim
+    looked at every one and set it aside again (memlimits.py, sqllimits.py, _flow.lua)."""
+    return next_at + behind.get(name, 0) * per / rate
+
+
 def bucket_take(
     state: tuple[float, float] | None, rate: float, per: float, burst: float, now: float
 ) -> tuple[bool, tuple[float, float], float]:

@@ -44,7 +44,7 @@ Row = tuple[Any, ...]
 #: statement per batch (``pgflow.free_many``).
 SPECIAL = "EXISTS (SELECT 1 FROM {S}.wf_edges e WHERE e.parent = j.id AND e.done = 0)"
 _LOCK = (
-    "SELECT {cols}, a.n, ({special}), j.grp IS NOT NULL FROM {{S}}.jobs j JOIN"
+    "SELECT {cols}, a.n, ({special}), j.grp FROM {{S}}.jobs j JOIN"
     " unnest(%s::text[], %s::text[], %s::int[]) AS a(id, token, n) ON j.id = a.id AND"
     " j.token = a.token WHERE j.state = 'active' ORDER BY j.rid, a.n FOR UPDATE OF j"
 )
@@ -72,7 +72,7 @@ def complete_acks(b: PostgresBroker, acks: Sequence[Ack], now: float) -> list[bo
             ),
             prepare=True,
         ).fetchall()
-        fast: list[tuple[Row, Ack, bool]] = []
+        fast: list[tuple[Row, Ack, str | None]] = []
         slow: list[tuple[Rec, Ack]] = []
         special: list[Rec] = []
         seen: set[int] = set()
@@ -99,7 +99,9 @@ def complete_acks(b: PostgresBroker, acks: Sequence[Ack], now: float) -> list[bo
     return out
 
 
-def _write_fast(b: PostgresBroker, tx: Tx, done: list[tuple[Row, Ack, bool]], now: float) -> None:
+def _write_fast(
+    b: PostgresBroker, tx: Tx, done: list[tuple[Row, Ack, str | None]], now: float
+) -> None:
     """Complete plain and grouped jobs with one ``UPDATE … FROM unnest``; events and counts in
     bulk; the grouped ones' slots free together (``pgflow.free_many``). The envelope is patched
     as a dict (``rec.completed_envelope``); an unexpected one (written by someone else,
@@ -120,7 +122,7 @@ def _write_fast(b: PostgresBroker, tx: Tx, done: list[tuple[Row, Ack, bool]], no
             continue
         rids.append(row[0])
         payloads.append(patched[0])
-        if grouped:  # issue 15: the slots it holds (its envelope's flow spec)
+        if grouped and pgflow.may_hold_slots(grouped):  # issue 15: its slots (flow spec)
             slots += [(name, row[1]) for name in slot_names(row[10])]
         queue = row[2]
         tx.count(queue, "active", "completed")

@@ -31,7 +31,7 @@ from .. import sqllimits
 from ..base import Lease
 from ..sqldb import Db, pg_sql
 from ..sqlflow import SqlFlow
-from ..sqlite_rows import Rec
+from ..sqlite_rows import COLS, Rec
 from .arrays import num_array, text_array
 from .store import Tx, one
 
@@ -55,20 +55,42 @@ _FREE_MANY = (
     "DELETE FROM {S}.flow_slots s USING unnest(%s::text[], %s::text[]) AS f(name, job_id)"
     " WHERE s.name = f.name AND s.job_id = f.job_id RETURNING s.name"
 )
-#: ``sqllimits``' ``_RESCHEDULE`` for a whole batch of groups (``PgDb.move_groups``).
-_MOVE = (
-    "UPDATE {S}.flow_groups g SET due = m.due, rr = m.rr, why = m.why FROM unnest(%s::float8[],"
-    " %s::bigint[], %s::text[], %s::text[], %s::text[]) AS m(due, rr, why, queue, grp)"
-    " WHERE g.queue = m.queue AND g.grp = m.grp"
+#: The end of a batch of ``sqllimits.take`` (``PgDb.place_groups``) in one statement: the
+#: groups ``m`` go behind the others with fresh round-robin numbers (``v``: ``nextval`` per row
+#: as the array is read, increasing in batch order) and the groups ``gone`` are deleted. Each
+#: group is found by its own primary-key probe (a scalar subquery: its ``ctid``) and written
+#: through that ``ctid``: a join of the arrays with ``flow_groups`` was planned as a hash join
+#: over every group of the queue while the table had no statistics yet (a fresh table). No
+#: ``generate_series`` of a parameter: its estimate (1,000 rows) kept the server re-planning
+#: the statement at each call instead of using its generic plan.
+_PLACE = (
+    "WITH m AS (SELECT u.*, nextval('{S}.job_seq') AS v FROM unnest(%s::float8[], %s::text[],"
+    " %s::text[]) WITH ORDINALITY AS u(due, why, grp, i)),"
+    " gone AS (DELETE FROM {S}.flow_groups WHERE ctid = ANY(ARRAY(SELECT (SELECT ctid FROM"
+    " {S}.flow_groups f WHERE f.queue = %s AND f.grp = e.grp) FROM unnest(%s::text[]) AS e(grp))))"
+    " UPDATE {S}.flow_groups g SET due = m.due, rr = m.v, why = m.why FROM m"
+    " WHERE g.ctid = (SELECT ctid FROM {S}.flow_groups f WHERE f.queue = %s AND f.grp = m.grp)"
+)
+#: Up to ``%s`` due groups of a queue, oldest ``(due, rr)`` first, with their first two pending
+#: job ids (``ids``: the head, and whether another job follows it), each head locked by its own
+#: primary-key probe (``LATERAL``, ``SKIP LOCKED``: a head another transaction holds comes back
+#: NULL next to its id), and whether ``flow_limits`` has rows: everything ``sqllimits.take``
+#: reads about a batch, in one statement (a CTE of the heads joined back by hash cost twice
+#: the server time). An empty group in the batch is deleted and leaves the batch a head short:
+#: rare, as a group is deleted when its last job is leased; the next batch fills in.
+_HEADS = (
+    "SELECT g.grp, g.ids[1], g.ids[2] IS NOT NULL, EXISTS (SELECT 1 FROM {S}.flow_limits), h.*"
+    " FROM (SELECT f.grp, f.due, f.rr, ARRAY(SELECT rid FROM {S}.jobs WHERE queue = %s"
+    " AND grp = f.grp AND state = 'pending' ORDER BY priority, seq LIMIT 2) AS ids"
+    " FROM {S}.flow_groups f WHERE f.queue = %s AND f.due IS NOT NULL AND f.due <= %s"
+    " ORDER BY f.due, f.rr LIMIT %s) AS g LEFT JOIN LATERAL"
+    f" (SELECT {COLS} FROM {{S}}.jobs WHERE rid = g.ids[1] AND state = 'pending'"
+    " FOR UPDATE SKIP LOCKED) AS h ON true ORDER BY g.due, g.rr"
 )
 #: ``sqllimits.Slots.flush`` for a whole batch (``PgDb.add_slots``).
 _ADD_SLOTS = (
     "INSERT INTO {S}.flow_slots (name, job_id) SELECT * FROM unnest(%s::text[], %s::text[])"
     " ON CONFLICT DO NOTHING"
-)
-_FORGET = (
-    "DELETE FROM {S}.flow_groups g USING unnest(%s::text[]) AS e(grp)"
-    " WHERE g.queue = %s AND g.grp = e.grp"
 )
 _UNWAIT = "DELETE FROM {S}.flow_waiters WHERE name = ANY(%s::text[]) RETURNING queue, grp"
 
@@ -94,31 +116,36 @@ class PgDb(Db):
         """The schema's placement sequence."""
         return int(one(self.tx.conn.execute(self.q("SELECT nextval('{S}.job_seq')")))[0])
 
-    def next_seqs(self, n: int) -> list[int]:
-        """``n`` numbers of the placement sequence in one round trip, increasing."""
-        if n <= 0:
-            return []
-        sql = self.q("SELECT nextval('{S}.job_seq') FROM generate_series(1, %s)")
-        return sorted(int(r[0]) for r in self.tx.conn.execute(sql, (n,), prepare=True))
+    def place_groups(
+        self,
+        text: str,
+        queue: str,
+        moves: Sequence[tuple[float | None, str | None, str]],
+        gone: Sequence[str],
+    ) -> None:
+        """A batch's group moves and deletes in one statement (``_PLACE``)."""
+        if moves or gone:
+            due, why, grp = zip(*moves, strict=True) if moves else ((), (), ())
+            params = (num_array(due), text_array(why), text_array(grp))
+            self.tx.conn.execute(
+                self.q(_PLACE), (*params, queue, text_array(gone), queue), prepare=True
+            )
 
-    def move_groups(self, text: str, moves: Sequence[Sequence[Any]]) -> None:
-        """The moves of a batch of groups in one ``UPDATE … FROM unnest`` (``_MOVE``)."""
-        if moves:
-            due, rr, why, queue, grp = zip(*moves, strict=True)
-            params = (num_array(due), num_array(rr), text_array(why), text_array(queue))
-            self.tx.conn.execute(self.q(_MOVE), (*params, text_array(grp)), prepare=True)
+    def heads(self, queue: str, now: float, n: int) -> tuple[list[Any], bool]:
+        """Up to ``n`` due groups of ``queue`` as (group, head id: NULL if empty, another
+        pending job?, *head columns: NULL if held elsewhere), and
+        whether ``flow_limits`` has rows (``_HEADS``, one statement)."""
+        params = (queue, queue, now, n)
+        rows = self.tx.conn.execute(self.q(_HEADS), params, prepare=True).fetchall()
+        return [(grp, rid, more, *cols) for grp, rid, more, _, *cols in rows], any(
+            row[3] for row in rows[:1]
+        )
 
     def add_slots(self, text: str, slots: Sequence[tuple[str, str]]) -> None:
         """A batch's new slot rows in one ``INSERT … SELECT FROM unnest`` (``_ADD_SLOTS``)."""
         if slots:
             names, ids = text_array(n for n, _ in slots), text_array(i for _, i in slots)
             self.tx.conn.execute(self.q(_ADD_SLOTS), (names, ids), prepare=True)
-
-    def forget_groups(self, queue: str, groups: Sequence[str]) -> None:
-        """The empty groups of a batch in one prepared statement (``_FORGET``: a primary-key
-        probe per group; an ``IN`` list scanned the whole table with bitmap scans off)."""
-        if groups:
-            self.tx.conn.execute(self.q(_FORGET), (text_array(groups), queue), prepare=True)
 
     def rows(self, where: str, params: Sequence[Any], *, full: bool = True) -> list[Rec]:
         """Job rows, locked until the transaction ends (``FOR UPDATE``)."""
@@ -190,6 +217,13 @@ def free_many(b: PostgresBroker, tx: Tx, slots: Sequence[tuple[str, str]]) -> No
         db.many(sqllimits.WAKE, sorted({(q, g) for q, g in waiting}))
         for queue in sorted({q for q, _ in waiting}):
             db.wake(queue)
+
+
+def may_hold_slots(grp: str) -> bool:
+    """Whether a job of group ``grp`` may hold concurrency slots: every slot name of a job's
+    flow spec (``conc:…``: core/flow.py) is also a part of its group, so a group without one
+    (a fair group, rate limits only) spares its completion a parse of the envelope."""
+    return "conc:" in grp
 
 
 def next_due(

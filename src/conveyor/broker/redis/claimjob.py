@@ -5,7 +5,8 @@ writes (``v``, ``id``, ``task``, ``args``, ``kwargs``, ``queue``, ``priority``, 
 ``max_attempts``, ``run_at``, ``created_at``). Its Job is a copy of ``_TEMPLATE`` (every field
 at the value such a job has) with the per-job fields set: copying a dict is several times
 cheaper than building a 28-key one, and no optional field is looked up. This runs once per
-claimed job of a drain.
+claimed job of a drain. A job of a flow group (issue 15: ``fair_by``, a limit) has one more
+key, ``flow``, and takes this path too.
 """
 
 from __future__ import annotations
@@ -77,4 +78,6 @@ def plain_job(
         values["last_error"] = last_error.decode()
     if lost:
         values["lost"] = int(lost)
+    if (flow := data.get("flow")) is not None:  # a flow group's job (issue 15): its one extra key
+        values["flow"] = flow
     return Job.fast(values)

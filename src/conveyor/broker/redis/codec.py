@@ -199,7 +199,8 @@ def claimed_job(item: Sequence[Any], queue: str, now: float, expires: float, wor
     # a payload shorter than MAX_DEPTH cannot hold MAX_DEPTH brackets: no count needed
     if len(raw) > MAX_DEPTH and raw.count(b"[") + raw.count(b"{") > MAX_DEPTH:
         check_nesting(raw, data)  # what orjson could not have written: never recurse on it
-    if len(data) == _PLAIN_LEN and b'"$' not in raw:  # maybe no option, no typed value
+    keys = len(data)  # a flow group's job (issue 15) has one more key: ``flow``
+    if (keys == _PLAIN_LEN or (keys == _PLAIN_LEN + 1 and "flow" in data)) and b'"$' not in raw:
         try:
             return _plain_job(data, item, queue, now, expires, worker_id)
         except KeyError:

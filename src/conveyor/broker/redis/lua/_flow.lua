@@ -38,8 +38,10 @@ local function flow_whole(name)
 end
 
 -- nil: the job may run (its tokens and slots taken); else (when to look again | 'park', why,
--- whether a limit of the whole queue said no)
-local function flow_admit(q, nnow, now, id, fl, g)
+-- whether a limit of the whole queue said no). behind[bucket]: the groups this claim already
+-- set aside for that bucket; each goes one token earlier than this one (core/flow.py stagger:
+-- a bucket shared by many groups makes one group due per token, not all of them)
+local function flow_admit(q, nnow, now, id, fl, g, behind)
   local F = q.flow
   if fl.c then
     for _, c in ipairs(fl.c) do
@@ -52,7 +54,7 @@ local function flow_admit(q, nnow, now, id, fl, g)
       end
     end
   end
-  local wait, why, left, whole = 0, nil, {}, false
+  local wait, why, left, whole, refused = 0, nil, {}, false, {}
   for i, r in ipairs(fl.r or {}) do
     local s = flow_spec(q, r[1], {r[2], r[3], r[4]})
     local rate, per = tonumber(s[1]), tonumber(s[2])
@@ -63,13 +65,17 @@ local function flow_admit(q, nnow, now, id, fl, g)
     if tokens >= 1 then
       left[i] = tokens - 1
     else
-      local t = nnow + (1 - tokens) * per / rate
+      local t = nnow + (1 - tokens) * per / rate + (behind[r[1]] or 0) * per / rate
       if t > wait then wait = t end
+      refused[#refused + 1] = r[1]
       why = 'throttled by rate limit ' .. flow_label(r[1], rate, per)
       whole = whole or flow_whole(r[1])
     end
   end
-  if wait > 0 then return wait, why, whole end
+  if wait > 0 then
+    for _, name in ipairs(refused) do behind[name] = (behind[name] or 0) + 1 end
+    return wait, why, whole
+  end
   for i, r in ipairs(fl.r or {}) do
     redis.call('HSET', F .. 'tb:' .. r[1], 'tokens', string.format('%.17g', left[i]), 'at', now)
   end
@@ -80,7 +86,9 @@ end
 -- lease jobs of the queue's groups while count() < limit (lease_one / lapse: claim.lua's).
 -- Groups are read in batches (one ZRANGE for up to `limit` of them): a served group goes to
 -- the back with a fresh sequence number, after every group of the batch, so serving a batch
--- in order is the round-robin of reading one group at a time. f:npend is settled once.
+-- in order is the round-robin of reading one group at a time. A batch reserves its sequence
+-- numbers with one INCRBY and moves its groups with one ZADD / ZREM (a call per job each
+-- before); f:npend is settled once.
 local function flow_take(q, now, nnow, limit, count, lease_one, lapse)
   local F = q.flow
   for _, g in ipairs(redis.call('ZRANGEBYSCORE', F .. 'gdelay', '-inf', now, 'LIMIT', 0, 1000)) do
@@ -88,18 +96,21 @@ local function flow_take(q, now, nnow, limit, count, lease_one, lapse)
     redis.call('HDEL', F .. 'why', g)
     redis.call('ZADD', F .. 'groups', redis.call('INCR', q.seq), g)
   end
-  local rounds, gone = 0, 0
+  local rounds, gone, behind = 0, 0, {}
   local max_rounds = 4 * limit + 100  -- bounded work per call
   while count() < limit and rounds < max_rounds do
     local batch = redis.call('ZRANGE', F .. 'groups', 0, limit - count() - 1)
     if #batch == 0 then break end
+    -- two numbers per group: its new place in line (seq - 1) and its job's token (seq)
+    local seq = redis.call('INCRBY', q.seq, 2 * #batch) - 2 * #batch
+    local back, drop = {}, {}  -- groups to the back of the line (score, group, ...) / out of it
     for _, g in ipairs(batch) do
       if count() >= limit or rounds >= max_rounds then break end
       rounds = rounds + 1
       local gk = F .. 'g:' .. g
       local head = redis.call('ZRANGE', gk, 0, 1)  -- the head, and whether one follows it
       if #head == 0 then
-        redis.call('ZREM', F .. 'groups', g)  -- idle: forgotten until a job of it is pending
+        drop[#drop + 1] = g  -- idle: forgotten until a job of it is pending
       else
         local id = member_id(head[1])
         local key = q.job .. id
@@ -116,20 +127,21 @@ local function flow_take(q, now, nnow, limit, count, lease_one, lapse)
           -- a group named without a rate: / conc: part (fair_by only) has no limiter to ask
           local verdict, why, whole = nil, nil, false
           if string.find(g, 'rate:', 1, true) or string.find(g, 'conc:', 1, true) then
-            verdict, why, whole = flow_admit(q, nnow, now, id, cjson.decode(f[10] or '{}'), g)
+            verdict, why, whole = flow_admit(q, nnow, now, id, cjson.decode(f[10] or '{}'), g,
+              behind)
           end
           if verdict == nil then
             redis.call('ZREM', gk, head[1])
             gone = gone + 1
-            local seq = redis.call('INCRBY', q.seq, 2)
+            seq = seq + 2
             if #head > 1 then
-              redis.call('ZADD', F .. 'groups', seq - 1, g)  -- to the back: round-robin
+              back[#back + 1], back[#back + 2] = seq - 1, g  -- to the back: round-robin
             else
-              redis.call('ZREM', F .. 'groups', g)  -- its last job: forgotten right away
+              drop[#drop + 1] = g  -- its last job: forgotten right away
             end
             lease_one(id, key, f, seq)
           else
-            redis.call('ZREM', F .. 'groups', g)
+            drop[#drop + 1] = g
             redis.call('HSET', F .. 'why', g, why)
             if verdict == 'park' then
               redis.call('SADD', F .. 'parked', g)
@@ -143,6 +155,8 @@ local function flow_take(q, now, nnow, limit, count, lease_one, lapse)
         end
       end
     end
+    if #back > 0 then bulk('ZADD', F .. 'groups', back) end
+    if #drop > 0 then bulk('ZREM', F .. 'groups', drop) end
   end
   if gone > 0 then redis.call('DECRBY', F .. 'npend', gone) end
 end
