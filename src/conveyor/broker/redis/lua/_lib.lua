@@ -162,8 +162,11 @@ local function make_ready(q, id, prio, grp)
 end
 
 -- a job that held concurrency slots left `active`: free the ones it owns (fenced by its id)
--- and put the groups that waited for them back in line
-local function free_slots(q, id, key)
+-- and put the groups that waited for them back in line. `grp` is the job's group text (its
+-- grp field): every slot name (conc:...) is part of it, so a group without "conc:" (a fair or
+-- rate-limited group) holds no slot and its flow record is not read at all.
+local function free_slots(q, id, key, grp)
+  if grp and not string.find(grp, 'conc:', 1, true) then return end
   local raw = redis.call('HGET', key, 'flow')
   if not raw then return end
   local fl = cjson.decode(raw)

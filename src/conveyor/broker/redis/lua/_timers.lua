@@ -60,7 +60,7 @@ local function expire_leases(q, now, max_lost, limit, maxlen, dead_cap)
     local f = hmget(key, 'state', 'worker_id', 'lost', 'attempts', 'priority', 'task', 'wf',
       'grp')
     if f and f[1] == 'active' then
-      if f[8] then free_slots(q, id, key) end
+      if f[8] then free_slots(q, id, key, f[8]) end
       local lost = (tonumber(f[3]) or 0) + 1
       local msg = 'lease expired (lost delivery ' .. lost .. ' of ' .. max_lost .. ')'
       append_line(key, 'errors', '{"attempt":' .. (f[4] or '0') .. ',"kind":"worker_lost",'

@@ -20,7 +20,7 @@ local id, token = ARGV[2], ARGV[3]
 local key = q.job .. id
 local f = hmget(key, 'state', 'token', 'attempts', 'worker_id', 'task', 'wf', 'grp')
 if not f or f[1] ~= 'active' or f[2] ~= token then return {CODE_LEASE_LOST} end
-if f[7] then free_slots(q, id, key) end  -- flow control (issue 15): its slots free
+if f[7] then free_slots(q, id, key, f[7]) end  -- flow control (issue 15): its slots free
 history(key, 'cancelled', now, f[3] or '0', note, f[4])
 redis.call('HSET', key, 'state', 'cancelled', 'finished_at', now)
 redis.call('HDEL', key, 'lease_expires_at', 'token')

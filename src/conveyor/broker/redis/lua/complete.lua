@@ -30,7 +30,7 @@ for i = 2, #ARGV, 5 do
   local key = q.job .. id
   local f = redis.pcall('HMGET', key, 'state', 'token', 'attempts', 'task', 'wf', 'grp')
   if not f.err and f[1] == 'active' and f[2] == token then
-    if f[6] then free_slots(q, id, key) end
+    if f[6] then free_slots(q, id, key, f[6]) end
     if result ~= '' then
       redis.call('HSET', key, 'state', 'completed', 'finished_at', now, 'result', result)
     else

@@ -23,7 +23,7 @@ local id, token, entry = ARGV[2], ARGV[3], ARGV[4]
 local key = q.job .. id
 local f = hmget(key, 'state', 'token', 'attempts', 'task', 'wf', 'grp')
 if not f or f[1] ~= 'active' or f[2] ~= token then return {CODE_LEASE_LOST} end
-if f[6] then free_slots(q, id, key) end
+if f[6] then free_slots(q, id, key, f[6]) end
 local attempts = f[3] or '0'
 if o.has_attempt ~= '1' then
   if entry == '{}' then entry = '{"attempt":' .. attempts .. '}'

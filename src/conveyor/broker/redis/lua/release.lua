@@ -35,7 +35,7 @@ if run_at ~= '' then
   return {CODE_OK, 'scheduled'}
 end
 redis.call('HSET', key, 'run_at', now)
-if f[7] then free_slots(q, id, key) end
+if f[7] then free_slots(q, id, key, f[7]) end
 make_ready(q, id, tonumber(f[5]) or 0, f[7])
 wake(q)
 return {CODE_OK, 'pending'}
