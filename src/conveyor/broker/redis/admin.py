@@ -1,6 +1,6 @@
-"""Actions of the Redis broker on one job by id: ``run_now``, ``delete_job`` and
-``replace_waiting`` (``debounce``), each one Lua script on the job's queue (atomic against a
-claiming worker)."""
+"""Actions of the Redis broker on one job by id: ``cancel``, ``requeue``, ``run_now``,
+``delete_job`` and ``replace_waiting`` (``debounce``), each one Lua script on the job's queue
+(atomic against a claiming worker)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,33 @@ from .plumbing import RedisBase, guarded
 
 
 class JobAdminMixin(RedisBase):
-    """``run_now``, ``delete_job`` and ``replace_waiting`` of ``RedisBroker``."""
+    """``cancel``, ``requeue``, ``run_now``, ``delete_job`` and ``replace_waiting`` of
+    ``RedisBroker``."""
 
     get: Callable[[str], Job | None]  # the broker's read of one job
+
+    @guarded
+    def cancel(self, job_id: str, now: float) -> bool:
+        """Cancel a job that has not started."""
+        found = self.fetch(job_id)
+        if found is None:
+            return False
+        queue = found[0]
+        args = [queue, job_id, fmt_time(now), self.retention.events_max]
+        return bool(self.runner.run("cancel", self.qkeys(queue), args) == ScriptCode.OK)
+
+    @guarded
+    def requeue(self, job_id: str, now: float) -> bool:
+        """Revive a dead-lettered or cancelled job with fresh attempts."""
+        found = self.fetch(job_id)
+        if found is None:
+            return False
+        queue = found[0]
+        args = [queue, job_id, fmt_time(now), self.retention.events_max]
+        ok = self.runner.run("requeue", self.qkeys(queue), args) == ScriptCode.OK
+        if ok:
+            self.wake_all()
+        return bool(ok)
 
     @guarded
     def run_now(self, job_id: str, now: float) -> bool:

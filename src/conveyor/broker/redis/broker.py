@@ -326,29 +326,6 @@ class RedisBroker(
 
     # ------------------------------------------------------------------ admin
     @guarded
-    def cancel(self, job_id: str, now: float) -> bool:
-        """Cancel a job that has not started."""
-        found = self.fetch(job_id)
-        if found is None:
-            return False
-        queue = found[0]
-        args = [queue, job_id, fmt_time(now), self.retention.events_max]
-        return bool(self.runner.run("cancel", self.qkeys(queue), args) == ScriptCode.OK)
-
-    @guarded
-    def requeue(self, job_id: str, now: float) -> bool:
-        """Revive a dead-lettered or cancelled job with fresh attempts."""
-        found = self.fetch(job_id)
-        if found is None:
-            return False
-        queue = found[0]
-        args = [queue, job_id, fmt_time(now), self.retention.events_max]
-        ok = self.runner.run("requeue", self.qkeys(queue), args) == ScriptCode.OK
-        if ok:
-            self.wake_all()
-        return bool(ok)
-
-    @guarded
     def clear_queue(self, queue: str, now: float) -> int:
         """Delete the waiting jobs of ``queue``, ``PURGE_BATCH`` per atomic script call."""
         total = 0
