@@ -41,7 +41,7 @@ from ..base import Claimed, Lease
 from ..sqlite_rows import Rec
 from . import flow as pgflow  # issue 15/16 hooks
 from .arrays import num_array
-from .rec import COLS, pg_rec
+from .rec import COLS, claimed_job, pg_rec
 from .store import Tx, one
 
 if TYPE_CHECKING:
@@ -138,15 +138,22 @@ def _claim_rows(
     rows.sort(key=lambda r: (r[5], r[15]))  # RETURNING has no order: priority, old seq
     tx.count(queue, "pending", "active", len(rows))
     leases: list[Lease] = []
+    events, expires = tx.events, now + vt
     for row in rows:
-        rec = pg_rec(row[:15])
-        if rec.corrupt is not None:
-            bury_corrupt(b, tx, rec, now, worker_id)
-            continue
-        if lifecycle.is_lapsed(rec.job, now) and _lapse(b, tx, row, now):
-            continue  # issue 15: past its expires_at: expired, never leased
-        tx.emit("started", rec.job, now, attempt=rec.job.attempts, worker=worker_id)
-        leases.append(Lease(rec.job, row[16], now + vt))
+        job = claimed_job(row)  # a plain envelope: a template copy (no expires_at to lapse)
+        if job is None:
+            rec = pg_rec(row[:15])
+            if rec.corrupt is not None:
+                bury_corrupt(b, tx, rec, now, worker_id)
+                continue
+            if lifecycle.is_lapsed(rec.job, now) and _lapse(b, tx, row, now):
+                continue  # issue 15: past its expires_at: expired, never leased
+            job = rec.job
+        events.append(
+            {"type": "started", "job_id": row[1], "queue": queue, "task": row[3], "at": now}
+            | {"attempt": job.attempts, "worker": worker_id}
+        )
+        leases.append(Lease.fast(job, row[16], expires))
     return len(rows), leases
 
 
