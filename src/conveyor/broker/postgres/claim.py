@@ -96,7 +96,7 @@ def claim_jobs(
     """``PostgresBroker.claim`` (see the module docstring)."""
     leases: list[Lease] = []
     with b._write() as tx:
-        _, due, lease_end, paused, *seen = one(tx.conn.execute(b.sql(_LOOKUP), prepare=True))
+        _, due, lease_end, paused, *seen = one(tx.first(b.sql(_LOOKUP)))  # with BEGIN
         moved = 0
         if due is not None and due <= now:
             moved += b._promote(tx, now, 1000)
@@ -111,9 +111,10 @@ def claim_jobs(
             if flowing:  # issue 15: grouped jobs first (postgres/flow.py), leased per batch
                 leases += pgflow.take(b, tx, queue, now, limit - len(leases), lease)
             while len(leases) < limit:
-                rows, got = _claim_rows(b, tx, queue, limit - len(leases), now, vt, worker_id)
+                want = limit - len(leases)
+                rows, got = _claim_rows(b, tx, queue, want, now, vt, worker_id)
                 leases.extend(got)
-                if not rows:  # none left (a buried or expired row leaves room: claim again)
+                if rows < want:  # none left (a buried or expired row leaves room: claim again)
                     break
         next_due = None
         if not leases:

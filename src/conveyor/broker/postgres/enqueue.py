@@ -181,7 +181,10 @@ def insert_jobs(
         if not deferred:
             sql, params = _REGISTER + _INSERT, [text_array(queues), *cols]
         try:
-            tx.conn.execute(b.sql(sql), params, prepare=None if deferred else True)
+            if deferred:  # the caller's transaction: no BEGIN of ours, no prepared statement
+                tx.conn.execute(b.sql(sql), params, prepare=None)
+            else:
+                tx.first(b.sql(sql), params)  # BEGIN travels with it
         except psycopg.errors.UniqueViolation as exc:
             detail = (exc.diag.message_detail or "").partition("=(")[2].rpartition(")")[0]
             raise DuplicateJob(detail or new[0].id) from None

@@ -63,14 +63,13 @@ def complete_acks(b: PostgresBroker, acks: Sequence[Ack], now: float) -> list[bo
     cols = ", ".join(f"j.{c.strip()}" for c in COLS.split(","))
     lock = _LOCK.format(cols=cols, special=SPECIAL)
     with b._write() as tx:
-        rows = tx.conn.execute(
+        rows = tx.first(
             b.sql(lock),
             (
                 text_array([a.job_id for a in acks]),
                 text_array([a.token for a in acks]),
                 num_array(range(len(acks))),
             ),
-            prepare=True,
         ).fetchall()
         fast: list[tuple[Row, Ack, bool]] = []
         slow: list[tuple[Rec, Ack]] = []
@@ -131,7 +130,8 @@ def _write_fast(b: PostgresBroker, tx: Tx, done: list[tuple[Row, Ack, bool]], no
             | {"attempt": patched[1]}
         )
     if rids:
-        tx.conn.execute(b.sql(_DONE), (now, num_array(rids), bytea_array(payloads)), prepare=True)
+        # sent with the next statement (the settle one, usually): nobody reads its result
+        tx.defer(b.sql(_DONE), (now, num_array(rids), bytea_array(payloads)))
     if slots:
         pgflow.free_many(b, tx, slots)
 
