@@ -12,9 +12,8 @@ started_at, worker, lease deadline) to the decoded job, and the next full write 
 ``envelope_dict`` writes, no typed value) gets its Job from a template copy, as on Redis
 (``broker/redis/claimjob.py``), instead of ``job_from_dict``; anything else goes through
 ``pg_rec``. ``completed_envelope`` is the completion's fast path: it patches the stored envelope
-as a dict
-(the overlay and the fields ``lifecycle.complete`` sets) instead of building a ``Job`` and
-encoding it again; anything unexpected sends the row to the full decode.
+as a dict (the overlay and the fields ``lifecycle.complete`` sets) instead of building a ``Job``
+and encoding it again; anything unexpected sends the row to the full decode.
 """
 
 from __future__ import annotations

@@ -87,7 +87,7 @@ class Tx:
         self._conn = conn
         self.begun = not own
         #: statements whose result nobody reads, sent with the next one (``defer``)
-        self.deferred: list[tuple[str, Sequence[Any]]] = []
+        self.deferred: list[tuple[str, Sequence[Any] | dict[str, Any]]] = []
         self.events: list[dict[str, Any]] = []
         self.deltas: dict[tuple[str, str], int] = {}
         self.finished: set[tuple[str, str]] = set()
@@ -102,7 +102,7 @@ class Tx:
                 self.send_pending()
         return self._conn
 
-    def defer(self, sql: str, params: Sequence[Any]) -> None:
+    def defer(self, sql: str, params: Sequence[Any] | dict[str, Any]) -> None:
         """Run ``sql`` (prepared) before the next statement, in its round trip: for a write
         whose result nobody reads (the completion's ``UPDATE``; then the settle statement)."""
         self.deferred.append((sql, params))
@@ -118,7 +118,7 @@ class Tx:
             conn.execute(sql, params, prepare=True)
         self.deferred.clear()
 
-    def first(self, sql: str, params: Sequence[Any] = ()) -> psycopg.Cursor[Any]:
+    def first(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> psycopg.Cursor[Any]:
         """Run ``sql`` (prepared), with BEGIN and the deferred statements in its round trip."""
         conn = self._conn
         if self.begun and not self.deferred:
