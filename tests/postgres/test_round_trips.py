@@ -4,8 +4,9 @@ Counted on the real cluster from libpq's protocol trace: every ``Sync`` (or simp
 the client sends ends a batch it then waits on, i.e. one round trip. A transaction used to pay one
 each for BEGIN, every statement, the two settle statements and COMMIT (5 for a single
 enqueue, 6-7 for a claim or a completion); BEGIN now travels with the first statement and
-the settle statement with COMMIT (psycopg pipeline mode), and events, counts and NOTIFY settle
-in one statement.
+the settle statement with COMMIT (psycopg pipeline mode), events, counts and NOTIFY settle in
+one statement, and an enqueue sends everything in one batch (a taken id still raises
+``DuplicateJob`` and stores nothing).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from psycopg import pq
 from conveyor.broker.base import Ack
 from conveyor.broker.postgres.broker import PostgresBroker
 from conveyor.core.job import Job
+from conveyor.errors import DuplicateJob
 
 
 @pytest.fixture
@@ -64,7 +66,7 @@ def test_enqueue_claim_and_complete_take_few_round_trips(pg: PostgresBroker, tri
         pg.complete([Ack(x.job.id, x.token) for x in pg.claim(["default"], now, limit=4)], now)
 
     n, _ = _measure(trips, lambda: pg.enqueue([Job(id="one", task="t")], now))
-    assert n <= 2, f"a single enqueue took {n} round trips"
+    assert n == 1, f"a single enqueue took {n} round trips"
     pg.enqueue([Job(id=f"j{i}", task="t") for i in range(5)], now)
 
     n, claimed = _measure(trips, lambda: pg.claim(["default"], now, limit=32))
@@ -77,3 +79,13 @@ def test_enqueue_claim_and_complete_take_few_round_trips(pg: PostgresBroker, tri
     assert n <= 3, f"a completion took {n} round trips"
     assert pg.counts()["default"]["completed"] == 9
     assert [e["type"] for e in pg.events.read(None, 100)[0]].count("completed") == 9
+
+
+def test_a_taken_id_still_refuses_the_whole_batch(pg: PostgresBroker) -> None:
+    now = time.time()
+    pg.enqueue([Job(id="taken", task="t")], now)
+    with pytest.raises(DuplicateJob, match="taken"):
+        pg.enqueue([Job(id="new", task="t"), Job(id="taken", task="t")], now)
+    assert pg.get("new") is None
+    assert pg.counts()["default"]["pending"] == 1
+    assert pg.enqueue([Job(id="new", task="t")], now)[0].duplicate is False  # usable again

@@ -32,7 +32,7 @@ from ..sqllimits import SqlFlowAdmin
 from . import flow as pgflow  # issue 15/16 hooks (postgres/flow.py)
 from .admin import PgJobAdmin
 from .claim import claim_jobs
-from .enqueue import enqueue_on, insert_jobs
+from .enqueue import duplicate, enqueue_on, insert_jobs
 from .finish import complete_acks
 from .reads import PgReads
 from .rec import COLS, pg_rec
@@ -150,9 +150,14 @@ class PostgresBroker(
         *,
         fresh_ids: bool = False,
     ) -> list[EnqueueResult]:
-        """Store all jobs or none, in one transaction; see ``Broker.enqueue``."""
-        with self._write() as tx:
-            return insert_jobs(self, tx, jobs, now, payloads)
+        """Store all jobs or none, in one transaction; see ``Broker.enqueue``. The INSERT
+        travels with BEGIN, the settle statement and COMMIT (one round trip), so a taken id
+        surfaces at COMMIT: ``DuplicateJob``, nothing stored."""
+        try:
+            with self._write() as tx:
+                return insert_jobs(self, tx, jobs, now, payloads, lazy=True)
+        except psycopg.errors.UniqueViolation as exc:
+            raise duplicate(exc, jobs[0].id if jobs else "") from None
 
     def enqueue_in_transaction(
         self,

@@ -54,6 +54,12 @@ _CLAIM_KEY = (
 )
 
 
+def duplicate(exc: psycopg.errors.UniqueViolation, fallback: str) -> DuplicateJob:
+    """The ``DuplicateJob`` of the id a unique violation of ``jobs`` names (else ``fallback``)."""
+    detail = (exc.diag.message_detail or "").partition("=(")[2].rpartition(")")[0]
+    return DuplicateJob(detail or fallback)
+
+
 def _first_repeat(ids: Sequence[str]) -> str | None:
     seen: set[str] = set()
     for job_id in ids:
@@ -165,8 +171,11 @@ def insert_jobs(
     payloads: Sequence[bytes] | None,
     *,
     deferred: bool = False,
+    lazy: bool = False,
 ) -> list[EnqueueResult]:
-    """Store the batch in ``tx`` (all or none); ``deferred``: the caller's transaction."""
+    """Store the batch in ``tx`` (all or none); ``deferred``: the caller's transaction;
+    ``lazy``: the INSERT waits for the transaction's next statement (``Tx.defer``), so a taken
+    id raises ``UniqueViolation`` there (the caller turns it into ``DuplicateJob``)."""
     if (repeat := _first_repeat([j.id for j in jobs])) is not None:
         raise DuplicateJob(repeat)
     if any(j.idempotency_key for j in jobs):
@@ -180,14 +189,13 @@ def insert_jobs(
         sql, params = (_INSERT, cols)
         if not deferred:
             sql, params = _REGISTER + _INSERT, [text_array(queues), *cols]
-        try:
-            if deferred:  # the caller's transaction: no BEGIN of ours, no prepared statement
-                tx.conn.execute(b.sql(sql), params, prepare=None)
-            else:
-                tx.first(b.sql(sql), params)  # BEGIN travels with it
-        except psycopg.errors.UniqueViolation as exc:
-            detail = (exc.diag.message_detail or "").partition("=(")[2].rpartition(")")[0]
-            raise DuplicateJob(detail or new[0].id) from None
+        if lazy:  # sent with BEGIN, the settle statement and COMMIT: one round trip (a taken
+            tx.defer(b.sql(sql), params)  # id surfaces there: ``PostgresBroker.enqueue``)
+        else:
+            try:  # in the caller's transaction: no prepared statement
+                tx.conn.execute(b.sql(sql), params, prepare=None if deferred else True)
+            except psycopg.errors.UniqueViolation as exc:
+                raise duplicate(exc, new[0].id) from None
     if grouped := [j for j in new if j.flow]:  # issue 15: their groups (postgres/flow.py)
         pgflow.on_insert(b, tx, grouped)
     events = [
