@@ -131,8 +131,8 @@ def _claim_rows(
 ) -> tuple[int, list[Lease]]:
     """One claim statement: the rows it took, and their leases in claim order (priority, then
     the old place); an undecodable row or one past its ``expires_at`` gets none."""
-    rows = tx.conn.execute(
-        b.sql(_CLAIM), (queue, n, now + vt, now, worker_id or None), prepare=True
+    rows = tx.first(
+        b.sql(_CLAIM), (queue, n, now + vt, now, worker_id or None), binary=True
     ).fetchall()
     if not rows:
         return 0, []

@@ -70,6 +70,7 @@ def complete_acks(b: PostgresBroker, acks: Sequence[Ack], now: float) -> list[bo
                 text_array([a.token for a in acks]),
                 num_array(range(len(acks))),
             ),
+            binary=True,
         ).fetchall()
         fast: list[tuple[Row, Ack, bool]] = []
         slow: list[tuple[Rec, Ack]] = []
@@ -109,6 +110,8 @@ def _write_fast(b: PostgresBroker, tx: Tx, done: list[tuple[Row, Ack, bool]], no
     rids: list[int] = []
     payloads: list[bytes] = []
     slots: list[tuple[str, str]] = []
+    queues: dict[str, int] = {}
+    events = tx.events
     for row, ack, grouped in done:
         patched = completed_envelope(row, now, ack.result)
         if patched is None:  # not the envelope expected: decoded and saved like the slow path
@@ -122,13 +125,15 @@ def _write_fast(b: PostgresBroker, tx: Tx, done: list[tuple[Row, Ack, bool]], no
         if grouped:  # issue 15: the slots it holds (its envelope's flow spec)
             slots += [(name, row[1]) for name in slot_names(row[10])]
         queue = row[2]
-        tx.count(queue, "active", "completed")
-        tx.finished.add((queue, "completed"))
-        tx.done.add(queue)
-        tx.events.append(
+        queues[queue] = queues.get(queue, 0) + 1
+        events.append(
             {"type": "completed", "job_id": row[1], "queue": queue, "task": row[3], "at": now}
             | {"attempt": patched[1]}
         )
+    for queue, n in queues.items():  # counts, retention and waiters once per queue
+        tx.count(queue, "active", "completed", n)
+        tx.finished.add((queue, "completed"))
+        tx.done.add(queue)
     if rids:
         # sent with the next statement (the settle one, usually): nobody reads its result
         tx.defer(b.sql(_DONE), (now, num_array(rids), bytea_array(payloads)))

@@ -118,14 +118,17 @@ class Tx:
             conn.execute(sql, params, prepare=True)
         self.deferred.clear()
 
-    def first(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> psycopg.Cursor[Any]:
-        """Run ``sql`` (prepared), with BEGIN and the deferred statements in its round trip."""
+    def first(
+        self, sql: str, params: Sequence[Any] | dict[str, Any] = (), *, binary: bool = False
+    ) -> psycopg.Cursor[Any]:
+        """Run ``sql`` (prepared), with BEGIN and the deferred statements in its round trip;
+        ``binary``: rows in binary format (no text parsing of numbers and bytea)."""
         conn = self._conn
         if self.begun and not self.deferred:
-            return conn.execute(sql, params, prepare=True)
+            return conn.execute(sql, params, prepare=True, binary=binary)
         with conn.pipeline():
             self.send_pending()
-            cur = conn.execute(sql, params, prepare=True)
+            cur = conn.execute(sql, params, prepare=True, binary=binary)
         return cur
 
     def rollback(self) -> None:
