@@ -48,6 +48,8 @@ def trips(pg: PostgresBroker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
         lines = path.read_text().splitlines()
         return sum(1 for x in lines if x.split("\t")[:3:2] in (["F", "Sync"], ["F", "Query"]))
 
+    count.text = lambda: path.read_text()  # type: ignore[attr-defined]
+
     monkeypatch.setattr(pg, "_connection", traced)
     yield count
     out.close()
@@ -89,3 +91,24 @@ def test_a_taken_id_still_refuses_the_whole_batch(pg: PostgresBroker) -> None:
     assert pg.get("new") is None
     assert pg.counts()["default"]["pending"] == 1
     assert pg.enqueue([Job(id="new", task="t")], now)[0].duplicate is False  # usable again
+
+
+def test_only_the_claim_commits_without_waiting_for_the_disk(
+    pg: PostgresBroker, trips: Any
+) -> None:
+    """The claim's transaction sets ``synchronous_commit = off`` (a claim lost in a crash
+    leaves the job pending: at-least-once, as a lost lease); enqueue and completion keep the
+    durable COMMIT."""
+    now = time.time()
+    sent: dict[str, str] = {}
+    for name, step in (
+        ("enqueue", lambda: pg.enqueue([Job(id="a", task="t")], now)),
+        ("claim", lambda: sent.setdefault("lease", pg.claim(["default"], now, limit=2))),
+        ("complete", lambda: pg.complete([Ack(x.id, x.token) for x in sent["lease"]], now)),
+    ):
+        before = len(trips.text())
+        step()
+        sent[name] = trips.text()[before:]
+    assert "synchronous_commit" in sent["claim"]
+    assert "synchronous_commit" not in sent["enqueue"] + sent["complete"]
+    assert pg.get("a").state.value == "completed"

@@ -16,6 +16,12 @@ lock, leased per batch by ``lease_many`` with the same overlay as ``_CLAIM`` (on
 a lapsed or undecodable head goes through ``lease_one``). The look-up also
 tells whether any flow group exists: without one the claim never takes the flow lock.
 
+Durability: the claim's COMMIT does not wait for its WAL to reach disk (``synchronous_commit =
+off`` for this transaction only, set by the look-up): a claim lost in a server crash leaves the
+job pending, to be claimed again, which is what a lost lease does anyway (at-least-once); the
+job's completion, and every enqueue, still commit synchronously (and flush the claim's WAL with
+theirs). This takes one disk flush out of the pickup path (enqueue → NOTIFY → claim → start).
+
 Plans: the claim must walk ``jobs_ready`` in index order and stop after n rows whatever the
 statistics say. A freshly filled table has none (autovacuum analyzes it a minute later), and the
 planner then estimates two pending rows and chooses a bitmap scan of EVERY pending row plus a
@@ -49,6 +55,7 @@ if TYPE_CHECKING:
 
 _LOOKUP = (
     "SELECT set_config('enable_bitmapscan', 'off', true),"
+    " set_config('synchronous_commit', 'off', true),"
     " (SELECT min(due_at) FROM {S}.jobs WHERE due_at IS NOT NULL),"
     " (SELECT min(lease_at) FROM {S}.jobs WHERE lease_at IS NOT NULL),"
     " ARRAY(SELECT name FROM {S}.queues WHERE paused),"
@@ -96,7 +103,7 @@ def claim_jobs(
     """``PostgresBroker.claim`` (see the module docstring)."""
     leases: list[Lease] = []
     with b._write() as tx:
-        _, due, lease_end, paused, *seen = one(tx.first(b.sql(_LOOKUP)))  # with BEGIN
+        _, _, due, lease_end, paused, *seen = one(tx.first(b.sql(_LOOKUP)))  # with BEGIN
         moved = 0
         if due is not None and due <= now:
             moved += b._promote(tx, now, 1000)
