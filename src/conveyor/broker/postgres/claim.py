@@ -72,6 +72,20 @@ _CLAIM = (
     f" started_at = %s, worker = %s FROM picked WHERE j.rid = picked.rid RETURNING {_RETURNED},"
     " picked.seq, j.token"
 )
+#: ``_CLAIM`` of the first queue sent with the look-up (one round trip), guarded: it takes
+#: nothing when the queue is paused, a delayed job is due, a lease expired or a flow group
+#: exists, i.e. whenever the look-up's answers must be acted on first (then the claim goes
+#: the usual way). Its parameters: the queue, the queue, now, now, then ``_CLAIM``'s.
+_GUARDED = _CLAIM.replace(
+    " AND grp IS NULL ORDER BY",
+    " AND grp IS NULL AND NOT EXISTS (SELECT 1 FROM {S}.queues WHERE name = %s AND paused)"
+    # the earliest deadlines as the look-up reads them (an index's first entry; a range test
+    # let a generic plan scan the table for a row that is not there)
+    " AND COALESCE((SELECT min(due_at) FROM {S}.jobs WHERE due_at IS NOT NULL) > %s, true)"
+    " AND COALESCE((SELECT min(lease_at) FROM {S}.jobs WHERE lease_at IS NOT NULL) > %s, true)"
+    " AND NOT EXISTS (SELECT 1 FROM {S}.flow_groups)"
+    " AND NOT EXISTS (SELECT 1 FROM {S}.flow_pending) ORDER BY",
+)
 #: Lease the heads ``pgflow.take`` picked and locked (issue 15) like ``_CLAIM`` does: the claim
 #: overlay, the envelope untouched; one statement per batch of groups.
 _LEASE = (
@@ -103,7 +117,15 @@ def claim_jobs(
     """``PostgresBroker.claim`` (see the module docstring)."""
     leases: list[Lease] = []
     with b._write() as tx:
-        _, _, due, lease_end, paused, *seen = one(tx.first(b.sql(_LOOKUP)))  # with BEGIN
+        # BEGIN, the look-up and the first queue's guarded claim: one round trip
+        head = queues[0] if queues else ""
+        look, first = tx.first_two(
+            (b.sql(_LOOKUP), ()),
+            (b.sql(_GUARDED), (head, head, now, now, limit, now + vt, now, worker_id or None)),
+        )
+        _, _, due, lease_end, paused, *seen = one(look)
+        took, leases = _lease_rows(b, tx, head, first.fetchall(), now, vt, worker_id)
+        done = {head} if 0 < took < limit else set()  # a short batch: that queue is empty
         moved = 0
         if due is not None and due <= now:
             moved += b._promote(tx, now, 1000)
@@ -117,7 +139,7 @@ def claim_jobs(
         for queue in served:
             if flowing:  # issue 15: grouped jobs first (postgres/flow.py), leased per batch
                 leases += pgflow.take(b, tx, queue, now, limit - len(leases), lease)
-            while len(leases) < limit:
+            while len(leases) < limit and queue not in done:
                 want = limit - len(leases)
                 rows, got = _claim_rows(b, tx, queue, want, now, vt, worker_id)
                 leases.extend(got)
@@ -141,6 +163,19 @@ def _claim_rows(
     rows = tx.first(
         b.sql(_CLAIM), (queue, n, now + vt, now, worker_id or None), binary=True
     ).fetchall()
+    return _lease_rows(b, tx, queue, rows, now, vt, worker_id)
+
+
+def _lease_rows(
+    b: PostgresBroker,
+    tx: Tx,
+    queue: str,
+    rows: list[Any],
+    now: float,
+    vt: float,
+    worker_id: str,
+) -> tuple[int, list[Lease]]:
+    """The leases of the rows a claim statement took (see ``_claim_rows``)."""
     if not rows:
         return 0, []
     rows.sort(key=lambda r: (r[5], r[15]))  # RETURNING has no order: priority, old seq

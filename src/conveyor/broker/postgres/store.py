@@ -131,6 +131,18 @@ class Tx:
             cur = conn.execute(sql, params, prepare=True, binary=binary)
         return cur
 
+    def first_two(
+        self, one: tuple[str, Sequence[Any]], two: tuple[str, Sequence[Any]]
+    ) -> tuple[psycopg.Cursor[Any], psycopg.Cursor[Any]]:
+        """Two prepared statements (the second's rows in binary format) with BEGIN and the
+        deferred statements, in one round trip."""
+        conn = self._conn
+        with conn.pipeline():
+            self.send_pending()
+            first = conn.execute(one[0], one[1], prepare=True)
+            second = conn.execute(two[0], two[1], prepare=True, binary=True)
+        return first, second
+
     def rollback(self) -> None:
         """End a begun transaction that failed (the connection may be broken: then nothing)."""
         if self.begun and not self._conn.closed:
