@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import Any, Self
 
 import psycopg
+import psycopg_pool
 
 from ...config import Retention
 from ...core import lifecycle
@@ -32,7 +33,7 @@ from ..sqllimits import SqlFlowAdmin
 from . import flow as pgflow  # issue 15/16 hooks (postgres/flow.py)
 from .admin import PgJobAdmin
 from .claim import claim_jobs
-from .enqueue import duplicate, enqueue_on, insert_jobs
+from .enqueue import duplicate, enqueue_alone, enqueue_on, insert_jobs
 from .finish import complete_acks
 from .reads import PgReads
 from .rec import COLS, pg_rec
@@ -154,6 +155,12 @@ class PostgresBroker(
         travels with BEGIN, the settle statement and COMMIT (one round trip), so a taken id
         surfaces at COMMIT: ``DuplicateJob``, nothing stored."""
         try:
+            try:
+                done = enqueue_alone(self, jobs, now, payloads)  # a plain batch: one statement
+            except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
+                raise self._failed(exc) from exc
+            if done is not None:
+                return done
             with self._write() as tx:
                 return insert_jobs(self, tx, jobs, now, payloads, lazy=True)
         except psycopg.errors.UniqueViolation as exc:

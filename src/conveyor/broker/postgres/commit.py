@@ -66,10 +66,34 @@ _CAP = (
 def settle(s: PgStore, tx: Tx) -> None:
     """Number and store the events, apply the count deltas, send the NOTIFYs, retention, and
     COMMIT a transaction ``PgStore._write`` began (nothing to do: nothing sent)."""
+    found = statement(s, tx)
+    if found is None:
+        if tx.begun or tx.deferred:
+            tx.conn.execute("COMMIT")
+        return
+    sql, params = found
+    if not tx.finished:  # no retention cap to apply: the statement and COMMIT in one trip
+        with tx._conn.pipeline():
+            tx.send_pending()
+            tx._conn.execute(sql, params, prepare=True)
+            tx._conn.execute("COMMIT")
+        return
+    _, queues, states, ns = one(tx.first(sql, params))
+    totals = {(q, st): int(n) for q, st, n in zip(queues, states, ns, strict=True)}
+    _cap_finished(s, tx, totals)
+    tx.conn.execute("COMMIT")
+
+
+def statement(s: PgStore, tx: Tx) -> tuple[str, dict[str, Any]] | None:
+    """The settle statement of ``tx`` (``_SETTLE`` or ``_APPLY``, schema bound; it begins with
+    ``WITH``) and its named parameters; None when there is nothing to settle. Takes the count
+    deltas out of ``tx``."""
     deltas = sorted((k, d) for k, d in tx.deltas.items() if d)
     tx.deltas.clear()
     notes = [(s.channel, q) for q in sorted(tx.notify)]
     notes += [(s.done_channel, q) for q in sorted(tx.done)]
+    if not (tx.events or deltas or notes):
+        return None
     params: dict[str, Any] = {
         "q": text_array([q for (q, _), _ in deltas]),
         "st": text_array([st for (_, st), _ in deltas]),
@@ -78,24 +102,9 @@ def settle(s: PgStore, tx: Tx) -> None:
         # "" (a name too long for a payload) wakes every waiter
         "nq": text_array([q if len(q.encode()) < 7000 else "" for _, q in notes]),
     }
-    sql = _APPLY
-    if tx.events:
-        sql = _SETTLE
-        params.update(_chunks(tx.events, s.retention.events_max))
-    elif not (deltas or notes):
-        if tx.begun or tx.deferred:
-            tx.conn.execute("COMMIT")
-        return
-    if not tx.finished:  # no retention cap to apply: the statement and COMMIT in one trip
-        with tx._conn.pipeline():
-            tx.send_pending()
-            tx._conn.execute(s.sql(sql), params, prepare=True)
-            tx._conn.execute("COMMIT")
-        return
-    _, queues, states, ns = one(tx.first(s.sql(sql), params))
-    totals = {(q, st): int(n) for q, st, n in zip(queues, states, ns, strict=True)}
-    _cap_finished(s, tx, totals)
-    tx.conn.execute("COMMIT")
+    if not tx.events:
+        return s.sql(_APPLY), params
+    return s.sql(_SETTLE), params | _chunks(tx.events, s.retention.events_max)
 
 
 def _chunks(events: list[dict[str, Any]], keep: int) -> dict[str, Any]:
