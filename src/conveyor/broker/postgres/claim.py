@@ -117,14 +117,19 @@ def claim_jobs(
     """``PostgresBroker.claim`` (see the module docstring)."""
     leases: list[Lease] = []
     with b._write() as tx:
-        # BEGIN, the look-up and the first queue's guarded claim: one round trip
-        head = queues[0] if queues else ""
-        look, first = tx.first_two(
-            (b.sql(_LOOKUP), ()),
-            (b.sql(_GUARDED), (head, head, now, now, limit, now + vt, now, worker_id or None)),
-        )
+        # BEGIN, the look-up and the first queue's guarded claim: one round trip (not while
+        # flow groups exist: the guard would refuse, a statement for nothing)
+        head = queues[0] if queues and not b.flow_seen else ""
+        if head:
+            look, first = tx.first_two(
+                (b.sql(_LOOKUP), ()),
+                (b.sql(_GUARDED), (head, head, now, now, limit, now + vt, now, worker_id or None)),
+            )
+            took, leases = _lease_rows(b, tx, head, first.fetchall(), now, vt, worker_id)
+        else:
+            look, took = tx.first(b.sql(_LOOKUP)), 0
         _, _, due, lease_end, paused, *seen = one(look)
-        took, leases = _lease_rows(b, tx, head, first.fetchall(), now, vt, worker_id)
+        b.flow_seen = bool(seen[0] or seen[1])
         done = {head} if 0 < took < limit else set()  # a short batch: that queue is empty
         moved = 0
         if due is not None and due <= now:

@@ -242,6 +242,7 @@ def insert_jobs(
                 raise duplicate(exc, new[0].id) from None
     if grouped := [j for j in new if j.flow]:  # issue 15: their groups (postgres/flow.py)
         pgflow.on_insert(b, tx, grouped)
+        b.flow_seen = True  # this process's next claim goes the flow way at once
     events = [
         {"type": "enqueued", "job_id": j.id, "queue": j.queue, "task": j.task, "at": now}
         | {"state": str(j.state)}

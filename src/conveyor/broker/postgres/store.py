@@ -178,6 +178,9 @@ class PgStore:
     """The pool, schema, transactions, counts and queues of ``PostgresBroker``."""
 
     has_server_clock = True
+    #: flow groups seen by this process's last claim look-up or enqueued by it: the claim then
+    #: skips sending its first statement speculatively with the look-up (``postgres/claim.py``)
+    flow_seen = False
 
     def __init__(
         self,
