@@ -5,8 +5,8 @@ delayed run_at and lease deadline, the paused queues, whether flow groups exist)
 claims from the first queue (``_GUARDED``: ``_CLAIM`` that takes nothing when the look-up's
 answers must be acted on first; not sent while this process sees flow groups); due delayed jobs
 and expired leases are handled only when there are some. Then, per queue in the order given,
-ONE statement picks, locks and leases a batch (``_CLAIM``: ``UPDATE … FROM (SELECT … ORDER BY priority, seq LIMIT n
-FOR UPDATE SKIP LOCKED) … RETURNING``). It writes the lease into the row's columns (state, lease
+ONE statement picks, locks and leases a batch (``_CLAIM``: ``UPDATE … FROM (SELECT … ORDER BY
+priority, seq LIMIT n FOR UPDATE SKIP LOCKED) … RETURNING``). It writes the lease into the row's columns (state, lease
 deadline, a fencing token from ``gen_random_uuid()``, the claim overlay ``claims``,
 ``started_at``, ``worker``) and leaves the envelope untouched (``postgres/rec.py``), so no
 per-job statement follows a claim. Only an undecodable row costs one more write (it is
