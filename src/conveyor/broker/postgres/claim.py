@@ -6,11 +6,12 @@ claims from the first queue (``_GUARDED``: ``_CLAIM`` that takes nothing when th
 answers must be acted on first; not sent while this process sees flow groups); due delayed jobs
 and expired leases are handled only when there are some. Then, per queue in the order given,
 ONE statement picks, locks and leases a batch (``_CLAIM``: ``UPDATE … FROM (SELECT … ORDER BY
-priority, seq LIMIT n FOR UPDATE SKIP LOCKED) … RETURNING``). It writes the lease into the row's columns (state, lease
-deadline, a fencing token from ``gen_random_uuid()``, the claim overlay ``claims``,
-``started_at``, ``worker``) and leaves the envelope untouched (``postgres/rec.py``), so no
-per-job statement follows a claim. Only an undecodable row costs one more write (it is
-dead-lettered as ``decode_error``), and so does a row past its ``expires_at`` (it expires).
+priority, seq LIMIT n FOR UPDATE SKIP LOCKED) … RETURNING``). It writes the lease into the
+row's columns (state, lease deadline, a fencing token from ``gen_random_uuid()``, the claim
+overlay ``claims``, ``started_at``, ``worker``) and leaves the envelope untouched
+(``postgres/rec.py``), so no per-job statement follows a claim. Only an undecodable row costs
+one more write (it is dead-lettered as ``decode_error``), and so does a row past its
+``expires_at`` (it expires).
 
 Flow control (issue 15): ``_CLAIM`` takes only ungrouped rows (``grp IS NULL``, the
 ``jobs_ready`` index); a flow group's jobs go first, through ``pgflow.take`` under the flow
