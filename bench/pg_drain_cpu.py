@@ -11,6 +11,7 @@ Conveyor's PostgreSQL drain").
 
 from __future__ import annotations
 
+import os
 import sys
 import tempfile
 import time
@@ -36,12 +37,24 @@ def _cpu(root: psutil.Process) -> float:
     return total
 
 
+def _hot(a: object) -> list[float]:
+    """Row updates and HOT updates of the system's tables (``pg_stat_user_tables``)."""
+    sql = (
+        "SELECT COALESCE(sum(n_tup_upd), 0), COALESCE(sum(n_tup_hot_upd), 0)"
+        " FROM pg_stat_user_tables"
+    )
+    out = a.pg.psql(sql, db=a.database)  # type: ignore[attr-defined]
+    return [float(x) for x in out.split("|")]
+
+
 def main(name: str, mode: str, n: int) -> None:
     """Drain ``n`` jobs with ``name``'s worker in ``mode``; print the per-job figures."""
     redis = start_redis()
     a = load_adapter(name)(BenchContext(REPO, redis, Path(tempfile.mkdtemp(prefix="pgcpu-"))))
     try:
         a.flush()
+        if os.environ.get("PG_DRAIN_SQL"):  # an experiment: e.g. drop an index before the run
+            a.pg.psql(os.environ["PG_DRAIN_SQL"], db=a.database)  # type: ignore[attr-defined]
         a.prefill(n)
         stats = (
             "SELECT d.xact_commit, d.tup_updated, d.tup_inserted, d.tup_deleted,"
@@ -50,6 +63,7 @@ def main(name: str, mode: str, n: int) -> None:
         )
         time.sleep(1.5)
         before = [float(x) for x in a.pg.psql(stats).split("|")]  # type: ignore[attr-defined]
+        before += _hot(a)
         log = JobLog(a.ctx.workdir / "jobs.log")
         log.path.touch()
         worker = a.start_worker(mode, log.path)
@@ -64,13 +78,14 @@ def main(name: str, mode: str, n: int) -> None:
         a.stop_worker(worker)
         time.sleep(1.5)
         after = [float(x) for x in a.pg.psql(stats).split("|")]  # type: ignore[attr-defined]
+        after += _hot(a)
         d = [(y - x) / n for x, y in zip(before, after, strict=True)]
         span = log.span(range(n))
         print(
             f"{name} {mode} n={n}: {n / span:,.0f} jobs/s; per job: worker CPU "
             f"{(w1 - w0) / n * 1e6:.0f} us, server CPU {(s1 - s0) / n * 1e6:.0f} us, commits "
             f"{d[0]:.3f}, rows updated {d[1]:.2f} inserted {d[2]:.2f} deleted {d[3]:.2f} "
-            f"read {d[4]:.1f}, WAL {d[5]:,.0f} bytes"
+            f"read {d[4]:.1f}, WAL {d[5]:,.0f} bytes, HOT updates {d[7] / max(d[6], 1e-9):.0%}"
         )
     finally:
         redis.stop()

@@ -18,15 +18,28 @@ def _quote(text: str) -> str:
 
 
 def text_array(values: Iterable[str | None]) -> str:
-    """A ``text[]`` literal."""
-    return "{" + ",".join("NULL" if v is None else _quote(v) for v in values) + "}"
+    """A ``text[]`` literal. Without a None, ``"`` or ``\\`` among the values (ids, tokens,
+    queue names: the usual case) it is two joins in C instead of a quoting call per value."""
+    vals = list(values)
+    if not vals:
+        return "{}"
+    if None not in vals:
+        plain: list[str] = vals  # type: ignore[assignment]
+        whole = "".join(plain)
+        if '"' not in whole and "\\" not in whole:
+            return '{"' + '","'.join(plain) + '"}'
+    return "{" + ",".join("NULL" if v is None else _quote(v) for v in vals) + "}"
 
 
 def num_array(values: Iterable[int | float | None]) -> str:
     """An ``int[]``, ``bigint[]`` or ``float8[]`` literal (``repr`` round-trips a float)."""
-    return "{" + ",".join("NULL" if v is None else repr(v) for v in values) + "}"
+    vals = list(values)
+    if None not in vals:
+        return "{" + ",".join(map(repr, vals)) + "}"
+    return "{" + ",".join("NULL" if v is None else repr(v) for v in vals) + "}"
 
 
 def bytea_array(values: Iterable[bytes]) -> str:
     """A ``bytea[]`` literal (hex form)."""
-    return "{" + ",".join('"\\\\x' + v.hex() + '"' for v in values) + "}"
+    hexes = [v.hex() for v in values]
+    return '{"\\\\x' + '","\\\\x'.join(hexes) + '"}' if hexes else "{}"

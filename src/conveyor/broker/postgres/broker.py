@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import Any, Self
 
 import psycopg
+import psycopg_pool
 
 from ...config import Retention
 from ...core import lifecycle
@@ -32,7 +33,7 @@ from ..sqllimits import SqlFlowAdmin
 from . import flow as pgflow  # issue 15/16 hooks (postgres/flow.py)
 from .admin import PgJobAdmin, retry_deadlock
 from .claim import claim_jobs
-from .enqueue import enqueue_on, insert_jobs
+from .enqueue import duplicate, enqueue_alone, enqueue_on, insert_jobs
 from .finish import complete_acks
 from .reads import PgReads
 from .rec import COLS, pg_rec
@@ -150,9 +151,20 @@ class PostgresBroker(
         *,
         fresh_ids: bool = False,
     ) -> list[EnqueueResult]:
-        """Store all jobs or none, in one transaction; see ``Broker.enqueue``."""
-        with self._write() as tx:
-            return insert_jobs(self, tx, jobs, now, payloads)
+        """Store all jobs or none, in one transaction; see ``Broker.enqueue``. The INSERT
+        travels with BEGIN, the settle statement and COMMIT (one round trip), so a taken id
+        surfaces at COMMIT: ``DuplicateJob``, nothing stored."""
+        try:
+            try:
+                done = enqueue_alone(self, jobs, now, payloads)  # a plain batch: one statement
+            except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
+                raise self._failed(exc) from exc
+            if done is not None:
+                return done
+            with self._write() as tx:
+                return insert_jobs(self, tx, jobs, now, payloads, lazy=True)
+        except psycopg.errors.UniqueViolation as exc:
+            raise duplicate(exc, jobs[0].id if jobs else "") from None
 
     def enqueue_in_transaction(
         self,

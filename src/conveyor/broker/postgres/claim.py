@@ -1,20 +1,29 @@
 """The claim transaction of the PostgreSQL backend (``PostgresBroker.claim``).
 
-One round trip looks up everything the claim needs before it starts (``_LOOKUP``: the earliest
-delayed run_at and lease deadline, the paused queues); due delayed jobs and expired leases are
-handled only when there are some. Then, per queue in the order given, ONE statement picks,
-locks and leases a batch (``_CLAIM``: ``UPDATE … FROM (SELECT … ORDER BY priority, seq LIMIT n
-FOR UPDATE SKIP LOCKED) … RETURNING``). It writes the lease into the row's columns (state, lease
-deadline, a fencing token from ``gen_random_uuid()``, the claim overlay ``claims``,
-``started_at``, ``worker``) and leaves the envelope untouched (``postgres/rec.py``), so no
-per-job statement follows a claim. Only an undecodable row costs one more write (it is
-dead-lettered as ``decode_error``), and so does a row past its ``expires_at`` (it expires).
+One round trip sends BEGIN, looks up everything the claim needs (``_LOOKUP``: the earliest
+delayed run_at and lease deadline, the paused queues, whether flow groups exist) and already
+claims from the first queue (``_GUARDED``: ``_CLAIM`` that takes nothing when the look-up's
+answers must be acted on first; not sent while this process sees flow groups); due delayed jobs
+and expired leases are handled only when there are some. Then, per queue in the order given,
+ONE statement picks, locks and leases a batch (``_CLAIM``: ``UPDATE … FROM (SELECT … ORDER BY
+priority, seq LIMIT n FOR UPDATE SKIP LOCKED) … RETURNING``). It writes the lease into the
+row's columns (state, lease deadline, a fencing token from ``gen_random_uuid()``, the claim
+overlay ``claims``, ``started_at``, ``worker``) and leaves the envelope untouched
+(``postgres/rec.py``), so no per-job statement follows a claim. Only an undecodable row costs
+one more write (it is dead-lettered as ``decode_error``), and so does a row past its
+``expires_at`` (it expires).
 
 Flow control (issue 15): ``_CLAIM`` takes only ungrouped rows (``grp IS NULL``, the
 ``jobs_ready`` index); a flow group's jobs go first, through ``pgflow.take`` under the flow
 lock, leased per batch by ``lease_many`` with the same overlay as ``_CLAIM`` (one statement;
 a lapsed or undecodable head goes through ``lease_one``). The look-up also
 tells whether any flow group exists: without one the claim never takes the flow lock.
+
+Durability: the claim's COMMIT does not wait for its WAL to reach disk (``synchronous_commit =
+off`` for this transaction only, set by the look-up): a claim lost in a server crash leaves the
+job pending, to be claimed again, which is what a lost lease does anyway (at-least-once); the
+job's completion, and every enqueue, still commit synchronously (and flush the claim's WAL with
+theirs). This takes one disk flush out of the pickup path (enqueue → NOTIFY → claim → start).
 
 Plans: the claim must walk ``jobs_ready`` in index order and stop after n rows whatever the
 statistics say. A freshly filled table has none (autovacuum analyzes it a minute later), and the
@@ -41,7 +50,7 @@ from ..base import Claimed, Lease
 from ..sqlite_rows import Rec
 from . import flow as pgflow  # issue 15/16 hooks
 from .arrays import num_array
-from .rec import COLS, pg_rec
+from .rec import COLS, claimed_job, pg_rec
 from .store import Tx, one
 
 if TYPE_CHECKING:
@@ -49,6 +58,7 @@ if TYPE_CHECKING:
 
 _LOOKUP = (
     "SELECT set_config('enable_bitmapscan', 'off', true),"
+    " set_config('synchronous_commit', 'off', true),"
     " (SELECT min(due_at) FROM {S}.jobs WHERE due_at IS NOT NULL),"
     " (SELECT min(lease_at) FROM {S}.jobs WHERE lease_at IS NOT NULL),"
     " ARRAY(SELECT name FROM {S}.queues WHERE paused),"
@@ -64,6 +74,20 @@ _CLAIM = (
     " token = replace(gen_random_uuid()::text, '-', ''), claims = j.claims + 1,"
     f" started_at = %s, worker = %s FROM picked WHERE j.rid = picked.rid RETURNING {_RETURNED},"
     " picked.seq, j.token"
+)
+#: ``_CLAIM`` of the first queue sent with the look-up (one round trip), guarded: it takes
+#: nothing when the queue is paused, a delayed job is due, a lease expired or a flow group
+#: exists, i.e. whenever the look-up's answers must be acted on first (then the claim goes
+#: the usual way). Its parameters: the queue, the queue, now, now, then ``_CLAIM``'s.
+_GUARDED = _CLAIM.replace(
+    " AND grp IS NULL ORDER BY",
+    " AND grp IS NULL AND NOT EXISTS (SELECT 1 FROM {S}.queues WHERE name = %s AND paused)"
+    # the earliest deadlines as the look-up reads them (an index's first entry; a range test
+    # let a generic plan scan the table for a row that is not there)
+    " AND COALESCE((SELECT min(due_at) FROM {S}.jobs WHERE due_at IS NOT NULL) > %s, true)"
+    " AND COALESCE((SELECT min(lease_at) FROM {S}.jobs WHERE lease_at IS NOT NULL) > %s, true)"
+    " AND NOT EXISTS (SELECT 1 FROM {S}.flow_groups)"
+    " AND NOT EXISTS (SELECT 1 FROM {S}.flow_pending) ORDER BY",
 )
 #: Lease the heads ``pgflow.take`` picked and locked (issue 15) like ``_CLAIM`` does: the claim
 #: overlay, the envelope untouched; one statement per batch of groups.
@@ -96,7 +120,20 @@ def claim_jobs(
     """``PostgresBroker.claim`` (see the module docstring)."""
     leases: list[Lease] = []
     with b._write() as tx:
-        _, due, lease_end, paused, *seen = one(tx.conn.execute(b.sql(_LOOKUP), prepare=True))
+        # BEGIN, the look-up and the first queue's guarded claim: one round trip (not while
+        # flow groups exist: the guard would refuse, a statement for nothing)
+        head = queues[0] if queues and not b.flow_seen else ""
+        if head:
+            look, first = tx.first_two(
+                (b.sql(_LOOKUP), ()),
+                (b.sql(_GUARDED), (head, head, now, now, limit, now + vt, now, worker_id or None)),
+            )
+            took, leases = _lease_rows(b, tx, head, first.fetchall(), now, vt, worker_id)
+        else:
+            look, took = tx.first(b.sql(_LOOKUP)), 0
+        _, _, due, lease_end, paused, *seen = one(look)
+        b.flow_seen = bool(seen[0] or seen[1])
+        done = {head} if 0 < took < limit else set()  # a short batch: that queue is empty
         moved = 0
         if due is not None and due <= now:
             moved += b._promote(tx, now, 1000)
@@ -110,10 +147,11 @@ def claim_jobs(
         for queue in served:
             if flowing:  # issue 15: grouped jobs first (postgres/flow.py), leased per batch
                 leases += pgflow.take(b, tx, queue, now, limit - len(leases), lease)
-            while len(leases) < limit:
-                rows, got = _claim_rows(b, tx, queue, limit - len(leases), now, vt, worker_id)
+            while len(leases) < limit and queue not in done:
+                want = limit - len(leases)
+                rows, got = _claim_rows(b, tx, queue, want, now, vt, worker_id)
                 leases.extend(got)
-                if not rows:  # none left (a buried or expired row leaves room: claim again)
+                if rows < want:  # none left (a buried or expired row leaves room: claim again)
                     break
         next_due = None
         if not leases:
@@ -130,23 +168,43 @@ def _claim_rows(
 ) -> tuple[int, list[Lease]]:
     """One claim statement: the rows it took, and their leases in claim order (priority, then
     the old place); an undecodable row or one past its ``expires_at`` gets none."""
-    rows = tx.conn.execute(
-        b.sql(_CLAIM), (queue, n, now + vt, now, worker_id or None), prepare=True
+    rows = tx.first(
+        b.sql(_CLAIM), (queue, n, now + vt, now, worker_id or None), binary=True
     ).fetchall()
+    return _lease_rows(b, tx, queue, rows, now, vt, worker_id)
+
+
+def _lease_rows(
+    b: PostgresBroker,
+    tx: Tx,
+    queue: str,
+    rows: list[Any],
+    now: float,
+    vt: float,
+    worker_id: str,
+) -> tuple[int, list[Lease]]:
+    """The leases of the rows a claim statement took (see ``_claim_rows``)."""
     if not rows:
         return 0, []
     rows.sort(key=lambda r: (r[5], r[15]))  # RETURNING has no order: priority, old seq
     tx.count(queue, "pending", "active", len(rows))
     leases: list[Lease] = []
+    events, expires = tx.events, now + vt
     for row in rows:
-        rec = pg_rec(row[:15])
-        if rec.corrupt is not None:
-            bury_corrupt(b, tx, rec, now, worker_id)
-            continue
-        if lifecycle.is_lapsed(rec.job, now) and _lapse(b, tx, row, now):
-            continue  # issue 15: past its expires_at: expired, never leased
-        tx.emit("started", rec.job, now, attempt=rec.job.attempts, worker=worker_id)
-        leases.append(Lease(rec.job, row[16], now + vt))
+        job = claimed_job(row)  # a plain envelope: a template copy (no expires_at to lapse)
+        if job is None:
+            rec = pg_rec(row[:15])
+            if rec.corrupt is not None:
+                bury_corrupt(b, tx, rec, now, worker_id)
+                continue
+            if lifecycle.is_lapsed(rec.job, now) and _lapse(b, tx, row, now):
+                continue  # issue 15: past its expires_at: expired, never leased
+            job = rec.job
+        events.append(
+            {"type": "started", "job_id": row[1], "queue": queue, "task": row[3], "at": now}
+            | {"attempt": job.attempts, "worker": worker_id}
+        )
+        leases.append(Lease.fast(job, row[16], expires))
     return len(rows), leases
 
 

@@ -27,6 +27,7 @@ from ...errors import DuplicateJob, ValidationError
 from ..base import EnqueueResult
 from . import flow as pgflow
 from .arrays import bytea_array, num_array, text_array
+from .commit import statement
 from .store import Tx, one
 
 if TYPE_CHECKING:
@@ -47,11 +48,29 @@ _REGISTER = (
     "WITH reg AS (INSERT INTO {S}.queues (name) SELECT unnest(%s::text[])"
     " ON CONFLICT (name) DO NOTHING) "
 )
+#: A plain batch (no idempotency key, no flow group) in ONE statement run in autocommit, the
+#: settle statement (``commit.statement``, from its first CTE) appended: one round trip, one
+#: implicit transaction (a taken id aborts all of it).
+_ALONE = (
+    "WITH reg AS (INSERT INTO {S}.queues (name) SELECT unnest(%(reg)s::text[])"
+    " ON CONFLICT (name) DO NOTHING), ins AS (INSERT INTO {S}.jobs (id, queue, task, state,"
+    " priority, seq, run_at, created_at, due_at, finished_at, payload, grp) SELECT i, q, t, s, p,"
+    " nextval('{S}.job_seq'), r, c, d, f, b, g FROM unnest(%(c0)s::text[], %(c1)s::text[],"
+    " %(c2)s::text[], %(c3)s::text[], %(c4)s::int[], %(c5)s::float8[], %(c6)s::float8[],"
+    " %(c7)s::float8[], %(c8)s::float8[], %(c9)s::bytea[], %(c10)s::text[])"
+    " AS u(i, q, t, s, p, r, c, d, f, b, g)), "
+)
 _CLAIM_KEY = (
     "INSERT INTO {S}.idem (queue, key, job_id, expires_at) VALUES (%s, %s, %s, %s)"
     " ON CONFLICT (queue, key) DO UPDATE SET job_id = excluded.job_id,"
     " expires_at = excluded.expires_at WHERE {S}.idem.expires_at <= %s RETURNING job_id"
 )
+
+
+def duplicate(exc: psycopg.errors.UniqueViolation, fallback: str) -> DuplicateJob:
+    """The ``DuplicateJob`` of the id a unique violation of ``jobs`` names (else ``fallback``)."""
+    detail = (exc.diag.message_detail or "").partition("=(")[2].rpartition(")")[0]
+    return DuplicateJob(detail or fallback)
 
 
 def _first_repeat(ids: Sequence[str]) -> str | None:
@@ -157,6 +176,37 @@ def _columns(jobs: Sequence[Job], payloads: Sequence[bytes] | None) -> list[str]
     ]
 
 
+def enqueue_alone(
+    b: PostgresBroker, jobs: Sequence[Job], now: float, payloads: Sequence[bytes] | None
+) -> list[EnqueueResult] | None:
+    """``PostgresBroker.enqueue`` of a plain batch (no idempotency key, no flow group, no id
+    twice) as one autocommit statement (``_ALONE``); None for any other batch (the caller
+    runs ``insert_jobs`` in a transaction). A taken id raises ``UniqueViolation``."""
+    if not jobs or any(j.idempotency_key or j.flow for j in jobs):
+        return None
+    if _first_repeat([j.id for j in jobs]) is not None:
+        return None
+    queues = sorted({j.queue for j in jobs})
+    with b._connection() as conn:
+        tx = Tx(conn)  # the bookkeeping only: the statement is its own transaction
+        tx.events.extend(
+            {"type": "enqueued", "job_id": j.id, "queue": j.queue, "task": j.task, "at": now}
+            | {"state": str(j.state)}
+            for j in jobs
+        )
+        for (queue, state), n in Counter((j.queue, str(j.state)) for j in jobs).items():
+            tx.count(queue, None, state, n)
+        tx.notify.update(queues)
+        settle, params = statement(b, tx) or ("", {})
+        cols = {f"c{i}": v for i, v in enumerate(_columns(jobs, payloads))}
+        conn.execute(
+            b.sql(_ALONE) + settle.removeprefix("WITH "),
+            params | cols | {"reg": text_array(queues)},
+            prepare=True,
+        )
+    return [EnqueueResult(j.id, False, j.state) for j in jobs]
+
+
 def insert_jobs(
     b: PostgresBroker,
     tx: Tx,
@@ -165,8 +215,11 @@ def insert_jobs(
     payloads: Sequence[bytes] | None,
     *,
     deferred: bool = False,
+    lazy: bool = False,
 ) -> list[EnqueueResult]:
-    """Store the batch in ``tx`` (all or none); ``deferred``: the caller's transaction."""
+    """Store the batch in ``tx`` (all or none); ``deferred``: the caller's transaction;
+    ``lazy``: the INSERT waits for the transaction's next statement (``Tx.defer``), so a taken
+    id raises ``UniqueViolation`` there (the caller turns it into ``DuplicateJob``)."""
     if (repeat := _first_repeat([j.id for j in jobs])) is not None:
         raise DuplicateJob(repeat)
     if any(j.idempotency_key for j in jobs):
@@ -180,13 +233,16 @@ def insert_jobs(
         sql, params = (_INSERT, cols)
         if not deferred:
             sql, params = _REGISTER + _INSERT, [text_array(queues), *cols]
-        try:
-            tx.conn.execute(b.sql(sql), params, prepare=None if deferred else True)
-        except psycopg.errors.UniqueViolation as exc:
-            detail = (exc.diag.message_detail or "").partition("=(")[2].rpartition(")")[0]
-            raise DuplicateJob(detail or new[0].id) from None
+        if lazy:  # sent with BEGIN, the settle statement and COMMIT: one round trip (a taken
+            tx.defer(b.sql(sql), params)  # id surfaces there: ``PostgresBroker.enqueue``)
+        else:
+            try:  # in the caller's transaction: no prepared statement
+                tx.conn.execute(b.sql(sql), params, prepare=None if deferred else True)
+            except psycopg.errors.UniqueViolation as exc:
+                raise duplicate(exc, new[0].id) from None
     if grouped := [j for j in new if j.flow]:  # issue 15: their groups (postgres/flow.py)
         pgflow.on_insert(b, tx, grouped)
+        b.flow_seen = True  # this process's next claim goes the flow way at once
     events = [
         {"type": "enqueued", "job_id": j.id, "queue": j.queue, "task": j.task, "at": now}
         | {"state": str(j.state)}

@@ -63,14 +63,14 @@ def complete_acks(b: PostgresBroker, acks: Sequence[Ack], now: float) -> list[bo
     cols = ", ".join(f"j.{c.strip()}" for c in COLS.split(","))
     lock = _LOCK.format(cols=cols, special=SPECIAL)
     with b._write() as tx:
-        rows = tx.conn.execute(
+        rows = tx.first(
             b.sql(lock),
             (
                 text_array([a.job_id for a in acks]),
                 text_array([a.token for a in acks]),
                 num_array(range(len(acks))),
             ),
-            prepare=True,
+            binary=True,
         ).fetchall()
         fast: list[tuple[Row, Ack, str | None]] = []
         slow: list[tuple[Rec, Ack]] = []
@@ -112,6 +112,8 @@ def _write_fast(
     rids: list[int] = []
     payloads: list[bytes] = []
     slots: list[tuple[str, str]] = []
+    queues: dict[str, int] = {}
+    events = tx.events
     for row, ack, grouped in done:
         patched = completed_envelope(row, now, ack.result)
         if patched is None:  # not the envelope expected: decoded and saved like the slow path
@@ -125,15 +127,18 @@ def _write_fast(
         if grouped and pgflow.may_hold_slots(grouped):  # issue 15: its slots (flow spec)
             slots += [(name, row[1]) for name in slot_names(row[10])]
         queue = row[2]
-        tx.count(queue, "active", "completed")
-        tx.finished.add((queue, "completed"))
-        tx.done.add(queue)
-        tx.events.append(
+        queues[queue] = queues.get(queue, 0) + 1
+        events.append(
             {"type": "completed", "job_id": row[1], "queue": queue, "task": row[3], "at": now}
             | {"attempt": patched[1]}
         )
+    for queue, n in queues.items():  # counts, retention and waiters once per queue
+        tx.count(queue, "active", "completed", n)
+        tx.finished.add((queue, "completed"))
+        tx.done.add(queue)
     if rids:
-        tx.conn.execute(b.sql(_DONE), (now, num_array(rids), bytea_array(payloads)), prepare=True)
+        # sent with the next statement (the settle one, usually): nobody reads its result
+        tx.defer(b.sql(_DONE), (now, num_array(rids), bytea_array(payloads)))
     if slots:
         pgflow.free_many(b, tx, slots)
 

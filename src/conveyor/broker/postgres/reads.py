@@ -40,6 +40,24 @@ _COUNTED_TOTAL = (
 )
 
 
+def _matching(where: str, state: str | None, top: bool = False) -> str:
+    """The FROM item of the jobs a search matches (``where``), shaped for the indexes: the
+    search indexes by state, queue and task leave out running jobs (schema version 4: a claim
+    then adds no entry to them), so running jobs are read through ``jobs_lease`` (every
+    active row, and only an active row, has a lease deadline) and, without a state filter,
+    appended to the others (``UNION ALL``). ``top``: each part keeps only its first
+    ``%(top)s`` rows newest first, so each walks its index backwards and stops."""
+    jobs, order = "{S}.jobs", " ORDER BY created_at DESC, id DESC LIMIT %(top)s" if top else ""
+    if state == "active":
+        return f"(SELECT * FROM {jobs} WHERE {where} AND lease_at IS NOT NULL) j"
+    if state is not None:  # implies state <> 'active': the partial indexes apply
+        return f"{jobs} j WHERE {where}"
+    return (
+        f"((SELECT * FROM {jobs} WHERE {where} AND state <> 'active'{order}) UNION ALL (SELECT"
+        f" * FROM {jobs} WHERE {where} AND state = 'active' AND lease_at IS NOT NULL{order})) j"
+    )
+
+
 class PgReads(PgStore):
     """The read-only job queries and ``wait_for_work`` of ``PostgresBroker``."""
 
@@ -71,21 +89,21 @@ class PgReads(PgStore):
         where = " AND ".join(sql for key, sql in _SEARCH.items() if p[key] is not None) or "true"
         offset, size = (max(1, q.page) - 1) * q.page_size, q.page_size
         order = "ORDER BY created_at DESC, id DESC"
+        found = _matching(where, p["state"])
         if not q.error and not q.text:
             counted = all(p[k] is None for k in _SEARCH if k not in ("state", "queue"))
-            total = self._read(
-                _COUNTED_TOTAL if counted else f"SELECT count(*) FROM {{S}}.jobs WHERE {where}", p
-            )[0][0]
+            total = self._read(_COUNTED_TOTAL if counted else f"SELECT count(*) FROM {found}", p)[
+                0
+            ][0]
             rows = self._read(
-                f"SELECT {COLS} FROM {{S}}.jobs WHERE {where} {order} LIMIT %(lim)s OFFSET %(off)s",
-                p | {"lim": size, "off": offset},
+                f"SELECT {COLS} FROM {_matching(where, p['state'], True)} {order}"
+                " LIMIT %(lim)s OFFSET %(off)s",
+                p | {"lim": size, "off": offset, "top": size + offset},
             )
             return Page([pg_rec(r).job for r in rows], int(total), q.page, size)
         rids = [
             r[0]
-            for r in self._read(
-                f"SELECT rid, last_error, payload FROM {{S}}.jobs WHERE {where} {order}", p
-            )
+            for r in self._read(f"SELECT rid, last_error, payload FROM {found} {order}", p)
             if (not q.error or _icontains(r[1], q.error.lower()))
             and (not q.text or _text_match(r[2], q.text.lower().encode()))
         ]

@@ -8,20 +8,26 @@ started_at, worker, lease deadline) to the decoded job, and the next full write 
 (``PostgresBroker._save``, the set-based completion) stores the whole envelope and resets
 ``claims`` to 0. Every reader decodes rows through ``pg_rec`` with ``COLS``.
 
-``completed_envelope`` is the completion's fast path: it patches the stored envelope as a dict
-(the overlay and the fields ``lifecycle.complete`` sets) instead of building a ``Job`` and
-encoding it again; anything unexpected sends the row to the full decode.
+``claimed_job`` is the claim's fast path: a job enqueued without options (the 11-key envelope
+``envelope_dict`` writes, no typed value) gets its Job from a template copy, as on Redis
+(``broker/redis/claimjob.py``), instead of ``job_from_dict``; anything else goes through
+``pg_rec``. ``completed_envelope`` is the completion's fast path: it patches the stored envelope
+as a dict (the overlay and the fields ``lifecycle.complete`` sets) instead of building a ``Job``
+and encoding it again; anything unexpected sends the row to the full decode.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
 import orjson
 
+from ...core.job import Job
 from ...core.serialization import ENVELOPE_VERSION, encode_value
 from ...core.state import JobState
+from ...core.stored import MAX_DEPTH, int_field
 from ..sqlite_rows import Rec
 
 #: The row layout ``pg_rec`` reads: ``Rec``'s eleven columns, then the claim overlay.
@@ -46,6 +52,60 @@ def pg_rec(row: Sequence[Any]) -> Rec:
     job.lease_expires_at = row[14]
     rec.state = "active"
     return rec
+
+
+#: how many keys the envelope of a job enqueued without options has (``envelope_dict``)
+PLAIN_LEN = 11
+#: every field of a claimed plain job; ``claimed_job`` copies it and sets the per-job ones
+_TEMPLATE: dict[str, Any] = {
+    **dict.fromkeys(f.name for f in dataclasses.fields(Job)),
+    "state": JobState.ACTIVE,
+    "attempts": 0,
+    "idempotency_ttl": 300.0,
+    "lost": 0,
+}
+
+
+def claimed_job(row: Sequence[Any]) -> Job | None:
+    """The Job of a just-claimed ``COLS`` row whose envelope is plain (``PLAIN_LEN`` keys, no
+    typed value, pending, matching the row), built from ``_TEMPLATE``; None for any other row
+    (the caller decodes it with ``pg_rec``, which also handles an undecodable one)."""
+    raw = row[10]
+    if b'"$' in raw or (len(raw) > MAX_DEPTH and raw.count(b"[") + raw.count(b"{") > MAX_DEPTH):
+        return None  # a typed value, or deep enough to need the nesting check: the full path
+    try:
+        data = orjson.loads(raw)
+        if (
+            type(data) is not dict
+            or len(data) != PLAIN_LEN
+            or data["v"] != ENVELOPE_VERSION
+            or data["state"] != "pending"
+            or data["id"] != row[1]
+            or data["queue"] != row[2]
+        ):
+            return None
+        task, args, kwargs = data["task"], data["args"], data["kwargs"]
+        priority, max_attempts = data["priority"], data["max_attempts"]
+        run_at, created_at = data["run_at"], data["created_at"]
+        values = _TEMPLATE.copy()
+        values["id"], values["queue"] = row[1], row[2]
+        values["task"] = task if type(task) is str else str(task)
+        values["args"] = args if type(args) is list else list(args)  # orjson's are fresh
+        values["kwargs"] = kwargs if type(kwargs) is dict else dict(kwargs)
+        # orjson yields an int only within 64 bits; anything else is range-checked
+        values["priority"] = priority if type(priority) is int else int_field("priority", priority)
+        values["max_attempts"] = (
+            max_attempts if type(max_attempts) is int else int_field("max_attempts", max_attempts)
+        )
+        values["run_at"] = float(run_at or 0.0)
+        values["created_at"] = float(created_at or 0.0)
+        values["attempts"] = row[11]
+        values["started_at"], values["worker_id"] = row[12], row[13] or None
+        values["lease_expires_at"] = row[14]
+        values["errors"], values["history"], values["metadata"] = [], [], {}
+    except (KeyError, TypeError, ValueError, orjson.JSONDecodeError):
+        return None  # not the plain envelope: the full path decides (and reports)
+    return Job.fast(values)
 
 
 def completed_envelope(row: Sequence[Any], now: float, result: Any) -> tuple[bytes, int] | None:

@@ -25,6 +25,11 @@ Version history:
   data).
 * 3 — the claim overlay: ``jobs.claims``, ``jobs.started_at``, ``jobs.worker`` (added columns,
   nothing rewritten). The claim writes them instead of the envelope (``postgres/rec.py``).
+* 4 — the search indexes by state, queue and task leave out running jobs (``WHERE state <>
+  'active'``): a claim's new row version then enters 4 indexes instead of 7 (an UPDATE that
+  changes ``state`` is never HOT, so it adds an entry to every index whose predicate holds);
+  searches read running jobs through ``jobs_lease`` (``postgres/reads.py``). Indexes only:
+  rebuilt, no data touched.
 
 A new database is created at version 1 (``SCHEMA``, never edited) and migrated forward in the
 same transaction, so a new and an upgraded database are the same schema.
@@ -34,7 +39,7 @@ from __future__ import annotations
 
 from typing import Any
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 #: Text columns compare by code point (``COLLATE "C"``): the same order as Python's ``sorted``
 #: and the other backends, and id-prefix search can use the b-tree as a range.
@@ -196,8 +201,17 @@ OVERLAY_SCHEMA = (
     " ADD COLUMN started_at double precision, ADD COLUMN worker text"
 )
 
+#: Version 4: the search indexes leave out running jobs (see the module docstring).
+LEAN_SEARCH_SCHEMA = """
+DROP INDEX {S}.jobs_state_created;
+CREATE INDEX jobs_state_created ON {S}.jobs (state, created_at) WHERE state <> 'active';
+DROP INDEX {S}.jobs_queue_created;
+CREATE INDEX jobs_queue_created ON {S}.jobs (queue, created_at) WHERE state <> 'active';
+DROP INDEX {S}.jobs_task_created;
+CREATE INDEX jobs_task_created ON {S}.jobs (task, created_at) WHERE state <> 'active'"""
+
 #: ``MIGRATIONS[v]`` turns a version ``v`` schema into version ``v + 1``.
-MIGRATIONS: dict[int, str] = {1: FLOW_SCHEMA, 2: OVERLAY_SCHEMA}
+MIGRATIONS: dict[int, str] = {1: FLOW_SCHEMA, 2: OVERLAY_SCHEMA, 3: LEAN_SEARCH_SCHEMA}
 
 #: The advisory lock key serialising schema creation and migration (any schema name).
 LOCK_KEY = 0x636F6E76  # "conv"

@@ -76,15 +76,78 @@ def one(cursor: psycopg.Cursor[Any]) -> Any:
 class Tx:
     """One transaction and what to settle before COMMIT: events, count deltas, finished
     (queue, state) pairs, queues to NOTIFY (ready jobs: ``notify``; finished or deleted jobs,
-    for their waiters: ``done``)."""
+    for their waiters: ``done``).
 
-    def __init__(self, conn: psycopg.Connection[Any]) -> None:
-        self.conn = conn
+    A transaction of ``PgStore._write`` begins lazily: the first use of ``conn`` sends BEGIN,
+    and ``first`` sends BEGIN together with the first statement (one round trip, psycopg
+    pipeline mode); ``postgres/commit.py`` sends the settle statement with COMMIT. ``own`` is
+    False for the caller's transaction (``enqueue_in_transaction``): never begun here."""
+
+    def __init__(self, conn: psycopg.Connection[Any], *, own: bool = False) -> None:
+        self._conn = conn
+        self.begun = not own
+        #: statements whose result nobody reads, sent with the next one (``defer``)
+        self.deferred: list[tuple[str, Sequence[Any] | dict[str, Any]]] = []
         self.events: list[dict[str, Any]] = []
         self.deltas: dict[tuple[str, str], int] = {}
         self.finished: set[tuple[str, str]] = set()
         self.notify: set[str] = set()
         self.done: set[str] = set()
+
+    @property
+    def conn(self) -> psycopg.Connection[Any]:
+        """The transaction's connection; BEGIN and the deferred statements are sent first."""
+        if not self.begun or self.deferred:
+            with self._conn.pipeline():
+                self.send_pending()
+        return self._conn
+
+    def defer(self, sql: str, params: Sequence[Any] | dict[str, Any]) -> None:
+        """Run ``sql`` (prepared) before the next statement, in its round trip: for a write
+        whose result nobody reads (the completion's ``UPDATE``; then the settle statement)."""
+        self.deferred.append((sql, params))
+
+    def send_pending(self) -> None:
+        """Queue BEGIN (if not begun) and the deferred statements; the caller is in pipeline
+        mode and syncs."""
+        conn = self._conn
+        if not self.begun:
+            conn.execute("BEGIN")
+            self.begun = True
+        for sql, params in self.deferred:
+            conn.execute(sql, params, prepare=True)
+        self.deferred.clear()
+
+    def first(
+        self, sql: str, params: Sequence[Any] | dict[str, Any] = (), *, binary: bool = False
+    ) -> psycopg.Cursor[Any]:
+        """Run ``sql`` (prepared), with BEGIN and the deferred statements in its round trip;
+        ``binary``: rows in binary format (no text parsing of numbers and bytea)."""
+        conn = self._conn
+        if self.begun and not self.deferred:
+            return conn.execute(sql, params, prepare=True, binary=binary)
+        with conn.pipeline():
+            self.send_pending()
+            cur = conn.execute(sql, params, prepare=True, binary=binary)
+        return cur
+
+    def first_two(
+        self, one: tuple[str, Sequence[Any]], two: tuple[str, Sequence[Any]]
+    ) -> tuple[psycopg.Cursor[Any], psycopg.Cursor[Any]]:
+        """Two prepared statements (the second's rows in binary format) with BEGIN and the
+        deferred statements, in one round trip."""
+        conn = self._conn
+        with conn.pipeline():
+            self.send_pending()
+            first = conn.execute(one[0], one[1], prepare=True)
+            second = conn.execute(two[0], two[1], prepare=True, binary=True)
+        return first, second
+
+    def rollback(self) -> None:
+        """End a begun transaction that failed (the connection may be broken: then nothing)."""
+        if self.begun and not self._conn.closed:
+            with contextlib.suppress(psycopg.Error):
+                self._conn.execute("ROLLBACK")
 
     def count(self, queue: str, old: str | None, new: str | None, n: int = 1) -> None:
         """Record ``n`` jobs moving between states (None: inserted / deleted) for ``counts``."""
@@ -115,6 +178,9 @@ class PgStore:
     """The pool, schema, transactions, counts and queues of ``PostgresBroker``."""
 
     has_server_clock = True
+    #: flow groups seen by this process's last claim look-up or enqueued by it: the claim then
+    #: skips sending its first statement speculatively with the look-up (``postgres/claim.py``)
+    flow_seen = False
 
     def __init__(
         self,
@@ -210,10 +276,14 @@ class PgStore:
     def _write(self) -> Iterator[Tx]:
         """One transaction; commits on success (events, counts and NOTIFY settled first)."""
         try:
-            with self._connection() as conn, conn.transaction():
-                tx = Tx(conn)
-                yield tx
-                self._before_commit(tx)
+            with self._connection() as conn:
+                tx = Tx(conn, own=True)
+                try:
+                    yield tx
+                    self._before_commit(tx)  # settles, then COMMIT (postgres/commit.py)
+                except BaseException:
+                    tx.rollback()
+                    raise
         except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
             raise self._failed(exc) from exc
 
@@ -224,7 +294,7 @@ class PgStore:
 
     # ------------------------------------------------------------------ commit bookkeeping
     def _before_commit(self, tx: Tx) -> None:
-        """Events, count deltas, NOTIFYs and retention: ``postgres/commit.py``."""
+        """Events, count deltas, NOTIFYs and retention, then COMMIT: ``postgres/commit.py``."""
         from .commit import settle
 
         settle(self, tx)
