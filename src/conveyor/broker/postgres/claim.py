@@ -11,7 +11,9 @@ row's columns (state, lease deadline, a fencing token from ``gen_random_uuid()``
 overlay ``claims``, ``started_at``, ``worker``) and leaves the envelope untouched
 (``postgres/rec.py``), so no per-job statement follows a claim. Only an undecodable row costs
 one more write (it is dead-lettered as ``decode_error``), and so does a row past its
-``expires_at`` (it expires).
+``expires_at`` (it expires). A claim that comes back short (fewer leases than ``limit``) read
+every served queue to the end: it reports ``next_due`` from the look-up and is ``drained``
+(issue 18), so the worker waits instead of claiming again at once.
 
 Flow control (issue 15): ``_CLAIM`` takes only ungrouped rows (``grp IS NULL``, the
 ``jobs_ready`` index); a flow group's jobs go first, through ``pgflow.take`` under the flow
@@ -154,13 +156,13 @@ def claim_jobs(
                 if rows < want:  # none left (a buried or expired row leaves room: claim again)
                     break
         next_due = None
-        if not leases:
-            if moved:
+        if len(leases) < limit:  # short: every served queue was read to the end (issue 18)
+            if moved:  # the look-up's deadlines were promoted or expired: read them again
                 due, lease_end = one(tx.conn.execute(b.sql(_NEXT_DUE)))
             next_due = _earliest(due, lease_end)
             if flowing:  # issue 15: or when a throttled group is due
                 next_due = pgflow.next_due(b, tx, now, next_due, served)
-    return Claimed.of(leases, next_due)
+    return Claimed.of(leases, next_due, limit=limit)
 
 
 def _claim_rows(
