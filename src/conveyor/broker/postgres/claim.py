@@ -66,6 +66,9 @@ _LOOKUP = (
     " ARRAY(SELECT name FROM {S}.queues WHERE paused),"
     " EXISTS (SELECT 1 FROM {S}.flow_groups), EXISTS (SELECT 1 FROM {S}.flow_pending)"
 )
+#: ``_LOOKUP`` that also takes the flow lock (issue 15): sent while this process sees flow
+#: groups, whose claim would take it next anyway (one round trip fewer per fair claim).
+_LOOKUP_LOCKED = _LOOKUP + ", " + pgflow.LOCK_SQL
 _RETURNED = ", ".join(f"j.{c.strip()}" for c in COLS.split(","))
 #: Pick, lock and lease up to n ready rows of one queue; the envelope is not rewritten. Only
 #: ungrouped rows (``jobs_ready``): a flow group's jobs go through ``pgflow.take`` (issue 15).
@@ -131,9 +134,12 @@ def claim_jobs(
                 (b.sql(_GUARDED), (head, head, now, now, limit, now + vt, now, worker_id or None)),
             )
             took, leases = _lease_rows(b, tx, head, first.fetchall(), now, vt, worker_id)
+        elif b.flow_seen:  # issue 15: the flow lock rides with the look-up
+            look, took = tx.first(b.sql(_LOOKUP_LOCKED), (pgflow.lock_key(b),)), 0
+            pgflow.locked(tx)
         else:
             look, took = tx.first(b.sql(_LOOKUP)), 0
-        _, _, due, lease_end, paused, *seen = one(look)
+        _, _, due, lease_end, paused, *seen = one(look)  # (the lock's void comes last)
         b.flow_seen = bool(seen[0] or seen[1])
         done = {head} if 0 < took < limit else set()  # a short batch: that queue is empty
         moved = 0
