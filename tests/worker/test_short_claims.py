@@ -17,7 +17,6 @@ import threading
 import time
 from typing import Any
 
-
 from conveyor import Conveyor
 from conveyor.broker.base import Broker
 from conveyor.config import Settings

@@ -19,7 +19,8 @@ Flow control (issue 15): ``_CLAIM`` takes only ungrouped rows (``grp IS NULL``, 
 ``jobs_ready`` index); a flow group's jobs go first, through ``pgflow.take`` under the flow
 lock, leased per batch by ``lease_many`` with the same overlay as ``_CLAIM`` (one statement;
 a lapsed or undecodable head goes through ``lease_one``). The look-up also
-tells whether any flow group exists: without one the claim never takes the flow lock.
+tells whether any flow group exists: without one the claim never takes the flow lock; while
+this process sees groups, the look-up takes it (``_LOOKUP_LOCKED``: no statement of its own).
 
 Durability: the claim's COMMIT does not wait for its WAL to reach disk (``synchronous_commit =
 off`` for this transaction only, set by the look-up): a claim lost in a server crash leaves the
