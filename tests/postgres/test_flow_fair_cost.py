@@ -84,6 +84,26 @@ def test_a_fair_claim_costs_at_most_three_statements_more_than_a_plain_one(
     app.close()
 
 
+def test_the_flow_lock_rides_with_the_claims_look_up(
+    pg_server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once a process has seen flow groups, its claim takes the flow lock in the look-up's
+    statement (the same round trip), not in a statement of its own: a fair claim costs at
+    most two statements more than a plain one (the heads, locked; the groups' moves and
+    deletes)."""
+    app, fair, plain = _app(pg_server.new_database())
+    app.enqueue_many([plain.spec("k", i) for i in range(128)])
+    base, _ = _claims(app.broker, 4, monkeypatch)
+    app.enqueue_many([fair.spec(f"k{i % 64}", i) for i in range(160)])
+    _claims(app.broker, 1, monkeypatch)  # the first one learns that groups exist
+    with counted(monkeypatch) as statements:
+        grouped, ids = _claims(app.broker, 4, monkeypatch)
+    assert not any("pg_advisory_xact_lock" in s for s in statements), statements
+    assert grouped <= base + 2 * 4, (grouped, base)
+    assert {app.broker.get(i).state for i in ids} == {JobState.COMPLETED}
+    app.close()
+
+
 def test_a_group_whose_last_job_is_leased_is_gone_at_once(
     pg_server: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

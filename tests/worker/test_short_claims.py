@@ -17,8 +17,6 @@ import threading
 import time
 from typing import Any
 
-import pytest
-
 from conveyor import Conveyor
 from conveyor.broker.base import Broker
 from conveyor.config import Settings
@@ -30,8 +28,6 @@ TRICKLE = 20
 
 
 def _app(broker: Broker, backend: str) -> Conveyor:
-    if backend == "postgres":
-        pytest.skip("the PostgreSQL claim does not report drained claims yet (broker/postgres/)")
     settings = Settings(poll_interval=POLL, reap_interval=2.0, shutdown_timeout=5.0)  # type: ignore[call-arg]
     return Conveyor(broker, settings=settings, rng=random.Random(5))
 

@@ -204,7 +204,7 @@ class PostgresBroker(
 
         First, like the reaper, for every queue: due delayed jobs become pending and expired
         leases come back (``max_lost`` applies; rows another claimer holds are skipped). An
-        empty claim reports ``next_due`` over all queues.
+        empty or short claim reports ``next_due`` over all queues (a short one is ``drained``).
         """
         self._drain_notifies()  # LISTEN before claiming: a NOTIFY after it wakes the next wait
         return claim_jobs(self, queues, now, limit, visibility_timeout, worker_id, max_lost)

@@ -11,13 +11,16 @@ row's columns (state, lease deadline, a fencing token from ``gen_random_uuid()``
 overlay ``claims``, ``started_at``, ``worker``) and leaves the envelope untouched
 (``postgres/rec.py``), so no per-job statement follows a claim. Only an undecodable row costs
 one more write (it is dead-lettered as ``decode_error``), and so does a row past its
-``expires_at`` (it expires).
+``expires_at`` (it expires). A claim that comes back short (fewer leases than ``limit``) read
+every served queue to the end: it reports ``next_due`` from the look-up and is ``drained``
+(issue 18), so the worker waits instead of claiming again at once.
 
 Flow control (issue 15): ``_CLAIM`` takes only ungrouped rows (``grp IS NULL``, the
 ``jobs_ready`` index); a flow group's jobs go first, through ``pgflow.take`` under the flow
 lock, leased per batch by ``lease_many`` with the same overlay as ``_CLAIM`` (one statement;
 a lapsed or undecodable head goes through ``lease_one``). The look-up also
-tells whether any flow group exists: without one the claim never takes the flow lock.
+tells whether any flow group exists: without one the claim never takes the flow lock; while
+this process sees groups, the look-up takes it (``_LOOKUP_LOCKED``: no statement of its own).
 
 Durability: the claim's COMMIT does not wait for its WAL to reach disk (``synchronous_commit =
 off`` for this transaction only, set by the look-up): a claim lost in a server crash leaves the
@@ -64,6 +67,9 @@ _LOOKUP = (
     " ARRAY(SELECT name FROM {S}.queues WHERE paused),"
     " EXISTS (SELECT 1 FROM {S}.flow_groups), EXISTS (SELECT 1 FROM {S}.flow_pending)"
 )
+#: ``_LOOKUP`` that also takes the flow lock (issue 15): sent while this process sees flow
+#: groups, whose claim would take it next anyway (one round trip fewer per fair claim).
+_LOOKUP_LOCKED = _LOOKUP + ", " + pgflow.LOCK_SQL
 _RETURNED = ", ".join(f"j.{c.strip()}" for c in COLS.split(","))
 #: Pick, lock and lease up to n ready rows of one queue; the envelope is not rewritten. Only
 #: ungrouped rows (``jobs_ready``): a flow group's jobs go through ``pgflow.take`` (issue 15).
@@ -129,9 +135,12 @@ def claim_jobs(
                 (b.sql(_GUARDED), (head, head, now, now, limit, now + vt, now, worker_id or None)),
             )
             took, leases = _lease_rows(b, tx, head, first.fetchall(), now, vt, worker_id)
+        elif b.flow_seen:  # issue 15: the flow lock rides with the look-up
+            look, took = tx.first(b.sql(_LOOKUP_LOCKED), (pgflow.lock_key(b),)), 0
+            pgflow.locked(tx)
         else:
             look, took = tx.first(b.sql(_LOOKUP)), 0
-        _, _, due, lease_end, paused, *seen = one(look)
+        _, _, due, lease_end, paused, *seen = one(look)  # (the lock's void comes last)
         b.flow_seen = bool(seen[0] or seen[1])
         done = {head} if 0 < took < limit else set()  # a short batch: that queue is empty
         moved = 0
@@ -154,13 +163,13 @@ def claim_jobs(
                 if rows < want:  # none left (a buried or expired row leaves room: claim again)
                     break
         next_due = None
-        if not leases:
-            if moved:
+        if len(leases) < limit:  # short: every served queue was read to the end (issue 18)
+            if moved:  # the look-up's deadlines were promoted or expired: read them again
                 due, lease_end = one(tx.conn.execute(b.sql(_NEXT_DUE)))
             next_due = _earliest(due, lease_end)
             if flowing:  # issue 15: or when a throttled group is due
                 next_due = pgflow.next_due(b, tx, now, next_due, served)
-    return Claimed.of(leases, next_due)
+    return Claimed.of(leases, next_due, limit=limit)
 
 
 def _claim_rows(

@@ -164,13 +164,27 @@ class PgDb(Db):
     def lock(self) -> None:
         """The schema's flow lock, once per transaction, held to its end."""
         if self.tx not in _LOCKED:
-            key = f"conveyor.flow:{self.broker.schema}"
-            self.tx.conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (key,))
+            self.tx.conn.execute(f"SELECT {LOCK_SQL}", (lock_key(self.broker),))
             _LOCKED[self.tx] = True
 
     def wake(self, queue: str) -> None:
         """NOTIFY the queue's idle workers at commit."""
         self.tx.notify.add(queue)
+
+
+#: The flow lock as a SELECT item: its one parameter is ``lock_key``.
+LOCK_SQL = "pg_advisory_xact_lock(hashtext(%s))"
+
+
+def lock_key(b: PostgresBroker) -> str:
+    """The name the schema's flow lock is hashed from."""
+    return f"conveyor.flow:{b.schema}"
+
+
+def locked(tx: Tx) -> None:
+    """``tx`` took the flow lock in a statement of its own making (the claim's look-up sends
+    ``LOCK_SQL`` with it: one round trip fewer); ``PgDb.lock`` does not take it again."""
+    _LOCKED[tx] = True
 
 
 def flowing(b: PostgresBroker, tx: Tx, seen: tuple[bool, bool] | None = None) -> bool:
