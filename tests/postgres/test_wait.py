@@ -76,7 +76,8 @@ def test_a_waiter_wakes_within_ms_of_the_commit_without_polling(
     out = watch_in_thread(pg, "w1")
     finish_after(1.5, lambda: pg.complete([Ack(lease.id, lease.token)], time.time()), out)
     assert out["job"].state is JobState.COMPLETED
-    assert out["latency"] < 0.05, f"returned {out['latency'] * 1000:.0f} ms after the commit"
+    # a wake-up, not the safety poll (seconds); 250 ms leaves room for a loaded CI machine
+    assert out["latency"] < 0.25, f"returned {out['latency'] * 1000:.0f} ms after the commit"
     assert len(gets) <= 4, f"{len(gets)} reads of the job in 1.5 s: a poll, not a wake-up"
 
 
@@ -97,7 +98,7 @@ def test_every_way_a_job_ends_wakes_its_waiter(
         ),
     }
     finish_after(1.0, actions[how], out)
-    assert out["latency"] < 0.05
+    assert out["latency"] < 0.25
     assert len(gets) <= 4
     if how == "delete":
         assert out["job"] is None
@@ -140,4 +141,4 @@ def test_a_killed_listener_costs_at_most_the_safety_poll(
     assert out["latency"] < 2.5, "the safety re-read finds the job after a lost notification"
     out2 = watch_in_thread(pg, "k2")  # the listener reconnected: prompt again
     finish_after(1.5, lambda: pg.complete([Ack("k2", leases["k2"].token)], time.time()), out2)
-    assert out2["latency"] < 0.05
+    assert out2["latency"] < 0.25
