@@ -233,6 +233,12 @@ class TaskOptions(Generic[P, R]):
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle[R]:
         """Enqueue with these options."""
+        if not self.opts and self.connection is None:
+            one = getattr(self.task.app, "enqueue", None)  # the facade's or runtime's
+            if one is not None:  # the common call: no JobSpec, no batch (Producer.enqueue_one)
+                self.task.binder.require(args, kwargs)
+                handle_one: JobHandle[R] = one(self.task.name, args, kwargs)
+                return handle_one
         specs = [self.spec(*args, **kwargs)]
         if self.connection is not None:  # inside the caller's transaction (docs/transactions.md)
             bound: JobHandle[R] = self.task.app.enqueue_many(specs, connection=self.connection)[0]
