@@ -4,7 +4,7 @@
   small sorted set keeps unparsed); reaping and ``next_due`` still use the exact deadline from
   the job hash, and a lease written by the previous version (its exact, fractional deadline as
   the score) is reaped exactly as before.
-* A one-job enqueue (enqueue_one.lua: one key, nine plain arguments) stores exactly what a batch
+* A one-job enqueue (enqueue_one.lua: one key, eight arguments) stores exactly what a batch
   (enqueue.lua) stores, and only under keys.py's names.
 * A claim on a queue without flow groups asks about groups once (one EXISTS), not again after
   leasing.

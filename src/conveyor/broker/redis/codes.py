@@ -31,8 +31,9 @@ class ScriptCode(IntEnum):
 
 
 #: Scripts whose scalar options are one JSON object in ARGV[1].
-PACKED = (  # not enqueue_one: its two scalars are plain ARGV (cheaper than one cjson.decode)
+PACKED = (
     "enqueue",
+    "enqueue_one",
     "claim",
     "complete",
     "fail",

@@ -92,8 +92,8 @@ def enqueue_one(job: Job, payload: bytes | None, now: float, events_max: str) ->
     at = fmt_time(run_at)
     created = at if job.created_at == run_at else fmt_time(job.created_at)
     return [
-        at if now == run_at else fmt_time(now),  # a job for now: one float formatted, not two
-        events_max,
+        # a job for now: one float formatted, not two
+        options(now=at if now == run_at else fmt_time(now), events_max=events_max),
         job.id,
         codec.envelope(job) if payload is None else payload,
         str(job.state),

@@ -10,27 +10,27 @@
 --   KEYS: [1] the queue's key prefix <p>:{q}: (keys.py KeySchema.tag); the keys written are
 --         the prefix plus a suffix of keys.py QUEUE_KEY_SUFFIXES (a test compares them), all
 --         in the prefix's hash slot
---   ARGV: [1] now  [2] events_max (plain strings, not enqueue.lua's JSON options object:
---         decoding it cost more than the two arguments)
---         then the job: [3] id  [4] payload (JSON envelope)  [5] state ("pending" |
---         "scheduled")  [6] priority  [7] run_at  [8] created_at  [9] task
+--   ARGV: [1] options (JSON object): now, events_max
+--         then the job: [2] id  [3] payload (JSON envelope)  [4] state ("pending" |
+--         "scheduled")  [5] priority  [6] run_at  [7] created_at  [8] task
 -- Output: {CODE_OK} stored | {CODE_DUPLICATE_ID, id} a job with this id exists: nothing stored
-local t, id, state, prio, run_at, task = KEYS[1], ARGV[3], ARGV[5], ARGV[6], ARGV[7], ARGV[9]
+local o = cjson.decode(ARGV[1])
+local t, id, state, prio, run_at, task = KEYS[1], ARGV[2], ARGV[4], ARGV[5], ARGV[6], ARGV[8]
 local key = t .. 'job:' .. id
 if redis.call('EXISTS', key) == 1 then return {CODE_DUPLICATE_ID, id} end
 if state == 'pending' then
   local m = string.format('%016x:%s', redis.call('INCR', t .. 'seq'), id)  -- member(seq, id)
   redis.call('HSET', key, 'state', state, 'priority', prio, 'run_at', run_at,
-    'created_at', ARGV[8], 'task', task, 'rk', m)
+    'created_at', ARGV[7], 'task', task, 'rk', m)
   redis.call('ZADD', t .. 'ready', prio, m)
 else
   redis.call('HSET', key, 'state', state, 'priority', prio, 'run_at', run_at,
-    'created_at', ARGV[8], 'task', task)
+    'created_at', ARGV[7], 'task', task)
   redis.call('ZADD', t .. 'scheduled', run_at, id)
 end
-redis.call('HSET', t .. 'payloads', id, ARGV[4])
+redis.call('HSET', t .. 'payloads', id, ARGV[3])
 local wake = t .. 'wake'
 if redis.call('LLEN', wake) < WAKE_MAX then redis.call('LPUSH', wake, '1') end
-redis.call('XADD', t .. 'events', 'MAXLEN', '~', ARGV[2], '*', 'type', 'enqueued',
-  'job_id', id, 'task', task, 'at', ARGV[1], 'state', state)
+redis.call('XADD', t .. 'events', 'MAXLEN', '~', o.events_max, '*', 'type', 'enqueued',
+  'job_id', id, 'task', task, 'at', o.now, 'state', state)
 return {CODE_OK}
