@@ -176,6 +176,8 @@ class RedisBase:
         """Add queues to the registry (once per process; ``flush_all`` resets it)."""
         fresh = [q for q in queues if q not in self._conn.registered]
         if fresh:
+            if not self._conn.registered:  # this process's first: an upgrade's overrides
+                flowadmin.adopt(self)
             self.client.sadd(self.keys.queues, *fresh)
             flowadmin.seed(self, fresh)  # run-time limits set before these queues existed
             self._conn.registered.update(fresh)
