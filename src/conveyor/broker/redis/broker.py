@@ -112,7 +112,7 @@ class RedisBroker(
         at, deadline = fmt_time(now), fmt_time(expires)
         claimed_job, new_lease = codec.claimed_job, Lease.fast
         more = False
-        skip, next_due = skip_idle(self, queues, now)  # Cluster: queues known empty (issue 18)
+        skip, next_due = skip_idle(self, queues, now)  # queues known empty (issue 18)
         idle = self._idle
         for queue in queues:
             if queue in skip:

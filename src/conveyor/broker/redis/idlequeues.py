@@ -1,6 +1,6 @@
-"""Cluster claims skip the queues known to be empty (issue 18: cheap empty claims on shards).
+"""Claims skip the queues known to be empty (issue 18: cheap empty claims on shards).
 
-A worker of several queues on Redis Cluster (every sharded queue is several: ``events`` with 3
+A worker of several queues (every sharded queue is several: ``events`` with 3
 shards is 4 queues, the logical name included) reads them one script call each, in turn, one
 round trip after the other, until its free slots are filled. When the queue is shallow
 (workers outpace producers) a claim round after a wake-up finds one job in one shard: the
@@ -19,9 +19,12 @@ own ``next_due`` (as reported by the claim) and for at most ``FRESH_S`` seconds 
 claim (a lease another worker took meanwhile may expire: the worker's reaper pass covers it
 sooner anyway, and reaping pushes markers).
 
-Only Cluster workers of several queues use it: they wait on the global wake-up list, which
-leaves the queues' own markers in place. A worker of one queue has nothing to skip, and on a
-single Redis the wait pops the queue's own marker (and one script call could read every queue).
+Workers of several queues use it, on Cluster and on a single Redis alike. On Cluster they wait
+on the global wake-up list, which leaves the queues' own markers in place. On a single Redis
+(and for a Cluster worker of one queue) the wait pops the woken queue's own marker, so its
+wake list may be empty by the time the claim looks: the wait reports the queue whose marker
+it popped (``woken``) and that queue is never skipped. A worker of one queue has nothing to
+skip.
 """
 
 from __future__ import annotations
@@ -51,6 +54,10 @@ class IdleQueues:
         else:
             self._idle.pop(queue, None)
 
+    def woken(self, queue: str) -> None:
+        """A wait popped ``queue``'s marker: claim it, even if its wake list is now empty."""
+        self._idle.pop(queue, None)
+
     def candidates(self, queues: Sequence[str], now: float) -> list[str]:
         """The queues of ``queues`` that may be skipped if their wake list is empty."""
         get = self._idle.get  # .get: another thread's claim may note a queue meanwhile
@@ -77,9 +84,9 @@ class IdleQueues:
 
 
 def skip_idle(b: RedisBase, queues: Sequence[str], now: float) -> tuple[set[str], float | None]:
-    """(queues a claim of ``b`` skips, their earliest ``next_due``): only a Cluster worker of
-    several queues skips, those its last claims left empty while no marker came."""
-    if len(queues) < 2 or not b.cluster:
+    """(queues a claim of ``b`` skips, their earliest ``next_due``): a claim of several
+    queues skips those its last claims left empty while no marker came."""
+    if len(queues) < 2:
         return set(), None
     if b._idle is None:
         b._idle = IdleQueues()

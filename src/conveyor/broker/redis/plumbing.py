@@ -126,7 +126,7 @@ class RedisBase:
         self._where: BoundedCache[str, str] = BoundedCache(WHERE_MAX)
         self._qkeys: BoundedCache[str, tuple[str, ...]] = BoundedCache(10_000)
         self._waker = Waker(self._push_global_wake)  # no thread until Cluster mode needs one
-        self._idle: IdleQueues | None = None  # Cluster claims: queues known empty, lazily
+        self._idle: IdleQueues | None = None  # multi-queue claims: queues known empty, lazily
 
     # ------------------------------------------------------------------ plumbing
     @property
