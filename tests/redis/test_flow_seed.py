@@ -105,3 +105,14 @@ def test_the_upgrade_seed_is_deterministic_idempotent_and_never_beats_a_newer_ov
     rbroker._conn.registered.clear()
     rbroker.register(["e"])
     assert global_overrides(rbroker.client, rbroker.keys) == held
+
+
+def test_the_upgrade_seed_on_a_cluster(redis_cluster: Any) -> None:
+    """The per-queue hashes live in as many hash slots as there are queues."""
+    broker = RedisBroker.from_url(redis_cluster.url)
+    broker.flush_all()
+    _old_layout(broker, {f"old{i}": {"conc:c": "[2.0]"} for i in range(6)})
+    broker.register(["new"])
+    assert global_overrides(broker.client, broker.keys) == {"conc:c": (0, [2.0])}
+    assert orjson.loads(broker.client.hget(broker.keys.flow("new", "limits"), "conc:c")) == [2.0]
+    broker.close()
