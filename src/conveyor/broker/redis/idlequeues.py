@@ -23,8 +23,9 @@ Workers of several queues use it, on Cluster and on a single Redis alike. On Clu
 on the global wake-up list, which leaves the queues' own markers in place. On a single Redis
 (and for a Cluster worker of one queue) the wait pops the woken queue's own marker, so its
 wake list may be empty by the time the claim looks: the wait reports the queue whose marker
-it popped (``woken``) and that queue is never skipped. A worker of one queue has nothing to
-skip.
+it popped (``woken``) and that queue is never skipped. A claim call that finds a queue empty
+while another thread's wait pops a marker of it does not put it back on the list (``seen``:
+the pops counted before the call). A worker of one queue has nothing to skip.
 """
 
 from __future__ import annotations
@@ -45,9 +46,20 @@ class IdleQueues:
 
     def __init__(self) -> None:
         self._idle: dict[str, tuple[float, float | None]] = {}
+        self._woken: dict[str, int] = {}  # queue -> markers popped by this process's waits
 
-    def note(self, queue: str, now: float, empty: bool, next_due: float | None) -> None:
-        """What a claim call on ``queue`` left: ``empty`` (nothing ready remains) or not."""
+    def seen(self, queue: str) -> int:
+        """How many of ``queue``'s markers a wait popped so far (read before a claim call)."""
+        return self._woken.get(queue, 0)
+
+    def note(
+        self, queue: str, now: float, empty: bool, next_due: float | None, seen: int = 0
+    ) -> None:
+        """What a claim call on ``queue`` left: ``empty`` (nothing ready remains) or not.
+        ``seen``: ``seen(queue)`` before that call; a marker popped since (by another
+        thread's wait, whose claim is still to come) means it is not known empty."""
+        if empty and self._woken.get(queue, 0) != seen:
+            return
         if empty:
             until = now + FRESH_S if next_due is None else min(now + FRESH_S, next_due)
             self._idle[queue] = (until, next_due)
@@ -56,6 +68,7 @@ class IdleQueues:
 
     def woken(self, queue: str) -> None:
         """A wait popped ``queue``'s marker: claim it, even if its wake list is now empty."""
+        self._woken[queue] = self._woken.get(queue, 0) + 1
         self._idle.pop(queue, None)
 
     def candidates(self, queues: Sequence[str], now: float) -> list[str]:
@@ -81,6 +94,7 @@ class IdleQueues:
     def clear(self) -> None:
         """Forget everything (``flush_all``)."""
         self._idle.clear()
+        self._woken.clear()
 
 
 def skip_idle(b: RedisBase, queues: Sequence[str], now: float) -> tuple[set[str], float | None]:
