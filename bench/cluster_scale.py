@@ -21,6 +21,9 @@ at about 1e6 / (its µs per job) jobs/s, and a cluster at its hottest master's f
     python bench/cluster_scale.py --jobs 40000 --out bench/results/cluster_scale.json
     # the shallow case only (workers outpace one-job-per-call producers), A/B of two trees:
     PYTHONPATH=/tmp/c_base/src python bench/cluster_scale.py --only curve --procs 1 --jobs 4000
+    # the same on a single Redis with a sharded queue:
+    python bench/cluster_scale.py --only curve --procs 1 --jobs 4000 --targets redis \
+        --redis-shards 4
 
 Each row also counts the workers' claim rounds and claim script calls per job (a round reads
 the queues in turn, so on a sharded queue it may make one call per shard).
@@ -243,6 +246,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--jobs", type=int, default=20_000)
     ap.add_argument("--shards", type=int, default=3, help="shards of the queue on the cluster")
+    ap.add_argument("--redis-shards", type=int, default=1, help="shards on the single Redis")
     ap.add_argument("--workers", type=int, default=2, help="worker processes of the drain")
     ap.add_argument("--procs", default="1,2,4", help="process counts of the curve")
     ap.add_argument("--concurrency", type=int, default=32, help="threads per worker process")
@@ -282,7 +286,7 @@ def main() -> None:
                 counts = [int(n) for n in args.procs.split(",")]
                 print(f"curve: {args.jobs} jobs, N workers + N producers (one job per call)")
                 for name, url, shards, nodes in (
-                    ("redis", single.url, 1, [single.port]),
+                    ("redis", single.url, args.redis_shards, [single.port]),
                     ("cluster", cluster.url, args.shards, ports),
                 ):
                     if name not in args.targets.split(","):

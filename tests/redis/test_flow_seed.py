@@ -9,6 +9,7 @@ import orjson
 
 from conveyor import Conveyor, FakeClock
 from conveyor.broker.redis import RedisBroker
+from conveyor.broker.redis.flowadmin import global_overrides
 
 T0 = 1_700_000_000.0
 
@@ -45,3 +46,73 @@ def test_a_queue_first_used_by_an_async_enqueue_gets_the_overrides(redis_server:
     assert len(broker.claim(["fresh_async"], clock.now(), limit=10)) == 1
     producer.close()
     app.close()
+
+
+def _old_layout(broker: RedisBroker, overrides: dict[str, dict[str, str]]) -> None:
+    """Write the previous version's state by hand: registered queues whose ``f:limits`` hash
+    holds run-time overrides (no ``f:limitv``, no global ``<p>:flow:limits``)."""
+    client = broker.client
+    client.sadd(broker.keys.queues, *overrides)
+    for queue, limits in overrides.items():
+        if limits:
+            client.hset(broker.keys.flow(queue, "limits"), mapping=limits)
+
+
+def test_overrides_of_the_previous_version_reach_a_queue_created_after_the_upgrade(
+    redis_server: Any,
+) -> None:
+    broker = RedisBroker.from_url(redis_server.url)
+    broker.flush_all()
+    _old_layout(broker, {"old_a": {"conc:flow.up": "[1.0]"}, "old_b": {"conc:flow.up": "[1.0]"}})
+    clock = FakeClock(T0)
+    app = Conveyor(broker, clock=clock)  # a process of the new version starts
+
+    @app.task(name="flow.up", queue="new_q", concurrency=3)
+    def up(n: int) -> None: ...
+
+    for n in range(3):
+        up.enqueue(n)
+    assert len(broker.claim(["new_q"], clock.now(), limit=10)) == 1  # the old override holds
+    assert app.limits()["limits"]["conc:flow.up"] == [1.0]
+    app.close()
+
+
+def test_the_upgrade_seed_is_deterministic_idempotent_and_never_beats_a_newer_override(
+    rbroker: RedisBroker,
+) -> None:
+    _old_layout(
+        rbroker,
+        {
+            "a": {"conc:x": "[1.0]", "rate:y": "[5.0, 1.0, 5.0]", "conc:z": "[3.0]"},
+            "b": {"conc:x": "[2.0]", "conc:z": "[4.0]"},
+            "c": {"conc:x": "[2.0]"},
+            "d": {"conc:bad": "not json", "conc:worse": '["a"]'},  # left alone
+        },
+    )
+    rbroker.client.set(rbroker.keys.flow_seq, 5)  # an operator of the new version, first
+    rbroker.client.hset(rbroker.keys.flow_overrides, "rate:y", orjson.dumps([5, [9.0, 1.0, 9.0]]))
+    rbroker.register(["e"])
+    held = global_overrides(rbroker.client, rbroker.keys)
+    assert held == {
+        "conc:x": (0, [2.0]),  # the value most queues hold
+        "conc:z": (0, [3.0]),  # a tie: the first queue by name
+        "rate:y": (5, [9.0, 1.0, 9.0]),  # the newer override stays
+    }
+    for queue in "abcde":  # every queue now holds the adopted overrides (one value each)
+        got = rbroker.client.hmget(rbroker.keys.flow(queue, "limits"), ["conc:x", "conc:z"])
+        assert [orjson.loads(v) for v in got] == [[2.0], [3.0]]
+    rbroker.client.delete(rbroker.keys.flow_adopted)  # a second run (another process)
+    rbroker._conn.registered.clear()
+    rbroker.register(["e"])
+    assert global_overrides(rbroker.client, rbroker.keys) == held
+
+
+def test_the_upgrade_seed_on_a_cluster(redis_cluster: Any) -> None:
+    """The per-queue hashes live in as many hash slots as there are queues."""
+    broker = RedisBroker.from_url(redis_cluster.url)
+    broker.flush_all()
+    _old_layout(broker, {f"old{i}": {"conc:c": "[2.0]"} for i in range(6)})
+    broker.register(["new"])
+    assert global_overrides(broker.client, broker.keys) == {"conc:c": (0, [2.0])}
+    assert orjson.loads(broker.client.hget(broker.keys.flow("new", "limits"), "conc:c")) == [2.0]
+    broker.close()

@@ -28,3 +28,16 @@ def test_a_claim_that_finds_jobs_drops_the_queue() -> None:
     assert idle.candidates(["a"], 5.4) == ["a"] and idle.next_due({"a"}) == 9.0
     idle.clear()
     assert idle.candidates(["a"], 5.4) == []
+
+
+def test_a_marker_popped_during_a_claim_call_keeps_the_queue_off_the_skip_list() -> None:
+    """Thread A's claim call finds ``a`` empty; meanwhile thread B's wait pops a marker of
+    ``a`` (a job was enqueued) and B's claim is still to come: A's note must not make B's
+    claim skip ``a`` (its wake list is empty: B popped the marker)."""
+    idle = IdleQueues()
+    seen = idle.seen("a")  # A, before its claim call
+    idle.woken("a")  # B's wait
+    idle.note("a", 1.0, True, None, seen)  # A's claim call returns: empty
+    assert idle.candidates(["a", "b"], 1.1) == []
+    idle.note("a", 1.2, True, None, idle.seen("a"))  # a later empty claim: skipped again
+    assert idle.candidates(["a"], 1.3) == ["a"]

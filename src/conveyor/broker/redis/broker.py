@@ -112,7 +112,7 @@ class RedisBroker(
         at, deadline = fmt_time(now), fmt_time(expires)
         claimed_job, new_lease = codec.claimed_job, Lease.fast
         more = False
-        skip, next_due = skip_idle(self, queues, now)  # Cluster: queues known empty (issue 18)
+        skip, next_due = skip_idle(self, queues, now)  # queues known empty (issue 18)
         idle = self._idle
         for queue in queues:
             if queue in skip:
@@ -120,6 +120,7 @@ class RedisBroker(
             while len(leases) < limit:
                 want = limit - len(leases)
                 opts = claim_options(queue, at, deadline, want, worker_id, max_lost, self.retention)
+                seen = idle.seen(queue) if idle is not None else 0
                 reply = self.runner.run("claim", self.qkeys(queue), [opts])
                 more = more or reply[0] == ScriptCode.MORE
                 due = float(reply[1]) if reply[1] else None
@@ -127,7 +128,7 @@ class RedisBroker(
                     next_due = due if next_due is None else min(next_due, due)
                 if idle is not None:  # empty: no more ready, fewer jobs than asked
                     got = (len(reply) - 2) // CLAIM_WIDTH
-                    idle.note(queue, now, reply[0] != ScriptCode.MORE and got < want, due)
+                    idle.note(queue, now, reply[0] != ScriptCode.MORE and got < want, due, seen)
                 buried = 0
                 where = self._where
                 where.make_room(len(reply) // CLAIM_WIDTH)

@@ -11,6 +11,7 @@ copies the global hash into it (``seed``): whichever side comes second sees the 
 Every per-queue write carries the version and a queue keeps only the newest (``f:limitv``), so
 the copy and the operator's own write may land in either order. ``flow_status`` reads the
 flow keys of every queue (SCAN of the buckets and slots: an operator's read, never a claim's).
+``adopt`` carries the overrides of the previous layout (per queue only) into the global hash.
 """
 
 from __future__ import annotations
@@ -102,3 +103,58 @@ def seed(broker: Any, queues: list[str]) -> None:
         for name, (version, values) in overrides.items():
             raw = "" if values is None else orjson.dumps(values).decode()
             broker.runner.run("flow_limit", broker.qkeys(queue), [name, raw, version])
+
+
+def adopt(broker: Any) -> None:
+    """Upgrade: copy the overrides the previous version kept only per queue into the global hash.
+
+    That version wrote ``f:limits`` of the queues it knew and nothing else, so a queue created
+    after the upgrade would miss them. An old entry is an ``f:limits`` field without an
+    ``f:limitv`` version (this version always writes one). Per name the value most queues hold
+    wins (a tie: the first queue by name), stored with HSETNX at version 0, older than any
+    operator's write (``<p>:flow:seq`` starts at 1): a newer override is never replaced, here
+    or in a queue, and a second run changes nothing. Every queue then gets the version-0 entries
+    (``flow_limit`` ignores them where a newer one is held). Runs once per process at its first
+    registration; ``<p>:flow:adopted`` makes later processes skip the scan (one EXISTS)."""
+    client, keys = broker.client, broker.keys
+    if client.exists(keys.flow_adopted):
+        return
+    queues = broker.known_queues()
+    pipe = client.pipeline(transaction=False)
+    for queue in queues:
+        pipe.hgetall(keys.flow(queue, "limits"))
+        pipe.hgetall(keys.flow(queue, "limitv"))
+    replies = pipe.execute()
+    chosen = _majority(zip(replies[0::2], replies[1::2], strict=True))
+    for name, raw in chosen.items():
+        client.hsetnx(keys.flow_overrides, name, orjson.dumps([0, orjson.loads(raw)]))
+    for name, (version, values) in global_overrides(client, keys).items():
+        if version == 0 and values is not None:  # a newer write already reached every queue
+            raw = orjson.dumps(values).decode()
+            for queue in queues:
+                broker.runner.run("flow_limit", broker.qkeys(queue), [name, raw, 0])
+    client.set(keys.flow_adopted, "1")
+
+
+def _majority(per_queue: Iterator[tuple[dict[bytes, bytes], dict[bytes, bytes]]]) -> dict[str, str]:
+    """name -> the JSON spec most queues hold among unversioned entries (queues in name order:
+    a tie goes to the first); an entry that is not a list of numbers is skipped."""
+    seen: dict[str, dict[str, list[int]]] = {}  # name -> raw -> [count, -first position]
+    for position, (limits, versions) in enumerate(per_queue):
+        for field, raw in limits.items():
+            if field in versions or not _valid(raw):
+                continue
+            tally = seen.setdefault(field.decode(), {}).setdefault(raw.decode(), [0, -position])
+            tally[0] += 1
+    return {name: max(values, key=lambda r: values[r]) for name, values in seen.items()}
+
+
+def _valid(raw: bytes) -> bool:
+    """Whether a stored override parses as a list of numbers (hostile data is left alone)."""
+    try:
+        values = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(values, list) and all(
+        isinstance(v, int | float) and not isinstance(v, bool) for v in values
+    )

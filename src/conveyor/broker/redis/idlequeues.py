@@ -1,6 +1,6 @@
-"""Cluster claims skip the queues known to be empty (issue 18: cheap empty claims on shards).
+"""Claims skip the queues known to be empty (issue 18: cheap empty claims on shards).
 
-A worker of several queues on Redis Cluster (every sharded queue is several: ``events`` with 3
+A worker of several queues (every sharded queue is several: ``events`` with 3
 shards is 4 queues, the logical name included) reads them one script call each, in turn, one
 round trip after the other, until its free slots are filled. When the queue is shallow
 (workers outpace producers) a claim round after a wake-up finds one job in one shard: the
@@ -19,9 +19,13 @@ own ``next_due`` (as reported by the claim) and for at most ``FRESH_S`` seconds 
 claim (a lease another worker took meanwhile may expire: the worker's reaper pass covers it
 sooner anyway, and reaping pushes markers).
 
-Only Cluster workers of several queues use it: they wait on the global wake-up list, which
-leaves the queues' own markers in place. A worker of one queue has nothing to skip, and on a
-single Redis the wait pops the queue's own marker (and one script call could read every queue).
+Workers of several queues use it, on Cluster and on a single Redis alike. On Cluster they wait
+on the global wake-up list, which leaves the queues' own markers in place. On a single Redis
+(and for a Cluster worker of one queue) the wait pops the woken queue's own marker, so its
+wake list may be empty by the time the claim looks: the wait reports the queue whose marker
+it popped (``woken``) and that queue is never skipped. A claim call that finds a queue empty
+while another thread's wait pops a marker of it does not put it back on the list (``seen``:
+the pops counted before the call). A worker of one queue has nothing to skip.
 """
 
 from __future__ import annotations
@@ -42,14 +46,30 @@ class IdleQueues:
 
     def __init__(self) -> None:
         self._idle: dict[str, tuple[float, float | None]] = {}
+        self._woken: dict[str, int] = {}  # queue -> markers popped by this process's waits
 
-    def note(self, queue: str, now: float, empty: bool, next_due: float | None) -> None:
-        """What a claim call on ``queue`` left: ``empty`` (nothing ready remains) or not."""
+    def seen(self, queue: str) -> int:
+        """How many of ``queue``'s markers a wait popped so far (read before a claim call)."""
+        return self._woken.get(queue, 0)
+
+    def note(
+        self, queue: str, now: float, empty: bool, next_due: float | None, seen: int = 0
+    ) -> None:
+        """What a claim call on ``queue`` left: ``empty`` (nothing ready remains) or not.
+        ``seen``: ``seen(queue)`` before that call; a marker popped since (by another
+        thread's wait, whose claim is still to come) means it is not known empty."""
+        if empty and self._woken.get(queue, 0) != seen:
+            return
         if empty:
             until = now + FRESH_S if next_due is None else min(now + FRESH_S, next_due)
             self._idle[queue] = (until, next_due)
         else:
             self._idle.pop(queue, None)
+
+    def woken(self, queue: str) -> None:
+        """A wait popped ``queue``'s marker: claim it, even if its wake list is now empty."""
+        self._woken[queue] = self._woken.get(queue, 0) + 1
+        self._idle.pop(queue, None)
 
     def candidates(self, queues: Sequence[str], now: float) -> list[str]:
         """The queues of ``queues`` that may be skipped if their wake list is empty."""
@@ -74,12 +94,13 @@ class IdleQueues:
     def clear(self) -> None:
         """Forget everything (``flush_all``)."""
         self._idle.clear()
+        self._woken.clear()
 
 
 def skip_idle(b: RedisBase, queues: Sequence[str], now: float) -> tuple[set[str], float | None]:
-    """(queues a claim of ``b`` skips, their earliest ``next_due``): only a Cluster worker of
-    several queues skips, those its last claims left empty while no marker came."""
-    if len(queues) < 2 or not b.cluster:
+    """(queues a claim of ``b`` skips, their earliest ``next_due``): a claim of several
+    queues skips those its last claims left empty while no marker came."""
+    if len(queues) < 2:
         return set(), None
     if b._idle is None:
         b._idle = IdleQueues()

@@ -49,6 +49,8 @@ Global keys (never touched by a job script)::
     <p>:flow:limits        HASH    limiter -> JSON [version, spec or null]: every run-time
                                    override, copied into queues registered later (flowadmin.py)
     <p>:flow:seq           STRING  version counter of those overrides
+    <p>:flow:adopted       STRING  exists once the previous version's per-queue overrides were
+                                   copied into <p>:flow:limits (flowadmin.adopt, at version 0)
     <p>:idlock:<id>        STRING  queue name; held (PX 30 s) while a custom job id is being
                                    enqueued, so no other queue can take the id (idguard.py)
 
@@ -138,6 +140,11 @@ class KeySchema:
     def flow_seq(self) -> str:
         """STRING: the version counter of the run-time limit overrides."""
         return f"{self.prefix}:flow:seq"
+
+    @property
+    def flow_adopted(self) -> str:
+        """STRING: set once the per-queue overrides of the previous layout were adopted."""
+        return f"{self.prefix}:flow:adopted"
 
     def flow(self, queue: str, suffix: str) -> str:
         """One flow-control key of ``queue`` (issue 15): ``<p>:{<q>}:f:<suffix>``."""

@@ -57,21 +57,29 @@ class LifecycleMixin(RedisBase):
             log.debug("wait_for_work: Redis unavailable", exc_info=True)
             time.sleep(max(0.0, timeout - (time.monotonic() - began)))
 
-    def _wake_keys(self, queues: Sequence[str]) -> tuple[list[str], bool]:
-        """The wake lists to wait on, and whether they are the queues' own (not the global)."""
+    def _wake_keys(self, queues: Sequence[str]) -> tuple[list[str], list[str]]:
+        """The wake lists to wait on and the queues they belong to (none: the global list)."""
         if not self.cluster:
             names = list(queues)
         elif len(queues) == 1:
             names = [queues[0]]
         else:
             names = []
-        return [self.keys.queue_key(q, "wake") for q in names] or [self.keys.global_wake], bool(
-            names
-        )
+        return [self.keys.queue_key(q, "wake") for q in names] or [self.keys.global_wake], names
+
+    def _woken(self, names: list[str], popped: Sequence[Any]) -> None:
+        """Tell the idle-queue list (idlequeues.py) which queues' markers this wait popped
+        (``popped``: truthy per wake list, in ``names`` order): their wake lists may now be
+        empty, yet a job waits there."""
+        if self._idle is not None and names:
+            for name, got in zip(names, popped, strict=True):
+                if got:
+                    self._idle.woken(name)
 
     @guarded
     def _block(self, queues: Sequence[str], timeout: float, due: bool) -> None:
-        keys, own = self._wake_keys(queues)
+        keys, names = self._wake_keys(queues)
+        own = bool(names)
         end = time.monotonic() + timeout
         coarse = timeout - BLPOP_SLACK if due else max(timeout, 0.01)
         if coarse >= 0.01:
@@ -83,13 +91,17 @@ class LifecycleMixin(RedisBase):
             if popped is not None:
                 if not own:  # the global list: no claim.lua drops its markers
                     self.client.delete(popped[0])
+                hit = popped[0].decode() if isinstance(popped[0], bytes) else popped[0]
+                self._woken(names, [k == hit for k in keys])
                 return
         while due and (left := end - time.monotonic()) > 0:
             time.sleep(min(left, DUE_POLL))
             pipe = self.client.pipeline(transaction=False)
             for key in keys:
                 pipe.lpop(key)
-            if any(pipe.execute()):
+            got = pipe.execute()
+            if any(got):
+                self._woken(names, got)
                 return
 
     # ------------------------------------------------------------------ waiting on one job

@@ -126,7 +126,7 @@ class RedisBase:
         self._where: BoundedCache[str, str] = BoundedCache(WHERE_MAX)
         self._qkeys: BoundedCache[str, tuple[str, ...]] = BoundedCache(10_000)
         self._waker = Waker(self._push_global_wake)  # no thread until Cluster mode needs one
-        self._idle: IdleQueues | None = None  # Cluster claims: queues known empty, lazily
+        self._idle: IdleQueues | None = None  # multi-queue claims: queues known empty, lazily
 
     # ------------------------------------------------------------------ plumbing
     @property
@@ -176,6 +176,8 @@ class RedisBase:
         """Add queues to the registry (once per process; ``flush_all`` resets it)."""
         fresh = [q for q in queues if q not in self._conn.registered]
         if fresh:
+            if not self._conn.registered:  # this process's first: an upgrade's overrides
+                flowadmin.adopt(self)
             self.client.sadd(self.keys.queues, *fresh)
             flowadmin.seed(self, fresh)  # run-time limits set before these queues existed
             self._conn.registered.update(fresh)
