@@ -22,6 +22,7 @@ import redis
 from conveyor import Conveyor
 from conveyor.broker.redis import RedisBroker
 from conveyor.config import Settings
+from tests.redis.shard_trickle import trickle
 from tests.worker.conftest import running, wait_until
 
 
@@ -148,41 +149,7 @@ def test_a_claim_round_skips_shards_left_empty(
     """After a wake-up, one script call claims the job: the shards (and the logical name) an
     earlier claim left empty are read in one pipeline of LLENs and skipped. A delayed job in a
     skipped shard still starts on time (the skipped shards' ``next_due`` is reported)."""
-    from conveyor.broker.redis import idlequeues
-
-    monkeypatch.setattr(idlequeues, "FRESH_S", 60.0)  # no refresh round during the test
-    settings = Settings(poll_interval=5.0, reap_interval=2.0, shutdown_timeout=5.0)  # type: ignore[call-arg]
-    app = Conveyor(cluster_broker, settings=settings, rng=random.Random(6))
-    app.queue("events", shards=3)
-    starts: dict[int, float] = {}
-
-    @app.task(queue="events", name="wake.mark")
-    def mark(i: int) -> None:
-        starts[i] = time.monotonic()
-
-    runner = cluster_broker.runner
-    scripts: list[str] = []
-    real_run = runner.run
-
-    def counting_run(name: str, *args: Any, **kwargs: Any) -> Any:
-        scripts.append(name)
-        return real_run(name, *args, **kwargs)
-
-    runner.run = counting_run  # type: ignore[method-assign]
-    with running(app, queues="events", concurrency=4):
-        wait_until(lambda: scripts.count("claim") >= 4, timeout=20)  # the first, full round
-        time.sleep(0.2)
-        first = scripts.count("claim")
-        for i in range(10):
-            mark.enqueue(i)
-            wait_until(lambda i=i: i in starts, timeout=20)  # type: ignore[misc]
-        claims = scripts.count("claim") - first
-        began = time.monotonic()
-        mark.enqueue_in(0.8, 100)  # its shard: claimed (a marker), then known empty till due
-        time.sleep(0.2)
-        mark.enqueue(101)  # this wake-up's claim skips the delayed job's shard
-        wait_until(lambda: 100 in starts, timeout=20)
+    claims, late = trickle(cluster_broker, 3, monkeypatch)
     # before: each wake-up read all 4 queues (3 shards and the logical name): 40 calls
     assert claims <= 10 + 2, claims
-    late = starts[100] - (began + 0.8)
     assert -0.05 < late < 0.5, f"the delayed job started {late:.3f}s after its due time"
