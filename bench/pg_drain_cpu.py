@@ -26,7 +26,8 @@ from bench.harness.redis_server import start_redis
 from bench.harness.run import REPO
 
 
-def _cpu(root: psutil.Process) -> float:
+def tree_cpu(root: psutil.Process) -> float:
+    """User + system CPU seconds of ``root`` and all its children (gone ones skipped)."""
     total = 0.0
     for p in [root, *root.children(recursive=True)]:
         try:
@@ -72,9 +73,9 @@ def main(name: str, mode: str, n: int) -> None:
         while log.first_start is None:
             log.poll()
             time.sleep(0.002)
-        s0, w0 = _cpu(server), _cpu(proc)
+        s0, w0 = tree_cpu(server), tree_cpu(proc)
         a.wait_drained(log, range(n), 600, proc=worker)
-        s1, w1 = _cpu(server), _cpu(proc)
+        s1, w1 = tree_cpu(server), tree_cpu(proc)
         a.stop_worker(worker)
         time.sleep(1.5)
         after = [float(x) for x in a.pg.psql(stats).split("|")]  # type: ignore[attr-defined]

@@ -18,23 +18,12 @@ import time
 import psutil
 from tests.support.pg_proc import PgServer
 
+from bench.pg_drain_cpu import tree_cpu
 from conveyor.broker.base import Ack
 from conveyor.broker.postgres.broker import PostgresBroker
 from conveyor.core.job import Job
 
 JOBS = 6400
-
-
-def _server_cpu(pid: int) -> float:
-    root = psutil.Process(pid)
-    total = 0.0
-    for p in [root, *root.children(recursive=True)]:
-        try:
-            t = p.cpu_times()
-        except psutil.NoSuchProcess:
-            continue
-        total += t.user + t.system
-    return total
 
 
 def measure(srv: PgServer, batch: int) -> tuple[float, float]:
@@ -55,10 +44,10 @@ def measure(srv: PgServer, batch: int) -> tuple[float, float]:
         pairs = (JOBS - 3 * batch) // batch - 1
         pid = srv.pid()
         assert pid is not None
-        s0, w0 = _server_cpu(pid), time.process_time()
+        s0, w0 = tree_cpu(psutil.Process(pid)), time.process_time()
         for _ in range(pairs):
             pair()
-        s1, w1 = _server_cpu(pid), time.process_time()
+        s1, w1 = tree_cpu(psutil.Process(pid)), time.process_time()
         return (w1 - w0) / pairs * 1e6, (s1 - s0) / pairs * 1e6
     finally:
         pg.close()
