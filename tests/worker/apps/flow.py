@@ -3,12 +3,15 @@ ledger (``WORKER_TEST_LOG``, one JSON line per event, written by ``jobs.mark``).
 
 from __future__ import annotations
 
+import os
 import time
 
 from conveyor import ConcurrencyLimit, Conveyor
 from tests.worker.apps.jobs import mark
 
-app = Conveyor()
+# the workers get CONVEYOR_URL; imported by the test process itself (for its task objects)
+# without one, it must not create the embedded default conveyor.db in the working directory
+app = Conveyor(os.environ.get("CONVEYOR_URL") or "memory://")
 
 
 @app.task(name="flow.rated", queue="rated", rate_limit="10/s")

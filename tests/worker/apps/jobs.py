@@ -16,7 +16,9 @@ import orjson
 
 from conveyor import Conveyor
 
-app = Conveyor()
+# the workers get CONVEYOR_URL; imported by the test process itself (for its task objects)
+# without one, it must not create the embedded default conveyor.db in the working directory
+app = Conveyor(os.environ.get("CONVEYOR_URL") or "memory://")
 
 
 def mark(event: str, tag: str, **extra: Any) -> None:

@@ -5,10 +5,14 @@ The broker URL comes from ``CONVEYOR_URL``; ``WORKER_TEST_LOG`` names the marks 
 
 from __future__ import annotations
 
+import os
+
 from conveyor import Conveyor
 from tests.worker.apps.jobs import mark
 
-app = Conveyor()
+# the workers get CONVEYOR_URL; imported by the test process itself (for its task objects)
+# without one, it must not create the embedded default conveyor.db in the working directory
+app = Conveyor(os.environ.get("CONVEYOR_URL") or "memory://")
 
 
 @app.task(queue="emails")
