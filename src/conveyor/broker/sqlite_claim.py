@@ -121,14 +121,6 @@ class SqliteClaim:
 
     def _bury_corrupt(self, tx: Tx, rec: Rec, now: float, worker_id: str) -> None:
         """An undecodable row: active → dead_letter with kind ``decode_error``; bytes kept."""
-        error = {
-            "kind": str(ErrorKind.DECODE_ERROR),
-            "type": "DecodeError",
-            "traceback": "",
-            "message": str(rec.job.metadata.get("decode_error")),
-            "worker": worker_id or None,
-            "at": now,
-        }
-        lifecycle.fail(rec.job, now, error, None)
+        lifecycle.bury_undecodable(rec.job, now, worker_id)
         self._save(tx, rec)
         tx.emit("dead_lettered", rec.job, now, reason=str(ErrorKind.DECODE_ERROR))

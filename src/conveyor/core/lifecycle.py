@@ -50,6 +50,21 @@ def fail(job: Job, now: float, error: Mapping[str, Any], retry_at: float | None)
         job.run_at = retry_at
 
 
+def bury_undecodable(job: Job, now: float, worker_id: str) -> None:
+    """active → dead_letter for a claimed job whose stored envelope could not be decoded
+    (kind ``decode_error``; the decoder's message is in ``metadata["decode_error"]``). The SQL
+    brokers call it from their claims; Redis builds the same entry from raw hash fields."""
+    error = {
+        "kind": str(ErrorKind.DECODE_ERROR),
+        "type": "DecodeError",
+        "traceback": "",
+        "message": str(job.metadata.get("decode_error")),
+        "worker": worker_id or None,
+        "at": now,
+    }
+    fail(job, now, error, None)
+
+
 def _append_error(job: Job, now: float, error: Mapping[str, Any]) -> None:
     """Append an ``errors`` entry (attempt and time defaulted) and set ``last_error``."""
     entry = dict(error)

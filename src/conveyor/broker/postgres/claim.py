@@ -283,15 +283,7 @@ def lease_one(
 def bury_corrupt(b: PostgresBroker, tx: Tx, rec: Rec, now: float, worker_id: str) -> None:
     """An undecodable row: active → dead_letter with kind ``decode_error``; bytes kept."""
     rec.job.state = JobState.ACTIVE
-    error = {
-        "kind": str(ErrorKind.DECODE_ERROR),
-        "type": "DecodeError",
-        "traceback": "",
-        "message": str(rec.job.metadata.get("decode_error")),
-        "worker": worker_id or None,
-        "at": now,
-    }
-    lifecycle.fail(rec.job, now, error, None)
+    lifecycle.bury_undecodable(rec.job, now, worker_id)
     b._save(tx, rec)
     tx.emit("dead_lettered", rec.job, now, reason=str(ErrorKind.DECODE_ERROR))
     pgflow.done(b, tx, now, rec.job)  # issue 16: a workflow node's dependants end
