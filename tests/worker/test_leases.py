@@ -3,6 +3,7 @@ attempt's outcome; successes are acknowledged in coalesced ``complete`` batches.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Sequence
@@ -111,3 +112,45 @@ def test_successes_are_acknowledged_in_batches(
         wait_until(lambda: worker.processed == 60, timeout=10)
     assert sum(sizes) == 60 and len(sizes) < 30 and max(sizes) > 1, sizes
     assert [j.refresh().result for j in jobs] == list(range(60))
+
+
+def test_a_lost_connection_while_recording_is_one_line_not_a_traceback_per_retry(
+    live_app: Conveyor, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The recorder's retries during an outage go to the broker's OutageLog shared with the
+    claim loop: one "lost the connection" line, one "reconnected" line, no traceback (a CI run
+    showed one traceback per retry of ``complete``)."""
+    app = live_app
+    down = threading.Event()
+    failed_completes = [0]
+
+    def unreachable(name: str, real: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if down.is_set():
+                if name == "complete":
+                    failed_completes[0] += 1
+                    if failed_completes[0] == 4:
+                        down.clear()  # back after the fourth failed write
+                raise ConnectionResetError(104, "Connection reset by peer")
+            return real(*args, **kwargs)
+
+        return call
+
+    for name in ("claim", "complete", "wait_for_work", "extend", "heartbeat"):
+        if hasattr(app.broker, name):
+            monkeypatch.setattr(app.broker, name, unreachable(name, getattr(app.broker, name)))
+
+    @app.task
+    def quick() -> str:
+        down.set()  # the broker goes away while the job runs
+        return "ok"
+
+    job = quick.enqueue()
+    with caplog.at_level(logging.INFO, logger="conveyor"), running(app) as worker:
+        wait_until(lambda: worker.processed == 1, timeout=10)
+    assert job.refresh().result == "ok" and failed_completes[0] == 4
+    lines = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert [r.getMessage() for r in lines if r.exc_info] == []
+    messages = [r.getMessage() for r in lines]
+    assert sum("lost the connection" in m for m in messages) == 1, messages
+    assert sum("reconnected" in m for m in messages) == 1, messages

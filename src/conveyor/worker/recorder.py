@@ -33,6 +33,7 @@ from ..core.retry import Decision
 from ..core.serialization import result_problem
 from ..errors import LeaseLost
 from ..middleware import after_process_batch, emit, hooked
+from ..outage import OutageLog, is_connection_error
 from .aftermath import Aftermath
 from .cancel import record_cancelled
 from .execute import Outcome, safe_text
@@ -310,29 +311,37 @@ class Recorder(Aftermath):
         extension. Once it passes, another worker may own the job, so the write is abandoned.
         """
         delay = 0.05
+        outage = OutageLog.shared(self.broker)
         while True:
             try:
-                return call()
+                result = call()
             except LeaseLost:
                 raise
             except DETERMINISTIC:
                 raise
-            except Exception:
+            except Exception as exc:
                 left = lease_left(runs)
                 if left <= 0 or self.hard_stopping():
-                    log.exception(
+                    log.error(
                         "broker %s failed; giving up (the lease will expire and the "
                         "job will be redelivered)",
                         what,
+                        exc_info=not is_connection_error(exc),
                     )
                     return None
                 pause = min(delay, left)
-                log.warning(
-                    "broker %s failed; retrying in %.2fs (lease valid for %.1fs)",
-                    what,
-                    pause,
-                    left,
-                    exc_info=True,
-                )
+                # a lost connection is logged once per outage (with the loops' lines), not
+                # with a traceback per retry; any other error keeps its traceback
+                if not outage.failed(exc, f"{what} of finished jobs", log):
+                    log.warning(
+                        "broker %s failed; retrying in %.2fs (lease valid for %.1fs)",
+                        what,
+                        pause,
+                        left,
+                        exc_info=True,
+                    )
                 time.sleep(pause)
                 delay = min(MAX_DELAY, delay * 2)
+            else:
+                outage.succeeded(log)
+                return result
