@@ -33,9 +33,10 @@ Version history:
 * 5 — searches combining filters read one index range: ``jobs_queue_created`` becomes
   ``(queue, state, created_at) INCLUDE (rid)`` and ``jobs_task_created`` ``(task, state,
   created_at) INCLUDE (queue, rid)`` (still partial, ``state <> 'active'``; the same number of
-  index entries per write). A queue or task search with a state reads exactly its matches; a task search with a
-  queue counts and gathers them from the index alone (``postgres/reads.py``). Indexes only:
-  two rebuilt, no data touched. (A self-contained step: ``SEARCH_COMBO_SCHEMA``.)
+  index entries per write). A queue or task search with a state reads exactly its matches; a
+  task search with a queue counts and gathers them from the index alone
+  (``postgres/reads.py``). Indexes only: two rebuilt, no data touched (one self-contained
+  step, ``SEARCH_COMBO_SCHEMA``).
 
 A new database is created at version 1 (``SCHEMA``, never edited) and migrated forward in the
 same transaction, so a new and an upgraded database are the same schema.
