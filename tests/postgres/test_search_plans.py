@@ -2,9 +2,10 @@
 prefix, time range) answers from an index with a bounded read, including when nothing matches
 (issue 17: "search indexes checked with EXPLAIN at 1M jobs").
 
-The table holds 100,000 jobs (``_FILL``: 20 queues, 50 tasks, five states, correlated so that
+The table holds 150,000 jobs (``_FILL``: 20 queues, 50 tasks, five states, correlated so that
 many two-filter combinations match nothing: queue ``q7`` has no ``pending`` job, task ``t9``
-never runs on ``q7``; 100 of them running, the other active rows completed), ANALYZEd, with
+never runs on ``q7``; 100 of them running, the other active rows completed; 2,500 older jobs
+of a task ``rare``), ANALYZEd, with
 ``counts`` filled as the broker keeps it. Each statement
 ``search`` sends is run under ``EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)``: no sequential scan of
 ``jobs``, no scan of ``jobs_created`` for two or more of state / queue / task / id without a
@@ -24,6 +25,7 @@ import pytest
 
 from conveyor.broker.base import SearchQuery
 from conveyor.broker.postgres.broker import PostgresBroker
+from conveyor.broker.postgres.reads import GATHER
 from conveyor.core.state import JobState
 
 from .test_vacuum_explain import _FILL
@@ -35,15 +37,24 @@ _FINISH = (
     " ORDER BY rid DESC LIMIT %s)"
 )
 RUNNING = 100
+#: a task with more jobs than ``GATHER``, all older than every other job: a walk of
+#: ``jobs_created`` newest first would pass every other row before meeting one
+_RARE = (
+    "INSERT INTO conveyor.jobs (id, queue, task, state, priority, seq, run_at, created_at,"
+    " finished_at, payload) SELECT 'rare' || lpad(g::text, 8, '0'), 'q1', 'rare', 'completed',"
+    " 0, nextval('conveyor.job_seq'), 1e8 + g, 1e8 + g, 1e8 + g, '{}'::bytea"
+    " FROM generate_series(1, %s) g"
+)
+RARE = 2_500
 
-N = 100_000
+N = 150_000  # each task 3,000 jobs: more than GATHER, so a task search walks an index
 T0 = 1e9
 BOUND = 400  # buffers per statement (the largest legitimate read here is a 2,000-row total)
 #: values that match many rows together, and values whose combinations match nothing
 MATCH = {"state": JobState.DEAD_LETTER, "queue": "q7", "task": "t17"}
 NONE = {"state": JobState.PENDING, "queue": "q7", "task": "t9"}
 TIME = {"since": T0 + N / 2, "until": T0 + N / 2 + 2_000}
-ID = "000000000000000000000123"  # 10 ids at 100,000 rows
+ID = "000000000000000000000123"
 
 
 def _queries() -> Iterator[tuple[str, SearchQuery]]:
@@ -63,6 +74,8 @@ def _queries() -> Iterator[tuple[str, SearchQuery]]:
                 yield f"{'+'.join(combo)} ({name})", SearchQuery(**kw)
     yield "task, page 20", SearchQuery(task="t17", page=20)
     yield "queue + state, page 20", SearchQuery(queue="q7", state=JobState.DEAD_LETTER, page=20)
+    yield "rare task, oldest jobs", SearchQuery(task="rare")
+    yield "rare task, oldest jobs, with its queue", SearchQuery(task="rare", queue="q1")
     yield "no filter", SearchQuery()
     yield "state active", SearchQuery(state=JobState.ACTIVE)
 
@@ -80,6 +93,7 @@ def filled(pg_server: Any) -> Iterator[tuple[PostgresBroker, Any]]:
     with psycopg.connect(pg_server.url, autocommit=True) as c:
         c.execute(_FILL, (N,))
         c.execute(_FINISH.replace("{S}", "conveyor"), (RUNNING,))
+        c.execute(_RARE, (RARE,))
         c.execute(
             "INSERT INTO conveyor.counts (queue, state, n) SELECT queue, state, count(*)"
             " FROM conveyor.jobs GROUP BY queue, state"
@@ -145,6 +159,29 @@ def test_the_gathered_page_matches_the_walked_order(filled: tuple[PostgresBroker
     for page in range(1, 10):
         found = broker.search(SearchQuery(**{**query.__dict__, "page": page, "page_size": 7}))
         assert found.total == len(want)
+        got += [j.id for j in found.items]
+    assert got == want
+
+
+@pytest.mark.parametrize("task", ["t17", "rare"])
+def test_the_walked_pages_merge_the_states_in_order(
+    filled: tuple[PostgresBroker, Any], task: str
+) -> None:
+    """A task search with more matches than ``GATHER`` walks one range per state of the task's
+    index and merges them: page by page the same rows, in the same order, as a full sort."""
+    broker, c = filled
+    want = [
+        r[0]
+        for r in c.execute(
+            "SELECT id FROM conveyor.jobs WHERE task = %s ORDER BY created_at DESC, id DESC"
+            " LIMIT 150",
+            (task,),
+        )
+    ]
+    got: list[str] = []
+    for page in (1, 2, 3):
+        found = broker.search(SearchQuery(task=task, page=page, page_size=50))
+        assert found.total > GATHER
         got += [j.id for j in found.items]
     assert got == want
 

@@ -14,6 +14,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from ...core.state import JobState
 from ..base import Page, SearchQuery
 from ..sqlite_store import _icontains, _text_match
 from .rec import COLS, pg_rec
@@ -57,22 +58,35 @@ _GATHERED = (
 )
 
 
-def _matching(where: str, state: str | None, top: bool = False) -> str:
+def _matching(where: str, state: str | None, top: bool = False, split: bool = False) -> str:
     """The FROM item of the jobs a search matches (``where``), shaped for the indexes: the
     search indexes by state, queue and task leave out running jobs (schema version 4: a claim
     then adds no entry to them), so running jobs are read through ``jobs_lease`` (every
     active row, and only an active row, has a lease deadline) and, without a state filter,
     appended to the others (``UNION ALL``). ``top``: each part keeps only its first
-    ``%(top)s`` rows newest first, so each walks its index backwards and stops."""
+    ``%(top)s`` rows newest first, so each walks its index backwards and stops; with ``split``
+    (a queue or task filter: their indexes lead with the state, schema version 5) the
+    not-running part is one such part per state, each an exact range of the queue's or
+    task's index, merged (``Merge Append``) — never a walk of ``jobs_created`` that a rare
+    queue or task would read to its end."""
     jobs, order = "{S}.jobs", " ORDER BY created_at DESC, id DESC LIMIT %(top)s" if top else ""
     if state == "active":
         return f"(SELECT * FROM {jobs} WHERE {where} AND lease_at IS NOT NULL) j"
     if state is not None:  # implies state <> 'active': the partial indexes apply
         return f"{jobs} j WHERE {where}"
-    return (
-        f"((SELECT * FROM {jobs} WHERE {where} AND state <> 'active'{order}) UNION ALL (SELECT"
-        f" * FROM {jobs} WHERE {where} AND state = 'active' AND lease_at IS NOT NULL{order})) j"
+    running = (
+        f"(SELECT * FROM {jobs} WHERE {where} AND state = 'active' AND lease_at IS NOT NULL{order})"
     )
+    if top and split:
+        parts = [f"(SELECT * FROM {jobs} WHERE {where} AND state = '{s}'{order})" for s in _RESTING]
+        return f"({' UNION ALL '.join([*parts, running])}) j"
+    return (
+        f"((SELECT * FROM {jobs} WHERE {where} AND state <> 'active'{order}) UNION ALL {running}) j"
+    )
+
+
+#: every state but ``active`` (constants of the code, never user input)
+_RESTING = [str(s) for s in JobState if s is not JobState.ACTIVE]
 
 
 class PgReads(PgStore):
@@ -134,7 +148,8 @@ class PgReads(PgStore):
         if total <= GATHER:
             found = _matching(where, p["state"])
             return self._read(_GATHERED.format(cols=COLS, found=found, order=_ORDER), page)
-        found = _matching(where, p["state"], True)
+        split = p["queue"] is not None or p["task"] is not None
+        found = _matching(where, p["state"], True, split)
         return self._read(f"SELECT {COLS} FROM {found} {_ORDER} LIMIT %(lim)s OFFSET %(off)s", page)
 
     def oldest_pending(self, queue: str) -> float | None:
