@@ -5,8 +5,9 @@
 Starts a private cluster (``tests/support/pg_proc.py``), creates the current schema, fills
 ``jobs`` with N rows in one ``INSERT … SELECT generate_series`` (20 queues, 50 tasks, five
 states, as ``tests/postgres/test_vacuum_explain.py`` does at 30,000; given ``running``, only that
-many stay active, the other active rows become completed: a realistic share), fills ``counts``
-and ``queues`` as the broker keeps them, ANALYZEs it, then runs
+many stay active, the other active rows become completed: a realistic share), adds 2,500 jobs of
+a task ``rare`` older than all of them, fills ``counts`` and ``queues`` as the broker keeps
+them, ANALYZEs it, then runs
 the claim's pick, the ``next_due`` look-ups and the SQL the broker's ``search`` sends for
 each filter (captured from ``_read``) under ``EXPLAIN (ANALYZE, BUFFERS)``: per statement the
 plan's scan nodes, the execution time and the buffers touched. Used for
@@ -20,6 +21,7 @@ import time
 from typing import Any
 
 import psycopg
+from tests.postgres.test_search_plans import _RARE, RARE
 from tests.postgres.test_vacuum_explain import _FILL
 from tests.support.pg_proc import PgServer
 
@@ -68,6 +70,8 @@ SEARCHES = {
         task="t9", since=1e9 + 500_000, until=1e9 + 500_005
     ),
     "search, id prefix + queue (none)": SearchQuery(id="00000000000000000001", queue="q1"),
+    "search, rare task (2,500 oldest)": SearchQuery(task="rare"),
+    "search, rare task page 20": SearchQuery(task="rare", page=20),
 }
 _COUNTS = (
     "INSERT INTO {S}.counts (queue, state, n) SELECT queue, state, count(*) FROM {S}.jobs"
@@ -129,6 +133,7 @@ def main(n: int, running: int | None) -> None:
             c.execute(_FILL, (n,))
             if running is not None:
                 c.execute(_FINISH.replace("{S}", S), (running,))
+            c.execute(_RARE, (RARE,))  # a task older than every other job (see SEARCHES)
             c.execute(_COUNTS.replace("{S}", S))  # the totals by state / queue come from here
             c.execute(f"VACUUM ANALYZE {S}.jobs")
             print(
