@@ -140,6 +140,27 @@ def test_a_lease_holders_write_chosen_as_deadlock_victim_is_retried(
     app.close()
 
 
+def test_a_purge_chosen_as_deadlock_victim_is_retried(broker: Any, pg_server: Any) -> None:
+    """An operator's purge deletes the rows, then waits for the ``counts`` row the other
+    transaction holds; that one asks for a deleted row: the purge is the victim, runs again."""
+    app, [lease] = _jobs(broker, 1)
+    broker.fail(lease.id, lease.token, time.time(), error={"message": "x"}, retry_at=None)
+    got = _deadlock(
+        pg_server.url,
+        (
+            "SELECT 1 FROM conveyor.counts WHERE queue = 'default' AND state = 'dead_letter'"
+            " FOR UPDATE",
+            (),
+        ),
+        (ROW, ([lease.id],)),
+        lambda: broker.purge(time.time()),
+    )
+    assert got == 1, got
+    assert broker.get(lease.id) is None
+    assert broker.counts()["default"]["dead_letter"] == 0
+    app.close()
+
+
 def test_a_lease_extension_chosen_as_deadlock_victim_is_retried(
     broker: Any, pg_server: Any
 ) -> None:

@@ -108,6 +108,7 @@ class PgJobAdmin:
             pgflow.forget_queue(self, tx, queue)  # type: ignore[arg-type]  # issue 15
             return n
 
+    @retry_transient
     def purge(
         self,
         now: float,
