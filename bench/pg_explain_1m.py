@@ -5,7 +5,9 @@
 Starts a private cluster (``tests/support/pg_proc.py``), creates the current schema, fills
 ``jobs`` with N rows in one ``INSERT … SELECT generate_series`` (20 queues, 50 tasks, five
 states, as ``tests/postgres/test_vacuum_explain.py`` does at 30,000; given ``running``, only that
-many stay active, the other active rows become completed: a realistic share), ANALYZEs it, then runs
+many stay active, the other active rows become completed: a realistic share), adds 2,500 jobs of
+a task ``rare`` older than all of them, fills ``counts`` and ``queues`` as the broker keeps
+them, ANALYZEs it, then runs
 the claim's pick, the ``next_due`` look-ups and the SQL the broker's ``search`` sends for
 each filter (captured from ``_read``) under ``EXPLAIN (ANALYZE, BUFFERS)``: per statement the
 plan's scan nodes, the execution time and the buffers touched. Used for
@@ -19,6 +21,7 @@ import time
 from typing import Any
 
 import psycopg
+from tests.postgres.test_search_plans import _RARE, RARE
 from tests.postgres.test_vacuum_explain import _FILL
 from tests.support.pg_proc import PgServer
 
@@ -48,7 +51,33 @@ SEARCHES = {
     "search, task page 20": SearchQuery(task="t9", page=20),
     "search, task + state active": SearchQuery(task="t9", state=JobState.ACTIVE),
     "search, id prefix": SearchQuery(id="0000000000000000000001234"),
+    # two or three filters; the fill's correlations make many of them match nothing
+    "search, queue + state (none)": SearchQuery(queue="q7", state=JobState.PENDING),
+    "search, queue + state (50,000)": SearchQuery(queue="q7", state=JobState.DEAD_LETTER),
+    "search, task + queue (none)": SearchQuery(task="t9", queue="q7"),
+    "search, task + queue (10,000)": SearchQuery(task="t9", queue="q9"),
+    "search, task + state (none)": SearchQuery(task="t9", state=JobState.PENDING),
+    "search, task + state (19,950)": SearchQuery(task="t9", state=JobState.COMPLETED),
+    "search, queue + task + state (none)": SearchQuery(
+        queue="q9", task="t9", state=JobState.PENDING
+    ),
+    "search, queue + since": SearchQuery(queue="q7", since=1e9 + 990_000),
+    "search, task + since": SearchQuery(task="t9", since=1e9 + 990_000),
+    "search, state + queue + since (none)": SearchQuery(
+        state=JobState.PENDING, queue="q7", since=1e9 + 990_000
+    ),
+    "search, task + window (none)": SearchQuery(
+        task="t9", since=1e9 + 500_000, until=1e9 + 500_005
+    ),
+    "search, id prefix + queue (none)": SearchQuery(id="00000000000000000001", queue="q1"),
+    "search, rare task (2,500 oldest)": SearchQuery(task="rare"),
+    "search, rare task page 20": SearchQuery(task="rare", page=20),
 }
+_COUNTS = (
+    "INSERT INTO {S}.counts (queue, state, n) SELECT queue, state, count(*) FROM {S}.jobs"
+    " GROUP BY queue, state ON CONFLICT (queue, state) DO UPDATE SET n = excluded.n;"
+    " INSERT INTO {S}.queues (name) SELECT DISTINCT queue FROM {S}.jobs ON CONFLICT DO NOTHING"
+)
 
 
 def _scans(node: dict[str, Any]) -> list[str]:
@@ -104,6 +133,8 @@ def main(n: int, running: int | None) -> None:
             c.execute(_FILL, (n,))
             if running is not None:
                 c.execute(_FINISH.replace("{S}", S), (running,))
+            c.execute(_RARE, (RARE,))  # a task older than every other job (see SEARCHES)
+            c.execute(_COUNTS.replace("{S}", S))  # the totals by state / queue come from here
             c.execute(f"VACUUM ANALYZE {S}.jobs")
             print(
                 f"filled {n:,} jobs ({running} running) in {time.perf_counter() - t0:.1f} s",
@@ -114,7 +145,7 @@ def main(n: int, running: int | None) -> None:
             for label, query in SEARCHES.items():
                 seen, found = _captured(broker, query)
                 for i, (sql, params) in enumerate(seen):
-                    part = "total" if i == 0 and len(seen) > 1 else "page"
+                    part = "total" if i == 0 else "page"  # no page statement: nothing to show
                     explain(c, f"{label} ({part})", sql, params)
                 print(f"{'':32} total {found.total:,}, {len(found.items)} on the page")
         broker.close()

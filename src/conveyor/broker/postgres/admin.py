@@ -8,47 +8,24 @@ job at the same moment sees either the old or the new row, never half of each (t
 
 Conveyor's own transactions lock job rows in one order (ids ascending where they take several),
 but an application's transaction may not: if PostgreSQL picks an operator action as the victim
-of a deadlock (SQLSTATE 40P01; it rolled back entirely), the action runs once more
-(``retry_deadlock``) instead of showing the operator a spurious ``BrokerUnavailable``.
+of a deadlock (SQLSTATE 40P01; it rolled back entirely), or it fails to serialize or to get a
+lock in time, the action runs again (``retry.retry_transient``: a few attempts, jittered)
+instead of showing the operator a spurious ``BrokerUnavailable``.
 """
 
 from __future__ import annotations
 
-import functools
-import logging
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, ParamSpec, TypeVar
+from typing import Any
 
 from ...core import lifecycle
 from ...core.state import JobState
-from ...errors import BrokerUnavailable
 from ..sqlite_rows import Rec
 from . import flow as pgflow
 from .maintenance import release_keys
+from .retry import Retry, retry_transient
 from .store import Tx
-
-log = logging.getLogger("conveyor.postgres")
-P = ParamSpec("P")
-T = TypeVar("T")
-
-
-def retry_deadlock(fn: Callable[P, T]) -> Callable[P, T]:
-    """Run ``fn`` (one whole transaction) once more when PostgreSQL rolled it back as a
-    deadlock victim (``BrokerUnavailable`` caused by SQLSTATE 40P01)."""
-
-    @functools.wraps(fn)
-    def run(*args: P.args, **kwargs: P.kwargs) -> T:
-        try:
-            return fn(*args, **kwargs)
-        except BrokerUnavailable as exc:
-            if getattr(exc.__cause__, "sqlstate", None) != "40P01":
-                raise
-            log.info("%s was a deadlock victim; running it again", fn.__name__)
-            return fn(*args, **kwargs)
-
-    return run
-
 
 _DELAYED = (JobState.SCHEDULED, JobState.RETRY_SCHEDULED)
 _WAITING = ("pending", "scheduled", "retry_scheduled")
@@ -62,6 +39,7 @@ class PgJobAdmin:
     _save: Callable[..., None]
     _delete: Callable[[Tx, str, str, str, Sequence[Any]], int]
     sql: Callable[[str], str]
+    retry: Retry  # the lock-conflict retry policy (postgres/retry.py)
 
     def _admin(self, job_id: str, now: float, allowed: Sequence[JobState], event: str) -> bool:
         with self._write() as tx:
@@ -75,20 +53,20 @@ class PgJobAdmin:
                 pgflow.done(self, tx, now, recs[0].job)  # type: ignore[arg-type]
             return True
 
-    @retry_deadlock
+    @retry_transient
     def cancel(self, job_id: str, now: float) -> bool:
         """Cancel a job that has not started (scheduled / pending / retry_scheduled)."""
         return self._admin(
             job_id, now, (JobState.PENDING, *_DELAYED, JobState.WAITING), "cancelled"
         )
 
-    @retry_deadlock
+    @retry_transient
     def requeue(self, job_id: str, now: float) -> bool:
         """Revive a dead-letter or cancelled job: pending, attempts and lost reset to 0."""
         revivable = (JobState.DEAD_LETTER, JobState.CANCELLED, JobState.EXPIRED)
         return self._admin(job_id, now, revivable, "requeued")
 
-    @retry_deadlock
+    @retry_transient
     def run_now(self, job_id: str, now: float) -> bool:
         """A scheduled or retrying job becomes pending now (it takes the next ready place)."""
         with self._write() as tx:
@@ -99,7 +77,7 @@ class PgJobAdmin:
             self._save(tx, recs[0])  # pending: NOTIFYs the queue's idle workers
             return True
 
-    @retry_deadlock
+    @retry_transient
     def delete_job(self, job_id: str, now: float) -> bool:
         """Delete a job that is not running; the per-state counts follow."""
         with self._write() as tx:
@@ -114,7 +92,7 @@ class PgJobAdmin:
                 )
             return self._delete(tx, job.queue, str(job.state), "id = %s", (job_id,)) > 0
 
-    @retry_deadlock
+    @retry_transient
     def clear_queue(self, queue: str, now: float) -> int:
         """Delete the waiting jobs of ``queue`` in one transaction; a row a claimer holds at
         this moment is left to it (``SKIP LOCKED``: it is being claimed, no longer waiting)."""
@@ -130,6 +108,7 @@ class PgJobAdmin:
             pgflow.forget_queue(self, tx, queue)  # type: ignore[arg-type]  # issue 15
             return n
 
+    @retry_transient
     def purge(
         self,
         now: float,

@@ -8,13 +8,16 @@ leases its rows in ONE statement that also writes the lease and fencing token in
 columns (``postgres/claim.py``; the envelope catches up at the next write: ``postgres/rec.py``),
 and a batch of acks completes in two set-based statements (``postgres/finish.py``). Enqueue can
 also run on the caller's own psycopg connection, inside their transaction
-(``enqueue_in_transaction``).
+(``enqueue_in_transaction``). Every write the worker and the operator make (claim, complete,
+fail, release, cancel_running, extend, the reaper, operator actions) runs again when PostgreSQL
+rolled it back as the loser of a lock conflict: a deadlock, a serialization failure, a lock
+timeout (``postgres/retry.py``).
 Schema, queries, NOTIFY and vacuum: docs/architecture-postgres.md.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Self
 
 import psycopg
@@ -31,12 +34,13 @@ from ..sqlflow import SqlWorkflows
 from ..sqlite_rows import Rec
 from ..sqllimits import SqlFlowAdmin
 from . import flow as pgflow  # issue 15/16 hooks (postgres/flow.py)
-from .admin import PgJobAdmin, retry_deadlock
+from .admin import PgJobAdmin
 from .claim import claim_jobs
 from .enqueue import duplicate, enqueue_alone, enqueue_on, insert_jobs
 from .finish import complete_acks
 from .reads import PgReads
 from .rec import COLS, pg_rec
+from .retry import Retry, retry_transient
 from .side import PgCounters, PgDocs, PgEvents, PgLogs
 from .store import Tx, parse_url
 from .waits import PgWaits
@@ -73,6 +77,8 @@ class PostgresBroker(
         )
         self.docs, self.logs = PgDocs(self), PgLogs(self)  # side stores: composed parts
         self.events, self.counters = PgEvents(self), PgCounters(self)
+        #: lock-conflict retries (postgres/retry.py); tests inject the random source and sleep
+        self.retry = Retry()
 
     @classmethod
     def from_url(cls, url: str, retention: Retention | None = None) -> Self:
@@ -190,6 +196,7 @@ class PostgresBroker(
         enqueue_on(self, conn, jobs, now, payloads, also)
 
     # ------------------------------------------------------------------ consumers
+    @retry_transient
     def claim(
         self,
         queues: Sequence[str],
@@ -209,10 +216,53 @@ class PostgresBroker(
         self._drain_notifies()  # LISTEN before claiming: a NOTIFY after it wakes the next wait
         return claim_jobs(self, queues, now, limit, visibility_timeout, worker_id, max_lost)
 
+    @retry_transient
     def complete(self, acks: Sequence[Ack], now: float) -> list[bool]:
         """Record each success, all in one transaction (set-based: ``postgres/finish.py``);
         False for stale tokens."""
         return complete_acks(self, acks, now)
+
+    @retry_transient
+    def fail(
+        self,
+        job_id: str,
+        token: str,
+        now: float,
+        *,
+        error: Mapping[str, Any],
+        retry_at: float | None,
+    ) -> JobState:
+        """``SqlLeaseTransitions.fail`` (sqlfinish.py), retried on a lock conflict."""
+        return super().fail(job_id, token, now, error=error, retry_at=retry_at)
+
+    @retry_transient
+    def release(
+        self,
+        job_id: str,
+        token: str,
+        now: float,
+        *,
+        delay: float = 0.0,
+        penalize: bool = True,
+        note: str = "released",
+    ) -> JobState:
+        """``SqlLeaseTransitions.release``, retried on a lock conflict."""
+        return super().release(job_id, token, now, delay=delay, penalize=penalize, note=note)
+
+    @retry_transient
+    def cancel_running(
+        self, job_id: str, token: str, now: float, *, note: str = "cancelled while running"
+    ) -> JobState:
+        """``SqlLeaseTransitions.cancel_running``, retried on a lock conflict."""
+        return super().cancel_running(job_id, token, now, note=note)
+
+    @retry_transient
+    def extend(
+        self, leases: Sequence[tuple[str, str]], now: float, visibility_timeout: float
+    ) -> list[bool]:
+        """``SqlLeaseTransitions.extend`` (its rows locked in lease order), retried on a lock
+        conflict."""
+        return super().extend(leases, now, visibility_timeout)
 
     def _flow_done(self, tx: Tx, now: float, job: Job) -> None:
         """A terminal job's workflow dependants (postgres/flow.py; fail, release,
@@ -220,6 +270,7 @@ class PostgresBroker(
         pgflow.done(self, tx, now, job)  # issue 16
 
     # ------------------------------------------------------------------ maintenance
+    @retry_transient
     def promote_due(self, now: float, limit: int = 1000) -> int:
         """Move due delayed jobs to pending."""
         with self._write() as tx:
@@ -237,6 +288,7 @@ class PostgresBroker(
             self._save(tx, rec)
         return len(recs)
 
+    @retry_transient
     def reap_expired(self, now: float, *, max_lost: int = 3) -> int:
         """Return expired leases to pending (poison pills to dead letter), then housekeeping:
         completed / cancelled TTLs, expired keys, documents, counters and finished workflows'
@@ -270,13 +322,13 @@ class PostgresBroker(
                 pgflow.done(self, tx, now, job)  # issue 16
         return len(recs)
 
-    @retry_deadlock
+    @retry_transient
     def cancel_workflow(self, workflow_id: str, now: float) -> int:
         """``SqlWorkflows.cancel_workflow``, run again if PostgreSQL made it a deadlock victim
-        (``admin.retry_deadlock``)."""
+        (``retry.retry_transient``)."""
         return super().cancel_workflow(workflow_id, now)
 
-    @retry_deadlock
+    @retry_transient
     def requeue_node(self, job_id: str, now: float) -> bool:
         """``SqlWorkflows.requeue_node``, run again if it was a deadlock victim."""
         return super().requeue_node(job_id, now)

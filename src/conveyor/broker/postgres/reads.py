@@ -14,6 +14,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from ...core.state import JobState
 from ..base import Page, SearchQuery
 from ..sqlite_store import _icontains, _text_match
 from .rec import COLS, pg_rec
@@ -40,22 +41,52 @@ _COUNTED_TOTAL = (
 )
 
 
-def _matching(where: str, state: str | None, top: bool = False) -> str:
+#: Searches matching at most this many jobs gather them all and sort them (``_GATHERED``)
+#: instead of walking a ``created_at`` index newest first: a walk hoping to meet rare matches
+#: can read the whole index (101 ms at 1M jobs before; docs/architecture-postgres.md).
+GATHER = 2000
+_ORDER = "ORDER BY created_at DESC, id DESC"
+#: The page of a search with few matches: the row ids of its first ``top`` matches (and the
+#: ties at the cut) first, planned on their own (a MATERIALIZED CTE) and ordered by an
+#: expression no index provides, so the planner reads the filters' index range (index-only
+#: where the index carries the filters and ``rid``) and keeps the newest in a top-N sort instead
+#: of walking ``jobs_created`` hoping to meet them; then those rows, sorted exactly.
+_GATHERED = (
+    "WITH m AS MATERIALIZED (SELECT rid FROM {found} ORDER BY created_at + 0 DESC"
+    " FETCH FIRST %(top)s ROWS WITH TIES) SELECT {cols} FROM {{S}}.jobs"
+    " WHERE rid IN (SELECT rid FROM m) {order} LIMIT %(lim)s OFFSET %(off)s"
+)
+
+
+def _matching(where: str, state: str | None, top: bool = False, split: bool = False) -> str:
     """The FROM item of the jobs a search matches (``where``), shaped for the indexes: the
     search indexes by state, queue and task leave out running jobs (schema version 4: a claim
     then adds no entry to them), so running jobs are read through ``jobs_lease`` (every
     active row, and only an active row, has a lease deadline) and, without a state filter,
     appended to the others (``UNION ALL``). ``top``: each part keeps only its first
-    ``%(top)s`` rows newest first, so each walks its index backwards and stops."""
+    ``%(top)s`` rows newest first, so each walks its index backwards and stops; with ``split``
+    (a queue or task filter: their indexes lead with the state, schema version 5) the
+    not-running part is one such part per state, each an exact range of the queue's or
+    task's index, merged (``Merge Append``) — never a walk of ``jobs_created`` that a rare
+    queue or task would read to its end."""
     jobs, order = "{S}.jobs", " ORDER BY created_at DESC, id DESC LIMIT %(top)s" if top else ""
     if state == "active":
         return f"(SELECT * FROM {jobs} WHERE {where} AND lease_at IS NOT NULL) j"
     if state is not None:  # implies state <> 'active': the partial indexes apply
         return f"{jobs} j WHERE {where}"
-    return (
-        f"((SELECT * FROM {jobs} WHERE {where} AND state <> 'active'{order}) UNION ALL (SELECT"
-        f" * FROM {jobs} WHERE {where} AND state = 'active' AND lease_at IS NOT NULL{order})) j"
+    running = (
+        f"(SELECT * FROM {jobs} WHERE {where} AND state = 'active' AND lease_at IS NOT NULL{order})"
     )
+    if top and split:
+        parts = [f"(SELECT * FROM {jobs} WHERE {where} AND state = '{s}'{order})" for s in _RESTING]
+        return f"({' UNION ALL '.join([*parts, running])}) j"
+    return (
+        f"((SELECT * FROM {jobs} WHERE {where} AND state <> 'active'{order}) UNION ALL {running}) j"
+    )
+
+
+#: every state but ``active`` (constants of the code, never user input)
+_RESTING = [str(s) for s in JobState if s is not JobState.ACTIVE]
 
 
 class PgReads(PgStore):
@@ -88,28 +119,38 @@ class PgReads(PgStore):
         }
         where = " AND ".join(sql for key, sql in _SEARCH.items() if p[key] is not None) or "true"
         offset, size = (max(1, q.page) - 1) * q.page_size, q.page_size
-        order = "ORDER BY created_at DESC, id DESC"
         found = _matching(where, p["state"])
         if not q.error and not q.text:
             counted = all(p[k] is None for k in _SEARCH if k not in ("state", "queue"))
-            total = self._read(_COUNTED_TOTAL if counted else f"SELECT count(*) FROM {found}", p)[
-                0
-            ][0]
-            rows = self._read(
-                f"SELECT {COLS} FROM {_matching(where, p['state'], True)} {order}"
-                " LIMIT %(lim)s OFFSET %(off)s",
-                p | {"lim": size, "off": offset, "top": size + offset},
+            total = int(
+                self._read(_COUNTED_TOTAL if counted else f"SELECT count(*) FROM {found}", p)[0][0]
             )
-            return Page([pg_rec(r).job for r in rows], int(total), q.page, size)
+            rows = self._page(where, p, total, offset, size)
+            return Page([pg_rec(r).job for r in rows], total, q.page, size)
         rids = [
             r[0]
-            for r in self._read(f"SELECT rid, last_error, payload FROM {found} {order}", p)
+            for r in self._read(f"SELECT rid, last_error, payload FROM {found} {_ORDER}", p)
             if (not q.error or _icontains(r[1], q.error.lower()))
             and (not q.text or _text_match(r[2], q.text.lower().encode()))
         ]
         chosen = rids[offset : offset + size]
-        rows = self._read(f"SELECT {COLS} FROM {{S}}.jobs WHERE rid = ANY(%s) {order}", (chosen,))
+        rows = self._read(f"SELECT {COLS} FROM {{S}}.jobs WHERE rid = ANY(%s) {_ORDER}", (chosen,))
         return Page([pg_rec(r).job for r in rows], len(rids), q.page, size)
+
+    def _page(self, where: str, p: dict[str, Any], total: int, offset: int, size: int) -> list[Any]:
+        """The rows of one search page, ``total`` (exact, read first) choosing the shape: none
+        past the end (nothing matches: no statement); at most ``GATHER`` matches: all of them
+        gathered (``_GATHERED``), then sorted; more: the index walked newest first (``top``),
+        dense enough to stop soon."""
+        if offset >= total:
+            return []
+        page = p | {"lim": size, "off": offset, "top": size + offset}
+        if total <= GATHER:
+            found = _matching(where, p["state"])
+            return self._read(_GATHERED.format(cols=COLS, found=found, order=_ORDER), page)
+        split = p["queue"] is not None or p["task"] is not None
+        found = _matching(where, p["state"], True, split)
+        return self._read(f"SELECT {COLS} FROM {found} {_ORDER} LIMIT %(lim)s OFFSET %(off)s", page)
 
     def oldest_pending(self, queue: str) -> float | None:
         """Ready time (run_at, or created_at when run_at is 0) of the oldest pending job."""

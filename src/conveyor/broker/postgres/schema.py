@@ -30,6 +30,13 @@ Version history:
   changes ``state`` is never HOT, so it adds an entry to every index whose predicate holds);
   searches read running jobs through ``jobs_lease`` (``postgres/reads.py``). Indexes only:
   rebuilt, no data touched.
+* 5 — searches combining filters read one index range: ``jobs_queue_created`` becomes
+  ``(queue, state, created_at) INCLUDE (rid)`` and ``jobs_task_created`` ``(task, state,
+  created_at) INCLUDE (queue, rid)`` (still partial, ``state <> 'active'``; the same number of
+  index entries per write). A queue or task search with a state reads exactly its matches; a
+  task search with a queue counts and gathers them from the index alone
+  (``postgres/reads.py``). Indexes only: two rebuilt, no data touched (one self-contained
+  step, ``SEARCH_COMBO_SCHEMA``).
 
 A new database is created at version 1 (``SCHEMA``, never edited) and migrated forward in the
 same transaction, so a new and an upgraded database are the same schema.
@@ -39,7 +46,7 @@ from __future__ import annotations
 
 from typing import Any
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 #: Text columns compare by code point (``COLLATE "C"``): the same order as Python's ``sorted``
 #: and the other backends, and id-prefix search can use the b-tree as a range.
@@ -210,8 +217,23 @@ CREATE INDEX jobs_queue_created ON {S}.jobs (queue, created_at) WHERE state <> '
 DROP INDEX {S}.jobs_task_created;
 CREATE INDEX jobs_task_created ON {S}.jobs (task, created_at) WHERE state <> 'active'"""
 
+#: Version 5: the queue and task search indexes carry the state (and the task one the queue and
+#: the row id), so a search combining filters reads one index range (see the module docstring).
+SEARCH_COMBO_SCHEMA = """
+DROP INDEX {S}.jobs_queue_created;
+CREATE INDEX jobs_queue_created ON {S}.jobs (queue, state, created_at) INCLUDE (rid)
+  WHERE state <> 'active';
+DROP INDEX {S}.jobs_task_created;
+CREATE INDEX jobs_task_created ON {S}.jobs (task, state, created_at) INCLUDE (queue, rid)
+  WHERE state <> 'active'"""
+
 #: ``MIGRATIONS[v]`` turns a version ``v`` schema into version ``v + 1``.
-MIGRATIONS: dict[int, str] = {1: FLOW_SCHEMA, 2: OVERLAY_SCHEMA, 3: LEAN_SEARCH_SCHEMA}
+MIGRATIONS: dict[int, str] = {
+    1: FLOW_SCHEMA,
+    2: OVERLAY_SCHEMA,
+    3: LEAN_SEARCH_SCHEMA,
+    4: SEARCH_COMBO_SCHEMA,
+}
 
 #: The advisory lock key serialising schema creation and migration (any schema name).
 LOCK_KEY = 0x636F6E76  # "conv"
