@@ -96,6 +96,19 @@ def test_bad_url_options_are_named(pg_server: Any) -> None:
         PostgresBroker.from_url(pg_server.url + "?pool_size=lots")
 
 
+def test_libpq_options_with_spaces_reach_the_server(pg_server: Any) -> None:
+    """``options=-c%20lock_timeout%3D300`` (libpq's way to set a session parameter) used to be
+    re-encoded with "+" for the space, which libpq reads literally: the connection failed with
+    'unrecognized configuration parameter "+lock_timeout"'."""
+    sep = "&" if "?" in pg_server.url else "?"
+    broker = PostgresBroker.from_url(pg_server.url + sep + "options=-c%20lock_timeout%3D300")
+    try:
+        with broker.pool().connection() as conn:
+            assert conn.execute("SHOW lock_timeout").fetchone() == ("300ms",)
+    finally:
+        broker.close()
+
+
 def test_a_version_2_schema_migrates_to_the_claim_overlay(pg_server: Any) -> None:
     """Version 2 (workflows and flow control, released first) -> 3 (the claim overlay): a
     pending job and one running under the old code (its whole envelope stored) both go on."""

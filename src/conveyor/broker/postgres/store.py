@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import psycopg
 import psycopg_pool
@@ -169,7 +169,9 @@ def parse_url(url: str) -> tuple[str, dict[str, str]]:
     parts = urlsplit(url)
     query = parse_qsl(parts.query, keep_blank_values=True)
     opts = {k: v for k, v in query if k in _OPTIONS}
-    rest = urlencode([(k, v) for k, v in query if k not in _OPTIONS])
+    # quote, not quote_plus: libpq reads a "+" in a URL literally, so
+    # ``options=-c%20lock_timeout%3D300`` must stay "%20", never become "-c+lock_timeout=300"
+    rest = urlencode([(k, v) for k, v in query if k not in _OPTIONS], quote_via=quote)
     scheme = "postgresql" if parts.scheme.startswith("postgres") else parts.scheme
     return urlunsplit((scheme, parts.netloc, parts.path, rest, "")), opts
 
