@@ -345,3 +345,17 @@ def test_which_errors_are_retried(error: type[Exception], retried: bool) -> None
         with pytest.raises(BrokerUnavailable):
             Broker().write()
     assert len(calls) == (2 if retried else 1)
+
+
+def test_a_lock_conflict_does_not_check_every_pooled_connection(
+    broker: PostgresBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``pool.check()`` (a round trip per idle connection) is for a lost server; a deadlock
+    victim's connection is healthy, so mapping its error must not run it."""
+    pool = broker.pool()
+    checks: list[int] = []
+    monkeypatch.setattr(pool, "check", lambda: checks.append(1))
+    broker._failed(psycopg.errors.DeadlockDetected("deadlock detected"))
+    assert checks == []
+    broker._failed(psycopg.OperationalError("server closed the connection unexpectedly"))
+    assert checks == [1]

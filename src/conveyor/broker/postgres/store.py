@@ -252,7 +252,8 @@ class PgStore:
         Until a connection works again, callers wait ``DOWN_WAIT_S`` for one, not 5 s."""
         state = getattr(exc, "sqlstate", None) or ""
         self._down = not state or state.startswith(("08", "57P"))  # no server, not a busy one
-        if isinstance(exc, psycopg.OperationalError) and self._pool is not None:
+        # a lock conflict (40P01, 40001, 55P03) leaves the connections healthy: no check
+        if self._down and isinstance(exc, psycopg.OperationalError) and self._pool is not None:
             with contextlib.suppress(Exception):  # the check must not mask the original error
                 self._pool.check()
         return BrokerUnavailable(f"PostgreSQL {self._where()}: {exc}")
