@@ -155,7 +155,12 @@ def claim_jobs(
         served = [q for q in queues if q not in set(paused)]
         for queue in served:
             if flowing:  # issue 15: grouped jobs first (postgres/flow.py), leased per batch
-                leases += pgflow.take(b, tx, queue, now, limit - len(leases), lease)
+                fair = (
+                    vt,
+                    worker_id,
+                    partial(_lease_rows, b, tx, now=now, vt=vt, worker_id=worker_id),
+                )
+                leases += pgflow.take(b, tx, queue, now, limit - len(leases), lease, fair)
             while len(leases) < limit and queue not in done:
                 want = limit - len(leases)
                 rows, got = _claim_rows(b, tx, queue, want, now, vt, worker_id)

@@ -28,11 +28,13 @@ from typing import TYPE_CHECKING, Any
 
 from ...core.job import Job
 from .. import sqllimits
+from ..sqllimits import BUSY_S
 from ..base import Lease
 from ..sqldb import Db, pg_sql
 from ..sqlflow import SqlFlow
 from ..sqlite_rows import COLS, Rec
 from .arrays import num_array, text_array
+from .rec import COLS as PG_COLS
 from .store import Tx, one
 
 if TYPE_CHECKING:
@@ -86,6 +88,37 @@ _HEADS = (
     " ORDER BY f.due, f.rr LIMIT %s) AS g LEFT JOIN LATERAL"
     f" (SELECT {COLS} FROM {{S}}.jobs WHERE rid = g.ids[1] AND state = 'pending'"
     " FOR UPDATE SKIP LOCKED) AS h ON true ORDER BY g.due, g.rr"
+)
+#: A group with no limiter: its name is one ``fair:`` part (core/flow.py joins a job's
+#: limiters and fair key with ``|``, which a key value never contains).
+_FAIR_ONLY = "(f.grp LIKE 'fair:%%' AND strpos(f.grp, '|') = 0)"
+#: Fair-only groups (no limiter to ask) claimed in ONE statement (``take``): up to ``%s`` due
+#: groups of the queue in ``(due, rr)`` order, cut before the first group with a limiter and
+#: empty while ``flow_limits`` has rows (run-time overrides: the general path asks them); each
+#: group's head locked (``SKIP LOCKED``: a held head leaves its group due ``BUSY_S`` later),
+#: leased like ``claim._CLAIM`` does (the overlay, the same RETURNING columns, the group's
+#: batch place where ``_CLAIM`` returns the old ``seq``), its group moved behind the others
+#: (``rr`` = ``v``, a fresh number taken in batch order) or deleted when that was its last
+#: pending job or it had none. Where ``_HEADS`` + ``claim._LEASE`` + ``_PLACE`` were three
+#: statements and a full decode of each head in the worker.
+_FAIR = (
+    "WITH g AS (SELECT f.ctid AS t, " + _FAIR_ONLY + " AS fair, ARRAY(SELECT rid FROM {S}.jobs"
+    " WHERE queue = %s AND grp = f.grp AND state = 'pending' ORDER BY priority, seq LIMIT 2)"
+    " AS ids, nextval('{S}.job_seq') AS v FROM {S}.flow_groups f WHERE f.queue = %s"
+    " AND f.due IS NOT NULL AND f.due <= %s AND NOT EXISTS (SELECT 1 FROM {S}.flow_limits)"
+    " ORDER BY f.due, f.rr LIMIT %s),"
+    " h AS (SELECT g.t, g.ids, g.v, k.rid FROM g LEFT JOIN LATERAL (SELECT rid FROM {S}.jobs"
+    " WHERE rid = g.ids[1] AND state = 'pending' FOR UPDATE SKIP LOCKED) AS k ON true"
+    " WHERE g.v < COALESCE((SELECT min(v) FROM g WHERE NOT fair), 9223372036854775807)),"
+    " mv AS (UPDATE {S}.flow_groups f SET due = CASE WHEN h.rid IS NULL THEN %s ELSE %s END,"
+    " rr = h.v, why = NULL FROM h WHERE f.ctid = h.t AND h.ids[1] IS NOT NULL"
+    " AND (h.rid IS NULL OR h.ids[2] IS NOT NULL)),"
+    " gone AS (DELETE FROM {S}.flow_groups WHERE ctid = ANY(ARRAY(SELECT t FROM h"
+    " WHERE ids[1] IS NULL OR (rid IS NOT NULL AND ids[2] IS NULL))))"
+    " UPDATE {S}.jobs j SET state = 'active', seq = nextval('{S}.job_seq'), lease_at = %s,"
+    " token = replace(gen_random_uuid()::text, '-', ''), claims = j.claims + 1,"
+    " started_at = %s, worker = %s FROM h WHERE j.rid = h.rid"
+    " RETURNING " + ", ".join(f"j.{c.strip()}" for c in PG_COLS.split(",")) + ", h.v, j.token"
 )
 #: ``sqllimits.Slots.flush`` for a whole batch (``PgDb.add_slots``).
 _ADD_SLOTS = (
@@ -203,6 +236,16 @@ def flowing(b: PostgresBroker, tx: Tx, seen: tuple[bool, bool] | None = None) ->
     return True
 
 
+#: Claims of a queue that go the general way after a fair-only claim came back short (a
+#: group with a limiter first in line, overrides, or few groups): the fast statement is then
+#: tried again only every this many claims, so a limited queue does not pay it each time.
+SLOW_CLAIMS = 64
+#: Per broker, per queue: general claims left before ``take`` tries ``_FAIR`` again.
+_SLOW: weakref.WeakKeyDictionary[PostgresBroker, dict[str, int]] = weakref.WeakKeyDictionary()
+#: ``claim._lease_rows``'s shape: (rows taken, their leases) of rows ``_FAIR`` returned.
+LeaseRows = Callable[[str, list[Any]], tuple[int, list[Lease]]]
+
+
 def take(
     b: PostgresBroker,
     tx: Tx,
@@ -210,10 +253,26 @@ def take(
     now: float,
     want: int,
     lease: Callable[[list[Rec]], list[Lease]],
+    claim: tuple[float, str, LeaseRows] | None = None,
 ) -> list[Lease]:
-    """Lease up to ``want`` jobs of ``queue``'s due groups (sqllimits.take), a batch at a time
-    through ``lease`` (``claim.lease_many``: one statement, the claim overlay)."""
-    return sqllimits.take(PgDb(b, tx), queue, now, want, lease)
+    """Lease up to ``want`` jobs of ``queue``'s due groups: fair-only groups in one statement
+    (``_FAIR``, when ``claim`` = (visibility timeout, worker id, ``claim._lease_rows``) is
+    given; its rows lease like a plain claim's), then, if that came back short,
+    sqllimits.take, a batch at a time through ``lease`` (``claim.lease_many``)."""
+    out: list[Lease] = []
+    slow = _SLOW.setdefault(b, {})
+    if claim is not None and not slow.get(queue):
+        vt, worker_id, lease_rows = claim
+        params = (queue, queue, now, want, now + BUSY_S, now, now + vt, now, worker_id or None)
+        rows = tx.conn.execute(b.sql(_FAIR), params, prepare=True, binary=True).fetchall()
+        took, out = lease_rows(queue, rows)
+        if took >= want:
+            return out
+        want -= took
+        slow[queue] = SLOW_CLAIMS
+    elif slow.get(queue):
+        slow[queue] -= 1
+    return out + sqllimits.take(PgDb(b, tx), queue, now, want, lease)
 
 
 def free_many(b: PostgresBroker, tx: Tx, slots: Sequence[tuple[str, str]]) -> None:

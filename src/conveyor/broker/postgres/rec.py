@@ -75,9 +75,11 @@ def claimed_job(row: Sequence[Any]) -> Job | None:
         return None  # a typed value, or deep enough to need the nesting check: the full path
     try:
         data = orjson.loads(raw)
+        flow = data.get("flow") if type(data) is dict else None  # issue 15: a fair group's
         if (
             type(data) is not dict
-            or len(data) != PLAIN_LEN
+            or len(data) != PLAIN_LEN + (flow is not None)
+            or (flow is not None and (type(flow) is not dict or type(flow.get("g")) is not str))
             or data["v"] != ENVELOPE_VERSION
             or data["state"] != "pending"
             or data["id"] != row[1]
@@ -103,6 +105,7 @@ def claimed_job(row: Sequence[Any]) -> Job | None:
         values["started_at"], values["worker_id"] = row[12], row[13] or None
         values["lease_expires_at"] = row[14]
         values["errors"], values["history"], values["metadata"] = [], [], {}
+        values["flow"] = flow
     except (KeyError, TypeError, ValueError, orjson.JSONDecodeError):
         return None  # not the plain envelope: the full path decides (and reports)
     return Job.fast(values)
