@@ -85,3 +85,62 @@ def test_run_time_overrides_send_the_claim_the_general_way(pg_server: Any) -> No
     ids = [conc.enqueue("x", 0).id, conc.enqueue("x", 1).id, fair.enqueue("a", 2).id]
     assert sorted(x.id for x in _claim(app)) == sorted(ids)  # two of key x: the override
     app.close()
+
+
+@pytest.mark.parametrize("task", ["fair", "conc"])
+def test_grouped_claims_stay_on_their_indexes_whatever_the_statistics_say(
+    pg_server: Any, task: str
+) -> None:
+    """A claim's statements are prepared and their plans cached: a generic plan made while the
+    statistics said almost no job is pending (ANALYZE after a drain) must not walk every
+    pending job through a state index per claim (it did for the leases of a grouped claim:
+    ~2x the server CPU per job in some runs of bench/flow_control.py, the first-run dip), on
+    the fair-only path (``_FAIR``) and the general one (``_HEADS``, ``claim._LEASE``)."""
+    url = pg_server.new_database()
+    with psycopg.connect(url, autocommit=True) as c:
+        c.execute(
+            f'ALTER DATABASE "{url.rsplit("/", 1)[1]}" SET plan_cache_mode = force_generic_plan'
+        )
+    app, fair, conc = _app(url)
+    grouped = fair if task == "fair" else conc
+    app.enqueue_many([grouped.spec(f"k{i}", i) for i in range(200)])
+    _drain(app, 200)
+    with psycopg.connect(url, autocommit=True) as c:
+        c.execute("ANALYZE conveyor.jobs")
+        c.execute("ANALYZE conveyor.flow_groups")
+    app.enqueue_many([grouped.spec(f"k{i % 500}", i) for i in range(2000)])
+    app.close()  # a backend reports its statistics when it ends
+    read = _index_reads(url)
+    app, fair, conc = _app(url)
+    _drain(app, 2000)
+    app.close()
+    walked = _index_reads(url, read)
+    assert walked["jobs_pkey"] > 0, walked  # the statistics did arrive
+    assert walked["jobs_state_created"] + walked["jobs_queue_created"] < 2000, walked
+
+
+def _drain(app: Conveyor, n: int) -> None:
+    done = 0
+    while done < n:
+        leases = _claim(app)
+        assert leases, done
+        app.broker.complete([Ack(x.id, x.token) for x in leases], time.time())
+        done += len(leases)
+
+
+def _index_reads(url: str, before: dict[str, int] | None = None) -> dict[str, int]:
+    """Index tuples read per index of ``jobs`` (since ``before``), once the statistics of
+    the ended backends arrived (they are flushed as a backend exits)."""
+    sql = (
+        "SELECT indexrelname, idx_tup_read FROM pg_stat_user_indexes"
+        " WHERE schemaname = 'conveyor' AND relname = 'jobs'"
+    )
+    if before is None:
+        time.sleep(0.3)  # the filling backends' last report
+    deadline = time.monotonic() + 10
+    while True:
+        with psycopg.connect(url, autocommit=True) as c:
+            reads = {name: int(n) for name, n in c.execute(sql).fetchall()}
+        if before is None or reads != before or time.monotonic() > deadline:
+            return {k: v - (before or {}).get(k, 0) for k, v in reads.items()}
+        time.sleep(0.05)

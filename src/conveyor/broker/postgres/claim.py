@@ -100,7 +100,7 @@ _GUARDED = _CLAIM.replace(
 _LEASE = (
     "UPDATE {S}.jobs j SET state = 'active', seq = nextval('{S}.job_seq'), lease_at = %s,"
     " token = replace(gen_random_uuid()::text, '-', ''), claims = j.claims + 1,"
-    " started_at = %s, worker = %s WHERE j.rid = ANY(%s::bigint[]) AND j.state = 'pending'"
+    " started_at = %s, worker = %s WHERE j.rid = ANY(%s::bigint[]) AND (j.state = 'pending') IS TRUE"
     " RETURNING j.rid, j.token"
 )
 _NEXT_DUE = (

@@ -86,7 +86,7 @@ _HEADS = (
     " AND grp = f.grp AND state = 'pending' ORDER BY priority, seq LIMIT 2) AS ids"
     " FROM {S}.flow_groups f WHERE f.queue = %s AND f.due IS NOT NULL AND f.due <= %s"
     " ORDER BY f.due, f.rr LIMIT %s) AS g LEFT JOIN LATERAL"
-    f" (SELECT {COLS} FROM {{S}}.jobs WHERE rid = g.ids[1] AND state = 'pending'"
+    f" (SELECT {COLS} FROM {{S}}.jobs WHERE rid = g.ids[1] AND (state = 'pending') IS TRUE"
     " FOR UPDATE SKIP LOCKED) AS h ON true ORDER BY g.due, g.rr"
 )
 #: A group with no limiter: its name is one ``fair:`` part (core/flow.py joins a job's
@@ -102,13 +102,14 @@ _FAIR_ONLY = "(f.grp LIKE 'fair:%%' AND strpos(f.grp, '|') = 0)"
 #: pending job or it had none. Where ``_HEADS`` + ``claim._LEASE`` + ``_PLACE`` were three
 #: statements and a full decode of each head in the worker.
 _FAIR = (
-    "WITH g AS (SELECT f.ctid AS t, " + _FAIR_ONLY + " AS fair, ARRAY(SELECT rid FROM {S}.jobs"
+    "WITH g AS (SELECT f.ctid AS t, " + _FAIR_ONLY + " AS fair, ARRAY(SELECT ctid FROM {S}.jobs"
     " WHERE queue = %s AND grp = f.grp AND state = 'pending' ORDER BY priority, seq LIMIT 2)"
     " AS ids, nextval('{S}.job_seq') AS v FROM {S}.flow_groups f WHERE f.queue = %s"
     " AND f.due IS NOT NULL AND f.due <= %s AND NOT EXISTS (SELECT 1 FROM {S}.flow_limits)"
     " ORDER BY f.due, f.rr LIMIT %s),"
-    " h AS (SELECT g.t, g.ids, g.v, k.rid FROM g LEFT JOIN LATERAL (SELECT rid FROM {S}.jobs"
-    " WHERE rid = g.ids[1] AND state = 'pending' FOR UPDATE SKIP LOCKED) AS k ON true"
+    " h AS (SELECT g.t, g.ids, g.v, k.rid, k.ctid AS jt FROM g LEFT JOIN LATERAL (SELECT rid,"
+    " ctid FROM {S}.jobs WHERE ctid = g.ids[1] AND state = 'pending' FOR UPDATE SKIP LOCKED)"
+    " AS k ON true"
     " WHERE g.v < COALESCE((SELECT min(v) FROM g WHERE NOT fair), 9223372036854775807)),"
     " mv AS (UPDATE {S}.flow_groups f SET due = CASE WHEN h.rid IS NULL THEN %s ELSE %s END,"
     " rr = h.v, why = NULL FROM h WHERE f.ctid = h.t AND h.ids[1] IS NOT NULL"
@@ -117,7 +118,7 @@ _FAIR = (
     " WHERE ids[1] IS NULL OR (rid IS NOT NULL AND ids[2] IS NULL))))"
     " UPDATE {S}.jobs j SET state = 'active', seq = nextval('{S}.job_seq'), lease_at = %s,"
     " token = replace(gen_random_uuid()::text, '-', ''), claims = j.claims + 1,"
-    " started_at = %s, worker = %s FROM h WHERE j.rid = h.rid"
+    " started_at = %s, worker = %s FROM h WHERE j.ctid = h.jt"
     " RETURNING " + ", ".join(f"j.{c.strip()}" for c in PG_COLS.split(",")) + ", h.v, j.token"
 )
 #: ``sqllimits.Slots.flush`` for a whole batch (``PgDb.add_slots``).
@@ -269,10 +270,12 @@ def take(
         if took >= want:
             return out
         want -= took
-        slow[queue] = SLOW_CLAIMS
-    elif slow.get(queue):
+    elif claim is not None:
         slow[queue] -= 1
-    return out + sqllimits.take(PgDb(b, tx), queue, now, want, lease)
+    rest = sqllimits.take(PgDb(b, tx), queue, now, want, lease)
+    if rest and claim is not None:  # groups with limiters wait in this queue
+        slow[queue] = SLOW_CLAIMS
+    return out + rest
 
 
 def free_many(b: PostgresBroker, tx: Tx, slots: Sequence[tuple[str, str]]) -> None:
