@@ -144,3 +144,31 @@ def _index_reads(url: str, before: dict[str, int] | None = None) -> dict[str, in
         if before is None or reads != before or time.monotonic() > deadline:
             return {k: v - (before or {}).get(k, 0) for k, v in reads.items()}
         time.sleep(0.05)
+
+
+def test_few_groups_fill_a_claim_round_robin_on_the_fast_path(
+    pg_server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three groups of 20 jobs fill a claim of 32 in rounds (11 + 11 + 10), each round one
+    statement, without the general path's head reads; the next claim takes the rest."""
+    app, fair, _ = _app(pg_server.new_database())
+    app.enqueue_many([fair.spec(f"k{i % 3}", i) for i in range(60)])
+    sent: list[str] = []
+    execute = psycopg.Connection.execute
+
+    def spy(self: Any, query: Any, params: Any = None, **kw: Any) -> Any:
+        sent.append(str(query))
+        return execute(self, query, params, **kw)
+
+    monkeypatch.setattr(psycopg.Connection, "execute", spy)
+    for size in (32, 28):
+        leases = _claim(app)
+        assert len(leases) == size
+        keys = sorted(app.broker.get(x.id).args[0] for x in leases)
+        assert sorted(keys.count(k) for k in {"k0", "k1", "k2"}) == sorted(
+            [size // 3 + (i < size % 3) for i in range(3)]
+        )
+        app.broker.complete([Ack(x.id, x.token) for x in leases], time.time())
+        if size == 32:
+            assert not any(q.startswith("SELECT g.grp") for q in sent), "the general path ran"
+    app.close()

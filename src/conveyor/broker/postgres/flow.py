@@ -18,6 +18,13 @@ Concurrency (SQLite serialises every writer; PostgreSQL does not):
   ``UPDATE … RETURNING`` (row locks: concurrent parents decrement in turn, exactly one sees 0).
 * A group's head row held by another transaction (an operator's action) is skipped
   (``SKIP LOCKED``) and the group looked at again shortly, never waited for.
+
+Fair-only groups (``fair_by`` alone: no limiter to ask) are claimed in ONE statement
+(``_FAIR``: due groups, heads locked and leased, groups moved or deleted) whose rows lease like
+a plain claim's; groups with a limiter, run-time overrides, and whatever a claim still wants
+after it go the general way (``sqllimits.take``). The statements find job rows by ``ctid`` or
+primary key whatever the statistics say (a cached generic plan made while ANALYZE saw almost
+no pending job walked every pending job through the state index at each claim).
 """
 
 from __future__ import annotations
@@ -28,11 +35,11 @@ from typing import TYPE_CHECKING, Any
 
 from ...core.job import Job
 from .. import sqllimits
-from ..sqllimits import BUSY_S
 from ..base import Lease
 from ..sqldb import Db, pg_sql
 from ..sqlflow import SqlFlow
 from ..sqlite_rows import COLS, Rec
+from ..sqllimits import BUSY_S
 from .arrays import num_array, text_array
 from .rec import COLS as PG_COLS
 from .store import Tx, one
@@ -79,7 +86,8 @@ _PLACE = (
 #: NULL next to its id), and whether ``flow_limits`` has rows: everything ``sqllimits.take``
 #: reads about a batch, in one statement (a CTE of the heads joined back by hash cost twice
 #: the server time). An empty group in the batch is deleted and leaves the batch a head short:
-#: rare, as a group is deleted when its last job is leased; the next batch fills in.
+#: rare, as a group is deleted when its last job is leased; the next batch fills in. The head's
+#: state test is written ``IS TRUE``: no plan can enter an index on ``state`` with it.
 _HEADS = (
     "SELECT g.grp, g.ids[1], g.ids[2] IS NOT NULL, EXISTS (SELECT 1 FROM {S}.flow_limits), h.*"
     " FROM (SELECT f.grp, f.due, f.rr, ARRAY(SELECT rid FROM {S}.jobs WHERE queue = %s"
@@ -237,9 +245,10 @@ def flowing(b: PostgresBroker, tx: Tx, seen: tuple[bool, bool] | None = None) ->
     return True
 
 
-#: Claims of a queue that go the general way after a fair-only claim came back short (a
-#: group with a limiter first in line, overrides, or few groups): the fast statement is then
-#: tried again only every this many claims, so a limited queue does not pay it each time.
+#: Claims of a queue that go the general way once the general way leased jobs there after
+#: ``_FAIR`` found nothing (groups with a limiter first in line, or run-time overrides): the
+#: fast statement is tried again only after this many, so such a queue does not pay for it at
+#: every claim.
 SLOW_CLAIMS = 64
 #: Per broker, per queue: general claims left before ``take`` tries ``_FAIR`` again.
 _SLOW: weakref.WeakKeyDictionary[PostgresBroker, dict[str, int]] = weakref.WeakKeyDictionary()
@@ -257,23 +266,28 @@ def take(
     claim: tuple[float, str, LeaseRows] | None = None,
 ) -> list[Lease]:
     """Lease up to ``want`` jobs of ``queue``'s due groups: fair-only groups in one statement
-    (``_FAIR``, when ``claim`` = (visibility timeout, worker id, ``claim._lease_rows``) is
-    given; its rows lease like a plain claim's), then, if that came back short,
-    sqllimits.take, a batch at a time through ``lease`` (``claim.lease_many``)."""
+    per round of groups (``_FAIR``, when ``claim`` = (visibility timeout, worker id,
+    ``claim._lease_rows``) is given; its rows lease like a plain claim's), then, if that
+    found no more, sqllimits.take, a batch at a time through ``lease``
+    (``claim.lease_many``)."""
     out: list[Lease] = []
     slow = _SLOW.setdefault(b, {})
     if claim is not None and not slow.get(queue):
         vt, worker_id, lease_rows = claim
-        params = (queue, queue, now, want, now + BUSY_S, now, now + vt, now, worker_id or None)
-        rows = tx.conn.execute(b.sql(_FAIR), params, prepare=True, binary=True).fetchall()
-        took, out = lease_rows(queue, rows)
-        if took >= want:
+        while want > 0:
+            params = (queue, queue, now, want, now + BUSY_S, now, now + vt, now, worker_id or None)
+            rows = tx.conn.execute(b.sql(_FAIR), params, prepare=True, binary=True).fetchall()
+            took, got = lease_rows(queue, rows)
+            out += got
+            want -= took
+            if not took:
+                break
+        if want <= 0:
             return out
-        want -= took
     elif claim is not None:
         slow[queue] -= 1
     rest = sqllimits.take(PgDb(b, tx), queue, now, want, lease)
-    if rest and claim is not None:  # groups with limiters wait in this queue
+    if rest and claim is not None:  # groups with limiters are served in this queue
         slow[queue] = SLOW_CLAIMS
     return out + rest
 

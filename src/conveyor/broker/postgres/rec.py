@@ -9,7 +9,8 @@ started_at, worker, lease deadline) to the decoded job, and the next full write 
 ``claims`` to 0. Every reader decodes rows through ``pg_rec`` with ``COLS``.
 
 ``claimed_job`` is the claim's fast path: a job enqueued without options (the 11-key envelope
-``envelope_dict`` writes, no typed value) gets its Job from a template copy, as on Redis
+``envelope_dict`` writes, no typed value; plus its ``flow`` record for a grouped job) gets
+its Job from a template copy, as on Redis
 (``broker/redis/claimjob.py``), instead of ``job_from_dict``; anything else goes through
 ``pg_rec``. ``completed_envelope`` is the completion's fast path: it patches the stored envelope
 as a dict (the overlay and the fields ``lifecycle.complete`` sets) instead of building a ``Job``
@@ -75,7 +76,8 @@ def claimed_job(row: Sequence[Any]) -> Job | None:
         return None  # a typed value, or deep enough to need the nesting check: the full path
     try:
         data = orjson.loads(raw)
-        flow = data.get("flow") if type(data) is dict else None  # issue 15: a fair group's
+        # issue 15: a grouped job's envelope also has its flow record (copied as it is)
+        flow = data.get("flow") if type(data) is dict else None
         if (
             type(data) is not dict
             or len(data) != PLAIN_LEN + (flow is not None)
