@@ -172,3 +172,36 @@ def test_few_groups_fill_a_claim_round_robin_on_the_fast_path(
         if size == 32:
             assert not any(q.startswith("SELECT g.grp") for q in sent), "the general path ran"
     app.close()
+
+
+def test_parallel_fair_claimers_lease_each_job_once(pg_server: Any) -> None:
+    """Four claimers (own connections, threads) drain 600 fair jobs over 50 groups: every job
+    is leased exactly once and no group is left behind."""
+    import threading
+
+    url = pg_server.new_database()
+    app, fair, _ = _app(url)
+    ids = {j.id for j in app.enqueue_many([fair.spec(f"k{i % 50}", i) for i in range(600)])}
+    leased: list[str] = []
+    lock = threading.Lock()
+
+    def claimer() -> None:
+        own = Conveyor(url)
+        empty = 0
+        while empty < 3:
+            leases = own.broker.claim(["default"], time.time(), limit=16, visibility_timeout=60)
+            empty = 0 if leases else empty + 1
+            with lock:
+                leased.extend(x.id for x in leases)
+            own.broker.complete([Ack(x.id, x.token) for x in leases], time.time())
+        own.close()
+
+    threads = [threading.Thread(target=claimer) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert sorted(leased) == sorted(ids)
+    with psycopg.connect(url) as c:
+        assert c.execute("SELECT count(*) FROM conveyor.flow_groups").fetchone() == (0,)
+    app.close()
