@@ -18,12 +18,18 @@ Each drain also reports its CPU per job (this process's CPU time plus the server
 job ÷ the scenario's (the drain-rate ratio a CPU-bound drain would show): on a shared machine,
 compare those, not the rates.
 
+Every timed drain follows an untimed one of ``--warmup`` jobs (1,000) of the same scenario in
+the same process and connections, so one-off costs (Lua scripts loaded, statements prepared
+and planned, a new backend's catalog caches) are in neither figure; ``--repeat N`` runs the
+scenarios N rounds, interleaved, and keeps the best of each (a shared machine's noise).
+
 Usage (the lead records the full-size numbers; smoke-run small)::
 
     python -m bench.flow_control --url redis://127.0.0.1:6379/0 --jobs 20000
     python -m bench.flow_control --url memory:// --jobs 2000 --keys 100 \
         --scenarios nolimit,conc,fair
     PYTHONPATH=$PWD/src:$PWD python -m bench.flow_control --pg --jobs 20000  # private cluster
+    PYTHONPATH=$PWD/src:$PWD python -m bench.flow_control --pg --jobs 20000 --repeat 3
 """
 
 from __future__ import annotations
