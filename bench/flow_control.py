@@ -18,12 +18,18 @@ Each drain also reports its CPU per job (this process's CPU time plus the server
 job ÷ the scenario's (the drain-rate ratio a CPU-bound drain would show): on a shared machine,
 compare those, not the rates.
 
+Every timed drain follows an untimed one of ``--warmup`` jobs (1,000) of the same scenario in
+the same process and connections, so one-off costs (Lua scripts loaded, statements prepared
+and planned, a new backend's catalog caches) are in neither figure; ``--repeat N`` runs the
+scenarios N rounds, interleaved, and keeps the best of each (a shared machine's noise).
+
 Usage (the lead records the full-size numbers; smoke-run small)::
 
     python -m bench.flow_control --url redis://127.0.0.1:6379/0 --jobs 20000
     python -m bench.flow_control --url memory:// --jobs 2000 --keys 100 \
         --scenarios nolimit,conc,fair
     PYTHONPATH=$PWD/src:$PWD python -m bench.flow_control --pg --jobs 20000  # private cluster
+    PYTHONPATH=$PWD/src:$PWD python -m bench.flow_control --pg --jobs 20000 --repeat 3
 """
 
 from __future__ import annotations
@@ -110,12 +116,20 @@ def _server_cpu(app: Conveyor) -> float:
     return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
 
 
-def drain_rate(url: str, task: str, jobs: int, keys: int) -> tuple[float, float, float]:
+def drain_rate(
+    url: str, task: str, jobs: int, keys: int, warmup: int = 0
+) -> tuple[float, float, float]:
     """Jobs per second of one drain, and its CPU µs per job of this process and of the server
     (Redis, or PostgreSQL's processes when known): on a shared machine only the CPU figures
-    compare runs."""
+    compare runs. ``warmup``: jobs of the same scenario drained first, untimed, by the same
+    process and connections (every scenario alike): what a process, a connection or a server
+    pays once (Lua scripts loaded, statements prepared and planned, a backend's catalog
+    caches, the allocator's first pages) stays out of the figures."""
     app = _app(url)
     _register(app)
+    if warmup:
+        _fill(app, task, warmup, min(keys, warmup))
+        _drain(app, warmup)
     _fill(app, task, jobs, keys)
     cpu, server = time.process_time(), _server_cpu(app)
     seconds = _drain(app, jobs)
@@ -146,6 +160,10 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=0, help="default: 1,000 conc / 10,000 fair")
     parser.add_argument("--scenarios", default="nolimit,conc,fair,keys")
     parser.add_argument("--key-counts", default="100,1000,10000,100000")
+    parser.add_argument(
+        "--warmup", type=int, default=1000, help="untimed jobs drained first (every scenario)"
+    )
+    parser.add_argument("--repeat", type=int, default=1, help="rounds; the best of each kept")
     parser.add_argument("--pg", action="store_true", help="start a private PostgreSQL cluster")
     parser.add_argument("--server-pid", type=int, help="PostgreSQL's postmaster pid (its CPU)")
     args = parser.parse_args()
@@ -169,9 +187,24 @@ def main() -> None:
 
 
 def _ratios(args: argparse.Namespace, wanted: set[str], out: dict[str, Any]) -> None:
-    """The drain scenarios of ``wanted`` into ``out`` (rates, CPU per job, ratios)."""
+    """The drain scenarios of ``wanted`` into ``out`` (rates, CPU per job, ratios): ``--repeat``
+    rounds, each scenario once per round in the same order, the best of each kept (the
+    highest rate, the lowest CPU per job)."""
     if wanted & {"nolimit", "conc", "fair"}:
-        base, base_worker, base_server = drain_rate(args.url, "bench.plain", args.jobs, 1)
+        runs = [("nolimit", "bench.plain", 1)] + [
+            (name, task, args.keys or keys)
+            for name, task, keys in (("conc", "bench.conc", 1000), ("fair", "bench.fair", 10_000))
+            if name in wanted
+        ]
+        best: dict[str, tuple[float, float, float]] = {}
+        for _ in range(max(args.repeat, 1)):
+            for name, task, keys in runs:
+                rate, worker, server = drain_rate(args.url, task, args.jobs, keys, args.warmup)
+                old = best.get(name, (0.0, float("inf"), float("inf")))
+                if worker + server < old[1] + old[2]:
+                    old = (old[0], worker, server)
+                best[name] = (max(rate, old[0]), old[1], old[2])
+        base, base_worker, base_server = best["nolimit"]
         base_cpu = base_worker + base_server
         out["nolimit_jobs_per_s"] = round(base, 1)
         out["nolimit_cpu_us_per_job"] = round(base_cpu, 2)
@@ -179,19 +212,12 @@ def _ratios(args: argparse.Namespace, wanted: set[str], out: dict[str, Any]) -> 
             round(base_worker, 2),
             round(base_server, 2),
         )
-        for name, task, keys in (("conc", "bench.conc", 1000), ("fair", "bench.fair", 10_000)):
-            if name in wanted:
-                rate, worker, server = drain_rate(args.url, task, args.jobs, args.keys or keys)
-                out[f"{name}_jobs_per_s"], out[f"{name}_ratio"] = (
-                    round(rate, 1),
-                    round(rate / base, 3),
-                )
-                out[f"{name}_cpu_us_per_job"] = round(worker + server, 2)
-                out[f"{name}_worker_us"], out[f"{name}_server_us"] = (
-                    round(worker, 2),
-                    round(server, 2),
-                )
-                out[f"{name}_cpu_ratio"] = round(base_cpu / (worker + server), 3)
+        for name, _, _ in runs[1:]:
+            rate, worker, server = best[name]
+            out[f"{name}_jobs_per_s"], out[f"{name}_ratio"] = round(rate, 1), round(rate / base, 3)
+            out[f"{name}_cpu_us_per_job"] = round(worker + server, 2)
+            out[f"{name}_worker_us"], out[f"{name}_server_us"] = round(worker, 2), round(server, 2)
+            out[f"{name}_cpu_ratio"] = round(base_cpu / (worker + server), 3)
     if "keys" in wanted and args.url.startswith("redis"):
         counts = [int(k) for k in args.key_counts.split(",")]
         out["script_usec_per_job_by_keys"] = {

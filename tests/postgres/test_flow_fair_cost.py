@@ -152,3 +152,34 @@ def test_completing_fair_jobs_parses_each_envelope_once(
     [lease] = app.broker.claim(["default"], time.time(), limit=32, visibility_timeout=60)
     assert lease.id == second.id  # the slot freed with the first
     app.close()
+
+
+def test_a_fair_only_claim_is_one_statement_and_no_full_decode(
+    pg_server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Groups with no limiter (``fair_by`` alone) are claimed like plain jobs: one statement
+    picks the due groups, locks and leases their heads and moves or deletes the groups (it
+    was three: the heads, the leases, the moves), and the claimed jobs come from the plain
+    envelope's template copy, not a full ``job_from_dict`` per job."""
+    from conveyor.core import serialization
+
+    app, fair, plain = _app(pg_server.new_database())
+    app.enqueue_many([plain.spec("k", i) for i in range(128)])
+    base, _ = _claims(app.broker, 4, monkeypatch)
+    app.enqueue_many([fair.spec(f"k{i % 64}", i) for i in range(160)])
+    _claims(app.broker, 1, monkeypatch)  # the first one learns that groups exist
+    decodes = Counter[int]()
+    full = serialization._job_values
+
+    def spy(data: Any) -> Any:
+        decodes[0] += 1
+        return full(data)
+
+    monkeypatch.setattr(serialization, "_job_values", spy)
+    grouped, ids = _claims(app.broker, 4, monkeypatch)
+    claimed_decodes = decodes[0]
+    monkeypatch.undo()
+    assert grouped <= base, (grouped, base)
+    assert claimed_decodes == 0, claimed_decodes
+    assert {app.broker.get(i).state for i in ids} == {JobState.COMPLETED}
+    app.close()

@@ -96,11 +96,15 @@ _GUARDED = _CLAIM.replace(
     " AND NOT EXISTS (SELECT 1 FROM {S}.flow_pending) ORDER BY",
 )
 #: Lease the heads ``pgflow.take`` picked and locked (issue 15) like ``_CLAIM`` does: the claim
-#: overlay, the envelope untouched; one statement per batch of groups.
+#: overlay, the envelope untouched; one statement per batch of groups. The state test is
+#: written ``IS TRUE`` so that no plan can use it to enter an index on ``state``: a generic
+#: plan made while the statistics said almost no job was pending (ANALYZE after a drain)
+#: walked every pending job through ``jobs_state_created`` per claim.
 _LEASE = (
     "UPDATE {S}.jobs j SET state = 'active', seq = nextval('{S}.job_seq'), lease_at = %s,"
     " token = replace(gen_random_uuid()::text, '-', ''), claims = j.claims + 1,"
-    " started_at = %s, worker = %s WHERE j.rid = ANY(%s::bigint[]) AND j.state = 'pending'"
+    " started_at = %s, worker = %s WHERE j.rid = ANY(%s::bigint[])"
+    " AND (j.state = 'pending') IS TRUE"
     " RETURNING j.rid, j.token"
 )
 _NEXT_DUE = (
@@ -155,7 +159,12 @@ def claim_jobs(
         served = [q for q in queues if q not in set(paused)]
         for queue in served:
             if flowing:  # issue 15: grouped jobs first (postgres/flow.py), leased per batch
-                leases += pgflow.take(b, tx, queue, now, limit - len(leases), lease)
+                fair = (
+                    vt,
+                    worker_id,
+                    partial(_lease_rows, b, tx, now=now, vt=vt, worker_id=worker_id),
+                )
+                leases += pgflow.take(b, tx, queue, now, limit - len(leases), lease, fair)
             while len(leases) < limit and queue not in done:
                 want = limit - len(leases)
                 rows, got = _claim_rows(b, tx, queue, want, now, vt, worker_id)

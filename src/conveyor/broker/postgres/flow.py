@@ -18,6 +18,13 @@ Concurrency (SQLite serialises every writer; PostgreSQL does not):
   ``UPDATE … RETURNING`` (row locks: concurrent parents decrement in turn, exactly one sees 0).
 * A group's head row held by another transaction (an operator's action) is skipped
   (``SKIP LOCKED``) and the group looked at again shortly, never waited for.
+
+Fair-only groups (``fair_by`` alone: no limiter to ask) are claimed in ONE statement
+(``_FAIR``: due groups, heads locked and leased, groups moved or deleted) whose rows lease like
+a plain claim's; groups with a limiter, run-time overrides, and whatever a claim still wants
+after it go the general way (``sqllimits.take``). The statements find job rows by ``ctid`` or
+primary key whatever the statistics say (a cached generic plan made while ANALYZE saw almost
+no pending job walked every pending job through the state index at each claim).
 """
 
 from __future__ import annotations
@@ -32,7 +39,9 @@ from ..base import Lease
 from ..sqldb import Db, pg_sql
 from ..sqlflow import SqlFlow
 from ..sqlite_rows import COLS, Rec
+from ..sqllimits import BUSY_S
 from .arrays import num_array, text_array
+from .rec import COLS as PG_COLS
 from .store import Tx, one
 
 if TYPE_CHECKING:
@@ -77,15 +86,48 @@ _PLACE = (
 #: NULL next to its id), and whether ``flow_limits`` has rows: everything ``sqllimits.take``
 #: reads about a batch, in one statement (a CTE of the heads joined back by hash cost twice
 #: the server time). An empty group in the batch is deleted and leaves the batch a head short:
-#: rare, as a group is deleted when its last job is leased; the next batch fills in.
+#: rare, as a group is deleted when its last job is leased; the next batch fills in. The head's
+#: state test is written ``IS TRUE``: no plan can enter an index on ``state`` with it.
 _HEADS = (
     "SELECT g.grp, g.ids[1], g.ids[2] IS NOT NULL, EXISTS (SELECT 1 FROM {S}.flow_limits), h.*"
     " FROM (SELECT f.grp, f.due, f.rr, ARRAY(SELECT rid FROM {S}.jobs WHERE queue = %s"
     " AND grp = f.grp AND state = 'pending' ORDER BY priority, seq LIMIT 2) AS ids"
     " FROM {S}.flow_groups f WHERE f.queue = %s AND f.due IS NOT NULL AND f.due <= %s"
     " ORDER BY f.due, f.rr LIMIT %s) AS g LEFT JOIN LATERAL"
-    f" (SELECT {COLS} FROM {{S}}.jobs WHERE rid = g.ids[1] AND state = 'pending'"
+    f" (SELECT {COLS} FROM {{S}}.jobs WHERE rid = g.ids[1] AND (state = 'pending') IS TRUE"
     " FOR UPDATE SKIP LOCKED) AS h ON true ORDER BY g.due, g.rr"
+)
+#: A group with no limiter: its name is one ``fair:`` part (core/flow.py joins a job's
+#: limiters and fair key with ``|``, which a key value never contains).
+_FAIR_ONLY = "(f.grp LIKE 'fair:%%' AND strpos(f.grp, '|') = 0)"
+#: Fair-only groups (no limiter to ask) claimed in ONE statement (``take``): up to ``%s`` due
+#: groups of the queue in ``(due, rr)`` order, cut before the first group with a limiter and
+#: empty while ``flow_limits`` has rows (run-time overrides: the general path asks them); each
+#: group's head locked (``SKIP LOCKED``: a held head leaves its group due ``BUSY_S`` later),
+#: leased like ``claim._CLAIM`` does (the overlay, the same RETURNING columns, the group's
+#: batch place where ``_CLAIM`` returns the old ``seq``), its group moved behind the others
+#: (``rr`` = ``v``, a fresh number taken in batch order) or deleted when that was its last
+#: pending job or it had none. Where ``_HEADS`` + ``claim._LEASE`` + ``_PLACE`` were three
+#: statements and a full decode of each head in the worker.
+_FAIR = (
+    "WITH g AS (SELECT f.ctid AS t, " + _FAIR_ONLY + " AS fair, ARRAY(SELECT ctid FROM {S}.jobs"
+    " WHERE queue = %s AND grp = f.grp AND state = 'pending' ORDER BY priority, seq LIMIT 2)"
+    " AS ids, nextval('{S}.job_seq') AS v FROM {S}.flow_groups f WHERE f.queue = %s"
+    " AND f.due IS NOT NULL AND f.due <= %s AND NOT EXISTS (SELECT 1 FROM {S}.flow_limits)"
+    " ORDER BY f.due, f.rr LIMIT %s),"
+    " h AS (SELECT g.t, g.ids, g.v, k.rid, k.ctid AS jt FROM g LEFT JOIN LATERAL (SELECT rid,"
+    " ctid FROM {S}.jobs WHERE ctid = g.ids[1] AND state = 'pending' FOR UPDATE SKIP LOCKED)"
+    " AS k ON true"
+    " WHERE g.v < COALESCE((SELECT min(v) FROM g WHERE NOT fair), 9223372036854775807)),"
+    " mv AS (UPDATE {S}.flow_groups f SET due = CASE WHEN h.rid IS NULL THEN %s ELSE %s END,"
+    " rr = h.v, why = NULL FROM h WHERE f.ctid = h.t AND h.ids[1] IS NOT NULL"
+    " AND (h.rid IS NULL OR h.ids[2] IS NOT NULL)),"
+    " gone AS (DELETE FROM {S}.flow_groups f USING h WHERE f.ctid = h.t"
+    " AND (h.ids[1] IS NULL OR (h.rid IS NOT NULL AND h.ids[2] IS NULL)))"
+    " UPDATE {S}.jobs j SET state = 'active', seq = nextval('{S}.job_seq'), lease_at = %s,"
+    " token = replace(gen_random_uuid()::text, '-', ''), claims = j.claims + 1,"
+    " started_at = %s, worker = %s FROM h WHERE j.ctid = h.jt"
+    " RETURNING " + ", ".join(f"j.{c.strip()}" for c in PG_COLS.split(",")) + ", h.v, j.token"
 )
 #: ``sqllimits.Slots.flush`` for a whole batch (``PgDb.add_slots``).
 _ADD_SLOTS = (
@@ -203,6 +245,17 @@ def flowing(b: PostgresBroker, tx: Tx, seen: tuple[bool, bool] | None = None) ->
     return True
 
 
+#: Claims of a queue that go the general way once the general way leased jobs there after
+#: ``_FAIR`` found nothing (groups with a limiter first in line, or run-time overrides): the
+#: fast statement is tried again only after this many, so such a queue does not pay for it at
+#: every claim.
+SLOW_CLAIMS = 64
+#: Per broker, per queue: general claims left before ``take`` tries ``_FAIR`` again.
+_SLOW: weakref.WeakKeyDictionary[PostgresBroker, dict[str, int]] = weakref.WeakKeyDictionary()
+#: ``claim._lease_rows``'s shape: (rows taken, their leases) of rows ``_FAIR`` returned.
+LeaseRows = Callable[[str, list[Any]], tuple[int, list[Lease]]]
+
+
 def take(
     b: PostgresBroker,
     tx: Tx,
@@ -210,10 +263,33 @@ def take(
     now: float,
     want: int,
     lease: Callable[[list[Rec]], list[Lease]],
+    claim: tuple[float, str, LeaseRows] | None = None,
 ) -> list[Lease]:
-    """Lease up to ``want`` jobs of ``queue``'s due groups (sqllimits.take), a batch at a time
-    through ``lease`` (``claim.lease_many``: one statement, the claim overlay)."""
-    return sqllimits.take(PgDb(b, tx), queue, now, want, lease)
+    """Lease up to ``want`` jobs of ``queue``'s due groups: fair-only groups in one statement
+    per round of groups (``_FAIR``, when ``claim`` = (visibility timeout, worker id,
+    ``claim._lease_rows``) is given; its rows lease like a plain claim's), then, if that
+    found no more, sqllimits.take, a batch at a time through ``lease``
+    (``claim.lease_many``)."""
+    out: list[Lease] = []
+    slow = _SLOW.setdefault(b, {})
+    if claim is not None and not slow.get(queue):
+        vt, worker_id, lease_rows = claim
+        while want > 0:
+            params = (queue, queue, now, want, now + BUSY_S, now, now + vt, now, worker_id or None)
+            rows = tx.conn.execute(b.sql(_FAIR), params, prepare=True, binary=True).fetchall()
+            took, got = lease_rows(queue, rows)
+            out += got
+            want -= took
+            if not took:
+                break
+        if want <= 0:
+            return out
+    elif claim is not None:
+        slow[queue] -= 1
+    rest = sqllimits.take(PgDb(b, tx), queue, now, want, lease)
+    if rest and claim is not None:  # groups with limiters are served in this queue
+        slow[queue] = SLOW_CLAIMS
+    return out + rest
 
 
 def free_many(b: PostgresBroker, tx: Tx, slots: Sequence[tuple[str, str]]) -> None:

@@ -9,7 +9,8 @@ started_at, worker, lease deadline) to the decoded job, and the next full write 
 ``claims`` to 0. Every reader decodes rows through ``pg_rec`` with ``COLS``.
 
 ``claimed_job`` is the claim's fast path: a job enqueued without options (the 11-key envelope
-``envelope_dict`` writes, no typed value) gets its Job from a template copy, as on Redis
+``envelope_dict`` writes, no typed value; plus its ``flow`` record for a grouped job) gets
+its Job from a template copy, as on Redis
 (``broker/redis/claimjob.py``), instead of ``job_from_dict``; anything else goes through
 ``pg_rec``. ``completed_envelope`` is the completion's fast path: it patches the stored envelope
 as a dict (the overlay and the fields ``lifecycle.complete`` sets) instead of building a ``Job``
@@ -75,9 +76,12 @@ def claimed_job(row: Sequence[Any]) -> Job | None:
         return None  # a typed value, or deep enough to need the nesting check: the full path
     try:
         data = orjson.loads(raw)
+        # issue 15: a grouped job's envelope also has its flow record (copied as it is)
+        flow = data.get("flow") if type(data) is dict else None
         if (
             type(data) is not dict
-            or len(data) != PLAIN_LEN
+            or len(data) != PLAIN_LEN + (flow is not None)
+            or (flow is not None and (type(flow) is not dict or type(flow.get("g")) is not str))
             or data["v"] != ENVELOPE_VERSION
             or data["state"] != "pending"
             or data["id"] != row[1]
@@ -103,6 +107,7 @@ def claimed_job(row: Sequence[Any]) -> Job | None:
         values["started_at"], values["worker_id"] = row[12], row[13] or None
         values["lease_expires_at"] = row[14]
         values["errors"], values["history"], values["metadata"] = [], [], {}
+        values["flow"] = flow
     except (KeyError, TypeError, ValueError, orjson.JSONDecodeError):
         return None  # not the plain envelope: the full path decides (and reports)
     return Job.fast(values)
