@@ -15,6 +15,7 @@ import click
 
 from .common import AppCommand, app_option, emit_json, json_option, open_app, say, table, url_option
 from .ops import cli_operator, friendly_errors, resolve_ids, search_filters
+from .render import literal
 
 _process_option = click.option(
     "--process",
@@ -140,7 +141,8 @@ def run_now_command(
         for job_id in done:
             say(f"Due now: {job_id}.")
     if refused:
-        raise click.ClickException(f"not scheduled or retrying: {', '.join(refused)}")
+        shown = ", ".join(literal(job_id) for job_id in refused)  # ids are job data: hostile
+        raise click.ClickException(f"not scheduled or retrying: {shown}")
 
 
 @click.command("bulk", cls=AppCommand)
