@@ -108,17 +108,21 @@ class Relay:
             return 0
         jobs: list[Job] = []
         payloads: list[bytes] = []
+        decoded: list[Any] = []  # the rows of ``jobs``
         refused: dict[str, str] = {}
-        for row_id, text, _ in rows:
+        for row in rows:
+            row_id, text, _ = row
             raw = text.encode() if isinstance(text, str) else bytes(text)
             try:
                 jobs.append(decode_job(raw))
                 payloads.append(raw)
+                decoded.append(row)
             except DecodeError as exc:  # only a hand-edited row
                 refused[row_id] = f"DecodeError: {exc}"
                 log.error("outbox row %s is not a job (%s); moved to %s_failed", row_id, exc, table)
-        if jobs:
-            refused.update(self._push(jobs, payloads))
+        if jobs:  # refusals come back by job id; the row may carry another (hand-edited)
+            row_of = {job.id: row[0] for job, row in zip(jobs, decoded, strict=True)}
+            refused.update({row_of[i]: e for i, e in self._push(jobs, payloads).items()})
         if refused:
             self._move_failed(cur, p, [row for row in rows if row[0] in refused], refused)
         ids = [row[0] for row in rows]

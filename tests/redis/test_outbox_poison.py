@@ -142,3 +142,56 @@ def test_a_refused_row_on_a_postgresql_outbox(rapp: Conveyor, pg_server: Any) ->
     assert conn.execute("SELECT count(*) FROM conveyor_outbox").fetchone()[0] == 0
     conn.close()
     relay.close()
+
+
+def _rewrite(conn: Any, p: str, row_id: str, **fields: Any) -> None:
+    """Change fields of a row's envelope (a hand-edited row, or another producer's)."""
+    (payload,) = conn.execute(
+        f"SELECT payload FROM conveyor_outbox WHERE id = {p}", (row_id,)
+    ).fetchone()
+    envelope = orjson.loads(payload) | fields
+    conn.execute(
+        f"UPDATE conveyor_outbox SET payload = {p} WHERE id = {p}",
+        (orjson.dumps(envelope).decode(), row_id),
+    )
+    conn.commit()
+
+
+def test_a_refused_row_whose_payload_names_another_id_is_kept(rapp: Conveyor, db: Path) -> None:
+    """The refusal was keyed by the payload's job id, the move by the row id: a refused row
+    whose envelope carries another id was deleted from the outbox and never reached
+    ``<table>_failed`` (lost)."""
+    outbox = Outbox(rapp, f"sqlite:///{db}")
+    conn = sqlite3.connect(db)
+    ship = rapp.tasks["ship"]
+    good = ship.options(connection=conn).enqueue(1)
+    bad = ship.options(connection=conn).enqueue(2)
+    conn.commit()
+    _rewrite(conn, "?", bad.id, id="copied-by-hand", queue="no spaces allowed")
+    relay = Relay(outbox)
+    assert relay.relay_once() == 2 and relay.failed == 1
+    assert rapp.get_job(good.id) is not None
+    failed = conn.execute("SELECT id, payload, error FROM conveyor_outbox_failed").fetchall()
+    assert [row[0] for row in failed] == [bad.id], "the refused row was lost"
+    assert "copied-by-hand" in failed[0][1] and failed[0][2].startswith("ValidationError")
+    assert conn.execute("SELECT count(*) FROM conveyor_outbox").fetchone()[0] == 0
+    relay.close()
+
+
+def test_the_same_on_a_postgresql_outbox(rapp: Conveyor, pg_server: Any) -> None:
+    """On PostgreSQL the lost row's batch also sent ``IN ()``: a syntax error every time."""
+    psycopg = pytest.importorskip("psycopg")
+    with psycopg.connect(pg_server.url, autocommit=True) as setup:
+        setup.execute("DROP TABLE IF EXISTS conveyor_outbox, conveyor_outbox_failed")
+        for statement in ddl():
+            setup.execute(statement)
+    relay = Relay(Outbox(rapp, pg_server.url))
+    conn = psycopg.connect(pg_server.url)
+    bad = rapp.tasks["ship"].options(connection=conn).enqueue(2)
+    conn.commit()
+    _rewrite(conn, "%s", bad.id, id="copied-by-hand", queue="no spaces allowed")
+    assert relay.relay_once() == 1 and relay.failed == 1
+    failed = conn.execute("SELECT id FROM conveyor_outbox_failed").fetchall()
+    assert [row[0] for row in failed] == [bad.id]
+    conn.close()
+    relay.close()
