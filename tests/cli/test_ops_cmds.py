@@ -90,3 +90,16 @@ def test_run_now_refusal_shows_hostile_ids_literally(cli_app: tuple[Conveyor, st
     for raw in TERMINAL_RAW:
         assert raw not in result.output, repr(raw)
     assert "id-close_tag-a[/]b" in result.output
+
+
+def test_bulk_takes_id_prefixes_like_every_other_command(cli_app: tuple[Conveyor, str]) -> None:
+    """``bulk`` passed the typed ids through unresolved: a unique prefix (accepted by cancel,
+    retry, run-now, dlq) matched nothing and the command said "0 of 1 jobs changed", exit 0."""
+    app, target = cli_app
+    later = app.enqueue("add", [1, 2], delay=3600)
+    out = run_json("bulk", "run_now", later.id[:20], "--app", target)
+    assert (out["matched"], out["done"]) == (1, 1)
+    assert later.refresh().state is JobState.PENDING
+    missing = run("bulk", "cancel", "nosuchjob", "--app", target)
+    assert missing.exit_code == 1 and "not found" in missing.output
+    assert later.refresh().state is JobState.PENDING

@@ -167,13 +167,13 @@ def bulk_command(
     as_json: bool,
     **filters: Any,
 ) -> None:
-    """Apply ACTION to the jobs IDs, or to every job the search filters find (at most
-    10,000 per call; run it again for the rest)."""
+    """Apply ACTION to the jobs IDs (in full or unique prefixes), or to every job the search
+    filters find (at most 10,000 per call; run it again for the rest)."""
     wanted = search_filters(**filters)
     if bool(ids) == bool(wanted):
         raise click.UsageError("give either job IDs or search filters (e.g. --state dead_letter)")
     app = open_app(app_target, url)
-    selection: dict[str, Any] = {"ids": list(ids)} if ids else {"filters": wanted}
+    selection: dict[str, Any] = {"ids": resolve_ids(app, ids)} if ids else {"filters": wanted}
     result = cli_operator(app).bulk(action, **selection)
     if as_json:
         emit_json(
