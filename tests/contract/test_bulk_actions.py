@@ -92,3 +92,31 @@ def test_delete_unfinished_is_opt_in(app: Conveyor) -> None:
     assert not op.delete(job.id), "the API's delete stays finished-only"
     assert op.delete(job.id, unfinished=True)
     assert app.broker.get(job.id) is None
+
+
+def test_a_search_finds_pending_jobs_held_by_flow_control(app: Conveyor, clock: FakeClock) -> None:
+    """Pending jobs waiting in a flow group (a concurrency slot taken, a fair group in line)
+    are pending like any other: searched, counted and reached by a bulk action. Redis listed
+    only its ready set, so ``bulk delete --task one`` left the held job (and the others were
+    counted but never found)."""
+    from conveyor import ConcurrencyLimit
+
+    @app.task(name="one", concurrency=ConcurrencyLimit(1, key="account"))
+    def one(account: str) -> None: ...
+
+    @app.task(name="fair", fair_by="tenant")
+    def fair(tenant: str) -> None: ...
+
+    running = one.enqueue("acme")
+    [lease] = app.broker.claim(["default"], clock.now(), limit=1)
+    assert lease.id == running.id
+    held = [one.enqueue("acme").id for _ in range(2)]
+    queued = [fair.enqueue(f"t{i % 2}").id for i in range(3)]
+    found = app.search(state="pending")
+    assert found.total == app.broker.counts()["default"]["pending"] == 5
+    assert {job.id for job in found.items} == {*held, *queued}
+    assert {job.id for job in app.search(task="one").items} == {running.id, *held}
+    result = Operator(app).bulk("delete", filters={"task": "one", "state": "pending"})
+    assert (result.matched, result.done) == (2, 2)
+    assert states(app, held) == [None, None]
+    assert app.broker.counts()["default"]["pending"] == 3
