@@ -120,9 +120,8 @@ class Relay:
             except DecodeError as exc:  # only a hand-edited row
                 refused[row_id] = f"DecodeError: {exc}"
                 log.error("outbox row %s is not a job (%s); moved to %s_failed", row_id, exc, table)
-        if jobs:  # refusals come back by job id; the row may carry another (hand-edited)
-            row_of = {job.id: row[0] for job, row in zip(jobs, decoded, strict=True)}
-            refused.update({row_of[i]: e for i, e in self._push(jobs, payloads).items()})
+        if jobs:  # refusals come back by position: a hand-edited row may name another job id
+            refused.update({decoded[n][0]: e for n, e in self._push(jobs, payloads).items()})
         if refused:
             self._move_failed(cur, p, [row for row in rows if row[0] in refused], refused)
         ids = [row[0] for row in rows]
@@ -131,24 +130,24 @@ class Relay:
         self.failed += len(refused)
         return len(rows)
 
-    def _push(self, jobs: Sequence[Job], payloads: Sequence[bytes]) -> dict[str, str]:
+    def _push(self, jobs: Sequence[Job], payloads: Sequence[bytes]) -> dict[int, str]:
         """One atomic enqueue; after a crash some ids are taken, or the broker refuses a job:
-        then one job at a time. Returns the refused rows: id -> the error."""
+        then one job at a time. Returns the refused jobs: position in ``jobs`` -> the error."""
         broker, now = self.outbox.app.broker, self.outbox.app.now()
         try:
             broker.enqueue(jobs, now, payloads)
             return {}
         except (DuplicateJob, *REFUSED):
             pass
-        refused: dict[str, str] = {}
-        for job, payload in zip(jobs, payloads, strict=True):
+        refused: dict[int, str] = {}
+        for n, (job, payload) in enumerate(zip(jobs, payloads, strict=True)):
             try:
                 broker.enqueue([job], now, [payload])
             except DuplicateJob:
                 self.duplicates += 1
                 log.info("outbox job %s was already relayed (an earlier relay stopped)", job.id)
             except REFUSED as exc:
-                refused[job.id] = f"{type(exc).__name__}: {exc}"
+                refused[n] = f"{type(exc).__name__}: {exc}"
                 log.error(
                     "outbox row %s refused by the broker (%s); moved to %s_failed",
                     job.id,
