@@ -90,7 +90,7 @@ class Relay:
         try:
             n = self._batch(self._conn)
         except BaseException:
-            self.close()  # a broken connection is reopened by the next batch
+            self._abandon()  # a broken connection is reopened by the next batch
             raise
         self.relayed += n
         return n
@@ -193,6 +193,18 @@ class Relay:
     def stop(self) -> None:
         """Ask ``run`` to return after the current batch."""
         self._stop.set()
+
+    def _abandon(self) -> None:
+        """Roll the failed batch back now, then close. Closing alone is not enough: SQLite
+        defers the close (and keeps the batch's write lock) while a statement of it lives,
+        and the batch's cursor lives in the traceback being handled (the backoff wait)."""
+        conn = self._conn
+        if conn is not None:
+            try:
+                conn.rollback()
+            except Exception:  # already broken: nothing left to roll back
+                log.debug("outbox relay: rolling back the failed batch failed", exc_info=True)
+        self.close()
 
     def close(self) -> None:
         """Close the database connection (the next batch reopens it)."""
