@@ -114,3 +114,10 @@ def test_openapi_state_filter_lists_every_searchable_state(api: TestClient) -> N
     bulk = doc["components"]["schemas"]["Bulk"]["properties"]["filters"]["properties"]
     assert set(bulk) == set(SEARCH_FIELDS)
     assert api.get(f"{V1}/jobs", params={"state": "waiting"}).status_code == 200
+
+
+def test_bulk_ids_that_cannot_exist_are_skipped(api: TestClient, dash_app: Conveyor) -> None:
+    """An id with NUL (PostgreSQL cannot store one) is counted and skipped, never a 500."""
+    r = api.post(f"{V1}/jobs/bulk", json={"action": "cancel", "ids": ["a\u0000b", "x\u202e"]})
+    assert r.status_code == 200, r.text
+    assert r.json() == {"action": "cancel", "matched": 2, "done": 0, "truncated": False}
