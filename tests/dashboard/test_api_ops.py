@@ -121,3 +121,20 @@ def test_bulk_ids_that_cannot_exist_are_skipped(api: TestClient, dash_app: Conve
     r = api.post(f"{V1}/jobs/bulk", json={"action": "cancel", "ids": ["a\u0000b", "x\u202e"]})
     assert r.status_code == 200, r.text
     assert r.json() == {"action": "cancel", "matched": 2, "done": 0, "truncated": False}
+
+
+def test_openapi_documents_the_409_answers(api: TestClient, dash_app: Conveyor) -> None:
+    """run-now, cancel, retry, delete and acknowledge answer 409 when the action does not apply
+    (docs/monitoring.md); the document listed no 409 at all."""
+    paths = api.get(f"{V1}/openapi.json").json()["paths"]
+    for path, method in [
+        ("/jobs/{id}/run-now", "post"),
+        ("/jobs/{id}/cancel", "post"),
+        ("/jobs/{id}/retry", "post"),
+        ("/jobs/{id}", "delete"),
+        ("/alerts/{key}/acknowledge", "post"),
+    ]:
+        assert "409" in paths[V1 + path][method]["responses"], path
+    assert "409" not in paths[f"{V1}/queues/{{name}}/pause"]["post"]["responses"]
+    job = dash_app.enqueue("add", [1, 2])
+    assert api.post(f"{V1}/jobs/{job.id}/run-now").status_code == 409

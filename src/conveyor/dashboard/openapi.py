@@ -91,6 +91,11 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     },
     "Error": {"type": "object", "properties": {"error": _STR, "field": _STR}},
 }
+_CONFLICT = {
+    "description": "The action does not apply to the job's (or alert's) current state, e.g. "
+    'run-now of a running job: `{"ok": false, "error": ...}`.',
+    "content": {"application/json": {}},
+}
 _SEGMENT = "Percent-encoded as ONE path segment: a `/` in an id is sent as `%2F`."
 _RESPONSES = {
     "400": {"description": "Host header is not the dashboard's address or an allowed host."},
@@ -126,6 +131,8 @@ def document(operations: Sequence[Operation], prefix: str) -> dict[str, Any]:
                 **_RESPONSES,
             },
         }
+        if op.conflict:
+            entry["responses"]["409"] = _CONFLICT
         if op.body:
             entry["requestBody"] = {
                 "required": op.body == "Enqueue",
