@@ -120,3 +120,19 @@ def test_a_search_finds_pending_jobs_held_by_flow_control(app: Conveyor, clock: 
     assert (result.matched, result.done) == (2, 2)
     assert states(app, held) == [None, None]
     assert app.broker.counts()["default"]["pending"] == 3
+
+
+def test_a_search_lists_waiting_workflow_nodes(app: Conveyor) -> None:
+    """Redis raised ``search: unknown set waiting`` for every search that looked at waiting
+    workflow nodes, i.e. any search without a state while a workflow ran (the jobs page, ``conveyor
+    jobs``, a bulk action by task or queue)."""
+    from conveyor import chain
+
+    first = app.task(name="first")(lambda: 1)
+    then = app.task(name="then")(lambda x: x)
+    chain(first.s(), then.s()).enqueue()
+    assert app.search().total == 2
+    [node] = app.search(state="waiting").items
+    assert node.task == "then"
+    result = Operator(app).bulk("cancel", filters={"task": "then"})
+    assert (result.matched, result.done) == (1, 1)

@@ -12,14 +12,17 @@
 -- Input
 --   KEYS: the 16 queue keys (_lib.lua)
 --   ARGV: [1] options (JSON object): set ("ready" | "flow" | "scheduled" | "retry" | "leases" |
---         "completed" | "dead" | "cancelled" | "expired"), offset, count, prefix (id prefix), task,
---         since, until, error (substring, lower case), text (substring, lower case);
---         "" = no filter
+--         "waiting" | "completed" | "dead" | "cancelled" | "expired"), offset, count, prefix (id
+--         prefix), task, since, until, error (substring, lower case), text (substring, lower
+--         case); "" = no filter
 -- Output: {scanned, id_1, created_at_1, id_2, created_at_2, ...}
 local q = qkeys(0)
 local o = cjson.decode(ARGV[1])
 local flow = o.set == 'flow'
 local set = q[o.set]
+if o.set == 'waiting' then  -- not one of the 16 queue keys: <p>:{<q>}:waiting (keys.py)
+  set = string.sub(q.flow, 1, -3) .. 'waiting'
+end
 if not set and not flow then
   return redis.error_reply('search: unknown set ' .. tostring(o.set))
 end
