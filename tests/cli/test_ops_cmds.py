@@ -6,7 +6,6 @@ from __future__ import annotations
 from conveyor import Conveyor, JobState
 from conveyor.worker import control
 from conveyor.worker.presence import COLLECTION
-
 from tests.support.hostile import TERMINAL_RAW, TERMINAL_TEXT, store_unvalidated
 
 from .conftest import run, run_json
