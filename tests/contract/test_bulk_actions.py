@@ -136,3 +136,23 @@ def test_a_search_lists_waiting_workflow_nodes(app: Conveyor) -> None:
     assert node.task == "then"
     result = Operator(app).bulk("cancel", filters={"task": "then"})
     assert (result.matched, result.done) == (1, 1)
+
+
+def test_deleting_an_unfinished_workflow_node_is_refused(app: Conveyor) -> None:
+    """A deleted waiting (or pending) node never finishes, so the nodes after it waited for
+    ever (docs/workflows.md: workflows never hang). Deleting an unfinished node is refused like
+    a running job (cancel it: its dependants end with it); a finished one can go."""
+    from conveyor import chain
+
+    first = app.task(name="first")(lambda: 1)
+    then = app.task(name="then")(lambda x: x + 1)
+    last = app.task(name="last")(lambda x: x + 1)
+    flow = chain(first.s(), then.s(), last.s()).enqueue()
+    nodes = {job.task: job.id for job in app.search().items}
+    op = Operator(app)
+    result = op.bulk("delete", ids=[nodes["then"], nodes["first"]])
+    assert (result.matched, result.done) == (2, 0)
+    assert not op.delete(nodes["last"], unfinished=True)
+    app.worker().run_until_idle()
+    assert flow.status()["completed"] == 3
+    assert op.delete(nodes["then"], unfinished=True), "a finished node can be deleted"
