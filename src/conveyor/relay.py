@@ -90,7 +90,7 @@ class Relay:
         try:
             n = self._batch(self._conn)
         except BaseException:
-            self.close()  # a broken connection is reopened by the next batch
+            self._abandon()  # a broken connection is reopened by the next batch
             raise
         self.relayed += n
         return n
@@ -108,17 +108,20 @@ class Relay:
             return 0
         jobs: list[Job] = []
         payloads: list[bytes] = []
+        decoded: list[Any] = []  # the rows of ``jobs``
         refused: dict[str, str] = {}
-        for row_id, text, _ in rows:
+        for row in rows:
+            row_id, text, _ = row
             raw = text.encode() if isinstance(text, str) else bytes(text)
             try:
                 jobs.append(decode_job(raw))
                 payloads.append(raw)
+                decoded.append(row)
             except DecodeError as exc:  # only a hand-edited row
                 refused[row_id] = f"DecodeError: {exc}"
                 log.error("outbox row %s is not a job (%s); moved to %s_failed", row_id, exc, table)
-        if jobs:
-            refused.update(self._push(jobs, payloads))
+        if jobs:  # refusals come back by position: a hand-edited row may name another job id
+            refused.update({decoded[n][0]: e for n, e in self._push(jobs, payloads).items()})
         if refused:
             self._move_failed(cur, p, [row for row in rows if row[0] in refused], refused)
         ids = [row[0] for row in rows]
@@ -127,24 +130,24 @@ class Relay:
         self.failed += len(refused)
         return len(rows)
 
-    def _push(self, jobs: Sequence[Job], payloads: Sequence[bytes]) -> dict[str, str]:
+    def _push(self, jobs: Sequence[Job], payloads: Sequence[bytes]) -> dict[int, str]:
         """One atomic enqueue; after a crash some ids are taken, or the broker refuses a job:
-        then one job at a time. Returns the refused rows: id -> the error."""
+        then one job at a time. Returns the refused jobs: position in ``jobs`` -> the error."""
         broker, now = self.outbox.app.broker, self.outbox.app.now()
         try:
             broker.enqueue(jobs, now, payloads)
             return {}
         except (DuplicateJob, *REFUSED):
             pass
-        refused: dict[str, str] = {}
-        for job, payload in zip(jobs, payloads, strict=True):
+        refused: dict[int, str] = {}
+        for n, (job, payload) in enumerate(zip(jobs, payloads, strict=True)):
             try:
                 broker.enqueue([job], now, [payload])
             except DuplicateJob:
                 self.duplicates += 1
                 log.info("outbox job %s was already relayed (an earlier relay stopped)", job.id)
             except REFUSED as exc:
-                refused[job.id] = f"{type(exc).__name__}: {exc}"
+                refused[n] = f"{type(exc).__name__}: {exc}"
                 log.error(
                     "outbox row %s refused by the broker (%s); moved to %s_failed",
                     job.id,
@@ -190,6 +193,18 @@ class Relay:
     def stop(self) -> None:
         """Ask ``run`` to return after the current batch."""
         self._stop.set()
+
+    def _abandon(self) -> None:
+        """Roll the failed batch back now, then close. Closing alone is not enough: SQLite
+        defers the close (and keeps the batch's write lock) while a statement of it lives,
+        and the batch's cursor lives in the traceback being handled (the backoff wait)."""
+        conn = self._conn
+        if conn is not None:
+            try:
+                conn.rollback()
+            except Exception:  # already broken: nothing left to roll back
+                log.debug("outbox relay: rolling back the failed batch failed", exc_info=True)
+        self.close()
 
     def close(self) -> None:
         """Close the database connection (the next batch reopens it)."""

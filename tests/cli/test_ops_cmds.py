@@ -6,6 +6,7 @@ from __future__ import annotations
 from conveyor import Conveyor, JobState
 from conveyor.worker import control
 from conveyor.worker.presence import COLLECTION
+from tests.support.hostile import TERMINAL_RAW, TERMINAL_TEXT, store_unvalidated
 
 from .conftest import run, run_json
 
@@ -71,3 +72,33 @@ def test_run_now_and_bulk(cli_app: tuple[Conveyor, str]) -> None:
     assert out["done"] == 1 and app.broker.get(later.id) is None
     assert run("bulk", "retry", "--app", target).exit_code == 2, "ids or filters"
     assert run("bulk", "explode", "x", "--app", target).exit_code == 2
+
+
+def test_run_now_refusal_shows_hostile_ids_literally(cli_app: tuple[Conveyor, str]) -> None:
+    """The refusal message listed the refused ids raw: an id stored by an older version or
+    another language's producer wrote escapes, bidi overrides and NUL to the terminal."""
+    app, target = cli_app
+    no_nul = "Postgres" in type(app.broker).__name__  # text columns cannot hold NUL
+    ids = [
+        store_unvalidated(app, f"id-{name}-{text}", "add", 1, 2)  # due now: refused
+        for name, text in TERMINAL_TEXT.items()
+        if name != "huge" and not (no_nul and "\x00" in text)
+    ]
+    result = run("run-now", *ids, "--app", target)
+    assert result.exit_code == 1 and "not scheduled or retrying" in result.output
+    for raw in TERMINAL_RAW:
+        assert raw not in result.output, repr(raw)
+    assert "id-close_tag-a[/]b" in result.output
+
+
+def test_bulk_takes_id_prefixes_like_every_other_command(cli_app: tuple[Conveyor, str]) -> None:
+    """``bulk`` passed the typed ids through unresolved: a unique prefix (accepted by cancel,
+    retry, run-now, dlq) matched nothing and the command said "0 of 1 jobs changed", exit 0."""
+    app, target = cli_app
+    later = app.enqueue("add", [1, 2], delay=3600)
+    out = run_json("bulk", "run_now", later.id[:20], "--app", target)
+    assert (out["matched"], out["done"]) == (1, 1)
+    assert later.refresh().state is JobState.PENDING
+    missing = run("bulk", "cancel", "nosuchjob", "--app", target)
+    assert missing.exit_code == 1 and "not found" in missing.output
+    assert later.refresh().state is JobState.PENDING

@@ -225,3 +225,16 @@ def test_a_bad_job_in_a_batch_stores_nothing(app: Conveyor) -> None:
         with pytest.raises(ValidationError):
             app.enqueue_many([specs[0], bad])
     assert_nothing_stored(app)
+
+
+def test_an_id_with_nul_is_simply_not_found(app: Conveyor) -> None:
+    """Operator calls take ids from people and scripts (``POST /jobs/bulk`` ids, the Python
+    API). PostgreSQL text cannot hold NUL, so such a job cannot exist there: every call
+    answers "not found" as the other backends do (psycopg's DataError escaped as a 500)."""
+    b, now, bad = app.broker, app.now(), "a\x00b"
+    assert b.get(bad) is None
+    assert not b.cancel(bad, now) and not b.requeue(bad, now) and not b.run_now(bad, now)
+    assert not b.delete_job(bad, now) and not b.requeue_node(bad, now)
+    assert b.purge(now, ids=[bad]) == 0
+    result = Operator(app).bulk("delete", ids=[bad])
+    assert (result.matched, result.done) == (1, 0)

@@ -233,3 +233,22 @@ def test_peek_dequeue_purge_and_depth_alerts_see_the_logical_queue(
         d.fail("no")
     assert app.stats()["queues"]["events"]["dead_letter"] == 3
     assert app.purge_dead(queue="events") == 3
+
+
+def test_history_of_a_sharded_queue_counts_every_shard(app: Conveyor) -> None:
+    """``conveyor history --queue events``, ``GET /api/v1/history?queue=events`` and the
+    history page read the counters of the queue's name only, while its jobs ran on its
+    shards: 0 processed for a queue that processed 6."""
+    from conveyor.monitoring import ops
+
+    app.task(name="ok")(lambda *args: None)
+    sharded(app, 3)
+    for i in range(6):
+        app.enqueue("ok", (i,), queue="events")
+    app.enqueue("ok", queue="mail")
+    app.worker(queues=["events", "mail"]).run_until_idle()
+    inspector = Operator(app, "test").inspector
+    data = ops.history(inspector, "1h", "events")
+    assert (data["queue"], data["processed"], data["failed"]) == ("events", 6, 0)
+    assert ops.history(inspector, "1h")["processed"] == 7
+    assert ops.history(inspector, "7d", "mail")["processed"] == 1

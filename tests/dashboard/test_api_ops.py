@@ -9,6 +9,7 @@ from typing import Any
 from starlette.testclient import TestClient
 
 from conveyor import Conveyor, JobState
+from conveyor.monitoring.filters import SEARCH_FIELDS
 from conveyor.worker import control
 
 from .test_ops_pages import audit_actions, fake_worker
@@ -86,3 +87,54 @@ def test_session_callers_need_the_csrf_header(
     assert dash_app.broker.counts()["emails"]["pending"] == 1
     r = client.post(f"{V1}/queues/emails/clear", headers={"X-CSRF-Token": token})
     assert r.status_code == 200 and r.json()["deleted"] == 1
+
+
+def test_a_misspelt_worker_command_field_is_refused(api: TestClient, dash_app: Conveyor) -> None:
+    """``{"scop": "process"}`` (a typo of ``scope``) used to be ignored: the stop meant for one
+    process went to every process of the worker. Unknown fields are refused, naming the field."""
+    group = "host-a:70:1"
+    one = fake_worker(dash_app, "host-a:71:a", group=group, processes=2)
+    for verb in ("quiet", "stop"):
+        r = api.post(f"{V1}/workers/{one}/{verb}", json={"scop": "process"})
+        assert r.status_code == 422 and r.json()["field"] == "scop", (verb, r.text)
+    now = dash_app.now()
+    assert control.read(dash_app.broker, control.group_key(group), now) is None
+    assert control.read(dash_app.broker, one, now) is None
+    assert audit_actions(dash_app) == []
+
+
+def test_openapi_state_filter_lists_every_searchable_state(api: TestClient) -> None:
+    """A generated client validates ``state`` against the document's enum: ``waiting``
+    (workflow nodes) is searchable, so it must be listed."""
+    from conveyor import JobState
+
+    doc = api.get(f"{V1}/openapi.json").json()
+    [state] = [p for p in doc["paths"][f"{V1}/jobs"]["get"]["parameters"] if p["name"] == "state"]
+    assert set(state["schema"]["enum"]) == {s.value for s in JobState}
+    bulk = doc["components"]["schemas"]["Bulk"]["properties"]["filters"]["properties"]
+    assert set(bulk) == set(SEARCH_FIELDS)
+    assert api.get(f"{V1}/jobs", params={"state": "waiting"}).status_code == 200
+
+
+def test_bulk_ids_that_cannot_exist_are_skipped(api: TestClient, dash_app: Conveyor) -> None:
+    """An id with NUL (PostgreSQL cannot store one) is counted and skipped, never a 500."""
+    r = api.post(f"{V1}/jobs/bulk", json={"action": "cancel", "ids": ["a\u0000b", "x\u202e"]})
+    assert r.status_code == 200, r.text
+    assert r.json() == {"action": "cancel", "matched": 2, "done": 0, "truncated": False}
+
+
+def test_openapi_documents_the_409_answers(api: TestClient, dash_app: Conveyor) -> None:
+    """run-now, cancel, retry, delete and acknowledge answer 409 when the action does not apply
+    (docs/monitoring.md); the document listed no 409 at all."""
+    paths = api.get(f"{V1}/openapi.json").json()["paths"]
+    for path, method in [
+        ("/jobs/{id}/run-now", "post"),
+        ("/jobs/{id}/cancel", "post"),
+        ("/jobs/{id}/retry", "post"),
+        ("/jobs/{id}", "delete"),
+        ("/alerts/{key}/acknowledge", "post"),
+    ]:
+        assert "409" in paths[V1 + path][method]["responses"], path
+    assert "409" not in paths[f"{V1}/queues/{{name}}/pause"]["post"]["responses"]
+    job = dash_app.enqueue("add", [1, 2])
+    assert api.post(f"{V1}/jobs/{job.id}/run-now").status_code == 409

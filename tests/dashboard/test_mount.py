@@ -224,3 +224,30 @@ def csrf_of_page(html: str) -> str:
     match = re.search(r'"X-CSRF-Token": "([0-9a-f]+)"', html)
     assert match, "no CSRF token"
     return match.group(1)
+
+
+def test_an_external_user_name_that_cannot_be_stored_is_cleaned(dash_app: Conveyor) -> None:
+    """A user name with a lone surrogate (a name decoded with ``surrogateescape``) made the
+    audit write fail AFTER the action ran: 500 and no audit entry on SQLite, Redis and
+    PostgreSQL. Surrogates and line / paragraph separators are dropped like control chars."""
+    from starlette.authentication import AuthCredentials, AuthenticationBackend, SimpleUser
+    from starlette.middleware import Middleware
+    from starlette.middleware.authentication import AuthenticationMiddleware
+
+    from conveyor.monitoring.inspect import Inspector
+
+    class Everyone(AuthenticationBackend):
+        async def authenticate(self, conn: Any) -> tuple[AuthCredentials, SimpleUser]:
+            return AuthCredentials(["authenticated"]), SimpleUser("ops\udcffann\u2028\u2029x")
+
+    dashboard = create_app(dash_app, DashboardConfig(external_auth=True))
+    outer = Starlette(
+        routes=[Mount(PREFIX, dashboard)],
+        middleware=[Middleware(AuthenticationMiddleware, backend=Everyone())],
+    )
+    with TestClient(outer, base_url="http://127.0.0.1", raise_server_exceptions=False) as client:
+        token = csrf_of_page(client.get(PREFIX + "/").text)
+        r = client.post(f"{PREFIX}/api/v1/queues/default/pause", headers={"X-CSRF-Token": token})
+        assert r.status_code == 200, r.text
+        entry = Inspector(dash_app.runtime).audit_log()[0]
+        assert (entry["action"], entry["actor"]) == ("queue.pause", "opsannx")

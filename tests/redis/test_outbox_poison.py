@@ -142,3 +142,111 @@ def test_a_refused_row_on_a_postgresql_outbox(rapp: Conveyor, pg_server: Any) ->
     assert conn.execute("SELECT count(*) FROM conveyor_outbox").fetchone()[0] == 0
     conn.close()
     relay.close()
+
+
+def _rewrite(conn: Any, p: str, row_id: str, **fields: Any) -> None:
+    """Change fields of a row's envelope (a hand-edited row, or another producer's)."""
+    (payload,) = conn.execute(
+        f"SELECT payload FROM conveyor_outbox WHERE id = {p}", (row_id,)
+    ).fetchone()
+    envelope = orjson.loads(payload) | fields
+    conn.execute(
+        f"UPDATE conveyor_outbox SET payload = {p} WHERE id = {p}",
+        (orjson.dumps(envelope).decode(), row_id),
+    )
+    conn.commit()
+
+
+def test_a_refused_row_whose_payload_names_another_id_is_kept(rapp: Conveyor, db: Path) -> None:
+    """The refusal was keyed by the payload's job id, the move by the row id: a refused row
+    whose envelope carries another id was deleted from the outbox and never reached
+    ``<table>_failed`` (lost)."""
+    outbox = Outbox(rapp, f"sqlite:///{db}")
+    conn = sqlite3.connect(db)
+    ship = rapp.tasks["ship"]
+    good = ship.options(connection=conn).enqueue(1)
+    bad = ship.options(connection=conn).enqueue(2)
+    conn.commit()
+    _rewrite(conn, "?", bad.id, id="copied-by-hand", queue="no spaces allowed")
+    relay = Relay(outbox)
+    assert relay.relay_once() == 2 and relay.failed == 1
+    assert rapp.get_job(good.id) is not None
+    failed = conn.execute("SELECT id, payload, error FROM conveyor_outbox_failed").fetchall()
+    assert [row[0] for row in failed] == [bad.id], "the refused row was lost"
+    assert "copied-by-hand" in failed[0][1] and failed[0][2].startswith("ValidationError")
+    assert conn.execute("SELECT count(*) FROM conveyor_outbox").fetchone()[0] == 0
+    relay.close()
+
+
+def test_the_same_on_a_postgresql_outbox(rapp: Conveyor, pg_server: Any) -> None:
+    """On PostgreSQL the lost row's batch also sent ``IN ()``: a syntax error every time."""
+    psycopg = pytest.importorskip("psycopg")
+    with psycopg.connect(pg_server.url, autocommit=True) as setup:
+        setup.execute("DROP TABLE IF EXISTS conveyor_outbox, conveyor_outbox_failed")
+        for statement in ddl():
+            setup.execute(statement)
+    relay = Relay(Outbox(rapp, pg_server.url))
+    conn = psycopg.connect(pg_server.url)
+    bad = rapp.tasks["ship"].options(connection=conn).enqueue(2)
+    conn.commit()
+    _rewrite(conn, "%s", bad.id, id="copied-by-hand", queue="no spaces allowed")
+    assert relay.relay_once() == 1 and relay.failed == 1
+    failed = conn.execute("SELECT id FROM conveyor_outbox_failed").fetchall()
+    assert [row[0] for row in failed] == [bad.id]
+    conn.close()
+    relay.close()
+
+
+def test_a_batch_that_fails_before_its_delete_leaves_no_failed_copy(
+    rapp: Conveyor, db: Path
+) -> None:
+    """The move to ``<table>_failed`` and the outbox delete commit together: a batch that
+    dies after the insert (here the delete is refused by a trigger, as a lost connection
+    would cut it) leaves the refused row in the outbox only; the next batch moves it once."""
+    outbox = Outbox(rapp, f"sqlite:///{db}")
+    conn = sqlite3.connect(db)
+    bad = _poison(conn, rapp)
+    conn.execute(
+        "CREATE TRIGGER crash BEFORE DELETE ON conveyor_outbox BEGIN SELECT RAISE(ABORT, 'x'); END"
+    )
+    conn.commit()
+    relay = Relay(outbox)
+    with pytest.raises(sqlite3.DatabaseError):
+        relay.relay_once()
+    assert conn.execute("SELECT count(*) FROM conveyor_outbox").fetchall() == [(3,)]
+    assert conn.execute("SELECT count(*) FROM conveyor_outbox_failed").fetchall() == [(0,)]
+    conn.execute("DROP TRIGGER crash")  # (fetchall: no statement left open on this table)
+    conn.commit()
+    assert relay.relay_once() == 3 and relay.failed == 1 and relay.duplicates == 2
+    failed = conn.execute("SELECT id FROM conveyor_outbox_failed").fetchall()
+    assert failed == [(bad,)]
+    assert sum(sum(c.values()) for c in rapp.broker.counts().values()) == 2
+    relay.close()
+
+
+def test_a_failed_batch_does_not_keep_the_outbox_locked(
+    rapp: Conveyor, db: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A failed batch's transaction is rolled back at once. It used to stay open while the
+    failure was handled (its cursor lived in the traceback, so closing the SQLite connection
+    was deferred): during the relay's backoff the application could not write an outbox row
+    ("database is locked")."""
+    outbox = Outbox(rapp, f"sqlite:///{db}", interval=4.0)  # backoff after a failure: 5 s
+    conn = sqlite3.connect(db, timeout=0.5)
+    _poison(conn, rapp)
+    conn.execute(
+        "CREATE TRIGGER crash BEFORE DELETE ON conveyor_outbox BEGIN SELECT RAISE(ABORT, 'x'); END"
+    )
+    conn.commit()
+    relay = Relay(outbox)
+    thread = threading.Thread(target=relay.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + DEADLINE
+    while not any("batch failed" in r.getMessage() for r in caplog.records):
+        assert time.monotonic() < deadline, "the batch did not fail"
+        time.sleep(0.01)
+    rapp.tasks["ship"].options(connection=conn).enqueue(9)  # within the backoff
+    conn.commit()
+    relay.stop()
+    thread.join(DEADLINE)
+    assert conn.execute("SELECT count(*) FROM conveyor_outbox").fetchall() == [(4,)]

@@ -15,6 +15,7 @@ import click
 
 from .common import AppCommand, app_option, emit_json, json_option, open_app, say, table, url_option
 from .ops import cli_operator, friendly_errors, resolve_ids, search_filters
+from .render import literal
 
 _process_option = click.option(
     "--process",
@@ -140,7 +141,8 @@ def run_now_command(
         for job_id in done:
             say(f"Due now: {job_id}.")
     if refused:
-        raise click.ClickException(f"not scheduled or retrying: {', '.join(refused)}")
+        shown = ", ".join(literal(job_id) for job_id in refused)  # ids are job data: hostile
+        raise click.ClickException(f"not scheduled or retrying: {shown}")
 
 
 @click.command("bulk", cls=AppCommand)
@@ -165,13 +167,13 @@ def bulk_command(
     as_json: bool,
     **filters: Any,
 ) -> None:
-    """Apply ACTION to the jobs IDs, or to every job the search filters find (at most
-    10,000 per call; run it again for the rest)."""
+    """Apply ACTION to the jobs IDs (in full or unique prefixes), or to every job the search
+    filters find (at most 10,000 per call; run it again for the rest)."""
     wanted = search_filters(**filters)
     if bool(ids) == bool(wanted):
         raise click.UsageError("give either job IDs or search filters (e.g. --state dead_letter)")
     app = open_app(app_target, url)
-    selection: dict[str, Any] = {"ids": list(ids)} if ids else {"filters": wanted}
+    selection: dict[str, Any] = {"ids": resolve_ids(app, ids)} if ids else {"filters": wanted}
     result = cli_operator(app).bulk(action, **selection)
     if as_json:
         emit_json(

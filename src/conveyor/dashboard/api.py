@@ -259,6 +259,7 @@ class Operation:
     tag: str
     query: tuple[str, ...] = ()
     body: str | None = None  # name of a schema in openapi.SCHEMAS
+    conflict: bool = False  # may answer 409: the action does not apply to the current state
 
     @property
     def write(self) -> bool:
@@ -282,10 +283,10 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation("POST", "/jobs", post_enqueue, "jobs", body="Enqueue"),
     Operation("POST", "/jobs/bulk", post_bulk, "jobs", body="Bulk"),
     Operation("GET", "/jobs/{id}", get_job, "jobs"),
-    Operation("DELETE", "/jobs/{id}", delete_job, "jobs"),
-    Operation("POST", "/jobs/{id}/cancel", post_cancel, "jobs"),
-    Operation("POST", "/jobs/{id}/retry", post_retry, "jobs"),
-    Operation("POST", "/jobs/{id}/run-now", post_run_now, "jobs"),
+    Operation("DELETE", "/jobs/{id}", delete_job, "jobs", conflict=True),
+    Operation("POST", "/jobs/{id}/cancel", post_cancel, "jobs", conflict=True),
+    Operation("POST", "/jobs/{id}/retry", post_retry, "jobs", conflict=True),
+    Operation("POST", "/jobs/{id}/run-now", post_run_now, "jobs", conflict=True),
     Operation(
         "GET", "/dead-letters", get_dead, "dead letters", tuple(f for f in _F if f != "state")
     ),
@@ -295,7 +296,7 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation("POST", "/schedules/{name}/pause", post_schedule_pause, "schedules"),
     Operation("POST", "/schedules/{name}/resume", post_schedule_resume, "schedules"),
     Operation("GET", "/alerts", get_alerts, "alerts"),
-    Operation("POST", "/alerts/{key}/acknowledge", post_ack, "alerts"),
+    Operation("POST", "/alerts/{key}/acknowledge", post_ack, "alerts", conflict=True),
     Operation("GET", "/metrics", get_metrics, "metrics", ("queue", "task", "minutes")),
     Operation("GET", "/events", get_events, "events", ("after", "limit")),
     Operation("GET", "/audit", get_audit, "audit", ("limit",)),

@@ -23,6 +23,9 @@ from .server import dashboard_of
 
 
 def _scope(data: dict[str, Any]) -> str:
+    unknown = set(data) - {"scope"}
+    if unknown:  # a misspelt "scope" must not widen a one-process stop to the whole group
+        raise ValidationError(sorted(unknown)[0], "unknown field; the body takes only scope")
     scope = data.get("scope", "group")
     if scope not in ops.SCOPES:
         raise ValidationError("scope", f"must be one of {', '.join(ops.SCOPES)}")

@@ -6,6 +6,9 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..core.state import JobState
+from ..monitoring.filters import SEARCH_FIELDS
+
 if TYPE_CHECKING:
     from .api import Operation
 
@@ -13,21 +16,7 @@ _STR = {"type": "string"}
 _INT = {"type": "integer"}
 PARAMETERS: dict[str, dict[str, Any]] = {
     "id": {"schema": _STR, "description": "Job id, or a prefix of it."},
-    "state": {
-        "schema": {
-            "type": "string",
-            "enum": [
-                "scheduled",
-                "pending",
-                "active",
-                "retry_scheduled",
-                "completed",
-                "dead_letter",
-                "cancelled",
-                "expired",
-            ],
-        }
-    },
+    "state": {"schema": {"type": "string", "enum": [s.value for s in JobState]}},
     "task": {"schema": _STR, "description": "Task name (exact)."},
     "queue": {"schema": _STR, "description": "Queue name (exact)."},
     "since": {
@@ -75,6 +64,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     },
     "WorkerCommand": {
         "type": "object",
+        "additionalProperties": False,
         "properties": {
             "scope": {
                 "type": "string",
@@ -94,14 +84,17 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             "filters": {
                 "type": "object",
                 "description": "... or a search (the /jobs query fields).",
-                "properties": {
-                    k: _STR for k in ("id", "state", "task", "queue", "since", "until", "error")
-                }
-                | {"text": _STR},
+                "additionalProperties": False,
+                "properties": {k: _STR for k in SEARCH_FIELDS},
             },
         },
     },
     "Error": {"type": "object", "properties": {"error": _STR, "field": _STR}},
+}
+_CONFLICT = {
+    "description": "The action does not apply to the job's (or alert's) current state, e.g. "
+    'run-now of a running job: `{"ok": false, "error": ...}`.',
+    "content": {"application/json": {}},
 }
 _SEGMENT = "Percent-encoded as ONE path segment: a `/` in an id is sent as `%2F`."
 _RESPONSES = {
@@ -138,6 +131,8 @@ def document(operations: Sequence[Operation], prefix: str) -> dict[str, Any]:
                 **_RESPONSES,
             },
         }
+        if op.conflict:
+            entry["responses"]["409"] = _CONFLICT
         if op.body:
             entry["requestBody"] = {
                 "required": op.body == "Enqueue",

@@ -231,12 +231,14 @@ class Identity:
 #: to its user's name; Starlette's ``AuthenticationMiddleware`` ``scope["user"]`` counts too.
 EXTERNAL_USER = "conveyor.external_user"
 _ACTOR_MAX = 150  # Django's username length
+_NOT_IN_A_NAME = ("Cc", "Cf", "Cs", "Zl", "Zp")
 
 
 def actor_name(name: str) -> str:
     """A user name fit for the audit log: control and format characters (escapes, bidi
-    overrides) removed, at most 150 characters; HTML escaping is the page's job."""
-    kept = "".join(ch for ch in name if unicodedata.category(ch) not in ("Cc", "Cf"))
+    overrides), lone surrogates (no store can encode them) and line / paragraph separators
+    removed, at most 150 characters; HTML escaping is the page's job."""
+    kept = "".join(ch for ch in name if unicodedata.category(ch) not in _NOT_IN_A_NAME)
     return kept[:_ACTOR_MAX].strip() or "anonymous"
 
 

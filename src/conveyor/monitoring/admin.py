@@ -15,7 +15,7 @@ from ..broker import jobdocs
 from ..broker.base import Page, SearchQuery
 from ..core.job import validate_queue_name
 from ..core.shards import fold_counts
-from ..core.state import JobState
+from ..core.state import TERMINAL_STATES, JobState
 from ..errors import ValidationError
 from ..runtime import Runtime
 from ..worker.presence import COLLECTION as WORKERS
@@ -105,7 +105,12 @@ def run_now(rt: Runtime, job_id: str) -> bool:
 
 
 def delete_job(rt: Runtime, job_id: str) -> bool:
-    """Delete a job that is not running; False when it is running or unknown."""
+    """Delete a job that is not running; False when it is running or unknown, or when it is
+    an unfinished workflow node (the nodes after it would wait for ever: cancel it instead,
+    its dependants end with it)."""
+    job = rt.broker.get(job_id)
+    if job is None or ("workflow" in job.metadata and job.state not in TERMINAL_STATES):
+        return False
     return rt.broker.delete_job(job_id, rt.now())
 
 

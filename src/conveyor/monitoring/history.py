@@ -15,7 +15,7 @@ the dashboard and the workers. ``read_history`` returns one of the ranges in ``R
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ValidationError
@@ -65,10 +65,16 @@ def write_history(side: SideStores, buckets: Mapping[str, Mapping[str, float]], 
 
 
 def read_history(
-    side: SideStores, now: float, range_name: str = "1h", queue: str | None = None
+    side: SideStores,
+    now: float,
+    range_name: str = "1h",
+    queue: str | None = None,
+    members: Collection[str] = (),
 ) -> dict[str, Any]:
     """One range of history, oldest point first: ``{"range", "step", "points": [{"t",
-    "processed", "failed"}], "processed", "failed"}`` (``queue``: that queue only)."""
+    "processed", "failed"}], "processed", "failed"}`` (``queue``: that queue only, counted
+    over ``members`` when given: a sharded queue's shards and its own name)."""
+    wanted = None if queue is None else set(members or (queue,))
     if range_name not in RANGES:
         raise ValidationError("range", f"must be one of {', '.join(RANGES)}")
     step, count, prefix = RANGES[range_name]
@@ -85,7 +91,7 @@ def read_history(
                     v
                     for k, v in values.items()
                     if k.rpartition("|")[2] == kind
-                    and (queue is None or k.rpartition("|")[0] == queue)
+                    and (wanted is None or k.rpartition("|")[0] in wanted)
                 )
             )
         points.append(point)

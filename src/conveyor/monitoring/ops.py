@@ -153,10 +153,13 @@ def clear_queue(op: Operator, queue: str) -> int:
 
 
 def history(inspector: Inspector, range_name: str, queue: str | None = None) -> dict[str, Any]:
-    """Processed / failed points of one range (``RANGES``), optionally of one queue."""
+    """Processed / failed points of one range (``RANGES``), optionally of one queue (a
+    sharded queue: all its shards)."""
+    rt = inspector.runtime
     if queue is not None:
         validate_queue_name(queue)
     if range_name not in RANGES:
         raise ValidationError("range", f"must be one of {', '.join(RANGES)}")
-    flush_local(inspector.runtime)
-    return read_history(inspector.runtime.broker, inspector.runtime.now(), range_name, queue)
+    flush_local(rt)
+    members = rt.shards.members(queue) if queue is not None else ()
+    return read_history(rt.broker, rt.now(), range_name, queue, members)

@@ -108,6 +108,8 @@ class PostgresBroker(
         return pgflow.PgDb(self, tx)
 
     def _rows(self, tx: Tx, where: str, params: Sequence[Any], lock: str = "") -> list[Rec]:
+        if any(isinstance(p, str) and "\x00" in p for p in params):
+            return []  # text cannot hold NUL: no row has such an id (psycopg would raise)
         sql = self.sql(f"SELECT {COLS} FROM {{S}}.jobs WHERE {where} {lock}")
         return [pg_rec(row) for row in tx.conn.execute(sql, params)]
 

@@ -94,6 +94,8 @@ class PgReads(PgStore):
 
     def get(self, job_id: str) -> Any:
         """A fresh snapshot, or None (a corrupt row reads as a stub built from its columns)."""
+        if "\x00" in job_id:
+            return None  # text cannot hold NUL: no job has this id (psycopg would raise)
         rows = self._read(f"SELECT {COLS} FROM {{S}}.jobs WHERE id = %s", (job_id,))
         return pg_rec(rows[0]).job if rows else None
 

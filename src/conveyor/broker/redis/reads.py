@@ -2,8 +2,9 @@
 
 Counts are the ZCARDs of the per-state sets (no counters that could drift). ``get`` finds a job
 by id through a per-process cache, else by looking in every registered queue (one pipeline).
-``search`` lists candidate ids from the state sets, filters on a few hash fields, sorts newest
-first and decodes only the requested page (full decode only for the ``text`` filter).
+``search`` lists candidate ids from the state sets (and, for pending, the flow groups), filters
+on a few hash fields, sorts newest first and decodes only the requested page (full decode only
+for the ``text`` filter).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from .scripts import Call
 OLDEST_SCAN_MAX = 1000
 SEARCH_CHUNK = 5000  # jobs looked at per search.lua call (bounds each call's Redis time)
 _STATES = list(JobState)
+#: search.lua's name for the pending jobs waiting in flow groups (f:g:<group>, keys.py).
+FLOW_SET = "flow"
 
 
 def _num(value: float | None) -> str:
@@ -101,12 +104,17 @@ class ReadsMixin(RedisBase):
         queues = [query.queue] if query.queue else self.known_queues()
         states = [query.state] if query.state else _STATES
         plan = [(q, STATE_SETS[str(s)]) for q in queues for s in states]
+        if JobState.PENDING in states:  # pending jobs held in flow groups (issue 15) too
+            plan += [(q, FLOW_SET) for q in queues]
         if not plan:
             return Page([], 0, query.page, query.page_size)
         pipe = self.client.pipeline(transaction=False)
         for queue, suffix in plan:
-            pipe.zcard(self.keys.queue_key(queue, suffix))
-        sizes = pipe.execute()
+            if suffix == FLOW_SET:
+                pipe.get(self.keys.flow(queue, "npend"))
+            else:
+                pipe.zcard(self.keys.queue_key(queue, suffix))
+        sizes = [max(0, int(size or 0)) for size in pipe.execute()]
         filters = {
             "prefix": query.id or "",
             "task": query.task or "",
