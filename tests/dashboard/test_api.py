@@ -150,7 +150,12 @@ def test_dead_letter_bulk_actions(api: TestClient, dash_app: Conveyor) -> None:
     r = api.post(f"{V1}/dead-letters/delete", json={"queue": "default"})
     assert r.json() == {"count": 2}
     assert api.get(f"{V1}/dead-letters").json()["total"] == 1
-    assert api.post(f"{V1}/dead-letters/retry", json={"bogus": 1}).json() == {"count": 1}
+    # a misspelt filter must not act on every dead letter: refused, naming the field
+    for verb in ("retry", "delete"):
+        r = api.post(f"{V1}/dead-letters/{verb}", json={"queu": "default"})
+        assert r.status_code == 422 and "queu" in r.text, r.text
+    assert api.get(f"{V1}/dead-letters").json()["total"] == 1
+    assert api.post(f"{V1}/dead-letters/retry", json={}).json() == {"count": 1}
 
 
 def test_queue_schedule_and_alert_actions(api: TestClient, dash_app: Conveyor) -> None:

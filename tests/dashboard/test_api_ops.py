@@ -72,6 +72,8 @@ def test_run_now_and_bulk(api: TestClient, dash_app: Conveyor) -> None:
         ({"action": "retry", "filters": {"nope": 1}}, "filters"),
         ({"action": "retry"}, "ids"),
         ({"action": "retry", "ids": [], "extra": 1}, "extra"),
+        ({"action": "delete", "filters": {}}, "filters"),  # would act on every job
+        ({"action": "delete", "filters": {"queue": ""}}, "filters"),
     ]
     for body, field in bad:
         r = api.post(f"{V1}/jobs/bulk", json=body)

@@ -221,14 +221,23 @@ def post_resume(request: Request, data: dict[str, Any]) -> Any:
     return {"ok": True}
 
 
+def _dead_filters(data: dict[str, Any]) -> dict[str, Any]:
+    """The body of a dead-letter bulk action; an unknown field is refused, because a misspelt
+    filter would otherwise act on every dead letter."""
+    unknown = set(data) - (set(SEARCH_FIELDS) - {"state"})
+    if unknown:
+        raise ValidationError(sorted(unknown)[0], "unknown field; the body takes only filters")
+    return _filters(data, True)
+
+
 def post_dead_retry(request: Request, data: dict[str, Any]) -> Any:
     """Requeue every dead letter matching the filters in the body."""
-    return {"count": dashboard_of(request).operator(request).retry_dead(_filters(data, True))}
+    return {"count": dashboard_of(request).operator(request).retry_dead(_dead_filters(data))}
 
 
 def post_dead_delete(request: Request, data: dict[str, Any]) -> Any:
     """Delete every dead letter matching the filters in the body."""
-    return {"count": dashboard_of(request).operator(request).delete_dead(_filters(data, True))}
+    return {"count": dashboard_of(request).operator(request).delete_dead(_dead_filters(data))}
 
 
 def post_schedule_pause(request: Request, data: dict[str, Any]) -> Any:

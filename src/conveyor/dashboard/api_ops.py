@@ -83,6 +83,9 @@ def post_bulk(request: Request, data: dict[str, Any]) -> Any:
         raise ValidationError("ids", "must be a list of job ids")
     if filters is not None and (not isinstance(filters, dict) or set(filters) - set(SEARCH_FIELDS)):
         raise ValidationError("filters", f"must be an object of {', '.join(SEARCH_FIELDS)}")
+    if filters is not None and not any(v not in (None, "") for v in filters.values()):
+        # as the CLI: an empty search would act on every job (up to the cap)
+        raise ValidationError("filters", "give at least one filter (or list the ids)")
     result = dashboard_of(request).operator(request).bulk(str(name), ids=ids, filters=filters)
     return {
         "action": result.action,

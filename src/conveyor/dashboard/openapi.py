@@ -60,6 +60,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     },
     "Filters": {
         "type": "object",
+        "additionalProperties": False,  # a misspelt filter would widen the action to all
         "properties": {k: _STR for k in ("id", "task", "queue", "since", "until", "error", "text")},
     },
     "WorkerCommand": {
