@@ -26,14 +26,22 @@ from .runtime import HasRuntime, Runtime, as_runtime
 from .txn import is_sqlite, placeholder, raw_connection
 
 DEFAULT_TABLE = "conveyor_outbox"
+MAX_TABLE_CHARS = 55  # 63 (PostgreSQL's identifier limit) - len("_created")
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Za-z0-9_]{0,62})?$")
 _SAVEPOINT = "conveyor_outbox"
 
 
 def check_table(name: str) -> str:
-    """An SQL identifier (``table`` or ``schema.table``): letters, digits, underscores."""
+    """An SQL identifier (``table`` or ``schema.table``): letters, digits, underscores; the
+    table part at most ``MAX_TABLE_CHARS`` long."""
     if not isinstance(name, str) or not _IDENT.match(name):
         raise ValidationError("table", f"must be an SQL identifier like conveyor_outbox, {name!r}")
+    if len(name.rpartition(".")[2]) > MAX_TABLE_CHARS:
+        # PostgreSQL cuts names at 63 bytes: a longer "<table>_failed" or "<table>_created"
+        # would be cut to another name (at 63 characters, to the outbox table itself)
+        raise ValidationError(
+            "table", f"the table name must be at most {MAX_TABLE_CHARS} characters, {name!r}"
+        )
     return name
 
 

@@ -218,6 +218,10 @@ def test_relay_killed_with_kill_9_mid_batch_loses_and_duplicates_nothing(
 def test_bad_table_batch_and_url_are_refused_by_name(rapp: Conveyor, tmp_path: Path) -> None:
     with pytest.raises(ValidationError, match=r"^table: "):
         Outbox(rapp, "sqlite:///x.db", table="orders; DROP TABLE orders")
+    # PostgreSQL cuts names at 63 bytes: "<63 chars>_failed" would name the outbox itself
+    Outbox(rapp, "sqlite:///x.db", table="s." + "o" * 55)
+    with pytest.raises(ValidationError, match=r"^table: .*at most 55"):
+        Outbox(rapp, "sqlite:///x.db", table="o" * 56)
     with pytest.raises(ValidationError, match=r"^url: "):
         Relay(Outbox(rapp))  # no database to read
     with pytest.raises(ValidationError, match=r"^batch: "):
