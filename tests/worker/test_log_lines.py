@@ -95,3 +95,24 @@ def test_lean_supervisor_log_escapes_too() -> None:
         "worker %s exited", HOSTILE_TEXT["newline"]
     )
     assert_one_line_per_record(stream.getvalue(), 1)
+
+
+def test_outcome_lines_are_one_line_under_the_apps_own_logging(
+    app: Conveyor, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Without Conveyor's formatters (an app with its own ``logging.basicConfig``), the
+    outcome line's message is still one safe line: the job's error text is escaped in it."""
+
+    @app.task(max_attempts=1)
+    def hostile(name: str) -> None:
+        raise ValueError(HOSTILE_TEXT[name])
+
+    for name in ("newline", "carriage_return", "unicode"):
+        hostile.enqueue(name)
+    with caplog.at_level(logging.WARNING, logger="conveyor"):
+        assert app.worker().run_until_idle() == 3
+    outcome = [r.getMessage() for r in caplog.records if "outcome=" in r.getMessage()]
+    assert len(outcome) == 3, outcome
+    for message in outcome:
+        assert not any(ch in message for ch in "\n\r\x1b\x00"), repr(message)
+    assert any("first line\\nforged: log line" in m for m in outcome), outcome

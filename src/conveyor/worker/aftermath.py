@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import LeaseLost
 from ..middleware import emit
 from .execute import Outcome, log_extra
+from .leanlog import text_safe
 from .running import Running
 
 if TYPE_CHECKING:
@@ -74,17 +75,19 @@ class Aftermath:
                     error=decision.exc_type,
                     message=decision.message[:500],
                 )
+            # job data is hostile: escaped in the message itself, so a handler without
+            # Conveyor's formatters (the app's own logging set-up) still gets one safe line
             log.log(
                 level,
                 "job %s task=%s queue=%s attempt=%d worker=%s duration=%.3fs outcome=%s%s",
-                job.id,
-                job.task,
-                job.queue,
+                text_safe(job.id),
+                text_safe(job.task),
+                text_safe(job.queue),
                 job.attempts,
                 self.worker_id,
                 duration,
                 name,
-                detail,
+                text_safe(detail),
                 extra=log_extra(fields, decision),
             )
         if name != "released":
@@ -122,7 +125,7 @@ class Aftermath:
             run.lost = run.lost_announced = True
         log.warning(
             "job %s (%s): lease lost; this attempt's outcome will be discarded",
-            run.job.id,
-            run.job.task,
+            text_safe(run.job.id),
+            text_safe(run.job.task),
         )
         emit(self.middleware, "on_lease_lost", self.worker, run.job)
