@@ -13,7 +13,8 @@
    in the same order, no deadlock);
 3. sends every NOTIFY (delivered only at COMMIT).
 
-The statement and COMMIT travel in one round trip (psycopg pipeline mode). When the
+The statement and COMMIT travel in one round trip, on libpq's pipeline directly
+(``postgres/wire.py``: nobody reads their results). When the
 transaction finished jobs, the retention caps (``Retention.completed_max`` /
 ``dead_letter_max``) ride in the same round trip as a statement of their own (``_CAP``),
 sent between the settle statement and COMMIT: it reads the per-queue totals the settle
@@ -29,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from . import wire
 from .arrays import bytea_array, num_array, text_array
 from .store import EVENT_CHUNK, EVENT_TRIM, Tx
 
@@ -88,13 +90,19 @@ def settle(s: PgStore, tx: Tx) -> None:
         if tx.begun or tx.deferred:
             tx.conn.execute("COMMIT")
         return
-    sql, params = found
+    batch: list[tuple[str, Any]] = [] if tx.begun else [("BEGIN", ())]
+    batch += [*tx.deferred, found]
+    if caps is not None:
+        batch.append((s.sql(_CAP), caps))
+    batch.append(("COMMIT", ()))
+    tx.deferred.clear()
+    tx.begun = True
+    if wire.encodable(batch):  # the usual case: straight on libpq's pipeline
+        wire.fire(tx._conn, batch)
+        return
     with tx._conn.pipeline():
-        tx.send_pending()
-        tx._conn.execute(sql, params, prepare=True)
-        if caps is not None:
-            tx._conn.execute(s.sql(_CAP), caps, prepare=True)
-        tx._conn.execute("COMMIT")
+        for sql, params in batch:
+            tx._conn.execute(sql, params, prepare=bool(params))
 
 
 def _caps(s: PgStore, tx: Tx) -> tuple[str, str, str] | None:

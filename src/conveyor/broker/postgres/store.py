@@ -23,11 +23,13 @@ from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import psycopg
 import psycopg_pool
+from psycopg import pq
 
 from ...config import Retention
 from ...core.job import Job
 from ...core.state import JobState
 from ...errors import BrokerUnavailable, ValidationError
+from . import wire
 from .schema import FLOW_TABLES, SchemaError, ensure_schema, quote_ident
 
 EVENT_CHUNK = 500  # events per row of ``events``
@@ -146,6 +148,7 @@ class Tx:
     def rollback(self) -> None:
         """End a begun transaction that failed (the connection may be broken: then nothing)."""
         if self.begun and not self._conn.closed:
+            wire.forget(self._conn)  # psycopg deallocates every prepared statement
             with contextlib.suppress(psycopg.Error):
                 self._conn.execute("ROLLBACK")
 
@@ -264,7 +267,11 @@ class PgStore:
         known to be down (a probe, an enqueue in a web request fail fast during an outage)."""
         with self.pool().connection(timeout=DOWN_WAIT_S if self._down else None) as conn:
             self._down = False
-            yield conn
+            try:
+                yield conn
+            finally:
+                if conn.pgconn.transaction_status != pq.TransactionStatus.IDLE:
+                    wire.forget(conn)  # the pool rolls it back: psycopg deallocates all
 
     def _read(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[Any]:
         """Run one read statement (autocommit); all its rows."""

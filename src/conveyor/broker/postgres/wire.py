@@ -1,0 +1,165 @@
+"""Write-only statement batches sent on libpq's pipeline directly (issue 17: client CPU).
+
+The last round trip of every write transaction carries statements whose results nobody reads:
+the completion's ``UPDATE``, the settle statement, the retention caps, COMMIT
+(``postgres/commit.py``). Through psycopg's cursor machinery each costs ~15 µs of client CPU
+and the pipeline ~35 µs more (cursor objects, adapters, the prepared-statement cache, result
+objects); sent here on the connection's ``pgconn`` they cost ~1 µs each and the batch ~25 µs,
+a saving paid on every claim and every completion. ``fire`` prepares each SQL text once per
+connection (names ``cvN``, never reused, so they cannot clash with psycopg's ``_pg3_N``),
+passes parameters as text (the SQL casts them, or the server infers the column's type) and
+reads every result up to the pipeline's sync. An error result raises the same psycopg
+exception class psycopg would (SQLSTATE kept: a deadlock victim is still
+``DeadlockDetected``); a connection failure raises ``psycopg.OperationalError``.
+
+psycopg deallocates every prepared statement of a connection (``DEALLOCATE ALL``) when a
+ROLLBACK runs through it: ``forget`` drops this module's names of that connection then
+(``Tx.rollback``, and ``PgStore._connection`` when a connection goes back to the pool inside a
+transaction, which the pool rolls back); an unknown name (SQLSTATE 26000, a rollback missed)
+fails that one transaction and is forgotten too. A parameter
+that is not a plain scalar (``str``, ``int``, ``float``, ``bool``, None) makes ``encodable``
+false and the caller sends the batch through psycopg instead.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import select
+import weakref
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import psycopg
+from psycopg import errors, pq
+
+Params = Sequence[Any] | Mapping[str, Any]
+
+_PLACEHOLDER = re.compile(r"%\((\w+)\)s|%s|%%")
+#: SQL text (psycopg placeholders) -> (server text with $n, parameter names or None: positional)
+_CONVERTED: dict[str, tuple[bytes, list[str] | None]] = {}
+#: per connection: SQL text -> its prepared statement's name on that connection
+_PREPARED: weakref.WeakKeyDictionary[psycopg.Connection[Any], dict[str, bytes]] = (
+    weakref.WeakKeyDictionary()
+)
+_NAMES = itertools.count()
+_OK = (pq.ExecStatus.COMMAND_OK, pq.ExecStatus.TUPLES_OK, pq.ExecStatus.EMPTY_QUERY)
+
+
+def _convert(sql: str) -> tuple[bytes, list[str] | None]:
+    """``sql`` with psycopg's ``%s`` / ``%(name)s`` placeholders as ``$n``."""
+    found = _CONVERTED.get(sql)
+    if found is not None:
+        return found
+    names: list[str] = []
+    slots: dict[str, int] = {}
+    positional = 0
+
+    def swap(m: re.Match[str]) -> str:
+        nonlocal positional
+        if m.group(0) == "%%":
+            return "%"
+        if m.group(1) is None:
+            positional += 1
+            return f"${positional}"
+        name = m.group(1)
+        if name not in slots:
+            names.append(name)
+            slots[name] = len(names)
+        return f"${slots[name]}"
+
+    text = _PLACEHOLDER.sub(swap, sql)
+    if positional and names:
+        raise ValueError("a statement mixes %s and %(name)s placeholders")
+    found = (text.encode(), names if names else None)
+    _CONVERTED[sql] = found
+    return found
+
+
+def _text(value: Any) -> bytes | None:
+    """A parameter in text format (see ``encodable``)."""
+    if value is None:
+        return None
+    if value is True or value is False:
+        return b"t" if value else b"f"
+    return str(value).encode()
+
+
+def encodable(batch: Sequence[tuple[str, Params]]) -> bool:
+    """True when every parameter of ``batch`` is a plain scalar ``fire`` sends as text."""
+    for _, params in batch:
+        values = params.values() if isinstance(params, Mapping) else params
+        for v in values:
+            if v is not None and type(v) not in (str, int, float, bool):
+                return False
+    return True
+
+
+def _values(params: Params, names: list[str] | None) -> list[bytes | None]:
+    if names is None:
+        assert not isinstance(params, Mapping)
+        return [_text(v) for v in params]
+    assert isinstance(params, Mapping)
+    return [_text(params[n]) for n in names]
+
+
+def forget(conn: psycopg.Connection[Any]) -> None:
+    """Drop the names of ``conn``'s statements (the server deallocated them or will)."""
+    _PREPARED.pop(conn, None)
+
+
+def fire(conn: psycopg.Connection[Any], batch: Sequence[tuple[str, Params]]) -> None:
+    """Run ``batch`` (prepared statements with ``encodable`` parameters; a statement without
+    parameters, such as BEGIN or COMMIT, goes unprepared) in one round trip; results
+    discarded, the first error raised."""
+    pg = conn.pgconn
+    known = _PREPARED.setdefault(conn, {})
+    fresh: list[str] = []
+    pg.enter_pipeline_mode()
+    try:
+        for sql, params in batch:
+            if not params:
+                pg.send_query_params(sql.encode(), None)
+                continue
+            text, names = _convert(sql)
+            name = known.get(sql)
+            if name is None:
+                name = known[sql] = f"cv{next(_NAMES)}".encode()
+                fresh.append(sql)
+                pg.send_prepare(name, text)
+            pg.send_query_prepared(name, _values(params, names))
+        pg.pipeline_sync()
+        failed = _finish(pg, conn)
+    except BaseException:
+        for sql in fresh:  # maybe never prepared: prepare again under a new name next time
+            known.pop(sql, None)
+        raise
+    finally:
+        if pg.pipeline_status != pq.PipelineStatus.OFF and pg.status == pq.ConnStatus.OK:
+            pg.exit_pipeline_mode()
+    if failed is not None:
+        for sql in fresh:
+            known.pop(sql, None)
+        if failed.sqlstate == "26000":  # a name the server no longer knows: start afresh
+            forget(conn)
+        raise failed
+
+
+def _finish(pg: Any, conn: psycopg.Connection[Any]) -> psycopg.Error | None:
+    """Send what is buffered, read every result up to the sync; the first error, if any."""
+    while pg.flush():  # 1: more to send, the socket is full
+        select.select([pg.socket], [pg.socket], [])
+        pg.consume_input()
+    failed: psycopg.Error | None = None
+    while True:
+        while pg.is_busy():
+            select.select([pg.socket], [], [])
+            pg.consume_input()
+        res = pg.get_result()
+        if res is None:
+            continue
+        status = res.status
+        if status == pq.ExecStatus.PIPELINE_SYNC:
+            return failed
+        if status not in _OK and status != pq.ExecStatus.PIPELINE_ABORTED and failed is None:
+            failed = errors.error_from_result(res, encoding=conn.info.encoding)
