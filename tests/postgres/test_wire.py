@@ -1,9 +1,10 @@
 """The last round trip of a write transaction on libpq's pipeline directly (issue 17: client
 CPU per claim and completion; ``postgres/wire.py``).
 
-The statements nobody reads (the completion's ``UPDATE``, the settle statement, the retention
-caps, COMMIT) no longer go through psycopg's cursors: psycopg runs only the statements whose
-rows the broker reads. Errors keep their psycopg class, and psycopg's ``DEALLOCATE ALL`` after
+A plain claim (BEGIN, the look-up and the guarded claim; the settle statement and COMMIT) and
+a completion (BEGIN and the row locks; the ``UPDATE``, the settle statement, the retention
+caps and COMMIT) no longer go through psycopg's cursors; rows are still loaded by psycopg's
+own loaders. Errors keep their psycopg class, and psycopg's ``DEALLOCATE ALL`` after
 a ROLLBACK never leaves the batch naming a statement the server forgot.
 """
 
@@ -51,10 +52,10 @@ def test_claim_and_completion_send_only_what_they_read_through_psycopg(
     calls = _cursor_calls(monkeypatch)
     leases = one.claim(["default"], now, limit=8)
     assert len(leases) == 5
-    assert len(calls) <= 3, calls  # BEGIN, the look-up, the guarded claim
+    assert calls == []  # BEGIN, the look-up, the guarded claim; settle, COMMIT: all on libpq
     calls.clear()
     assert one.complete([Ack(x.job.id, x.token) for x in leases], now) == [True] * 5
-    assert len(calls) <= 2, calls  # BEGIN, the row locks
+    assert calls == []  # BEGIN, the row locks; the UPDATE, settle, caps, COMMIT
     assert one.counts()["default"]["completed"] == 5
     assert [e["type"] for e in one.events.read(None, 100)[0]].count("completed") == 5
 

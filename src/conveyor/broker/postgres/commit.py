@@ -102,7 +102,7 @@ def settle(s: PgStore, tx: Tx) -> None:
         return
     with tx._conn.pipeline():
         for sql, params in batch:
-            tx._conn.execute(sql, params, prepare=bool(params))
+            tx._conn.execute(sql, params, prepare=sql not in ("BEGIN", "COMMIT"))
 
 
 def _caps(s: PgStore, tx: Tx) -> tuple[str, str, str] | None:

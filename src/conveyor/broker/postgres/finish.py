@@ -63,7 +63,7 @@ def complete_acks(b: PostgresBroker, acks: Sequence[Ack], now: float) -> list[bo
     cols = ", ".join(f"j.{c.strip()}" for c in COLS.split(","))
     lock = _LOCK.format(cols=cols, special=SPECIAL)
     with b._write() as tx:
-        rows = tx.first(
+        rows = tx.rows(
             b.sql(lock),
             (
                 text_array([a.job_id for a in acks]),
@@ -71,7 +71,7 @@ def complete_acks(b: PostgresBroker, acks: Sequence[Ack], now: float) -> list[bo
                 num_array(range(len(acks))),
             ),
             binary=True,
-        ).fetchall()
+        )
         fast: list[tuple[Row, Ack, str | None]] = []
         slow: list[tuple[Rec, Ack]] = []
         special: list[Rec] = []

@@ -133,17 +133,36 @@ class Tx:
             cur = conn.execute(sql, params, prepare=True, binary=binary)
         return cur
 
+    def rows(
+        self, sql: str, params: Sequence[Any] | dict[str, Any], *, binary: bool = False
+    ) -> list[Any]:
+        """``first``'s rows; on libpq's pipeline directly (``postgres/wire.py``) when every
+        parameter is a plain scalar: the hot statements whose rows the broker reads."""
+        return self.first_two(None, (sql, params), binary=binary)[1]
+
     def first_two(
-        self, one: tuple[str, Sequence[Any]], two: tuple[str, Sequence[Any]]
-    ) -> tuple[psycopg.Cursor[Any], psycopg.Cursor[Any]]:
-        """Two prepared statements (the second's rows in binary format) with BEGIN and the
-        deferred statements, in one round trip."""
+        self,
+        one: tuple[str, Sequence[Any]] | None,
+        two: tuple[str, Sequence[Any] | dict[str, Any]],
+        *,
+        binary: bool = True,
+    ) -> tuple[list[Any], list[Any]]:
+        """The rows of two prepared statements (the second's in binary format when
+        ``binary``) sent with BEGIN and the deferred statements in one round trip; ``one``
+        None: the second alone. Through ``wire.rows`` when the parameters allow it."""
+        batch: list[tuple[str, Any]] = [] if self.begun else [("BEGIN", ())]
+        batch += [*self.deferred, *([one] if one else []), two]
+        if wire.encodable(batch):
+            self.begun = True  # BEGIN is on its way: a failure must roll back
+            self.deferred.clear()
+            got = wire.rows(self._conn, batch, (len(batch) - 1,) if binary else ())
+            return (got[-2] if one else []), got[-1]
         conn = self._conn
         with conn.pipeline():
             self.send_pending()
-            first = conn.execute(one[0], one[1], prepare=True)
-            second = conn.execute(two[0], two[1], prepare=True, binary=True)
-        return first, second
+            first = conn.execute(one[0], one[1], prepare=True) if one else None
+            second = conn.execute(two[0], two[1], prepare=True, binary=binary)
+        return (first.fetchall() if first else []), second.fetchall()
 
     def rollback(self) -> None:
         """End a begun transaction that failed (the connection may be broken: then nothing)."""

@@ -32,6 +32,7 @@ from typing import Any
 
 import psycopg
 from psycopg import errors, pq
+from psycopg.adapt import Transformer
 
 Params = Sequence[Any] | Mapping[str, Any]
 
@@ -43,6 +44,8 @@ _PREPARED: weakref.WeakKeyDictionary[psycopg.Connection[Any], dict[str, bytes]] 
     weakref.WeakKeyDictionary()
 )
 _NAMES = itertools.count()
+#: sent unprepared (nothing to plan)
+_CONTROL = ("BEGIN", "COMMIT")
 _OK = (pq.ExecStatus.COMMAND_OK, pq.ExecStatus.TUPLES_OK, pq.ExecStatus.EMPTY_QUERY)
 
 
@@ -109,16 +112,41 @@ def forget(conn: psycopg.Connection[Any]) -> None:
 
 
 def fire(conn: psycopg.Connection[Any], batch: Sequence[tuple[str, Params]]) -> None:
-    """Run ``batch`` (prepared statements with ``encodable`` parameters; a statement without
-    parameters, such as BEGIN or COMMIT, goes unprepared) in one round trip; results
-    discarded, the first error raised."""
+    """Run ``batch`` (prepared statements with ``encodable`` parameters; BEGIN and COMMIT go
+    unprepared) in one round trip; results discarded, the first error raised."""
+    _run(conn, batch, ())
+
+
+def rows(
+    conn: psycopg.Connection[Any], batch: Sequence[tuple[str, Params]], binary: Sequence[int]
+) -> list[list[tuple[Any, ...]]]:
+    """``fire`` that returns each statement's rows (tuples, loaded by psycopg's own loaders);
+    the statements whose index is in ``binary`` answer in binary format (no text parsing of
+    numbers and bytea)."""
+    results = _run(conn, batch, binary)
+    out: list[list[tuple[Any, ...]]] = []
+    for i, res in enumerate(results):
+        if res is None or not res.ntuples:
+            out.append([])
+            continue
+        load = Transformer(conn)
+        load.set_pgresult(res, format=pq.Format.BINARY if i in binary else pq.Format.TEXT)
+        out.append(load.load_rows(0, res.ntuples, tuple))
+    return out
+
+
+def _run(
+    conn: psycopg.Connection[Any], batch: Sequence[tuple[str, Params]], binary: Sequence[int]
+) -> list[Any]:
+    """Send ``batch`` in one pipeline and sync; each statement's result (None for BEGIN /
+    COMMIT and the like), or the first error raised."""
     pg = conn.pgconn
     known = _PREPARED.setdefault(conn, {})
     fresh: list[str] = []
     pg.enter_pipeline_mode()
     try:
-        for sql, params in batch:
-            if not params:
+        for i, (sql, params) in enumerate(batch):
+            if sql in _CONTROL:
                 pg.send_query_params(sql.encode(), None)
                 continue
             text, names = _convert(sql)
@@ -127,9 +155,10 @@ def fire(conn: psycopg.Connection[Any], batch: Sequence[tuple[str, Params]]) -> 
                 name = known[sql] = f"cv{next(_NAMES)}".encode()
                 fresh.append(sql)
                 pg.send_prepare(name, text)
-            pg.send_query_prepared(name, _values(params, names))
+            fmt = pq.Format.BINARY if i in binary else pq.Format.TEXT
+            pg.send_query_prepared(name, _values(params, names), result_format=fmt)
         pg.pipeline_sync()
-        failed = _finish(pg, conn)
+        results, failed = _finish(pg, conn)
     except BaseException:
         for sql in fresh:  # maybe never prepared: prepare again under a new name next time
             known.pop(sql, None)
@@ -143,14 +172,21 @@ def fire(conn: psycopg.Connection[Any], batch: Sequence[tuple[str, Params]]) -> 
         if failed.sqlstate == "26000":  # a name the server no longer knows: start afresh
             forget(conn)
         raise failed
+    # the PREPAREs answer too: keep one result per statement of the batch
+    return [r for r in results if r is not _PREPARE_DONE]
 
 
-def _finish(pg: Any, conn: psycopg.Connection[Any]) -> psycopg.Error | None:
-    """Send what is buffered, read every result up to the sync; the first error, if any."""
+_PREPARE_DONE = object()
+
+
+def _finish(pg: Any, conn: psycopg.Connection[Any]) -> tuple[list[Any], psycopg.Error | None]:
+    """Send what is buffered, read every result up to the sync: one per statement (a PREPARE
+    answers with an empty command result), and the first error, if any."""
     while pg.flush():  # 1: more to send, the socket is full
         select.select([pg.socket], [pg.socket], [])
         pg.consume_input()
     failed: psycopg.Error | None = None
+    results: list[Any] = []
     while True:
         while pg.is_busy():
             select.select([pg.socket], [], [])
@@ -160,6 +196,14 @@ def _finish(pg: Any, conn: psycopg.Connection[Any]) -> psycopg.Error | None:
             continue
         status = res.status
         if status == pq.ExecStatus.PIPELINE_SYNC:
-            return failed
-        if status not in _OK and status != pq.ExecStatus.PIPELINE_ABORTED and failed is None:
-            failed = errors.error_from_result(res, encoding=conn.info.encoding)
+            return results, failed
+        if status == pq.ExecStatus.TUPLES_OK:
+            results.append(res)
+        elif status == pq.ExecStatus.COMMAND_OK and not res.command_status:
+            results.append(_PREPARE_DONE)  # the answer to a PREPARE (no command tag)
+        elif status in _OK:
+            results.append(None)
+        else:
+            results.append(None)
+            if status != pq.ExecStatus.PIPELINE_ABORTED and failed is None:
+                failed = errors.error_from_result(res, encoding=conn.info.encoding)
