@@ -1,24 +1,25 @@
-"""Write-only statement batches sent on libpq's pipeline directly (issue 17: client CPU).
+"""The hot transactions' round trips on libpq's pipeline directly (issue 17: client CPU).
 
-The last round trip of every write transaction carries statements whose results nobody reads:
-the completion's ``UPDATE``, the settle statement, the retention caps, COMMIT
-(``postgres/commit.py``). Through psycopg's cursor machinery each costs ~15 µs of client CPU
-and the pipeline ~35 µs more (cursor objects, adapters, the prepared-statement cache, result
-objects); sent here on the connection's ``pgconn`` they cost ~1 µs each and the batch ~25 µs,
-a saving paid on every claim and every completion. ``fire`` prepares each SQL text once per
-connection (names ``cvN``, never reused, so they cannot clash with psycopg's ``_pg3_N``),
-passes parameters as text (the SQL casts them, or the server infers the column's type) and
-reads every result up to the pipeline's sync. An error result raises the same psycopg
+A claim is two round trips (BEGIN, the look-up and the guarded claim; then the settle
+statement and COMMIT) and a completion two (BEGIN and the row locks; then the ``UPDATE``, the
+settle statement, the retention caps and COMMIT). Through psycopg's cursor machinery each
+statement costs ~15 µs of client CPU and each pipeline ~35 µs more (cursor objects, adapters,
+the prepared-statement cache, result objects); sent here on the connection's ``pgconn`` they
+cost ~1 µs each and the batch ~25 µs. ``fire`` sends a batch whose results nobody reads;
+``rows`` returns each statement's rows, loaded by psycopg's own ``Transformer`` (the same
+Python values a cursor gives). Each SQL text is prepared once per connection (names ``cvN``,
+never reused, so they cannot clash with psycopg's ``_pg3_N``); parameters go as text (the SQL
+casts them, or the server infers the column's type). An error result raises the same psycopg
 exception class psycopg would (SQLSTATE kept: a deadlock victim is still
-``DeadlockDetected``); a connection failure raises ``psycopg.OperationalError``.
+``DeadlockDetected``); a connection failure raises ``psycopg.OperationalError``. A parameter
+that is not a plain scalar (``str``, ``int``, ``float``, ``bool``, None) makes ``encodable``
+false and the caller goes through psycopg instead.
 
 psycopg deallocates every prepared statement of a connection (``DEALLOCATE ALL``) when a
 ROLLBACK runs through it: ``forget`` drops this module's names of that connection then
 (``Tx.rollback``, and ``PgStore._connection`` when a connection goes back to the pool inside a
 transaction, which the pool rolls back); an unknown name (SQLSTATE 26000, a rollback missed)
-fails that one transaction and is forgotten too. A parameter
-that is not a plain scalar (``str``, ``int``, ``float``, ``bool``, None) makes ``encodable``
-false and the caller sends the batch through psycopg instead.
+fails that one transaction and is forgotten too.
 """
 
 from __future__ import annotations
