@@ -20,6 +20,7 @@ import pytest
 from conveyor.broker.base import Ack
 from conveyor.broker.postgres.broker import PostgresBroker
 from conveyor.core.job import Job
+from conveyor.errors import BrokerUnavailable
 
 
 @pytest.fixture
@@ -87,3 +88,25 @@ def test_an_error_in_the_batch_keeps_its_class_and_the_transaction_rolls_back(
     assert one.counts()["default"]["pending"] == 2  # the settle rolled back with it
     leases = one.claim(["default"], now, limit=2)  # the connection is usable again
     assert one.complete([Ack(x.job.id, x.token) for x in leases], now) == [True, True]
+
+
+def test_a_connection_killed_under_the_batch_is_a_broker_outage_then_recovers(
+    one: PostgresBroker, pg_server: Any
+) -> None:
+    now = time.time()
+    one.enqueue([Job(id="k", task="t")], now)
+    [pid] = one._read("SELECT pg_backend_pid()")[0]
+    with psycopg.connect(pg_server.url, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+    with pytest.raises(BrokerUnavailable):
+        one.claim(["default"], now, limit=1)
+    deadline = time.monotonic() + 30
+    while True:  # the pool replaces the connection
+        try:
+            leases = one.claim(["default"], now, limit=1)
+            break
+        except BrokerUnavailable:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+    assert [x.job.id for x in leases] == ["k"]
+    assert one.complete([Ack("k", leases[0].token)], now) == [True]

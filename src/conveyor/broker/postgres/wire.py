@@ -24,6 +24,7 @@ fails that one transaction and is forgotten too.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import re
 import select
@@ -166,7 +167,10 @@ def _run(
         raise
     finally:
         if pg.pipeline_status != pq.PipelineStatus.OFF and pg.status == pq.ConnStatus.OK:
-            pg.exit_pipeline_mode()
+            # fails only with results left unread (an interrupted read): the connection then
+            # goes back to the pool mid-query, and the pool discards it
+            with contextlib.suppress(psycopg.Error):
+                pg.exit_pipeline_mode()
     if failed is not None:
         for sql in fresh:
             known.pop(sql, None)
