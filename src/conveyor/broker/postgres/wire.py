@@ -29,14 +29,15 @@ import itertools
 import re
 import select
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import psycopg
 from psycopg import errors, pq
 from psycopg.adapt import Transformer
 
-Params = Sequence[Any] | Mapping[str, Any]
+#: positional (``%s``) or named (``%(name)s``, a dict) parameters
+Params = Sequence[Any] | dict[str, Any]
 
 _PLACEHOLDER = re.compile(r"%\((\w+)\)s|%s|%%")
 #: SQL text (psycopg placeholders) -> (server text with $n, parameter names or None: positional)
@@ -93,7 +94,7 @@ def _text(value: Any) -> bytes | None:
 def encodable(batch: Sequence[tuple[str, Params]]) -> bool:
     """True when every parameter of ``batch`` is a plain scalar ``fire`` sends as text."""
     for _, params in batch:
-        values = params.values() if isinstance(params, Mapping) else params
+        values = params.values() if isinstance(params, dict) else params
         for v in values:
             if v is not None and type(v) not in (str, int, float, bool):
                 return False
@@ -102,9 +103,9 @@ def encodable(batch: Sequence[tuple[str, Params]]) -> bool:
 
 def _values(params: Params, names: list[str] | None) -> list[bytes | None]:
     if names is None:
-        assert not isinstance(params, Mapping)
+        assert not isinstance(params, dict)
         return [_text(v) for v in params]
-    assert isinstance(params, Mapping)
+    assert isinstance(params, dict)
     return [_text(params[n]) for n in names]
 
 
