@@ -2,7 +2,9 @@
 
     PYTHONPATH=$PWD/src:$PWD .venv/bin/python bench/pg_txn_cost.py 1 32 500
 
-Starts a private cluster (``tests/support/pg_proc.py``), queues 6,400 plain jobs, then claims
+Starts a private cluster (``tests/support/pg_proc.py``), queues 6,400 plain jobs (their
+envelopes as the producer writes them, ``envelope_dict``: the claim's fast decode path; until
+session 7 the full ``job_to_dict`` envelope, which the claim decodes on its slow path), then claims
 ``B`` and completes them in a loop on one ``PostgresBroker`` (no worker threads), measuring
 this process's CPU and the server processes' CPU. Two batch sizes give a line: CPU per pair =
 fixed + B x per job. Used for docs/benchmarks.md ("Session 6, PostgreSQL defaults"): a worker
@@ -15,6 +17,7 @@ from __future__ import annotations
 import sys
 import time
 
+import orjson
 import psutil
 from tests.support.pg_proc import PgServer
 
@@ -22,6 +25,7 @@ from bench.pg_drain_cpu import tree_cpu
 from conveyor.broker.base import Ack
 from conveyor.broker.postgres.broker import PostgresBroker
 from conveyor.core.job import Job
+from conveyor.core.serialization import envelope_dict
 
 JOBS = 6400
 
@@ -33,7 +37,8 @@ def measure(srv: PgServer, batch: int) -> tuple[float, float]:
         pg.flush_all()
         now = time.time()
         for i in range(0, JOBS, 1000):
-            pg.enqueue([Job(id=f"j{k}", task="t") for k in range(i, i + 1000)], now)
+            jobs = [Job(id=f"j{k}", task="t") for k in range(i, i + 1000)]
+            pg.enqueue(jobs, now, [orjson.dumps(envelope_dict(j)) for j in jobs])
 
         def pair() -> None:
             leases = pg.claim(["default"], now, limit=batch, worker_id="w")

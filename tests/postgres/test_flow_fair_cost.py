@@ -16,6 +16,7 @@ import pytest
 
 from conveyor import ConcurrencyLimit, Conveyor, JobState
 from conveyor.broker.base import Ack, Broker
+from conveyor.broker.postgres import wire
 
 pytest.importorskip("psycopg")
 
@@ -36,9 +37,16 @@ def counted(monkeypatch: pytest.MonkeyPatch) -> Iterator[Counter[str]]:
         statements[str(query)[:60]] += len(rows)
         return executemany(self, query, rows, **kw)
 
+    def spy_wire(conn: Any, batch: Any, binary: Any) -> Any:  # postgres/wire.py's batches
+        for sql, _ in batch:
+            statements[str(sql)[:60]] += 1
+        return run(conn, batch, binary)
+
+    run = wire._run
     with monkeypatch.context() as patch:
         patch.setattr(psycopg.Connection, "execute", spy)
         patch.setattr(psycopg.Cursor, "executemany", spy_many)
+        patch.setattr(wire, "_run", spy_wire)
         yield statements
 
 

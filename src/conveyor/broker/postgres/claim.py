@@ -138,13 +138,14 @@ def claim_jobs(
                 (b.sql(_LOOKUP), ()),
                 (b.sql(_GUARDED), (head, head, now, now, limit, now + vt, now, worker_id or None)),
             )
-            took, leases = _lease_rows(b, tx, head, first.fetchall(), now, vt, worker_id)
+            took, leases = _lease_rows(b, tx, head, first, now, vt, worker_id)
+            looked = look[0]
         elif b.flow_seen:  # issue 15: the flow lock rides with the look-up
-            look, took = tx.first(b.sql(_LOOKUP_LOCKED), (pgflow.lock_key(b),)), 0
+            looked, took = one(tx.first(b.sql(_LOOKUP_LOCKED), (pgflow.lock_key(b),))), 0
             pgflow.locked(tx)
         else:
-            look, took = tx.first(b.sql(_LOOKUP)), 0
-        _, _, due, lease_end, paused, *seen = one(look)  # (the lock's void comes last)
+            looked, took = one(tx.first(b.sql(_LOOKUP))), 0
+        _, _, due, lease_end, paused, *seen = looked  # (the lock's void comes last)
         b.flow_seen = bool(seen[0] or seen[1])
         done = {head} if 0 < took < limit else set()  # a short batch: that queue is empty
         moved = 0

@@ -13,9 +13,15 @@
    in the same order, no deadlock);
 3. sends every NOTIFY (delivered only at COMMIT).
 
-When the transaction finished no job (a claim, an enqueue) the statement and COMMIT travel in
-one round trip (psycopg pipeline mode). Otherwise the retention caps may have to delete the
-oldest finished jobs first (``_cap_finished``, in the same transaction), then COMMIT.
+The statement and COMMIT travel in one round trip, on libpq's pipeline directly
+(``postgres/wire.py``: nobody reads their results). When the
+transaction finished jobs, the retention caps (``Retention.completed_max`` /
+``dead_letter_max``) ride in the same round trip as a statement of their own (``_CAP``),
+sent between the settle statement and COMMIT: it reads the per-queue totals the settle
+statement just wrote (count rows this transaction now holds locked, so no other committer can
+move them before COMMIT), deletes the oldest finished jobs over the cap and takes them off the
+counts. The client never waits on the totals (issue 17: a completion is two round trips, not
+three).
 """
 
 from __future__ import annotations
@@ -24,8 +30,9 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from . import wire
 from .arrays import bytea_array, num_array, text_array
-from .store import EVENT_CHUNK, EVENT_TRIM, Tx, one
+from .store import EVENT_CHUNK, EVENT_TRIM, Tx
 
 if TYPE_CHECKING:
     from .store import PgStore
@@ -57,31 +64,56 @@ _SETTLE = (
     f" AND (SELECT (b.n - %(k)s::bigint - e.m) / {EVENT_TRIM} <> b.n / {EVENT_TRIM}"
     " FROM bump b, e))," + _COUNTS_NOTIFY
 )
+#: The retention caps of the finished (queue, state) pairs: each pair's total over its cap
+#: (the count row the settle statement just updated, locked by this transaction) deletes that
+#: many of the oldest finished rows (``jobs_finished``; ``SKIP LOCKED``: a row another
+#: transaction holds is left for a later pass) and comes off the count.
 _CAP = (
-    "DELETE FROM {S}.jobs WHERE rid IN (SELECT rid FROM {S}.jobs WHERE queue = %s AND state = %s"
-    " AND finished_at IS NOT NULL ORDER BY seq LIMIT %s FOR UPDATE SKIP LOCKED)"
+    "WITH f AS (SELECT * FROM unnest(%s::text[], %s::text[], %s::bigint[]) AS f(q, st, cap)),"
+    " x AS (SELECT f.q, f.st, c.n - f.cap AS over FROM f JOIN {S}.counts c ON c.queue = f.q"
+    " AND c.state = f.st WHERE c.n > f.cap),"
+    " gone AS (DELETE FROM {S}.jobs WHERE rid IN (SELECT p.rid FROM x CROSS JOIN LATERAL"
+    " (SELECT rid FROM {S}.jobs WHERE queue = x.q AND state = x.st AND finished_at IS NOT NULL"
+    " ORDER BY seq LIMIT x.over FOR UPDATE SKIP LOCKED) p) RETURNING queue, state)"
+    " UPDATE {S}.counts c SET n = c.n - g.k FROM (SELECT queue, state, count(*) AS k FROM gone"
+    " GROUP BY queue, state) g WHERE c.queue = g.queue AND c.state = g.state"
 )
 
 
 def settle(s: PgStore, tx: Tx) -> None:
-    """Number and store the events, apply the count deltas, send the NOTIFYs, retention, and
-    COMMIT a transaction ``PgStore._write`` began (nothing to do: nothing sent)."""
+    """Number and store the events, apply the count deltas, send the NOTIFYs, apply the
+    retention caps, and COMMIT a transaction ``PgStore._write`` began, in one round trip
+    (nothing to do: nothing sent)."""
+    caps = _caps(s, tx)
     found = statement(s, tx)
     if found is None:
         if tx.begun or tx.deferred:
             tx.conn.execute("COMMIT")
         return
-    sql, params = found
-    if not tx.finished:  # no retention cap to apply: the statement and COMMIT in one trip
-        with tx._conn.pipeline():
-            tx.send_pending()
-            tx._conn.execute(sql, params, prepare=True)
-            tx._conn.execute("COMMIT")
+    batch: list[tuple[str, Any]] = [] if tx.begun else [("BEGIN", ())]
+    batch += [*tx.deferred, found]
+    if caps is not None:
+        batch.append((s.sql(_CAP), caps))
+    batch.append(("COMMIT", ()))
+    tx.deferred.clear()
+    tx.begun = True
+    if wire.encodable(batch):  # the usual case: straight on libpq's pipeline
+        wire.fire(tx._conn, batch)
         return
-    _, queues, states, ns = one(tx.first(sql, params))
-    totals = {(q, st): int(n) for q, st, n in zip(queues, states, ns, strict=True)}
-    _cap_finished(s, tx, totals)
-    tx.conn.execute("COMMIT")
+    with tx._conn.pipeline():
+        for sql, params in batch:
+            tx._conn.execute(sql, params, prepare=sql not in ("BEGIN", "COMMIT"))
+
+
+def _caps(s: PgStore, tx: Tx) -> tuple[str, str, str] | None:
+    """``_CAP``'s parameters: the finished (queue, state) pairs whose count this transaction
+    changes (the settle statement locks their rows) and their caps; None when there is none."""
+    pairs = sorted(k for k in tx.finished if tx.deltas.get(k))
+    if not pairs:
+        return None
+    r = s.retention
+    caps = [max(r.completed_max if st == "completed" else r.dead_letter_max, 0) for _, st in pairs]
+    return (text_array([q for q, _ in pairs]), text_array([st for _, st in pairs]), num_array(caps))
 
 
 def statement(s: PgStore, tx: Tx) -> tuple[str, dict[str, Any]] | None:
@@ -120,17 +152,3 @@ def _chunks(events: list[dict[str, Any]], keep: int) -> dict[str, Any]:
         "cnt": num_array([len(c) for c in chunks]),
         "body": bytea_array([orjson.dumps(c) for c in chunks]),
     }
-
-
-def _cap_finished(s: PgStore, tx: Tx, totals: dict[tuple[str, str], int]) -> None:
-    """Delete the oldest finished jobs over the per-queue caps (``Retention``)."""
-    for queue, state in sorted(tx.finished):
-        r = s.retention
-        cap = r.completed_max if state == "completed" else r.dead_letter_max
-        excess = totals.get((queue, state), 0) - max(cap, 0)
-        if excess > 0:
-            n = tx.conn.execute(s.sql(_CAP), (queue, state, excess)).rowcount
-            tx.conn.execute(
-                s.sql("UPDATE {S}.counts SET n = n - %s WHERE queue = %s AND state = %s"),
-                (n, queue, state),
-            )

@@ -48,6 +48,8 @@ _LOCK = (
     " unnest(%s::text[], %s::text[], %s::int[]) AS a(id, token, n) ON j.id = a.id AND"
     " j.token = a.token WHERE j.state = 'active' ORDER BY j.rid, a.n FOR UPDATE OF j"
 )
+#: ``_LOCK`` with its columns and test filled in (built once, not per completion)
+_LOCKED = _LOCK.format(cols=", ".join(f"j.{c.strip()}" for c in COLS.split(",")), special=SPECIAL)
 _DONE = (
     "UPDATE {S}.jobs j SET state = 'completed', seq = nextval('{S}.job_seq'), due_at = NULL,"
     " lease_at = NULL, token = NULL, claims = 0, finished_at = %s, payload = u.payload"
@@ -60,18 +62,16 @@ def complete_acks(b: PostgresBroker, acks: Sequence[Ack], now: float) -> list[bo
     out = [False] * len(acks)
     if not acks:
         return out
-    cols = ", ".join(f"j.{c.strip()}" for c in COLS.split(","))
-    lock = _LOCK.format(cols=cols, special=SPECIAL)
     with b._write() as tx:
-        rows = tx.first(
-            b.sql(lock),
+        rows = tx.rows(
+            b.sql(_LOCKED),
             (
                 text_array([a.job_id for a in acks]),
                 text_array([a.token for a in acks]),
                 num_array(range(len(acks))),
             ),
             binary=True,
-        ).fetchall()
+        )
         fast: list[tuple[Row, Ack, str | None]] = []
         slow: list[tuple[Rec, Ack]] = []
         special: list[Rec] = []

@@ -23,12 +23,14 @@ from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import psycopg
 import psycopg_pool
+from psycopg import pq
 
 from ...config import Retention
-from ...core.job import Job
 from ...core.state import JobState
 from ...errors import BrokerUnavailable, ValidationError
+from . import wire
 from .schema import FLOW_TABLES, SchemaError, ensure_schema, quote_ident
+from .tx import Tx as Tx  # re-exported: every module takes it from here
 
 EVENT_CHUNK = 500  # events per row of ``events``
 EVENT_TRIM = 256  # trim old event rows when the event number crosses a multiple of this
@@ -71,97 +73,6 @@ def one(cursor: psycopg.Cursor[Any]) -> Any:
     if row is None:
         raise BrokerUnavailable("PostgreSQL returned no row where one was expected")
     return row
-
-
-class Tx:
-    """One transaction and what to settle before COMMIT: events, count deltas, finished
-    (queue, state) pairs, queues to NOTIFY (ready jobs: ``notify``; finished or deleted jobs,
-    for their waiters: ``done``).
-
-    A transaction of ``PgStore._write`` begins lazily: the first use of ``conn`` sends BEGIN,
-    and ``first`` sends BEGIN together with the first statement (one round trip, psycopg
-    pipeline mode); ``postgres/commit.py`` sends the settle statement with COMMIT. ``own`` is
-    False for the caller's transaction (``enqueue_in_transaction``): never begun here."""
-
-    def __init__(self, conn: psycopg.Connection[Any], *, own: bool = False) -> None:
-        self._conn = conn
-        self.begun = not own
-        #: statements whose result nobody reads, sent with the next one (``defer``)
-        self.deferred: list[tuple[str, Sequence[Any] | dict[str, Any]]] = []
-        self.events: list[dict[str, Any]] = []
-        self.deltas: dict[tuple[str, str], int] = {}
-        self.finished: set[tuple[str, str]] = set()
-        self.notify: set[str] = set()
-        self.done: set[str] = set()
-
-    @property
-    def conn(self) -> psycopg.Connection[Any]:
-        """The transaction's connection; BEGIN and the deferred statements are sent first."""
-        if not self.begun or self.deferred:
-            with self._conn.pipeline():
-                self.send_pending()
-        return self._conn
-
-    def defer(self, sql: str, params: Sequence[Any] | dict[str, Any]) -> None:
-        """Run ``sql`` (prepared) before the next statement, in its round trip: for a write
-        whose result nobody reads (the completion's ``UPDATE``; then the settle statement)."""
-        self.deferred.append((sql, params))
-
-    def send_pending(self) -> None:
-        """Queue BEGIN (if not begun) and the deferred statements; the caller is in pipeline
-        mode and syncs."""
-        conn = self._conn
-        if not self.begun:
-            conn.execute("BEGIN")
-            self.begun = True
-        for sql, params in self.deferred:
-            conn.execute(sql, params, prepare=True)
-        self.deferred.clear()
-
-    def first(
-        self, sql: str, params: Sequence[Any] | dict[str, Any] = (), *, binary: bool = False
-    ) -> psycopg.Cursor[Any]:
-        """Run ``sql`` (prepared), with BEGIN and the deferred statements in its round trip;
-        ``binary``: rows in binary format (no text parsing of numbers and bytea)."""
-        conn = self._conn
-        if self.begun and not self.deferred:
-            return conn.execute(sql, params, prepare=True, binary=binary)
-        with conn.pipeline():
-            self.send_pending()
-            cur = conn.execute(sql, params, prepare=True, binary=binary)
-        return cur
-
-    def first_two(
-        self, one: tuple[str, Sequence[Any]], two: tuple[str, Sequence[Any]]
-    ) -> tuple[psycopg.Cursor[Any], psycopg.Cursor[Any]]:
-        """Two prepared statements (the second's rows in binary format) with BEGIN and the
-        deferred statements, in one round trip."""
-        conn = self._conn
-        with conn.pipeline():
-            self.send_pending()
-            first = conn.execute(one[0], one[1], prepare=True)
-            second = conn.execute(two[0], two[1], prepare=True, binary=True)
-        return first, second
-
-    def rollback(self) -> None:
-        """End a begun transaction that failed (the connection may be broken: then nothing)."""
-        if self.begun and not self._conn.closed:
-            with contextlib.suppress(psycopg.Error):
-                self._conn.execute("ROLLBACK")
-
-    def count(self, queue: str, old: str | None, new: str | None, n: int = 1) -> None:
-        """Record ``n`` jobs moving between states (None: inserted / deleted) for ``counts``."""
-        if old != new:
-            for state, step in ((old, -n), (new, n)):
-                if state is not None:
-                    self.deltas[queue, state] = self.deltas.get((queue, state), 0) + step
-
-    def emit(self, kind: str, job: Job, now: float, **extra: Any) -> None:
-        """Queue one job event for insertion at commit."""
-        self.events.append(
-            {"type": kind, "job_id": job.id, "queue": job.queue, "task": job.task, "at": now}
-            | extra
-        )
 
 
 def parse_url(url: str) -> tuple[str, dict[str, str]]:
@@ -264,7 +175,11 @@ class PgStore:
         known to be down (a probe, an enqueue in a web request fail fast during an outage)."""
         with self.pool().connection(timeout=DOWN_WAIT_S if self._down else None) as conn:
             self._down = False
-            yield conn
+            try:
+                yield conn
+            finally:
+                if conn.pgconn.transaction_status != pq.TransactionStatus.IDLE:
+                    wire.forget(conn)  # the pool rolls it back: psycopg deallocates all
 
     def _read(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[Any]:
         """Run one read statement (autocommit); all its rows."""

@@ -1,0 +1,215 @@
+"""The hot transactions' round trips on libpq's pipeline directly (issue 17: client CPU).
+
+A claim is two round trips (BEGIN, the look-up and the guarded claim; then the settle
+statement and COMMIT) and a completion two (BEGIN and the row locks; then the ``UPDATE``, the
+settle statement, the retention caps and COMMIT). Through psycopg's cursor machinery each
+statement costs ~15 µs of client CPU and each pipeline ~35 µs more (cursor objects, adapters,
+the prepared-statement cache, result objects); sent here on the connection's ``pgconn`` they
+cost ~1 µs each and the batch ~25 µs. ``fire`` sends a batch whose results nobody reads;
+``rows`` returns each statement's rows, loaded by psycopg's own ``Transformer`` (the same
+Python values a cursor gives). Each SQL text is prepared once per connection (names ``cvN``,
+never reused, so they cannot clash with psycopg's ``_pg3_N``); parameters go as text (the SQL
+casts them, or the server infers the column's type). An error result raises the same psycopg
+exception class psycopg would (SQLSTATE kept: a deadlock victim is still
+``DeadlockDetected``); a connection failure raises ``psycopg.OperationalError``. A parameter
+that is not a plain scalar (``str``, ``int``, ``float``, ``bool``, None) makes ``encodable``
+false and the caller goes through psycopg instead.
+
+psycopg deallocates every prepared statement of a connection (``DEALLOCATE ALL``) when a
+ROLLBACK runs through it: ``forget`` drops this module's names of that connection then
+(``Tx.rollback``, and ``PgStore._connection`` when a connection goes back to the pool inside a
+transaction, which the pool rolls back); an unknown name (SQLSTATE 26000, a rollback missed)
+fails that one transaction and is forgotten too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import re
+import select
+import weakref
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+from psycopg import errors, pq
+from psycopg.adapt import Transformer
+
+#: positional (``%s``) or named (``%(name)s``, a dict) parameters
+Params = Sequence[Any] | dict[str, Any]
+
+_PLACEHOLDER = re.compile(r"%\((\w+)\)s|%s|%%")
+#: SQL text (psycopg placeholders) -> (server text with $n, parameter names or None: positional)
+_CONVERTED: dict[str, tuple[bytes, list[str] | None]] = {}
+#: per connection: SQL text -> its prepared statement's name on that connection
+_PREPARED: weakref.WeakKeyDictionary[psycopg.Connection[Any], dict[str, bytes]] = (
+    weakref.WeakKeyDictionary()
+)
+_NAMES = itertools.count()
+#: sent unprepared (nothing to plan)
+_CONTROL = ("BEGIN", "COMMIT")
+_OK = (pq.ExecStatus.COMMAND_OK, pq.ExecStatus.TUPLES_OK, pq.ExecStatus.EMPTY_QUERY)
+
+
+def _convert(sql: str) -> tuple[bytes, list[str] | None]:
+    """``sql`` with psycopg's ``%s`` / ``%(name)s`` placeholders as ``$n``."""
+    found = _CONVERTED.get(sql)
+    if found is not None:
+        return found
+    names: list[str] = []
+    slots: dict[str, int] = {}
+    positional = 0
+
+    def swap(m: re.Match[str]) -> str:
+        nonlocal positional
+        if m.group(0) == "%%":
+            return "%"
+        if m.group(1) is None:
+            positional += 1
+            return f"${positional}"
+        name = m.group(1)
+        if name not in slots:
+            names.append(name)
+            slots[name] = len(names)
+        return f"${slots[name]}"
+
+    text = _PLACEHOLDER.sub(swap, sql)
+    if positional and names:
+        raise ValueError("a statement mixes %s and %(name)s placeholders")
+    found = (text.encode(), names if names else None)
+    _CONVERTED[sql] = found
+    return found
+
+
+def _text(value: Any) -> bytes | None:
+    """A parameter in text format (see ``encodable``)."""
+    if value is None:
+        return None
+    if value is True or value is False:
+        return b"t" if value else b"f"
+    return str(value).encode()
+
+
+def encodable(batch: Sequence[tuple[str, Params]]) -> bool:
+    """True when every parameter of ``batch`` is a plain scalar ``fire`` sends as text."""
+    for _, params in batch:
+        values = params.values() if isinstance(params, dict) else params
+        for v in values:
+            if v is not None and type(v) not in (str, int, float, bool):
+                return False
+    return True
+
+
+def _values(params: Params, names: list[str] | None) -> list[bytes | None]:
+    if names is None:
+        assert not isinstance(params, dict)
+        return [_text(v) for v in params]
+    assert isinstance(params, dict)
+    return [_text(params[n]) for n in names]
+
+
+def forget(conn: psycopg.Connection[Any]) -> None:
+    """Drop the names of ``conn``'s statements (the server deallocated them or will)."""
+    _PREPARED.pop(conn, None)
+
+
+def fire(conn: psycopg.Connection[Any], batch: Sequence[tuple[str, Params]]) -> None:
+    """Run ``batch`` (prepared statements with ``encodable`` parameters; BEGIN and COMMIT go
+    unprepared) in one round trip; results discarded, the first error raised."""
+    _run(conn, batch, ())
+
+
+def rows(
+    conn: psycopg.Connection[Any], batch: Sequence[tuple[str, Params]], binary: Sequence[int]
+) -> list[list[tuple[Any, ...]]]:
+    """``fire`` that returns each statement's rows (tuples, loaded by psycopg's own loaders);
+    the statements whose index is in ``binary`` answer in binary format (no text parsing of
+    numbers and bytea)."""
+    results = _run(conn, batch, binary)
+    out: list[list[tuple[Any, ...]]] = []
+    for i, res in enumerate(results):
+        if res is None or not res.ntuples:
+            out.append([])
+            continue
+        load = Transformer(conn)
+        load.set_pgresult(res, format=pq.Format.BINARY if i in binary else pq.Format.TEXT)
+        out.append(load.load_rows(0, res.ntuples, tuple))
+    return out
+
+
+def _run(
+    conn: psycopg.Connection[Any], batch: Sequence[tuple[str, Params]], binary: Sequence[int]
+) -> list[Any]:
+    """Send ``batch`` in one pipeline and sync; each statement's result (None for BEGIN /
+    COMMIT and the like), or the first error raised."""
+    pg = conn.pgconn
+    known = _PREPARED.setdefault(conn, {})
+    fresh: list[str] = []
+    pg.enter_pipeline_mode()
+    try:
+        for i, (sql, params) in enumerate(batch):
+            if sql in _CONTROL:
+                pg.send_query_params(sql.encode(), None)
+                continue
+            text, names = _convert(sql)
+            name = known.get(sql)
+            if name is None:
+                name = known[sql] = f"cv{next(_NAMES)}".encode()
+                fresh.append(sql)
+                pg.send_prepare(name, text)
+            fmt = pq.Format.BINARY if i in binary else pq.Format.TEXT
+            pg.send_query_prepared(name, _values(params, names), result_format=fmt)
+        pg.pipeline_sync()
+        results, failed = _finish(pg, conn)
+    except BaseException:
+        for sql in fresh:  # maybe never prepared: prepare again under a new name next time
+            known.pop(sql, None)
+        raise
+    finally:
+        if pg.pipeline_status != pq.PipelineStatus.OFF and pg.status == pq.ConnStatus.OK:
+            # fails only with results left unread (an interrupted read): the connection then
+            # goes back to the pool mid-query, and the pool discards it
+            with contextlib.suppress(psycopg.Error):
+                pg.exit_pipeline_mode()
+    if failed is not None:
+        for sql in fresh:
+            known.pop(sql, None)
+        if failed.sqlstate == "26000":  # a name the server no longer knows: start afresh
+            forget(conn)
+        raise failed
+    # the PREPAREs answer too: keep one result per statement of the batch
+    return [r for r in results if r is not _PREPARE_DONE]
+
+
+_PREPARE_DONE = object()
+
+
+def _finish(pg: Any, conn: psycopg.Connection[Any]) -> tuple[list[Any], psycopg.Error | None]:
+    """Send what is buffered, read every result up to the sync: one per statement (a PREPARE
+    answers with an empty command result), and the first error, if any."""
+    while pg.flush():  # 1: more to send, the socket is full
+        select.select([pg.socket], [pg.socket], [])
+        pg.consume_input()
+    failed: psycopg.Error | None = None
+    results: list[Any] = []
+    while True:
+        while pg.is_busy():
+            select.select([pg.socket], [], [])
+            pg.consume_input()
+        res = pg.get_result()
+        if res is None:
+            continue
+        status = res.status
+        if status == pq.ExecStatus.PIPELINE_SYNC:
+            return results, failed
+        if status == pq.ExecStatus.TUPLES_OK:
+            results.append(res)
+        elif status == pq.ExecStatus.COMMAND_OK and not res.command_status:
+            results.append(_PREPARE_DONE)  # the answer to a PREPARE (no command tag)
+        elif status in _OK:
+            results.append(None)
+        else:
+            results.append(None)
+            if status != pq.ExecStatus.PIPELINE_ABORTED and failed is None:
+                failed = errors.error_from_result(res, encoding=conn.info.encoding)
