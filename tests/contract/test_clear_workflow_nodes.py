@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from conveyor import Conveyor, ErrorKind, FakeClock, JobState, WorkflowFailed, chain
+from conveyor import Conveyor, ErrorKind, FakeClock, JobState, WorkflowFailed, chain, chord
 
 
 def _tasks(app: Conveyor) -> Any:
@@ -66,3 +66,31 @@ def test_clear_ends_a_continue_chain_in_the_same_queue(app: Conveyor, clock: Fak
     counts = app.broker.counts()["q"]
     assert counts["pending"] == counts["scheduled"] == counts["retry_scheduled"] == 0
     assert counts["cancelled"] == 3
+
+
+def test_clear_cancels_scheduled_and_rate_limited_nodes(app: Conveyor, clock: FakeClock) -> None:
+    """A delayed node (``scheduled``) and, where flow control exists, one waiting in its flow
+    group (issue 15) are cancelled too; the chord callback after them ends."""
+    step = _tasks(app)
+    flow_ok = getattr(app.broker, "supports_flow", False)
+    if flow_ok:
+
+        @app.task(name="limited", rate_limit="1/m")
+        def limited(*xs: Any) -> int:
+            return len(xs)
+
+        app.enqueue("limited", queue="q")
+        assert len(app.broker.claim(["q"], clock.now(), limit=5, visibility_timeout=86400)) == 1
+    q = step.options(queue="q")
+    roots = [q.options(delay=3600).si(), q.si()]
+    if flow_ok:
+        roots.append(limited.options(queue="q").si())  # no token left: waits in its group
+    flow = chord(roots, step.options(queue="other").s()).enqueue()
+    ids = [j.id for j in flow.jobs()]
+    assert app.broker.clear_queue("q", clock.now()) == len(roots)
+    callback = app.broker.get(ids[-1])
+    assert callback is not None and callback.state is JobState.CANCELLED
+    assert all(app.broker.get(i).state is JobState.CANCELLED for i in ids)  # type: ignore[union-attr]
+    assert flow.done()
+    clock.advance(7200)
+    assert app.broker.claim(["q", "other"], clock.now(), limit=10) == []
