@@ -27,6 +27,7 @@ CLUSTER_UNSUPPORTED = {
     "test_workflow_release",
     "test_workflow_retention",
     "test_batch_join",
+    "test_clear_workflow_nodes",
 }
 
 for _info in pkgutil.iter_modules(tests.contract.__path__):

@@ -94,7 +94,9 @@ class JobAdmin(abc.ABC):
     def clear_queue(self, queue: str, now: float) -> int:
         """Delete every waiting job of ``queue`` (pending, scheduled, retry_scheduled) in one
         atomic step per batch; returns how many. Active jobs keep their lease and finished
-        jobs stay: a job claimed before the clear is never touched by it."""
+        jobs stay: a job claimed before the clear is never touched by it. A workflow node is
+        cancelled instead of deleted (its dependants end as on ``cancel``; one released into
+        this queue is cancelled in turn) and counted (docs/workflows.md)."""
 
     @abc.abstractmethod
     def run_now(self, job_id: str, now: float) -> bool:

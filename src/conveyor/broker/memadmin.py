@@ -133,20 +133,27 @@ class MemoryJobAdmin:
             return len(doomed)
 
     def clear_queue(self, queue: str, now: float) -> int:
-        """Delete the waiting jobs of ``queue`` (heap entries of deleted jobs are skipped)."""
+        """Delete the waiting jobs of ``queue`` (heap entries of deleted jobs are skipped); a
+        workflow node is cancelled instead, so its dependants end (docs/workflows.md). Rounds
+        until none is left: a dependant that cancel released into this queue goes too."""
         with self._lock:
-            doomed = [
+            total = 0
+            while doomed := [
                 j
                 for j in self._jobs.values()
                 if j.queue == queue and (j.state is JobState.PENDING or j.state in _DELAYED)
-            ]
-            for job in doomed:
-                del self._jobs[job.id]
-                self._release_key(job)
-                self.flow.dropped(job.id)
-                self._ready_seq.pop(job.id, None)
+            ]:
+                for job in doomed:
+                    if self.flow.node(job.id) is not None:
+                        self.cancel(job.id, now)
+                        continue
+                    del self._jobs[job.id]
+                    self._release_key(job)
+                    self.flow.dropped(job.id)
+                    self._ready_seq.pop(job.id, None)
+                total += len(doomed)
             self.limits.forget_queue(queue)  # issue 15: its groups go with their jobs
-            return len(doomed)
+            return total
 
     def pause(self, queue: str) -> None:
         """Pause a queue."""

@@ -27,6 +27,7 @@ from .sqlite_store import Tx
 
 _DELAYED = (JobState.SCHEDULED, JobState.RETRY_SCHEDULED)
 _CANCELLABLE = (JobState.PENDING, *_DELAYED, JobState.WAITING)
+_WAITING = ("pending", "scheduled", "retry_scheduled")  # the states clear_queue empties
 
 
 class SqliteJobAdmin:
@@ -84,15 +85,32 @@ class SqliteJobAdmin:
         return self._admin(job_id, now, revivable, "requeued")
 
     def clear_queue(self, queue: str, now: float) -> int:
-        """Delete the waiting jobs of ``queue`` in one write transaction."""
+        """Delete the waiting jobs of ``queue`` in one write transaction; a workflow node is
+        cancelled first, so its dependants end (docs/workflows.md), in rounds until none is
+        left: a dependant that a cancel released into this queue goes too."""
         where = "queue = ? AND state = ?"
         with self._write() as tx:
             n = 0
-            for state in ("pending", "scheduled", "retry_scheduled"):
+            while cancelled := self._cancel_nodes(tx, queue, now):
+                n += cancelled
+            for state in _WAITING:  # no workflow node waits here any more
                 self._release_keys(tx, queue, where, (queue, state))
                 n += self._delete(tx, queue, state, where, (queue, state))
             sqllimits.forget_queue(self._db(tx), queue)  # issue 15: its groups go with its jobs
             return n
+
+    def _cancel_nodes(self, tx: Tx, queue: str, now: float) -> int:
+        """``clear_queue``: cancel the queue's waiting workflow nodes (``cancel`` does the
+        same to one) and end or release their dependants; returns how many."""
+        marks = ",".join("?" * len(_WAITING))
+        where = f"queue = ? AND state IN ({marks}) AND id IN (SELECT id FROM wf_nodes)"
+        recs = self._rows(tx, where, (queue, *_WAITING))
+        for rec in recs:
+            lifecycle.cancel(rec.job, now)
+            self._save(tx, rec)
+            tx.emit("cancelled", rec.job, now)
+            SqlFlow(self._db(tx), now).done(rec.job)
+        return len(recs)
 
     def purge(
         self,

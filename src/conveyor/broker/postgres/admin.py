@@ -95,18 +95,37 @@ class PgJobAdmin:
     @retry_transient
     def clear_queue(self, queue: str, now: float) -> int:
         """Delete the waiting jobs of ``queue`` in one transaction; a row a claimer holds at
-        this moment is left to it (``SKIP LOCKED``: it is being claimed, no longer waiting)."""
+        this moment is left to it (``SKIP LOCKED``: it is being claimed, no longer waiting).
+        A workflow node is cancelled first, so its dependants end (docs/workflows.md), in
+        rounds until none is left: a dependant a cancel released into this queue goes too."""
         where = (
             "rid IN (SELECT rid FROM {S}.jobs WHERE queue = %s AND state = %s"
-            " FOR UPDATE SKIP LOCKED)"
-        )
+            " AND id NOT IN (SELECT id FROM {S}.wf_nodes) FOR UPDATE SKIP LOCKED)"
+        )  # a node is never deleted here, even one a claimer held during _cancel_nodes
         with self._write() as tx:
             n = 0
+            while cancelled := self._cancel_nodes(tx, queue, now):
+                n += cancelled
             for state in _WAITING:  # the rows the key release locks are the rows deleted
                 release_keys(self, tx, queue, where, (queue, state))  # type: ignore[arg-type]
                 n += self._delete(tx, queue, state, where, (queue, state))
             pgflow.forget_queue(self, tx, queue)  # type: ignore[arg-type]  # issue 15
             return n
+
+    def _cancel_nodes(self, tx: Tx, queue: str, now: float) -> int:
+        """``clear_queue``: cancel the queue's waiting workflow nodes (as ``cancel`` does one),
+        locked in id order, and end or release their dependants; returns how many."""
+        where = (
+            "queue = %s AND state IN ('pending', 'scheduled', 'retry_scheduled')"
+            " AND id IN (SELECT id FROM {S}.wf_nodes) ORDER BY id"
+        )
+        recs = self._rows(tx, where, (queue,), "FOR UPDATE SKIP LOCKED")
+        for rec in recs:
+            lifecycle.cancel(rec.job, now)
+            self._save(tx, rec)
+            tx.emit("cancelled", rec.job, now)
+            pgflow.done(self, tx, now, rec.job)  # type: ignore[arg-type]
+        return len(recs)
 
     @retry_transient
     def purge(

@@ -328,13 +328,14 @@ class RedisBroker(
     # ------------------------------------------------------------------ admin
     @guarded
     def clear_queue(self, queue: str, now: float) -> int:
-        """Delete the waiting jobs of ``queue``, ``PURGE_BATCH`` per atomic script call."""
+        """Delete the waiting jobs of ``queue``, ``PURGE_BATCH`` per atomic script call; a
+        workflow node is cancelled instead (its dependants end), and a call runs again until
+        one finds nothing: a cancel may release a dependant into this queue."""
         total = 0
-        while True:
-            n = int(self.runner.run("clear", self.qkeys(queue), [PURGE_BATCH]))
+        args = [PURGE_BATCH, queue, fmt_time(now), self.retention.events_max]
+        while n := int(self.runner.run("clear", self.qkeys(queue), args)):
             total += n
-            if n < PURGE_BATCH:
-                return total
+        return total
 
     @guarded
     def purge(

@@ -7,14 +7,48 @@
 -- f:why, f:wait:<slot>), so no group key outlives a clear. Buckets and the slots of running
 -- jobs stay: they belong to limiters and leases, not to waiting jobs. Each deleted job's
 -- idempotency key is freed with it, fenced (release_keys in _lib.lua).
+-- A workflow node (it has a graph record, <p>:{q}:wf:<id>) is cancelled instead, as cancel.lua does, and its
+-- dependants end or are released in the same step (wf_done in _wf.lua): deleting it would
+-- leave them waiting for ever. One released into this queue is cleared by a later call.
 --
 -- Input
 --   KEYS: the 16 queue keys (_lib.lua)
---   ARGV: [1] batch limit
--- Output: the number of jobs deleted (== limit: call again for the rest)
+--   ARGV: [1] batch limit  [2] queue name  [3] now  [4] events_max
+-- Output: the number of jobs deleted or cancelled (call again until 0: a cancel may have
+-- released a dependant into this queue)
 local q = qkeys(0)
 local limit = tonumber(ARGV[1])
+local qname, now, emax = ARGV[2], ARGV[3], ARGV[4]
 local total = 0
+-- the graph records' key prefix (same hash slot as the queue's keys)
+local wf = wf_qkeys(string.match(q.job, '^([^{]*):{'), qname).wf
+
+-- a workflow node off its set: cancelled (cancel.lua), its dependants ended or released
+local function cancel_node(id)
+  local key = q.job .. id
+  local f = hmget(key, 'attempts', 'task', 'wf') or {}
+  redis.call('HSET', key, 'state', 'cancelled', 'finished_at', now)
+  redis.call('HDEL', key, 'rk')
+  history(key, 'cancelled', now, f[1] or '0', '', nil)
+  emit(q, emax, 'type', 'cancelled', 'job_id', id, 'task', f[2] or '', 'at', now)
+  finish(q, q.cancelled, id, now, -1)
+  if f[3] then wf_done(q, qname, id, false, nil, now, emax) end  -- it has dependants
+end
+
+-- delete the plain jobs of `ids`, cancel the workflow nodes among them
+local function clear_ids(ids)
+  local plain = {}
+  for _, id in ipairs(ids) do
+    if redis.call('EXISTS', wf .. id) == 1 then
+      cancel_node(id)
+    else
+      plain[#plain + 1] = id
+    end
+  end
+  release_keys(q, plain)
+  drop_jobs(q, plain)
+end
+
 for _, set in ipairs({q.ready, q.scheduled, q.retry}) do
   local left = limit - total
   if left <= 0 then break end
@@ -24,9 +58,8 @@ for _, set in ipairs({q.ready, q.scheduled, q.retry}) do
     for i, m in ipairs(members) do
       if set == q.ready then ids[i] = member_id(m) else ids[i] = m end
     end
-    release_keys(q, ids)
-    drop_jobs(q, ids)
     redis.call('ZREM', set, unpack(members))
+    clear_ids(ids)
     total = total + #members
   end
 end
@@ -57,10 +90,9 @@ local function clear_group(g, left)
       local f = hmget(q.job .. id, 'state')
       if f and f[1] == 'pending' then ids[#ids + 1] = id end
     end
-    release_keys(q, ids)
-    drop_jobs(q, ids)
     redis.call('ZREM', gk, unpack(members))
     redis.call('DECRBY', F .. 'npend', #members)
+    clear_ids(ids)
   end
   if redis.call('EXISTS', gk) == 0 then forget(g) end
   return #members
