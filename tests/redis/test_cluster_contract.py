@@ -28,6 +28,7 @@ CLUSTER_UNSUPPORTED = {
     "test_workflow_retention",
     "test_batch_join",
     "test_clear_workflow_nodes",
+    "test_workflow_ops",
 }
 
 for _info in pkgutil.iter_modules(tests.contract.__path__):
