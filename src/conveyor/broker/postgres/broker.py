@@ -17,7 +17,7 @@ Schema, queries, NOTIFY and vacuum: docs/architecture-postgres.md.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, Self
 
 import psycopg
@@ -40,7 +40,7 @@ from .enqueue import duplicate, enqueue_alone, enqueue_on, insert_jobs
 from .finish import complete_acks
 from .reads import PgReads
 from .rec import COLS, pg_rec
-from .retry import Retry, retry_transient
+from .retry import Retry, retried, retry_transient
 from .side import PgCounters, PgDocs, PgEvents, PgLogs
 from .store import Tx, parse_url
 from .waits import PgWaits
@@ -224,47 +224,11 @@ class PostgresBroker(
         False for stale tokens."""
         return complete_acks(self, acks, now)
 
-    @retry_transient
-    def fail(
-        self,
-        job_id: str,
-        token: str,
-        now: float,
-        *,
-        error: Mapping[str, Any],
-        retry_at: float | None,
-    ) -> JobState:
-        """``SqlLeaseTransitions.fail`` (sqlfinish.py), retried on a lock conflict."""
-        return super().fail(job_id, token, now, error=error, retry_at=retry_at)
-
-    @retry_transient
-    def release(
-        self,
-        job_id: str,
-        token: str,
-        now: float,
-        *,
-        delay: float = 0.0,
-        penalize: bool = True,
-        note: str = "released",
-    ) -> JobState:
-        """``SqlLeaseTransitions.release``, retried on a lock conflict."""
-        return super().release(job_id, token, now, delay=delay, penalize=penalize, note=note)
-
-    @retry_transient
-    def cancel_running(
-        self, job_id: str, token: str, now: float, *, note: str = "cancelled while running"
-    ) -> JobState:
-        """``SqlLeaseTransitions.cancel_running``, retried on a lock conflict."""
-        return super().cancel_running(job_id, token, now, note=note)
-
-    @retry_transient
-    def extend(
-        self, leases: Sequence[tuple[str, str]], now: float, visibility_timeout: float
-    ) -> list[bool]:
-        """``SqlLeaseTransitions.extend`` (its rows locked in lease order), retried on a lock
-        conflict."""
-        return super().extend(leases, now, visibility_timeout)
+    # shared with SQLite (sqlfinish.py), retried on a lock conflict; the signatures are theirs
+    fail = retried(SqlLeaseTransitions.fail)
+    release = retried(SqlLeaseTransitions.release)
+    cancel_running = retried(SqlLeaseTransitions.cancel_running)
+    extend = retried(SqlLeaseTransitions.extend)  # rows locked in lease order
 
     def _flow_done(self, tx: Tx, now: float, job: Job) -> None:
         """A terminal job's workflow dependants (postgres/flow.py; fail, release,

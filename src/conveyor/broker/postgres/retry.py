@@ -87,26 +87,42 @@ def retry_transient(fn: Callable[Concatenate[B, P], T]) -> Callable[Concatenate[
 
     @functools.wraps(fn)
     def run(self: B, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        policy = self.retry
-        retry = 0
-        while True:
-            try:
-                return fn(self, *args, **kwargs)
-            except BrokerUnavailable as exc:
-                why = transient(exc)
-                retry += 1
-                if why is None or retry >= policy.attempts:
-                    raise
-                pause = policy.pause(retry)
-                # one line, no traceback: the server resolved a lock conflict, nothing is down
-                log.info(
-                    "%s was %s; running it again in %.0f ms (attempt %d of %d)",
-                    fn.__name__,
-                    why,
-                    pause * 1000,
-                    retry + 1,
-                    policy.attempts,
-                )
-                policy.sleep(pause)
+        return _retrying(self.retry, fn.__name__, lambda: fn(self, *args, **kwargs))
 
     return run
+
+
+def retried(fn: Callable[P, T]) -> Callable[P, T]:
+    """``retry_transient`` for an inherited method taken as it is (``fail =
+    retried(SqlLeaseTransitions.fail)`` in the class body): the signature is not written again."""
+
+    @functools.wraps(fn)
+    def run(*args: P.args, **kwargs: P.kwargs) -> T:
+        broker: HasRetry = args[0]  # self
+        policy = broker.retry
+        return _retrying(policy, fn.__name__, lambda: fn(*args, **kwargs))
+
+    return run
+
+
+def _retrying(policy: Retry, name: str, call: Callable[[], T]) -> T:
+    retry = 0
+    while True:
+        try:
+            return call()
+        except BrokerUnavailable as exc:
+            why = transient(exc)
+            retry += 1
+            if why is None or retry >= policy.attempts:
+                raise
+            pause = policy.pause(retry)
+            # one line, no traceback: the server resolved a lock conflict, nothing is down
+            log.info(
+                "%s was %s; running it again in %.0f ms (attempt %d of %d)",
+                name,
+                why,
+                pause * 1000,
+                retry + 1,
+                policy.attempts,
+            )
+            policy.sleep(pause)
