@@ -25,7 +25,7 @@ import logging
 import random
 import time
 from collections.abc import Callable
-from typing import Concatenate, ParamSpec, Protocol, TypeVar
+from typing import Concatenate, ParamSpec, Protocol, TypeVar, cast
 
 from ...errors import BrokerUnavailable
 
@@ -98,7 +98,7 @@ def retried(fn: Callable[P, T]) -> Callable[P, T]:
 
     @functools.wraps(fn)
     def run(*args: P.args, **kwargs: P.kwargs) -> T:
-        broker: HasRetry = args[0]  # self
+        broker = cast(HasRetry, args[0])  # self: a PostgresBroker
         policy = broker.retry
         return _retrying(policy, fn.__name__, lambda: fn(*args, **kwargs))
 
