@@ -73,9 +73,13 @@ _LOOKUP_LOCKED = _LOOKUP + ", " + pgflow.LOCK_SQL
 _RETURNED = ", ".join(f"j.{c.strip()}" for c in COLS.split(","))
 #: Pick, lock and lease up to n ready rows of one queue; the envelope is not rewritten. Only
 #: ungrouped rows (``jobs_ready``): a flow group's jobs go through ``pgflow.take`` (issue 15).
+#: The pause is tested here, in the statement's own snapshot: a pause that commits after the
+#: look-up (which chose the served queues) and before this statement, followed by a new job,
+#: must not see that job leased.
 _CLAIM = (
     "WITH picked AS (SELECT rid, seq FROM {S}.jobs WHERE queue = %s AND state = 'pending'"
-    " AND grp IS NULL ORDER BY priority, seq LIMIT %s FOR UPDATE SKIP LOCKED)"
+    " AND grp IS NULL AND NOT EXISTS (SELECT 1 FROM {S}.queues WHERE name = %s AND paused)"
+    " ORDER BY priority, seq LIMIT %s FOR UPDATE SKIP LOCKED)"
     " UPDATE {S}.jobs j SET state = 'active', seq = nextval('{S}.job_seq'), lease_at = %s,"
     " token = replace(gen_random_uuid()::text, '-', ''), claims = j.claims + 1,"
     f" started_at = %s, worker = %s FROM picked WHERE j.rid = picked.rid RETURNING {_RETURNED},"
@@ -86,8 +90,8 @@ _CLAIM = (
 #: exists, i.e. whenever the look-up's answers must be acted on first (then the claim goes
 #: the usual way). Its parameters: the queue, the queue, now, now, then ``_CLAIM``'s.
 _GUARDED = _CLAIM.replace(
-    " AND grp IS NULL ORDER BY",
-    " AND grp IS NULL AND NOT EXISTS (SELECT 1 FROM {S}.queues WHERE name = %s AND paused)"
+    " AND paused) ORDER BY",
+    " AND paused)"
     # the earliest deadlines as the look-up reads them (an index's first entry; a range test
     # let a generic plan scan the table for a row that is not there)
     " AND COALESCE((SELECT min(due_at) FROM {S}.jobs WHERE due_at IS NOT NULL) > %s, true)"
@@ -188,7 +192,7 @@ def _claim_rows(
     """One claim statement: the rows it took, and their leases in claim order (priority, then
     the old place); an undecodable row or one past its ``expires_at`` gets none."""
     rows = tx.first(
-        b.sql(_CLAIM), (queue, n, now + vt, now, worker_id or None), binary=True
+        b.sql(_CLAIM), (queue, queue, n, now + vt, now, worker_id or None), binary=True
     ).fetchall()
     return _lease_rows(b, tx, queue, rows, now, vt, worker_id)
 

@@ -1,0 +1,43 @@
+"""A pause that commits while a claim is under way: the claim's look-up read the queue as not
+paused, then the pause and a new job commit, then the claim's statement picks jobs. Every
+statement that picks jobs checks the pause in its own snapshot, so a job enqueued after the
+pause is never leased (a fresh-clone CI saw one run in test_lifecycle: paused, enqueued,
+claimed)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from conveyor import Conveyor
+from conveyor.broker.postgres import tx as pgtx
+from conveyor.broker.postgres.broker import PostgresBroker
+from conveyor.core.state import JobState
+
+
+def test_a_job_enqueued_after_a_pause_is_not_claimed_by_a_claim_already_under_way(
+    pg: PostgresBroker, pg_server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    other = Conveyor(PostgresBroker.from_url(pg_server.url))
+    job_ids: list[str] = []
+    real = pgtx.Tx.first_two
+
+    def first_two_then_pause(self: Any, *args: Any, **kwargs: Any) -> Any:
+        out = real(self, *args, **kwargs)  # the look-up (and the guarded claim) ran
+        if not job_ids:  # meanwhile an operator pauses the queue, then a job arrives
+            other.pause("default")
+            job_ids.append(other.enqueue("tick").id)
+        return out
+
+    monkeypatch.setattr(pgtx.Tx, "first_two", first_two_then_pause)
+    try:
+        claimed = pg.claim(["default"], 1_700_000_000.0, limit=8, worker_id="w1")
+        assert job_ids, "the claim's first round trip ran"
+        assert list(claimed) == [], "a job enqueued after the pause was leased"
+        assert other.get_job(job_ids[0]).state is JobState.PENDING
+        other.resume("default")
+        again = pg.claim(["default"], 1_700_000_000.0, limit=8, worker_id="w1")
+        assert [lease.job.id for lease in again] == job_ids
+    finally:
+        other.close()
