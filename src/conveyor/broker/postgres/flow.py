@@ -215,7 +215,10 @@ class PgDb(Db):
 
 
 #: The flow lock as a SELECT item: its one parameter is ``lock_key``.
-LOCK_SQL = "pg_advisory_xact_lock(hashtext(%s))"
+LOCK_SQL = (
+    "pg_advisory_xact_lock(hashtext(%s)), set_config('enable_sort', 'off', true),"
+    " set_config('enable_seqscan', 'off', true), set_config('jit', 'off', true)"
+)
 
 
 def lock_key(b: PostgresBroker) -> str:
