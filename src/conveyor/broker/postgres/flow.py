@@ -214,8 +214,17 @@ class PgDb(Db):
         self.tx.notify.add(queue)
 
 
-#: The flow lock as a SELECT item: its one parameter is ``lock_key``.
-LOCK_SQL = "pg_advisory_xact_lock(hashtext(%s))"
+#: The flow lock as a SELECT item: its one parameter is ``lock_key``. It also plans the rest of
+#: its transaction (every flow statement runs after it) without sorts or sequential scans where
+#: an index answers: all estimates are one row when ``jobs`` has no statistics yet or ANALYZE
+#: saw a drained table, and cached generic plans then read every pending job of the queue per
+#: group (``jobs_queue_created`` + a sort, not ``jobs_group`` in its order) and every group per
+#: claim (``_PLACE``). ``jit`` off: the price of a disabled path would put such statements over
+#: ``jit_above_cost`` (tens of ms of compilation per call).
+LOCK_SQL = (
+    "pg_advisory_xact_lock(hashtext(%s)), set_config('enable_sort', 'off', true),"
+    " set_config('enable_seqscan', 'off', true), set_config('jit', 'off', true)"
+)
 
 
 def lock_key(b: PostgresBroker) -> str:
