@@ -41,3 +41,32 @@ def test_a_job_enqueued_after_a_pause_is_not_claimed_by_a_claim_already_under_wa
         assert [lease.job.id for lease in again] == job_ids
     finally:
         other.close()
+
+
+def test_the_same_race_on_the_flow_path_leases_nothing_new(
+    pg: PostgresBroker, pg_server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fair groups are picked by ``pgflow.take`` after the look-up: its statements check the
+    pause too, so a group whose job arrived after the pause is not served by that claim."""
+    other = Conveyor(PostgresBroker.from_url(pg_server.url))
+    other.task(name="tick", fair_by="tenant")(lambda tenant: None)
+    other.enqueue("tick", kwargs={"tenant": "a"})  # groups exist: the claim takes the flow path
+    pg.flow_seen = True
+    job_ids: list[str] = []
+    real = pgtx.Tx.first
+
+    def look_up_then_pause(self: Any, sql: str, *args: Any, **kwargs: Any) -> Any:
+        out = real(self, sql, *args, **kwargs)
+        if "enable_bitmapscan" in sql and not job_ids:  # the look-up ran
+            other.pause("default")
+            job_ids.append(other.enqueue("tick", kwargs={"tenant": "b"}).id)
+        return out
+
+    monkeypatch.setattr(pgtx.Tx, "first", look_up_then_pause)
+    try:
+        claimed = pg.claim(["default"], 1_700_000_000.0, limit=8, worker_id="w1")
+        assert job_ids, "the claim's look-up ran"
+        assert job_ids[0] not in [lease.job.id for lease in claimed]
+        assert other.get_job(job_ids[0]).state is JobState.PENDING
+    finally:
+        other.close()

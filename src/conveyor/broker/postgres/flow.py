@@ -47,6 +47,10 @@ from .store import Tx, one
 if TYPE_CHECKING:
     from .broker import PostgresBroker
 
+#: The pause, tested in each statement that picks groups (its own snapshot), as
+#: ``claim._CLAIM`` does: a pause committed after the claim's look-up stops this claim too.
+_NOT_PAUSED = "NOT EXISTS (SELECT 1 FROM {S}.queues q WHERE q.name = f.queue AND q.paused)"
+
 #: Transactions holding the flow lock (it is held to their end; taken once each).
 _LOCKED: weakref.WeakKeyDictionary[Tx, bool] = weakref.WeakKeyDictionary()
 _FLOWING = "SELECT EXISTS (SELECT 1 FROM {S}.flow_groups), EXISTS (SELECT 1 FROM {S}.flow_pending)"
@@ -93,7 +97,7 @@ _HEADS = (
     " FROM (SELECT f.grp, f.due, f.rr, ARRAY(SELECT rid FROM {S}.jobs WHERE queue = %s"
     " AND grp = f.grp AND state = 'pending' ORDER BY priority, seq LIMIT 2) AS ids"
     " FROM {S}.flow_groups f WHERE f.queue = %s AND f.due IS NOT NULL AND f.due <= %s"
-    " ORDER BY f.due, f.rr LIMIT %s) AS g LEFT JOIN LATERAL"
+    " AND " + _NOT_PAUSED + " ORDER BY f.due, f.rr LIMIT %s) AS g LEFT JOIN LATERAL"
     f" (SELECT {COLS} FROM {{S}}.jobs WHERE rid = g.ids[1] AND (state = 'pending') IS TRUE"
     " FOR UPDATE SKIP LOCKED) AS h ON true ORDER BY g.due, g.rr"
 )
@@ -114,7 +118,7 @@ _FAIR = (
     " WHERE queue = %s AND grp = f.grp AND state = 'pending' ORDER BY priority, seq LIMIT 2)"
     " AS ids, nextval('{S}.job_seq') AS v FROM {S}.flow_groups f WHERE f.queue = %s"
     " AND f.due IS NOT NULL AND f.due <= %s AND NOT EXISTS (SELECT 1 FROM {S}.flow_limits)"
-    " ORDER BY f.due, f.rr LIMIT %s),"
+    " AND " + _NOT_PAUSED + " ORDER BY f.due, f.rr LIMIT %s),"
     " h AS (SELECT g.t, g.ids, g.v, k.rid, k.ctid AS jt FROM g LEFT JOIN LATERAL (SELECT rid,"
     " ctid FROM {S}.jobs WHERE ctid = g.ids[1] AND state = 'pending' FOR UPDATE SKIP LOCKED)"
     " AS k ON true"
