@@ -75,6 +75,16 @@ def one(cursor: psycopg.Cursor[Any]) -> Any:
     return row
 
 
+def _end(conn: psycopg.Connection[Any]) -> None:
+    """A connection going back to the pool inside a transaction: the wire's statements
+    forgotten and deallocated with the ROLLBACK (``wire.forget``); one mid-query (an
+    interrupted read) is left to the pool, which discards it."""
+    status = conn.pgconn.transaction_status
+    if wire.forget(conn) and status in (pq.TransactionStatus.INTRANS, pq.TransactionStatus.INERROR):
+        with contextlib.suppress(psycopg.Error):
+            conn.execute(wire.ROLLBACK_ALL)
+
+
 def parse_url(url: str) -> tuple[str, dict[str, str]]:
     """Split a ``postgresql://`` URL into (libpq conninfo URL, Conveyor options)."""
     parts = urlsplit(url)
@@ -179,7 +189,7 @@ class PgStore:
                 yield conn
             finally:
                 if conn.pgconn.transaction_status != pq.TransactionStatus.IDLE:
-                    wire.forget(conn)  # the pool rolls it back: psycopg deallocates all
+                    _end(conn)
 
     def _read(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[Any]:
         """Run one read statement (autocommit); all its rows."""
