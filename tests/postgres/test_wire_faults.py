@@ -266,3 +266,23 @@ def test_a_connection_given_back_inside_a_wire_transaction_leaves_nothing_behind
     with one._connection() as c:
         left = c.execute("SELECT count(*) FROM pg_prepared_statements").fetchall()[0][0]
     assert left <= 8
+
+
+def test_a_result_type_changed_under_prepared_statements_is_survived(
+    one: PostgresBroker, admin: psycopg.Connection[Any]
+) -> None:
+    """A migration that changes a returned column's type: the server refuses the prepared
+    plans once ("cached plan must not change result type", 0A000); the claim and the
+    completion prepare again and go through, never failing every call after."""
+    now = time.time()
+    one.enqueue([Job(id=f"c{i}", task="t") for i in range(4)], now)
+    [x] = one.claim(["default"], now, limit=1)
+    assert one.complete([Ack(x.job.id, x.token)], now) == [True]
+    admin.execute(one.sql("ALTER TABLE {S}.jobs ALTER COLUMN worker TYPE varchar(500)"))
+    try:
+        for _ in range(3):
+            [x] = one.claim(["default"], now, limit=1)
+            assert one.complete([Ack(x.job.id, x.token)], now) == [True]
+    finally:
+        admin.execute(one.sql("ALTER TABLE {S}.jobs ALTER COLUMN worker TYPE text"))
+    assert one.counts()["default"]["completed"] == 4
