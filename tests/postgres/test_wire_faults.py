@@ -286,3 +286,75 @@ def test_a_result_type_changed_under_prepared_statements_is_survived(
     finally:
         admin.execute(one.sql("ALTER TABLE {S}.jobs ALTER COLUMN worker TYPE text"))
     assert one.counts()["default"]["completed"] == 4
+
+
+@pytest.mark.parametrize("setting", ["lock_timeout", "statement_timeout"])
+def test_a_timeout_inside_a_wire_round_trip_rolls_back_and_the_connection_goes_on(
+    pg_server: Any, admin: psycopg.Connection[Any], setting: str
+) -> None:
+    b = PostgresBroker.from_url(pg_server.url + f"?pool_size=1&options=-c%20{setting}%3D150")
+    b.retry.attempts = 1  # the timeout itself is under test, not the lock-conflict retry
+    try:
+        b.flush_all()
+        now = time.time()
+        b.enqueue([Job(id="t", task="t")], now)
+        [x] = b.claim(["default"], now, limit=1)
+        locker = psycopg.connect(admin.info.dsn)
+        locker.execute(b.sql("SELECT 1 FROM {S}.jobs WHERE id = 't' FOR UPDATE"))
+        with pytest.raises(BrokerUnavailable) as err:
+            _bounded(lambda: b.complete([Ack("t", x.token)], now))
+        assert getattr(err.value.__cause__, "sqlstate", None) in ("55P03", "57014")
+        locker.rollback()
+        locker.close()
+        assert b._read("SELECT 1") == [(1,)]  # usable, and out of the failed transaction
+        assert b.counts()["default"]["active"] == 1  # nothing of the completion kept
+        assert b.complete([Ack("t", x.token)], now) == [True]
+        assert b.counts()["default"]["completed"] == 1
+    finally:
+        b.close()
+
+
+def test_two_threads_sharing_a_broker_claim_and_complete_every_job_once(
+    pg_server: Any,
+) -> None:
+    b = PostgresBroker.from_url(pg_server.url + "?pool_size=2")
+    b.flush_all()
+    now = time.time()
+    n = 200
+    b.enqueue([Job(id=f"m{i}", task="t") for i in range(n)], now)
+    done: list[str] = []
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            while True:
+                got = b.claim(["default"], now, limit=3)
+                if not got:
+                    return
+                assert b.complete([Ack(x.job.id, x.token) for x in got], now) == [True] * len(got)
+                done.extend(x.job.id for x in got)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    try:
+        assert not errors, errors
+        assert sorted(done) == sorted(f"m{i}" for i in range(n))  # each once
+        assert b.counts()["default"]["completed"] == n
+    finally:
+        b.close()
+
+
+def test_sql_texts_built_per_call_do_not_grow_the_caches(one: PostgresBroker) -> None:
+    calls = 600  # over both bounds (wire.MAX_TEXTS, wire.MAX_PREPARED)
+    for i in range(calls):
+        with one._write() as tx:
+            got = tx.rows(one.sql("SELECT %s::int + " + str(i)), (1,))
+        assert got == [(1 + i,)]
+    assert len(wire._CONVERTED) < calls
+    assert all(len(getattr(s, "names", s)) < calls for s in wire._PREPARED.values())
+    assert int(one._read("SELECT count(*) FROM pg_prepared_statements")[0][0]) < calls
