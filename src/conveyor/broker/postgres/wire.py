@@ -15,11 +15,14 @@ exception class psycopg would (SQLSTATE kept: a deadlock victim is still
 that is not a plain scalar (``str``, ``int``, ``float``, ``bool``, None) makes ``encodable``
 false and the caller goes through psycopg instead.
 
-psycopg deallocates every prepared statement of a connection (``DEALLOCATE ALL``) when a
-ROLLBACK runs through it: ``forget`` drops this module's names of that connection then
-(``Tx.rollback``, and ``PgStore._connection`` when a connection goes back to the pool inside a
-transaction, which the pool rolls back); an unknown name (SQLSTATE 26000, a rollback missed)
-fails that one transaction and is forgotten too.
+A failed transaction forgets this module's names of its connection (``forget``: ``Tx.rollback``,
+and ``PgStore._connection`` when a connection goes back to the pool inside a transaction) and
+ends with ``ROLLBACK; DEALLOCATE ALL`` when there were some: psycopg deallocates after a
+ROLLBACK only when its own cache holds names. An unknown name (SQLSTATE 26000, a rollback
+missed) fails that one transaction and is forgotten too. Parameters are encoded (in the
+connection's client encoding) before anything is sent: a value that cannot go fails with
+nothing half sent; a text with a NUL is refused (libpq would cut it there). Both caches are
+bounded (``MAX_TEXTS``, ``MAX_PREPARED``): SQL built per call cannot grow them without end.
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ MAX_PREPARED = 256
 class _Conn:
     """What this module knows of one connection: its prepared names and its encoding."""
 
-    __slots__ = ("names", "encoding")
+    __slots__ = ("encoding", "names")
 
     def __init__(self, conn: psycopg.Connection[Any]) -> None:
         #: SQL text -> its prepared statement's name on that connection
@@ -60,9 +63,7 @@ class _Conn:
         self.encoding = conn.info.encoding
 
 
-_PREPARED: weakref.WeakKeyDictionary[psycopg.Connection[Any], _Conn] = (
-    weakref.WeakKeyDictionary()
-)
+_PREPARED: weakref.WeakKeyDictionary[psycopg.Connection[Any], _Conn] = weakref.WeakKeyDictionary()
 _NUL = "PostgreSQL text fields cannot contain NUL (0x00) bytes"
 _NAMES = itertools.count()
 #: sent unprepared (nothing to plan)
