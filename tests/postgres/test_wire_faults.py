@@ -392,3 +392,16 @@ def test_a_server_restart_forgets_every_name_and_the_broker_goes_on() -> None:
     finally:
         b.close()
         server.stop()
+
+
+def test_large_parameters_and_results_cross_the_wire_whole(one: PostgresBroker) -> None:
+    big = "ü" * 3_000_000  # 6 MB of UTF-8: more than the socket takes in one send
+    with one._write() as tx:
+        got = tx.rows(
+            one.sql("SELECT length(%s), octet_length(%s), repeat(%s, 400000)"), (big, big, "ab")
+        )
+    assert got == [(len(big), 2 * len(big), "ab" * 400_000)]
+    now = time.time()
+    one.enqueue([Job(id="z", task="t")], now)
+    [x] = one.claim(["default"], now, limit=1)  # the connection is usable after
+    assert one.complete([Ack("z", x.token)], now) == [True]
