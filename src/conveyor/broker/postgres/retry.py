@@ -1,6 +1,8 @@
 """Running a PostgreSQL write transaction again when the server rolled it back as the loser of
 a lock conflict: a deadlock victim (SQLSTATE 40P01), a serialization failure (40001) or a lock
-wait cut short by the session's ``lock_timeout`` (55P03).
+wait cut short by the session's ``lock_timeout`` (55P03); also a transaction whose prepared
+statements a schema change outdated (0A000, "cached plan must not change result type": the
+rollback forgot them, the next attempt prepares again).
 
 Such a transaction was rolled back whole before anything committed, so running it again is
 safe: it re-reads the rows it needs (a completion whose lease expired meanwhile finds no row
@@ -38,6 +40,9 @@ TRANSIENT = {
     "40P01": "a deadlock victim",
     "40001": "a serialization failure",
     "55P03": "refused a lock (lock_timeout)",
+    # only ever raised as BrokerUnavailable for "cached plan must not change result type"
+    # (``PgStore._write``): a schema change under prepared statements the rollback forgot
+    "0A000": "a prepared plan outdated by a schema change",
 }
 ATTEMPTS = 5  # attempts in all, the first included
 FIRST_PAUSE = 0.01  # s, the upper bound of the first retry's random pause

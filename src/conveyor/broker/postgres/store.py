@@ -75,6 +75,22 @@ def one(cursor: psycopg.Cursor[Any]) -> Any:
     return row
 
 
+def replanned(exc: psycopg.Error) -> bool:
+    """True for the server refusing a prepared statement whose result columns changed (a
+    migration under a running broker): 0A000 "cached plan must not change result type"."""
+    return exc.sqlstate == "0A000" and "cached plan" in str(exc)
+
+
+def _end(conn: psycopg.Connection[Any]) -> None:
+    """A connection going back to the pool inside a transaction: the wire's statements
+    forgotten and deallocated with the ROLLBACK (``wire.forget``); one mid-query (an
+    interrupted read) is left to the pool, which discards it."""
+    status = conn.pgconn.transaction_status
+    if wire.forget(conn) and status in (pq.TransactionStatus.INTRANS, pq.TransactionStatus.INERROR):
+        with contextlib.suppress(psycopg.Error):
+            conn.execute(wire.ROLLBACK_ALL)
+
+
 def parse_url(url: str) -> tuple[str, dict[str, str]]:
     """Split a ``postgresql://`` URL into (libpq conninfo URL, Conveyor options)."""
     parts = urlsplit(url)
@@ -179,7 +195,7 @@ class PgStore:
                 yield conn
             finally:
                 if conn.pgconn.transaction_status != pq.TransactionStatus.IDLE:
-                    wire.forget(conn)  # the pool rolls it back: psycopg deallocates all
+                    _end(conn)
 
     def _read(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[Any]:
         """Run one read statement (autocommit); all its rows."""
@@ -204,6 +220,12 @@ class PgStore:
                     raise
         except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
             raise self._failed(exc) from exc
+        except psycopg.NotSupportedError as exc:
+            if not replanned(exc):
+                raise
+            # a schema change under this connection's prepared statements: the rollback
+            # forgot them, so the transaction can run again (``retry.py``: 0A000)
+            raise BrokerUnavailable(f"PostgreSQL {self._where()}: {exc}") from exc
 
     def in_tx(self, fn: Callable[[Tx], T]) -> T:
         """Run ``fn`` in one ``_write`` transaction; its result."""

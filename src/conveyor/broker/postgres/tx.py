@@ -110,9 +110,9 @@ class Tx:
     def rollback(self) -> None:
         """End a begun transaction that failed (the connection may be broken: then nothing)."""
         if self.begun and not self._conn.closed:
-            wire.forget(self._conn)  # psycopg deallocates every prepared statement
+            ours = wire.forget(self._conn)  # and the server's copies (``wire.forget``)
             with contextlib.suppress(psycopg.Error):
-                self._conn.execute("ROLLBACK")
+                self._conn.execute(wire.ROLLBACK_ALL if ours else "ROLLBACK")
 
     def count(self, queue: str, old: str | None, new: str | None, n: int = 1) -> None:
         """Record ``n`` jobs moving between states (None: inserted / deleted) for ``counts``."""

@@ -15,11 +15,14 @@ exception class psycopg would (SQLSTATE kept: a deadlock victim is still
 that is not a plain scalar (``str``, ``int``, ``float``, ``bool``, None) makes ``encodable``
 false and the caller goes through psycopg instead.
 
-psycopg deallocates every prepared statement of a connection (``DEALLOCATE ALL``) when a
-ROLLBACK runs through it: ``forget`` drops this module's names of that connection then
-(``Tx.rollback``, and ``PgStore._connection`` when a connection goes back to the pool inside a
-transaction, which the pool rolls back); an unknown name (SQLSTATE 26000, a rollback missed)
-fails that one transaction and is forgotten too.
+A failed transaction forgets this module's names of its connection (``forget``: ``Tx.rollback``,
+and ``PgStore._connection`` when a connection goes back to the pool inside a transaction) and
+ends with ``ROLLBACK; DEALLOCATE ALL`` when there were some: psycopg deallocates after a
+ROLLBACK only when its own cache holds names. An unknown name (SQLSTATE 26000, a rollback
+missed) fails that one transaction and is forgotten too. Parameters are encoded (in the
+connection's client encoding) before anything is sent: a value that cannot go fails with
+nothing half sent; a text with a NUL is refused (libpq would cut it there). Both caches are
+bounded (``MAX_TEXTS``, ``MAX_PREPARED``): SQL built per call cannot grow them without end.
 """
 
 from __future__ import annotations
@@ -42,10 +45,26 @@ Params = Sequence[Any] | dict[str, Any]
 _PLACEHOLDER = re.compile(r"%\((\w+)\)s|%s|%%")
 #: SQL text (psycopg placeholders) -> (server text with $n, parameter names or None: positional)
 _CONVERTED: dict[str, tuple[bytes, list[str] | None]] = {}
-#: per connection: SQL text -> its prepared statement's name on that connection
-_PREPARED: weakref.WeakKeyDictionary[psycopg.Connection[Any], dict[str, bytes]] = (
-    weakref.WeakKeyDictionary()
-)
+#: bounds of the caches: SQL texts built per call must not grow them without end (past the
+#: bound a text is converted each time, and sent as the unnamed statement)
+MAX_TEXTS = 512
+MAX_PREPARED = 256
+
+
+class _Conn:
+    """What this module knows of one connection: its prepared names and its encoding."""
+
+    __slots__ = ("encoding", "names")
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        #: SQL text -> its prepared statement's name on that connection
+        self.names: dict[str, bytes] = {}
+        #: parameters are sent in the connection's client encoding (as psycopg sends them)
+        self.encoding = conn.info.encoding
+
+
+_PREPARED: weakref.WeakKeyDictionary[psycopg.Connection[Any], _Conn] = weakref.WeakKeyDictionary()
+_NUL = "PostgreSQL text fields cannot contain NUL (0x00) bytes"
 _NAMES = itertools.count()
 #: sent unprepared (nothing to plan)
 _CONTROL = ("BEGIN", "COMMIT")
@@ -78,17 +97,24 @@ def _convert(sql: str) -> tuple[bytes, list[str] | None]:
     if positional and names:
         raise ValueError("a statement mixes %s and %(name)s placeholders")
     found = (text.encode(), names if names else None)
-    _CONVERTED[sql] = found
+    if len(_CONVERTED) < MAX_TEXTS:
+        _CONVERTED[sql] = found
     return found
 
 
-def _text(value: Any) -> bytes | None:
-    """A parameter in text format (see ``encodable``)."""
+def _text(value: Any, encoding: str) -> bytes | None:
+    """A parameter in text format (see ``encodable``). libpq reads a text parameter up to its
+    first NUL: one inside is refused (psycopg's error), never sent cut short."""
     if value is None:
         return None
     if value is True or value is False:
         return b"t" if value else b"f"
-    return str(value).encode()
+    if type(value) is not str:
+        return str(value).encode()
+    out = value.encode(encoding)
+    if b"\x00" in out:
+        raise psycopg.DataError(_NUL)
+    return out
 
 
 def encodable(batch: Sequence[tuple[str, Params]]) -> bool:
@@ -101,17 +127,31 @@ def encodable(batch: Sequence[tuple[str, Params]]) -> bool:
     return True
 
 
-def _values(params: Params, names: list[str] | None) -> list[bytes | None]:
+def _values(params: Params, names: list[str] | None, encoding: str) -> list[bytes | None]:
     if names is None:
         assert not isinstance(params, dict)
-        return [_text(v) for v in params]
+        return [_text(v, encoding) for v in params]
     assert isinstance(params, dict)
-    return [_text(params[n]) for n in names]
+    return [_text(params[n], encoding) for n in names]
 
 
-def forget(conn: psycopg.Connection[Any]) -> None:
-    """Drop the names of ``conn``'s statements (the server deallocated them or will)."""
-    _PREPARED.pop(conn, None)
+def _bound(sql: str, params: Params, encoding: str) -> tuple[bytes, list[bytes | None]]:
+    """``sql``'s server text and its parameters in text format."""
+    text, names = _convert(sql)
+    return text, _values(params, names, encoding)
+
+
+def forget(conn: psycopg.Connection[Any]) -> bool:
+    """Drop the names of ``conn``'s statements; True when there were some: the caller then
+    deallocates them on the server too (``ROLLBACK_ALL``), as psycopg does so only when its
+    own cache holds names, and a connection that ran only this module's statements would
+    keep every forgotten one."""
+    state = _PREPARED.pop(conn, None)
+    return state is not None and bool(state.names)
+
+
+#: a failed transaction's end when ``forget`` found names: one round trip, simple protocol
+ROLLBACK_ALL = "ROLLBACK; DEALLOCATE ALL"
 
 
 def fire(conn: psycopg.Connection[Any], batch: Sequence[tuple[str, Params]]) -> None:
@@ -144,22 +184,33 @@ def _run(
     """Send ``batch`` in one pipeline and sync; each statement's result (None for BEGIN /
     COMMIT and the like), or the first error raised."""
     pg = conn.pgconn
-    known = _PREPARED.setdefault(conn, {})
+    state = _PREPARED.get(conn)
+    if state is None:
+        state = _PREPARED[conn] = _Conn(conn)
+    known = state.names
+    # every parameter encoded before anything is sent: a value that cannot go (a NUL, a
+    # character the client encoding lacks) fails with nothing half sent on the connection
+    sends = [
+        (sql, None, None) if sql in _CONTROL else (sql, *_bound(sql, params, state.encoding))
+        for sql, params in batch
+    ]
     fresh: list[str] = []
     pg.enter_pipeline_mode()
     try:
-        for i, (sql, params) in enumerate(batch):
-            if sql in _CONTROL:
+        for i, (sql, text, values) in enumerate(sends):
+            if text is None:
                 pg.send_query_params(sql.encode(), None)
                 continue
-            text, names = _convert(sql)
             name = known.get(sql)
             if name is None:
-                name = known[sql] = f"cv{next(_NAMES)}".encode()
-                fresh.append(sql)
+                if len(known) < MAX_PREPARED:
+                    name = known[sql] = f"cv{next(_NAMES)}".encode()
+                    fresh.append(sql)
+                else:  # a full registry: the unnamed statement, parsed again each time
+                    name = b""
                 pg.send_prepare(name, text)
             fmt = pq.Format.BINARY if i in binary else pq.Format.TEXT
-            pg.send_query_prepared(name, _values(params, names), result_format=fmt)
+            pg.send_query_prepared(name, values, result_format=fmt)
         pg.pipeline_sync()
         results, failed = _finish(pg, conn)
     except BaseException:
