@@ -86,7 +86,8 @@ def test_a_conc_drain_stays_on_its_indexes_whatever_the_statistics_say(
         with psycopg.connect(url, autocommit=True) as c:
             c.execute("ANALYZE conveyor.jobs")
             c.execute("ANALYZE conveyor.flow_groups")
-    app.enqueue_many([conc.spec(f"k{i % KEYS}", i) for i in range(WAITING)])
+    for start in range(0, WAITING, 1000):  # in batches: one call of 20,000 held ~200 MB
+        app.enqueue_many([conc.spec(f"k{i % KEYS}", i) for i in range(start, start + 1000)])
     app.close()  # a backend reports its statistics when it ends
     time.sleep(0.3)
     before = _reads(url)
