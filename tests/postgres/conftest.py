@@ -23,6 +23,15 @@ def pg(pg_server: Any) -> Iterator[PostgresBroker]:
 
 
 @pytest.fixture
+def one(pg_server: Any) -> Iterator[PostgresBroker]:
+    """A flushed broker whose pool holds ONE connection (every call reuses it)."""
+    broker = PostgresBroker.from_url(pg_server.url + "?pool_size=1")
+    broker.flush_all()
+    yield broker
+    broker.close()
+
+
+@pytest.fixture
 def conn(pg_server: Any) -> Iterator[Any]:
     """A raw psycopg connection as an application holds it (not autocommit), with an
     application table ``orders``."""

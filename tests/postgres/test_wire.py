@@ -11,7 +11,6 @@ a ROLLBACK never leaves the batch naming a statement the server forgot.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -21,15 +20,6 @@ from conveyor.broker.base import Ack
 from conveyor.broker.postgres.broker import PostgresBroker
 from conveyor.core.job import Job
 from conveyor.errors import BrokerUnavailable
-
-
-@pytest.fixture
-def one(pg_server: Any) -> Iterator[PostgresBroker]:
-    """A flushed broker whose pool holds ONE connection (every call reuses it)."""
-    broker = PostgresBroker.from_url(pg_server.url + "?pool_size=1")
-    broker.flush_all()
-    yield broker
-    broker.close()
 
 
 def _cursor_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:

@@ -21,15 +21,6 @@ from conveyor.errors import BrokerUnavailable
 
 
 @pytest.fixture
-def one(pg_server: Any) -> Iterator[PostgresBroker]:
-    """A flushed broker whose pool holds ONE connection (every call reuses it)."""
-    broker = PostgresBroker.from_url(pg_server.url + "?pool_size=1")
-    broker.flush_all()
-    yield broker
-    broker.close()
-
-
-@pytest.fixture
 def admin(pg_server: Any) -> Iterator[psycopg.Connection[Any]]:
     """An autocommit connection of its own (kills, locks, DDL)."""
     with psycopg.connect(pg_server.url, autocommit=True) as c:

@@ -24,9 +24,9 @@ from urllib.parse import parse_qs, unquote
 import orjson
 
 from ..config import Retention
-from ..core.job import Job
 from ..core.state import JobState
 from ..errors import BrokerUnavailable, ConveyorError, StorageFull, ValidationError
+from .ledger import Ledger
 from .sqlite_schema import SchemaError, ensure_schema
 
 EVENT_CHUNK = 500  # events per row of ``events``
@@ -57,7 +57,7 @@ def _text_match(payload: bytes, needle: bytes) -> bool:
         return False
 
 
-class Tx:
+class Tx(Ledger):
     """One ``BEGIN IMMEDIATE`` transaction and what to settle before COMMIT: events, count
     deltas, finished (queue, state) pairs. The global counters ``seq`` and ``event`` are rows of
     ``counts`` under queue ``''`` (never a valid queue): one small page for all bookkeeping."""
@@ -80,26 +80,6 @@ class Tx:
     def next_seq(self) -> int:
         """The next placement number: order of becoming ready / delayed / claimed / finished."""
         return self.bump("seq")
-
-    def count(self, queue: str, old: str | None, new: str | None, n: int = 1) -> None:
-        """Record ``n`` jobs moving between states (None: inserted / deleted) for ``counts``."""
-        if old != new:
-            for state, step in ((old, -n), (new, n)):
-                if state is not None:
-                    self.deltas[queue, state] = self.deltas.get((queue, state), 0) + step
-
-    def emit(self, kind: str, job: Job, now: float, **extra: Any) -> None:
-        """Queue one job event for insertion at commit."""
-        self.events.append(
-            {
-                "type": kind,
-                "job_id": job.id,
-                "queue": job.queue,
-                "task": job.task,
-                "at": now,
-                **extra,
-            }
-        )
 
 
 class _Slot:

@@ -11,11 +11,11 @@ from typing import Any
 
 import psycopg
 
-from ...core.job import Job
+from ..ledger import Ledger
 from . import wire
 
 
-class Tx:
+class Tx(Ledger):
     """One transaction and what to settle before COMMIT: events, count deltas, finished
     (queue, state) pairs, queues to NOTIFY (ready jobs: ``notify``; finished or deleted jobs,
     for their waiters: ``done``).
@@ -113,17 +113,3 @@ class Tx:
             ours = wire.forget(self._conn)  # and the server's copies (``wire.forget``)
             with contextlib.suppress(psycopg.Error):
                 self._conn.execute(wire.ROLLBACK_ALL if ours else "ROLLBACK")
-
-    def count(self, queue: str, old: str | None, new: str | None, n: int = 1) -> None:
-        """Record ``n`` jobs moving between states (None: inserted / deleted) for ``counts``."""
-        if old != new:
-            for state, step in ((old, -n), (new, n)):
-                if state is not None:
-                    self.deltas[queue, state] = self.deltas.get((queue, state), 0) + step
-
-    def emit(self, kind: str, job: Job, now: float, **extra: Any) -> None:
-        """Queue one job event for insertion at commit."""
-        self.events.append(
-            {"type": kind, "job_id": job.id, "queue": job.queue, "task": job.task, "at": now}
-            | extra
-        )
