@@ -44,7 +44,7 @@ from .reads import PgReads
 from .rec import COLS, pg_rec
 from .retry import Retry, retried, retry_transient
 from .side import PgCounters, PgDocs, PgEvents, PgLogs
-from .store import PgStore, Tx, parse_url
+from .store import PgStore, Tx, parse_url, replanned
 from .waits import PgWaits
 
 _DELAYED = (JobState.SCHEDULED, JobState.RETRY_SCHEDULED)
@@ -170,6 +170,10 @@ class PostgresBroker(
                 done = enqueue_alone(self, jobs, now, payloads)  # a plain batch: one statement
             except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
                 raise self._failed(exc) from exc
+            except psycopg.NotSupportedError as exc:  # an autocommit statement: no rollback
+                if not replanned(exc):
+                    raise
+                raise self._replanned(exc) from exc  # run again on fresh statements
             if done is not None:
                 return done
             with self._write() as tx:
