@@ -8,41 +8,14 @@ still gets one job per round."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 import pytest
 
 from conveyor import Conveyor, FakeClock
-from conveyor.broker import memlimits, sqllimits
 from conveyor.broker.base import Ack
+from tests.support.flowcount import groups_looked_at
 
 TENANTS = 40
 TOKENS = 80
-
-
-def _counter(app: Conveyor, monkeypatch: pytest.MonkeyPatch) -> Callable[[], int]:
-    """Groups the backend's claim has looked at so far (the limiter asked for their head)."""
-    broker: Any = app.broker
-    if hasattr(broker, "client"):  # Redis: one HMGET of a visited head and one of its bucket
-        broker.client.config_resetstat()
-
-        def hmgets() -> int:
-            stats = broker.client.info("commandstats").get("cmdstat_hmget", {})
-            return int(stats.get("calls", 0)) // 2
-
-        return hmgets
-    seen = [0]
-    target: Any = memlimits.MemoryLimits if "Memory" in type(broker).__name__ else sqllimits
-    name = "_admit" if target is memlimits.MemoryLimits else "admit"
-    asked = getattr(target, name)
-
-    def counted(*args: Any, **kwargs: Any) -> Any:
-        seen[0] += 1
-        return asked(*args, **kwargs)
-
-    monkeypatch.setattr(target, name, counted)
-    return lambda: seen[0]
 
 
 def test_one_group_per_token_is_looked_at(
@@ -55,7 +28,7 @@ def test_one_group_per_token_is_looked_at(
     def partner(tenant: str, i: int) -> None: ...
 
     app.enqueue_many([partner.spec(f"t{i % TENANTS}", i) for i in range(2 * TENANTS)])
-    looked = _counter(app, monkeypatch)
+    looked = groups_looked_at(app, monkeypatch)
     order: list[int] = []
     per_claim: list[int] = []
     for token in range(TOKENS):

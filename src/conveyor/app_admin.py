@@ -44,7 +44,7 @@ class AdminMixin:
     def peek(self, queue: str, n: int = 10) -> list[JobHandle[Any]]:
         """The next ``n`` ready jobs of a queue, in the order workers would take them (a
         sharded queue: of each shard in turn)."""
-        members = self.runtime.shards.members(validate_queue_name(queue))
+        members = admin.queue_members(self.runtime, validate_queue_name(queue))
         jobs = [j for q in members for j in self.broker.peek(q, n)][:n]
         return [JobHandle.bind(j, self.runtime) for j in jobs]
 

@@ -9,7 +9,6 @@ is still claimed once the limits allow).
 from __future__ import annotations
 
 import threading
-import time
 from typing import Any
 
 import pytest
@@ -17,6 +16,7 @@ import pytest
 from conveyor import ConcurrencyLimit, Conveyor, FakeClock, RateLimit
 from conveyor.broker.base import Ack
 from tests.contract.test_flow_limits import needs_flow
+from tests.support.flowcount import groups_looked_at
 
 
 def _claim(app: Conveyor, now: float, limit: int = 50, vt: float = 3600) -> Any:
@@ -132,43 +132,36 @@ def test_an_expired_grouped_job_is_requeued_into_its_group(app: Conveyor, clock:
     assert _claim(flow_app, clock.now()) == [], "its concurrency limit still applies"
 
 
-def _token_claim_cost(app: Conveyor, clock: FakeClock, queue: str, claims: int = 5) -> float:
-    """The fastest of ``claims`` claims of ``queue``, each at its bucket's next token (one job
-    each; the groups set aside are due again then), in seconds."""
-    best = float("inf")
-    for _ in range(claims):
-        clock.advance(60)
-        began = time.perf_counter()
-        got = app.broker.claim([queue], clock.now(), limit=100, visibility_timeout=6000)
-        best = min(best, time.perf_counter() - began)
-        assert len(got) == 1, "one token in the queue's bucket"
-    return best
+GROUPS = 300
 
 
 def test_an_exhausted_queue_limit_does_not_make_claims_touch_every_group(
-    app: Conveyor, clock: FakeClock
+    app: Conveyor, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A queue limit binds every group of the queue (the LLM recipe: a provider limit over
     per-customer buckets). Once its bucket is empty nothing in the queue can start before the
     next token, so a claim sets one group aside and stops, instead of throttling every group:
-    the empty claim costs the same with 3,000 groups as with 30."""
+    a claim at each token looks at a few groups, not all of them (counted, not timed: a wall
+    time comparison flaked under load)."""
     flow_app = needs_flow(app)
-    flow_app.queue("big", rate_limit="1/m")
-    flow_app.queue("small", rate_limit="1/m")
+    flow_app.queue("llm", rate_limit="1/m")
 
     @flow_app.task(name="flow.llm", rate_limit=RateLimit("100/s", key="customer"))
     def llm(customer: int) -> None: ...
 
-    for queue, n in (("big", 3000), ("small", 30)):
-        specs = [llm.options(queue=queue).spec(c) for c in range(n)]
-        for start in range(0, n, 500):
-            flow_app.enqueue_many(specs[start : start + 500])
+    flow_app.enqueue_many([llm.options(queue="llm").spec(c) for c in range(GROUPS)])
+    # a head asks two buckets on Redis (its customer's and the queue's): 3 HMGETs a group
+    looked = groups_looked_at(flow_app, monkeypatch, hmgets_per_group=3)
     now = clock.now()
-    for queue in ("big", "small"):
-        got = flow_app.broker.claim([queue], now, limit=100, visibility_timeout=6000)
+    got = flow_app.broker.claim(["llm"], now, limit=100, visibility_timeout=6000)
+    assert len(got) == 1, "one token in the queue's bucket"
+    empty = flow_app.broker.claim(["llm"], now, limit=100, visibility_timeout=6000)
+    assert empty == [] and empty.next_due == pytest.approx(now + 60, abs=1e-3)
+    per_claim = [looked()]  # the first two claims: the token taken, then the bucket empty
+    for _ in range(5):
+        clock.advance(60)
+        before = looked()
+        got = flow_app.broker.claim(["llm"], clock.now(), limit=100, visibility_timeout=6000)
+        per_claim.append(looked() - before)
         assert len(got) == 1, "one token in the queue's bucket"
-        empty = flow_app.broker.claim([queue], now, limit=100, visibility_timeout=6000)
-        assert empty == [] and empty.next_due == pytest.approx(now + 60, abs=1e-3)
-    big = _token_claim_cost(flow_app, clock, "big")
-    small = _token_claim_cost(flow_app, clock, "small")
-    assert big < 3 * small + 0.002, (big, small)
+    assert max(per_claim) <= 5, (per_claim, GROUPS)

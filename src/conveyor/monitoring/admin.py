@@ -4,21 +4,39 @@
 ``app.purge_dead``, ``app.pause`` and ``app.resume`` delegate here, and so do the audited
 ``Operator`` actions and the ``Inspector`` (``monitoring/actions.py``, ``inspect.py``), which
 therefore never need the facade (``run_now`` and ``delete_job`` serve only operators). Each
-function validates its input (``ValidationError`` naming the field) and makes one broker call.
+function validates its input (``ValidationError`` naming the field) and makes one broker call
+(an action on a sharded queue's logical name: one per member, ``queue_members``).
 """
 
 from __future__ import annotations
 
+import heapq
+from dataclasses import replace
+from itertools import islice
 from typing import Any
 
 from ..broker import jobdocs
 from ..broker.base import Page, SearchQuery
 from ..core.job import validate_queue_name
-from ..core.shards import fold_counts
+from ..core.shards import fold_counts, parse_shard
 from ..core.state import TERMINAL_STATES, JobState
 from ..errors import ValidationError
 from ..runtime import Runtime
 from ..worker.presence import COLLECTION as WORKERS
+
+
+def queue_members(rt: Runtime, queue: str) -> list[str]:
+    """The physical queues an operator's action on ``queue`` reaches: a sharded queue's shards
+    (those this process declares, and any other stored queue named as a shard of it: shards of
+    another shard count, or a process that does not declare the queue, e.g. ``conveyor --url``)
+    and the name itself (jobs stored before the queue was sharded); else ``[queue]``."""
+    names = rt.shards.members(queue)
+    found = [
+        q
+        for q in rt.broker.queues()
+        if q not in names and (parsed := parse_shard(q)) is not None and parsed[0] == queue
+    ]
+    return [*names[:-1], *found, names[-1]]
 
 
 def workers(rt: Runtime) -> list[dict[str, Any]]:
@@ -58,8 +76,10 @@ def search(
     text: str | None = None,
     page: int = 1,
     page_size: int = 50,
+    whole: bool = True,
 ) -> Page:
-    """Search stored jobs (newest first) with filters and pagination."""
+    """Search stored jobs (newest first) with filters and pagination. ``queue``: a sharded
+    queue's name searches all its members (``queue_members``) unless not ``whole``."""
     if state is not None:
         try:
             state = JobState(state)
@@ -69,7 +89,22 @@ def search(
     if page < 1 or not 1 <= page_size <= 1000:
         raise ValidationError("page", "page must be >= 1 and page_size 1..1000")
     query = SearchQuery(id, state, task, queue, since, until, error, text, page, page_size)
-    return rt.broker.search(query)
+    members = queue_members(rt, queue) if queue is not None and whole else []
+    if len(members) < 2:
+        return rt.broker.search(query)
+    return _search_members(rt, query, members)
+
+
+def _search_members(rt: Runtime, query: SearchQuery, members: list[str]) -> Page:
+    """One page of ``query`` over several queues (a sharded queue's members): each queue's
+    newest ``page * page_size`` matches, merged newest first as one search orders them."""
+    top = query.page * query.page_size
+    pages = [rt.broker.search(replace(query, queue=q, page=1, page_size=top)) for q in members]
+    merged = heapq.merge(
+        *(p.items for p in pages), key=lambda j: (j.created_at, j.id), reverse=True
+    )
+    items = list(islice(merged, top - query.page_size, top))
+    return Page(items, sum(p.total for p in pages), query.page, query.page_size)
 
 
 def cancel(rt: Runtime, job_id: str, by: str = "") -> bool:
@@ -118,18 +153,18 @@ def purge_dead(rt: Runtime, older_than: float | None = None, queue: str | None =
     """Delete dead letters finished more than ``older_than`` seconds ago (all if None)."""
     if queue is None:
         return rt.broker.purge(rt.now(), older_than=older_than)
-    members = rt.shards.members(queue)  # a sharded queue: every shard
+    members = queue_members(rt, validate_queue_name(queue))  # a sharded queue: every shard
     return sum(rt.broker.purge(rt.now(), older_than=older_than, queue=q) for q in members)
 
 
 def pause(rt: Runtime, queue: str) -> None:
     """Workers stop claiming from ``queue`` (running jobs finish); every shard of a
     sharded queue."""
-    for name in rt.shards.members(validate_queue_name(queue)):
+    for name in queue_members(rt, validate_queue_name(queue)):
         rt.broker.pause(name)
 
 
 def resume(rt: Runtime, queue: str) -> None:
     """Undo ``pause``."""
-    for name in rt.shards.members(validate_queue_name(queue)):
+    for name in queue_members(rt, validate_queue_name(queue)):
         rt.broker.resume(name)

@@ -125,7 +125,7 @@ class Inspector:
         if row is None:
             raise ValidationError("queue", f"no queue named {name!r}")
         broker, now = self.runtime.broker, self.runtime.now()
-        members = self.runtime.shards.members(name)  # a sharded queue: all its shards
+        members = admin.queue_members(self.runtime, name)  # a sharded queue: all its shards
         tasks = merge_counters(
             read_counters(broker, now, minutes, queue=q, by="task") for q in members
         )
@@ -212,15 +212,22 @@ class Inspector:
         )
 
     def matching_ids(self, filters: Mapping[str, Any], limit: int = 10_000) -> list[str]:
-        """Ids of every job matching ``filters`` (up to ``limit``), for bulk actions."""
+        """Ids of every job matching ``filters`` (up to ``limit``), for bulk actions; a sharded
+        queue's name is searched one member at a time (``admin.queue_members``: a merged
+        search would re-read every member's earlier pages for each page)."""
+        clean = clean_filters(filters, self.runtime.now())
+        queue = clean.get("queue")
+        members = admin.queue_members(self.runtime, queue) if queue is not None else [None]
         ids: list[str] = []
-        page = 1
-        while len(ids) < limit:
-            result = self.search(filters, page=page, page_size=500)
-            ids.extend(j.id for j in result.items)
-            if page >= result.pages or not result.items:
-                break
-            page += 1
+        for member in members:
+            page = 1
+            while len(ids) < limit:
+                found = {**clean, "queue": member}
+                result = admin.search(self.runtime, **found, page=page, page_size=500, whole=False)
+                ids.extend(j.id for j in result.items)
+                if page >= result.pages or not result.items:
+                    break
+                page += 1
         return list(dict.fromkeys(ids))[:limit]
 
     # ------------------------------------------------------------------ schedules, alerts, events

@@ -21,6 +21,7 @@ from ..broker.jobdocs import progress_text, read_progress
 from ..core.job import validate_queue_name
 from ..errors import ValidationError
 from ..worker import control
+from . import admin
 from .actions import Operator
 from .history import RANGES, read_history
 from .inspect import Inspector
@@ -147,7 +148,7 @@ def clear_queue(op: Operator, queue: str) -> int:
     """Delete the waiting jobs of an existing queue (running jobs are untouched); audited."""
     clear_preview(op.inspector, queue)
     rt = op.runtime
-    n = sum(rt.broker.clear_queue(q, rt.now()) for q in rt.shards.members(queue))
+    n = sum(rt.broker.clear_queue(q, rt.now()) for q in admin.queue_members(rt, queue))
     op.audit("queue.clear", queue, "ok", deleted=n)
     return n
 
@@ -161,5 +162,5 @@ def history(inspector: Inspector, range_name: str, queue: str | None = None) -> 
     if range_name not in RANGES:
         raise ValidationError("range", f"must be one of {', '.join(RANGES)}")
     flush_local(rt)
-    members = rt.shards.members(queue) if queue is not None else ()
+    members = admin.queue_members(rt, queue) if queue is not None else ()
     return read_history(rt.broker, rt.now(), range_name, queue, members)

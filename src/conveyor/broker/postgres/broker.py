@@ -8,10 +8,12 @@ leases its rows in ONE statement that also writes the lease and fencing token in
 columns (``postgres/claim.py``; the envelope catches up at the next write: ``postgres/rec.py``),
 and a batch of acks completes in two set-based statements (``postgres/finish.py``). Enqueue can
 also run on the caller's own psycopg connection, inside their transaction
-(``enqueue_in_transaction``). Every write the worker and the operator make (claim, complete,
-fail, release, cancel_running, extend, the reaper, operator actions) runs again when PostgreSQL
-rolled it back as the loser of a lock conflict: a deadlock, a serialization failure, a lock
-timeout (``postgres/retry.py``).
+(``enqueue_in_transaction``). Every write the worker, the producer and the operator make in
+the broker's own transaction (claim, complete, fail, release, cancel_running, extend, the
+reaper, enqueue, a workflow's enqueue, debounce, operator actions, flow-limit overrides) runs
+again when PostgreSQL rolled it back as the loser of a lock conflict: a deadlock, a
+serialization failure, a lock timeout (``postgres/retry.py``). An enqueue on the caller's
+connection never does: the caller's transaction is theirs to run again.
 Schema, queries, NOTIFY and vacuum: docs/architecture-postgres.md.
 """
 
@@ -42,7 +44,7 @@ from .reads import PgReads
 from .rec import COLS, pg_rec
 from .retry import Retry, retried, retry_transient
 from .side import PgCounters, PgDocs, PgEvents, PgLogs
-from .store import Tx, parse_url
+from .store import PgStore, Tx, parse_url, replanned
 from .waits import PgWaits
 
 _DELAYED = (JobState.SCHEDULED, JobState.RETRY_SCHEDULED)
@@ -151,6 +153,7 @@ class PostgresBroker(
             tx.notify.add(job.queue)
 
     # ------------------------------------------------------------------ producers
+    @retry_transient  # one statement or one transaction of the broker's own: safe to run again
     def enqueue(
         self,
         jobs: Sequence[Job],
@@ -167,6 +170,10 @@ class PostgresBroker(
                 done = enqueue_alone(self, jobs, now, payloads)  # a plain batch: one statement
             except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
                 raise self._failed(exc) from exc
+            except psycopg.NotSupportedError as exc:  # an autocommit statement: no rollback
+                if not replanned(exc):
+                    raise
+                raise self._replanned(exc) from exc  # run again on fresh statements
             if done is not None:
                 return done
             with self._write() as tx:
@@ -190,6 +197,16 @@ class PostgresBroker(
         Returns what ``enqueue`` returns (id, duplicate, state per job).
         """
         return enqueue_on(self, conn, jobs, now, payloads)
+
+    # the broker's own transactions, retried on a lock conflict (signatures are theirs);
+    # ``enqueue_in_transaction`` and ``enqueue_workflow_in_transaction`` are never: the
+    # conflict reaches the caller, whose transaction only the caller can run again
+    enqueue_workflow = retried(SqlWorkflows.enqueue_workflow)
+    replace_waiting = retried(SqlFlowAdmin.replace_waiting)  # debounce
+    flow_set_limit = retried(SqlFlowAdmin.flow_set_limit)  # app.set_limit / clear_limit
+    flow_status = retried(SqlFlowAdmin.flow_status)  # reads, in a transaction of its own
+    pause = retried(PgStore.pause)
+    resume = retried(PgStore.resume)
 
     def _txn_enqueue(
         self, conn: Any, jobs: Sequence[Job], payloads: Sequence[bytes], now: float, also: Any

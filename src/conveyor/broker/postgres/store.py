@@ -16,6 +16,7 @@ import contextlib
 import logging
 import os
 import threading
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -137,6 +138,14 @@ class PgStore:
         self._local = threading.local()
         self._listeners: list[psycopg.Connection[Any]] = []  # wait_for_work's, one per thread
         self._down = False  # a connection-level failure seen and no connection since
+        #: bumped when the server refused an outdated prepared plan (0A000, ``replanned``: a
+        #: column type changed under this process); a pooled connection marked older
+        #: deallocates its statements at its next checkout (``_connection``), so one call
+        #: meets one refusal, not one per pooled connection (more than the retry's attempts)
+        self._plans = 0
+        self._plan_marks: weakref.WeakKeyDictionary[psycopg.Connection[Any], int] = (
+            weakref.WeakKeyDictionary()
+        )
         try:
             with psycopg.connect(conninfo, autocommit=True, connect_timeout=10) as conn:
                 ensure_schema(conn, schema, migrate=migrate, where=self._where())
@@ -191,14 +200,41 @@ class PgStore:
         known to be down (a probe, an enqueue in a web request fail fast during an outage)."""
         with self.pool().connection(timeout=DOWN_WAIT_S if self._down else None) as conn:
             self._down = False
+            if self._plans and self._plan_marks.get(conn) != self._plans:
+                self._fresh_plans(conn)
             try:
                 yield conn
             finally:
                 if conn.pgconn.transaction_status != pq.TransactionStatus.IDLE:
                     _end(conn)
 
+    def _fresh_plans(self, conn: psycopg.Connection[Any]) -> None:
+        """Deallocate every prepared statement of ``conn`` (idle, just checked out), once per
+        ``_plans``: the wire's names are forgotten, and psycopg forgets its own when it sees
+        the command's tag."""
+        self._plan_marks[conn] = self._plans
+        wire.forget(conn)
+        conn.execute("DEALLOCATE ALL")
+
+    def _replanned(self, exc: psycopg.Error) -> BrokerUnavailable:
+        """The error for an outdated prepared plan (``replanned``), which the lock-conflict
+        retry runs again (``retry.py``: 0A000); every pooled connection deallocates its
+        statements before its next use (``_fresh_plans``)."""
+        self._plans += 1
+        return BrokerUnavailable(f"PostgreSQL {self._where()}: {exc}")
+
     def _read(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[Any]:
-        """Run one read statement (autocommit); all its rows."""
+        """Run one read statement (autocommit); all its rows. A plan outdated by a schema
+        change (a statement psycopg prepared) is read again once, with fresh statements."""
+        try:
+            return self._read_once(sql, params)
+        except psycopg.NotSupportedError as exc:
+            if not replanned(exc):
+                raise
+            self._replanned(exc)
+            return self._read_once(sql, params)
+
+    def _read_once(self, sql: str, params: Sequence[Any] | dict[str, Any]) -> list[Any]:
         try:
             with self._connection() as conn:
                 rows: list[Any] = conn.execute(self.sql(sql), params).fetchall()
@@ -223,9 +259,9 @@ class PgStore:
         except psycopg.NotSupportedError as exc:
             if not replanned(exc):
                 raise
-            # a schema change under this connection's prepared statements: the rollback
-            # forgot them, so the transaction can run again (``retry.py``: 0A000)
-            raise BrokerUnavailable(f"PostgreSQL {self._where()}: {exc}") from exc
+            # a schema change under the prepared statements: the transaction can run again
+            # (``retry.py``: 0A000) once every pooled connection forgot them
+            raise self._replanned(exc) from exc
 
     def in_tx(self, fn: Callable[[Tx], T]) -> T:
         """Run ``fn`` in one ``_write`` transaction; its result."""
