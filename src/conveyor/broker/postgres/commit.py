@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from . import wire
-from .arrays import bytea_array, num_array, text_array
+from .arrays import bytea_binary, num_array, text_array
 from .store import EVENT_CHUNK, EVENT_TRIM, Tx
 
 if TYPE_CHECKING:
@@ -159,5 +159,5 @@ def _chunks(events: list[dict[str, Any]], keep: int) -> dict[str, Any]:
         "keep": keep,
         "rel": num_array([skip + i * EVENT_CHUNK + len(c) for i, c in enumerate(chunks)]),
         "cnt": num_array([len(c) for c in chunks]),
-        "body": bytea_array([orjson.dumps(c) for c in chunks]),
+        "body": bytea_binary([orjson.dumps(c) for c in chunks]),
     }
