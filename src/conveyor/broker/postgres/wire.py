@@ -135,9 +135,9 @@ def encodable(batch: Sequence[tuple[str, Params]]) -> bool:
     return True
 
 
-def _formats(values: Sequence[bytes | None]) -> list[int] | None:
+def _formats(values: Sequence[bytes | None] | None) -> list[int] | None:
     """The parameters' format codes: None (all text) unless one is a ``BinaryArray``."""
-    if not any(type(v) is BinaryArray for v in values):
+    if values is None or not any(type(v) is BinaryArray for v in values):
         return None
     return [1 if type(v) is BinaryArray else 0 for v in values]
 
