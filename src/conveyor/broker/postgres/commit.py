@@ -11,7 +11,10 @@
    ``EVENT_TRIM``;
 2. applies every count delta (one upsert over sorted keys: every transaction locks count rows
    in the same order, no deadlock);
-3. sends every NOTIFY (delivered only at COMMIT).
+3. sends every NOTIFY (delivered only at COMMIT); the "done" channel's only while a waiters'
+   listener exists (it holds an advisory lock, shared, that the statement then fails to take:
+   ``postgres/waits.py``), since PostgreSQL wakes every LISTENing backend of the database at
+   each NOTIFY, and each woken backend runs a transaction to read it.
 
 The statement and COMMIT travel in one round trip, on libpq's pipeline directly
 (``postgres/wire.py``: nobody reads their results). When the
@@ -31,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from . import wire
-from .arrays import bytea_array, num_array, text_array
+from .arrays import bytea_binary, num_array, text_array
 from .store import EVENT_CHUNK, EVENT_TRIM, Tx
 
 if TYPE_CHECKING:
@@ -41,7 +44,11 @@ _COUNTS_NOTIFY = (
     " cn AS (INSERT INTO {S}.counts (queue, state, n) SELECT * FROM unnest(%(q)s::text[],"
     " %(st)s::text[], %(d)s::bigint[]) ON CONFLICT (queue, state) DO UPDATE SET"
     " n = {S}.counts.n + excluded.n RETURNING queue, state, n),"
-    " nt AS (SELECT pg_notify(c, q) FROM unnest(%(ch)s::text[], %(nq)s::text[]) AS t(c, q))"
+    # the done channel only while a waiters' listener holds its lock (shared): the try for it
+    # fails (postgres/waits.py; a NOTIFY wakes every LISTENing backend of the database)
+    " nt AS (SELECT pg_notify(c, q) FROM unnest(%(ch)s::text[], %(nq)s::text[]) AS t(c, q)"
+    " WHERE CASE WHEN c = %(dc)s THEN NOT pg_try_advisory_xact_lock(%(dk)s::bigint)"
+    " ELSE true END)"
     " SELECT (SELECT count(*) FROM nt), ARRAY(SELECT queue FROM cn), ARRAY(SELECT state FROM"
     " cn), ARRAY(SELECT n FROM cn)"
 )
@@ -133,6 +140,8 @@ def statement(s: PgStore, tx: Tx) -> tuple[str, dict[str, Any]] | None:
         "ch": text_array([c for c, _ in notes]),
         # "" (a name too long for a payload) wakes every waiter
         "nq": text_array([q if len(q.encode()) < 7000 else "" for _, q in notes]),
+        "dc": s.done_channel,
+        "dk": s.done_key,
     }
     if not tx.events:
         return s.sql(_APPLY), params
@@ -150,5 +159,5 @@ def _chunks(events: list[dict[str, Any]], keep: int) -> dict[str, Any]:
         "keep": keep,
         "rel": num_array([skip + i * EVENT_CHUNK + len(c) for i, c in enumerate(chunks)]),
         "cnt": num_array([len(c) for c in chunks]),
-        "body": bytea_array([orjson.dumps(c) for c in chunks]),
+        "body": bytea_binary([orjson.dumps(c) for c in chunks]),
     }

@@ -27,7 +27,7 @@ from ...core import lifecycle
 from ..base import Ack
 from ..sqlite_rows import Rec
 from . import flow as pgflow  # issue 15/16 hooks
-from .arrays import bytea_array, num_array, text_array
+from .arrays import bytea_binary, num_array, text_array
 from .rec import COLS, completed_envelope, pg_rec
 from .store import Tx
 
@@ -138,7 +138,7 @@ def _write_fast(
         tx.done.add(queue)
     if rids:
         # sent with the next statement (the settle one, usually): nobody reads its result
-        tx.defer(b.sql(_DONE), (now, num_array(rids), bytea_array(payloads)))
+        tx.defer(b.sql(_DONE), (now, num_array(rids), bytea_binary(payloads)))
     if slots:
         pgflow.free_many(b, tx, slots)
 

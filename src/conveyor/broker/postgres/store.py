@@ -13,6 +13,7 @@ docs/architecture-postgres.md.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import os
 import threading
@@ -59,6 +60,12 @@ class PoolRetryFilter(logging.Filter):
         ):
             record.levelno, record.levelname = logging.DEBUG, "DEBUG"
         return True
+
+
+def done_lock_key(channel: str) -> int:
+    """The advisory lock key (a signed 64-bit number) of a done channel."""
+    digest = hashlib.blake2b(channel.encode(), digest_size=8, person=b"conveyor").digest()
+    return int.from_bytes(digest, "big", signed=True)
 
 
 def _quiet_pool_retries() -> None:
@@ -130,6 +137,9 @@ class PgStore:
         self.s = quote_ident(schema)
         self.channel = f"conveyor_{schema}"[:63]
         self.done_channel = f"conveyor.done_{schema}"[:63]  # finished jobs (postgres/waits.py)
+        #: the advisory lock a waiters' listener holds (shared) while it LISTENs: a settle
+        #: statement notifies the done channel only when it cannot take it (postgres/waits.py)
+        self.done_key = done_lock_key(self.done_channel)
         self.retention = retention or Retention()
         self.url = url or conninfo
         self._lock = threading.Lock()

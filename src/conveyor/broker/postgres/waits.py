@@ -8,6 +8,15 @@ queue; ``change_cursor`` returns those counts for the waiter's queue and ``wait_
 on a condition until they move. So a waiter returns a few ms after the commit and reads its job
 once per wake-up, and a thousand waiting threads cost one connection, not a thousand.
 
+Nobody waiting, no NOTIFY: PostgreSQL signals every LISTENing backend of the database at each
+NOTIFY, whatever its channel, and each signalled backend runs a transaction to read it (in a
+drain, one per completion batch on the worker's own wake-up connection). So the listener holds
+an advisory lock (``done_key``, shared, taken after its LISTEN) for as long as it listens, and a
+finishing transaction's settle statement sends the done NOTIFY only when its try for that lock
+(exclusive, until COMMIT) fails (``postgres/commit.py``). A listener that starts while such a
+transaction holds the lock waits for its COMMIT before it reports ready, so a waiter, which
+reads its job after that, cannot miss it.
+
 Lost notifications: while the listener is reconnecting (a killed connection, a server restart)
 nothing is delivered, so each wait is at most ``SAFETY_POLL_S`` long (``watch`` re-reads the job
 after it) and a reconnect wakes every waiter. Without a listener at all (the server unreachable
@@ -36,8 +45,9 @@ LISTEN_SLICE_S = 0.5
 class DoneListener:
     """One LISTENing connection per process; counts "done" notifications per queue."""
 
-    def __init__(self, conninfo: str, channel: str) -> None:
+    def __init__(self, conninfo: str, channel: str, key: int) -> None:
         self.conninfo, self.channel, self.pid = conninfo, channel, os.getpid()
+        self.key = key  # the advisory lock held (shared) while listening (module docstring)
         self._cond = threading.Condition()
         self._per_queue: dict[str, int] = {}
         self._everyone = 0  # bumped by an unnamed notification and by each (re)connect
@@ -83,6 +93,10 @@ class DoneListener:
             try:
                 with psycopg.connect(self.conninfo, autocommit=True, connect_timeout=10) as conn:
                     conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
+                    # from here on no transaction finishing a job can skip the NOTIFY; one
+                    # that already did holds the lock exclusively until its COMMIT, so this
+                    # waits for it: a waiter reads its job only after that commit
+                    conn.execute("SELECT pg_advisory_lock_shared(%s)", (self.key,))
                     self._set_connected(True)
                     pause = 0.1
                     self._listen(conn)
@@ -115,6 +129,7 @@ class PgWaits:
 
     conninfo: str
     done_channel: str  # ``conveyor.done_<schema>``: the ``.`` keeps it apart from the wake channel
+    done_key: int  # its advisory lock (``store.done_lock_key``)
     _lock: threading.Lock
     _done: DoneListener | None = None
 
@@ -125,7 +140,9 @@ class PgWaits:
             with self._lock:
                 listener = self._done
                 if listener is None or listener.pid != os.getpid():
-                    listener = self._done = DoneListener(self.conninfo, self.done_channel)
+                    listener = self._done = DoneListener(
+                        self.conninfo, self.done_channel, self.done_key
+                    )
         return listener
 
     def change_cursor(self, queue: str) -> Any:

@@ -12,8 +12,9 @@ never reused, so they cannot clash with psycopg's ``_pg3_N``); parameters go as 
 casts them, or the server infers the column's type). An error result raises the same psycopg
 exception class psycopg would (SQLSTATE kept: a deadlock victim is still
 ``DeadlockDetected``); a connection failure raises ``psycopg.OperationalError``. A parameter
-that is not a plain scalar (``str``, ``int``, ``float``, ``bool``, None) makes ``encodable``
-false and the caller goes through psycopg instead.
+that is not a plain scalar (``str``, ``int``, ``float``, ``bool``, None) or a ``BinaryArray``
+(``arrays.bytea_binary``: bound as it is, with format code 1) makes ``encodable`` false and the
+caller goes through psycopg instead.
 
 A failed transaction forgets this module's names of its connection (``forget``: ``Tx.rollback``,
 and ``PgStore._connection`` when a connection goes back to the pool inside a transaction) and
@@ -38,6 +39,8 @@ from typing import Any
 import psycopg
 from psycopg import errors, pq
 from psycopg.adapt import Transformer
+
+from .arrays import BinaryArray
 
 #: positional (``%s``) or named (``%(name)s``, a dict) parameters
 Params = Sequence[Any] | dict[str, Any]
@@ -69,6 +72,8 @@ _NAMES = itertools.count()
 #: sent unprepared (nothing to plan)
 _CONTROL = ("BEGIN", "COMMIT")
 _OK = (pq.ExecStatus.COMMAND_OK, pq.ExecStatus.TUPLES_OK, pq.ExecStatus.EMPTY_QUERY)
+#: the parameter types sent as they are (the rest as text)
+_PLAIN = (str, int, float, bool, BinaryArray)
 
 
 def _convert(sql: str) -> tuple[bytes, list[str] | None]:
@@ -109,6 +114,8 @@ def _text(value: Any, encoding: str) -> bytes | None:
         return None
     if value is True or value is False:
         return b"t" if value else b"f"
+    if type(value) is BinaryArray:
+        return value
     if type(value) is not str:
         return str(value).encode()
     out = value.encode(encoding)
@@ -118,13 +125,21 @@ def _text(value: Any, encoding: str) -> bytes | None:
 
 
 def encodable(batch: Sequence[tuple[str, Params]]) -> bool:
-    """True when every parameter of ``batch`` is a plain scalar ``fire`` sends as text."""
+    """True when every parameter of ``batch`` is a plain scalar ``fire`` sends as text, or a
+    ``BinaryArray``."""
     for _, params in batch:
         values = params.values() if isinstance(params, dict) else params
         for v in values:
-            if v is not None and type(v) not in (str, int, float, bool):
+            if v is not None and type(v) not in _PLAIN:
                 return False
     return True
+
+
+def _formats(values: Sequence[bytes | None] | None) -> list[int] | None:
+    """The parameters' format codes: None (all text) unless one is a ``BinaryArray``."""
+    if values is None or not any(type(v) is BinaryArray for v in values):
+        return None
+    return [1 if type(v) is BinaryArray else 0 for v in values]
 
 
 def _values(params: Params, names: list[str] | None, encoding: str) -> list[bytes | None]:
@@ -210,7 +225,7 @@ def _run(
                     name = b""
                 pg.send_prepare(name, text)
             fmt = pq.Format.BINARY if i in binary else pq.Format.TEXT
-            pg.send_query_prepared(name, values, result_format=fmt)
+            pg.send_query_prepared(name, values, _formats(values), result_format=fmt)
         pg.pipeline_sync()
         results, failed = _finish(pg, conn)
     except BaseException:
