@@ -142,3 +142,25 @@ def test_non_finite_schedule_arguments_are_refused(url: str, bad: float) -> None
     assert info.value.field == "kwargs"
     assert {s.name for s in app.list_schedules()} == {"beat", "nightly"}
     app.close()
+
+
+def test_list_and_pause_survive_a_stored_schedule_with_wrongly_typed_fields(url: str) -> None:
+    # a document written by hand, another client or an older version: its fields have the
+    # wrong JSON types; `list` crashed with a TypeError traceback and hid every schedule
+    from conveyor.scheduler.models import COLLECTION
+
+    app = Conveyor(url)
+    doc = app.broker.doc_get(COLLECTION, "beat", app.now())
+    assert doc is not None
+    bad = {"name": "odd", "next_fire_at": "soon", "args": "oops", "misfire_grace": "x"}
+    app.broker.doc_put(COLLECTION, "odd", {**doc, **bad}, app.now())
+    app.close()
+    code, out = run("schedules", "list", "--url", url)
+    assert code == 0 and "nightly" in out and "beat" in out and "invalid" in out
+    code, out = run("schedules", "list", "--url", url, "--json")
+    assert code == 0
+    rows = {r["name"]: r for r in json.loads(out)}
+    assert set(rows) == {"beat", "nightly", "odd"} and "next_fire_at" in rows["odd"]["error"]
+    assert [s.name for s in Conveyor(url).list_schedules()] == ["beat", "nightly"]
+    result = CliRunner().invoke(cli, ["schedules", "pause", "odd", "--url", url])
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.output

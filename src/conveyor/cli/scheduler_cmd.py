@@ -36,14 +36,14 @@ def _when(ts: float | None, tz: str = "UTC") -> str:
         return ""
     try:
         return datetime.fromtimestamp(ts, ZoneInfo(tz)).strftime("%Y-%m-%d %H:%M:%S %Z")
-    except (ValueError, OverflowError, OSError):  # a stored time past year 9999: show, not crash
+    except (ValueError, OverflowError, OSError, TypeError):  # past year 9999, not a number
         return f"{ts!r} (out of range)"
 
 
 def _iso(ts: float, tz: str) -> str:
     try:
         return datetime.fromtimestamp(ts, ZoneInfo(tz)).isoformat(timespec="seconds")
-    except (ValueError, OverflowError, OSError):
+    except (ValueError, OverflowError, OSError, TypeError):
         return f"{ts!r} (out of range)"
 
 

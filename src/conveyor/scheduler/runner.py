@@ -30,7 +30,15 @@ from ..errors import BrokerConfigError, DuplicateJob, ValidationError
 from ..outage import OutageLog, is_connection_error
 from ..runtime import as_runtime
 from ..task import JobSpec
-from .models import COLLECTION, Schedule, history_entry, history_log, job_id_for
+from .models import (
+    COLLECTION,
+    Schedule,
+    check_stored,
+    history_entry,
+    history_log,
+    job_id_for,
+    stored_schedule,
+)
 from .plugins import RETRY_AFTER, AlertsPlugin, CronPlugin, Plugin, PromotePlugin, ReapPlugin
 
 if TYPE_CHECKING:
@@ -156,6 +164,7 @@ class Scheduler:
         self.sync = sync
         self.id = id or f"scheduler-{socket.gethostname()}-{os.getpid()}-{id_suffix()}"
         self.enqueued = 0  # jobs enqueued by this scheduler since it was built
+        self._invalid: dict[str, str] = {}  # invalid stored schedules logged: name -> reason
         self._started = False
         self._stopping = threading.Event()
         self._outage = OutageLog.shared(self.broker)  # one line per outage, not per retry
@@ -223,13 +232,16 @@ class Scheduler:
         docs = self.broker.docs.list(COLLECTION, now)
         for name in sorted(docs):
             try:
-                schedule = Schedule.from_doc(docs[name])
-                count, upcoming = self.fire(schedule, now)
+                count, upcoming = self.fire(stored_schedule(docs[name]), now)
+            except ValidationError as exc:  # a stored document that is not valid (any more)
+                self._skip_invalid(name, exc)
+                continue
             except Exception as exc:  # one broken schedule must not stop the others
                 if is_connection_error(exc):  # the broker, not the schedule: the pass stops
                     raise
                 log.exception("schedule %r: pass failed; retrying next tick", name)
                 continue
+            self._invalid.pop(name, None)
             self.enqueued += count
             if upcoming is not None and (next_due is None or upcoming < next_due):
                 next_due = upcoming
@@ -241,7 +253,7 @@ class Scheduler:
             return 0, None
         if schedule.next_fire_at is not None and schedule.next_fire_at > now:
             return 0, schedule.next_fire_at  # the common case: nothing due, nothing parsed
-        plan = plan_fires(schedule, now)
+        plan = plan_fires(check_stored(schedule), now)
         if plan is None:
             return 0, schedule.next_fire_at
         entries: list[dict[str, Any]] = []  # what this scheduler did: always recorded
@@ -310,6 +322,14 @@ class Scheduler:
             log.error("schedule %r: tick %s not enqueued: %s", schedule.name, fire, exc)
             return "error", None, {"error": str(exc)}
         return ("duplicate" if handle.duplicate else "enqueued"), handle.id, {}
+
+    def _skip_invalid(self, name: str, exc: ValidationError) -> None:
+        """Log an invalid stored schedule once (again only if the reason changes): it is
+        skipped on every pass until fixed or removed, which must not flood the log."""
+        reason = str(exc)[:300]
+        if self._invalid.get(name) != reason:
+            self._invalid[name] = reason
+            log.warning("schedule %r is invalid and skipped until fixed: %s", name, reason)
 
     def _still_running(self, job_id: str) -> bool:
         job = self.broker.get(job_id)

@@ -25,7 +25,9 @@ from .models import (
     Schedule,
     ScheduleNotFound,
     build_schedule,
+    check_stored,
     history_log,
+    stored_schedule,
     validate_name,
 )
 
@@ -128,8 +130,7 @@ class ScheduleRegistry:
         bad: dict[str, str] = {}
         for name in sorted(docs):
             try:
-                schedule = Schedule.from_doc(docs[name])
-                schedule.spec  # noqa: B018 - parsing validates cron / every / tz
+                schedule = check_stored(stored_schedule(docs[name]))
             except (ValidationError, TypeError, ValueError) as exc:
                 bad[name] = str(exc)[:300]
                 continue
