@@ -84,6 +84,25 @@ def test_late_within_grace_is_not_a_misfire(app: Conveyor, clock: FakeClock) -> 
     assert app.scheduler().tick() == 4
 
 
+def test_a_running_scheduler_noticing_a_tick_within_its_pass_interval_is_not_a_misfire(
+    app: Conveyor, clock: FakeClock
+) -> None:
+    # misfire_grace=0 with misfire="skip" ("drop whatever was missed"): a running scheduler
+    # passes every `interval` (0.5 s) and sees each tick up to that much after its time; every
+    # tick was judged late and skipped, so the schedule never ran at all
+    clock.set(START)
+    app.task(noop)
+    app.schedule_cron("i", "noop", every=10, misfire="skip", misfire_grace=0)
+    scheduler = app.scheduler(interval=0.5)
+    for k in range(1, 201):  # 100 s of passes, each 0.3 s after a half second
+        clock.set(START + 0.5 * k - 0.2)
+        scheduler.tick()
+    assert fire_times(app) == [START + 10 * k for k in range(1, 10)]
+    assert "skipped-misfire" not in outcomes(app, "i")
+    clock.set(START + 100 + 30)  # a real outage (30 s without a pass): still a misfire
+    assert scheduler.tick() == 0 and "skipped-misfire" in outcomes(app, "i")
+
+
 def test_overlap_skip_while_previous_run_is_pending_or_active(
     app: Conveyor, clock: FakeClock
 ) -> None:

@@ -62,11 +62,13 @@ class Plan:
     missed_exact: bool = True  # False: ``missed`` is a lower bound (a very long cron outage)
 
 
-def plan_fires(schedule: Schedule, now: float) -> Plan | None:
+def plan_fires(schedule: Schedule, now: float, slack: float = 0.0) -> Plan | None:
     """Due ticks of ``schedule`` at ``now`` (None if nothing is due), after the misfire policy.
 
     The schedule *misfired* (its scheduler was down) when its oldest due tick is more than
-    ``misfire_grace`` seconds before ``now``. Then the policy governs EVERY due tick, also those
+    ``misfire_grace`` seconds before ``now``, not counting ``slack``: how late a running
+    scheduler may see a tick (its pass interval; else ``misfire_grace=0`` with ``skip`` would
+    never run). Then the policy governs EVERY due tick, also those
     that fell inside the grace period (else an outage would still end in a burst of one run per
     tick of the last ``misfire_grace`` seconds): ``skip`` runs none, ``run_once`` only the
     latest, ``backfill`` the latest ``max_backfill``; the cadence resumes from ``now``. Without a
@@ -80,7 +82,7 @@ def plan_fires(schedule: Schedule, now: float) -> Plan | None:
         return None
     missed, exact = 0, True
     missed_first = missed_last = None
-    if first > now - schedule.misfire_grace:
+    if first > now - schedule.misfire_grace - slack:
         fires = [first, *spec.fires_between(first, now, _PASS_LIMIT - 1)]
     else:
         keep = {"skip": 0, "run_once": 1}.get(schedule.misfire, schedule.max_backfill)
@@ -253,7 +255,7 @@ class Scheduler:
             return 0, None
         if schedule.next_fire_at is not None and schedule.next_fire_at > now:
             return 0, schedule.next_fire_at  # the common case: nothing due, nothing parsed
-        plan = plan_fires(check_stored(schedule), now)
+        plan = plan_fires(check_stored(schedule), now, self.interval)
         if plan is None:
             return 0, schedule.next_fire_at
         entries: list[dict[str, Any]] = []  # what this scheduler did: always recorded
