@@ -258,3 +258,44 @@ def test_wait_returns_the_last_result_or_raises_the_failure(app: Conveyor) -> No
     with pytest.raises(WorkflowFailed) as info:
         bad.wait(timeout=5)
     assert info.value.job.id == bad.ids[0]
+
+
+def test_a_result_that_could_not_be_stored_is_never_passed_on_as_none(app: Conveyor) -> None:
+    # the worker completes a job whose result cannot be stored WITHOUT it (result_error);
+    # its dependants ran with None in its place and the workflow reported success
+    t = tasks(app)
+    seen: list[Any] = []
+
+    @app.task
+    def unstorable() -> object:
+        return object()
+
+    @app.task
+    def take(x: Any) -> str:
+        seen.append(x)
+        return "took"
+
+    @app.task
+    def plain() -> str:
+        return "plain"
+
+    failing = chain(unstorable.s(), take.s()).enqueue()
+    carry_on = chain(unstorable.s(), take.s()).enqueue(policy="continue")
+    no_result = chain(unstorable.s(), plain.si()).enqueue()  # takes no result: runs
+    last = chain(t.add.s(1, 2), unstorable.si()).enqueue()
+    app.worker().run_until_idle()
+    first, second = failing.jobs()
+    assert first.state is JobState.COMPLETED and first.errors[-1]["kind"] == "result_error"
+    assert second.state is JobState.CANCELLED
+    assert second.errors[-1]["kind"] == ErrorKind.UPSTREAM_FAILED
+    assert second.errors[-1]["parent"] == first.id
+    with pytest.raises(WorkflowFailed) as info:
+        failing.result()
+    assert info.value.job.id == first.id
+    with pytest.raises(ValidationError, match=first.id):  # it has no result to run with
+        app.requeue_dead(second.id)
+    assert seen == [None]  # only the "continue" chain's step ran: None is that policy's slot
+    assert carry_on.result() == "took" and no_result.result() == "plain"
+    with pytest.raises(WorkflowFailed, match="without its result") as info:
+        last.result()  # job.wait() raises JobFailed for the same job
+    assert info.value.job.id == last.sinks[0]

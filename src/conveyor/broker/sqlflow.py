@@ -70,8 +70,7 @@ class SqlFlow:
 
     def done(self, job: Job) -> None:
         """``job`` just reached a terminal state: release or end its dependants."""
-        ok = job.state is JobState.COMPLETED
-        flow.finished(self, job.id, ok, job.result if ok else None)
+        flow.done(self, job)
 
     def done_many(self, jobs: Sequence[Job]) -> None:
         """``done`` for jobs that each left a lease in this transaction (``complete``): one
@@ -150,7 +149,7 @@ class SqlFlow:
             done, result = bool(ok), None if raw is None else orjson.loads(raw)
             if state == "completed":
                 [rec] = self._db.rows("id = ?", (parent,), full=True)
-                done, result = True, rec.job.result
+                done, result = not lifecycle.result_dropped(rec.job), rec.job.result
             out.append(flow.ParentView(parent, policy, done, result, state))
         return out
 

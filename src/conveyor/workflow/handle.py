@@ -6,7 +6,8 @@ import time
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from ..core.job import Job
+from ..core.job import ErrorKind, Job
+from ..core.lifecycle import result_dropped
 from ..core.state import TERMINAL_STATES, JobState
 from ..errors import ConveyorError, WaitTimeout
 
@@ -20,7 +21,8 @@ class WorkflowFailed(ConveyorError):
     def __init__(self, workflow_id: str, job: Job) -> None:
         self.workflow_id = workflow_id
         self.job = job
-        super().__init__(f"workflow {workflow_id}: job {job.id} ({job.task}) {job.state}")
+        how = "completed without its result" if result_dropped(job) else str(job.state)
+        super().__init__(f"workflow {workflow_id}: job {job.id} ({job.task}) {how}")
 
 
 class WorkflowPending(ConveyorError):
@@ -65,20 +67,23 @@ class WorkflowHandle:
 
     def result(self) -> Any:
         """The last step's result (a list for several last steps); raises ``WorkflowFailed``
-        naming the first failed node, or ``WorkflowPending`` when not finished yet."""
+        naming the first failed node, or ``WorkflowPending`` when not finished yet. A last
+        step completed without its result (it could not be stored) is a failure, as for
+        ``job.wait()``."""
         jobs = {j.id: j for j in self.jobs()}
         failed = [j for j in jobs.values() if j.state in (JobState.DEAD_LETTER,)]
         last = [jobs.get(i) for i in self.sinks]
         if any(j is None or j.state is not JobState.COMPLETED for j in last):
             ended = [j for j in last if j is not None and j.state in TERMINAL_STATES]
             if failed or len(ended) == len(last):
-                bad = (
-                    failed[0]
-                    if failed
-                    else next(j for j in ended if j.state is not JobState.COMPLETED)
-                )
-                raise WorkflowFailed(self.id, bad)
+                if failed:
+                    raise WorkflowFailed(self.id, failed[0])
+                bad = next(j for j in ended if j.state is not JobState.COMPLETED)
+                raise WorkflowFailed(self.id, _cause(bad, jobs))
             raise WorkflowPending(f"workflow {self.id} has not finished")
+        dropped = [j for j in last if j is not None and result_dropped(j)]
+        if dropped:
+            raise WorkflowFailed(self.id, dropped[0])
         results = [j.result for j in last if j is not None]
         return results[0] if len(results) == 1 else results
 
@@ -108,3 +113,18 @@ class WorkflowHandle:
     def cancel(self) -> int:
         """Cancel every node that has not started; returns how many."""
         return self._rt.broker.cancel_workflow(self.id, self._rt.now())
+
+
+def _cause(job: Job, jobs: dict[str, Job]) -> Job:
+    """The node whose end ended ``job``: up the ``upstream_failed`` entries' parents."""
+    seen = {job.id}
+    while job.state is JobState.CANCELLED and job.errors:
+        last = job.errors[-1]
+        if not isinstance(last, dict) or last.get("kind") != ErrorKind.UPSTREAM_FAILED.value:
+            break
+        parent = jobs.get(str(last.get("parent")))
+        if parent is None or parent.id in seen:
+            break
+        seen.add(parent.id)
+        job = parent
+    return job

@@ -167,7 +167,7 @@ class RedisWorkflows:
             state = fields.get(b"state", b"").decode() or None
             if state == "completed":
                 raw = fields.get(b"result")
-                done, result = True, None if raw is None else orjson.loads(raw)
+                done, result = raw is not None or not _dropped(fields), orjson.loads(raw or b"null")
             out.append(flow.ParentView(parent, policy, done, result, state))
         return out
 
@@ -229,3 +229,14 @@ def _flow_fields(job: Job) -> tuple[str, str, str]:
     if job.flow is None:
         return expires, "", ""
     return expires, str(job.flow["g"]), orjson.dumps(job.flow).decode()
+
+
+def _dropped(fields: dict[bytes, bytes]) -> bool:
+    """A completed job's hash says it completed without its result (``lifecycle.result_dropped``:
+    its last ``errors`` line is of kind ``result_error``)."""
+    lines = fields.get(b"errors", b"").splitlines()
+    try:
+        last = orjson.loads(lines[-1]) if lines else None
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(last, dict) and last.get("kind") == "result_error"
