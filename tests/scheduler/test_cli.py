@@ -162,5 +162,8 @@ def test_list_and_pause_survive_a_stored_schedule_with_wrongly_typed_fields(url:
     rows = {r["name"]: r for r in json.loads(out)}
     assert set(rows) == {"beat", "nightly", "odd"} and "next_fire_at" in rows["odd"]["error"]
     assert [s.name for s in Conveyor(url).list_schedules()] == ["beat", "nightly"]
+    result = CliRunner().invoke(cli, ["schedules", "next", "odd", "--url", url])
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
+    assert result.exit_code != 0 and "next_fire_at" in result.output
     result = CliRunner().invoke(cli, ["schedules", "pause", "odd", "--url", url])
     assert result.exception is None or isinstance(result.exception, SystemExit), result.output

@@ -166,7 +166,8 @@ class ScheduleRegistry:
         """The next ``n`` fire times of a stored schedule (epoch seconds), due ones included."""
         if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 1000:
             raise ValidationError("n", "must be an integer 1..1000")
-        schedule = self.get(name)
+        # a stored document that is not valid (any more): a ValidationError naming the field
+        schedule = check_stored(stored_schedule(self.get(name).to_doc()))
         spec = schedule.spec
         first = None if schedule.paused else schedule.next_fire_at  # paused: from now on
         times = [first if first is not None else spec.next_after(self.app.now())]
