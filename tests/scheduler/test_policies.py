@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from conveyor import Conveyor, FakeClock
-from conveyor.scheduler import ScheduleNotFound
+from conveyor.scheduler import ScheduleNotFound, plan_fires
 
 from .support import drive, fire_times, jobs, outcomes, ts
 
@@ -74,6 +74,27 @@ def test_misfire_backfill_is_capped(app: Conveyor, clock: FakeClock) -> None:
         ts(2024, 6, 1, 11, 45),
         7,
     )
+
+
+@pytest.mark.parametrize("timing", [{"expr": "* * * * *"}, {"every": 60}], ids=["cron", "every"])
+def test_backfill_over_a_thousand_ticks_runs_max_backfill_of_them(
+    app: Conveyor, clock: FakeClock, timing: dict[str, Any]
+) -> None:
+    # max_backfill accepts up to 10,000, but one pass runs at most 1,000 ticks: the rest of
+    # the backfill was dropped (for cron without any skipped-misfire entry: cron counts
+    # stopped at 1,000 too, so nothing looked missed)
+    clock.set(START)
+    app.task(noop)
+    app.schedule_cron("b", "noop", **timing, misfire="backfill", max_backfill=1200)
+    clock.set(START + 1500 * 60 + 30)  # 1,500 missed minutes
+    plan = plan_fires(app.schedules.get("b"), clock.now())
+    assert plan is not None and len(plan.fires) == 1000  # one pass; the rest next pass
+    assert (plan.missed, plan.missed_first, plan.missed_last) == (300, START + 60, START + 18000)
+    scheduler = app.scheduler()
+    assert scheduler.tick() + scheduler.tick() + scheduler.tick() == 1200
+    assert scheduler.tick() == 0
+    assert fire_times(app) == [START + 60 * k for k in range(301, 1501)]  # the latest 1,200
+    assert app.schedules.get("b").next_fire_at == START + 1501 * 60
 
 
 def test_late_within_grace_is_not_a_misfire(app: Conveyor, clock: FakeClock) -> None:

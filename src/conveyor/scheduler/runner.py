@@ -86,13 +86,16 @@ def plan_fires(schedule: Schedule, now: float, slack: float = 0.0) -> Plan | Non
         fires = [first, *spec.fires_between(first, now, _PASS_LIMIT - 1)]
     else:
         keep = {"skip": 0, "run_once": 1}.get(schedule.misfire, schedule.max_backfill)
-        fires = _latest_fires(spec.previous_at_or_before, first, now, min(keep, _PASS_LIMIT))
-        counted = _count_fires(spec, first, now)
-        exact = isinstance(spec, IntervalSpec) or counted < _COUNT_LIMIT
-        missed = counted - len(fires)
-        if missed > 0:
-            missed_first = first
-            missed_last = spec.previous_at_or_before(fires[0] - _EPSILON if fires else now)
+        fires = _latest_fires(spec.previous_at_or_before, first, now, keep)
+        # the ticks older than the kept ones are skipped: count them (cron: up to a limit)
+        before = spec.previous_at_or_before(fires[0] - _EPSILON if fires else now)
+        if before is not None and before >= first:
+            counted = _count_fires(spec, first, before)
+            exact = isinstance(spec, IntervalSpec) or counted < _COUNT_LIMIT
+            missed, missed_first, missed_last = counted, first, before
+        if len(fires) > _PASS_LIMIT:  # a long backfill: the rest over the next passes
+            fires = fires[:_PASS_LIMIT]
+            return Plan(fires, spec.next_after(fires[-1]), missed, missed_first, missed_last, exact)
         return Plan(fires, spec.next_after(now), missed, missed_first, missed_last, exact)
     if len(fires) >= _PASS_LIMIT:  # an enormous burst: finish it over the next passes
         fires = fires[:_PASS_LIMIT]
