@@ -58,3 +58,38 @@ def test_a_due_invalid_schedule_is_skipped_with_one_line_not_a_traceback_per_pas
     assert line.exc_info is None and "invalid" in line.getMessage()
     field = next(iter(bad))
     assert field in line.getMessage()
+
+
+def test_a_tick_whose_enqueue_keeps_raising_logs_one_traceback_and_is_retried(
+    broker: Any, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    # a before_enqueue hook that raises (not a ValidationError: not a refusal): the tick is
+    # retried on every pass, as before, but the traceback was logged on every pass (twice a
+    # second for as long as it lasted); now once, then one line a minute while it lasts
+    from conveyor import Middleware, default_middleware
+
+    class Flaky(Middleware):
+        down = True
+
+        def before_enqueue(self, app: Any, job: Any) -> None:
+            if self.down and job.task == "noop":
+                raise RuntimeError("tenant service down")
+
+    flaky = Flaky()
+    app = Conveyor(broker, clock=clock, middleware=[*default_middleware(), flaky])
+    clock.set(START)
+    app.task(noop)
+    app.schedule_cron("h", "noop", every=60)
+    scheduler = app.scheduler()
+    caplog.set_level(logging.INFO, logger="conveyor.scheduler")
+    for step in range(1, 301):  # 150 s of passes, failing from the first tick on (START + 60)
+        clock.set(START + 0.5 * step)
+        scheduler.tick()
+    records = [r for r in caplog.records if "'h'" in r.getMessage()]
+    assert sum(r.exc_info is not None for r in records) == 1, [r.getMessage() for r in records]
+    assert 1 <= len(records) <= 3  # the traceback, then a reminder a minute
+    assert fire_times(app) == []
+    flaky.down = False
+    clock.set(START + 151)
+    assert scheduler.tick() == 1  # retried: the tick was kept (misfire policy: run_once)
+    assert fire_times(app) == [START + 120]

@@ -20,14 +20,13 @@ import logging
 import os
 import socket
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..core.cron import IntervalSpec, Spec
 from ..core.state import TERMINAL_STATES
 from ..errors import BrokerConfigError, DuplicateJob, ValidationError
-from ..outage import OutageLog, is_connection_error
+from ..outage import REMIND_EVERY, OutageLog, is_connection_error
 from ..runtime import as_runtime
 from ..task import JobSpec
 from .models import (
@@ -39,89 +38,13 @@ from .models import (
     job_id_for,
     stored_schedule,
 )
+from .plan import plan_fires
 from .plugins import RETRY_AFTER, AlertsPlugin, CronPlugin, Plugin, PromotePlugin, ReapPlugin
 
 if TYPE_CHECKING:
     from ..runtime import HasRuntime, Runtime
 
 log = logging.getLogger("conveyor.scheduler")
-_PASS_LIMIT = 1000  # most ticks of one schedule handled in one pass; the rest next pass
-_COUNT_LIMIT = 1000  # most missed cron ticks counted for the history (a lower bound)
-_EPSILON = 0.001  # fire times are whole seconds; this steps just before one
-
-
-@dataclass(frozen=True)
-class Plan:
-    """What one pass does for a schedule: ticks to enqueue, ticks skipped as misfires, next."""
-
-    fires: list[float]
-    next_fire_at: float
-    missed: int = 0  # late ticks skipped by the misfire policy
-    missed_first: float | None = None
-    missed_last: float | None = None
-    missed_exact: bool = True  # False: ``missed`` is a lower bound (a very long cron outage)
-
-
-def plan_fires(schedule: Schedule, now: float, slack: float = 0.0) -> Plan | None:
-    """Due ticks of ``schedule`` at ``now`` (None if nothing is due), after the misfire policy.
-
-    The schedule *misfired* (its scheduler was down) when its oldest due tick is more than
-    ``misfire_grace`` seconds before ``now``, not counting ``slack``: how late a running
-    scheduler may see a tick (its pass interval; else ``misfire_grace=0`` with ``skip`` would
-    never run). Then the policy governs EVERY due tick, also those
-    that fell inside the grace period (else an outage would still end in a burst of one run per
-    tick of the last ``misfire_grace`` seconds): ``skip`` runs none, ``run_once`` only the
-    latest, ``backfill`` the latest ``max_backfill``; the cadence resumes from ``now``. Without a
-    misfire (a short hiccup) every due tick runs.
-    """
-    spec = schedule.spec
-    first = schedule.next_fire_at
-    if first is None:
-        return Plan([], spec.next_after(now))
-    if first > now:
-        return None
-    missed, exact = 0, True
-    missed_first = missed_last = None
-    if first > now - schedule.misfire_grace - slack:
-        fires = [first, *spec.fires_between(first, now, _PASS_LIMIT - 1)]
-    else:
-        keep = {"skip": 0, "run_once": 1}.get(schedule.misfire, schedule.max_backfill)
-        fires = _latest_fires(spec.previous_at_or_before, first, now, keep)
-        # the ticks older than the kept ones are skipped: count them (cron: up to a limit)
-        before = spec.previous_at_or_before(fires[0] - _EPSILON if fires else now)
-        if before is not None and before >= first:
-            counted = _count_fires(spec, first, before)
-            exact = isinstance(spec, IntervalSpec) or counted < _COUNT_LIMIT
-            missed, missed_first, missed_last = counted, first, before
-        if len(fires) > _PASS_LIMIT:  # a long backfill: the rest over the next passes
-            fires = fires[:_PASS_LIMIT]
-            return Plan(fires, spec.next_after(fires[-1]), missed, missed_first, missed_last, exact)
-        return Plan(fires, spec.next_after(now), missed, missed_first, missed_last, exact)
-    if len(fires) >= _PASS_LIMIT:  # an enormous burst: finish it over the next passes
-        fires = fires[:_PASS_LIMIT]
-        return Plan(fires, spec.next_after(fires[-1]), missed, missed_first, missed_last, exact)
-    return Plan(fires, spec.next_after(now), missed, missed_first, missed_last, exact)
-
-
-def _count_fires(spec: Spec, first: float, end: float) -> int:
-    """How many fire times lie in ``[first, end]`` (``first`` is one); cron counts stop at
-    ``_COUNT_LIMIT`` so a long outage of a frequent schedule stays cheap."""
-    if isinstance(spec, IntervalSpec):
-        return int((end - first) // spec.seconds) + 1
-    return 1 + len(spec.fires_between(first, end, _COUNT_LIMIT - 1))
-
-
-def _latest_fires(
-    previous: Callable[[float], float | None], first: float, end: float, keep: int
-) -> list[float]:
-    """The latest ``keep`` fire times in ``[first, end]``, ascending."""
-    out: list[float] = []
-    t = previous(end)
-    while t is not None and t >= first and len(out) < keep:
-        out.append(t)
-        t = previous(t - _EPSILON)
-    out.reverse()
-    return out
 
 
 @dataclass
@@ -170,6 +93,7 @@ class Scheduler:
         self.id = id or f"scheduler-{socket.gethostname()}-{os.getpid()}-{id_suffix()}"
         self.enqueued = 0  # jobs enqueued by this scheduler since it was built
         self._invalid: dict[str, str] = {}  # invalid stored schedules logged: name -> reason
+        self._failing: dict[str, tuple[str, float]] = {}  # name -> (error, when last logged)
         self._started = False
         self._stopping = threading.Event()
         self._outage = OutageLog.shared(self.broker)  # one line per outage, not per retry
@@ -244,9 +168,11 @@ class Scheduler:
             except Exception as exc:  # one broken schedule must not stop the others
                 if is_connection_error(exc):  # the broker, not the schedule: the pass stops
                     raise
-                log.exception("schedule %r: pass failed; retrying next tick", name)
+                self._pass_failed(name, exc, now)
                 continue
             self._invalid.pop(name, None)
+            if self._failing.pop(name, None) is not None:
+                log.info("schedule %r: a pass succeeded again", name)
             self.enqueued += count
             if upcoming is not None and (next_due is None or upcoming < next_due):
                 next_due = upcoming
@@ -327,6 +253,19 @@ class Scheduler:
             log.error("schedule %r: tick %s not enqueued: %s", schedule.name, fire, exc)
             return "error", None, {"error": str(exc)}
         return ("duplicate" if handle.duplicate else "enqueued"), handle.id, {}
+
+    def _pass_failed(self, name: str, exc: Exception, now: float) -> None:
+        """A schedule's pass raised: it is retried on every pass, but its traceback is logged
+        once per error, then one line every ``REMIND_EVERY`` seconds while it lasts (a hook
+        that keeps raising must not log twice a second)."""
+        what = f"{type(exc).__name__}: {exc}"[:300]
+        seen = self._failing.get(name)
+        if seen is None or seen[0] != what:
+            self._failing[name] = (what, now)
+            log.error("schedule %r: pass failed; retrying every pass", name, exc_info=exc)
+        elif now - seen[1] >= REMIND_EVERY:
+            self._failing[name] = (what, now)
+            log.error("schedule %r: pass still failing, retrying every pass: %s", name, what)
 
     def _skip_invalid(self, name: str, exc: ValidationError) -> None:
         """Log an invalid stored schedule once (again only if the reason changes): it is
