@@ -21,6 +21,7 @@ from .common import (
     json_option,
     load_app,
     open_app,
+    redacted_url,
     require_app,
     say,
     table,
@@ -84,7 +85,7 @@ def scheduler_command(app_target: str | None, interval: float, no_sync: bool) ->
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    say(f"conveyor scheduler {scheduler.id} on {app.broker.url or 'broker'}")
+    say(f"conveyor scheduler {scheduler.id} on {redacted_url(app.broker.url or 'broker')}")
     try:
         scheduler.run()
     except BrokerConfigError as exc:
