@@ -33,8 +33,9 @@ def noop() -> None:
         {"args": "oops"},
         {"misfire": "sometimes"},
         {"rev": "7"},
+        {"cron": "\x1b[2J * * * *", "every": None},  # croniter's message quotes it raw
     ],
-    ids=["every", "next_fire_at", "misfire_grace", "args", "misfire", "rev"],
+    ids=["every", "next_fire_at", "misfire_grace", "args", "misfire", "rev", "cron"],
 )
 def test_a_due_invalid_schedule_is_skipped_with_one_line_not_a_traceback_per_pass(
     app: Conveyor, clock: FakeClock, caplog: pytest.LogCaptureFixture, bad: dict[str, Any]
@@ -56,6 +57,7 @@ def test_a_due_invalid_schedule_is_skipped_with_one_line_not_a_traceback_per_pas
     assert len(lines) == 1, [r.getMessage() for r in lines]
     (line,) = lines
     assert line.exc_info is None and "invalid" in line.getMessage()
+    assert "\x1b" not in line.getMessage()  # one safe line, whatever the document holds
     field = next(iter(bad))
     assert field in line.getMessage()
 

@@ -258,7 +258,7 @@ class Scheduler:
         """A schedule's pass raised: it is retried on every pass, but its traceback is logged
         once per error, then one line every ``REMIND_EVERY`` seconds while it lasts (a hook
         that keeps raising must not log twice a second)."""
-        what = f"{type(exc).__name__}: {exc}"[:300]
+        what = _one_line(f"{type(exc).__name__}: {exc}")
         seen = self._failing.get(name)
         if seen is None or seen[0] != what:
             self._failing[name] = (what, now)
@@ -270,7 +270,7 @@ class Scheduler:
     def _skip_invalid(self, name: str, exc: ValidationError) -> None:
         """Log an invalid stored schedule once (again only if the reason changes): it is
         skipped on every pass until fixed or removed, which must not flood the log."""
-        reason = str(exc)[:300]
+        reason = _one_line(str(exc))
         if self._invalid.get(name) != reason:
             self._invalid[name] = reason
             log.warning("schedule %r is invalid and skipped until fixed: %s", name, reason)
@@ -320,6 +320,12 @@ class Scheduler:
     def stop(self) -> None:
         """Ask ``run()`` to return after the current pass."""
         self._stopping.set()
+
+
+def _one_line(text: str) -> str:
+    """An error message for a log line: control characters escaped, at most 300 characters
+    (a stored document or a hook's exception may hold anything)."""
+    return repr(text)[1:-1][:300]
 
 
 def id_suffix() -> str:
