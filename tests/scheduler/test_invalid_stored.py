@@ -95,3 +95,24 @@ def test_a_tick_whose_enqueue_keeps_raising_logs_one_traceback_and_is_retried(
     clock.set(START + 151)
     assert scheduler.tick() == 1  # retried: the tick was kept (misfire policy: run_once)
     assert fire_times(app) == [START + 120]
+
+
+@pytest.mark.parametrize(
+    "stored", [{"name": "beat"}, {"name": "beat", "task": "noop", "every": "x"}]
+)
+def test_a_declared_schedule_replaces_an_invalid_stored_document_of_its_name(
+    app: Conveyor, clock: FakeClock, stored: dict[str, Any]
+) -> None:
+    # the scheduler upserts the code-declared schedules at start: a stored document of the
+    # same name without a task raised TypeError there, so start() failed on every pass and
+    # NO duty ran (promotion of delayed jobs, lease reaping, every other schedule)
+    clock.set(START)
+    app.broker.doc_put(COLLECTION, "beat", stored, app.now())
+    app.every(60, name="beat")(noop)
+    later = app.enqueue("noop", delay=30)
+    scheduler = app.scheduler()
+    assert scheduler.tick() == 0  # started: the declared schedule is stored
+    clock.set(START + 61)
+    assert scheduler.tick() == 1  # the declared schedule fired
+    assert app.get_job(later.id).state.value == "pending"  # and the delayed job was promoted
+    assert app.schedules.get("beat").every == 60

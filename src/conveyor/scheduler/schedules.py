@@ -182,7 +182,7 @@ class ScheduleRegistry:
         wanted = _normalized(schedule.definition())
         for _ in range(_CAS_ATTEMPTS):
             doc = broker.docs.get(COLLECTION, schedule.name, now)
-            if doc is None:
+            if doc is None or _invalid(doc):  # an invalid stored document is replaced
                 fresh = schedule.with_state(
                     next_fire_at=schedule.spec.next_after(now),
                     created_at=now,
@@ -206,6 +206,15 @@ class ScheduleRegistry:
             if broker.docs.update_if(COLLECTION, schedule.name, "rev", current.rev, changes, now):
                 return Schedule.from_doc({**doc, **changes})
         raise ConveyorError(f"schedule {schedule.name!r}: too much contention, try again")
+
+
+def _invalid(doc: Mapping[str, Any]) -> bool:
+    """True for a stored document no scheduler can use (``scan`` lists it as invalid)."""
+    try:
+        check_stored(stored_schedule(doc))
+    except ValidationError:
+        return True
+    return False
 
 
 def _without(options: Mapping[str, Any], key: str) -> dict[str, Any]:
