@@ -98,7 +98,13 @@ def test_a_tick_whose_enqueue_keeps_raising_logs_one_traceback_and_is_retried(
 
 
 @pytest.mark.parametrize(
-    "stored", [{"name": "beat"}, {"name": "beat", "task": "noop", "every": "x"}]
+    "stored",
+    [
+        {"name": "beat"},
+        {"name": "beat", "task": "noop", "every": "x"},
+        {"name": "beat", "task": "noop", "every": 60},  # no rev: no compare-and-set succeeds
+    ],
+    ids=["no-task", "bad-every", "no-rev"],
 )
 def test_a_declared_schedule_replaces_an_invalid_stored_document_of_its_name(
     app: Conveyor, clock: FakeClock, stored: dict[str, Any]

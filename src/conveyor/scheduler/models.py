@@ -236,6 +236,8 @@ def stored_schedule(doc: object) -> Schedule:
     """
     if not isinstance(doc, Mapping):
         raise ValidationError("schedule", f"must be a JSON object, got {type(doc).__name__}")
+    if "rev" not in doc:  # every change is a compare-and-set on it: none could succeed
+        raise ValidationError("rev", "is missing")
     try:
         schedule = Schedule.from_doc(doc)
     except TypeError as exc:  # a required field (name, task) is missing
