@@ -299,3 +299,22 @@ def test_a_result_that_could_not_be_stored_is_never_passed_on_as_none(app: Conve
     with pytest.raises(WorkflowFailed, match="without its result") as info:
         last.result()  # job.wait() raises JobFailed for the same job
     assert info.value.job.id == last.sinks[0]
+
+
+@pytest.mark.parametrize(
+    "option",
+    [{"unique": "while_queued"}, {"unique": "until_done"}, {"debounce": 5.0}],
+    ids=["while_queued", "until_done", "debounce"],
+)
+def test_a_deduplicating_node_is_refused_like_an_idempotency_key(
+    app: Conveyor, option: dict[str, Any]
+) -> None:
+    # unique= / debounce= ride on idempotency keys, which workflow nodes cannot have: the
+    # second workflow's node was deduplicated into the first's job, never stored, and its
+    # dependant waited for ever (result() said WorkflowPending for ever)
+    t = tasks(app)
+    chain(t.add.partial(1, 2), t.double.partial()).enqueue()
+    with pytest.raises(ValidationError) as info:
+        chain(t.add.options(**option).partial(1, 2), t.double.partial()).enqueue()
+    assert info.value.field == next(iter(option))
+    assert sum(sum(s.values()) for s in app.broker.counts().values()) == 2  # nothing stored
