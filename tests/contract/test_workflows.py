@@ -318,3 +318,21 @@ def test_a_deduplicating_node_is_refused_like_an_idempotency_key(
         chain(t.add.options(**option).partial(1, 2), t.double.partial()).enqueue()
     assert info.value.field == next(iter(option))
     assert sum(sum(s.values()) for s in app.broker.counts().values()) == 2  # nothing stored
+
+
+def test_a_node_id_already_taken_refuses_the_whole_workflow(app: Conveyor) -> None:
+    # Redis wrote a node over an existing job of the same id (its state, payload and sets:
+    # a running or finished job became pending again) and stored two nodes of one id; the
+    # other backends refuse the workflow with DuplicateJob, nothing stored
+    from conveyor import DuplicateJob
+
+    t = tasks(app)
+    done = app.enqueue("add", args=[1, 1], job_id="taken")
+    chain(t.add.options(job_id="node").partial(1, 2), t.double.partial()).enqueue()
+    before = app.broker.counts()
+    for ids in (["taken", None], ["node", None], ["twin", "twin"]):
+        steps = [t.add.options(job_id=i).partial(1, 2) if i else t.add.partial(1, 2) for i in ids]
+        with pytest.raises(DuplicateJob):
+            group(*steps).enqueue()
+    assert app.broker.counts() == before, "nothing stored, nothing changed"
+    assert app.get_job(done.id).args == [1, 1] and app.get_job(done.id).state is JobState.PENDING
