@@ -336,3 +336,34 @@ def test_a_node_id_already_taken_refuses_the_whole_workflow(app: Conveyor) -> No
             group(*steps).enqueue()
     assert app.broker.counts() == before, "nothing stored, nothing changed"
     assert app.get_job(done.id).args == [1, 1] and app.get_job(done.id).state is JobState.PENDING
+
+
+def test_typed_results_reach_the_dependants_as_they_were_returned(app: Conveyor) -> None:
+    # SQLite and PostgreSQL copied a parent's result onto its edges with plain orjson: a
+    # Decimal or bytes result made the completion fail (the worker then completed the step
+    # WITHOUT its result), and a datetime reached the child as a string
+    import datetime as dt
+    from decimal import Decimal
+
+    when = dt.datetime(2024, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
+    value = {"when": when, "d": Decimal("1.10"), "b": b"\x00\xff", "s": "\x1b[31m\u202e"}
+
+    @app.task
+    def make() -> Any:
+        return value
+
+    @app.task
+    def check(x: Any) -> list[str]:
+        return sorted(f"{k}:{type(v).__name__}" for k, v in x.items()) if x == value else []
+
+    @app.task
+    def check_all(xs: list[Any]) -> bool:
+        return xs == [value, value]
+
+    one = chain(make.s(), check.s()).enqueue()
+    fan = chord(group(make.s(), make.s()), check_all.s()).enqueue()
+    app.worker().run_until_idle()
+    assert one.result() == ["b:bytes", "d:Decimal", "s:str", "when:datetime"]
+    assert fan.result() is True
+    (first,) = [j for j in one.jobs() if j.task.endswith("make")]
+    assert first.result == value and not first.errors
