@@ -167,6 +167,13 @@ def test_list_and_pause_survive_a_stored_schedule_with_wrongly_typed_fields(url:
     assert result.exit_code != 0 and "next_fire_at" in result.output
     result = CliRunner().invoke(cli, ["schedules", "pause", "odd", "--url", url])
     assert result.exception is None or isinstance(result.exception, SystemExit), result.output
+    assert result.exit_code != 0 and "next_fire_at" in result.output
+    app = Conveyor(url)
+    app.broker.doc_put(COLLECTION, "odd", {**doc, "name": "odd", "rev": "7"}, app.now())
+    app.close()
+    result = CliRunner().invoke(cli, ["schedules", "pause", "odd", "--url", url])
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
+    assert result.exit_code != 0 and "rev" in result.output
 
 
 @pytest.mark.skipif("redis" not in BACKENDS, reason="needs the Redis backend")

@@ -255,6 +255,9 @@ def _set_paused(
         schedule = app.schedules.set_paused(name, paused)
     except ScheduleNotFound as exc:
         raise click.ClickException(literal(str(exc), None)) from exc
+    except ValidationError as exc:  # a bad stored document (another client, a hand edit)
+        why = literal(str(exc), None)
+        raise click.ClickException(f"schedule {name!r} is invalid: {why} (remove it)") from exc
     if as_json:
         emit_json(_row(schedule))
     else:

@@ -148,7 +148,7 @@ class ScheduleRegistry:
         """Pause or resume a schedule. Resuming does not fire the ticks missed while paused."""
         for _ in range(_CAS_ATTEMPTS):
             now = self.app.now()
-            current = self.get(name)
+            current = stored_schedule(self.get(name).to_doc())  # ValidationError: its state
             if current.paused == paused:
                 return current
             changes: dict[str, Any] = {"paused": paused, "updated_at": now, "rev": current.rev + 1}
