@@ -119,3 +119,22 @@ def test_a_finished_workflow_whose_jobs_retention_dropped_is_done_not_pending(
     assert info.value.job_id == flow.sinks[0]
     with pytest.raises(JobNotFound):
         flow.wait(timeout=5)
+
+
+def test_a_batch_whose_jobs_retention_dropped_has_none_pending(
+    app: Conveyor, clock: FakeClock
+) -> None:
+    # status() counted every job it could not find any more as pending: a loop waiting for
+    # "pending == 0" never ended once retention dropped the finished jobs
+    @app.task
+    def work(n: int) -> int:
+        return n
+
+    with app.batch() as b:
+        work.enqueue(1)
+        work.enqueue(2)
+    app.worker().run_until_idle()
+    assert b.status() == {"total": 2, "pending": 0, "completed": 2, "failed": 0}
+    clock.advance(DAY + 60)
+    app.broker.reap_expired(clock.now())
+    assert b.status()["pending"] == 0 and b.status()["total"] == 2
