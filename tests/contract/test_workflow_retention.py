@@ -138,3 +138,16 @@ def test_a_batch_whose_jobs_retention_dropped_has_none_pending(
     clock.advance(DAY + 60)
     app.broker.reap_expired(clock.now())
     assert b.status()["pending"] == 0 and b.status()["total"] == 2
+
+
+def test_an_expired_batch_job_counts_as_failed_not_pending(app: Conveyor, clock: FakeClock) -> None:
+    @app.task
+    def work(n: int) -> int:
+        return n
+
+    with app.batch() as b:
+        work.options(expires_in=10).enqueue(1)
+        work.enqueue(2)
+    clock.advance(60)
+    app.worker().run_until_idle()
+    assert b.status() == {"total": 2, "pending": 0, "completed": 1, "failed": 1}
