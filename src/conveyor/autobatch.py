@@ -24,7 +24,10 @@ after that call returned, with its own ``EnqueueResult``:
 
 The writer starts on first use, ``close()`` (``app.close()``, and at interpreter exit) writes
 what is buffered and stops it; a forked child starts with an empty buffer and no writer (the
-parent's callers do not exist there), so apps preloaded before gunicorn forks work.
+parent's callers do not exist there), so apps preloaded before gunicorn forks work. When no
+thread can start (a thread or pids limit; an ``atexit`` handler on Python >= 3.12) the caller
+writes the buffer on its own thread: its job is stored and later calls do not wait for a
+writer that never ran.
 """
 
 from __future__ import annotations
@@ -105,12 +108,20 @@ class AutoBatcher:
         with self._cond:
             if self._buffer.add(entry, self.timer()):
                 self._cond.notify()
-            if self._writer is None:
-                self._writer = threading.Thread(
-                    target=self._run, name="conveyor-autobatch", daemon=True
-                )
-                self._writer.start()
+            started = self._writer is not None or self._start_writer()
+        if not started:  # no thread can start: this caller writes the buffer itself
+            self._drain_here()
         return future
+
+    def _start_writer(self) -> bool:
+        """Start the writer thread (lock held); False when no thread can start."""
+        writer = threading.Thread(target=self._run, name="conveyor-autobatch", daemon=True)
+        try:
+            writer.start()
+        except RuntimeError:  # a thread limit, or an atexit handler on Python >= 3.12
+            return False
+        self._writer = writer  # only a started thread: close() joins it
+        return True
 
     def write(self, job: Job, payload: bytes, now: float, fresh: bool) -> EnqueueResult:
         """Store one encoded job with the others waiting; blocks until it is stored."""
@@ -133,10 +144,22 @@ class AutoBatcher:
             batch = self._next_batch()
             if batch is None:
                 return
-            try:
-                self._write(batch)
-            except BaseException as exc:  # never leave a caller waiting for ever
-                _fail([e for e in batch if not e.future.done()], exc)
+            self._write_batch(batch)
+
+    def _drain_here(self) -> None:
+        """Write everything buffered on the calling thread (no writer thread could start)."""
+        while True:
+            with self._cond:
+                if not self._buffer.items:
+                    return
+                batch = self._buffer.take()
+            self._write_batch(batch)
+
+    def _write_batch(self, batch: list[Entry]) -> None:
+        try:
+            self._write(batch)
+        except BaseException as exc:  # never leave a caller waiting for ever
+            _fail([e for e in batch if not e.future.done()], exc)
 
     def _next_batch(self) -> list[Entry] | None:
         """Wait until a batch is due (or the batcher closes); None: the writer stops."""

@@ -306,3 +306,27 @@ def test_an_idle_writer_thread_exits_and_a_later_call_starts_one(
         writer.join(DEADLINE)
         assert not writer.is_alive()  # apps dropped without close() keep no thread
     assert total(app) == 2 and batcher.writes == 2
+
+
+def test_a_writer_thread_that_cannot_start_neither_loses_the_job_nor_hangs_later_calls(
+    app: Conveyor,
+) -> None:
+    # No new thread can start under a pids/threads limit, or from an atexit handler on
+    # Python >= 3.12 ("can't create new thread at interpreter shutdown"). A stack size no
+    # system can map makes the real ``Thread.start`` fail the same way.
+    batcher = batch_of(app, 1)
+    threading.stack_size(1 << 45)
+    try:
+        with pytest.raises(RuntimeError):
+            threading.Thread(target=lambda: None).start()
+        handle = app.enqueue("t", args=["no thread"])  # written on the caller's own thread
+    finally:
+        threading.stack_size(0)
+    assert app.get_job(handle.id).args == ["no thread"]
+    later = Caller(lambda: app.enqueue("t", args=["later"]))
+    later.start()
+    later.join(10)
+    assert not later.is_alive(), "a later call hangs on a writer that never started"
+    assert later.error is None and app.get_job(later.result.id).args == ["later"]
+    batcher.close()
+    assert total(app) == 2 and batcher.waiting == 0

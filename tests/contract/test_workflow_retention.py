@@ -91,3 +91,63 @@ def test_a_running_workflow_keeps_its_records(app: Conveyor, clock: FakeClock) -
     app.worker().run_until_idle()
     assert flow.result() == 33  # a's result still reached the callback
     assert app.broker.get(flow.ids[2]).state is JobState.COMPLETED
+
+
+def test_a_finished_workflow_whose_jobs_retention_dropped_is_done_not_pending(
+    app: Conveyor, clock: FakeClock
+) -> None:
+    # `result()` said WorkflowPending ("has not finished") and `done()` stayed False for ever
+    # (a polling loop never ended; `wait()` returned at once into the same answer); a job
+    # handle of a dropped job raises JobNotFound
+    import pytest
+
+    from conveyor import JobNotFound
+
+    @app.task
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    flow = chain(add.s(1, 2), add.s(4)).enqueue()
+    app.worker().run_until_idle()
+    assert flow.done() and flow.result() == 7
+    clock.advance(DAY + 60)
+    app.broker.reap_expired(clock.now())  # completed_ttl: both jobs go
+    assert flow.jobs() == []
+    assert flow.done()
+    with pytest.raises(JobNotFound) as info:
+        flow.result()
+    assert info.value.job_id == flow.sinks[0]
+    with pytest.raises(JobNotFound):
+        flow.wait(timeout=5)
+
+
+def test_a_batch_whose_jobs_retention_dropped_has_none_pending(
+    app: Conveyor, clock: FakeClock
+) -> None:
+    # status() counted every job it could not find any more as pending: a loop waiting for
+    # "pending == 0" never ended once retention dropped the finished jobs
+    @app.task
+    def work(n: int) -> int:
+        return n
+
+    with app.batch() as b:
+        work.enqueue(1)
+        work.enqueue(2)
+    app.worker().run_until_idle()
+    assert b.status() == {"total": 2, "pending": 0, "completed": 2, "failed": 0}
+    clock.advance(DAY + 60)
+    app.broker.reap_expired(clock.now())
+    assert b.status()["pending"] == 0 and b.status()["total"] == 2
+
+
+def test_an_expired_batch_job_counts_as_failed_not_pending(app: Conveyor, clock: FakeClock) -> None:
+    @app.task
+    def work(n: int) -> int:
+        return n
+
+    with app.batch() as b:
+        work.options(expires_in=10).enqueue(1)
+        work.enqueue(2)
+    clock.advance(60)
+    app.worker().run_until_idle()
+    assert b.status() == {"total": 2, "pending": 0, "completed": 1, "failed": 1}

@@ -258,3 +258,112 @@ def test_wait_returns_the_last_result_or_raises_the_failure(app: Conveyor) -> No
     with pytest.raises(WorkflowFailed) as info:
         bad.wait(timeout=5)
     assert info.value.job.id == bad.ids[0]
+
+
+def test_a_result_that_could_not_be_stored_is_never_passed_on_as_none(app: Conveyor) -> None:
+    # the worker completes a job whose result cannot be stored WITHOUT it (result_error);
+    # its dependants ran with None in its place and the workflow reported success
+    t = tasks(app)
+    seen: list[Any] = []
+
+    @app.task
+    def unstorable() -> object:
+        return object()
+
+    @app.task
+    def take(x: Any) -> str:
+        seen.append(x)
+        return "took"
+
+    @app.task
+    def plain() -> str:
+        return "plain"
+
+    failing = chain(unstorable.s(), take.s()).enqueue()
+    carry_on = chain(unstorable.s(), take.s()).enqueue(policy="continue")
+    no_result = chain(unstorable.s(), plain.si()).enqueue()  # takes no result: runs
+    last = chain(t.add.s(1, 2), unstorable.si()).enqueue()
+    app.worker().run_until_idle()
+    first, second = failing.jobs()
+    assert first.state is JobState.COMPLETED and first.errors[-1]["kind"] == "result_error"
+    assert second.state is JobState.CANCELLED
+    assert second.errors[-1]["kind"] == ErrorKind.UPSTREAM_FAILED
+    assert second.errors[-1]["parent"] == first.id
+    with pytest.raises(WorkflowFailed) as info:
+        failing.result()
+    assert info.value.job.id == first.id
+    with pytest.raises(ValidationError, match=first.id):  # it has no result to run with
+        app.requeue_dead(second.id)
+    assert seen == [None]  # only the "continue" chain's step ran: None is that policy's slot
+    assert carry_on.result() == "took" and no_result.result() == "plain"
+    with pytest.raises(WorkflowFailed, match="without its result") as info:
+        last.result()  # job.wait() raises JobFailed for the same job
+    assert info.value.job.id == last.sinks[0]
+
+
+@pytest.mark.parametrize(
+    "option",
+    [{"unique": "while_queued"}, {"unique": "until_done"}, {"debounce": 5.0}],
+    ids=["while_queued", "until_done", "debounce"],
+)
+def test_a_deduplicating_node_is_refused_like_an_idempotency_key(
+    app: Conveyor, option: dict[str, Any]
+) -> None:
+    # unique= / debounce= ride on idempotency keys, which workflow nodes cannot have: the
+    # second workflow's node was deduplicated into the first's job, never stored, and its
+    # dependant waited for ever (result() said WorkflowPending for ever)
+    t = tasks(app)
+    chain(t.add.partial(1, 2), t.double.partial()).enqueue()
+    with pytest.raises(ValidationError) as info:
+        chain(t.add.options(**option).partial(1, 2), t.double.partial()).enqueue()
+    assert info.value.field == next(iter(option))
+    assert sum(sum(s.values()) for s in app.broker.counts().values()) == 2  # nothing stored
+
+
+def test_a_node_id_already_taken_refuses_the_whole_workflow(app: Conveyor) -> None:
+    # Redis wrote a node over an existing job of the same id (its state, payload and sets:
+    # a running or finished job became pending again) and stored two nodes of one id; the
+    # other backends refuse the workflow with DuplicateJob, nothing stored
+    from conveyor import DuplicateJob
+
+    t = tasks(app)
+    done = app.enqueue("add", args=[1, 1], job_id="taken")
+    chain(t.add.options(job_id="node").partial(1, 2), t.double.partial()).enqueue()
+    before = app.broker.counts()
+    for ids in (["taken", None], ["node", None], ["twin", "twin"]):
+        steps = [t.add.options(job_id=i).partial(1, 2) if i else t.add.partial(1, 2) for i in ids]
+        with pytest.raises(DuplicateJob):
+            group(*steps).enqueue()
+    assert app.broker.counts() == before, "nothing stored, nothing changed"
+    assert app.get_job(done.id).args == [1, 1] and app.get_job(done.id).state is JobState.PENDING
+
+
+def test_typed_results_reach_the_dependants_as_they_were_returned(app: Conveyor) -> None:
+    # SQLite and PostgreSQL copied a parent's result onto its edges with plain orjson: a
+    # Decimal or bytes result made the completion fail (the worker then completed the step
+    # WITHOUT its result), and a datetime reached the child as a string
+    import datetime as dt
+    from decimal import Decimal
+
+    when = dt.datetime(2024, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
+    value = {"when": when, "d": Decimal("1.10"), "b": b"\x00\xff", "s": "\x1b[31m\u202e"}
+
+    @app.task
+    def make() -> Any:
+        return value
+
+    @app.task
+    def check(x: Any) -> list[str]:
+        return sorted(f"{k}:{type(v).__name__}" for k, v in x.items()) if x == value else []
+
+    @app.task
+    def check_all(xs: list[Any]) -> bool:
+        return xs == [value, value]
+
+    one = chain(make.s(), check.s()).enqueue()
+    fan = chord(group(make.s(), make.s()), check_all.s()).enqueue()
+    app.worker().run_until_idle()
+    assert one.result() == ["b:bytes", "d:Decimal", "s:str", "when:datetime"]
+    assert fan.result() is True
+    (first,) = [j for j in one.jobs() if j.task.endswith("make")]
+    assert first.result == value and not first.errors

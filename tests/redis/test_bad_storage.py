@@ -81,3 +81,23 @@ def test_bad_queue_names_are_refused_by_the_broker(rbroker: RedisBroker, queue: 
     with pytest.raises(ValidationError, match="queue"):
         rbroker.claim([queue], T0)
     assert rbroker.queues() == []
+
+
+def test_a_workflow_node_whose_storage_is_not_a_hash_ends_its_dependants(
+    rbroker: RedisBroker,
+) -> None:
+    # claim dead-letters a job key that is not a hash (bury_foreign): for a workflow node it
+    # did not release its dependants (its hash and its "wf" field were gone), which waited
+    # for ever
+    from conveyor import chain
+
+    app = Conveyor(rbroker, clock=FakeClock(T0), rng=random.Random(2))
+    first = app.task(name="first")(lambda: 1)
+    then = app.task(name="then")(lambda x: x)
+    flow = chain(first.s(), then.s()).enqueue()
+    key = f"conveyor:{{default}}:job:{flow.ids[0]}"
+    rbroker.client.delete(key)
+    rbroker.client.set(key, b"a plain string, not a hash")
+    assert rbroker.claim(["default"], T0, limit=10, worker_id="w") == []
+    states = [app.get_job(i).state for i in flow.ids]
+    assert states == [JobState.DEAD_LETTER, JobState.CANCELLED], states

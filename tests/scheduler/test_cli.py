@@ -142,3 +142,77 @@ def test_non_finite_schedule_arguments_are_refused(url: str, bad: float) -> None
     assert info.value.field == "kwargs"
     assert {s.name for s in app.list_schedules()} == {"beat", "nightly"}
     app.close()
+
+
+def test_list_and_pause_survive_a_stored_schedule_with_wrongly_typed_fields(url: str) -> None:
+    # a document written by hand, another client or an older version: its fields have the
+    # wrong JSON types; `list` crashed with a TypeError traceback and hid every schedule
+    from conveyor.scheduler.models import COLLECTION
+
+    app = Conveyor(url)
+    doc = app.broker.doc_get(COLLECTION, "beat", app.now())
+    assert doc is not None
+    bad = {"name": "odd", "next_fire_at": "soon", "args": "oops", "misfire_grace": "x"}
+    app.broker.doc_put(COLLECTION, "odd", {**doc, **bad}, app.now())
+    app.close()
+    code, out = run("schedules", "list", "--url", url)
+    assert code == 0 and "nightly" in out and "beat" in out and "invalid" in out
+    code, out = run("schedules", "list", "--url", url, "--json")
+    assert code == 0
+    rows = {r["name"]: r for r in json.loads(out)}
+    assert set(rows) == {"beat", "nightly", "odd"} and "next_fire_at" in rows["odd"]["error"]
+    assert [s.name for s in Conveyor(url).list_schedules()] == ["beat", "nightly"]
+    result = CliRunner().invoke(cli, ["schedules", "next", "odd", "--url", url])
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
+    assert result.exit_code != 0 and "next_fire_at" in result.output
+    result = CliRunner().invoke(cli, ["schedules", "pause", "odd", "--url", url])
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
+    assert result.exit_code != 0 and "next_fire_at" in result.output
+    app = Conveyor(url)
+    app.broker.doc_put(COLLECTION, "odd", {**doc, "name": "odd", "rev": "7"}, app.now())
+    app.close()
+    result = CliRunner().invoke(cli, ["schedules", "pause", "odd", "--url", url])
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
+    assert result.exit_code != 0 and "rev" in result.output
+
+
+@pytest.mark.skipif("redis" not in BACKENDS, reason="needs the Redis backend")
+def test_the_scheduler_banner_does_not_print_the_broker_password(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    # `conveyor scheduler` printed its broker URL as given, password included, to stdout
+    # (journald, container logs); Celery shows redis://:**@host
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    server = request.getfixturevalue("redis_server")
+    host = server.url.split("://", 1)[1].rsplit("/", 1)[0]
+    url = f"redis://:s3cr%2Fet@{host}/7"  # a Redis without a password accepts any
+    (tmp_path / "pw_app.py").write_text(
+        "import os\nfrom conveyor import Conveyor\n\napp = Conveyor(os.environ['CONVEYOR_URL'])\n"
+    )
+    path = os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "CONVEYOR_URL": url, "PYTHONPATH": path}
+    conveyor = Path(sys.executable).parent / "conveyor"
+    log = tmp_path / "scheduler.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [str(conveyor), "scheduler", "pw_app:app"],
+            cwd=tmp_path,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 30
+        while "started" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+    text = log.read_text()
+    assert "conveyor scheduler" in text and f"redis://:***@{host}/7" in text, text
+    assert "s3cr" not in text

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from conveyor import Conveyor, FakeClock
-from conveyor.scheduler import ScheduleNotFound
+from conveyor.scheduler import ScheduleNotFound, plan_fires
 
 from .support import drive, fire_times, jobs, outcomes, ts
 
@@ -76,12 +76,52 @@ def test_misfire_backfill_is_capped(app: Conveyor, clock: FakeClock) -> None:
     )
 
 
+@pytest.mark.parametrize("timing", [{"expr": "* * * * *"}, {"every": 60}], ids=["cron", "every"])
+def test_backfill_over_a_thousand_ticks_runs_max_backfill_of_them(
+    app: Conveyor, clock: FakeClock, timing: dict[str, Any]
+) -> None:
+    # max_backfill accepts up to 10,000, but one pass runs at most 1,000 ticks: the rest of
+    # the backfill was dropped (for cron without any skipped-misfire entry: cron counts
+    # stopped at 1,000 too, so nothing looked missed)
+    clock.set(START)
+    app.task(noop)
+    app.schedule_cron("b", "noop", **timing, misfire="backfill", max_backfill=1200)
+    clock.set(START + 1500 * 60 + 30)  # 1,500 missed minutes
+    plan = plan_fires(app.schedules.get("b"), clock.now())
+    assert plan is not None and len(plan.fires) == 1000  # one pass; the rest next pass
+    assert (plan.missed, plan.missed_first, plan.missed_last) == (300, START + 60, START + 18000)
+    scheduler = app.scheduler()
+    assert scheduler.tick() + scheduler.tick() + scheduler.tick() == 1200
+    assert scheduler.tick() == 0
+    assert fire_times(app) == [START + 60 * k for k in range(301, 1501)]  # the latest 1,200
+    assert app.schedules.get("b").next_fire_at == START + 1501 * 60
+
+
 def test_late_within_grace_is_not_a_misfire(app: Conveyor, clock: FakeClock) -> None:
     clock.set(START)
     app.task(noop)
     app.schedule_cron("m", "noop", "* * * * *", misfire="skip", misfire_grace=300)
     clock.set(START + 240)  # four ticks, all within five minutes: all run
     assert app.scheduler().tick() == 4
+
+
+def test_a_running_scheduler_noticing_a_tick_within_its_pass_interval_is_not_a_misfire(
+    app: Conveyor, clock: FakeClock
+) -> None:
+    # misfire_grace=0 with misfire="skip" ("drop whatever was missed"): a running scheduler
+    # passes every `interval` (0.5 s) and sees each tick up to that much after its time; every
+    # tick was judged late and skipped, so the schedule never ran at all
+    clock.set(START)
+    app.task(noop)
+    app.schedule_cron("i", "noop", every=10, misfire="skip", misfire_grace=0)
+    scheduler = app.scheduler(interval=0.5)
+    for k in range(1, 201):  # 100 s of passes, each 0.3 s after a half second
+        clock.set(START + 0.5 * k - 0.2)
+        scheduler.tick()
+    assert fire_times(app) == [START + 10 * k for k in range(1, 10)]
+    assert "skipped-misfire" not in outcomes(app, "i")
+    clock.set(START + 100 + 30)  # a real outage (30 s without a pass): still a misfire
+    assert scheduler.tick() == 0 and "skipped-misfire" in outcomes(app, "i")
 
 
 def test_overlap_skip_while_previous_run_is_pending_or_active(

@@ -126,3 +126,27 @@ def test_orjson_really_refuses_these_values() -> None:
         orjson.dumps(UNENCODABLE["deep_nesting"])
     with pytest.raises(orjson.JSONEncodeError):
         orjson.dumps(UNENCODABLE["int_over_64_bits"])
+
+
+def test_an_undecodable_workflow_node_ends_its_dependants(stored: Broker) -> None:
+    # SQLite dead-lettered the undecodable row at claim without releasing its dependants
+    # (PostgreSQL and Redis did): the rest of the workflow waited for ever
+    from conveyor import chain
+
+    app = Conveyor(stored, settings=Settings(**FAST), rng=random.Random(3))  # type: ignore[arg-type]
+
+    @app.task
+    def first(n: int) -> int:
+        return n
+
+    @app.task
+    def then(n: int) -> int:
+        return n
+
+    flow = chain(first.partial(0), then.partial(), then.partial()).enqueue()
+    raw = _read_envelope(stored, flow.ids[0])
+    _write_envelope(stored, flow.ids[0], BAD_ROWS["deep_args"](raw))
+    assert app.broker.claim(["default"], app.now(), limit=10, worker_id="w") == []
+    states = [app.get_job(i).state for i in flow.ids]
+    assert states == [JobState.DEAD_LETTER, JobState.CANCELLED, JobState.CANCELLED], states
+    assert flow.done()

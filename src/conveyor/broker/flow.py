@@ -20,6 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from ..core.job import Job
+from ..core.lifecycle import result_dropped
 from ..core.state import JobState
 
 Policy = Literal["fail", "continue", "ignore"]
@@ -98,31 +100,46 @@ class FlowOps(Protocol):
         ...
 
 
-def finished(ops: FlowOps, job_id: str, ok: bool, result: Any) -> None:
+#: how a dependant's error names a parent completed without its result
+#: (``lifecycle.result_dropped``)
+DROPPED = "completed without its result (result_error)"
+
+
+def done(ops: FlowOps, job: Job) -> None:
+    """``finished`` for ``job``, which just reached a terminal state (every backend's entry)."""
+    ok = job.state is JobState.COMPLETED
+    finished(ops, job.id, ok, job.result if ok else None, dropped=ok and result_dropped(job))
+
+
+def finished(ops: FlowOps, job_id: str, ok: bool, result: Any, dropped: bool = False) -> None:
     """Job ``job_id`` reached a terminal state (``ok``: completed): release or end its dependants.
 
     A dependant ended by a failure ends in turn, so a failure cascades down the graph (with a
-    stack, not recursion: a long chain cannot overflow).
+    stack, not recursion: a long chain cannot overflow). ``dropped``: it completed without its
+    result; a dependant that takes results sees it as failed (its policy decides), never None
+    in its place, while one that takes none runs as after any completion.
     """
-    stack = [(job_id, ok, result)]
+    stack = [(job_id, ok, result, dropped)]
     while stack:
-        parent, ok, result = stack.pop()
+        parent, ok, result, dropped = stack.pop()
         for child, policy in ops.out_edges(parent):
-            if not ops.mark(parent, child, ok, result if ok else None):
+            node = ops.node(child) if dropped else None
+            edge_ok = ok and (node is None or node.passing == "none")
+            if not ops.mark(parent, child, edge_ok, result if edge_ok else None):
                 continue
-            node = ops.node(child)
+            node = node or ops.node(child)
             if node is None or ops.state(child) is not JobState.WAITING:
                 continue
-            if not ok and policy == "fail" and node.trigger != "one_failed":
-                ops.upstream_failed(child, parent, "failed")
-                stack.append((child, False, None))
+            if not edge_ok and policy == "fail" and node.trigger != "one_failed":
+                ops.upstream_failed(child, parent, DROPPED if ok else "failed")
+                stack.append((child, False, None, False))
                 continue
             if ops.decrement(child) > 0:
                 continue
             inputs = ops.inputs(child)
             if node.trigger == "one_failed" and all(i.ok for i in inputs):
                 ops.upstream_failed(child, parent, "and every other parent succeeded")
-                stack.append((child, False, None))
+                stack.append((child, False, None, False))
                 continue
             ops.release(child, passed(node.passing, inputs))
 

@@ -75,8 +75,7 @@ class MemoryFlow:
         """``job`` just reached a terminal state: release or end its dependants."""
         if job.id in self._out:
             self._now = now
-            ok = job.state is JobState.COMPLETED
-            flow.finished(self, job.id, ok, job.result if ok else None)
+            flow.done(self, job)
 
     # ------------------------------------------------------------------ FlowOps
     def out_edges(self, parent: str) -> Sequence[tuple[str, str]]:
@@ -119,8 +118,8 @@ class MemoryFlow:
         for parent, policy in self._in.get(child, ()):
             job = self._broker._jobs.get(parent)
             ok, result = self._marks.get((parent, child), (False, None))
-            if job is not None and job.state is JobState.COMPLETED:
-                ok, result = True, job.result
+            if job is not None and job.state is JobState.COMPLETED:  # without it: no result
+                ok, result = not lifecycle.result_dropped(job), job.result
             state = None if job is None else str(job.state)
             out.append(flow.ParentView(parent, policy, ok, result, state))
         return out

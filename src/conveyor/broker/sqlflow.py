@@ -26,6 +26,7 @@ import orjson
 from ..core import lifecycle
 from ..core.job import Job
 from ..core.state import JobState
+from ..core.values import decode_value, encode_value
 from . import flow
 from .flow import FlowEdge, FlowNode, Input
 from .sqldb import Db
@@ -70,8 +71,7 @@ class SqlFlow:
 
     def done(self, job: Job) -> None:
         """``job`` just reached a terminal state: release or end its dependants."""
-        ok = job.state is JobState.COMPLETED
-        flow.finished(self, job.id, ok, job.result if ok else None)
+        flow.done(self, job)
 
     def done_many(self, jobs: Sequence[Job]) -> None:
         """``done`` for jobs that each left a lease in this transaction (``complete``): one
@@ -102,7 +102,7 @@ class SqlFlow:
         cur = self._db.run(
             "UPDATE {S}.wf_edges SET done = 1, ok = ?, result = ? WHERE parent = ? AND child = ?"
             " AND done = 0",
-            (int(ok), orjson.dumps(result), parent, child),
+            (int(ok), _edge_json(result), parent, child),
         )
         return int(cur.rowcount) == 1
 
@@ -133,7 +133,7 @@ class SqlFlow:
         """Parents' outcomes in edge order."""
         sql = "SELECT ok, result, policy FROM {S}.wf_edges WHERE child = ? ORDER BY pos"
         return [
-            Input(bool(ok), None if result is None else orjson.loads(result), policy)
+            Input(bool(ok), _edge_value(result), policy)
             for ok, result, policy in self._db.run(sql, (child,)).fetchall()
         ]
 
@@ -147,10 +147,10 @@ class SqlFlow:
         result, else its edge's, else its state."""
         out = []
         for parent, policy, ok, raw, state in self._db.run(_PARENTS, (child,)).fetchall():
-            done, result = bool(ok), None if raw is None else orjson.loads(raw)
+            done, result = bool(ok), _edge_value(raw)
             if state == "completed":
                 [rec] = self._db.rows("id = ?", (parent,), full=True)
-                done, result = True, rec.job.result
+                done, result = not lifecycle.result_dropped(rec.job), rec.job.result
             out.append(flow.ParentView(parent, policy, done, result, state))
         return out
 
@@ -164,8 +164,8 @@ class SqlFlow:
         inputs = flow.requeue_inputs(child, trig, passing, self.parents(child))
         lifecycle.requeue(rec.job, self._now)
         rec.job.args = [*inputs, *rec.job.args]
-        if rec.data is not None:
-            rec.data["args"] = rec.job.args
+        if rec.data is not None:  # the stored envelope's parts stay encoded (typed JSON)
+            rec.data["args"] = encode_value(rec.job.args, "args")
         self._db.save(rec)
         self._db.run("UPDATE {S}.wf_nodes SET pending = 0 WHERE id = ?", (child,))
         self._db.emit("requeued", rec.job, self._now)
@@ -175,8 +175,8 @@ class SqlFlow:
         the envelope's arguments."""
         [rec] = self._db.rows("id = ?", (child,), full=True)
         lifecycle.release_parents(rec.job, self._now, inputs, flow.node_delay(rec.job))
-        if rec.data is not None:
-            rec.data["args"] = rec.job.args
+        if rec.data is not None:  # the stored envelope's parts stay encoded (typed JSON)
+            rec.data["args"] = encode_value(rec.job.args, "args")
         self._db.save(rec)
         self._db.emit("released", rec.job, self._now, note="parents finished")
 
@@ -307,3 +307,14 @@ class SqlWorkflows:
                 db.emit("cancelled", rec.job, now)
                 ops.done(rec.job)
             return len(recs)
+
+
+def _edge_json(result: Any) -> bytes:
+    """A parent's result as an edge keeps it: typed JSON, as a job's result is stored (a
+    ``Decimal``, ``bytes`` or ``datetime`` reaches the child as it was returned)."""
+    return orjson.dumps(encode_value(result, "result"))
+
+
+def _edge_value(raw: Any) -> Any:
+    """The result an edge holds (``_edge_json``; plain JSON written before is read alike)."""
+    return None if raw is None else decode_value(orjson.loads(raw))

@@ -21,6 +21,7 @@ from ..core import lifecycle
 from ..core.job import ErrorKind
 from . import sqllimits
 from .base import Claimed, Lease
+from .sqlflow import SqlFlow
 from .sqlite_flow import SqliteDb
 from .sqlite_rows import NEXT_DUE, READY, Rec
 from .sqlite_store import Tx
@@ -124,3 +125,4 @@ class SqliteClaim:
         lifecycle.bury_undecodable(rec.job, now, worker_id)
         self._save(tx, rec)
         tx.emit("dead_lettered", rec.job, now, reason=str(ErrorKind.DECODE_ERROR))
+        SqlFlow(self._db(tx), now).done(rec.job)  # a workflow node's dependants end with it

@@ -229,6 +229,22 @@ def setting_default(name: str) -> Any:
     return {f.name: f.default for f in dataclasses.fields(Settings)}[name]
 
 
+_SECRET_PARAM = re.compile(r"((?:^|[?&\s])(?:sentinel_)?password\s*=\s*)('[^']*'|[^&#\s]+)", re.I)
+
+
+def redacted_url(url: str) -> str:
+    """``url`` fit for a log or a terminal: the password of its user part and any
+    ``password=`` / ``sentinel_password=`` option shown as ``***`` (Celery's banner does so)."""
+    scheme, sep, rest = url.partition("://")
+    if sep:
+        end = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
+        userinfo, at, hosts = rest[:end].rpartition("@")
+        if at and ":" in userinfo:
+            rest = f"{userinfo.split(':', 1)[0]}:***@{hosts}{rest[end:]}"
+        url = f"{scheme}{sep}{rest}"
+    return _SECRET_PARAM.sub(lambda m: m.group(1) + "***", url)
+
+
 def emit_json(data: Any) -> None:
     """Print ``data`` as JSON for scripts."""
     click.echo(orjson.dumps(data, option=orjson.OPT_INDENT_2, default=str).decode())

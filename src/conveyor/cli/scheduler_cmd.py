@@ -21,6 +21,7 @@ from .common import (
     json_option,
     load_app,
     open_app,
+    redacted_url,
     require_app,
     say,
     table,
@@ -36,14 +37,14 @@ def _when(ts: float | None, tz: str = "UTC") -> str:
         return ""
     try:
         return datetime.fromtimestamp(ts, ZoneInfo(tz)).strftime("%Y-%m-%d %H:%M:%S %Z")
-    except (ValueError, OverflowError, OSError):  # a stored time past year 9999: show, not crash
+    except (ValueError, OverflowError, OSError, TypeError):  # past year 9999, not a number
         return f"{ts!r} (out of range)"
 
 
 def _iso(ts: float, tz: str) -> str:
     try:
         return datetime.fromtimestamp(ts, ZoneInfo(tz)).isoformat(timespec="seconds")
-    except (ValueError, OverflowError, OSError):
+    except (ValueError, OverflowError, OSError, TypeError):
         return f"{ts!r} (out of range)"
 
 
@@ -84,7 +85,7 @@ def scheduler_command(app_target: str | None, interval: float, no_sync: bool) ->
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    say(f"conveyor scheduler {scheduler.id} on {app.broker.url or 'broker'}")
+    say(f"conveyor scheduler {scheduler.id} on {redacted_url(app.broker.url or 'broker')}")
     try:
         scheduler.run()
     except BrokerConfigError as exc:
@@ -254,6 +255,9 @@ def _set_paused(
         schedule = app.schedules.set_paused(name, paused)
     except ScheduleNotFound as exc:
         raise click.ClickException(literal(str(exc), None)) from exc
+    except ValidationError as exc:  # a bad stored document (another client, a hand edit)
+        why = literal(str(exc), None)
+        raise click.ClickException(f"schedule {name!r} is invalid: {why} (remove it)") from exc
     if as_json:
         emit_json(_row(schedule))
     else:

@@ -76,7 +76,7 @@ def _check_field(index: int, value: str) -> None:
     try:
         croniter(" ".join(probe), _PROBE_START)
     except _CRONITER_ERRORS as exc:
-        text = str(exc)
+        text = repr(str(exc))[1:-1]  # croniter quotes the field raw: escape control characters
         if "out of range" in text or "out of bands" in text or "negative" in text:
             rule = f"{name} field {value!r} out of range {low}-{high}"
         else:

@@ -38,6 +38,15 @@ def complete(job: Job, now: float, result: Any, error: Mapping[str, Any] | None 
     job.lease_expires_at = None
 
 
+def result_dropped(job: Job) -> bool:
+    """True for a job completed WITHOUT its result: it could not be stored, and the worker
+    noted why (the last ``errors`` entry, of kind ``result_error``; ``complete`` above)."""
+    if job.state is not JobState.COMPLETED or job.result is not None or not job.errors:
+        return False
+    last = job.errors[-1]
+    return isinstance(last, dict) and last.get("kind") == ErrorKind.RESULT_ERROR.value
+
+
 def fail(job: Job, now: float, error: Mapping[str, Any], retry_at: float | None) -> None:
     """active → retry_scheduled (at ``retry_at``) or dead_letter (``retry_at`` None)."""
     event = Event.BURY if retry_at is None else Event.FAIL_RETRY

@@ -8,8 +8,9 @@ double a run, and no leader is elected. See docs/scheduling.md.
 """
 
 from .models import Schedule, ScheduleNotFound
+from .plan import Plan, plan_fires
 from .plugins import Plugin
-from .runner import Plan, Scheduler, plan_fires
+from .runner import Scheduler
 from .schedules import ScheduleRegistry
 
 __all__ = [

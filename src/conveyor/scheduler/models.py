@@ -170,6 +170,22 @@ def build_schedule(
         )
     tz = options.get("tz") or "UTC"
     spec = parse_schedule(cron=cron, every=every, tz=tz)
+    checked = _checked_options(options)
+    return Schedule(
+        name=validate_name(name),
+        task=validate_task_name(task),
+        cron=spec.expr if isinstance(spec, CronSpec) else None,
+        every=spec.seconds if isinstance(spec, IntervalSpec) else None,
+        tz=tz,
+        paused=bool(options.get("paused", False)),
+        source=source,
+        **checked,
+    )
+
+
+def _checked_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """The options besides timing, name and task, validated and normalized (``Schedule``
+    fields): what ``build_schedule`` and ``check_stored`` both require."""
     args = options.get("args") or []
     kwargs = options.get("kwargs") or {}
     if not isinstance(args, list | tuple):
@@ -196,23 +212,89 @@ def build_schedule(
     grace = options.get("misfire_grace", DEFAULT_MISFIRE_GRACE)
     if isinstance(grace, bool) or not isinstance(grace, int | float) or not grace >= 0:
         raise ValidationError("misfire_grace", "must be a number of seconds >= 0")
-    return Schedule(
-        name=validate_name(name),
-        task=validate_task_name(task),
-        cron=spec.expr if isinstance(spec, CronSpec) else None,
-        every=spec.seconds if isinstance(spec, IntervalSpec) else None,
-        tz=tz,
-        args=list(args),
-        kwargs=dict(kwargs),
-        queue=None if queue is None else validate_queue_name(queue),
-        priority=None if priority is None else validate_priority(priority),
-        misfire=misfire,
-        max_backfill=max_backfill,
-        misfire_grace=float(grace),
-        overlap=overlap,
-        paused=bool(options.get("paused", False)),
-        source=source,
-    )
+    return {
+        "args": list(args),
+        "kwargs": dict(kwargs),
+        "queue": None if queue is None else validate_queue_name(queue),
+        "priority": None if priority is None else validate_priority(priority),
+        "misfire": misfire,
+        "max_backfill": max_backfill,
+        "misfire_grace": float(grace),
+        "overlap": overlap,
+    }
+
+
+#: Firing-state fields holding epoch seconds (or null) in a stored schedule.
+_TIME_FIELDS = ("next_fire_at", "last_fire_at", "created_at", "updated_at")
+
+
+def stored_schedule(doc: object) -> Schedule:
+    """A stored document as a ``Schedule``, its firing state checked (cheap: every pass).
+
+    Raises ``ValidationError`` naming the field when the document (written by an older
+    version, another client or by hand) has a missing field or a value of the wrong type.
+    """
+    if not isinstance(doc, Mapping):
+        raise ValidationError("schedule", f"must be a JSON object, got {type(doc).__name__}")
+    if "rev" not in doc:  # every change is a compare-and-set on it: none could succeed
+        raise ValidationError("rev", "is missing")
+    try:
+        schedule = Schedule.from_doc(doc)
+    except TypeError as exc:  # a required field (name, task) is missing
+        raise ValidationError("schedule", str(exc)) from None
+    for name in _TIME_FIELDS:
+        value = getattr(schedule, name)
+        if value is not None and not _finite_number(value):
+            raise ValidationError(name, f"must be epoch seconds or null, got {_short(value)}")
+    if isinstance(schedule.rev, bool) or not isinstance(schedule.rev, int):
+        raise ValidationError("rev", f"must be an integer, got {_short(schedule.rev)}")
+    if not isinstance(schedule.paused, bool):
+        raise ValidationError("paused", f"must be true or false, got {_short(schedule.paused)}")
+    for name in ("last_job_id", "source"):
+        value = getattr(schedule, name)
+        if not isinstance(value, str) and (value is not None or name == "source"):
+            raise ValidationError(name, f"must be a string, got {_short(value)}")
+    return schedule
+
+
+def check_stored(schedule: Schedule) -> Schedule:
+    """Check a stored schedule's definition as ``build_schedule`` checks a new one (name,
+    task, timing, arguments, policies); ``ValidationError`` naming the field otherwise."""
+    validate_name(schedule.name)
+    validate_task_name(schedule.task)
+    for name in ("cron", "every", "tz"):  # the spec cache needs hashable values
+        if isinstance(getattr(schedule, name), list | dict):
+            raise ValidationError(
+                name, f"must be a plain value, got {_short(getattr(schedule, name))}"
+            )
+    schedule.spec  # noqa: B018 - parsing (cached) validates cron / every / tz
+    if not isinstance(schedule.args, list):
+        raise ValidationError("args", f"must be a list, got {type(schedule.args).__name__}")
+    _checked_options({key: getattr(schedule, key) for key in _CHECKED})
+    return schedule
+
+
+#: The ``Schedule`` fields ``_checked_options`` validates.
+_CHECKED = (
+    "args",
+    "kwargs",
+    "queue",
+    "priority",
+    "misfire",
+    "max_backfill",
+    "misfire_grace",
+    "overlap",
+)
+
+
+def _finite_number(value: object) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
+
+
+def _short(value: object) -> str:
+    """``repr(value)`` cut to 40 characters (a stored value may be huge or hostile)."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:39] + "…"
 
 
 def _check_plain_json(value: Any, where: str) -> None:

@@ -20,95 +20,31 @@ import logging
 import os
 import socket
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..core.cron import IntervalSpec, Spec
 from ..core.state import TERMINAL_STATES
 from ..errors import BrokerConfigError, DuplicateJob, ValidationError
-from ..outage import OutageLog, is_connection_error
+from ..outage import REMIND_EVERY, OutageLog, is_connection_error
 from ..runtime import as_runtime
 from ..task import JobSpec
-from .models import COLLECTION, Schedule, history_entry, history_log, job_id_for
+from .models import (
+    COLLECTION,
+    Schedule,
+    check_stored,
+    history_entry,
+    history_log,
+    job_id_for,
+    stored_schedule,
+)
+from .plan import plan_fires
 from .plugins import RETRY_AFTER, AlertsPlugin, CronPlugin, Plugin, PromotePlugin, ReapPlugin
 
 if TYPE_CHECKING:
     from ..runtime import HasRuntime, Runtime
 
 log = logging.getLogger("conveyor.scheduler")
-_PASS_LIMIT = 1000  # most ticks of one schedule handled in one pass; the rest next pass
-_COUNT_LIMIT = 1000  # most missed cron ticks counted for the history (a lower bound)
-_EPSILON = 0.001  # fire times are whole seconds; this steps just before one
-
-
-@dataclass(frozen=True)
-class Plan:
-    """What one pass does for a schedule: ticks to enqueue, ticks skipped as misfires, next."""
-
-    fires: list[float]
-    next_fire_at: float
-    missed: int = 0  # late ticks skipped by the misfire policy
-    missed_first: float | None = None
-    missed_last: float | None = None
-    missed_exact: bool = True  # False: ``missed`` is a lower bound (a very long cron outage)
-
-
-def plan_fires(schedule: Schedule, now: float) -> Plan | None:
-    """Due ticks of ``schedule`` at ``now`` (None if nothing is due), after the misfire policy.
-
-    The schedule *misfired* (its scheduler was down) when its oldest due tick is more than
-    ``misfire_grace`` seconds before ``now``. Then the policy governs EVERY due tick, also those
-    that fell inside the grace period (else an outage would still end in a burst of one run per
-    tick of the last ``misfire_grace`` seconds): ``skip`` runs none, ``run_once`` only the
-    latest, ``backfill`` the latest ``max_backfill``; the cadence resumes from ``now``. Without a
-    misfire (a short hiccup) every due tick runs.
-    """
-    spec = schedule.spec
-    first = schedule.next_fire_at
-    if first is None:
-        return Plan([], spec.next_after(now))
-    if first > now:
-        return None
-    missed, exact = 0, True
-    missed_first = missed_last = None
-    if first > now - schedule.misfire_grace:
-        fires = [first, *spec.fires_between(first, now, _PASS_LIMIT - 1)]
-    else:
-        keep = {"skip": 0, "run_once": 1}.get(schedule.misfire, schedule.max_backfill)
-        fires = _latest_fires(spec.previous_at_or_before, first, now, min(keep, _PASS_LIMIT))
-        counted = _count_fires(spec, first, now)
-        exact = isinstance(spec, IntervalSpec) or counted < _COUNT_LIMIT
-        missed = counted - len(fires)
-        if missed > 0:
-            missed_first = first
-            missed_last = spec.previous_at_or_before(fires[0] - _EPSILON if fires else now)
-        return Plan(fires, spec.next_after(now), missed, missed_first, missed_last, exact)
-    if len(fires) >= _PASS_LIMIT:  # an enormous burst: finish it over the next passes
-        fires = fires[:_PASS_LIMIT]
-        return Plan(fires, spec.next_after(fires[-1]), missed, missed_first, missed_last, exact)
-    return Plan(fires, spec.next_after(now), missed, missed_first, missed_last, exact)
-
-
-def _count_fires(spec: Spec, first: float, end: float) -> int:
-    """How many fire times lie in ``[first, end]`` (``first`` is one); cron counts stop at
-    ``_COUNT_LIMIT`` so a long outage of a frequent schedule stays cheap."""
-    if isinstance(spec, IntervalSpec):
-        return int((end - first) // spec.seconds) + 1
-    return 1 + len(spec.fires_between(first, end, _COUNT_LIMIT - 1))
-
-
-def _latest_fires(
-    previous: Callable[[float], float | None], first: float, end: float, keep: int
-) -> list[float]:
-    """The latest ``keep`` fire times in ``[first, end]``, ascending."""
-    out: list[float] = []
-    t = previous(end)
-    while t is not None and t >= first and len(out) < keep:
-        out.append(t)
-        t = previous(t - _EPSILON)
-    out.reverse()
-    return out
 
 
 @dataclass
@@ -156,6 +92,8 @@ class Scheduler:
         self.sync = sync
         self.id = id or f"scheduler-{socket.gethostname()}-{os.getpid()}-{id_suffix()}"
         self.enqueued = 0  # jobs enqueued by this scheduler since it was built
+        self._invalid: dict[str, str] = {}  # invalid stored schedules logged: name -> reason
+        self._failing: dict[str, tuple[str, float]] = {}  # name -> (error, when last logged)
         self._started = False
         self._stopping = threading.Event()
         self._outage = OutageLog.shared(self.broker)  # one line per outage, not per retry
@@ -223,13 +161,18 @@ class Scheduler:
         docs = self.broker.docs.list(COLLECTION, now)
         for name in sorted(docs):
             try:
-                schedule = Schedule.from_doc(docs[name])
-                count, upcoming = self.fire(schedule, now)
+                count, upcoming = self.fire(stored_schedule(docs[name]), now)
+            except ValidationError as exc:  # a stored document that is not valid (any more)
+                self._skip_invalid(name, exc)
+                continue
             except Exception as exc:  # one broken schedule must not stop the others
                 if is_connection_error(exc):  # the broker, not the schedule: the pass stops
                     raise
-                log.exception("schedule %r: pass failed; retrying next tick", name)
+                self._pass_failed(name, exc, now)
                 continue
+            self._invalid.pop(name, None)
+            if self._failing.pop(name, None) is not None:
+                log.info("schedule %r: a pass succeeded again", name)
             self.enqueued += count
             if upcoming is not None and (next_due is None or upcoming < next_due):
                 next_due = upcoming
@@ -241,7 +184,7 @@ class Scheduler:
             return 0, None
         if schedule.next_fire_at is not None and schedule.next_fire_at > now:
             return 0, schedule.next_fire_at  # the common case: nothing due, nothing parsed
-        plan = plan_fires(schedule, now)
+        plan = plan_fires(check_stored(schedule), now, self.interval)
         if plan is None:
             return 0, schedule.next_fire_at
         entries: list[dict[str, Any]] = []  # what this scheduler did: always recorded
@@ -311,6 +254,27 @@ class Scheduler:
             return "error", None, {"error": str(exc)}
         return ("duplicate" if handle.duplicate else "enqueued"), handle.id, {}
 
+    def _pass_failed(self, name: str, exc: Exception, now: float) -> None:
+        """A schedule's pass raised: it is retried on every pass, but its traceback is logged
+        once per error, then one line every ``REMIND_EVERY`` seconds while it lasts (a hook
+        that keeps raising must not log twice a second)."""
+        what = _one_line(f"{type(exc).__name__}: {exc}")
+        seen = self._failing.get(name)
+        if seen is None or seen[0] != what:
+            self._failing[name] = (what, now)
+            log.error("schedule %r: pass failed; retrying every pass", name, exc_info=exc)
+        elif now - seen[1] >= REMIND_EVERY:
+            self._failing[name] = (what, now)
+            log.error("schedule %r: pass still failing, retrying every pass: %s", name, what)
+
+    def _skip_invalid(self, name: str, exc: ValidationError) -> None:
+        """Log an invalid stored schedule once (again only if the reason changes): it is
+        skipped on every pass until fixed or removed, which must not flood the log."""
+        reason = _one_line(str(exc))
+        if self._invalid.get(name) != reason:
+            self._invalid[name] = reason
+            log.warning("schedule %r is invalid and skipped until fixed: %s", name, reason)
+
     def _still_running(self, job_id: str) -> bool:
         job = self.broker.get(job_id)
         return job is not None and job.state not in TERMINAL_STATES
@@ -356,6 +320,12 @@ class Scheduler:
     def stop(self) -> None:
         """Ask ``run()`` to return after the current pass."""
         self._stopping.set()
+
+
+def _one_line(text: str) -> str:
+    """An error message for a log line: control characters escaped, at most 300 characters
+    (a stored document or a hook's exception may hold anything)."""
+    return repr(text)[1:-1][:300]
 
 
 def id_suffix() -> str:

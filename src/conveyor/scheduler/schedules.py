@@ -25,7 +25,9 @@ from .models import (
     Schedule,
     ScheduleNotFound,
     build_schedule,
+    check_stored,
     history_log,
+    stored_schedule,
     validate_name,
 )
 
@@ -128,8 +130,7 @@ class ScheduleRegistry:
         bad: dict[str, str] = {}
         for name in sorted(docs):
             try:
-                schedule = Schedule.from_doc(docs[name])
-                schedule.spec  # noqa: B018 - parsing validates cron / every / tz
+                schedule = check_stored(stored_schedule(docs[name]))
             except (ValidationError, TypeError, ValueError) as exc:
                 bad[name] = str(exc)[:300]
                 continue
@@ -147,7 +148,7 @@ class ScheduleRegistry:
         """Pause or resume a schedule. Resuming does not fire the ticks missed while paused."""
         for _ in range(_CAS_ATTEMPTS):
             now = self.app.now()
-            current = self.get(name)
+            current = stored_schedule(self.get(name).to_doc())  # ValidationError: its state
             if current.paused == paused:
                 return current
             changes: dict[str, Any] = {"paused": paused, "updated_at": now, "rev": current.rev + 1}
@@ -165,7 +166,8 @@ class ScheduleRegistry:
         """The next ``n`` fire times of a stored schedule (epoch seconds), due ones included."""
         if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 1000:
             raise ValidationError("n", "must be an integer 1..1000")
-        schedule = self.get(name)
+        # a stored document that is not valid (any more): a ValidationError naming the field
+        schedule = check_stored(stored_schedule(self.get(name).to_doc()))
         spec = schedule.spec
         first = None if schedule.paused else schedule.next_fire_at  # paused: from now on
         times = [first if first is not None else spec.next_after(self.app.now())]
@@ -180,7 +182,7 @@ class ScheduleRegistry:
         wanted = _normalized(schedule.definition())
         for _ in range(_CAS_ATTEMPTS):
             doc = broker.docs.get(COLLECTION, schedule.name, now)
-            if doc is None:
+            if doc is None or _invalid(doc):  # an invalid stored document is replaced
                 fresh = schedule.with_state(
                     next_fire_at=schedule.spec.next_after(now),
                     created_at=now,
@@ -204,6 +206,15 @@ class ScheduleRegistry:
             if broker.docs.update_if(COLLECTION, schedule.name, "rev", current.rev, changes, now):
                 return Schedule.from_doc({**doc, **changes})
         raise ConveyorError(f"schedule {schedule.name!r}: too much contention, try again")
+
+
+def _invalid(doc: Mapping[str, Any]) -> bool:
+    """True for a stored document no scheduler can use (``scan`` lists it as invalid)."""
+    try:
+        check_stored(stored_schedule(doc))
+    except ValidationError:
+        return True
+    return False
 
 
 def _without(options: Mapping[str, Any], key: str) -> dict[str, Any]:

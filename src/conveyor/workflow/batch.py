@@ -25,7 +25,7 @@ from ..batchctx import Collector, current_batch
 from ..broker.flow import FlowNode
 from ..core.ids import new_ulid
 from ..core.job import Job
-from ..core.state import JobState
+from ..core.state import TERMINAL_STATES, JobState
 from ..errors import ValidationError
 from ..task import JobSpec
 from .canvas import Signature, Spec
@@ -35,7 +35,7 @@ from .steps import spec_mode
 if TYPE_CHECKING:
     from .handle import WorkflowHandle
 
-_FAILED = (JobState.DEAD_LETTER, JobState.CANCELLED)
+_FAILED = (JobState.DEAD_LETTER, JobState.CANCELLED, JobState.EXPIRED)  # on_failure runs
 
 
 class Batch:
@@ -146,18 +146,18 @@ class Batch:
         return b.store(sinks or ids, self.connection)
 
     def status(self) -> dict[str, int]:
-        """``total``, ``pending`` (not finished), ``completed`` and ``failed`` (dead letter or
-        cancelled) of the batch's own jobs (callbacks not counted)."""
+        """``total``, ``pending`` (not finished), ``completed`` and ``failed`` (dead letter,
+        cancelled or expired: ``on_failure`` runs) of the batch's own jobs (callbacks not
+        counted). A job retention dropped (it had finished) counts as none of the three."""
         if self.handle is None:
             return {"total": len(self.jobs), "pending": len(self.jobs), "completed": 0, "failed": 0}
         mine = {job.id for job in self.jobs}
         states = Counter(j.state for j in self.handle.jobs() if j.id in mine)
         done = states[JobState.COMPLETED]
         failed = sum(states[s] for s in _FAILED)
-        total = len(self.jobs)
         return {
-            "total": total,
-            "pending": total - done - failed,
+            "total": len(self.jobs),
+            "pending": sum(n for s, n in states.items() if s not in TERMINAL_STATES),
             "completed": done,
             "failed": failed,
         }

@@ -67,6 +67,10 @@ class Builder:
         if spec.options.get("idempotency_key") is not None:
             raise ValidationError("idempotency_key", "workflow nodes cannot have one")
         job = self.runtime.producer.build_job(spec, self.now)
+        if job.idempotency_key is not None:  # unique= / debounce= dedup on one: a deduplicated
+            # node is never stored and its dependants would wait for ever
+            field = "debounce" if spec.options.get("debounce") is not None else "unique"
+            raise ValidationError(field, "workflow nodes cannot deduplicate (an idempotency key)")
         meta: dict[str, Any] = {"id": self.workflow_id, "name": self.name}
         if after:
             job.state = JobState.WAITING

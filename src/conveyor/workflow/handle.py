@@ -6,9 +6,10 @@ import time
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from ..core.job import Job
+from ..core.job import ErrorKind, Job
+from ..core.lifecycle import result_dropped
 from ..core.state import TERMINAL_STATES, JobState
-from ..errors import ConveyorError, WaitTimeout
+from ..errors import ConveyorError, JobNotFound, WaitTimeout
 
 if TYPE_CHECKING:
     from .host import FlowHost
@@ -20,7 +21,8 @@ class WorkflowFailed(ConveyorError):
     def __init__(self, workflow_id: str, job: Job) -> None:
         self.workflow_id = workflow_id
         self.job = job
-        super().__init__(f"workflow {workflow_id}: job {job.id} ({job.task}) {job.state}")
+        how = "completed without its result" if result_dropped(job) else str(job.state)
+        super().__init__(f"workflow {workflow_id}: job {job.id} ({job.task}) {how}")
 
 
 class WorkflowPending(ConveyorError):
@@ -59,26 +61,34 @@ class WorkflowHandle:
         return out
 
     def done(self) -> bool:
-        """True when every last step is in a terminal state."""
+        """True when every last step is in a terminal state, or no longer stored: a node is
+        dropped (retention, purge, delete) only once it finished."""
         jobs = {j.id: j for j in self.jobs()}
-        return all(i in jobs and jobs[i].state in TERMINAL_STATES for i in self.sinks)
+        return all(i not in jobs or jobs[i].state in TERMINAL_STATES for i in self.sinks)
 
     def result(self) -> Any:
         """The last step's result (a list for several last steps); raises ``WorkflowFailed``
-        naming the first failed node, or ``WorkflowPending`` when not finished yet."""
+        naming the first failed node, or ``WorkflowPending`` when not finished yet. A last
+        step completed without its result (it could not be stored) is a failure, as for
+        ``job.wait()``; one no longer stored (dropped by retention once finished) raises
+        ``JobNotFound``, as ``job.wait()`` does."""
         jobs = {j.id: j for j in self.jobs()}
         failed = [j for j in jobs.values() if j.state in (JobState.DEAD_LETTER,)]
         last = [jobs.get(i) for i in self.sinks]
         if any(j is None or j.state is not JobState.COMPLETED for j in last):
             ended = [j for j in last if j is not None and j.state in TERMINAL_STATES]
-            if failed or len(ended) == len(last):
-                bad = (
-                    failed[0]
-                    if failed
-                    else next(j for j in ended if j.state is not JobState.COMPLETED)
-                )
-                raise WorkflowFailed(self.id, bad)
+            if failed:
+                raise WorkflowFailed(self.id, failed[0])
+            gone = [i for i, j in zip(self.sinks, last, strict=True) if j is None]
+            if len(ended) + len(gone) == len(last):  # every last step finished
+                bad = [j for j in ended if j.state is not JobState.COMPLETED]
+                if bad:
+                    raise WorkflowFailed(self.id, _cause(bad[0], jobs))
+                raise JobNotFound(gone[0])
             raise WorkflowPending(f"workflow {self.id} has not finished")
+        dropped = [j for j in last if j is not None and result_dropped(j)]
+        if dropped:
+            raise WorkflowFailed(self.id, dropped[0])
         results = [j.result for j in last if j is not None]
         return results[0] if len(results) == 1 else results
 
@@ -108,3 +118,18 @@ class WorkflowHandle:
     def cancel(self) -> int:
         """Cancel every node that has not started; returns how many."""
         return self._rt.broker.cancel_workflow(self.id, self._rt.now())
+
+
+def _cause(job: Job, jobs: dict[str, Job]) -> Job:
+    """The node whose end ended ``job``: up the ``upstream_failed`` entries' parents."""
+    seen = {job.id}
+    while job.state is JobState.CANCELLED and job.errors:
+        last = job.errors[-1]
+        if not isinstance(last, dict) or last.get("kind") != ErrorKind.UPSTREAM_FAILED.value:
+            break
+        parent = jobs.get(str(last.get("parent")))
+        if parent is None or parent.id in seen:
+            break
+        seen.add(parent.id)
+        job = parent
+    return job

@@ -17,7 +17,7 @@ at their next poll (``poll_interval``) or their next wake-up.
 
 The thread starts on first use and exits after ``IDLE_EXIT_S`` without requests; a forked
 child starts without one (the parent's thread does not exist there); ``close`` pushes what is
-pending and stops it.
+pending and stops it. When no thread can start, the caller pushes the marker itself.
 """
 
 from __future__ import annotations
@@ -53,13 +53,18 @@ class Waker:
         """Ask for one push; returns at once."""
         with self._cond:
             self._pending = True
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._run, name="conveyor-redis-waker", daemon=True
-                )
-                self._thread.start()
-            else:
+            if self._thread is not None:
                 self._cond.notify()
+                return
+            thread = threading.Thread(target=self._run, name="conveyor-redis-waker", daemon=True)
+            try:
+                thread.start()
+            except RuntimeError:  # no thread can start (a thread limit, interpreter exit)
+                self._pending = False
+            else:
+                self._thread = thread  # only a started thread: close() joins it
+                return
+        self._push_safely()  # on the caller's thread: the marker is not lost
 
     def close(self) -> None:
         """Push what is pending (on this thread) and let the background thread go."""

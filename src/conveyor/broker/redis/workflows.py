@@ -15,9 +15,10 @@ import orjson
 
 from ...core.job import Job
 from ...core.state import JobState
-from ...errors import ValidationError
+from ...errors import DuplicateJob, ValidationError
 from .. import flow
 from ..flow import FlowEdge, FlowNode, node_delay
+from . import idguard
 from .codec import fmt_time
 from .codes import ScriptCode, options
 from .plumbing import guarded
@@ -65,11 +66,13 @@ class RedisWorkflows:
             "nodes": [[job.id, job.queue] for job in jobs],
             "edges": [[e.parent, e.child, e.policy] for e in edges],
         }
+        custom = idguard.custom_ids(jobs)  # a node's own job_id: checked (wf_enqueue.lua)
         opts = options(
             now=fmt_time(now),
             events_max=str(b.retention.events_max),
             prefix=b.keys.prefix,
             index=orjson.dumps(index).decode(),
+            check=orjson.dumps([[job.id, job.queue] for job in custom]).decode(),
         )
         args: list[Any] = [opts]
         for job, payload, node in zip(jobs, payloads, nodes, strict=True):
@@ -97,7 +100,14 @@ class RedisWorkflows:
         # registered first: the sweep leaves entries younger than SWEEP_EVERY alone, so it
         # cannot drop this one before the script stored it
         b.client.zadd(b.keys.workflows(), {workflow: now})
-        b.runner.run("wf_enqueue", [b.keys.workflow(workflow)], args)
+        locks = idguard.reserve(b, custom) if custom else None  # ids unique across queues
+        try:
+            reply = b.runner.run("wf_enqueue", [b.keys.workflow(workflow)], args)
+        finally:
+            if locks:
+                idguard.release(b, locks)
+        if isinstance(reply, list) and reply[0] == ScriptCode.DUPLICATE_ID:
+            raise DuplicateJob(reply[1].decode())
         for job in jobs:
             b.remember(job.id, job.queue)
 
@@ -167,7 +177,7 @@ class RedisWorkflows:
             state = fields.get(b"state", b"").decode() or None
             if state == "completed":
                 raw = fields.get(b"result")
-                done, result = True, None if raw is None else orjson.loads(raw)
+                done, result = raw is not None or not _dropped(fields), orjson.loads(raw or b"null")
             out.append(flow.ParentView(parent, policy, done, result, state))
         return out
 
@@ -229,3 +239,14 @@ def _flow_fields(job: Job) -> tuple[str, str, str]:
     if job.flow is None:
         return expires, "", ""
     return expires, str(job.flow["g"]), orjson.dumps(job.flow).decode()
+
+
+def _dropped(fields: dict[bytes, bytes]) -> bool:
+    """A completed job's hash says it completed without its result (``lifecycle.result_dropped``:
+    its last ``errors`` line is of kind ``result_error``)."""
+    lines = fields.get(b"errors", b"").splitlines()
+    try:
+        last = orjson.loads(lines[-1]) if lines else None
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(last, dict) and last.get("kind") == "result_error"

@@ -106,9 +106,11 @@ end
 -- `result` JSON): release or end its dependants, cascading failures (flow.finished in
 -- broker/flow.py, line for line). Each edge is marked once (HSETNX r:<parent>), so a
 -- dependant's counter drops once per parent and a chord callback is released once.
-local function wf_done(q, qname, id, ok, result, now, maxlen)
+-- `dropped`: completed without its result (result_error): a dependant that takes results
+-- sees a failed parent (its policy decides), never null in its place.
+local function wf_done(q, qname, id, ok, result, now, maxlen, dropped)
   local prefix = string.match(q.job, '^([^{]*):{')
-  local stack = {{qname, id, ok, result}}
+  local stack = {{qname, id, ok, result, dropped}}
   while #stack > 0 do
     local top = table.remove(stack)
     local pid, pok = top[2], top[3]
@@ -116,13 +118,20 @@ local function wf_done(q, qname, id, ok, result, now, maxlen)
     for _, e in ipairs(out and cjson.decode(out) or {}) do
       local cid, cq, policy = e[1], wf_qkeys(prefix, e[2]), e[3]
       local nkey = cq.wf .. cid
+      local eok = pok
+      if pok and top[5] then
+        local pass = redis.call('HGET', nkey, 'passing')
+        if pass == 'one' or pass == 'all' then eok = false end
+      end
       local mark = '0'
-      if pok then mark = '1' .. (top[4] or 'null') end
+      if eok then mark = '1' .. (top[4] or 'null') end
       if redis.call('HSETNX', nkey, 'r:' .. pid, mark) == 1
         and redis.call('HGET', cq.job .. cid, 'state') == 'waiting' then
         local n = redis.call('HMGET', nkey, 'trig', 'passing')
-        if not pok and policy == 'fail' and n[1] ~= 'one_failed' then
-          wf_upstream_failed(cq, cid, pid, 'failed', now, maxlen)
+        if not eok and policy == 'fail' and n[1] ~= 'one_failed' then
+          local detail = 'failed'
+          if pok then detail = 'completed without its result (result_error)' end
+          wf_upstream_failed(cq, cid, pid, detail, now, maxlen)
           stack[#stack + 1] = {e[2], cid, false, nil}
         elseif redis.call('HINCRBY', nkey, 'pending', -1) <= 0 then
           if n[1] == 'one_failed' and wf_all_ok(nkey) then

@@ -11,7 +11,8 @@
 -- A pending job whose hash has an expires_at <= now becomes expired (issue 15: the lapse
 -- transition; kept in the expired set, never leased). Entries whose job is gone or no longer
 -- pending are dropped; a job key of the wrong type
--- (garbage) is dead-lettered with kind decode_error (a string's value is kept in field "raw").
+-- (garbage) is dead-lettered with kind decode_error (a string's value is kept in field "raw");
+-- a workflow node's dependants end or are released with it (wf_done).
 -- Payloads are NOT decoded here: the client decodes and dead-letters undecodable ones at once
 -- (fail.lua with a stub payload), so a claim never hands out garbage and nothing loops.
 --
@@ -45,6 +46,10 @@ local function bury_foreign(id, key, kind)
   finish(q, q.dead, id, now, dead_max)
   emit(q, maxlen, 'type', 'dead_lettered', 'job_id', id, 'task', '', 'at', now,
     'reason', 'decode_error')
+  -- a workflow node (its graph record survives) ends or releases its dependants (wf_done)
+  if redis.call('EXISTS', wf_qkeys(string.match(q.job, '^([^{]*):{'), qname).wf .. id) == 1 then
+    wf_done(q, qname, id, false, nil, now, maxlen)
+  end
 end
 
 -- issue 15: a job past its expires_at (hash field, set only for such jobs) never runs

@@ -12,7 +12,7 @@
 -- sets last_error, in the same step as the completion.
 --
 -- A workflow node (field wf) releases or ends its dependants in the same step (wf_done in
--- _wf.lua).
+-- _wf.lua); one completed without its result fails the dependants that take results.
 --
 -- Input
 --   KEYS: the 16 queue keys (_lib.lua)
@@ -51,8 +51,9 @@ for i = 2, #ARGV, 5 do
     done[#done + 1] = id
     out[#out + 1] = CODE_OK
     if f[5] then  -- a workflow node with dependants: released in this same step
+      local dropped = result == '' and entry ~= ''  -- a result_error: nothing to pass on
       if result == '' then result = 'null' end
-      wf_done(q, o.queue, id, true, result, now, maxlen)
+      wf_done(q, o.queue, id, true, result, now, maxlen, dropped)
     end
   else
     out[#out + 1] = CODE_NO
