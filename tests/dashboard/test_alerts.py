@@ -283,3 +283,21 @@ def test_webhook_gives_up(caplog: pytest.LogCaptureFixture) -> None:
         assert unreachable.notify({}) is False
     finally:
         r.server.shutdown()
+
+
+def test_a_failing_webhook_is_logged_without_its_secret_path_or_credentials(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Slack/Teams-style webhook URLs carry their secret in the path (others in the query):
+    the error line names the receiver, never the secret."""
+    r = Receiver(failures=100)
+    try:
+        host = r.url.split("://", 1)[1].split("/", 1)[0]
+        url = f"http://{host}/services/T0/B0/tok-s3cret?key=q-s3cret"
+        hook = WebhookNotifier(url, retries=0, sleep=lambda s: None)
+        with caplog.at_level(logging.ERROR, logger="conveyor.alerts"):
+            assert hook.notify({"alert": "a", "state": "firing"}) is False
+        assert r.attempts == 1 and "HTTP 500" in caplog.text
+        assert "s3cret" not in caplog.text and host in caplog.text
+    finally:
+        r.server.shutdown()

@@ -7,7 +7,7 @@ import logging
 
 import click
 
-from .common import console, emit_json, table
+from .common import console, emit_json, redacted_url, table
 
 
 @click.command("bench")
@@ -32,8 +32,10 @@ def bench(url: str | None, jobs: int, concurrency: int, as_json: bool) -> None:
 
     logging.getLogger("conveyor").setLevel(logging.ERROR)
     if not as_json:
-        console.print(f"measuring {url or 'the default broker'} with {jobs} jobs ...")
+        shown = redacted_url(url) if url else "the default broker"
+        console.print(f"measuring {shown} with {jobs} jobs ...", markup=False)
     result = run_bench(url, jobs=jobs, concurrency=concurrency)
+    result = dataclasses.replace(result, url=redacted_url(result.url))  # a title and JSON
     if as_json:
         emit_json(dataclasses.asdict(result))
         return

@@ -23,6 +23,7 @@ import logging
 import os
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -64,6 +65,14 @@ class LogNotifier:
         return True
 
 
+def _port(parts: urllib.parse.SplitResult) -> str:
+    """``:port`` of a URL's parts, "" without one (or with an unreadable one)."""
+    try:
+        return f":{parts.port}" if parts.port else ""
+    except ValueError:
+        return ""
+
+
 class WebhookNotifier:
     """POSTs each notification as JSON to ``url``, retrying with backoff on errors and 5xx."""
 
@@ -80,6 +89,11 @@ class WebhookNotifier:
         if not url.startswith(("http://", "https://")):
             raise ValidationError("webhook", f"{url!r} must be an http:// or https:// URL")
         self.url = url
+        # a webhook URL often carries its secret in the path (Slack, Teams) or the query: a
+        # log line names only the receiver
+        parts = urllib.parse.urlsplit(url)
+        tail = "/…" if parts.path.strip("/") or parts.query else "/"
+        self.shown_url = f"{parts.scheme}://{parts.hostname or ''}{_port(parts)}{tail}"
         self.retries = max(0, retries)
         self.backoff = backoff
         self.timeout = timeout
@@ -109,7 +123,9 @@ class WebhookNotifier:
                 reason = str(exc)
             if attempt < self.retries:
                 self.sleep(self.backoff * 2**attempt)
-        log.error("webhook %s failed for alert %s: %s", self.url, payload.get("alert"), reason)
+        log.error(
+            "webhook %s failed for alert %s: %s", self.shown_url, payload.get("alert"), reason
+        )
         return False
 
 
