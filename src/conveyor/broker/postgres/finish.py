@@ -21,8 +21,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-import orjson
-
 from ...core import lifecycle
 from ..base import Ack
 from ..sqlite_rows import Rec
@@ -55,6 +53,18 @@ _DONE = (
     " lease_at = NULL, token = NULL, claims = 0, finished_at = %s, payload = u.payload"
     " FROM unnest(%s::bigint[], %s::bytea[]) AS u(rid, payload) WHERE j.rid = u.rid"
 )
+#: ``_LOCKED`` for a process that has seen flow groups (issue 15): once every row is locked
+#: (the aggregate reads them all first: the order every completion locks in), it takes the flow
+#: lock if one of them is in a group with a concurrency slot (``pgflow.LOCK_SQL``), so the
+#: completion's write frees the slots (``pgflow.FREE_DONE``) without a statement of its own
+#: for the lock; its last column counts the lock taken (0 or 1).
+_LOCKED_FLOW = (
+    "WITH r AS MATERIALIZED ("
+    + _LOCKED
+    + ") SELECT r.*, (SELECT count(*) FROM (SELECT "
+    + pgflow.LOCK_SQL
+    + " FROM (SELECT bool_or(x.grp LIKE '%%conc:%%') AS c FROM r x) a WHERE a.c) l) FROM r"
+)
 
 
 def complete_acks(b: PostgresBroker, acks: Sequence[Ack], now: float) -> list[bool]:
@@ -63,15 +73,17 @@ def complete_acks(b: PostgresBroker, acks: Sequence[Ack], now: float) -> list[bo
     if not acks:
         return out
     with b._write() as tx:
-        rows = tx.rows(
-            b.sql(_LOCKED),
-            (
-                text_array([a.job_id for a in acks]),
-                text_array([a.token for a in acks]),
-                num_array(range(len(acks))),
-            ),
-            binary=True,
+        params = (
+            text_array([a.job_id for a in acks]),
+            text_array([a.token for a in acks]),
+            num_array(range(len(acks))),
         )
+        if b.flow_seen:  # issue 15: the flow lock with the rows, if a slot is to free
+            rows = tx.rows(b.sql(_LOCKED_FLOW), (*params, pgflow.lock_key(b)), binary=True)
+            if rows and rows[0][18]:
+                pgflow.locked(tx)
+        else:
+            rows = tx.rows(b.sql(_LOCKED), params, binary=True)
         fast: list[tuple[Row, Ack, str | None]] = []
         slow: list[tuple[Rec, Ack]] = []
         special: list[Rec] = []
@@ -111,7 +123,7 @@ def _write_fast(
         return
     rids: list[int] = []
     payloads: list[bytes] = []
-    slots: list[tuple[str, str]] = []
+    slots: list[str] = []  # ids of jobs that may hold concurrency slots
     queues: dict[str, int] = {}
     events = tx.events
     for row, ack, grouped in done:
@@ -124,8 +136,8 @@ def _write_fast(
             continue
         rids.append(row[0])
         payloads.append(patched[0])
-        if grouped and pgflow.may_hold_slots(grouped):  # issue 15: its slots (flow spec)
-            slots += [(name, row[1]) for name in slot_names(row[10])]
+        if grouped and pgflow.may_hold_slots(grouped):  # issue 15: its slots free
+            slots.append(row[1])
         queue = row[2]
         queues[queue] = queues.get(queue, 0) + 1
         events.append(
@@ -136,17 +148,18 @@ def _write_fast(
         tx.count(queue, "active", "completed", n)
         tx.finished.add((queue, "completed"))
         tx.done.add(queue)
-    if rids:
-        # sent with the next statement (the settle one, usually): nobody reads its result
-        tx.defer(b.sql(_DONE), (now, num_array(rids), bytea_array(payloads)))
-    if slots:
-        pgflow.free_many(b, tx, slots)
-
-
-def slot_names(payload: bytes) -> list[str]:
-    """The concurrency slots a grouped job's stored envelope names (``flow["c"]``)."""
-    flow = orjson.loads(payload).get("flow")
-    return [str(c[0]) for c in (flow or {}).get("c") or ()]
+    if not rids:
+        return
+    done_params = (now, num_array(rids), bytea_array(payloads))
+    # sent with the next statement (the settle one, usually): nobody reads its result
+    if slots:  # issue 15: the slots free in the same write, under the flow lock
+        pgflow.PgDb(b, tx).lock()  # (taken already by ``_LOCKED_FLOW``, usually)
+        tx.defer(
+            b.sql(pgflow.FREE_DONE + _DONE + pgflow.FREE_DONE_WHERE),
+            (text_array(slots), b.channel, *done_params),
+        )
+    else:
+        tx.defer(b.sql(_DONE), done_params)
 
 
 def finish_special(b: PostgresBroker, tx: Tx, recs: list[Rec], now: float) -> None:

@@ -62,12 +62,23 @@ _DRAIN = (
     " nextval('{S}.job_seq') FROM (SELECT DISTINCT queue, grp FROM gone ORDER BY queue, grp) AS d"
     " ON CONFLICT DO NOTHING"
 )
-#: The slots of completed jobs (``free_many``), fenced by (name, owner), and then the waiters of
-#: the slots that freed (the groups they name wake).
-_FREE_MANY = (
-    "DELETE FROM {S}.flow_slots s USING unnest(%s::text[], %s::text[]) AS f(name, job_id)"
-    " WHERE s.name = f.name AND s.job_id = f.job_id RETURNING s.name"
+#: The completion's write (``finish._DONE``) of jobs that held concurrency slots, in one
+#: statement with what ``sqllimits.free`` does for them, under the flow lock: every slot row a
+#: completed job owns (``%s``: their ids; fenced: only rows the job owns) deleted, the waiters
+#: of the slots that freed deleted, their groups due again, and the groups' queues NOTIFYed
+#: (``%s``: the broker's channel; delivered at COMMIT as the settle statement's are). The
+#: ``nt`` test is a one-time filter: it runs once, before the jobs are written.
+FREE_DONE = (
+    "WITH fr AS (DELETE FROM {S}.flow_slots WHERE job_id = ANY(%s::text[]) RETURNING name),"
+    " w AS (DELETE FROM {S}.flow_waiters WHERE name IN (SELECT name FROM fr)"
+    " RETURNING queue, grp),"
+    " up AS (UPDATE {S}.flow_groups g SET due = 0, why = NULL FROM (SELECT DISTINCT queue, grp"
+    " FROM w) d WHERE g.queue = d.queue AND g.grp = d.grp AND g.due IS NULL),"
+    " nt AS (SELECT count(pg_notify(%s, CASE WHEN octet_length(q) < 7000 THEN q ELSE '' END))"
+    " AS k FROM (SELECT DISTINCT queue AS q FROM w) x) "
 )
+#: ``FREE_DONE``'s end: after ``finish._DONE``'s own WHERE.
+FREE_DONE_WHERE = " AND (SELECT k FROM nt) >= 0"
 #: The end of a batch of ``sqllimits.take`` (``PgDb.place_groups``) in one statement: the
 #: groups ``m`` go behind the others with fresh round-robin numbers (``v``: ``nextval`` per row
 #: as the array is read, increasing in batch order) and the groups ``gone`` are deleted. Each
@@ -76,26 +87,34 @@ _FREE_MANY = (
 #: over every group of the queue while the table had no statistics yet (a fresh table). No
 #: ``generate_series`` of a parameter: its estimate (1,000 rows) kept the server re-planning
 #: the statement at each call instead of using its generic plan.
-_PLACE = (
+_PLACE_WITH = (
     "WITH m AS (SELECT u.*, nextval('{S}.job_seq') AS v FROM unnest(%s::float8[], %s::text[],"
     " %s::text[]) WITH ORDINALITY AS u(due, why, grp, i)),"
     " gone AS (DELETE FROM {S}.flow_groups WHERE ctid = ANY(ARRAY(SELECT (SELECT ctid FROM"
     " {S}.flow_groups f WHERE f.queue = %s AND f.grp = e.grp) FROM unnest(%s::text[]) AS e(grp))))"
-    " UPDATE {S}.flow_groups g SET due = m.due, rr = m.v, why = m.why FROM m"
+)
+_PLACE_MOVE = (
+    "UPDATE {S}.flow_groups g SET due = m.due, rr = m.v, why = m.why FROM m"
     " WHERE g.ctid = (SELECT ctid FROM {S}.flow_groups f WHERE f.queue = %s AND f.grp = m.grp)"
 )
+_PLACE = _PLACE_WITH + " " + _PLACE_MOVE
 #: Up to ``%s`` due groups of a queue, oldest ``(due, rr)`` first, with their first two pending
 #: job ids (``ids``: the head, and whether another job follows it), each head locked by its own
 #: primary-key probe (``LATERAL``, ``SKIP LOCKED``: a head another transaction holds comes back
-#: NULL next to its id), and whether ``flow_limits`` has rows: everything ``sqllimits.take``
+#: NULL next to its id), whether ``flow_limits`` has rows, and the running jobs of each group's
+#: concurrency slots (``cs``: the ``conc:`` parts of its name, which are its jobs' slot names,
+#: core/flow.py; their ``flow_slots`` rows counted): everything ``sqllimits.take``
 #: reads about a batch, in one statement (a CTE of the heads joined back by hash cost twice
 #: the server time). An empty group in the batch is deleted and leaves the batch a head short:
 #: rare, as a group is deleted when its last job is leased; the next batch fills in. The head's
 #: state test is written ``IS TRUE``: no plan can enter an index on ``state`` with it.
 _HEADS = (
-    "SELECT g.grp, g.ids[1], g.ids[2] IS NOT NULL, EXISTS (SELECT 1 FROM {S}.flow_limits), h.*"
+    "SELECT g.grp, g.ids[1], g.ids[2] IS NOT NULL, EXISTS (SELECT 1 FROM {S}.flow_limits), g.cs,"
+    " ARRAY(SELECT (SELECT count(*) FROM {S}.flow_slots s WHERE s.name = x.c) FROM unnest(g.cs)"
+    " WITH ORDINALITY AS x(c, i) ORDER BY x.i), h.*"
     " FROM (SELECT f.grp, f.due, f.rr, ARRAY(SELECT rid FROM {S}.jobs WHERE queue = %s"
-    " AND grp = f.grp AND state = 'pending' ORDER BY priority, seq LIMIT 2) AS ids"
+    " AND grp = f.grp AND state = 'pending' ORDER BY priority, seq LIMIT 2) AS ids,"
+    " ARRAY(SELECT p FROM unnest(string_to_array(f.grp, '|')) AS p WHERE p LIKE 'conc:%%') AS cs"
     " FROM {S}.flow_groups f WHERE f.queue = %s AND f.due IS NOT NULL AND f.due <= %s"
     " AND " + _NOT_PAUSED + " ORDER BY f.due, f.rr LIMIT %s) AS g LEFT JOIN LATERAL"
     f" (SELECT {COLS} FROM {{S}}.jobs WHERE rid = g.ids[1] AND (state = 'pending') IS TRUE"
@@ -133,12 +152,29 @@ _FAIR = (
     " started_at = %s, worker = %s FROM h WHERE j.ctid = h.jt"
     " RETURNING " + ", ".join(f"j.{c.strip()}" for c in PG_COLS.split(",")) + ", h.v, j.token"
 )
+#: The end of a batch of ``sqllimits.take`` in ONE statement (``PgDb.end_batch``): the new slot
+#: rows (``sl``) and waiters (``wt``), the groups' moves and deletes (``_PLACE``'s ``m``, ``gone``,
+#: ``mv``) and the admitted heads leased like ``claim._CLAIM`` does (the overlay; the RETURNING
+#: columns of ``_FAIR``, the head's place in the batch where ``_FAIR`` returns the group's),
+#: where they were four statements (slots, place, lease; a waiter insert per parked group).
+#: Every CTE writes another table, so none needs to see another's rows.
+_BATCH = (
+    _PLACE_WITH + ", mv AS (" + _PLACE_MOVE + "),"
+    " sl AS (INSERT INTO {S}.flow_slots (name, job_id) SELECT * FROM unnest(%s::text[],"
+    " %s::text[]) ON CONFLICT DO NOTHING),"
+    " wt AS (INSERT INTO {S}.flow_waiters (name, queue, grp) SELECT * FROM unnest(%s::text[],"
+    " %s::text[], %s::text[]) ON CONFLICT DO NOTHING)"
+    " UPDATE {S}.jobs j SET state = 'active', seq = nextval('{S}.job_seq'), lease_at = %s,"
+    " token = replace(gen_random_uuid()::text, '-', ''), claims = j.claims + 1,"
+    " started_at = %s, worker = %s FROM unnest(%s::bigint[]) WITH ORDINALITY AS p(rid, i)"
+    " WHERE j.rid = p.rid AND (j.state = 'pending') IS TRUE"
+    " RETURNING " + ", ".join(f"j.{c.strip()}" for c in PG_COLS.split(",")) + ", p.i, j.token"
+)
 #: ``sqllimits.Slots.flush`` for a whole batch (``PgDb.add_slots``).
 _ADD_SLOTS = (
     "INSERT INTO {S}.flow_slots (name, job_id) SELECT * FROM unnest(%s::text[], %s::text[])"
     " ON CONFLICT DO NOTHING"
 )
-_UNWAIT = "DELETE FROM {S}.flow_waiters WHERE name = ANY(%s::text[]) RETURNING queue, grp"
 
 
 class PgDb(Db):
@@ -177,15 +213,55 @@ class PgDb(Db):
                 self.q(_PLACE), (*params, queue, text_array(gone), queue), prepare=True
             )
 
-    def heads(self, queue: str, now: float, n: int) -> tuple[list[Any], bool]:
+    def heads(self, queue: str, now: float, n: int) -> tuple[list[Any], bool, dict[str, int]]:
         """Up to ``n`` due groups of ``queue`` as (group, head id: NULL if empty, another
-        pending job?, *head columns: NULL if held elsewhere), and
-        whether ``flow_limits`` has rows (``_HEADS``, one statement)."""
+        pending job?, *head columns: NULL if held elsewhere), whether ``flow_limits`` has rows,
+        and the running jobs per slot the groups name (``_HEADS``, one statement)."""
         params = (queue, queue, now, n)
         rows = self.tx.conn.execute(self.q(_HEADS), params, prepare=True).fetchall()
-        return [(grp, rid, more, *cols) for grp, rid, more, _, *cols in rows], any(
-            row[3] for row in rows[:1]
+        running = {name: int(k) for row in rows for name, k in zip(row[4], row[5], strict=True)}
+        return (
+            [(grp, rid, more, *cols) for grp, rid, more, _, _, _, *cols in rows],
+            any(row[3] for row in rows[:1]),
+            running,
         )
+
+    #: (visibility timeout, worker id, ``claim._lease_rows``): set by ``take`` for a claim,
+    #: whose batches then end in one statement (``end_batch``)
+    claim: tuple[float, str, LeaseRows] | None = None
+    #: the claim's time (with ``claim``)
+    now = 0.0
+
+    def end_batch(
+        self,
+        text: str,
+        queue: str,
+        slots: Any,
+        moves: Sequence[tuple[float | None, str | None, str]],
+        gone: Sequence[str],
+        picked: list[Rec],
+        lease: Callable[[list[Rec]], list[Any]],
+    ) -> list[Any]:
+        """A batch's slots, waiters, group moves and deletes and leases in one statement
+        (``_BATCH``) when this is a claim's; its leases as ``claim._lease_rows`` makes them
+        (an undecodable head is dead-lettered, one past its ``expires_at`` expires: neither
+        took a slot)."""
+        if self.claim is None or not (picked or moves or gone or slots.new or slots.waits):
+            return super().end_batch(text, queue, slots, moves, gone, picked, lease)
+        vt, worker_id, lease_rows = self.claim
+        now = self.now
+        due, why, grp = zip(*moves, strict=True) if moves else ((), (), ())
+        waits = slots.waits
+        params = (
+            *(num_array(due), text_array(why), text_array(grp), queue, text_array(gone), queue),
+            *(text_array(n for n, _ in slots.new), text_array(i for _, i in slots.new)),
+            *(text_array(w[0] for w in waits), text_array(w[1] for w in waits)),
+            *(text_array(w[2] for w in waits), now + vt, now, worker_id or None),
+            num_array(r.rid for r in picked),
+        )
+        slots.new, slots.waits = [], []
+        rows = self.tx.conn.execute(self.q(_BATCH), params, prepare=True, binary=True).fetchall()
+        return lease_rows(queue, rows)[1]
 
     def add_slots(self, text: str, slots: Sequence[tuple[str, str]]) -> None:
         """A batch's new slot rows in one ``INSERT … SELECT FROM unnest`` (``_ADD_SLOTS``)."""
@@ -299,27 +375,13 @@ def take(
             return out
     elif claim is not None:
         slow[queue] -= 1
-    rest = sqllimits.take(PgDb(b, tx), queue, now, want, lease)
+    db = PgDb(b, tx)
+    if claim is not None:
+        db.claim, db.now = claim, now
+    rest = sqllimits.take(db, queue, now, want, lease)
     if rest and claim is not None:  # groups with limiters are served in this queue
         slow[queue] = SLOW_CLAIMS
     return out + rest
-
-
-def free_many(b: PostgresBroker, tx: Tx, slots: Sequence[tuple[str, str]]) -> None:
-    """Completed jobs left ``active``: their (slot, job id) rows free in one statement (fenced:
-    only a job's own rows) and the groups that waited for a freed slot wake, under the flow
-    lock (sqllimits.free, set-based)."""
-    db = PgDb(b, tx)
-    db.lock()
-    names, ids = text_array(n for n, _ in slots), text_array(i for _, i in slots)
-    freed = tx.conn.execute(db.q(_FREE_MANY), (names, ids), prepare=True).fetchall()
-    if not freed:
-        return
-    waiting = tx.conn.execute(db.q(_UNWAIT), (text_array(r[0] for r in freed),)).fetchall()
-    if waiting:
-        db.many(sqllimits.WAKE, sorted({(q, g) for q, g in waiting}))
-        for queue in sorted({q for q, _ in waiting}):
-            db.wake(queue)
 
 
 def may_hold_slots(grp: str) -> bool:

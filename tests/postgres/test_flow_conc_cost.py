@@ -1,0 +1,125 @@
+"""Issue 15's PostgreSQL concurrency-limit number (1,000 keys with ``ConcurrencyLimit(1)`` ≥ 0.50
+of the no-limit drain, with margin): a claim + completion cycle of limited groups counted in
+statements against a plain one, and the cases the merged statements must keep: a slot full in
+the batch parks its group until the completion frees it (and wakes it), a head past its
+``expires_at`` or undecodable takes no slot, and no slot row outlives its job."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import psycopg
+import pytest
+
+from conveyor import ConcurrencyLimit, Conveyor, JobState
+from conveyor.broker.base import Ack, Broker
+
+from .test_flow_fair_cost import counted
+
+pytest.importorskip("psycopg")
+
+
+def _app(url: str) -> tuple[Conveyor, Any, Any, Any]:
+    app = Conveyor(url)
+
+    @app.task(name="conc", concurrency=ConcurrencyLimit(1, key="key"))
+    def conc(key: str, i: int) -> None: ...
+
+    @app.task(name="plain")
+    def plain(key: str, i: int) -> None: ...
+
+    @app.task(name="shared", concurrency=ConcurrencyLimit(1, key="account"), fair_by="tenant")
+    def shared(account: str, tenant: str) -> None: ...
+
+    return app, conc, plain, shared
+
+
+def _cycles(broker: Broker, n: int, monkeypatch: pytest.MonkeyPatch) -> tuple[int, list[str]]:
+    """Statements of ``n`` cycles: a claim of 32 and the completion of its batch."""
+    total, ids = 0, []
+    for _ in range(n):
+        with counted(monkeypatch) as statements:
+            leases = broker.claim(["default"], time.time(), limit=32, visibility_timeout=60)
+            assert len(leases) == 32
+            acks = [Ack(x.id, x.token) for x in leases]
+            assert broker.complete(acks, time.time()) == [True] * 32
+        total += sum(statements.values())
+        ids += [x.id for x in leases]
+    return total, ids
+
+
+def _slots(url: str) -> int:
+    with psycopg.connect(url) as c:
+        row = c.execute("SELECT count(*) FROM conveyor.flow_slots").fetchone()
+    return int(row[0]) if row else -1
+
+
+def test_a_conc_cycle_costs_at_most_one_statement_more_than_a_plain_one(
+    pg_server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Groups with ``ConcurrencyLimit(1)``: the claim picks the heads with their slots' running
+    counts in one statement and takes the slots, parks or moves the groups and leases the jobs
+    in a second (where it took five: heads, slot counts, new slots, group moves, leases); the
+    completion frees the slots in its own write, the flow lock taken by its first statement
+    (where it took three more: the lock, the frees, the waiters)."""
+    url = pg_server.new_database()
+    app, conc, plain, _ = _app(url)
+    app.enqueue_many([plain.spec("k", i) for i in range(128)])
+    base, _ = _cycles(app.broker, 4, monkeypatch)
+    app.enqueue_many([conc.spec(f"k{i % 100}", i) for i in range(200 + 32)])
+    _cycles(app.broker, 1, monkeypatch)  # the first one learns that groups exist
+    grouped, ids = _cycles(app.broker, 4, monkeypatch)
+    assert grouped <= base + 4, (grouped, base)
+    assert {app.broker.get(i).state for i in ids} == {JobState.COMPLETED}
+    assert _slots(url) == 0
+    app.close()
+
+
+def test_a_full_slot_parks_its_group_until_the_completion_wakes_it(pg_server: Any) -> None:
+    """Two groups share one slot (the same account, two tenants): the claim leases one head and
+    parks the other group on the slot (due NULL, a waiter row); completing the first job frees
+    the slot and makes the parked group due at once; the next claim leases it."""
+    url = pg_server.new_database()
+    app, _, _, shared = _app(url)
+    first, second = shared.enqueue("acct", "a"), shared.enqueue("acct", "b")
+    broker = app.broker
+    [lease] = broker.claim(["default"], time.time(), limit=32, visibility_timeout=60)
+    assert lease.id == first.id and _slots(url) == 1
+    with psycopg.connect(url) as c:
+        parked = c.execute("SELECT grp, due FROM conveyor.flow_groups").fetchall()
+        waiters = c.execute("SELECT count(*) FROM conveyor.flow_waiters").fetchone()
+    assert [due for _, due in parked] == [None] and waiters == (1,)
+    assert broker.claim(["default"], time.time(), limit=32, visibility_timeout=60) == []
+    assert broker.complete([Ack(lease.id, lease.token)], time.time()) == [True]
+    with psycopg.connect(url) as c:
+        assert c.execute("SELECT due FROM conveyor.flow_groups").fetchall() == [(0,)]
+        assert c.execute("SELECT count(*) FROM conveyor.flow_waiters").fetchone() == (0,)
+    [again] = broker.claim(["default"], time.time(), limit=32, visibility_timeout=60)
+    assert again.id == second.id and _slots(url) == 1
+    assert broker.complete([Ack(again.id, again.token)], time.time()) == [True]
+    assert _slots(url) == 0
+    app.close()
+
+
+def test_expired_and_undecodable_conc_heads_take_no_slot(pg_server: Any) -> None:
+    """A head past its ``expires_at`` expires and an undecodable one is dead-lettered; neither
+    keeps a slot, so the next job of each group runs."""
+    url = pg_server.new_database()
+    app, conc, _, _ = _app(url)
+    old = conc.options(expires_in=0.01).enqueue("a", 0)
+    bad = conc.enqueue("b", 1)
+    after_old, after_bad = conc.enqueue("a", 2), conc.enqueue("b", 3)
+    with psycopg.connect(url, autocommit=True) as c:
+        c.execute("UPDATE conveyor.jobs SET payload = %s WHERE id = %s", (b"{not json", bad.id))
+    time.sleep(0.05)
+    broker = app.broker
+    got = broker.claim(["default"], time.time(), limit=32, visibility_timeout=60)
+    got += broker.claim(["default"], time.time(), limit=32, visibility_timeout=60)
+    assert sorted(x.id for x in got) == sorted([after_old.id, after_bad.id])
+    assert broker.get(old.id).state is JobState.EXPIRED
+    assert broker.get(bad.id).state is JobState.DEAD_LETTER
+    assert _slots(url) == 2
+    assert broker.complete([Ack(x.id, x.token) for x in got], time.time()) == [True, True]
+    assert _slots(url) == 0
+    app.close()
