@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import orjson
 import psycopg
 import pytest
 
@@ -121,5 +122,30 @@ def test_expired_and_undecodable_conc_heads_take_no_slot(pg_server: Any) -> None
     assert broker.get(bad.id).state is JobState.DEAD_LETTER
     assert _slots(url) == 2
     assert broker.complete([Ack(x.id, x.token) for x in got], time.time()) == [True, True]
+    assert _slots(url) == 0
+    app.close()
+
+
+def test_a_head_admitted_then_found_undecodable_frees_its_slot(pg_server: Any) -> None:
+    """A head whose envelope parses (its flow record readable: it is admitted and takes a
+    slot without a full decode) but does not decode in full (an unknown envelope version) is
+    dead-lettered when leased, and its slot frees at once: the next job of its key runs."""
+    url = pg_server.new_database()
+    app, conc, _, _ = _app(url)
+    bad, after = conc.enqueue("a", 0), conc.enqueue("a", 1)
+    with psycopg.connect(url, autocommit=True) as c:
+        row = c.execute("SELECT payload FROM conveyor.jobs WHERE id = %s", (bad.id,)).fetchone()
+        assert row is not None
+        data = orjson.loads(row[0]) | {"v": 99}
+        c.execute(
+            "UPDATE conveyor.jobs SET payload = %s WHERE id = %s", (orjson.dumps(data), bad.id)
+        )
+    broker = app.broker
+    got = broker.claim(["default"], time.time(), limit=32, visibility_timeout=60)
+    got += broker.claim(["default"], time.time(), limit=32, visibility_timeout=60)
+    assert [x.id for x in got] == [after.id]
+    assert broker.get(bad.id).state is JobState.DEAD_LETTER
+    assert _slots(url) == 1
+    assert broker.complete([Ack(got[0].id, got[0].token)], time.time()) == [True]
     assert _slots(url) == 0
     app.close()

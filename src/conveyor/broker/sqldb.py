@@ -96,6 +96,10 @@ class Db(abc.ABC):
         ``PgDb.heads``)."""
         raise NotImplementedError
 
+    def head(self, row: Sequence[Any]) -> Rec:
+        """A group's head row (``sqldb`` columns) as ``sqllimits.take`` reads it: decoded."""
+        return Rec(tuple(row), True)
+
     def end_batch(
         self,
         text: str,

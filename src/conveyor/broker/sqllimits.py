@@ -109,7 +109,7 @@ def _heads(db: Db, queue: str, now: float, n: int) -> tuple[Heads, bool, dict[st
     rows, overrides, running = db.heads(queue, now, n)
     return (
         [
-            (grp, None if rid is None else _BUSY if row[0] is None else Rec(tuple(row), True), more)
+            (grp, None if rid is None else _BUSY if row[0] is None else db.head(row), more)
             for grp, rid, more, *row in rows
         ],
         overrides,

@@ -26,6 +26,7 @@ from ..base import Ack
 from ..sqlite_rows import Rec
 from . import flow as pgflow  # issue 15/16 hooks
 from .arrays import bytea_array, num_array, text_array
+from .flow_sql import FREE_DONE, FREE_DONE_WHERE
 from .rec import COLS, completed_envelope, pg_rec
 from .store import Tx
 
@@ -56,7 +57,7 @@ _DONE = (
 #: ``_LOCKED`` for a process that has seen flow groups (issue 15): once every row is locked
 #: (the aggregate reads them all first: the order every completion locks in), it takes the flow
 #: lock if one of them is in a group with a concurrency slot (``pgflow.LOCK_SQL``), so the
-#: completion's write frees the slots (``pgflow.FREE_DONE``) without a statement of its own
+#: completion's write frees the slots (``FREE_DONE``) without a statement of its own
 #: for the lock; its last column counts the lock taken (0 or 1).
 _LOCKED_FLOW = (
     "WITH r AS MATERIALIZED ("
@@ -155,7 +156,7 @@ def _write_fast(
     if slots:  # issue 15: the slots free in the same write, under the flow lock
         pgflow.PgDb(b, tx).lock()  # (taken already by ``_LOCKED_FLOW``, usually)
         tx.defer(
-            b.sql(pgflow.FREE_DONE + _DONE + pgflow.FREE_DONE_WHERE),
+            b.sql(FREE_DONE + _DONE + FREE_DONE_WHERE),
             (text_array(slots), b.channel, *done_params),
         )
     else:

@@ -33,148 +33,24 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+import orjson
+
 from ...core.job import Job
 from .. import sqllimits
 from ..base import Lease
 from ..sqldb import Db, pg_sql
 from ..sqlflow import SqlFlow
-from ..sqlite_rows import COLS, Rec
+from ..sqlite_rows import Rec
 from ..sqllimits import BUSY_S
 from .arrays import num_array, text_array
-from .rec import COLS as PG_COLS
+from .flow_sql import _ADD_SLOTS, _BATCH, _DRAIN, _FAIR, _FLOWING, _HEADS, _PLACE, FREE_DONE
 from .store import Tx, one
 
 if TYPE_CHECKING:
     from .broker import PostgresBroker
 
-#: The pause, tested in each statement that picks groups (its own snapshot), as
-#: ``claim._CLAIM`` does: a pause committed after the claim's look-up stops this claim too.
-_NOT_PAUSED = "NOT EXISTS (SELECT 1 FROM {S}.queues q WHERE q.name = f.queue AND q.paused)"
-
 #: Transactions holding the flow lock (it is held to their end; taken once each).
 _LOCKED: weakref.WeakKeyDictionary[Tx, bool] = weakref.WeakKeyDictionary()
-_FLOWING = "SELECT EXISTS (SELECT 1 FROM {S}.flow_groups), EXISTS (SELECT 1 FROM {S}.flow_pending)"
-#: The newly enqueued groups (``flow_pending``) into ``flow_groups``, due now, in one statement
-#: (sqllimits.SCHEDULE for all of them: a new group takes the next round-robin place).
-_DRAIN = (
-    "WITH gone AS (DELETE FROM {S}.flow_pending RETURNING queue, grp)"
-    " INSERT INTO {S}.flow_groups (queue, grp, due, rr) SELECT queue, grp, 0,"
-    " nextval('{S}.job_seq') FROM (SELECT DISTINCT queue, grp FROM gone ORDER BY queue, grp) AS d"
-    " ON CONFLICT DO NOTHING"
-)
-#: The completion's write (``finish._DONE``) of jobs that held concurrency slots, in one
-#: statement with what ``sqllimits.free`` does for them, under the flow lock: every slot row a
-#: completed job owns (``%s``: their ids; fenced: only rows the job owns) deleted, the waiters
-#: of the slots that freed deleted, their groups due again, and the groups' queues NOTIFYed
-#: (``%s``: the broker's channel; delivered at COMMIT as the settle statement's are). The
-#: ``nt`` test is a one-time filter: it runs once, before the jobs are written.
-FREE_DONE = (
-    "WITH fr AS (DELETE FROM {S}.flow_slots WHERE job_id = ANY(%s::text[]) RETURNING name),"
-    " w AS (DELETE FROM {S}.flow_waiters WHERE name IN (SELECT name FROM fr)"
-    " RETURNING queue, grp),"
-    " up AS (UPDATE {S}.flow_groups g SET due = 0, why = NULL FROM (SELECT DISTINCT queue, grp"
-    " FROM w) d WHERE g.queue = d.queue AND g.grp = d.grp AND g.due IS NULL),"
-    " nt AS (SELECT count(pg_notify(%s, CASE WHEN octet_length(q) < 7000 THEN q ELSE '' END))"
-    " AS k FROM (SELECT DISTINCT queue AS q FROM w) x) "
-)
-#: ``FREE_DONE``'s end: after ``finish._DONE``'s own WHERE.
-FREE_DONE_WHERE = " AND (SELECT k FROM nt) >= 0"
-#: The end of a batch of ``sqllimits.take`` (``PgDb.place_groups``) in one statement: the
-#: groups ``m`` go behind the others with fresh round-robin numbers (``v``: ``nextval`` per row
-#: as the array is read, increasing in batch order) and the groups ``gone`` are deleted. Each
-#: group is found by its own primary-key probe (a scalar subquery: its ``ctid``) and written
-#: through that ``ctid``: a join of the arrays with ``flow_groups`` was planned as a hash join
-#: over every group of the queue while the table had no statistics yet (a fresh table). No
-#: ``generate_series`` of a parameter: its estimate (1,000 rows) kept the server re-planning
-#: the statement at each call instead of using its generic plan.
-_PLACE_WITH = (
-    "WITH m AS (SELECT u.*, nextval('{S}.job_seq') AS v FROM unnest(%s::float8[], %s::text[],"
-    " %s::text[]) WITH ORDINALITY AS u(due, why, grp, i)),"
-    " gone AS (DELETE FROM {S}.flow_groups WHERE ctid = ANY(ARRAY(SELECT (SELECT ctid FROM"
-    " {S}.flow_groups f WHERE f.queue = %s AND f.grp = e.grp) FROM unnest(%s::text[]) AS e(grp))))"
-)
-_PLACE_MOVE = (
-    "UPDATE {S}.flow_groups g SET due = m.due, rr = m.v, why = m.why FROM m"
-    " WHERE g.ctid = (SELECT ctid FROM {S}.flow_groups f WHERE f.queue = %s AND f.grp = m.grp)"
-)
-_PLACE = _PLACE_WITH + " " + _PLACE_MOVE
-#: Up to ``%s`` due groups of a queue, oldest ``(due, rr)`` first, with their first two pending
-#: job ids (``ids``: the head, and whether another job follows it), each head locked by its own
-#: primary-key probe (``LATERAL``, ``SKIP LOCKED``: a head another transaction holds comes back
-#: NULL next to its id), whether ``flow_limits`` has rows, and the running jobs of each group's
-#: concurrency slots (``cs``: the ``conc:`` parts of its name, which are its jobs' slot names,
-#: core/flow.py; their ``flow_slots`` rows counted): everything ``sqllimits.take``
-#: reads about a batch, in one statement (a CTE of the heads joined back by hash cost twice
-#: the server time). An empty group in the batch is deleted and leaves the batch a head short:
-#: rare, as a group is deleted when its last job is leased; the next batch fills in. The head's
-#: state test is written ``IS TRUE``: no plan can enter an index on ``state`` with it.
-_HEADS = (
-    "SELECT g.grp, g.ids[1], g.ids[2] IS NOT NULL, EXISTS (SELECT 1 FROM {S}.flow_limits), g.cs,"
-    " ARRAY(SELECT (SELECT count(*) FROM {S}.flow_slots s WHERE s.name = x.c) FROM unnest(g.cs)"
-    " WITH ORDINALITY AS x(c, i) ORDER BY x.i), h.*"
-    " FROM (SELECT f.grp, f.due, f.rr, ARRAY(SELECT rid FROM {S}.jobs WHERE queue = %s"
-    " AND grp = f.grp AND state = 'pending' ORDER BY priority, seq LIMIT 2) AS ids,"
-    " ARRAY(SELECT p FROM unnest(string_to_array(f.grp, '|')) AS p WHERE p LIKE 'conc:%%') AS cs"
-    " FROM {S}.flow_groups f WHERE f.queue = %s AND f.due IS NOT NULL AND f.due <= %s"
-    " AND " + _NOT_PAUSED + " ORDER BY f.due, f.rr LIMIT %s) AS g LEFT JOIN LATERAL"
-    f" (SELECT {COLS} FROM {{S}}.jobs WHERE rid = g.ids[1] AND (state = 'pending') IS TRUE"
-    " FOR UPDATE SKIP LOCKED) AS h ON true ORDER BY g.due, g.rr"
-)
-#: A group with no limiter: its name is one ``fair:`` part (core/flow.py joins a job's
-#: limiters and fair key with ``|``, which a key value never contains).
-_FAIR_ONLY = "(f.grp LIKE 'fair:%%' AND strpos(f.grp, '|') = 0)"
-#: Fair-only groups (no limiter to ask) claimed in ONE statement (``take``): up to ``%s`` due
-#: groups of the queue in ``(due, rr)`` order, cut before the first group with a limiter and
-#: empty while ``flow_limits`` has rows (run-time overrides: the general path asks them); each
-#: group's head locked (``SKIP LOCKED``: a held head leaves its group due ``BUSY_S`` later),
-#: leased like ``claim._CLAIM`` does (the overlay, the same RETURNING columns, the group's
-#: batch place where ``_CLAIM`` returns the old ``seq``), its group moved behind the others
-#: (``rr`` = ``v``, a fresh number taken in batch order) or deleted when that was its last
-#: pending job or it had none. Where ``_HEADS`` + ``claim._LEASE`` + ``_PLACE`` were three
-#: statements and a full decode of each head in the worker.
-_FAIR = (
-    "WITH g AS (SELECT f.ctid AS t, " + _FAIR_ONLY + " AS fair, ARRAY(SELECT ctid FROM {S}.jobs"
-    " WHERE queue = %s AND grp = f.grp AND state = 'pending' ORDER BY priority, seq LIMIT 2)"
-    " AS ids, nextval('{S}.job_seq') AS v FROM {S}.flow_groups f WHERE f.queue = %s"
-    " AND f.due IS NOT NULL AND f.due <= %s AND NOT EXISTS (SELECT 1 FROM {S}.flow_limits)"
-    " AND " + _NOT_PAUSED + " ORDER BY f.due, f.rr LIMIT %s),"
-    " h AS (SELECT g.t, g.ids, g.v, k.rid, k.ctid AS jt FROM g LEFT JOIN LATERAL (SELECT rid,"
-    " ctid FROM {S}.jobs WHERE ctid = g.ids[1] AND state = 'pending' FOR UPDATE SKIP LOCKED)"
-    " AS k ON true"
-    " WHERE g.v < COALESCE((SELECT min(v) FROM g WHERE NOT fair), 9223372036854775807)),"
-    " mv AS (UPDATE {S}.flow_groups f SET due = CASE WHEN h.rid IS NULL THEN %s ELSE %s END,"
-    " rr = h.v, why = NULL FROM h WHERE f.ctid = h.t AND h.ids[1] IS NOT NULL"
-    " AND (h.rid IS NULL OR h.ids[2] IS NOT NULL)),"
-    " gone AS (DELETE FROM {S}.flow_groups f USING h WHERE f.ctid = h.t"
-    " AND (h.ids[1] IS NULL OR (h.rid IS NOT NULL AND h.ids[2] IS NULL)))"
-    " UPDATE {S}.jobs j SET state = 'active', seq = nextval('{S}.job_seq'), lease_at = %s,"
-    " token = replace(gen_random_uuid()::text, '-', ''), claims = j.claims + 1,"
-    " started_at = %s, worker = %s FROM h WHERE j.ctid = h.jt"
-    " RETURNING " + ", ".join(f"j.{c.strip()}" for c in PG_COLS.split(",")) + ", h.v, j.token"
-)
-#: The end of a batch of ``sqllimits.take`` in ONE statement (``PgDb.end_batch``): the new slot
-#: rows (``sl``) and waiters (``wt``), the groups' moves and deletes (``_PLACE``'s ``m``, ``gone``,
-#: ``mv``) and the admitted heads leased like ``claim._CLAIM`` does (the overlay; the RETURNING
-#: columns of ``_FAIR``, the head's place in the batch where ``_FAIR`` returns the group's),
-#: where they were four statements (slots, place, lease; a waiter insert per parked group).
-#: Every CTE writes another table, so none needs to see another's rows.
-_BATCH = (
-    _PLACE_WITH + ", mv AS (" + _PLACE_MOVE + "),"
-    " sl AS (INSERT INTO {S}.flow_slots (name, job_id) SELECT * FROM unnest(%s::text[],"
-    " %s::text[]) ON CONFLICT DO NOTHING),"
-    " wt AS (INSERT INTO {S}.flow_waiters (name, queue, grp) SELECT * FROM unnest(%s::text[],"
-    " %s::text[], %s::text[]) ON CONFLICT DO NOTHING)"
-    " UPDATE {S}.jobs j SET state = 'active', seq = nextval('{S}.job_seq'), lease_at = %s,"
-    " token = replace(gen_random_uuid()::text, '-', ''), claims = j.claims + 1,"
-    " started_at = %s, worker = %s FROM unnest(%s::bigint[]) WITH ORDINALITY AS p(rid, i)"
-    " WHERE j.rid = p.rid AND (j.state = 'pending') IS TRUE"
-    " RETURNING " + ", ".join(f"j.{c.strip()}" for c in PG_COLS.split(",")) + ", p.i, j.token"
-)
-#: ``sqllimits.Slots.flush`` for a whole batch (``PgDb.add_slots``).
-_ADD_SLOTS = (
-    "INSERT INTO {S}.flow_slots (name, job_id) SELECT * FROM unnest(%s::text[], %s::text[])"
-    " ON CONFLICT DO NOTHING"
-)
 
 
 class PgDb(Db):
@@ -226,6 +102,13 @@ class PgDb(Db):
             running,
         )
 
+    def head(self, row: Sequence[Any]) -> Rec:
+        """A claim's head row (``take``, ``sqllimits.take``): ``Head`` (its flow record read,
+        no full decode) when its envelope allows it, else decoded."""
+        if self.claim is not None and (head := Head.of(row)) is not None:
+            return head
+        return super().head(row)
+
     #: (visibility timeout, worker id, ``claim._lease_rows``): set by ``take`` for a claim,
     #: whose batches then end in one statement (``end_batch``)
     claim: tuple[float, str, LeaseRows] | None = None
@@ -259,9 +142,16 @@ class PgDb(Db):
             *(text_array(w[2] for w in waits), now + vt, now, worker_id or None),
             num_array(r.rid for r in picked),
         )
+        held = {i for _, i in slots.new}
         slots.new, slots.waits = [], []
         rows = self.tx.conn.execute(self.q(_BATCH), params, prepare=True, binary=True).fetchall()
-        return lease_rows(queue, rows)[1]
+        leases = lease_rows(queue, rows)[1]
+        if held.difference(x.id for x in leases):  # admitted, then found undecodable: buried
+            lost = text_array(sorted(held.difference(x.id for x in leases)))
+            self.tx.conn.execute(
+                self.q(FREE_DONE + "SELECT k FROM nt"), (lost, self.broker.channel)
+            )
+        return leases
 
     def add_slots(self, text: str, slots: Sequence[tuple[str, str]]) -> None:
         """A batch's new slot rows in one ``INSERT … SELECT FROM unnest`` (``_ADD_SLOTS``)."""
@@ -292,6 +182,38 @@ class PgDb(Db):
     def wake(self, queue: str) -> None:
         """NOTIFY the queue's idle workers at commit."""
         self.tx.notify.add(queue)
+
+
+class Head(Rec):
+    """A group's head row for ``sqllimits.take`` in a claim, without the full decode a ``Rec``
+    makes: its id, flow record and ``expires_at``, read from the parsed envelope (the rest of
+    the job is built when it is leased: ``claim._lease_rows``). An envelope that does not parse
+    to an object, or whose flow record or ``expires_at`` is not of the stored shape, is left to
+    ``Rec`` (None). One that parses but would not decode in full is leased, found undecodable
+    and dead-lettered by ``_lease_rows``; ``PgDb.end_batch`` then frees the slots it took."""
+
+    __slots__ = ()
+
+    @classmethod
+    def of(cls, row: Sequence[Any]) -> Head | None:
+        """The ``Head`` of ``row``, or None (see the class docstring)."""
+        try:
+            data = orjson.loads(row[10])
+        except (orjson.JSONDecodeError, TypeError):
+            return None
+        flow = data.get("flow") if type(data) is dict else None
+        expires = data.get("expires_at", 0.0) if type(flow) is dict else None
+        if type(flow) is not dict or type(flow.get("g")) is not str or expires is None:
+            return None
+        if type(expires) not in (int, float) or data.get("state") != "pending":
+            return None
+        head = cls.__new__(cls)
+        head.rid, head.state, head.row = row[0], row[4], tuple(row)
+        head.corrupt, head.data = None, None
+        values = {"id": row[1], "task": row[3], "queue": row[2], "flow": flow}
+        values |= {"args": [], "kwargs": {}, "errors": [], "history": [], "metadata": {}}
+        head.job = Job.fast(values | {"expires_at": float(expires) or None})
+        return head
 
 
 #: The flow lock as a SELECT item: its one parameter is ``lock_key``. It also plans the rest of
