@@ -149,3 +149,21 @@ def test_a_head_admitted_then_found_undecodable_frees_its_slot(pg_server: Any) -
     assert broker.complete([Ack(got[0].id, got[0].token)], time.time()) == [True]
     assert _slots(url) == 0
     app.close()
+
+
+def test_a_process_that_did_not_claim_frees_the_slots_it_completes(pg_server: Any) -> None:
+    """The completion takes the flow lock with its first statement only in a process whose
+    claims took slots; another process completing such a job takes it on its own statement
+    and still frees the slot and wakes the group waiting for it."""
+    url = pg_server.new_database()
+    app, _, _, shared = _app(url)
+    first, second = shared.enqueue("acct", "a"), shared.enqueue("acct", "b")
+    [lease] = app.broker.claim(["default"], time.time(), limit=32, visibility_timeout=60)
+    assert lease.id == first.id
+    other = Conveyor(url)
+    assert other.broker.complete([Ack(lease.id, lease.token)], time.time()) == [True]
+    other.close()
+    assert _slots(url) == 0
+    [again] = app.broker.claim(["default"], time.time(), limit=32, visibility_timeout=60)
+    assert again.id == second.id
+    app.close()

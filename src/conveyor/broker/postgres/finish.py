@@ -79,7 +79,7 @@ def complete_acks(b: PostgresBroker, acks: Sequence[Ack], now: float) -> list[bo
             text_array([a.token for a in acks]),
             num_array(range(len(acks))),
         )
-        if b.flow_seen:  # issue 15: the flow lock with the rows, if a slot is to free
+        if pgflow.took_slots(b):  # issue 15: the flow lock with the rows, if a slot frees
             rows = tx.rows(b.sql(_LOCKED_FLOW), (*params, pgflow.lock_key(b)), binary=True)
             if rows and rows[0][18]:
                 pgflow.locked(tx)

@@ -51,6 +51,14 @@ if TYPE_CHECKING:
 
 #: Transactions holding the flow lock (it is held to their end; taken once each).
 _LOCKED: weakref.WeakKeyDictionary[Tx, bool] = weakref.WeakKeyDictionary()
+#: Brokers whose claims took concurrency slots: their completions take the flow lock with
+#: their first statement (``finish._LOCKED_FLOW``) when a row holds one.
+_SLOTS_TAKEN: weakref.WeakSet[PostgresBroker] = weakref.WeakSet()
+
+
+def took_slots(b: PostgresBroker) -> bool:
+    """Whether a claim of ``b`` took concurrency slots (see ``_SLOTS_TAKEN``)."""
+    return b in _SLOTS_TAKEN
 
 
 class PgDb(Db):
@@ -94,8 +102,10 @@ class PgDb(Db):
         pending job?, *head columns: NULL if held elsewhere), whether ``flow_limits`` has rows,
         and the running jobs per slot the groups name (``_HEADS``, one statement)."""
         params = (queue, queue, now, n)
-        rows = self.tx.conn.execute(self.q(_HEADS), params, prepare=True).fetchall()
-        running = {name: int(k) for row in rows for name, k in zip(row[4], row[5], strict=True)}
+        rows = self.tx.conn.execute(self.q(_HEADS), params, prepare=True, binary=True).fetchall()
+        running = {
+            n: int(k) for row in rows for n, k in zip(row[4] or (), row[5] or (), strict=True)
+        }
         return (
             [(grp, rid, more, *cols) for grp, rid, more, _, _, _, *cols in rows],
             any(row[3] for row in rows[:1]),
@@ -143,6 +153,8 @@ class PgDb(Db):
             num_array(r.rid for r in picked),
         )
         held = {i for _, i in slots.new}
+        if held:
+            _SLOTS_TAKEN.add(self.broker)
         slots.new, slots.waits = [], []
         rows = self.tx.conn.execute(self.q(_BATCH), params, prepare=True, binary=True).fetchall()
         leases = lease_rows(queue, rows)[1]

@@ -68,16 +68,16 @@ _PLACE = _PLACE_WITH + " " + _PLACE_MOVE
 #: rare, as a group is deleted when its last job is leased; the next batch fills in. The head's
 #: state test is written ``IS TRUE``: no plan can enter an index on ``state`` with it.
 _HEADS = (
-    "SELECT g.grp, g.ids[1], g.ids[2] IS NOT NULL, EXISTS (SELECT 1 FROM {S}.flow_limits), g.cs,"
-    " ARRAY(SELECT (SELECT count(*) FROM {S}.flow_slots s WHERE s.name = x.c) FROM unnest(g.cs)"
-    " WITH ORDINALITY AS x(c, i) ORDER BY x.i), h.*"
-    " FROM (SELECT f.grp, f.due, f.rr, ARRAY(SELECT rid FROM {S}.jobs WHERE queue = %s"
-    " AND grp = f.grp AND state = 'pending' ORDER BY priority, seq LIMIT 2) AS ids,"
-    " ARRAY(SELECT p FROM unnest(string_to_array(f.grp, '|')) AS p WHERE p LIKE 'conc:%%') AS cs"
+    "SELECT g.grp, g.ids[1], g.ids[2] IS NOT NULL, EXISTS (SELECT 1 FROM {S}.flow_limits), c.cs,"
+    " c.ns, h.* FROM (SELECT f.grp, f.due, f.rr, ARRAY(SELECT rid FROM {S}.jobs WHERE queue = %s"
+    " AND grp = f.grp AND state = 'pending' ORDER BY priority, seq LIMIT 2) AS ids"
     " FROM {S}.flow_groups f WHERE f.queue = %s AND f.due IS NOT NULL AND f.due <= %s"
     " AND " + _NOT_PAUSED + " ORDER BY f.due, f.rr LIMIT %s) AS g LEFT JOIN LATERAL"
     f" (SELECT {COLS} FROM {{S}}.jobs WHERE rid = g.ids[1] AND (state = 'pending') IS TRUE"
-    " FOR UPDATE SKIP LOCKED) AS h ON true ORDER BY g.due, g.rr"
+    " FOR UPDATE SKIP LOCKED) AS h ON true"
+    " CROSS JOIN LATERAL (SELECT array_agg(p) AS cs, array_agg((SELECT count(*) FROM"
+    " {S}.flow_slots s WHERE s.name = p)) AS ns FROM unnest(string_to_array(g.grp, '|')) AS p"
+    " WHERE p LIKE 'conc:%%') AS c ORDER BY g.due, g.rr"
 )
 #: A group with no limiter: its name is one ``fair:`` part (core/flow.py joins a job's
 #: limiters and fair key with ``|``, which a key value never contains).
