@@ -56,14 +56,14 @@ def _slots(url: str) -> int:
     return int(row[0]) if row else -1
 
 
-def test_a_conc_cycle_costs_at_most_one_statement_more_than_a_plain_one(
+def test_a_conc_cycle_costs_at_most_two_statements_more_than_a_plain_one(
     pg_server: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Groups with ``ConcurrencyLimit(1)``: the claim picks the heads with their slots' running
     counts in one statement and takes the slots, parks or moves the groups and leases the jobs
     in a second (where it took five: heads, slot counts, new slots, group moves, leases); the
-    completion frees the slots in its own write, the flow lock taken by its first statement
-    (where it took three more: the lock, the frees, the waiters)."""
+    completion frees the slots in its own write, after the flow lock sent in the same round
+    trip (where it took three more round trips: the lock, the frees, the waiters)."""
     url = pg_server.new_database()
     app, conc, plain, _ = _app(url)
     app.enqueue_many([plain.spec("k", i) for i in range(128)])
@@ -71,7 +71,7 @@ def test_a_conc_cycle_costs_at_most_one_statement_more_than_a_plain_one(
     app.enqueue_many([conc.spec(f"k{i % 100}", i) for i in range(200 + 32)])
     _cycles(app.broker, 1, monkeypatch)  # the first one learns that groups exist
     grouped, ids = _cycles(app.broker, 4, monkeypatch)
-    assert grouped <= base + 4, (grouped, base)
+    assert grouped <= base + 2 * 4, (grouped, base)
     assert {app.broker.get(i).state for i in ids} == {JobState.COMPLETED}
     assert _slots(url) == 0
     app.close()

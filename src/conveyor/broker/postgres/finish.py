@@ -54,18 +54,6 @@ _DONE = (
     " lease_at = NULL, token = NULL, claims = 0, finished_at = %s, payload = u.payload"
     " FROM unnest(%s::bigint[], %s::bytea[]) AS u(rid, payload) WHERE j.rid = u.rid"
 )
-#: ``_LOCKED`` for a process that has seen flow groups (issue 15): once every row is locked
-#: (the aggregate reads them all first: the order every completion locks in), it takes the flow
-#: lock if one of them is in a group with a concurrency slot (``pgflow.LOCK_SQL``), so the
-#: completion's write frees the slots (``FREE_DONE``) without a statement of its own
-#: for the lock; its last column counts the lock taken (0 or 1).
-_LOCKED_FLOW = (
-    "WITH r AS MATERIALIZED ("
-    + _LOCKED
-    + ") SELECT r.*, (SELECT count(*) FROM (SELECT "
-    + pgflow.LOCK_SQL
-    + " FROM (SELECT bool_or(x.grp LIKE '%%conc:%%') AS c FROM r x) a WHERE a.c) l) FROM r"
-)
 
 
 def complete_acks(b: PostgresBroker, acks: Sequence[Ack], now: float) -> list[bool]:
@@ -79,12 +67,7 @@ def complete_acks(b: PostgresBroker, acks: Sequence[Ack], now: float) -> list[bo
             text_array([a.token for a in acks]),
             num_array(range(len(acks))),
         )
-        if pgflow.took_slots(b):  # issue 15: the flow lock with the rows, if a slot frees
-            rows = tx.rows(b.sql(_LOCKED_FLOW), (*params, pgflow.lock_key(b)), binary=True)
-            if rows and rows[0][18]:
-                pgflow.locked(tx)
-        else:
-            rows = tx.rows(b.sql(_LOCKED), params, binary=True)
+        rows = tx.rows(b.sql(_LOCKED), params, binary=True)
         fast: list[tuple[Row, Ack, str | None]] = []
         slow: list[tuple[Rec, Ack]] = []
         special: list[Rec] = []
@@ -154,7 +137,7 @@ def _write_fast(
     done_params = (now, num_array(rids), bytea_array(payloads))
     # sent with the next statement (the settle one, usually): nobody reads its result
     if slots:  # issue 15: the slots free in the same write, under the flow lock
-        pgflow.PgDb(b, tx).lock()  # (taken already by ``_LOCKED_FLOW``, usually)
+        pgflow.defer_lock(b, tx)  # (a statement of its own in the same round trip)
         tx.defer(
             b.sql(FREE_DONE + _DONE + FREE_DONE_WHERE),
             (text_array(slots), b.channel, *done_params),

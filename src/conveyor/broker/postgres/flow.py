@@ -51,14 +51,6 @@ if TYPE_CHECKING:
 
 #: Transactions holding the flow lock (it is held to their end; taken once each).
 _LOCKED: weakref.WeakKeyDictionary[Tx, bool] = weakref.WeakKeyDictionary()
-#: Brokers whose claims took concurrency slots: their completions take the flow lock with
-#: their first statement (``finish._LOCKED_FLOW``) when a row holds one.
-_SLOTS_TAKEN: weakref.WeakSet[PostgresBroker] = weakref.WeakSet()
-
-
-def took_slots(b: PostgresBroker) -> bool:
-    """Whether a claim of ``b`` took concurrency slots (see ``_SLOTS_TAKEN``)."""
-    return b in _SLOTS_TAKEN
 
 
 class PgDb(Db):
@@ -153,8 +145,6 @@ class PgDb(Db):
             num_array(r.rid for r in picked),
         )
         held = {i for _, i in slots.new}
-        if held:
-            _SLOTS_TAKEN.add(self.broker)
         slots.new, slots.waits = [], []
         rows = self.tx.conn.execute(self.q(_BATCH), params, prepare=True, binary=True).fetchall()
         leases = lease_rows(queue, rows)[1]
@@ -250,6 +240,15 @@ def locked(tx: Tx) -> None:
     """``tx`` took the flow lock in a statement of its own making (the claim's look-up sends
     ``LOCK_SQL`` with it: one round trip fewer); ``PgDb.lock`` does not take it again."""
     _LOCKED[tx] = True
+
+
+def defer_lock(b: PostgresBroker, tx: Tx) -> None:
+    """Take the flow lock in ``tx`` with its next round trip (a deferred statement: the
+    completion's, sent with its write and the settle statement), unless ``tx`` holds it; every
+    statement after it plans as ``LOCK_SQL`` says."""
+    if tx not in _LOCKED:
+        tx.defer(b.sql(f"SELECT {LOCK_SQL}"), (lock_key(b),))
+        _LOCKED[tx] = True
 
 
 def flowing(b: PostgresBroker, tx: Tx, seen: tuple[bool, bool] | None = None) -> bool:
