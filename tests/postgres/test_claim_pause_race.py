@@ -53,7 +53,7 @@ def test_the_same_race_on_the_flow_path_leases_nothing_new(
     other.enqueue("tick", kwargs={"tenant": "a"})  # groups exist: the claim takes the flow path
     pg.flow_seen = True
     job_ids: list[str] = []
-    real = pgtx.Tx.first
+    real = pgtx.Tx.rows  # (the flow path's look-up is sent through ``Tx.rows``)
 
     def look_up_then_pause(self: Any, sql: str, *args: Any, **kwargs: Any) -> Any:
         out = real(self, sql, *args, **kwargs)
@@ -62,7 +62,7 @@ def test_the_same_race_on_the_flow_path_leases_nothing_new(
             job_ids.append(other.enqueue("tick", kwargs={"tenant": "b"}).id)
         return out
 
-    monkeypatch.setattr(pgtx.Tx, "first", look_up_then_pause)
+    monkeypatch.setattr(pgtx.Tx, "rows", look_up_then_pause)
     try:
         claimed = pg.claim(["default"], 1_700_000_000.0, limit=8, worker_id="w1")
         assert job_ids, "the claim's look-up ran"

@@ -145,7 +145,7 @@ def claim_jobs(
             took, leases = _lease_rows(b, tx, head, first, now, vt, worker_id)
             looked = look[0]
         elif b.flow_seen:  # issue 15: the flow lock rides with the look-up
-            looked, took = one(tx.first(b.sql(_LOOKUP_LOCKED), (pgflow.lock_key(b),))), 0
+            looked, took = tx.rows(b.sql(_LOOKUP_LOCKED), (pgflow.lock_key(b),))[0], 0
             pgflow.locked(tx)
         else:
             looked, took = one(tx.first(b.sql(_LOOKUP))), 0

@@ -94,7 +94,7 @@ class PgDb(Db):
         pending job?, *head columns: NULL if held elsewhere), whether ``flow_limits`` has rows,
         and the running jobs per slot the groups name (``_HEADS``, one statement)."""
         params = (queue, queue, now, n)
-        rows = self.tx.conn.execute(self.q(_HEADS), params, prepare=True, binary=True).fetchall()
+        rows = self.tx.rows(self.q(_HEADS), params, binary=True)
         running = {
             n: int(k) for row in rows for n, k in zip(row[4] or (), row[5] or (), strict=True)
         }
@@ -146,7 +146,7 @@ class PgDb(Db):
         )
         held = {i for _, i in slots.new}
         slots.new, slots.waits = [], []
-        rows = self.tx.conn.execute(self.q(_BATCH), params, prepare=True, binary=True).fetchall()
+        rows = self.tx.rows(self.q(_BATCH), params, binary=True)
         leases = lease_rows(queue, rows)[1]
         if held.difference(x.id for x in leases):  # admitted, then found undecodable: buried
             lost = text_array(sorted(held.difference(x.id for x in leases)))
@@ -298,7 +298,7 @@ def take(
         vt, worker_id, lease_rows = claim
         while want > 0:
             params = (queue, queue, now, want, now + BUSY_S, now, now + vt, now, worker_id or None)
-            rows = tx.conn.execute(b.sql(_FAIR), params, prepare=True, binary=True).fetchall()
+            rows = tx.rows(b.sql(_FAIR), params, binary=True)
             took, got = lease_rows(queue, rows)
             out += got
             want -= took
