@@ -7,11 +7,15 @@ the batch parks its group until the completion frees it (and wakes it), a head p
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import orjson
 import psycopg
 import pytest
+from psycopg import pq
 
 from conveyor import ConcurrencyLimit, Conveyor, JobState
 from conveyor.broker.base import Ack, Broker
@@ -166,4 +170,45 @@ def test_a_process_that_did_not_claim_frees_the_slots_it_completes(pg_server: An
     assert _slots(url) == 0
     [again] = app.broker.claim(["default"], time.time(), limit=32, visibility_timeout=60)
     assert again.id == second.id
+    app.close()
+
+
+def test_a_fair_claim_is_two_round_trips_like_a_plain_one(
+    pg_server: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process that sees flow groups sends the first queue's claim of fair-only groups with
+    its look-up (guarded, under the flow lock the look-up takes): a fair claim is two round
+    trips (that one; the settle statement with COMMIT), as a plain claim is, where it was
+    three (the look-up on its own)."""
+    url = pg_server.new_database()
+    app = Conveyor(url)
+
+    @app.task(name="fair", fair_by="key")
+    def fair(key: str, i: int) -> None: ...
+
+    app.enqueue_many([fair.spec(f"k{i % 50}", i) for i in range(200)])
+    broker = app.broker
+    assert len(broker.claim(["default"], time.time(), limit=32, visibility_timeout=60)) == 32
+    path = tmp_path / "trace"
+    with path.open("w") as out:
+        real = broker._connection  # type: ignore[attr-defined]
+
+        @contextmanager
+        def traced() -> Iterator[Any]:
+            with real() as conn:
+                conn.pgconn.trace(out.fileno())
+                conn.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
+                try:
+                    yield conn
+                finally:
+                    conn.pgconn.untrace()
+
+        monkeypatch.setattr(broker, "_connection", traced)
+        leases = broker.claim(["default"], time.time(), limit=32, visibility_timeout=60)
+        monkeypatch.undo()
+    sent = [x.split("\t") for x in path.read_text().splitlines()]
+    trips = sum(1 for x in sent if x[:3:2] in (["F", "Sync"], ["F", "Query"]))
+    assert len(leases) == 32
+    assert trips <= 2, trips
+    assert len({x.job.args[0] for x in leases}) == 32  # one job per group: round-robin kept
     app.close()

@@ -43,7 +43,17 @@ from ..sqlflow import SqlFlow
 from ..sqlite_rows import Rec
 from ..sqllimits import BUSY_S
 from .arrays import num_array, text_array
-from .flow_sql import _ADD_SLOTS, _BATCH, _DRAIN, _FAIR, _FLOWING, _HEADS, _PLACE, FREE_DONE
+from .flow_sql import (
+    _ADD_SLOTS,
+    _BATCH,
+    _DRAIN,
+    _FAIR,
+    _FAIR_GUARDED,
+    _FLOWING,
+    _HEADS,
+    _PLACE,
+    FREE_DONE,
+)
 from .store import Tx, one
 
 if TYPE_CHECKING:
@@ -276,6 +286,18 @@ SLOW_CLAIMS = 64
 _SLOW: weakref.WeakKeyDictionary[PostgresBroker, dict[str, int]] = weakref.WeakKeyDictionary()
 #: ``claim._lease_rows``'s shape: (rows taken, their leases) of rows ``_FAIR`` returned.
 LeaseRows = Callable[[str, list[Any]], tuple[int, list[Lease]]]
+
+
+def first_fair(
+    b: PostgresBroker, queue: str, now: float, want: int, vt: float, worker_id: str
+) -> tuple[str, tuple[Any, ...]] | None:
+    """The statement that claims fair-only groups of ``queue`` in the claim's look-up round
+    trip (``_FAIR_GUARDED``: ``claim._lease_rows`` leases its rows), or None when the queue
+    goes the general way (``_SLOW``)."""
+    if _SLOW.get(b, {}).get(queue):
+        return None
+    params = (queue, queue, now, now, now, want, now + BUSY_S, now, now + vt, now)
+    return b.sql(_FAIR_GUARDED), (*params, worker_id or None)
 
 
 def take(
