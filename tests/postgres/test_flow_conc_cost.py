@@ -173,6 +173,32 @@ def test_a_process_that_did_not_claim_frees_the_slots_it_completes(pg_server: An
     app.close()
 
 
+def _claim_trips(
+    broker: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[int, list[Any]]:
+    """Round trips of one claim of 32 (libpq's protocol trace: each ``Sync`` or simple
+    ``Query`` the client sends ends a batch it waits on), and its leases."""
+    path = tmp_path / "trace"
+    with path.open("w") as out:
+        real = broker._connection
+
+        @contextmanager
+        def traced() -> Iterator[Any]:
+            with real() as conn:
+                conn.pgconn.trace(out.fileno())
+                conn.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
+                try:
+                    yield conn
+                finally:
+                    conn.pgconn.untrace()
+
+        monkeypatch.setattr(broker, "_connection", traced)
+        leases = broker.claim(["default"], time.time(), limit=32, visibility_timeout=60)
+        monkeypatch.undo()
+    sent = [x.split("\t") for x in path.read_text().splitlines()]
+    return sum(1 for x in sent if x[:3:2] in (["F", "Sync"], ["F", "Query"])), leases
+
+
 def test_a_fair_claim_is_two_round_trips_like_a_plain_one(
     pg_server: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -189,26 +215,28 @@ def test_a_fair_claim_is_two_round_trips_like_a_plain_one(
     app.enqueue_many([fair.spec(f"k{i % 50}", i) for i in range(200)])
     broker = app.broker
     assert len(broker.claim(["default"], time.time(), limit=32, visibility_timeout=60)) == 32
-    path = tmp_path / "trace"
-    with path.open("w") as out:
-        real = broker._connection  # type: ignore[attr-defined]
-
-        @contextmanager
-        def traced() -> Iterator[Any]:
-            with real() as conn:
-                conn.pgconn.trace(out.fileno())
-                conn.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
-                try:
-                    yield conn
-                finally:
-                    conn.pgconn.untrace()
-
-        monkeypatch.setattr(broker, "_connection", traced)
-        leases = broker.claim(["default"], time.time(), limit=32, visibility_timeout=60)
-        monkeypatch.undo()
-    sent = [x.split("\t") for x in path.read_text().splitlines()]
-    trips = sum(1 for x in sent if x[:3:2] in (["F", "Sync"], ["F", "Query"]))
+    trips, leases = _claim_trips(broker, tmp_path, monkeypatch)
     assert len(leases) == 32
     assert trips <= 2, trips
     assert len({x.job.args[0] for x in leases}) == 32  # one job per group: round-robin kept
+    app.close()
+
+
+def test_a_conc_claim_reads_its_first_heads_with_the_look_up(
+    pg_server: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A queue served the general way (groups with a limiter) gets its first batch of heads
+    read in the look-up's round trip (guarded, under the flow lock): a claim of 32
+    ``ConcurrencyLimit(1)`` jobs is three round trips (look-up and heads; the batch's end;
+    the settle statement with COMMIT), where it was four."""
+    url = pg_server.new_database()
+    app, conc, _, _ = _app(url)
+    app.enqueue_many([conc.spec(f"k{i % 100}", i) for i in range(300)])
+    broker = app.broker
+    for _ in range(2):  # the process learns that groups exist, and that they have limiters
+        leases = broker.claim(["default"], time.time(), limit=32, visibility_timeout=60)
+        assert broker.complete([Ack(x.id, x.token) for x in leases], time.time()) == [True] * 32
+    trips, leases = _claim_trips(broker, tmp_path, monkeypatch)
+    assert len(leases) == 32 and _slots(url) == 32
+    assert trips <= 3, trips
     app.close()

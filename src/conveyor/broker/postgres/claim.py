@@ -196,15 +196,20 @@ def _flow_look_up(
     worker_id: str,
 ) -> tuple[Any, int, list[Lease]]:
     """The look-up of a process that sees flow groups (issue 15): it takes the flow lock
-    (``_LOOKUP_LOCKED``), and the first queue's claim of fair-only groups travels with it
-    (``pgflow.first_fair``: guarded, under the lock; one round trip fewer per fair claim).
-    The look-up's row, and the rows taken and leases of that claim."""
+    (``_LOOKUP_LOCKED``), and the first queue's first flow statement travels with it
+    (``pgflow.first_statement``: guarded, under the lock; one round trip fewer per claim):
+    its claim of fair-only groups, or, for a queue served the general way, its first batch
+    of heads (kept for ``pgflow.take``). The look-up's row, and the rows taken and leases of
+    that claim."""
     look_up = (b.sql(_LOOKUP_LOCKED), (pgflow.lock_key(b),))
-    fair = pgflow.first_fair(b, queues[0], now, limit, vt, worker_id) if queues else None
     pgflow.locked(tx)
-    if fair is None:
+    if not queues:
         return tx.rows(*look_up)[0], 0, []
-    look, first = tx.first_two(look_up, fair)
+    sql, params, fair = pgflow.first_statement(b, queues[0], now, limit, vt, worker_id)
+    look, first = tx.first_two(look_up, (sql, params))
+    if not fair:
+        pgflow.prefetch(tx, queues[0], limit, first)
+        return look[0], 0, []
     took, leases = _lease_rows(b, tx, queues[0], first, now, vt, worker_id)
     return look[0], took, leases
 

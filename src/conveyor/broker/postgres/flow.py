@@ -51,6 +51,7 @@ from .flow_sql import (
     _FAIR_GUARDED,
     _FLOWING,
     _HEADS,
+    _HEADS_GUARDED,
     _PLACE,
     FREE_DONE,
 )
@@ -61,6 +62,8 @@ if TYPE_CHECKING:
 
 #: Transactions holding the flow lock (it is held to their end; taken once each).
 _LOCKED: weakref.WeakKeyDictionary[Tx, bool] = weakref.WeakKeyDictionary()
+#: Per transaction: (queue, n, rows) of the heads read with the claim's look-up (``prefetch``).
+_PREFETCHED: weakref.WeakKeyDictionary[Tx, tuple[str, int, list[Any]]] = weakref.WeakKeyDictionary()
 
 
 class PgDb(Db):
@@ -103,8 +106,11 @@ class PgDb(Db):
         """Up to ``n`` due groups of ``queue`` as (group, head id: NULL if empty, another
         pending job?, *head columns: NULL if held elsewhere), whether ``flow_limits`` has rows,
         and the running jobs per slot the groups name (``_HEADS``, one statement)."""
-        params = (queue, queue, now, n)
-        rows = self.tx.rows(self.q(_HEADS), params, binary=True)
+        got = _PREFETCHED.pop(self.tx, None)  # read with the claim's look-up (``prefetch``)
+        if got is not None and got[:2] == (queue, n):
+            rows = got[2]
+        else:
+            rows = self.tx.rows(self.q(_HEADS), (queue, queue, now, n), binary=True)
         running = {
             n: int(k) for row in rows for n, k in zip(row[4] or (), row[5] or (), strict=True)
         }
@@ -288,16 +294,24 @@ _SLOW: weakref.WeakKeyDictionary[PostgresBroker, dict[str, int]] = weakref.WeakK
 LeaseRows = Callable[[str, list[Any]], tuple[int, list[Lease]]]
 
 
-def first_fair(
+def first_statement(
     b: PostgresBroker, queue: str, now: float, want: int, vt: float, worker_id: str
-) -> tuple[str, tuple[Any, ...]] | None:
-    """The statement that claims fair-only groups of ``queue`` in the claim's look-up round
-    trip (``_FAIR_GUARDED``: ``claim._lease_rows`` leases its rows), or None when the queue
-    goes the general way (``_SLOW``)."""
+) -> tuple[str, tuple[Any, ...], bool]:
+    """The statement sent with the claim's look-up for its first queue, guarded (``_GUARDS``),
+    and whether it is the fair one: ``_FAIR_GUARDED`` claims fair-only groups
+    (``claim._lease_rows`` leases its rows); for a queue served the general way (``_SLOW``)
+    ``_HEADS_GUARDED`` reads the first batch of heads (``prefetch``)."""
     if _SLOW.get(b, {}).get(queue):
-        return None
+        return b.sql(_HEADS_GUARDED), (queue, queue, now, now, now, want), False
     params = (queue, queue, now, now, now, want, now + BUSY_S, now, now + vt, now)
-    return b.sql(_FAIR_GUARDED), (*params, worker_id or None)
+    return b.sql(_FAIR_GUARDED), (*params, worker_id or None), True
+
+
+def prefetch(tx: Tx, queue: str, n: int, rows: list[Any]) -> None:
+    """Rows of ``_HEADS_GUARDED`` (``first_statement``) for the first ``PgDb.heads`` of
+    ``queue`` with ``n`` in ``tx`` (none: a guard refused, that read is made then)."""
+    if rows:
+        _PREFETCHED[tx] = (queue, n, rows)
 
 
 def take(

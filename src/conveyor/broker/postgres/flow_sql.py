@@ -79,6 +79,16 @@ _HEADS = (
     " {S}.flow_slots s WHERE s.name = p)) AS ns FROM unnest(string_to_array(g.grp, '|')) AS p"
     " WHERE p LIKE 'conc:%%') AS c ORDER BY g.due, g.rr"
 )
+#: The claim's look-up guards (``claim._GUARDED``'s): nothing is due to be promoted, no lease
+#: expired; a statement sent with the look-up takes nothing otherwise (its parameters: now,
+#: now), and the claim then acts on the look-up's answers first.
+_GUARDS = (
+    " AND COALESCE((SELECT min(due_at) FROM {S}.jobs WHERE due_at IS NOT NULL) > %s, true)"
+    " AND COALESCE((SELECT min(lease_at) FROM {S}.jobs WHERE lease_at IS NOT NULL) > %s, true)"
+)
+#: ``_HEADS`` sent with the claim's look-up (``flow.first_statement``) for a queue served the
+#: general way, guarded (``_GUARDS``); parameters: queue, queue, now, now, now, n.
+_HEADS_GUARDED = _HEADS.replace(" AND " + _NOT_PAUSED, _GUARDS + " AND " + _NOT_PAUSED, 1)
 #: A group with no limiter: its name is one ``fair:`` part (core/flow.py joins a job's
 #: limiters and fair key with ``|``, which a key value never contains).
 _FAIR_ONLY = "(f.grp LIKE 'fair:%%' AND strpos(f.grp, '|') = 0)"
@@ -118,9 +128,7 @@ _FAIR = (
 #: parameters: ``_FAIR``'s, with now twice more after the third.
 _FAIR_GUARDED = _FAIR.replace(
     " AND NOT EXISTS (SELECT 1 FROM {S}.flow_limits)",
-    " AND NOT EXISTS (SELECT 1 FROM {S}.flow_limits)"
-    " AND COALESCE((SELECT min(due_at) FROM {S}.jobs WHERE due_at IS NOT NULL) > %s, true)"
-    " AND COALESCE((SELECT min(lease_at) FROM {S}.jobs WHERE lease_at IS NOT NULL) > %s, true)",
+    " AND NOT EXISTS (SELECT 1 FROM {S}.flow_limits)" + _GUARDS,
     1,
 )
 #: The end of a batch of ``sqllimits.take`` in ONE statement (``PgDb.end_batch``): the new slot
