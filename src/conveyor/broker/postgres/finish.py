@@ -13,7 +13,7 @@ through the per-job path (``PostgresBroker._save``), and the latter then through
 ``finish_special``, in the same transaction: the hook where releasing a workflow's dependants
 (issue 16) belongs. ``SPECIAL`` is the SQL test that sends a row there (a job with a workflow
 edge not marked yet). A flow group's job (issue 15) completes set-based; the concurrency slots
-of a batch free in one statement (``pgflow.free_many``, under the flow lock).
+of a batch free in the completion's own write (``flow_sql.FREE_DONE``, under the flow lock).
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ Row = tuple[Any, ...]
 #: workflow step with an edge not marked yet (issue 16: its dependants; the test
 #: ``SqlFlow.done_many`` uses, one probe of ``wf_edges``'s primary key: an edge leaving a job is
 #: marked only by that job's own completion, so a job without one has nothing to release). A
-#: flow-group member (issue 15) completes set-based too; its concurrency slots free in one
-#: statement per batch (``pgflow.free_many``).
+#: flow-group member (issue 15) completes set-based too; its concurrency slots free in its
+#: write (``flow_sql.FREE_DONE``).
 SPECIAL = "EXISTS (SELECT 1 FROM {S}.wf_edges e WHERE e.parent = j.id AND e.done = 0)"
 _LOCK = (
     "SELECT {cols}, a.n, ({special}), j.grp FROM {{S}}.jobs j JOIN"
@@ -62,12 +62,15 @@ def complete_acks(b: PostgresBroker, acks: Sequence[Ack], now: float) -> list[bo
     if not acks:
         return out
     with b._write() as tx:
-        params = (
-            text_array([a.job_id for a in acks]),
-            text_array([a.token for a in acks]),
-            num_array(range(len(acks))),
+        rows = tx.rows(
+            b.sql(_LOCKED),
+            (
+                text_array([a.job_id for a in acks]),
+                text_array([a.token for a in acks]),
+                num_array(range(len(acks))),
+            ),
+            binary=True,
         )
-        rows = tx.rows(b.sql(_LOCKED), params, binary=True)
         fast: list[tuple[Row, Ack, str | None]] = []
         slow: list[tuple[Rec, Ack]] = []
         special: list[Rec] = []
@@ -99,7 +102,7 @@ def _write_fast(
     b: PostgresBroker, tx: Tx, done: list[tuple[Row, Ack, str | None]], now: float
 ) -> None:
     """Complete plain and grouped jobs with one ``UPDATE … FROM unnest``; events and counts in
-    bulk; the grouped ones' slots free together (``pgflow.free_many``). The envelope is patched
+    bulk; the grouped ones' slots free in the same write (``FREE_DONE``). The envelope is patched
     as a dict (``rec.completed_envelope``); an unexpected one (written by someone else,
     undecodable) is decoded and saved through ``lifecycle`` like the slow path (``_save``
     frees its slots)."""
