@@ -240,3 +240,27 @@ def test_a_conc_claim_reads_its_first_heads_with_the_look_up(
     assert len(leases) == 32 and _slots(url) == 32
     assert trips <= 3, trips
     app.close()
+
+
+def test_a_plain_queue_beside_a_grouped_one_sends_the_fair_statement_once(
+    pg_server: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Flow groups wait in another queue: a claim of the plain queue takes the flow path (the
+    look-up sees groups) and its fair statement, sent with the look-up, finds nothing there
+    (its guards passed, nothing new in ``flow_pending``), so the claim does not send it again:
+    the heads (none) and the plain claim follow, four round trips, where the fair statement's
+    second run made five."""
+    url = pg_server.new_database()
+    app, _, plain, _ = _app(url + "?pool_size=1")  # (every statement prepared once)
+
+    @app.task(name="elsewhere", queue="other", fair_by="key")
+    def elsewhere(key: str) -> None: ...
+
+    app.enqueue_many([elsewhere.spec(f"k{i}") for i in range(4)])
+    app.enqueue_many([plain.spec("k", i) for i in range(96)])
+    broker = app.broker
+    assert len(broker.claim(["default"], time.time(), limit=32, visibility_timeout=60)) == 32
+    trips, leases = _claim_trips(broker, tmp_path, monkeypatch)
+    assert len(leases) == 32 and {x.job.task for x in leases} == {"plain"}
+    assert trips <= 4, trips
+    app.close()

@@ -211,6 +211,10 @@ def _flow_look_up(
         pgflow.prefetch(tx, queues[0], limit, first)
         return look[0], 0, []
     took, leases = _lease_rows(b, tx, queues[0], first, now, vt, worker_id)
+    _, _, due, lease_end, _, _, pending, *_ = look[0]
+    if not (first or pending) and (due or now + 1) > now and (lease_end or now + 1) > now:
+        # its guards passed and no new group waits in flow_pending: nothing to take there
+        pgflow.fair_tried(tx, queues[0])
     return look[0], took, leases
 
 

@@ -62,6 +62,8 @@ if TYPE_CHECKING:
 
 #: Transactions holding the flow lock (it is held to their end; taken once each).
 _LOCKED: weakref.WeakKeyDictionary[Tx, bool] = weakref.WeakKeyDictionary()
+#: Per transaction: the queue whose fair statement the look-up's round trip ran (``fair_tried``).
+_TRIED: weakref.WeakKeyDictionary[Tx, str] = weakref.WeakKeyDictionary()
 #: Per transaction: (queue, n, rows) of the heads read with the claim's look-up (``prefetch``).
 _PREFETCHED: weakref.WeakKeyDictionary[Tx, tuple[str, int, list[Any]]] = weakref.WeakKeyDictionary()
 
@@ -307,6 +309,12 @@ def first_statement(
     return b.sql(_FAIR_GUARDED), (*params, worker_id or None), True
 
 
+def fair_tried(tx: Tx, queue: str) -> None:
+    """``_FAIR_GUARDED`` ran for ``queue`` in ``tx`` with its guards passed and took nothing:
+    ``take`` does not send ``_FAIR`` again (a round trip for the same answer)."""
+    _TRIED[tx] = queue
+
+
 def prefetch(tx: Tx, queue: str, n: int, rows: list[Any]) -> None:
     """Rows of ``_HEADS_GUARDED`` (``first_statement``) for the first ``PgDb.heads`` of
     ``queue`` with ``n`` in ``tx`` (none: a guard refused, that read is made then)."""
@@ -332,7 +340,7 @@ def take(
     slow = _SLOW.setdefault(b, {})
     if claim is not None and not slow.get(queue):
         vt, worker_id, lease_rows = claim
-        while want > 0:
+        while want > 0 and _TRIED.pop(tx, None) != queue:
             params = (queue, queue, now, want, now + BUSY_S, now, now + vt, now, worker_id or None)
             rows = tx.rows(b.sql(_FAIR), params, binary=True)
             took, got = lease_rows(queue, rows)
