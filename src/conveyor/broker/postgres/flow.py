@@ -114,7 +114,7 @@ class PgDb(Db):
         else:
             rows = self.tx.rows(self.q(_HEADS), (queue, queue, now, n), binary=True)
         running = {
-            n: int(k) for row in rows for n, k in zip(row[4] or (), row[5] or (), strict=True)
+            name: int(k) for row in rows for name, k in zip(row[4] or (), row[5] or (), strict=True)
         }
         return (
             [(grp, rid, more, *cols) for grp, rid, more, _, _, _, *cols in rows],
