@@ -53,16 +53,18 @@ def test_the_same_race_on_the_flow_path_leases_nothing_new(
     other.enqueue("tick", kwargs={"tenant": "a"})  # groups exist: the claim takes the flow path
     pg.flow_seen = True
     job_ids: list[str] = []
-    real = pgtx.Tx.first
+    # the flow path's look-up goes through ``Tx.first_two`` with the first queue's fair
+    # statement (one round trip: the race is looked for after both)
+    real = pgtx.Tx.first_two
 
-    def look_up_then_pause(self: Any, sql: str, *args: Any, **kwargs: Any) -> Any:
-        out = real(self, sql, *args, **kwargs)
-        if "enable_bitmapscan" in sql and not job_ids:  # the look-up ran
+    def look_up_then_pause(self: Any, one: Any, *args: Any, **kwargs: Any) -> Any:
+        out = real(self, one, *args, **kwargs)
+        if one is not None and "enable_bitmapscan" in one[0] and not job_ids:  # the look-up ran
             other.pause("default")
             job_ids.append(other.enqueue("tick", kwargs={"tenant": "b"}).id)
         return out
 
-    monkeypatch.setattr(pgtx.Tx, "first", look_up_then_pause)
+    monkeypatch.setattr(pgtx.Tx, "first_two", look_up_then_pause)
     try:
         claimed = pg.claim(["default"], 1_700_000_000.0, limit=8, worker_id="w1")
         assert job_ids, "the claim's look-up ran"

@@ -12,7 +12,7 @@ and adds what the backends do differently (sequence numbers, row locking, wake-u
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -90,10 +90,33 @@ class Db(abc.ABC):
         rows = [(due, seq, why, queue, g) for seq, (due, why, g) in zip(seqs, moves, strict=True)]
         self.move_groups(text, rows)
 
-    def heads(self, queue: str, now: float, n: int) -> tuple[list[Any], bool]:
+    def heads(self, queue: str, now: float, n: int) -> tuple[list[Any], bool, dict[str, int]]:
         """PostgreSQL only (``locks_rows``): the due groups of ``queue`` with their locked
-        heads, and whether ``flow_limits`` has rows (see ``PgDb.heads``)."""
+        heads, whether ``flow_limits`` has rows and the running jobs of the groups' slots (see
+        ``PgDb.heads``)."""
         raise NotImplementedError
+
+    def head(self, row: Sequence[Any]) -> Rec:
+        """A group's head row (``sqldb`` columns) as ``sqllimits.take`` reads it: decoded."""
+        return Rec(tuple(row), True)
+
+    def end_batch(
+        self,
+        text: str,
+        queue: str,
+        slots: Any,
+        moves: Sequence[tuple[float | None, str | None, str]],
+        gone: Sequence[str],
+        picked: list[Rec],
+        lease: Callable[[list[Rec]], list[Any]],
+    ) -> list[Any]:
+        """The writes that end one batch of ``sqllimits.take``: the slots taken and groups
+        parked (``slots``: a ``sqllimits.Slots``), the groups moved or deleted
+        (``place_groups``, ``text``), then the heads ``picked`` leased (``lease``); their
+        leases. A backend may do it all in one statement."""
+        slots.flush()
+        self.place_groups(text, queue, moves, gone)
+        return lease(picked) if picked else []
 
     def forget_groups(self, queue: str, groups: Sequence[str]) -> None:
         """Delete the groups of ``queue`` a batch of ``sqllimits.take`` found empty."""

@@ -66,6 +66,8 @@ SCHEDULE = (
     "INSERT INTO {S}.flow_groups (queue, grp, due, rr) VALUES (?, ?, 0, ?) ON CONFLICT DO NOTHING"
 )
 _FREE = "DELETE FROM {S}.flow_slots WHERE name = ? AND job_id = ?"
+#: A group parked on a full slot (``Slots.wait``): woken when the slot frees (``free``).
+PARK = "INSERT INTO {S}.flow_waiters (name, queue, grp) VALUES (?, ?, ?) ON CONFLICT DO NOTHING"
 _WAITERS = "SELECT queue, grp FROM {S}.flow_waiters WHERE name = ?"
 WAKE = "UPDATE {S}.flow_groups SET due = 0, why = NULL WHERE queue = ? AND grp = ? AND due IS NULL"
 _BUSY = "busy"  # a head row another transaction holds (PostgreSQL only)
@@ -84,24 +86,35 @@ def each(lease_one: Callable[[Rec], Any]) -> Lease:
 Heads = list[tuple[str, Rec | str | None, bool]]
 
 
-def _heads(db: Db, queue: str, now: float, n: int) -> tuple[Heads, bool]:
+def _heads(db: Db, queue: str, now: float, n: int) -> tuple[Heads, bool, dict[str, int]]:
     """Due groups of ``queue`` with their head rows: a ``Rec``, None (the group is empty) or
     ``_BUSY`` (its head is locked by another transaction), and whether the group has another
     pending job after its head (SQLite: assumed; a group served its last job is found empty on
     its next turn). Also whether ``flow_limits`` has rows (PostgreSQL reads it with the heads;
-    SQLite answers True: its caller asked already). Up to ``n`` groups (PostgreSQL:
+    SQLite answers True: its caller asked already) and the running jobs of the groups'
+    concurrency slots as far as the statement read them (PostgreSQL: every ``conc:`` part of
+    each group's name; SQLite: none, ``Slots`` reads them). Up to ``n`` groups (PostgreSQL:
     ``PgDb.heads``, one statement)."""
     if not db.locks_rows:
         # (a statement costs little on SQLite: one batch of n groups, as many as it takes)
         batch = db.run(_DUE_HEADS, (queue, now, n, queue)).fetchall()
-        return [
-            (grp, None if head[0] is None else Rec(tuple(head), True), True) for grp, *head in batch
-        ], True
-    rows, overrides = db.heads(queue, now, n)
-    return [
-        (grp, None if rid is None else _BUSY if row[0] is None else Rec(tuple(row), True), more)
-        for grp, rid, more, *row in rows
-    ], overrides
+        return (
+            [
+                (grp, None if head[0] is None else Rec(tuple(head), True), True)
+                for grp, *head in batch
+            ],
+            True,
+            {},
+        )
+    rows, overrides, running = db.heads(queue, now, n)
+    return (
+        [
+            (grp, None if rid is None else _BUSY if row[0] is None else db.head(row), more)
+            for grp, rid, more, *row in rows
+        ],
+        overrides,
+        running,
+    )
 
 
 def take(db: Db, queue: str, now: float, want: int, lease: Lease) -> list[Any]:
@@ -114,7 +127,8 @@ def take(db: Db, queue: str, now: float, want: int, lease: Lease) -> list[Any]:
     group put aside, deleted or, its head held elsewhere, looked at ``BUSY_S`` later), so the
     loop ends. A limit of the whole queue that says no stops the claim of the queue there. The
     admitted heads of a batch are leased together (one statement on PostgreSQL), after their
-    tokens and slots are taken."""
+    tokens and slots are taken; the batch's writes (new slots, waiters, group moves and
+    deletes, leases) end it together (``Db.end_batch``: one statement on PostgreSQL)."""
     out: list[Any] = []
     db.lock()
     # whether run-time overrides exist (PostgreSQL: read by the first heads statement)
@@ -122,12 +136,12 @@ def take(db: Db, queue: str, now: float, want: int, lease: Lease) -> list[Any]:
     stop = False
     behind: dict[str, int] = {}  # the claim's groups set aside per bucket (``stagger``)
     while len(out) < want and not stop:
-        batch, found = _heads(db, queue, now, want - len(out))
+        batch, found, running = _heads(db, queue, now, want - len(out))
         if not batch:
             break
         overrides = found if overrides is None else overrides
         heads = [rec for _, rec, _ in batch if isinstance(rec, Rec) and rec.corrupt is None]
-        slots = Slots(db, heads, behind)
+        slots = Slots(db, heads, behind, running)
         moves: list[tuple[float | None, str | None, str]] = []  # (due, why, group), in order
         gone: list[str] = []  # empty, or its last job leased: deleted
         picked: list[Rec] = []
@@ -148,10 +162,7 @@ def take(db: Db, queue: str, now: float, want: int, lease: Lease) -> list[Any]:
                 moves.append((None if parked else verdict, why, grp))
                 if stop:  # the queue's own limit said no: no other group may start now
                     break
-        slots.flush()
-        db.place_groups(_RESCHEDULE, queue, moves, gone)
-        if picked:
-            out += lease(picked)
+        out += db.end_batch(_RESCHEDULE, queue, slots, moves, gone, picked, lease)
     return out
 
 
@@ -239,13 +250,21 @@ class Slots:
     together (``flush``) before the next batch reads them. Runs under the flow lock."""
 
     def __init__(
-        self, db: Db, recs: Sequence[Rec] = (), behind: dict[str, int] | None = None
+        self,
+        db: Db,
+        recs: Sequence[Rec] = (),
+        behind: dict[str, int] | None = None,
+        known: dict[str, int] | None = None,
     ) -> None:
         self.db, self.new = db, list[tuple[str, str]]()
+        #: (slot, queue, group): groups parked on a full slot (written at ``flush``)
+        self.waits: list[tuple[str, str, str]] = []
         #: per rate-limit bucket, the groups this claim set aside for it so far (``stagger``)
         self.behind: dict[str, int] = {} if behind is None else behind
         names = sorted({str(c[0]) for r in recs for c in (r.job.flow or {}).get("c") or ()})
-        self.running = dict.fromkeys(names, 0)
+        # ``known``: counts the heads' statement already read (PostgreSQL)
+        names = [n for n in names if n not in (known or {})]
+        self.running = dict.fromkeys(names, 0) | (known or {})
         if names:
             marks = ", ".join("?" * len(names))
             sql = (
@@ -266,14 +285,21 @@ class Slots:
             self.running[name] = self.count(name) + 1
             self.new.append((name, job_id))
 
+    def wait(self, name: str, queue: str, grp: str) -> None:
+        """Group ``grp`` of ``queue`` waits for slot ``name`` to free (written at ``flush``)."""
+        self.waits.append((name, queue, grp))
+
     def flush(self) -> None:
-        """Insert the slot rows taken since the last flush (one batch)."""
+        """Insert the slot rows taken and the waiters recorded since the last flush."""
         if self.new:
             self.db.add_slots(
                 "INSERT INTO {S}.flow_slots (name, job_id) VALUES (?, ?) ON CONFLICT DO NOTHING",
                 self.new,
             )
             self.new = []
+        if self.waits:
+            self.db.many(PARK, self.waits)
+            self.waits = []
 
 
 def admit(
@@ -296,11 +322,9 @@ def admit(
         n = int(spec(db, name, [limit])[0] if overrides else limit)
         running = held.count(name)
         if running >= n:
-            db.run(
-                "INSERT INTO {S}.flow_waiters (name, queue, grp) VALUES (?, ?, ?)"
-                " ON CONFLICT DO NOTHING",
-                (name, queue, grp),
-            )
+            held.wait(name, queue, grp)
+            if slots is None:
+                held.flush()
             parked = f"waiting for {limiter_label(name)} ({running} running)"
             return float("inf"), parked, is_queue_limiter(name)
     taken: list[tuple[str, tuple[float, float]]] = []

@@ -145,13 +145,13 @@ def claim_jobs(
             took, leases = _lease_rows(b, tx, head, first, now, vt, worker_id)
             looked = look[0]
         elif b.flow_seen:  # issue 15: the flow lock rides with the look-up
-            looked, took = one(tx.first(b.sql(_LOOKUP_LOCKED), (pgflow.lock_key(b),))), 0
-            pgflow.locked(tx)
+            looked, took, leases = _flow_look_up(b, tx, queues, now, limit, vt, worker_id)
         else:
             looked, took = one(tx.first(b.sql(_LOOKUP))), 0
         _, _, due, lease_end, paused, *seen = looked  # (the lock's void comes last)
         b.flow_seen = bool(seen[0] or seen[1])
-        done = {head} if 0 < took < limit else set()  # a short batch: that queue is empty
+        # a short batch: that queue is empty (of ungrouped jobs: a fair batch says nothing)
+        done = {head} if head and 0 < took < limit else set()
         moved = 0
         if due is not None and due <= now:
             moved += b._promote(tx, now, 1000)
@@ -184,6 +184,38 @@ def claim_jobs(
             if flowing:  # issue 15: or when a throttled group is due
                 next_due = pgflow.next_due(b, tx, now, next_due, served)
     return Claimed.of(leases, next_due, limit=limit)
+
+
+def _flow_look_up(
+    b: PostgresBroker,
+    tx: Tx,
+    queues: Sequence[str],
+    now: float,
+    limit: int,
+    vt: float,
+    worker_id: str,
+) -> tuple[Any, int, list[Lease]]:
+    """The look-up of a process that sees flow groups (issue 15): it takes the flow lock
+    (``_LOOKUP_LOCKED``), and the first queue's first flow statement travels with it
+    (``pgflow.first_statement``: guarded, under the lock; one round trip fewer per claim):
+    its claim of fair-only groups, or, for a queue served the general way, its first batch
+    of heads (kept for ``pgflow.take``). The look-up's row, and the rows taken and leases of
+    that claim."""
+    look_up = (b.sql(_LOOKUP_LOCKED), (pgflow.lock_key(b),))
+    pgflow.locked(tx)
+    if not queues:
+        return tx.rows(*look_up)[0], 0, []
+    sql, params, fair = pgflow.first_statement(b, queues[0], now, limit, vt, worker_id)
+    look, first = tx.first_two(look_up, (sql, params))
+    if not fair:
+        pgflow.prefetch(tx, queues[0], limit, first)
+        return look[0], 0, []
+    took, leases = _lease_rows(b, tx, queues[0], first, now, vt, worker_id)
+    _, _, due, lease_end, _, _, pending, *_ = look[0]
+    if not (first or pending) and (due or now + 1) > now and (lease_end or now + 1) > now:
+        # its guards passed and no new group waits in flow_pending: nothing to take there
+        pgflow.fair_tried(tx, queues[0])
+    return look[0], took, leases
 
 
 def _claim_rows(

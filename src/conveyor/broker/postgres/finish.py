@@ -13,7 +13,7 @@ through the per-job path (``PostgresBroker._save``), and the latter then through
 ``finish_special``, in the same transaction: the hook where releasing a workflow's dependants
 (issue 16) belongs. ``SPECIAL`` is the SQL test that sends a row there (a job with a workflow
 edge not marked yet). A flow group's job (issue 15) completes set-based; the concurrency slots
-of a batch free in one statement (``pgflow.free_many``, under the flow lock).
+of a batch free in the completion's own write (``flow_sql.FREE_DONE``, under the flow lock).
 """
 
 from __future__ import annotations
@@ -21,13 +21,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-import orjson
-
 from ...core import lifecycle
 from ..base import Ack
 from ..sqlite_rows import Rec
 from . import flow as pgflow  # issue 15/16 hooks
 from .arrays import bytea_binary, num_array, text_array
+from .flow_sql import FREE_DONE, FREE_DONE_WHERE
 from .rec import COLS, completed_envelope, pg_rec
 from .store import Tx
 
@@ -40,8 +39,8 @@ Row = tuple[Any, ...]
 #: workflow step with an edge not marked yet (issue 16: its dependants; the test
 #: ``SqlFlow.done_many`` uses, one probe of ``wf_edges``'s primary key: an edge leaving a job is
 #: marked only by that job's own completion, so a job without one has nothing to release). A
-#: flow-group member (issue 15) completes set-based too; its concurrency slots free in one
-#: statement per batch (``pgflow.free_many``).
+#: flow-group member (issue 15) completes set-based too; its concurrency slots free in its
+#: write (``flow_sql.FREE_DONE``).
 SPECIAL = "EXISTS (SELECT 1 FROM {S}.wf_edges e WHERE e.parent = j.id AND e.done = 0)"
 _LOCK = (
     "SELECT {cols}, a.n, ({special}), j.grp FROM {{S}}.jobs j JOIN"
@@ -103,7 +102,7 @@ def _write_fast(
     b: PostgresBroker, tx: Tx, done: list[tuple[Row, Ack, str | None]], now: float
 ) -> None:
     """Complete plain and grouped jobs with one ``UPDATE … FROM unnest``; events and counts in
-    bulk; the grouped ones' slots free together (``pgflow.free_many``). The envelope is patched
+    bulk; the grouped ones' slots free in the same write (``FREE_DONE``). The envelope is patched
     as a dict (``rec.completed_envelope``); an unexpected one (written by someone else,
     undecodable) is decoded and saved through ``lifecycle`` like the slow path (``_save``
     frees its slots)."""
@@ -111,7 +110,7 @@ def _write_fast(
         return
     rids: list[int] = []
     payloads: list[bytes] = []
-    slots: list[tuple[str, str]] = []
+    slots: list[str] = []  # ids of jobs that may hold concurrency slots
     queues: dict[str, int] = {}
     events = tx.events
     for row, ack, grouped in done:
@@ -124,8 +123,8 @@ def _write_fast(
             continue
         rids.append(row[0])
         payloads.append(patched[0])
-        if grouped and pgflow.may_hold_slots(grouped):  # issue 15: its slots (flow spec)
-            slots += [(name, row[1]) for name in slot_names(row[10])]
+        if grouped and pgflow.may_hold_slots(grouped):  # issue 15: its slots free
+            slots.append(row[1])
         queue = row[2]
         queues[queue] = queues.get(queue, 0) + 1
         events.append(
@@ -136,17 +135,18 @@ def _write_fast(
         tx.count(queue, "active", "completed", n)
         tx.finished.add((queue, "completed"))
         tx.done.add(queue)
-    if rids:
-        # sent with the next statement (the settle one, usually): nobody reads its result
-        tx.defer(b.sql(_DONE), (now, num_array(rids), bytea_binary(payloads)))
-    if slots:
-        pgflow.free_many(b, tx, slots)
-
-
-def slot_names(payload: bytes) -> list[str]:
-    """The concurrency slots a grouped job's stored envelope names (``flow["c"]``)."""
-    flow = orjson.loads(payload).get("flow")
-    return [str(c[0]) for c in (flow or {}).get("c") or ()]
+    if not rids:
+        return
+    done_params = (now, num_array(rids), bytea_binary(payloads))
+    # sent with the next statement (the settle one, usually): nobody reads its result
+    if slots:  # issue 15: the slots free in the same write, under the flow lock
+        pgflow.defer_lock(b, tx)  # (a statement of its own in the same round trip)
+        tx.defer(
+            b.sql(FREE_DONE + _DONE + FREE_DONE_WHERE),
+            (text_array(slots), b.channel, *done_params),
+        )
+    else:
+        tx.defer(b.sql(_DONE), done_params)
 
 
 def finish_special(b: PostgresBroker, tx: Tx, recs: list[Rec], now: float) -> None:

@@ -33,112 +33,39 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+import orjson
+
 from ...core.job import Job
 from .. import sqllimits
 from ..base import Lease
 from ..sqldb import Db, pg_sql
 from ..sqlflow import SqlFlow
-from ..sqlite_rows import COLS, Rec
+from ..sqlite_rows import Rec
 from ..sqllimits import BUSY_S
 from .arrays import num_array, text_array
-from .rec import COLS as PG_COLS
+from .flow_sql import (
+    _ADD_SLOTS,
+    _BATCH,
+    _DRAIN,
+    _FAIR,
+    _FAIR_GUARDED,
+    _FLOWING,
+    _HEADS,
+    _HEADS_GUARDED,
+    _PLACE,
+    FREE_DONE,
+)
 from .store import Tx, one
 
 if TYPE_CHECKING:
     from .broker import PostgresBroker
 
-#: The pause, tested in each statement that picks groups (its own snapshot), as
-#: ``claim._CLAIM`` does: a pause committed after the claim's look-up stops this claim too.
-_NOT_PAUSED = "NOT EXISTS (SELECT 1 FROM {S}.queues q WHERE q.name = f.queue AND q.paused)"
-
 #: Transactions holding the flow lock (it is held to their end; taken once each).
 _LOCKED: weakref.WeakKeyDictionary[Tx, bool] = weakref.WeakKeyDictionary()
-_FLOWING = "SELECT EXISTS (SELECT 1 FROM {S}.flow_groups), EXISTS (SELECT 1 FROM {S}.flow_pending)"
-#: The newly enqueued groups (``flow_pending``) into ``flow_groups``, due now, in one statement
-#: (sqllimits.SCHEDULE for all of them: a new group takes the next round-robin place).
-_DRAIN = (
-    "WITH gone AS (DELETE FROM {S}.flow_pending RETURNING queue, grp)"
-    " INSERT INTO {S}.flow_groups (queue, grp, due, rr) SELECT queue, grp, 0,"
-    " nextval('{S}.job_seq') FROM (SELECT DISTINCT queue, grp FROM gone ORDER BY queue, grp) AS d"
-    " ON CONFLICT DO NOTHING"
-)
-#: The slots of completed jobs (``free_many``), fenced by (name, owner), and then the waiters of
-#: the slots that freed (the groups they name wake).
-_FREE_MANY = (
-    "DELETE FROM {S}.flow_slots s USING unnest(%s::text[], %s::text[]) AS f(name, job_id)"
-    " WHERE s.name = f.name AND s.job_id = f.job_id RETURNING s.name"
-)
-#: The end of a batch of ``sqllimits.take`` (``PgDb.place_groups``) in one statement: the
-#: groups ``m`` go behind the others with fresh round-robin numbers (``v``: ``nextval`` per row
-#: as the array is read, increasing in batch order) and the groups ``gone`` are deleted. Each
-#: group is found by its own primary-key probe (a scalar subquery: its ``ctid``) and written
-#: through that ``ctid``: a join of the arrays with ``flow_groups`` was planned as a hash join
-#: over every group of the queue while the table had no statistics yet (a fresh table). No
-#: ``generate_series`` of a parameter: its estimate (1,000 rows) kept the server re-planning
-#: the statement at each call instead of using its generic plan.
-_PLACE = (
-    "WITH m AS (SELECT u.*, nextval('{S}.job_seq') AS v FROM unnest(%s::float8[], %s::text[],"
-    " %s::text[]) WITH ORDINALITY AS u(due, why, grp, i)),"
-    " gone AS (DELETE FROM {S}.flow_groups WHERE ctid = ANY(ARRAY(SELECT (SELECT ctid FROM"
-    " {S}.flow_groups f WHERE f.queue = %s AND f.grp = e.grp) FROM unnest(%s::text[]) AS e(grp))))"
-    " UPDATE {S}.flow_groups g SET due = m.due, rr = m.v, why = m.why FROM m"
-    " WHERE g.ctid = (SELECT ctid FROM {S}.flow_groups f WHERE f.queue = %s AND f.grp = m.grp)"
-)
-#: Up to ``%s`` due groups of a queue, oldest ``(due, rr)`` first, with their first two pending
-#: job ids (``ids``: the head, and whether another job follows it), each head locked by its own
-#: primary-key probe (``LATERAL``, ``SKIP LOCKED``: a head another transaction holds comes back
-#: NULL next to its id), and whether ``flow_limits`` has rows: everything ``sqllimits.take``
-#: reads about a batch, in one statement (a CTE of the heads joined back by hash cost twice
-#: the server time). An empty group in the batch is deleted and leaves the batch a head short:
-#: rare, as a group is deleted when its last job is leased; the next batch fills in. The head's
-#: state test is written ``IS TRUE``: no plan can enter an index on ``state`` with it.
-_HEADS = (
-    "SELECT g.grp, g.ids[1], g.ids[2] IS NOT NULL, EXISTS (SELECT 1 FROM {S}.flow_limits), h.*"
-    " FROM (SELECT f.grp, f.due, f.rr, ARRAY(SELECT rid FROM {S}.jobs WHERE queue = %s"
-    " AND grp = f.grp AND state = 'pending' ORDER BY priority, seq LIMIT 2) AS ids"
-    " FROM {S}.flow_groups f WHERE f.queue = %s AND f.due IS NOT NULL AND f.due <= %s"
-    " AND " + _NOT_PAUSED + " ORDER BY f.due, f.rr LIMIT %s) AS g LEFT JOIN LATERAL"
-    f" (SELECT {COLS} FROM {{S}}.jobs WHERE rid = g.ids[1] AND (state = 'pending') IS TRUE"
-    " FOR UPDATE SKIP LOCKED) AS h ON true ORDER BY g.due, g.rr"
-)
-#: A group with no limiter: its name is one ``fair:`` part (core/flow.py joins a job's
-#: limiters and fair key with ``|``, which a key value never contains).
-_FAIR_ONLY = "(f.grp LIKE 'fair:%%' AND strpos(f.grp, '|') = 0)"
-#: Fair-only groups (no limiter to ask) claimed in ONE statement (``take``): up to ``%s`` due
-#: groups of the queue in ``(due, rr)`` order, cut before the first group with a limiter and
-#: empty while ``flow_limits`` has rows (run-time overrides: the general path asks them); each
-#: group's head locked (``SKIP LOCKED``: a held head leaves its group due ``BUSY_S`` later),
-#: leased like ``claim._CLAIM`` does (the overlay, the same RETURNING columns, the group's
-#: batch place where ``_CLAIM`` returns the old ``seq``), its group moved behind the others
-#: (``rr`` = ``v``, a fresh number taken in batch order) or deleted when that was its last
-#: pending job or it had none. Where ``_HEADS`` + ``claim._LEASE`` + ``_PLACE`` were three
-#: statements and a full decode of each head in the worker.
-_FAIR = (
-    "WITH g AS (SELECT f.ctid AS t, " + _FAIR_ONLY + " AS fair, ARRAY(SELECT ctid FROM {S}.jobs"
-    " WHERE queue = %s AND grp = f.grp AND state = 'pending' ORDER BY priority, seq LIMIT 2)"
-    " AS ids, nextval('{S}.job_seq') AS v FROM {S}.flow_groups f WHERE f.queue = %s"
-    " AND f.due IS NOT NULL AND f.due <= %s AND NOT EXISTS (SELECT 1 FROM {S}.flow_limits)"
-    " AND " + _NOT_PAUSED + " ORDER BY f.due, f.rr LIMIT %s),"
-    " h AS (SELECT g.t, g.ids, g.v, k.rid, k.ctid AS jt FROM g LEFT JOIN LATERAL (SELECT rid,"
-    " ctid FROM {S}.jobs WHERE ctid = g.ids[1] AND state = 'pending' FOR UPDATE SKIP LOCKED)"
-    " AS k ON true"
-    " WHERE g.v < COALESCE((SELECT min(v) FROM g WHERE NOT fair), 9223372036854775807)),"
-    " mv AS (UPDATE {S}.flow_groups f SET due = CASE WHEN h.rid IS NULL THEN %s ELSE %s END,"
-    " rr = h.v, why = NULL FROM h WHERE f.ctid = h.t AND h.ids[1] IS NOT NULL"
-    " AND (h.rid IS NULL OR h.ids[2] IS NOT NULL)),"
-    " gone AS (DELETE FROM {S}.flow_groups f USING h WHERE f.ctid = h.t"
-    " AND (h.ids[1] IS NULL OR (h.rid IS NOT NULL AND h.ids[2] IS NULL)))"
-    " UPDATE {S}.jobs j SET state = 'active', seq = nextval('{S}.job_seq'), lease_at = %s,"
-    " token = replace(gen_random_uuid()::text, '-', ''), claims = j.claims + 1,"
-    " started_at = %s, worker = %s FROM h WHERE j.ctid = h.jt"
-    " RETURNING " + ", ".join(f"j.{c.strip()}" for c in PG_COLS.split(",")) + ", h.v, j.token"
-)
-#: ``sqllimits.Slots.flush`` for a whole batch (``PgDb.add_slots``).
-_ADD_SLOTS = (
-    "INSERT INTO {S}.flow_slots (name, job_id) SELECT * FROM unnest(%s::text[], %s::text[])"
-    " ON CONFLICT DO NOTHING"
-)
-_UNWAIT = "DELETE FROM {S}.flow_waiters WHERE name = ANY(%s::text[]) RETURNING queue, grp"
+#: Per transaction: the queue whose fair statement the look-up's round trip ran (``fair_tried``).
+_TRIED: weakref.WeakKeyDictionary[Tx, str] = weakref.WeakKeyDictionary()
+#: Per transaction: (queue, n, rows) of the heads read with the claim's look-up (``prefetch``).
+_PREFETCHED: weakref.WeakKeyDictionary[Tx, tuple[str, int, list[Any]]] = weakref.WeakKeyDictionary()
 
 
 class PgDb(Db):
@@ -177,15 +104,74 @@ class PgDb(Db):
                 self.q(_PLACE), (*params, queue, text_array(gone), queue), prepare=True
             )
 
-    def heads(self, queue: str, now: float, n: int) -> tuple[list[Any], bool]:
+    def heads(self, queue: str, now: float, n: int) -> tuple[list[Any], bool, dict[str, int]]:
         """Up to ``n`` due groups of ``queue`` as (group, head id: NULL if empty, another
-        pending job?, *head columns: NULL if held elsewhere), and
-        whether ``flow_limits`` has rows (``_HEADS``, one statement)."""
-        params = (queue, queue, now, n)
-        rows = self.tx.conn.execute(self.q(_HEADS), params, prepare=True).fetchall()
-        return [(grp, rid, more, *cols) for grp, rid, more, _, *cols in rows], any(
-            row[3] for row in rows[:1]
+        pending job?, *head columns: NULL if held elsewhere), whether ``flow_limits`` has rows,
+        and the running jobs per slot the groups name (``_HEADS``, one statement)."""
+        got = _PREFETCHED.pop(self.tx, None)  # read with the claim's look-up (``prefetch``)
+        if got is not None and got[:2] == (queue, n):
+            rows = got[2]
+        else:
+            rows = self.tx.rows(self.q(_HEADS), (queue, queue, now, n), binary=True)
+        running = {
+            name: int(k) for row in rows for name, k in zip(row[4] or (), row[5] or (), strict=True)
+        }
+        return (
+            [(grp, rid, more, *cols) for grp, rid, more, _, _, _, *cols in rows],
+            any(row[3] for row in rows[:1]),
+            running,
         )
+
+    def head(self, row: Sequence[Any]) -> Rec:
+        """A claim's head row (``take``, ``sqllimits.take``): ``Head`` (its flow record read,
+        no full decode) when its envelope allows it, else decoded."""
+        if self.claim is not None and (head := Head.of(row)) is not None:
+            return head
+        return super().head(row)
+
+    #: (visibility timeout, worker id, ``claim._lease_rows``): set by ``take`` for a claim,
+    #: whose batches then end in one statement (``end_batch``)
+    claim: tuple[float, str, LeaseRows] | None = None
+    #: the claim's time (with ``claim``)
+    now = 0.0
+
+    def end_batch(
+        self,
+        text: str,
+        queue: str,
+        slots: Any,
+        moves: Sequence[tuple[float | None, str | None, str]],
+        gone: Sequence[str],
+        picked: list[Rec],
+        lease: Callable[[list[Rec]], list[Any]],
+    ) -> list[Any]:
+        """A batch's slots, waiters, group moves and deletes and leases in one statement
+        (``_BATCH``) when this is a claim's; its leases as ``claim._lease_rows`` makes them
+        (an undecodable head is dead-lettered, one past its ``expires_at`` expires: neither
+        took a slot)."""
+        if self.claim is None or not (picked or moves or gone or slots.new or slots.waits):
+            return super().end_batch(text, queue, slots, moves, gone, picked, lease)
+        vt, worker_id, lease_rows = self.claim
+        now = self.now
+        due, why, grp = zip(*moves, strict=True) if moves else ((), (), ())
+        waits = slots.waits
+        params = (
+            *(num_array(due), text_array(why), text_array(grp), queue, text_array(gone), queue),
+            *(text_array(n for n, _ in slots.new), text_array(i for _, i in slots.new)),
+            *(text_array(w[0] for w in waits), text_array(w[1] for w in waits)),
+            *(text_array(w[2] for w in waits), now + vt, now, worker_id or None),
+            num_array(r.rid for r in picked),
+        )
+        held = {i for _, i in slots.new}
+        slots.new, slots.waits = [], []
+        rows = self.tx.rows(self.q(_BATCH), params, binary=True)
+        leases = lease_rows(queue, rows)[1]
+        if held.difference(x.id for x in leases):  # admitted, then found undecodable: buried
+            lost = text_array(sorted(held.difference(x.id for x in leases)))
+            self.tx.conn.execute(
+                self.q(FREE_DONE + "SELECT k FROM nt"), (lost, self.broker.channel)
+            )
+        return leases
 
     def add_slots(self, text: str, slots: Sequence[tuple[str, str]]) -> None:
         """A batch's new slot rows in one ``INSERT … SELECT FROM unnest`` (``_ADD_SLOTS``)."""
@@ -218,6 +204,38 @@ class PgDb(Db):
         self.tx.notify.add(queue)
 
 
+class Head(Rec):
+    """A group's head row for ``sqllimits.take`` in a claim, without the full decode a ``Rec``
+    makes: its id, flow record and ``expires_at``, read from the parsed envelope (the rest of
+    the job is built when it is leased: ``claim._lease_rows``). An envelope that does not parse
+    to an object, or whose flow record or ``expires_at`` is not of the stored shape, is left to
+    ``Rec`` (None). One that parses but would not decode in full is leased, found undecodable
+    and dead-lettered by ``_lease_rows``; ``PgDb.end_batch`` then frees the slots it took."""
+
+    __slots__ = ()
+
+    @classmethod
+    def of(cls, row: Sequence[Any]) -> Head | None:
+        """The ``Head`` of ``row``, or None (see the class docstring)."""
+        try:
+            data = orjson.loads(row[10])
+        except (orjson.JSONDecodeError, TypeError):
+            return None
+        flow = data.get("flow") if type(data) is dict else None
+        expires = data.get("expires_at", 0.0) if type(flow) is dict else None
+        if type(flow) is not dict or type(flow.get("g")) is not str or expires is None:
+            return None
+        if type(expires) not in (int, float) or data.get("state") != "pending":
+            return None
+        head = cls.__new__(cls)
+        head.rid, head.state, head.row = row[0], row[4], tuple(row)
+        head.corrupt, head.data = None, None
+        values = {"id": row[1], "task": row[3], "queue": row[2], "flow": flow}
+        values |= {"args": [], "kwargs": {}, "errors": [], "history": [], "metadata": {}}
+        head.job = Job.fast(values | {"expires_at": float(expires) or None})
+        return head
+
+
 #: The flow lock as a SELECT item: its one parameter is ``lock_key``. It also plans the rest of
 #: its transaction (every flow statement runs after it) without sorts or sequential scans where
 #: an index answers: all estimates are one row when ``jobs`` has no statistics yet or ANALYZE
@@ -240,6 +258,15 @@ def locked(tx: Tx) -> None:
     """``tx`` took the flow lock in a statement of its own making (the claim's look-up sends
     ``LOCK_SQL`` with it: one round trip fewer); ``PgDb.lock`` does not take it again."""
     _LOCKED[tx] = True
+
+
+def defer_lock(b: PostgresBroker, tx: Tx) -> None:
+    """Take the flow lock in ``tx`` with its next round trip (a deferred statement: the
+    completion's, sent with its write and the settle statement), unless ``tx`` holds it; every
+    statement after it plans as ``LOCK_SQL`` says."""
+    if tx not in _LOCKED:
+        tx.defer(b.sql(f"SELECT {LOCK_SQL}"), (lock_key(b),))
+        _LOCKED[tx] = True
 
 
 def flowing(b: PostgresBroker, tx: Tx, seen: tuple[bool, bool] | None = None) -> bool:
@@ -269,6 +296,32 @@ _SLOW: weakref.WeakKeyDictionary[PostgresBroker, dict[str, int]] = weakref.WeakK
 LeaseRows = Callable[[str, list[Any]], tuple[int, list[Lease]]]
 
 
+def first_statement(
+    b: PostgresBroker, queue: str, now: float, want: int, vt: float, worker_id: str
+) -> tuple[str, tuple[Any, ...], bool]:
+    """The statement sent with the claim's look-up for its first queue, guarded (``_GUARDS``),
+    and whether it is the fair one: ``_FAIR_GUARDED`` claims fair-only groups
+    (``claim._lease_rows`` leases its rows); for a queue served the general way (``_SLOW``)
+    ``_HEADS_GUARDED`` reads the first batch of heads (``prefetch``)."""
+    if _SLOW.get(b, {}).get(queue):
+        return b.sql(_HEADS_GUARDED), (queue, queue, now, now, now, want), False
+    params = (queue, queue, now, now, now, want, now + BUSY_S, now, now + vt, now)
+    return b.sql(_FAIR_GUARDED), (*params, worker_id or None), True
+
+
+def fair_tried(tx: Tx, queue: str) -> None:
+    """``_FAIR_GUARDED`` ran for ``queue`` in ``tx`` with its guards passed and took nothing:
+    ``take`` does not send ``_FAIR`` again (a round trip for the same answer)."""
+    _TRIED[tx] = queue
+
+
+def prefetch(tx: Tx, queue: str, n: int, rows: list[Any]) -> None:
+    """Rows of ``_HEADS_GUARDED`` (``first_statement``) for the first ``PgDb.heads`` of
+    ``queue`` with ``n`` in ``tx`` (none: a guard refused, that read is made then)."""
+    if rows:
+        _PREFETCHED[tx] = (queue, n, rows)
+
+
 def take(
     b: PostgresBroker,
     tx: Tx,
@@ -287,9 +340,9 @@ def take(
     slow = _SLOW.setdefault(b, {})
     if claim is not None and not slow.get(queue):
         vt, worker_id, lease_rows = claim
-        while want > 0:
+        while want > 0 and _TRIED.pop(tx, None) != queue:
             params = (queue, queue, now, want, now + BUSY_S, now, now + vt, now, worker_id or None)
-            rows = tx.conn.execute(b.sql(_FAIR), params, prepare=True, binary=True).fetchall()
+            rows = tx.rows(b.sql(_FAIR), params, binary=True)
             took, got = lease_rows(queue, rows)
             out += got
             want -= took
@@ -299,27 +352,13 @@ def take(
             return out
     elif claim is not None:
         slow[queue] -= 1
-    rest = sqllimits.take(PgDb(b, tx), queue, now, want, lease)
+    db = PgDb(b, tx)
+    if claim is not None:
+        db.claim, db.now = claim, now
+    rest = sqllimits.take(db, queue, now, want, lease)
     if rest and claim is not None:  # groups with limiters are served in this queue
         slow[queue] = SLOW_CLAIMS
     return out + rest
-
-
-def free_many(b: PostgresBroker, tx: Tx, slots: Sequence[tuple[str, str]]) -> None:
-    """Completed jobs left ``active``: their (slot, job id) rows free in one statement (fenced:
-    only a job's own rows) and the groups that waited for a freed slot wake, under the flow
-    lock (sqllimits.free, set-based)."""
-    db = PgDb(b, tx)
-    db.lock()
-    names, ids = text_array(n for n, _ in slots), text_array(i for _, i in slots)
-    freed = tx.conn.execute(db.q(_FREE_MANY), (names, ids), prepare=True).fetchall()
-    if not freed:
-        return
-    waiting = tx.conn.execute(db.q(_UNWAIT), (text_array(r[0] for r in freed),)).fetchall()
-    if waiting:
-        db.many(sqllimits.WAKE, sorted({(q, g) for q, g in waiting}))
-        for queue in sorted({q for q, _ in waiting}):
-            db.wake(queue)
 
 
 def may_hold_slots(grp: str) -> bool:
