@@ -10,9 +10,13 @@ configured in this process), on the thread that runs the handler.
 from __future__ import annotations
 
 import asyncio
+import pickle
+import traceback
 from typing import Any, NamedTuple
 
+from ..core.retry import describe
 from ..middleware import Around
+from .execute import Unreceived
 from .logs import job_context
 
 
@@ -67,3 +71,51 @@ def _call(fn: Any, is_async: bool, args: Any, kwargs: Any) -> Any:
     if is_async:
         return asyncio.run(fn(*args, **kwargs))
     return fn(*args, **kwargs)
+
+
+class RemoteError(Exception):
+    """A job's exception that could not be sent back from the child as itself."""
+
+
+def error_reply(job_id: str, exc: BaseException) -> tuple[Any, ...]:
+    """The child's ``("err", ...)`` reply for a job that raised ``exc``."""
+    return (
+        "err",
+        job_id,
+        _dump_exc(exc),
+        type(exc).__name__,
+        describe(exc),
+        "".join(traceback.format_exception(exc))[-4000:],
+    )
+
+
+def _dump_exc(exc: BaseException) -> bytes | None:
+    try:
+        blob = pickle.dumps(exc)
+        pickle.loads(blob)
+        return blob
+    except Exception:
+        return None
+
+
+def exception_of(msg: tuple[Any, ...]) -> BaseException:
+    """The exception of an ``("err", ...)`` reply: itself, else a ``RemoteError`` naming it."""
+    _, _, blob, type_name, message, _tb = msg
+    if blob is not None:
+        try:
+            exc = pickle.loads(blob)
+            if isinstance(exc, BaseException):
+                return exc
+        except Exception:
+            pass
+    return RemoteError(f"{type_name}: {message}")
+
+
+def result_of(blob: bytes) -> Any:
+    """The result of an ``("ok", ...)`` reply; ``Unreceived`` when it cannot be unpickled
+    here (the job is completed without it, like any result that cannot be stored)."""
+    try:
+        return pickle.loads(blob)
+    except Exception as exc:
+        why = f"{type(exc).__name__}: {describe(exc)}"
+        return Unreceived(f"result: cannot be received from the child process: {why}")

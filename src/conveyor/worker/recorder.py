@@ -36,7 +36,7 @@ from ..middleware import after_process_batch, emit, hooked
 from ..outage import OutageLog, is_connection_error
 from .aftermath import Aftermath
 from .cancel import record_cancelled
-from .execute import Outcome, safe_text
+from .execute import Outcome, Unreceived, safe_text
 from .running import Running
 
 if TYPE_CHECKING:
@@ -134,6 +134,8 @@ class Recorder(Aftermath):
         job, result = run.job, outcome.result
         if result is None:
             return Ack.fast(job.id, run.token, None, job.queue)
+        if isinstance(result, Unreceived):  # a process-pool child's, the worker cannot unpickle
+            return self._dropped(run, result.problem, now)
         problem = result_problem(result, self.max_result_bytes)
         if problem is None:
             return Ack.fast(job.id, run.token, result, job.queue)

@@ -36,3 +36,38 @@ def fail(message: str) -> None:
 async def async_pid() -> int:
     """An async function run in a child process."""
     return os.getpid()
+
+
+def retry_in(delay: float) -> None:
+    """Ask for a retry ``delay`` seconds later."""
+    from conveyor.errors import Retry
+
+    raise Retry(delay=delay, reason="later")
+
+
+def _refuse() -> None:
+    raise RuntimeError("this value cannot be rebuilt here")
+
+
+class Unloadable:
+    """Pickles in the child, but unpickling it (in the worker) raises."""
+
+    def __reduce__(self) -> tuple[object, tuple[()]]:
+        return (_refuse, ())
+
+
+def unloadable() -> Unloadable:
+    """Return a value the worker cannot receive."""
+    return Unloadable()
+
+
+class Unprintable(Exception):
+    """An exception whose ``str()`` raises."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("str() of this exception fails")
+
+
+def unprintable() -> None:
+    """Raise an exception that cannot describe itself."""
+    raise Unprintable()

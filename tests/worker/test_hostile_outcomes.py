@@ -1,0 +1,178 @@
+"""Exceptions and results a handler can produce that are hard to describe or store.
+
+Whatever a job raises or returns, its attempt is recorded (never left ``active`` until its
+lease runs out) and the worker's slot is freed: with ``concurrency=1`` the next job still runs.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import pytest
+
+from conveyor import Backoff, Conveyor, JobState
+from conveyor.errors import RateLimited, Retry
+from tests.worker.conftest import running, wait_until
+
+
+class StrRaises(Exception):
+    """An exception whose ``str()`` itself raises."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("str() of this exception fails")
+
+
+class BareRetry(Retry):
+    """A ``Retry`` subclass that forgets to call ``Retry.__init__`` (no ``delay``)."""
+
+    def __init__(self) -> None:
+        Exception.__init__(self, "bare retry")
+
+
+class BareRateLimited(RateLimited):
+    """A ``RateLimited`` subclass that forgets to call its ``__init__`` (no ``retry_after``)."""
+
+    def __init__(self) -> None:
+        Exception.__init__(self, "bare rate limited")
+
+
+class BrokenZone(dt.tzinfo):
+    """A time zone whose offset raises: encoding a datetime in it fails."""
+
+    def utcoffset(self, when: dt.datetime | None) -> dt.timedelta:
+        raise RuntimeError("no offset here")
+
+    def dst(self, when: dt.datetime | None) -> dt.timedelta:
+        return dt.timedelta(0)
+
+
+def _ended(job: Any) -> bool:
+    return job.refresh().state in (JobState.DEAD_LETTER, JobState.COMPLETED)
+
+
+def _next_job_runs(app: Conveyor, fine: Any) -> None:
+    """With one slot, a job enqueued after the hostile one still runs."""
+    good = fine.enqueue()
+    wait_until(lambda: good.refresh().state is JobState.COMPLETED, 10)
+
+
+def test_an_exception_whose_str_raises_is_recorded(live_app: Conveyor) -> None:
+    app = live_app
+
+    @app.task(max_attempts=1)
+    def unprintable() -> None:
+        raise StrRaises()
+
+    @app.task
+    def fine() -> str:
+        return "ok"
+
+    with running(app, concurrency=1):
+        job = unprintable.enqueue()
+        wait_until(lambda: _ended(job), 10)
+        _next_job_runs(app, fine)
+    assert job.state is JobState.DEAD_LETTER
+    entry = job.errors[-1]
+    assert entry["type"] == "StrRaises"
+    assert "str() failed" in entry["message"]
+
+
+@pytest.mark.parametrize("delay", ["5", float("nan"), float("inf"), [1]])
+def test_retry_with_a_bad_delay_is_a_clear_failure(live_app: Conveyor, delay: Any) -> None:
+    app = live_app
+
+    @app.task(max_attempts=2, backoff=Backoff.fixed(0.05))
+    def retries() -> None:
+        raise Retry(delay=delay)
+
+    @app.task
+    def fine() -> str:
+        return "ok"
+
+    with running(app, concurrency=1):
+        job = retries.enqueue()
+        wait_until(lambda: _ended(job), 10)
+        _next_job_runs(app, fine)
+    assert job.state is JobState.DEAD_LETTER
+    assert [e["type"] for e in job.errors] == ["ValidationError", "ValidationError"]
+    assert job.errors[0]["message"].startswith("delay: must be a finite number of seconds")
+
+
+def test_retry_and_rate_limited_subclasses_without_their_fields(live_app: Conveyor) -> None:
+    app = live_app
+
+    @app.task(max_attempts=1)
+    def bare_retry() -> None:
+        raise BareRetry()
+
+    @app.task(max_attempts=1)
+    def bare_limited() -> None:
+        raise BareRateLimited()
+
+    @app.task
+    def fine() -> str:
+        return "ok"
+
+    with running(app, concurrency=1):
+        retried = bare_retry.enqueue()
+        wait_until(lambda: _ended(retried), 10)
+        limited = bare_limited.enqueue()
+        wait_until(lambda: limited.refresh().state is JobState.SCHEDULED, 10)
+        _next_job_runs(app, fine)
+    assert retried.state is JobState.DEAD_LETTER  # its only attempt: no delay needed
+    assert limited.attempts == 0  # given back without spending an attempt (1 s default)
+
+
+def test_a_result_whose_encoding_raises_completes_without_it(live_app: Conveyor) -> None:
+    app = live_app
+
+    @app.task
+    def odd_result() -> Any:
+        return {"when": dt.datetime(2026, 1, 1, tzinfo=BrokenZone())}
+
+    @app.task
+    def fine() -> str:
+        return "ok"
+
+    with running(app, concurrency=1):
+        job = odd_result.enqueue()
+        wait_until(lambda: _ended(job), 10)
+        _next_job_runs(app, fine)
+    assert job.state is JobState.COMPLETED
+    assert job.result is None
+    entry = job.errors[-1]
+    assert entry["kind"] == "result_error"
+    assert "no offset here" in entry["message"]
+
+
+def test_process_jobs_with_hostile_outcomes_free_their_child(live_app: Conveyor) -> None:
+    """In a process-pool child: a ``Retry`` keeps its delay across the pipe; a result that
+    the worker cannot unpickle and an exception whose ``str()`` raises are recorded, and the
+    single child goes on to run the next job."""
+    from tests.worker.apps import funcs
+
+    app = live_app
+    retry = app.task(executor="process", name="h_retry", max_attempts=2)(funcs.retry_in)
+    unloadable = app.task(executor="process", name="h_unloadable")(funcs.unloadable)
+    unprintable = app.task(executor="process", name="h_unprintable", max_attempts=1)(
+        funcs.unprintable
+    )
+    square = app.task(executor="process", name="h_square")(funcs.square)
+    with running(app, concurrency=1, process_pool_size=1):
+        later = retry.enqueue(3600)
+        wait_until(lambda: later.refresh().state is JobState.RETRY_SCHEDULED, 15)
+        odd = unloadable.enqueue()
+        wait_until(lambda: _ended(odd), 15)
+        bad = unprintable.enqueue()
+        wait_until(lambda: _ended(bad), 15)
+        last = square.enqueue(7)
+        wait_until(lambda: last.refresh().state is JobState.COMPLETED, 15)
+    assert later.errors[-1]["type"] == "Retry"
+    assert later.run_at - later.errors[-1]["at"] == pytest.approx(3600)
+    assert odd.state is JobState.COMPLETED and odd.result is None
+    assert "cannot be rebuilt" in odd.errors[-1]["message"]
+    assert bad.state is JobState.DEAD_LETTER
+    assert bad.errors[-1]["type"] == "Unprintable"
+    assert "str() failed" in bad.errors[-1]["message"]
+    assert last.result == 49
