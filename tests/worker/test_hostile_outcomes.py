@@ -176,3 +176,22 @@ def test_process_jobs_with_hostile_outcomes_free_their_child(live_app: Conveyor)
     assert bad.errors[-1]["type"] == "Unprintable"
     assert "str() failed" in bad.errors[-1]["message"]
     assert last.result == 49
+
+
+def test_a_retry_past_year_9999_can_still_be_inspected(live_app: Conveyor) -> None:
+    """``Retry(delay=1e300)`` (a remote service's absurd Retry-After): the job waits, and its
+    page, API answer and ``conveyor job`` (``Inspector.job``) still show it."""
+    from conveyor.monitoring.inspect import Inspector
+
+    app = live_app
+
+    @app.task(max_attempts=2)
+    def far() -> None:
+        raise Retry(delay=1e300)
+
+    with running(app, concurrency=1):
+        job = far.enqueue()
+        wait_until(lambda: job.refresh().state is JobState.RETRY_SCHEDULED, 10)
+    detail = Inspector(app).job(job.id)
+    details = " ".join(str(t["detail"]) for t in detail["timeline"])
+    assert "out of range" in details
