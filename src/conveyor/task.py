@@ -103,8 +103,14 @@ class Task(Generic[P, R]):
     def flow_record(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
         """The ``flow`` record of a job of this task (its limiter keys evaluated now)."""
         assert self.flow is not None
-        params = list(self.signature.parameters) if self.signature is not None else []
-        return job_flow(self.name, self.flow, args, kwargs, params)
+        sig = self.signature
+        params = list(sig.parameters) if sig is not None else []
+        defaults = (
+            {n: p.default for n, p in sig.parameters.items() if p.default is not p.empty}
+            if sig is not None
+            else None
+        )
+        return job_flow(self.name, self.flow, args, kwargs, params, defaults)
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Any:
         """Call the function directly, in this process (no job)."""

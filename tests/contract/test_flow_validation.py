@@ -1,0 +1,94 @@
+"""Contract: bad flow-control input is a ValidationError naming the field and the rule.
+
+Limits are declared in code (``rate_limit=``, ``RateLimit(key=...)``), overridden at run time
+(``app.set_limit``) and evaluated per job at enqueue (key callables): whatever a caller or a
+job's arguments bring, the answer is a clear refusal before anything is stored, never a raw
+exception or a limit that can never release its jobs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from conveyor import ConcurrencyLimit, Conveyor, FakeClock, RateLimit, ValidationError
+from tests.contract.test_flow_limits import claim, needs_flow
+
+HUGE = "1" * 400  # float() of it is infinity
+
+
+@pytest.mark.parametrize("rate", [f"{HUGE}/s", f"1/{HUGE}s", f"{HUGE}/{HUGE}m"])
+def test_rates_past_the_float_range_are_refused(app: Conveyor, rate: str) -> None:
+    with pytest.raises(ValidationError, match=r"^rate_limit: .*must be finite"):
+        RateLimit(rate)
+    with pytest.raises(ValidationError, match=r"^rate_limit: .*must be finite"):
+        app.task(name="huge", rate_limit=rate)(lambda: None)
+    with pytest.raises(ValidationError, match=r"^limit: .*must be finite"):
+        app.set_limit("rate:huge", rate)  # was "burst: must be a number >= 1, got None"
+
+
+def test_a_key_callable_that_raises_is_named(app: Conveyor) -> None:
+    needs_flow(app)
+
+    def region(customer_id: Any, **_: Any) -> str:
+        return {"eu": "EU"}[customer_id]
+
+    @app.task(name="keyed", rate_limit=RateLimit("10/s", key=region))
+    def keyed(customer_id: str) -> None: ...
+
+    @app.task(name="fair_keyed", fair_by=lambda tenant: tenant.lower())
+    def fair_keyed(tenant: Any) -> None: ...
+
+    with pytest.raises(ValidationError, match=r"^rate_limit: the key region\(\) raised KeyError"):
+        keyed.enqueue("us")
+    with pytest.raises(ValidationError, match=r"^fair_by: the key <lambda>\(\) raised"):
+        fair_keyed.enqueue(42)
+    assert keyed.enqueue("eu").refresh().state.value == "pending"
+
+
+class Unprintable:
+    """A key value whose ``str()`` raises."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("no text")
+
+
+def test_key_values_that_are_not_plain_text_are_refused(app: Conveyor) -> None:
+    needs_flow(app)
+
+    @app.task(name="conc_keyed", concurrency=ConcurrencyLimit(1, key=lambda account: account))
+    def conc_keyed(account: Any) -> None: ...
+
+    for hostile in ("\x1b[2Jred", "tab\there", "bell\x07", "del\x7f", "c1\x85"):
+        with pytest.raises(ValidationError, match=r"^concurrency: .*plain text"):
+            conc_keyed.enqueue(hostile)
+    with pytest.raises(ValidationError, match=r"^concurrency: .*str\(\) raised RuntimeError"):
+        conc_keyed.enqueue(Unprintable())
+    surrogate = app.task(name="surrogate_key", fair_by=lambda x: "a\udcffb")(lambda x: None)
+    with pytest.raises(ValidationError, match=r"^fair_by: .*plain text"):
+        surrogate.enqueue(1)
+
+
+def test_a_key_argument_left_to_its_default_uses_the_default(
+    app: Conveyor, clock: FakeClock
+) -> None:
+    needs_flow(app)
+
+    @app.task(name="summarise", rate_limit=RateLimit("1/h", key="customer_id"))
+    def summarise(text: str, customer_id: str = "anonymous") -> None: ...
+
+    first = summarise.enqueue("a")  # was: "customer_id: ... the job has no such argument"
+    second = summarise.enqueue("b", customer_id="anonymous")
+    claimed = claim(app, clock)
+    assert [lease.job.id for lease in claimed] == [first.id]  # one bucket for both
+    assert second.refresh().state.value == "pending"
+
+
+@pytest.mark.parametrize("name", ["rate:t\n", "conc:\x1b[2Jt", "rate:a\udcffb", "rate:"])
+def test_limiter_names_with_control_characters_are_refused(app: Conveyor, name: str) -> None:
+    needs_flow(app)
+    with pytest.raises(ValidationError, match=r"^name: "):
+        app.set_limit(name, "1/s" if name.startswith("rate:") else 2)
+    with pytest.raises(ValidationError, match=r"^name: "):
+        app.set_limit(name, None)
