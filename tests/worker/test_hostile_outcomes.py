@@ -7,6 +7,7 @@ lease runs out) and the worker's slot is freed: with ``concurrency=1`` the next 
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from typing import Any
 
 import pytest
@@ -41,7 +42,7 @@ class BrokenZone(dt.tzinfo):
     """A time zone whose offset raises: encoding a datetime in it fails."""
 
     def utcoffset(self, when: dt.datetime | None) -> dt.timedelta:
-        raise RuntimeError("no offset here")
+        raise RuntimeError("no offset here\nforged: log line")
 
     def dst(self, when: dt.datetime | None) -> dt.timedelta:
         return dt.timedelta(0)
@@ -124,7 +125,9 @@ def test_retry_and_rate_limited_subclasses_without_their_fields(live_app: Convey
     assert limited.attempts == 0  # given back without spending an attempt (1 s default)
 
 
-def test_a_result_whose_encoding_raises_completes_without_it(live_app: Conveyor) -> None:
+def test_a_result_whose_encoding_raises_completes_without_it(
+    live_app: Conveyor, caplog: pytest.LogCaptureFixture
+) -> None:
     app = live_app
 
     @app.task
@@ -135,10 +138,12 @@ def test_a_result_whose_encoding_raises_completes_without_it(live_app: Conveyor)
     def fine() -> str:
         return "ok"
 
-    with running(app, concurrency=1):
+    with caplog.at_level(logging.WARNING, logger="conveyor"), running(app, concurrency=1):
         job = odd_result.enqueue()
         wait_until(lambda: _ended(job), 10)
         _next_job_runs(app, fine)
+    [line] = [r.getMessage() for r in caplog.records if "result not stored" in r.getMessage()]
+    assert "no offset here\\nforged" in line and "\n" not in line  # one line, escaped
     assert job.state is JobState.COMPLETED
     assert job.result is None
     entry = job.errors[-1]

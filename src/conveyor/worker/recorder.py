@@ -37,6 +37,7 @@ from ..outage import OutageLog, is_connection_error
 from .aftermath import Aftermath
 from .cancel import record_cancelled
 from .execute import Outcome, Unreceived, safe_text
+from .leanlog import text_safe
 from .running import Running
 
 if TYPE_CHECKING:
@@ -144,11 +145,11 @@ class Recorder(Aftermath):
     def _dropped(self, run: Running, problem: str, now: float) -> Ack:
         """An ``Ack`` without the result, noting ``problem`` in the job's ``errors``."""
         job = run.job
-        log.warning(
+        log.warning(  # escaped here: the problem may quote the value's own exception
             "job %s (%s): result not stored, the job completes without it: %s",
-            job.id,
-            job.task,
-            problem[:500],
+            text_safe(job.id),
+            text_safe(job.task),
+            text_safe(problem[:500]),
         )
         error = {
             "attempt": job.attempts,
