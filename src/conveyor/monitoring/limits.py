@@ -21,8 +21,7 @@ from ..runtime import Runtime
 def parse_limit(name: object, value: object, burst: object = None) -> list[float]:
     """The stored spec of ``value`` for limiter ``name``: ``[tokens, per, burst]`` for
     ``rate:...`` (``value`` like ``"10/s"``), ``[n]`` for ``conc:...``."""
-    check_limiter_name(name)
-    if name.startswith("rate:"):
+    if check_limiter_name(name).startswith("rate:"):
         tokens, per = parse_rate(value, "limit")
         b = tokens if burst is None else burst
         if isinstance(b, bool) or not isinstance(b, int | float) or not 1 <= b < float("inf"):
