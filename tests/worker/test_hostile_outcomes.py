@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from conveyor import Backoff, Conveyor, JobState
-from conveyor.errors import RateLimited, Retry
+from conveyor.errors import RateLimited, Retry, ValidationError
 from tests.worker.conftest import running, wait_until
 
 
@@ -200,3 +200,37 @@ def test_a_retry_past_year_9999_can_still_be_inspected(live_app: Conveyor) -> No
     detail = Inspector(app).job(job.id)
     details = " ".join(str(t["detail"]) for t in detail["timeline"])
     assert "out of range" in details
+
+
+@pytest.mark.parametrize(
+    ("options", "field"),
+    [
+        ({"retry_on": ["builtins.ValueError"]}, "retry_on"),  # names: per job only
+        ({"retry_on": [int]}, "retry_on"),
+        ({"dead_on": "ValueError"}, "dead_on"),  # was a tuple of letters
+        ({"dead_on": [KeyError, "x"]}, "dead_on"),
+        ({"backoff": "exponential"}, "backoff"),
+        ({"backoff": 5}, "backoff"),
+    ],
+)
+def test_task_retry_options_are_checked_when_declared(
+    live_app: Conveyor, options: dict[str, Any], field: str
+) -> None:
+    """Caught by ``@app.task``, not by the worker at the job's first failure (where they
+    raised TypeError / AttributeError while classifying it)."""
+    with pytest.raises(ValidationError, match=rf"^{field}: "):
+        live_app.task(name="declared", **options)(lambda: None)
+
+
+def test_a_single_exception_class_is_accepted_for_retry_on(live_app: Conveyor) -> None:
+    app = live_app
+
+    @app.task(max_attempts=3, retry_on=KeyError, backoff=Backoff.fixed(0.05))
+    def flaky(kind: str) -> None:
+        raise KeyError(kind) if kind == "key" else ValueError(kind)
+
+    with running(app, concurrency=2):
+        retried, permanent = flaky.enqueue("key"), flaky.enqueue("value")
+        wait_until(lambda: _ended(retried) and _ended(permanent), 10)
+    assert [e["kind"] for e in retried.errors] == ["error", "error", "error"]
+    assert [e["kind"] for e in permanent.errors] == ["permanent"]
