@@ -92,3 +92,12 @@ def test_limiter_names_with_control_characters_are_refused(app: Conveyor, name: 
         app.set_limit(name, "1/s" if name.startswith("rate:") else 2)
     with pytest.raises(ValidationError, match=r"^name: "):
         app.set_limit(name, None)
+
+
+def test_a_concurrency_past_the_integer_range_is_refused_when_declared(app: Conveyor) -> None:
+    """It was accepted, and every enqueue then failed with "job: cannot be encoded as JSON"."""
+    with pytest.raises(ValidationError, match=r"^concurrency: must be an integer"):
+        ConcurrencyLimit(10**30, key="account")
+    with pytest.raises(ValidationError, match=r"^concurrency: must be an integer"):
+        app.task(name="wide", concurrency=10**30)(lambda: None)
+    assert ConcurrencyLimit(2**31 - 1).n == 2**31 - 1

@@ -29,6 +29,7 @@ _UNITS = {"s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "hour": 360
 _RATE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*/\s*(\d+(?:\.\d+)?)?\s*([a-z]+)\s*\Z")
 MAX_KEY_TEXT = 200  # a limiter key value longer than this is refused (it names Redis keys)
 _INF = float("inf")
+MAX_N = 2**31 - 1  # largest concurrency limit (a slot count any backend stores as an integer)
 #: not allowed in a limiter key: group/slot separators, control characters (C0, DEL, C1: a
 #: key is shown by ``conveyor limits`` and the dashboard) and lone surrogates (not UTF-8)
 NOT_PLAIN = re.compile(r"[{}|\x00-\x1f\x7f-\x9f\ud800-\udfff]")
@@ -91,8 +92,10 @@ class ConcurrencyLimit:
     key: str | KeyFn | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.n, bool) or not isinstance(self.n, int) or self.n < 1:
-            raise ValidationError("concurrency", f"must be an integer >= 1, got {self.n!r}")
+        if isinstance(self.n, bool) or not isinstance(self.n, int) or not 1 <= self.n <= MAX_N:
+            raise ValidationError(
+                "concurrency", f"must be an integer from 1 to {MAX_N}, got {self.n!r:.40}"
+            )
         _check_key(self.key, "concurrency")
 
 
