@@ -101,3 +101,13 @@ def test_a_concurrency_past_the_integer_range_is_refused_when_declared(app: Conv
     with pytest.raises(ValidationError, match=r"^concurrency: must be an integer"):
         app.task(name="wide", concurrency=10**30)(lambda: None)
     assert ConcurrencyLimit(2**31 - 1).n == 2**31 - 1
+
+
+def test_a_refused_queue_declaration_changes_nothing(app: Conveyor) -> None:
+    """``app.queue`` checked a keyed limit only after re-declaring the queue's shards: the
+    refused call had made a sharded queue plain again."""
+    app.queue("spread", shards=4)
+    with pytest.raises(ValidationError, match=r"^queue: queue limits take no key"):
+        app.queue("spread", rate_limit=RateLimit("1/s", key="account"))
+    sharded = app.runtime.shards.get("spread")
+    assert sharded is not None and len(sharded.names) == 4
