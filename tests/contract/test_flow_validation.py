@@ -111,3 +111,17 @@ def test_a_refused_queue_declaration_changes_nothing(app: Conveyor) -> None:
         app.queue("spread", rate_limit=RateLimit("1/s", key="account"))
     sharded = app.runtime.shards.get("spread")
     assert sharded is not None and len(sharded.names) == 4
+
+
+def test_debounce_with_a_run_time_is_refused(app: Conveyor, clock: FakeClock) -> None:
+    """``debounce=`` sets the run time itself: ``delay`` / ``run_at`` next to it were dropped
+    without a word."""
+
+    @app.task(name="reindex")
+    def reindex(doc: str) -> None: ...
+
+    with pytest.raises(ValidationError, match=r"^debounce: cannot be combined with delay"):
+        reindex.options(debounce=5.0, delay=60).enqueue("a")
+    with pytest.raises(ValidationError, match=r"^debounce: cannot be combined with delay"):
+        reindex.options(debounce=5.0, run_at=clock.now() + 60).enqueue("a")
+    assert reindex.options(debounce=5.0).enqueue("a").state.value == "scheduled"
