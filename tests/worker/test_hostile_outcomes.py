@@ -153,8 +153,8 @@ def test_a_result_whose_encoding_raises_completes_without_it(
 
 def test_process_jobs_with_hostile_outcomes_free_their_child(live_app: Conveyor) -> None:
     """In a process-pool child: a ``Retry`` keeps its delay across the pipe; a result that
-    the worker cannot unpickle and an exception whose ``str()`` raises are recorded, and the
-    single child goes on to run the next job."""
+    cannot be pickled or that the worker cannot unpickle, and an exception whose ``str()``
+    raises, are recorded, and the single child goes on to run the next job."""
     from tests.worker.apps import funcs
 
     app = live_app
@@ -163,8 +163,11 @@ def test_process_jobs_with_hostile_outcomes_free_their_child(live_app: Conveyor)
     unprintable = app.task(executor="process", name="h_unprintable", max_attempts=1)(
         funcs.unprintable
     )
+    unpicklable = app.task(executor="process", name="h_unpicklable")(funcs.unpicklable)
     square = app.task(executor="process", name="h_square")(funcs.square)
     with running(app, concurrency=1, process_pool_size=1):
+        lock = unpicklable.enqueue()
+        wait_until(lambda: _ended(lock), 15)
         later = retry.enqueue(3600)
         wait_until(lambda: later.refresh().state is JobState.RETRY_SCHEDULED, 15)
         odd = unloadable.enqueue()
@@ -173,6 +176,10 @@ def test_process_jobs_with_hostile_outcomes_free_their_child(live_app: Conveyor)
         wait_until(lambda: _ended(bad), 15)
         last = square.enqueue(7)
         wait_until(lambda: last.refresh().state is JobState.COMPLETED, 15)
+    # the work happened: completed without the result, as on the thread executor (was: an
+    # error, so the job ran again)
+    assert lock.state is JobState.COMPLETED and lock.attempts == 1 and lock.result is None
+    assert "cannot be sent from the child process" in lock.errors[-1]["message"]
     assert later.errors[-1]["type"] == "Retry"
     assert later.run_at - later.errors[-1]["at"] == pytest.approx(3600)
     assert odd.state is JobState.COMPLETED and odd.result is None

@@ -5,6 +5,11 @@ child's job context (``worker/logs.py``: the user's log records carry the job id
 the worker's app has ``around_process`` middleware, the job itself and the worker's id: the
 child enters the ``around_process`` hooks of the app it imported with the task (the same code,
 configured in this process), on the thread that runs the handler.
+
+The replies travel pickled in two layers (``ok_reply`` / ``result_of``, ``error_reply`` /
+``exception_of``): a result or exception that cannot be pickled in the child or unpickled in
+the worker is that one job's problem (it completes without its result, or fails with a
+``RemoteError`` naming the exception), never a message the pool's reader fails on.
 """
 
 from __future__ import annotations
@@ -111,11 +116,24 @@ def exception_of(msg: tuple[Any, ...]) -> BaseException:
     return RemoteError(f"{type_name}: {message}")
 
 
-def result_of(blob: bytes) -> Any:
-    """The result of an ``("ok", ...)`` reply; ``Unreceived`` when it cannot be unpickled
-    here (the job is completed without it, like any result that cannot be stored)."""
+def ok_reply(job_id: str, result: Any) -> tuple[str, str, bytes | str]:
+    """The child's ``("ok", job_id, payload)`` reply: the pickled result, or why it cannot
+    be pickled (the job's work is done all the same: it completes without its result)."""
     try:
-        return pickle.loads(blob)
+        return ("ok", job_id, pickle.dumps(result))
+    except Exception as exc:
+        why = f"{type(exc).__name__}: {describe(exc)}"
+        return ("ok", job_id, f"result: cannot be sent from the child process: {why}")
+
+
+def result_of(payload: bytes | str) -> Any:
+    """The result of an ``("ok", ...)`` reply; ``Unreceived`` when the child could not pickle
+    it or it cannot be unpickled here (the job is completed without it, like any result that
+    cannot be stored)."""
+    if isinstance(payload, str):
+        return Unreceived(payload)
+    try:
+        return pickle.loads(payload)
     except Exception as exc:
         why = f"{type(exc).__name__}: {describe(exc)}"
         return Unreceived(f"result: cannot be received from the child process: {why}")

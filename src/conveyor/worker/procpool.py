@@ -21,7 +21,6 @@ import importlib
 import logging
 import multiprocessing
 import os
-import pickle
 import signal
 import sys
 import threading
@@ -34,7 +33,7 @@ from .executors import Report
 from .logs import active_config, configure_logging
 from .mainguard import HELP, UnguardedMain, exit_unguarded, is_bootstrap_error
 from .proc_job import RemoteError as RemoteError  # re-exported
-from .proc_job import error_reply, exception_of, result_of, run_job
+from .proc_job import error_reply, exception_of, ok_reply, result_of, run_job
 from .procutil import EXIT_UNGUARDED_MAIN
 from .running import LEFT, Running
 
@@ -314,11 +313,10 @@ def child_main(conn: Connection, log_config: tuple[str, str | int] | None = None
             if found is None:
                 found = functions[(module, qualname)] = _resolve(module, qualname)
             result = run_job(found[0], found[1], is_async, args, kwargs, ref, around)
-            # pickled here: a result that will not pickle is this job's error, and one that
-            # will not unpickle is found by the worker without losing the message (Unreceived)
-            reply: tuple[Any, ...] = ("ok", job_id, pickle.dumps(result))
         except BaseException as exc:
             reply = error_reply(job_id, exc)
+        else:
+            reply = ok_reply(job_id, result)
         try:
             conn.send(reply)
         except (OSError, ValueError):

@@ -71,3 +71,10 @@ class Unprintable(Exception):
 def unprintable() -> None:
     """Raise an exception that cannot describe itself."""
     raise Unprintable()
+
+
+def unpicklable() -> object:
+    """Return a value that cannot be pickled (a lock)."""
+    import threading
+
+    return threading.Lock()
