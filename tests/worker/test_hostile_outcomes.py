@@ -241,3 +241,30 @@ def test_a_single_exception_class_is_accepted_for_retry_on(live_app: Conveyor) -
         wait_until(lambda: _ended(retried) and _ended(permanent), 10)
     assert [e["kind"] for e in retried.errors] == ["error", "error", "error"]
     assert [e["kind"] for e in permanent.errors] == ["permanent"]
+
+
+def test_rate_limited_with_a_lone_surrogate_in_its_reason(live_app: Conveyor) -> None:
+    """The ``released`` note quotes the reason: a lone surrogate (a file name from
+    ``os.listdir``) made the release fail, and with it every outcome of the batch."""
+    from tests.support.hostile import UNENCODABLE
+
+    app = live_app
+    seen: list[int] = []
+
+    @app.task
+    def limited() -> None:
+        seen.append(1)
+        if len(seen) == 1:
+            raise RateLimited(retry_after=0.05, reason=UNENCODABLE["lone_surrogate"])
+
+    @app.task
+    def fine() -> str:
+        return "ok"
+
+    with running(app, concurrency=1):
+        job = limited.enqueue()
+        wait_until(lambda: job.refresh().state is JobState.COMPLETED, 10)
+        _next_job_runs(app, fine)
+    assert job.attempts == 1 and not job.errors  # the rate-limited try cost no attempt
+    released = [h for h in job.history if h["event"] == "released"]
+    assert "rate limited: name-\\udcff.txt" in released[0]["note"]

@@ -267,7 +267,8 @@ class Recorder(Aftermath):
     def _rate_limited(self, run: Running, decision: Decision, now: float) -> str:
         """``RateLimited``: give the job back for later, attempt returned, no failure counted."""
         delay = max(0.0, (decision.retry_at or now) - now)
-        note = f"rate limited: {decision.message[:200]}; retry in {delay:g}s"
+        # the handler's reason is job data: a lone surrogate must not fail the release
+        note = safe_text(f"rate limited: {decision.message[:200]}; retry in {delay:g}s")
         try:
             self._retrying(
                 "release",
@@ -277,6 +278,9 @@ class Recorder(Aftermath):
                 [run],
             )
         except LeaseLost:
+            return "lease_lost"
+        except DETERMINISTIC:  # this job's problem only: the rest of the batch is written
+            log.exception("broker release refused job %s's note", text_safe(run.job.id))
             return "lease_lost"
         return "released"
 
