@@ -125,3 +125,19 @@ def test_debounce_with_a_run_time_is_refused(app: Conveyor, clock: FakeClock) ->
     with pytest.raises(ValidationError, match=r"^debounce: cannot be combined with delay"):
         reindex.options(debounce=5.0, run_at=clock.now() + 60).enqueue("a")
     assert reindex.options(debounce=5.0).enqueue("a").state.value == "scheduled"
+
+
+def test_a_burst_for_a_concurrency_limit_is_refused(app: Conveyor) -> None:
+    """``conveyor limits set conc:x 2 --burst 5`` stored 2 and dropped the burst silently."""
+    needs_flow(app)
+    with pytest.raises(ValidationError, match=r"^burst: .*rate limits"):
+        app.set_limit("conc:sync", 2, burst=5)
+    assert "conc:sync" not in app.limits()["limits"]
+
+
+def test_a_slow_rate_can_be_set_at_run_time(app: Conveyor) -> None:
+    """``"1/m"`` works at declaration (burst 1), but ``set_limit`` took the count as the burst:
+    "0.5/s" was refused with "burst: must be a number >= 1, got None"."""
+    needs_flow(app)
+    app.set_limit("rate:slow", "0.5/s")
+    assert app.limits()["limits"]["rate:slow"] == [0.5, 1.0, 1.0]

@@ -23,10 +23,12 @@ def parse_limit(name: object, value: object, burst: object = None) -> list[float
     ``rate:...`` (``value`` like ``"10/s"``), ``[n]`` for ``conc:...``."""
     if check_limiter_name(name).startswith("rate:"):
         tokens, per = parse_rate(value, "limit")
-        b = tokens if burst is None else burst
+        b = max(1.0, tokens) if burst is None else burst  # as RateLimit.bucket() declares it
         if isinstance(b, bool) or not isinstance(b, int | float) or not 1 <= b < float("inf"):
             raise ValidationError("burst", f"must be a number >= 1, got {burst!r}")
         return [tokens, per, float(b)]
+    if burst is not None:  # it would be dropped without a word
+        raise ValidationError("burst", "applies to rate limits only (rate:<task>)")
     try:
         n = int(str(value))
     except ValueError:
