@@ -14,7 +14,9 @@ from __future__ import annotations
 from typing import Any
 
 
-def _restored(cls: type[BaseException], args: tuple[Any, ...], state: dict[str, Any]) -> Any:
+def rebuild_exception(
+    cls: type[BaseException], args: tuple[Any, ...], state: dict[str, Any]
+) -> Any:
     """Unpickle an exception without calling its ``__init__`` (whose signature is not its
     ``args``): a process-pool child sends a job's exception back to the worker this way."""
     exc = cls.__new__(cls, *args)
@@ -27,8 +29,8 @@ class _Restorable(Exception):
     """Pickles as its class, ``args`` and attributes, whatever its ``__init__`` takes."""
 
     def __reduce__(self) -> tuple[Any, ...]:
-        """``_restored(type, args, attributes)``."""
-        return (_restored, (type(self), self.args, dict(self.__dict__)))
+        """``rebuild_exception(type, args, attributes)``."""
+        return (rebuild_exception, (type(self), self.args, dict(self.__dict__)))
 
 
 class ConveyorError(_Restorable):

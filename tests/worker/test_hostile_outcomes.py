@@ -268,3 +268,20 @@ def test_rate_limited_with_a_lone_surrogate_in_its_reason(live_app: Conveyor) ->
     assert job.attempts == 1 and not job.errors  # the rate-limited try cost no attempt
     released = [h for h in job.history if h["event"] == "released"]
     assert "rate limited: name-\\udcff.txt" in released[0]["note"]
+
+
+def test_process_job_exceptions_with_their_own_init_keep_their_class(live_app: Conveyor) -> None:
+    """An exception whose ``__init__`` takes other arguments than its ``args`` (most custom
+    ones) came back from the child as ``RemoteError``: a ``PermanentError`` subclass was then
+    retried, and its type lost."""
+    from tests.worker.apps import funcs
+
+    app = live_app
+    lookup = app.task(executor="process", name="h_lookup", max_attempts=3)(funcs.lookup)
+    with running(app, concurrency=1, process_pool_size=1):
+        job = lookup.enqueue("sku-1")
+        wait_until(lambda: _ended(job), 15)
+    assert job.state is JobState.DEAD_LETTER and job.attempts == 1  # permanent: not retried
+    assert job.errors[-1]["type"] == "PermanentGone"
+    assert job.errors[-1]["kind"] == "permanent"
+    assert job.errors[-1]["message"] == "sku-1 not found in the catalogue"

@@ -20,6 +20,7 @@ import traceback
 from typing import Any, NamedTuple
 
 from ..core.retry import describe
+from ..errors import rebuild_exception
 from ..middleware import Around
 from .execute import Unreceived
 from .logs import job_context
@@ -95,12 +96,29 @@ def error_reply(job_id: str, exc: BaseException) -> tuple[Any, ...]:
 
 
 def _dump_exc(exc: BaseException) -> bytes | None:
-    try:
-        blob = pickle.dumps(exc)
-        pickle.loads(blob)
-        return blob
-    except Exception:
-        return None
+    """``exc`` pickled so that it unpickles: as itself, else rebuilt from its class, ``args``
+    and attributes without its ``__init__`` (a custom exception whose ``__init__`` takes other
+    arguments than its ``args``: pickle cannot rebuild those, and a ``PermanentError`` among
+    them would come back as a retryable ``RemoteError``); None if neither works."""
+    for value in (exc, _Rebuilt(exc)):
+        try:
+            blob = pickle.dumps(value)
+            pickle.loads(blob)
+            return blob
+        except Exception:
+            continue
+    return None
+
+
+class _Rebuilt:
+    """Pickles an exception as ``errors.rebuild_exception(class, args, attributes)``."""
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        exc = self.exc
+        return (rebuild_exception, (type(exc), exc.args, dict(getattr(exc, "__dict__", {}))))
 
 
 def exception_of(msg: tuple[Any, ...]) -> BaseException:

@@ -78,3 +78,31 @@ def unpicklable() -> object:
     import threading
 
     return threading.Lock()
+
+
+class NotFound(Exception):
+    """A permanent error with a two-argument ``__init__``: pickle cannot rebuild it from its
+    ``args`` (the usual way custom exceptions are written)."""
+
+    def __init__(self, what: str, where: str) -> None:
+        super().__init__(f"{what} not found in {where}")
+        self.what, self.where = what, where
+
+
+class Gone(NotFound):
+    """Subclass of a ``PermanentError`` mix-in, below."""
+
+
+def lookup(what: str) -> None:
+    """Raise ``PermanentGone`` (a PermanentError) with a two-argument ``__init__``."""
+    raise PermanentGone(what, "the catalogue")
+
+
+def _permanent() -> type:
+    from conveyor.errors import PermanentError
+
+    return PermanentError
+
+
+class PermanentGone(Gone, _permanent()):  # type: ignore[misc]
+    """A ``PermanentError`` that pickle cannot rebuild from its ``args``."""
