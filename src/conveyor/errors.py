@@ -11,6 +11,7 @@ Two families live here:
 
 from __future__ import annotations
 
+from numbers import Real
 from typing import Any
 
 
@@ -132,13 +133,13 @@ class Retry(_Restorable):
     def __init__(self, delay: float | None = None, reason: str = "") -> None:
         if delay is not None and (
             isinstance(delay, bool)
-            or not isinstance(delay, int | float)
+            or not isinstance(delay, Real)  # numpy numbers too, as before
             or not -float("inf") < delay < float("inf")
         ):
             raise ValidationError(
                 "delay", f"must be a finite number of seconds or None, got {delay!r}"
             )
-        self.delay = delay
+        self.delay = None if delay is None else float(delay)
         self.reason = reason
         super().__init__(reason or f"retry requested (delay={delay})")
 

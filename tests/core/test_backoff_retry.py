@@ -186,3 +186,16 @@ def test_decide_never_raises_on_odd_retry_fields() -> None:
         assert d.retry_at == 107.0
     d = decide(Mute(), attempts=1, max_attempts=3, policy=policy, now=100.0, rng=random.Random(1))
     assert d.message == "<str() failed: RuntimeError>" and d.retry_at == 107.0
+
+
+def test_retry_delay_takes_any_real_number_and_refuses_the_rest() -> None:
+    from fractions import Fraction
+
+    policy = RetryPolicy(max_attempts=3)
+    exc = Retry(delay=Fraction(3, 2))  # numbers.Real, like numpy's numbers: accepted as before
+    d = decide(exc, attempts=1, max_attempts=3, policy=policy, now=100.0, rng=random.Random(1))
+    assert d.retry_at == 101.5
+    assert Retry(delay=-5).delay == -5  # negative: at once
+    for bad in ("5", float("nan"), float("inf"), True, [1]):
+        with pytest.raises(ValidationError, match=r"^delay: must be a finite number"):
+            Retry(delay=bad)  # type: ignore[arg-type]

@@ -6,6 +6,7 @@ import random
 import traceback as tb
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from numbers import Real
 
 from ..errors import JobTimeout, PermanentError, RateLimited, Retry
 from .backoff import DEFAULT_BACKOFF, Backoff
@@ -124,11 +125,10 @@ def _seconds(value: object) -> float | None:
     """A delay the handler set (``Retry.delay``, ``RateLimited.retry_after``) as seconds >= 0;
     None when missing or not a finite number (a subclass that skipped ``__init__`` or set the
     attribute afterwards): the caller's default applies."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if isinstance(value, bool) or not isinstance(value, Real):
         return None
-    if not -float("inf") < value < float("inf"):
-        return None
-    return max(0.0, float(value))
+    seconds = float(value)
+    return max(0.0, seconds) if -float("inf") < seconds < float("inf") else None
 
 
 def previous_delay(job: Job) -> float | None:
