@@ -54,3 +54,13 @@ def test_a_failure_message_with_a_lone_surrogate_is_stored_escaped(app: Conveyor
     assert delivery.fail(UNENCODABLE["lone_surrogate"]) is JobState.DEAD_LETTER
     job = app.get_job(delivery.id)  # was: TypeError on every read (memory)
     assert job.errors[-1]["message"] == "name-\\udcff.txt"
+
+
+@pytest.mark.parametrize("vt", [float("nan"), float("inf"), "30", -1, 0])
+def test_dequeue_refuses_a_lease_that_is_not_a_finite_positive_number(
+    app: Conveyor, vt: Any
+) -> None:
+    app.enqueue("t")
+    with pytest.raises(ValidationError, match=r"^visibility_timeout: must be"):
+        app.dequeue("default", visibility_timeout=vt)  # NaN was leased; "30" a raw TypeError
+    assert app.dequeue("default") is not None  # nothing was claimed by the refused call
