@@ -69,14 +69,14 @@ class JobHandle(Job, Generic[R]):
         a 2-50 ms backoff; Redis: the queue's event stream), not a fixed sleep loop. The
         handle's fields are refreshed in place.
         """
-        limit = float("inf") if timeout is None else float(timeout)
+        limit = _wait_limit(timeout)
         job = self._app.broker.watch(self.id, self.queue, limit)
         return self._settle(job, limit)
 
     async def wait_async(self, timeout: float | None = None) -> R:
         """``wait`` for async code: never blocks the event loop (Redis: the native async
         client; SQLite and memory: a worker thread, in slices of at most a second)."""
-        limit = float("inf") if timeout is None else float(timeout)
+        limit = _wait_limit(timeout)
         job = await self._app.broker.watch_async(self.id, self.queue, limit)
         return self._settle(job, limit)
 
@@ -190,3 +190,19 @@ def _escaped(text: str) -> str:
     except UnicodeEncodeError:
         return text.encode("utf-8", "backslashreplace").decode("utf-8")
     return text
+
+
+def _wait_limit(timeout: object) -> float:
+    """``wait``'s ``timeout`` as seconds: None is for ever; NaN (which blocked for ever on
+    some backends) or anything ``float()`` refuses is a ``ValidationError``."""
+    if timeout is None:
+        return float("inf")
+    try:
+        limit = float(timeout)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise ValidationError(
+            "timeout", f"must be a number of seconds, got {timeout!r:.40}"
+        ) from None
+    if limit != limit:
+        raise ValidationError("timeout", "must be a number of seconds, got nan")
+    return limit

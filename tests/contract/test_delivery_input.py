@@ -64,3 +64,24 @@ def test_dequeue_refuses_a_lease_that_is_not_a_finite_positive_number(
     with pytest.raises(ValidationError, match=r"^visibility_timeout: must be"):
         app.dequeue("default", visibility_timeout=vt)  # NaN was leased; "30" a raw TypeError
     assert app.dequeue("default") is not None  # nothing was claimed by the refused call
+
+
+@pytest.mark.parametrize("timeout", [float("nan"), "soon", [1]])
+def test_wait_refuses_a_timeout_that_is_not_a_number(app: Conveyor, timeout: Any) -> None:
+    """``wait(timeout=nan)`` blocked for ever on memory (a ValueError from SQLite's wait)."""
+    import threading
+
+    job = app.enqueue("t")
+    caught: list[BaseException] = []
+
+    def wait() -> None:
+        try:
+            job.wait(timeout=timeout)
+        except BaseException as exc:  # the test inspects it
+            caught.append(exc)
+
+    waiter = threading.Thread(target=wait, daemon=True)
+    waiter.start()
+    waiter.join(5)
+    assert not waiter.is_alive(), "wait() is still blocked"
+    assert isinstance(caught[0], ValidationError) and str(caught[0]).startswith("timeout: ")
