@@ -301,8 +301,8 @@ class Conveyor(AdminMixin, FlowControlMixin, WorkflowMixin, SchedulesMixin):
         per ``reap_interval``), so a consumer that only calls ``dequeue`` still sees redeliveries.
         """
         vt = self.settings.visibility_timeout if visibility_timeout is None else visibility_timeout
-        if vt <= 0:
-            raise ValidationError("visibility_timeout", f"must be > 0, got {vt!r}")
+        if isinstance(vt, bool) or not isinstance(vt, int | float) or not 0 < vt < float("inf"):
+            raise ValidationError("visibility_timeout", f"must be a finite number > 0, got {vt!r}")
         now = self.now()
         if now - self._last_reap >= self.settings.reap_interval:
             self._last_reap = now

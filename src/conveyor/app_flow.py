@@ -49,10 +49,10 @@ class FlowControlMixin:
                 " would enforce its own); declare the limit on the tasks instead, whose jobs"
                 " then all go to shard 0 (docs/scaling.md)",
             )
-        self.runtime.shards.declare(name, shards, shard_by, self.runtime.id_rng.randrange(64))
         for limit in (flow.rate_limit, flow.concurrency) if flow else ():
-            if limit is not None and limit.key is not None:
+            if limit is not None and limit.key is not None:  # first: a refused call changes nothing
                 raise ValidationError("queue", "queue limits take no key (use a task's limits)")
+        self.runtime.shards.declare(name, shards, shard_by, self.runtime.id_rng.randrange(64))
         if flow is None:
             self.runtime.producer.queue_flows.pop(name, None)
         else:

@@ -11,10 +11,30 @@ Two families live here:
 
 from __future__ import annotations
 
+from numbers import Real
 from typing import Any
 
 
-class ConveyorError(Exception):
+def rebuild_exception(
+    cls: type[BaseException], args: tuple[Any, ...], state: dict[str, Any]
+) -> Any:
+    """Unpickle an exception without calling its ``__init__`` (whose signature is not its
+    ``args``): a process-pool child sends a job's exception back to the worker this way."""
+    exc = cls.__new__(cls, *args)
+    exc.args = args
+    exc.__dict__.update(state)
+    return exc
+
+
+class _Restorable(Exception):
+    """Pickles as its class, ``args`` and attributes, whatever its ``__init__`` takes."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """``rebuild_exception(type, args, attributes)``."""
+        return (rebuild_exception, (type(self), self.args, dict(self.__dict__)))
+
+
+class ConveyorError(_Restorable):
     """Root of every error Conveyor raises."""
 
 
@@ -101,11 +121,25 @@ class PermanentError(Exception):
     """Raised by a handler: do not retry, move the job to the dead-letter queue now."""
 
 
-class Retry(Exception):
-    """Raised by a handler: retry after ``delay`` seconds (counts as an attempt)."""
+class Retry(_Restorable):
+    """Raised by a handler: retry after ``delay`` seconds (counts as an attempt).
+
+    ``delay`` is None (the task's backoff) or a finite number of seconds (a negative one means
+    at once); anything else raises ``ValidationError`` in the handler, so the attempt fails
+    with a message naming ``delay`` instead of the job waiting for ever (infinity) or retrying
+    at once (NaN).
+    """
 
     def __init__(self, delay: float | None = None, reason: str = "") -> None:
-        self.delay = delay
+        if delay is not None and (
+            isinstance(delay, bool)
+            or not isinstance(delay, Real)  # numpy numbers too, as before
+            or not -float("inf") < delay < float("inf")
+        ):
+            raise ValidationError(
+                "delay", f"must be a finite number of seconds or None, got {delay!r}"
+            )
+        self.delay = None if delay is None else float(delay)
         self.reason = reason
         super().__init__(reason or f"retry requested (delay={delay})")
 

@@ -8,10 +8,11 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from .broker.base import Ack, Broker, Lease
 from .config import Settings
-from .core.job import ErrorKind, Job
+from .core.job import ErrorKind, Job, validate_non_negative
 from .core.serialization import result_problem
 from .core.state import JobState
 from .errors import JobFailed, JobNotFound, LeaseLost, ValidationError, WaitTimeout
+from .task_options import validate_time
 
 R = TypeVar("R")
 
@@ -68,14 +69,14 @@ class JobHandle(Job, Generic[R]):
         a 2-50 ms backoff; Redis: the queue's event stream), not a fixed sleep loop. The
         handle's fields are refreshed in place.
         """
-        limit = float("inf") if timeout is None else float(timeout)
+        limit = _wait_limit(timeout)
         job = self._app.broker.watch(self.id, self.queue, limit)
         return self._settle(job, limit)
 
     async def wait_async(self, timeout: float | None = None) -> R:
         """``wait`` for async code: never blocks the event loop (Redis: the native async
         client; SQLite and memory: a worker thread, in slices of at most a second)."""
-        limit = float("inf") if timeout is None else float(timeout)
+        limit = _wait_limit(timeout)
         job = await self._app.broker.watch_async(self.id, self.queue, limit)
         return self._settle(job, limit)
 
@@ -142,20 +143,66 @@ class Delivery:
             raise LeaseLost(self.id)
 
     def nack(self, delay: float = 0.0) -> JobState:
-        """Give the job back, visible again after ``delay`` seconds (counts as a delivery)."""
+        """Give the job back, visible again after ``delay`` seconds (counts as a delivery).
+
+        ``delay``: finite seconds >= 0, else ``ValidationError`` (the lease is still yours)."""
+        delay = validate_non_negative(delay, "delay")
         return self._app.broker.release(
             self.id, self.token, self._app.now(), delay=delay, penalize=True, note="nack"
         )
 
     def fail(self, message: str, *, retry_at: float | None = None) -> JobState:
-        """Record a failure: retry at ``retry_at`` or dead-letter when None."""
-        error = {"kind": "error", "type": "", "message": message, "at": self._app.now()}
+        """Record a failure: retry at ``retry_at`` (epoch seconds) or dead-letter when None.
+
+        A ``message`` that is not a string, or a ``retry_at`` that is not a finite number, is
+        a ``ValidationError`` (the lease is still yours); lone surrogates in the message are
+        stored escaped, as the worker stores a handler's error."""
+        if not isinstance(message, str):
+            raise ValidationError("message", f"must be a string, got {type(message).__name__}")
+        if retry_at is not None:
+            retry_at = validate_time(retry_at, "retry_at")
+        text = _escaped(message[:2000])
+        error = {"kind": "error", "type": "", "message": text, "at": self._app.now()}
         return self._app.broker.fail(
             self.id, self.token, self._app.now(), error=error, retry_at=retry_at
         )
 
     def extend(self, seconds: float | None = None) -> None:
-        """Push the lease deadline to now + ``seconds``; raise ``LeaseLost`` if it is gone."""
-        vt = self.visibility_timeout if seconds is None else seconds
+        """Push the lease deadline to now + ``seconds``; raise ``LeaseLost`` if it is gone.
+
+        ``seconds``: finite and > 0, else ``ValidationError`` (a negative one expired the lease
+        at once)."""
+        vt = (
+            self.visibility_timeout
+            if seconds is None
+            else validate_non_negative(seconds, "seconds")
+        )
+        if vt <= 0:
+            raise ValidationError("seconds", f"must be > 0, got {seconds!r}")
         if not self._app.broker.extend([(self.id, self.token)], self._app.now(), vt)[0]:
             raise LeaseLost(self.id)
+
+
+def _escaped(text: str) -> str:
+    """``text`` with lone surrogates written as ``\\udcff`` (storable as JSON)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
+def _wait_limit(timeout: object) -> float:
+    """``wait``'s ``timeout`` as seconds: None is for ever; NaN (which blocked for ever on
+    some backends) or anything ``float()`` refuses is a ``ValidationError``."""
+    if timeout is None:
+        return float("inf")
+    try:
+        limit = float(timeout)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise ValidationError(
+            "timeout", f"must be a number of seconds, got {timeout!r:.40}"
+        ) from None
+    if limit != limit:
+        raise ValidationError("timeout", "must be a number of seconds, got nan")
+    return limit

@@ -103,8 +103,14 @@ class Task(Generic[P, R]):
     def flow_record(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
         """The ``flow`` record of a job of this task (its limiter keys evaluated now)."""
         assert self.flow is not None
-        params = list(self.signature.parameters) if self.signature is not None else []
-        return job_flow(self.name, self.flow, args, kwargs, params)
+        sig = self.signature
+        params = list(sig.parameters) if sig is not None else []
+        defaults = (
+            {n: p.default for n, p in sig.parameters.items() if p.default is not p.empty}
+            if sig is not None
+            else None
+        )
+        return job_flow(self.name, self.flow, args, kwargs, params, defaults)
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Any:
         """Call the function directly, in this process (no job)."""
@@ -276,6 +282,25 @@ def _seconds(value: float | dt.timedelta) -> float:
     return value.total_seconds() if isinstance(value, dt.timedelta) else float(value)
 
 
+def exception_types(value: object, field_name: str) -> tuple[type[BaseException], ...]:
+    """A task's ``retry_on`` / ``dead_on``: one exception class or a list/tuple of them.
+
+    Checked when the task is declared: anything else (a qualified name, which only a job's
+    own ``retry_on`` takes; a class that is not an exception) made classifying the job's
+    first failure raise in the worker.
+    """
+    items = (value,) if isinstance(value, type) else value
+    if not isinstance(items, list | tuple) or not all(
+        isinstance(t, type) and issubclass(t, BaseException) for t in items
+    ):
+        raise ValidationError(
+            field_name,
+            "must be an exception class or a list of them (qualified names are taken per"
+            f" job: task.options({field_name}=[...])), got {value!r:.80}",
+        )
+    return tuple(items)
+
+
 def build_task(
     app: Enqueuer,
     fn: Callable[P, Any],
@@ -297,11 +322,15 @@ def build_task(
     from .core.job import validate_priority, validate_queue_name, validate_task_name
 
     attempts = max_attempts_from(max_attempts, max_retries)
+    if backoff is not None and not isinstance(backoff, Backoff):
+        raise ValidationError(
+            "backoff", f"must be a Backoff (Backoff.exponential(...)), got {backoff!r:.80}"
+        )
     policy = RetryPolicy(
         max_attempts=validate_max_attempts(attempts if attempts is not None else 4),
         backoff=backoff or DEFAULT_BACKOFF,
-        retry_on=tuple(retry_on),
-        dead_on=(PermanentError, *dead_on),
+        retry_on=exception_types(retry_on, "retry_on"),
+        dead_on=(PermanentError, *exception_types(dead_on, "dead_on")),
     )
     if executor not in ("auto", "thread", "asyncio", "process", "inline"):
         raise ValidationError("executor", "must be auto, thread, asyncio, process or inline")

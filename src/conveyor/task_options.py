@@ -80,6 +80,10 @@ def _check_flow_options(out: dict[str, Any]) -> None:
     if out.get("debounce") is not None:
         if out.get("unique") is not None or out.get("idempotency_key") is not None:
             raise ValidationError("debounce", "cannot be combined with unique / idempotency_key")
+        if out.get("delay") is not None or out.get("run_at") is not None:
+            raise ValidationError(
+                "debounce", "cannot be combined with delay / run_at (it sets the run time)"
+            )
         if validate_non_negative(out["debounce"], "debounce") <= 0:
             raise ValidationError("debounce", "must be a number of seconds > 0")
     if out.get("unique_key") is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -138,3 +139,63 @@ def test_decide_passes_the_previous_delay_to_decorrelated() -> None:
     )
     assert got.retry_at is not None and 10.0 + 1 <= got.retry_at <= 10.0 + 600
     assert got.retry_at == 10.0 + random.Random(1).uniform(1, 600)
+
+
+@pytest.mark.parametrize(
+    ("make", "field"),
+    [
+        (lambda: Backoff.exponential(base=float("nan")), "backoff.base"),
+        (lambda: Backoff.exponential(base=float("inf")), "backoff.base"),
+        (lambda: Backoff.exponential(factor=float("nan")), "backoff.factor"),
+        (lambda: Backoff.exponential(max=float("inf")), "backoff.max"),  # inf delays: never
+        (lambda: Backoff.exponential(max=float("nan")), "backoff.max"),
+        (lambda: Backoff.exponential(base="1"), "backoff.base"),  # was a raw TypeError
+        (lambda: Backoff.exponential(jitter="x"), "backoff.jitter"),
+        (lambda: Backoff.exponential(factor=True), "backoff.factor"),
+        (lambda: Backoff.fixed(float("nan")), "backoff.base"),  # was 0 s
+        (lambda: Backoff.fixed(float("inf")), "backoff.base"),  # was never retried
+        (lambda: Backoff.fixed("2"), "backoff.base"),
+        (lambda: Backoff.decorrelated(base=float("inf")), "backoff.base"),
+    ],
+)
+def test_backoff_numbers_must_be_finite_numbers(make: Any, field: str) -> None:
+    with pytest.raises(ValidationError, match=rf"^{field}: must be a finite number"):
+        make()
+
+
+def test_decide_never_raises_on_odd_retry_fields() -> None:
+    """A handler's Retry/RateLimited subclass that skipped ``__init__`` (or set junk after
+    it) falls back to the policy's backoff / 1 s; an exception whose str() raises is noted."""
+
+    class NoDelay(Retry):
+        def __init__(self) -> None:
+            Exception.__init__(self)
+
+    class Junk(Retry):
+        def __init__(self) -> None:
+            super().__init__(5)
+            self.delay = "soon"  # type: ignore[assignment]
+
+    class Mute(Exception):
+        def __str__(self) -> str:
+            raise RuntimeError
+
+    policy = RetryPolicy(max_attempts=3, backoff=Backoff.fixed(7))
+    for exc in (NoDelay(), Junk()):
+        d = decide(exc, attempts=1, max_attempts=3, policy=policy, now=100.0, rng=random.Random(1))
+        assert d.retry_at == 107.0
+    d = decide(Mute(), attempts=1, max_attempts=3, policy=policy, now=100.0, rng=random.Random(1))
+    assert d.message == "<str() failed: RuntimeError>" and d.retry_at == 107.0
+
+
+def test_retry_delay_takes_any_real_number_and_refuses_the_rest() -> None:
+    from fractions import Fraction
+
+    policy = RetryPolicy(max_attempts=3)
+    exc = Retry(delay=Fraction(3, 2))  # numbers.Real, like numpy's numbers: accepted as before
+    d = decide(exc, attempts=1, max_attempts=3, policy=policy, now=100.0, rng=random.Random(1))
+    assert d.retry_at == 101.5
+    assert Retry(delay=-5).delay == -5  # negative: at once
+    for bad in ("5", float("nan"), float("inf"), True, [1]):
+        with pytest.raises(ValidationError, match=r"^delay: must be a finite number"):
+            Retry(delay=bad)  # type: ignore[arg-type]

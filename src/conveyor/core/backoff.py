@@ -38,6 +38,8 @@ class Backoff:
     def __post_init__(self) -> None:
         if self.strategy not in ("fixed", "exponential", "decorrelated"):
             raise ValidationError("backoff.strategy", "must be fixed, exponential or decorrelated")
+        for name in ("base", "factor", "max", "jitter"):  # NaN or infinity: no usable delay
+            _finite(getattr(self, name), f"backoff.{name}")
         if self.base < 0 or self.max < 0:
             raise ValidationError("backoff.base", "base and max must be >= 0")
         if self.factor < 1:
@@ -48,6 +50,7 @@ class Backoff:
     @classmethod
     def fixed(cls, delay: float = 1.0, jitter: float = 0.0) -> Backoff:
         """Always wait ``delay`` seconds (± jitter)."""
+        delay = _finite(delay, "backoff.base")
         return cls("fixed", base=delay, factor=1.0, max=max(delay, 0.0), jitter=jitter)
 
     @classmethod
@@ -87,6 +90,17 @@ class Backoff:
         if self.jitter:
             raw *= rng.uniform(1 - self.jitter, 1 + self.jitter)
         return max(0.0, min(self.max, raw)) if self.strategy != "fixed" else max(0.0, raw)
+
+
+def _finite(value: object, field_name: str) -> float:
+    """``value`` if it is a finite real number (not a bool), else a ``ValidationError``."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not -float("inf") < value < float("inf")
+    ):
+        raise ValidationError(field_name, f"must be a finite number, got {value!r}")
+    return float(value)
 
 
 DEFAULT_BACKOFF = Backoff.exponential()

@@ -28,6 +28,11 @@ from ..errors import ValidationError
 _UNITS = {"s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "hour": 3600.0, "d": 86400.0}
 _RATE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*/\s*(\d+(?:\.\d+)?)?\s*([a-z]+)\s*\Z")
 MAX_KEY_TEXT = 200  # a limiter key value longer than this is refused (it names Redis keys)
+_INF = float("inf")
+MAX_N = 2**31 - 1  # largest concurrency limit (a slot count any backend stores as an integer)
+#: not allowed in a limiter key: group/slot separators, control characters (C0, DEL, C1: a
+#: key is shown by ``conveyor limits`` and the dashboard) and lone surrogates (not UTF-8)
+NOT_PLAIN = re.compile(r"[{}|\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 KeyFn = Callable[..., Any]
 
 
@@ -42,6 +47,8 @@ def parse_rate(text: object, field_name: str = "rate_limit") -> tuple[float, flo
     per = float(m.group(2) or 1) * _UNITS[m.group(3)]
     if tokens <= 0 or per <= 0:
         raise ValidationError(field_name, f"{text[:50]!r}: the rate must be positive")
+    if tokens == _INF or per == _INF:  # 400 digits: a bucket that never refills, or NaN sums
+        raise ValidationError(field_name, f"{text[:50]!r}: the count and period must be finite")
     return tokens, per
 
 
@@ -85,8 +92,10 @@ class ConcurrencyLimit:
     key: str | KeyFn | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.n, bool) or not isinstance(self.n, int) or self.n < 1:
-            raise ValidationError("concurrency", f"must be an integer >= 1, got {self.n!r}")
+        if isinstance(self.n, bool) or not isinstance(self.n, int) or not 1 <= self.n <= MAX_N:
+            raise ValidationError(
+                "concurrency", f"must be an integer from 1 to {MAX_N}, got {self.n!r:.40}"
+            )
         _check_key(self.key, "concurrency")
 
 
@@ -113,24 +122,54 @@ def task_flow(rate_limit: object, concurrency: object, fair_by: object) -> TaskF
 
 
 def key_value(
-    key: str | KeyFn, args: Sequence[Any], kwargs: Mapping[str, Any], params: Sequence[str]
+    key: str | KeyFn,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    params: Sequence[str],
+    field_name: str = "key",
+    defaults: Mapping[str, Any] | None = None,
 ) -> str:
-    """The text of a limiter key for one job: an argument's value, or the callable's result."""
+    """The text of a limiter key for one job: an argument's value (its default when the job
+    leaves it out), or the callable's result. Anything that goes wrong is a ``ValidationError``
+    naming ``field_name`` (``rate_limit``, ``concurrency``, ``fair_by``)."""
     if callable(key):
-        value = key(*args, **kwargs)
         name = getattr(key, "__name__", "key")
+        try:
+            value = key(*args, **kwargs)
+        except Exception as exc:
+            raise ValidationError(
+                field_name, f"the key {name}() raised {type(exc).__name__}: {_said(exc)}"
+            ) from exc
     else:
         name = key
         if key in kwargs:
             value = kwargs[key]
         elif key in params and params.index(key) < len(args):
             value = args[params.index(key)]
+        elif defaults is not None and key in defaults:
+            value = defaults[key]
         else:
-            raise ValidationError(key, "is a limiter key but the job has no such argument")
-    text = f"{name}={value}"
-    if len(text) > MAX_KEY_TEXT or any(c in text for c in "{}|\n\r\x00"):
-        raise ValidationError(str(name), "limiter key values must be short and plain text")
+            raise ValidationError(field_name, f"key {key!r} names no argument the job has")
+    try:
+        text = f"{name}={value}"
+    except Exception as exc:
+        raise ValidationError(
+            field_name, f"key {name}: str() raised {type(exc).__name__} on its value"
+        ) from exc
+    if len(text) > MAX_KEY_TEXT or NOT_PLAIN.search(text):
+        raise ValidationError(
+            field_name,
+            f"key {name}: values must be plain text of at most {MAX_KEY_TEXT} characters"
+            f" (no control characters, {{, }} or |), got {text[:60]!r}",
+        )
     return text
+
+
+def _said(exc: BaseException) -> str:
+    try:
+        return str(exc)[:200]
+    except Exception:
+        return "<str() failed>"
 
 
 def job_flow(
@@ -139,22 +178,28 @@ def job_flow(
     args: Sequence[Any],
     kwargs: Mapping[str, Any],
     params: Sequence[str],
+    defaults: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The ``flow`` record of one job of ``task`` (see the module docstring)."""
+    """The ``flow`` record of one job of ``task`` (see the module docstring); ``defaults``:
+    the function's parameter defaults, for a key argument the job leaves out."""
     record: dict[str, Any] = {}
     parts: list[str] = []
     if flow.rate_limit is not None:
         r = flow.rate_limit
-        name = f"rate:{task}" + (f":{key_value(r.key, args, kwargs, params)}" if r.key else "")
+        name = f"rate:{task}" + (
+            f":{key_value(r.key, args, kwargs, params, 'rate_limit', defaults)}" if r.key else ""
+        )
         record["r"] = [[name, *r.bucket()]]
         parts.append(name)
     if flow.concurrency is not None:
         c = flow.concurrency
-        name = f"conc:{task}" + (f":{key_value(c.key, args, kwargs, params)}" if c.key else "")
+        name = f"conc:{task}" + (
+            f":{key_value(c.key, args, kwargs, params, 'concurrency', defaults)}" if c.key else ""
+        )
         record["c"] = [[name, c.n]]
         parts.append(name)
     if flow.fair_by is not None:
-        parts.append(f"fair:{key_value(flow.fair_by, args, kwargs, params)}")
+        parts.append(f"fair:{key_value(flow.fair_by, args, kwargs, params, 'fair_by', defaults)}")
     record["g"] = "|".join(parts)
     return record
 

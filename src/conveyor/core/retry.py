@@ -6,6 +6,7 @@ import random
 import traceback as tb
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from numbers import Real
 
 from ..errors import JobTimeout, PermanentError, RateLimited, Retry
 from .backoff import DEFAULT_BACKOFF, Backoff
@@ -94,16 +95,40 @@ def decide(
     """
     kind = classify(exc, policy, retry_on, dead_on)
     trace = "".join(tb.format_exception(type(exc), exc, exc.__traceback__))[-4000:]
-    message = str(exc) or type(exc).__name__
+    message = describe(exc)
     retry_at: float | None = None
     if isinstance(exc, RateLimited):  # not a failure: always back after retry_after
-        return Decision(kind, now + exc.retry_after, type(exc).__name__, message, "")
+        after = _seconds(getattr(exc, "retry_after", None))
+        return Decision(
+            kind, now + (1.0 if after is None else after), type(exc).__name__, message, ""
+        )
     if kind is not ErrorKind.PERMANENT and attempts < max_attempts:
-        if isinstance(exc, Retry) and exc.delay is not None:
-            retry_at = now + max(0.0, exc.delay)
+        delay = _seconds(getattr(exc, "delay", None)) if isinstance(exc, Retry) else None
+        if delay is not None:
+            retry_at = now + delay
         else:
             retry_at = now + policy.backoff.delay(attempts, rng, previous_delay)
     return Decision(kind, retry_at, type(exc).__name__, message, trace)
+
+
+def describe(exc: BaseException) -> str:
+    """``str(exc)``, or the class name when it is empty; never raises (a handler's exception
+    whose ``__str__`` fails is still recorded, with a note saying so)."""
+    try:
+        text = str(exc)
+    except Exception as failed:
+        return f"<str() failed: {type(failed).__name__}>"
+    return text if isinstance(text, str) and text else type(exc).__name__
+
+
+def _seconds(value: object) -> float | None:
+    """A delay the handler set (``Retry.delay``, ``RateLimited.retry_after``) as seconds >= 0;
+    None when missing or not a finite number (a subclass that skipped ``__init__`` or set the
+    attribute afterwards): the caller's default applies."""
+    if isinstance(value, bool) or not isinstance(value, Real):
+        return None
+    seconds = float(value)
+    return max(0.0, seconds) if -float("inf") < seconds < float("inf") else None
 
 
 def previous_delay(job: Job) -> float | None:

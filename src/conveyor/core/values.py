@@ -93,9 +93,19 @@ def result_problem(result: Any, limit: int = MAX_RESULT_BYTES) -> str | None:
         return "result: nests too deeply to be encoded as JSON (at most 255 levels)"
     except (TypeError, ValueError) as exc:  # orjson.JSONEncodeError is a TypeError
         return f"result: cannot be encoded as JSON ({exc})"
+    except Exception as exc:  # the value's own code raised (a tzinfo, a __str__, an __iter__)
+        return f"result: encoding it raised {type(exc).__name__}: {_said(exc)}"
     if size > limit:
         return f"result: encoded result is {size} bytes, the limit is {limit} bytes"
     return None
+
+
+def _said(exc: BaseException) -> str:
+    """``str(exc)``, or a note when even that raises."""
+    try:
+        return str(exc)
+    except Exception:
+        return "<str() failed>"
 
 
 def decode_value(value: Any) -> Any:

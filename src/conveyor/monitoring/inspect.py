@@ -360,9 +360,18 @@ def _event_detail(event: Mapping[str, Any]) -> str:
         if key in skip or value in (None, ""):
             continue
         if key.endswith(("_at", "run_at")) and isinstance(value, int | float):
-            value = datetime.fromtimestamp(value, UTC).strftime("%Y-%m-%d %H:%M:%S")
+            value = _utc(value)
         parts.append(f"{key}={value}")
     return ", ".join(parts)
+
+
+def _utc(ts: float) -> str:
+    """Epoch seconds as UTC wall time; a time past year 9999 (``Retry(delay=1e300)``) or NaN
+    is shown as the number, never an error that takes the job's page down."""
+    try:
+        return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S")
+    except (ValueError, OverflowError, OSError):
+        return f"{ts!r} (out of range)"
 
 
 def _first_number(doc: Mapping[str, Any], *keys: str) -> float | None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..core.flow import is_queue_limiter, limiter_base, parse_rate
+from ..core.flow import NOT_PLAIN, is_queue_limiter, limiter_base, parse_rate
 from ..core.job import Job
 from ..errors import ValidationError
 from ..runtime import Runtime
@@ -21,14 +21,14 @@ from ..runtime import Runtime
 def parse_limit(name: object, value: object, burst: object = None) -> list[float]:
     """The stored spec of ``value`` for limiter ``name``: ``[tokens, per, burst]`` for
     ``rate:...`` (``value`` like ``"10/s"``), ``[n]`` for ``conc:...``."""
-    if not isinstance(name, str) or not name.startswith(("rate:", "conc:")) or len(name) > 300:
-        raise ValidationError("name", "must name a limiter: rate:<task> or conc:<task>")
-    if name.startswith("rate:"):
+    if check_limiter_name(name).startswith("rate:"):
         tokens, per = parse_rate(value, "limit")
-        b = tokens if burst is None else burst
+        b = max(1.0, tokens) if burst is None else burst  # as RateLimit.bucket() declares it
         if isinstance(b, bool) or not isinstance(b, int | float) or not 1 <= b < float("inf"):
             raise ValidationError("burst", f"must be a number >= 1, got {burst!r}")
         return [tokens, per, float(b)]
+    if burst is not None:  # it would be dropped without a word
+        raise ValidationError("burst", "applies to rate limits only (rate:<task>)")
     try:
         n = int(str(value))
     except ValueError:
@@ -43,9 +43,26 @@ def parse_limit(name: object, value: object, burst: object = None) -> list[float
 def set_limit(rt: Runtime, name: str, value: str | int | None, burst: float | None = None) -> None:
     """Override (or with ``value`` None, clear) a limit at run time."""
     spec = None if value is None else parse_limit(name, value, burst)
-    if value is None and (not isinstance(name, str) or not name.startswith(("rate:", "conc:"))):
-        raise ValidationError("name", "must name a limiter: rate:<task> or conc:<task>")
+    check_limiter_name(name)
     rt.broker.flow_set_limit(name, spec)
+
+
+def check_limiter_name(name: object) -> str:
+    """``name`` if it names a limiter (``rate:<task>``, ``conc:<task>``, per key
+    ``rate:<task>:<key>=<value>``): at most 300 characters of plain text (no control
+    characters, no lone surrogates: it is stored, and shown by ``conveyor limits``)."""
+    if (
+        not isinstance(name, str)
+        or not name.startswith(("rate:", "conc:"))
+        or not 5 < len(name) <= 300
+        or NOT_PLAIN.search(name)
+    ):
+        raise ValidationError(
+            "name",
+            "must name a limiter: rate:<task> or conc:<task>, plain text of at most 300"
+            f" characters, got {str(name)[:60]!r}",
+        )
+    return name
 
 
 def declared(rt: Runtime) -> dict[str, str]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import random
 import traceback
 from collections.abc import Mapping, Sequence
@@ -18,11 +19,14 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ..core.job import ErrorKind, Job
-from ..core.retry import Decision, RetryPolicy, decide, previous_delay
+from ..core.retry import Decision, RetryPolicy, decide, describe, previous_delay
 from ..middleware import hooked as hooked  # re-exported for the worker loop
+from .leanlog import text_safe
 from .logs import job_context
 from .running import Running, choose_executor, effective_timeout
 from .timeouts import timeout_error
+
+log = logging.getLogger("conveyor.worker")
 
 if TYPE_CHECKING:
     from ..broker.base import Lease
@@ -65,6 +69,16 @@ def safe_text(text: str) -> str:
     except UnicodeEncodeError:
         return text.encode("utf-8", "backslashreplace").decode("utf-8")
     return text
+
+
+class Unreceived:
+    """The result of a process-pool job that the worker could not unpickle: ``problem`` says
+    why; the recorder completes the job without a result and notes it (``Recorder._ack``)."""
+
+    __slots__ = ("problem",)
+
+    def __init__(self, problem: str) -> None:
+        self.problem = problem
 
 
 #: The outcome of a job that returned None: shared, nothing to check or classify.
@@ -175,6 +189,10 @@ def failure(
     return Outcome(False, decision=decision, error=exc)
 
 
+#: the wait before the next attempt when even classifying a failure failed (``reported``)
+FALLBACK_DELAY = 60.0
+
+
 def reported(
     run: Running,
     result: Any,
@@ -185,7 +203,39 @@ def reported(
 ) -> Outcome:
     """The outcome of what an executor reported: a cancelled job that stopped by raising
     (the injected ``JobCancelled``, a cancelled task, a killed child) ends cancelled; an
-    interrupted one is otherwise a timeout."""
+    interrupted one is otherwise a timeout.
+
+    Never raises: should classifying fail (a custom ``Backoff`` that raises, say), the attempt
+    is still recorded as an ``error``, retried after ``FALLBACK_DELAY`` while attempts remain,
+    so the job is not left running and its slot is freed.
+    """
+    try:
+        return _reported(run, result, exc, remote_traceback, now, rng)
+    except Exception as failed:
+        log.exception("job %s: classifying its outcome failed", text_safe(run.job.id))
+        job = run.job
+        left = job.attempts < (
+            job.max_attempts or (run.task.policy.max_attempts if run.task else 1)
+        )
+        message = f"classifying the outcome failed: {type(failed).__name__}: {describe(failed)}"
+        decision = Decision(
+            ErrorKind.ERROR,
+            now + FALLBACK_DELAY if left else None,
+            type(exc).__name__ if exc is not None else "Result",
+            message,
+            format_exc(failed),
+        )
+        return Outcome(False, decision=decision, error=exc)
+
+
+def _reported(
+    run: Running,
+    result: Any,
+    exc: BaseException | None,
+    remote_traceback: str | None,
+    now: float,
+    rng: random.Random,
+) -> Outcome:
     task = run.task
     assert task is not None
     if run.cancel_requested:  # stopped on request (it raised, or ignored it past the grace)

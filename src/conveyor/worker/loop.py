@@ -42,6 +42,7 @@ from .helpers import Wiring, broker_accepts, start_helpers, stop_helpers
 from .inline_mode import InlineMode
 from .jobctx import JobBoard
 from .mainguard import UnguardedMain, exit_unguarded, explain, in_bootstrapping_child
+from .options import count, seconds
 from .presence import describe
 from .procutil import EXIT_CONFIG as EXIT_CONFIG
 from .procutil import EXIT_OK as EXIT_OK  # re-exported: callers import the codes from here
@@ -86,16 +87,18 @@ class Worker(ClaimLoop, InlineMode):
         spec = queues if queues is not None else task_queues(rt.tasks.values())
         # sharded queues (issue 18) expand to their shards: a plain QueueSelector otherwise
         self.selector = rt.shards.selector(parse_queues(spec), strict)
-        self.concurrency = max(1, int(concurrency))
-        self.processes = processes
+        self.concurrency = count(concurrency, "concurrency") or 1
+        self.processes = count(processes, "processes") or 1
         settings = rt.settings
-        self.visibility_timeout = visibility_timeout or settings.visibility_timeout
-        self.max_lost = max_lost or settings.max_lost
-        self.shutdown_timeout = (
-            settings.shutdown_timeout if shutdown_timeout is None else shutdown_timeout
-        )
-        self.max_jobs = max_jobs
-        self.process_pool_size = process_pool_size or min(self.concurrency, os.cpu_count() or 1)
+        lease = seconds(visibility_timeout, "visibility_timeout", zero_ok=True)
+        self.visibility_timeout = lease or settings.visibility_timeout  # 0: the default
+        self.max_lost = count(max_lost, "max_lost", zero_is_default=True) or settings.max_lost
+        drain = seconds(shutdown_timeout, "shutdown_timeout", zero_ok=True)
+        self.shutdown_timeout = settings.shutdown_timeout if drain is None else drain
+        self.max_jobs = count(max_jobs, "max_jobs", zero_is_default=True)
+        self.process_pool_size = count(
+            process_pool_size, "process_pool_size", zero_is_default=True
+        ) or min(self.concurrency, os.cpu_count() or 1)
         self.heartbeat, self.handle_signals = heartbeat, handle_signals
         suffix = new_ulid(rt.now(), rt.id_rng)[-6:]
         self.id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{suffix}"

@@ -5,14 +5,24 @@ child's job context (``worker/logs.py``: the user's log records carry the job id
 the worker's app has ``around_process`` middleware, the job itself and the worker's id: the
 child enters the ``around_process`` hooks of the app it imported with the task (the same code,
 configured in this process), on the thread that runs the handler.
+
+The replies travel pickled in two layers (``ok_reply`` / ``result_of``, ``error_reply`` /
+``exception_of``): a result or exception that cannot be pickled in the child or unpickled in
+the worker is that one job's problem (it completes without its result, or fails with a
+``RemoteError`` naming the exception), never a message the pool's reader fails on.
 """
 
 from __future__ import annotations
 
 import asyncio
+import pickle
+import traceback
 from typing import Any, NamedTuple
 
+from ..core.retry import describe
+from ..errors import rebuild_exception
 from ..middleware import Around
+from .execute import Unreceived
 from .logs import job_context
 
 
@@ -67,3 +77,81 @@ def _call(fn: Any, is_async: bool, args: Any, kwargs: Any) -> Any:
     if is_async:
         return asyncio.run(fn(*args, **kwargs))
     return fn(*args, **kwargs)
+
+
+class RemoteError(Exception):
+    """A job's exception that could not be sent back from the child as itself."""
+
+
+def error_reply(job_id: str, exc: BaseException) -> tuple[Any, ...]:
+    """The child's ``("err", ...)`` reply for a job that raised ``exc``."""
+    return (
+        "err",
+        job_id,
+        _dump_exc(exc),
+        type(exc).__name__,
+        describe(exc),
+        "".join(traceback.format_exception(exc))[-4000:],
+    )
+
+
+def _dump_exc(exc: BaseException) -> bytes | None:
+    """``exc`` pickled so that it unpickles: as itself, else rebuilt from its class, ``args``
+    and attributes without its ``__init__`` (a custom exception whose ``__init__`` takes other
+    arguments than its ``args``: pickle cannot rebuild those, and a ``PermanentError`` among
+    them would come back as a retryable ``RemoteError``); None if neither works."""
+    for value in (exc, _Rebuilt(exc)):
+        try:
+            blob = pickle.dumps(value)
+            pickle.loads(blob)
+            return blob
+        except Exception:
+            continue
+    return None
+
+
+class _Rebuilt:
+    """Pickles an exception as ``errors.rebuild_exception(class, args, attributes)``."""
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        exc = self.exc
+        return (rebuild_exception, (type(exc), exc.args, dict(getattr(exc, "__dict__", {}))))
+
+
+def exception_of(msg: tuple[Any, ...]) -> BaseException:
+    """The exception of an ``("err", ...)`` reply: itself, else a ``RemoteError`` naming it."""
+    _, _, blob, type_name, message, _tb = msg
+    if blob is not None:
+        try:
+            exc = pickle.loads(blob)
+            if isinstance(exc, BaseException):
+                return exc
+        except Exception:
+            pass
+    return RemoteError(f"{type_name}: {message}")
+
+
+def ok_reply(job_id: str, result: Any) -> tuple[str, str, bytes | str]:
+    """The child's ``("ok", job_id, payload)`` reply: the pickled result, or why it cannot
+    be pickled (the job's work is done all the same: it completes without its result)."""
+    try:
+        return ("ok", job_id, pickle.dumps(result))
+    except Exception as exc:
+        why = f"{type(exc).__name__}: {describe(exc)}"
+        return ("ok", job_id, f"result: cannot be sent from the child process: {why}")
+
+
+def result_of(payload: bytes | str) -> Any:
+    """The result of an ``("ok", ...)`` reply; ``Unreceived`` when the child could not pickle
+    it or it cannot be unpickled here (the job is completed without it, like any result that
+    cannot be stored)."""
+    if isinstance(payload, str):
+        return Unreceived(payload)
+    try:
+        return pickle.loads(payload)
+    except Exception as exc:
+        why = f"{type(exc).__name__}: {describe(exc)}"
+        return Unreceived(f"result: cannot be received from the child process: {why}")

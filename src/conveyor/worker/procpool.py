@@ -21,12 +21,10 @@ import importlib
 import logging
 import multiprocessing
 import os
-import pickle
 import signal
 import sys
 import threading
 import time
-import traceback
 from collections.abc import Sequence
 from multiprocessing.connection import Connection, wait
 from typing import Any
@@ -34,7 +32,8 @@ from typing import Any
 from .executors import Report
 from .logs import active_config, configure_logging
 from .mainguard import HELP, UnguardedMain, exit_unguarded, is_bootstrap_error
-from .proc_job import run_job
+from .proc_job import RemoteError as RemoteError  # re-exported
+from .proc_job import error_reply, exception_of, ok_reply, result_of, run_job
 from .procutil import EXIT_UNGUARDED_MAIN
 from .running import LEFT, Running
 
@@ -43,10 +42,6 @@ log = logging.getLogger("conveyor.worker")
 
 class ChildProcessDied(Exception):
     """The child process running a job exited before sending a result."""
-
-
-class RemoteError(Exception):
-    """A job's exception that could not be sent back from the child as itself."""
 
 
 class _Slot:
@@ -234,9 +229,9 @@ class ProcessPool:
             return
         run.phase = LEFT
         if msg[0] == "ok":
-            self._report(run, msg[2], None, None)
+            self._report(run, result_of(msg[2]), None, None)
         else:
-            self._report(run, None, _exception_of(msg), msg[5])
+            self._report(run, None, exception_of(msg), msg[5])
 
     def _replace(self, slot: _Slot) -> None:
         """A child died: report its job, and start another one (backing off if none starts)."""
@@ -298,18 +293,6 @@ class ProcessPool:
             self._report(waiting, None, self.unusable, None)
 
 
-def _exception_of(msg: tuple[Any, ...]) -> BaseException:
-    _, _, blob, type_name, message, _tb = msg
-    if blob is not None:
-        try:
-            exc = pickle.loads(blob)
-            if isinstance(exc, BaseException):
-                return exc
-        except Exception:
-            pass
-    return RemoteError(f"{type_name}: {message}")
-
-
 # -------------------------------------------------------------------- child side
 def child_main(conn: Connection, log_config: tuple[str, str | int] | None = None) -> None:
     """Loop in a child: receive a job, run it, send back the result or the exception."""
@@ -330,17 +313,10 @@ def child_main(conn: Connection, log_config: tuple[str, str | int] | None = None
             if found is None:
                 found = functions[(module, qualname)] = _resolve(module, qualname)
             result = run_job(found[0], found[1], is_async, args, kwargs, ref, around)
-            reply: tuple[Any, ...] = ("ok", job_id, result)
-            pickle.dumps(result)
         except BaseException as exc:
-            reply = (
-                "err",
-                job_id,
-                _dump_exc(exc),
-                type(exc).__name__,
-                str(exc),
-                "".join(traceback.format_exception(exc))[-4000:],
-            )
+            reply = error_reply(job_id, exc)
+        else:
+            reply = ok_reply(job_id, result)
         try:
             conn.send(reply)
         except (OSError, ValueError):
@@ -360,15 +336,6 @@ def _resolve(module_name: str, qualname: str) -> tuple[Any, Any]:
         obj = getattr(obj, part)
     fn = getattr(obj, "fn", None)
     return (obj, None) if fn is None else (fn, obj)
-
-
-def _dump_exc(exc: BaseException) -> bytes | None:
-    try:
-        blob = pickle.dumps(exc)
-        pickle.loads(blob)
-        return blob
-    except Exception:
-        return None
 
 
 def _die_with_parent() -> None:

@@ -36,7 +36,8 @@ from ..middleware import after_process_batch, emit, hooked
 from ..outage import OutageLog, is_connection_error
 from .aftermath import Aftermath
 from .cancel import record_cancelled
-from .execute import Outcome, safe_text
+from .execute import Outcome, Unreceived, safe_text
+from .leanlog import text_safe
 from .running import Running
 
 if TYPE_CHECKING:
@@ -134,6 +135,8 @@ class Recorder(Aftermath):
         job, result = run.job, outcome.result
         if result is None:
             return Ack.fast(job.id, run.token, None, job.queue)
+        if isinstance(result, Unreceived):  # a process-pool child's, the worker cannot unpickle
+            return self._dropped(run, result.problem, now)
         problem = result_problem(result, self.max_result_bytes)
         if problem is None:
             return Ack.fast(job.id, run.token, result, job.queue)
@@ -142,11 +145,11 @@ class Recorder(Aftermath):
     def _dropped(self, run: Running, problem: str, now: float) -> Ack:
         """An ``Ack`` without the result, noting ``problem`` in the job's ``errors``."""
         job = run.job
-        log.warning(
+        log.warning(  # escaped here: the problem may quote the value's own exception
             "job %s (%s): result not stored, the job completes without it: %s",
-            job.id,
-            job.task,
-            problem[:500],
+            text_safe(job.id),
+            text_safe(job.task),
+            text_safe(problem[:500]),
         )
         error = {
             "attempt": job.attempts,
@@ -264,7 +267,8 @@ class Recorder(Aftermath):
     def _rate_limited(self, run: Running, decision: Decision, now: float) -> str:
         """``RateLimited``: give the job back for later, attempt returned, no failure counted."""
         delay = max(0.0, (decision.retry_at or now) - now)
-        note = f"rate limited: {decision.message[:200]}; retry in {delay:g}s"
+        # the handler's reason is job data: a lone surrogate must not fail the release
+        note = safe_text(f"rate limited: {decision.message[:200]}; retry in {delay:g}s")
         try:
             self._retrying(
                 "release",
@@ -274,6 +278,9 @@ class Recorder(Aftermath):
                 [run],
             )
         except LeaseLost:
+            return "lease_lost"
+        except DETERMINISTIC:  # this job's problem only: the rest of the batch is written
+            log.exception("broker release refused job %s's note", text_safe(run.job.id))
             return "lease_lost"
         return "released"
 

@@ -36,3 +36,73 @@ def fail(message: str) -> None:
 async def async_pid() -> int:
     """An async function run in a child process."""
     return os.getpid()
+
+
+def retry_in(delay: float) -> None:
+    """Ask for a retry ``delay`` seconds later."""
+    from conveyor.errors import Retry
+
+    raise Retry(delay=delay, reason="later")
+
+
+def _refuse() -> None:
+    raise RuntimeError("this value cannot be rebuilt here")
+
+
+class Unloadable:
+    """Pickles in the child, but unpickling it (in the worker) raises."""
+
+    def __reduce__(self) -> tuple[object, tuple[()]]:
+        return (_refuse, ())
+
+
+def unloadable() -> Unloadable:
+    """Return a value the worker cannot receive."""
+    return Unloadable()
+
+
+class Unprintable(Exception):
+    """An exception whose ``str()`` raises."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("str() of this exception fails")
+
+
+def unprintable() -> None:
+    """Raise an exception that cannot describe itself."""
+    raise Unprintable()
+
+
+def unpicklable() -> object:
+    """Return a value that cannot be pickled (a lock)."""
+    import threading
+
+    return threading.Lock()
+
+
+class NotFound(Exception):
+    """A permanent error with a two-argument ``__init__``: pickle cannot rebuild it from its
+    ``args`` (the usual way custom exceptions are written)."""
+
+    def __init__(self, what: str, where: str) -> None:
+        super().__init__(f"{what} not found in {where}")
+        self.what, self.where = what, where
+
+
+class Gone(NotFound):
+    """Subclass of a ``PermanentError`` mix-in, below."""
+
+
+def lookup(what: str) -> None:
+    """Raise ``PermanentGone`` (a PermanentError) with a two-argument ``__init__``."""
+    raise PermanentGone(what, "the catalogue")
+
+
+def _permanent() -> type:
+    from conveyor.errors import PermanentError
+
+    return PermanentError
+
+
+class PermanentGone(Gone, _permanent()):  # type: ignore[misc]
+    """A ``PermanentError`` that pickle cannot rebuild from its ``args``."""

@@ -1,0 +1,39 @@
+"""Check the options of ``Worker(...)`` / ``app.worker(...)`` as the CLI does.
+
+A bad value is a ``ValidationError`` naming the option and the rule, raised before anything
+starts: such values used to be clamped silently (``concurrency=0`` ran one slot) or taken as
+given (a NaN or negative lease, a drain that never waits, ``max_jobs=-1`` recycling the worker
+after its first job). ``None`` (and, for the counts that had it, 0) keeps the default.
+"""
+
+from __future__ import annotations
+
+from ..errors import ValidationError
+
+
+def count(value: object, field_name: str, *, zero_is_default: bool = False) -> int | None:
+    """An optional integer >= 1 (0 too with ``zero_is_default``: then None, the default)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValidationError(field_name, f"must be an integer >= 1, got {value!r:.40}")
+    if value == 0:
+        if zero_is_default:
+            return None
+        raise ValidationError(field_name, "must be an integer >= 1, got 0")
+    return value
+
+
+def seconds(value: object, field_name: str, *, zero_ok: bool) -> float | None:
+    """Optional seconds: a finite number > 0 (>= 0 with ``zero_ok``)."""
+    if value is None:
+        return None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not 0 <= value < float("inf")
+        or (value == 0 and not zero_ok)
+    ):
+        rule = ">= 0" if zero_ok else "> 0"
+        raise ValidationError(field_name, f"must be a finite number {rule}, got {value!r:.40}")
+    return float(value)

@@ -1,0 +1,54 @@
+"""``app.worker(...)`` refuses bad options with a ValidationError naming the option, as the
+CLI (``conveyor worker``) does: they were silently clamped or taken as given (a NaN or
+negative lease, a drain that never waits, a worker recycled after its first job)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from conveyor import Conveyor, ValidationError
+from conveyor.broker.memory import MemoryBroker
+
+
+@pytest.fixture
+def app() -> Conveyor:
+    """Options are checked before any broker call: one backend is enough."""
+    return Conveyor(MemoryBroker())
+
+
+@pytest.mark.parametrize(
+    ("options", "field"),
+    [
+        ({"concurrency": 0}, "concurrency"),
+        ({"concurrency": -3}, "concurrency"),
+        ({"concurrency": 1.5}, "concurrency"),
+        ({"concurrency": "8"}, "concurrency"),
+        ({"processes": 0}, "processes"),
+        ({"visibility_timeout": float("nan")}, "visibility_timeout"),
+        ({"visibility_timeout": -5}, "visibility_timeout"),
+        ({"visibility_timeout": float("inf")}, "visibility_timeout"),
+        ({"shutdown_timeout": float("nan")}, "shutdown_timeout"),
+        ({"shutdown_timeout": -1}, "shutdown_timeout"),
+        ({"max_jobs": -1}, "max_jobs"),
+        ({"max_jobs": 2.5}, "max_jobs"),
+        ({"max_lost": -1}, "max_lost"),
+        ({"process_pool_size": -2}, "process_pool_size"),
+    ],
+)
+def test_bad_worker_options_are_refused_by_name(
+    app: Conveyor, options: dict[str, Any], field: str
+) -> None:
+    with pytest.raises(ValidationError, match=rf"^{field}: must be"):
+        app.worker(**options)
+
+
+def test_good_worker_options_are_kept(app: Conveyor) -> None:
+    worker = app.worker(
+        concurrency=3, visibility_timeout=0.5, shutdown_timeout=0, max_jobs=10, max_lost=2
+    )
+    assert (worker.concurrency, worker.visibility_timeout, worker.shutdown_timeout) == (3, 0.5, 0)
+    assert (worker.max_jobs, worker.max_lost) == (10, 2)
+    unset = app.worker(max_jobs=0, max_lost=0, process_pool_size=0)  # 0: the default, as before
+    assert unset.max_lost == app.settings.max_lost and unset.process_pool_size >= 1
