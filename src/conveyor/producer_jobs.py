@@ -17,6 +17,7 @@ from .broker.base import Broker
 from .config import Settings
 from .core.cache import BoundedCache
 from .core.flow import (
+    RESERVED_KEY_PREFIXES,
     UNIQUE_TTL,
     TaskFlow,
     unique_idempotency_key,
@@ -223,6 +224,12 @@ class JobBuilder:
         key = opts.get("idempotency_key")
         if key is not None:
             validate_identifier(key, "idempotency_key")
+            if key.startswith(RESERVED_KEY_PREFIXES):
+                # unique= and debounce= store their keys there: a caller's own key would take
+                # on their semantics (a "debounce:" key replaces the waiting job's arguments)
+                raise ValidationError(
+                    "idempotency_key", "must not start with 'unique:' or 'debounce:' (reserved)"
+                )
         unique, ukey = opts.get("unique"), ""
         if unique is not None or opts.get("debounce") is not None:
             key, ttl, run_at, ukey = _dedup(opts, spec, now, ttl, run_at)

@@ -141,3 +141,24 @@ def test_a_slow_rate_can_be_set_at_run_time(app: Conveyor) -> None:
     needs_flow(app)
     app.set_limit("rate:slow", "0.5/s")
     assert app.limits()["limits"]["rate:slow"] == [0.5, 1.0, 1.0]
+
+
+@pytest.mark.parametrize("key", ["unique:while_queued:x", "debounce:x", "unique:"])
+def test_an_idempotency_key_in_the_unique_or_debounce_namespace_is_refused(
+    app: Conveyor, clock: FakeClock, key: str
+) -> None:
+    """``unique=`` and ``debounce=`` store their keys as idempotency keys under these
+    prefixes; a caller's own key there would take on their semantics (a "debounce:" key
+    replaced the waiting job's arguments instead of deduplicating)."""
+
+    @app.task(name="keyed_job")
+    def keyed_job(n: int) -> None: ...
+
+    with pytest.raises(ValidationError, match=r"^idempotency_key: .*reserved"):
+        keyed_job.options(idempotency_key=key).enqueue(1)
+    with pytest.raises(ValidationError, match=r"^idempotency_key: .*reserved"):
+        app.enqueue_many([keyed_job.options(idempotency_key=key).spec(2)])
+    assert app.broker.counts().get("default", {}).get("pending", 0) == 0
+    first = keyed_job.options(idempotency_key="uniquely:" + key).enqueue(3)
+    again = keyed_job.options(idempotency_key="uniquely:" + key).enqueue(4)
+    assert again.duplicate and again.id == first.id

@@ -226,6 +226,8 @@ UNIQUE_MODES = ("while_queued", "while_running", "until_done")
 UNIQUE_TTL = 30 * 86400.0  # a unique key outlives any realistic wait; its job's state decides
 _WAITING = ("pending", "scheduled", "retry_scheduled")
 _TERMINAL = ("completed", "dead_letter", "cancelled", "expired")
+#: The idempotency keys of ``unique=`` and ``debounce=`` jobs start so; a caller's own key may not.
+RESERVED_KEY_PREFIXES = ("unique:", "debounce:")
 
 
 def unique_idempotency_key(mode: str, key: str) -> str:
