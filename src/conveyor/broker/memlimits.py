@@ -23,7 +23,14 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from ..core import lifecycle
-from ..core.flow import bucket_take, is_queue_limiter, limiter_base, limiter_label, stagger
+from ..core.flow import (
+    bucket_take,
+    flow_problem,
+    is_queue_limiter,
+    limiter_base,
+    limiter_label,
+    stagger,
+)
 from ..core.job import Job
 from ..core.state import JobState
 from .base import Lease
@@ -108,11 +115,14 @@ class MemoryLimits:
         line.push((at, rr, key[1]))
 
     # ------------------------------------------------------------------ claiming
-    def take(self, queue: str, now: float, want: int, ok: Eligible) -> list[Job]:
+    def take(
+        self, queue: str, now: float, want: int, ok: Eligible, bury: Callable[[Job], None]
+    ) -> list[Job]:
         """Up to ``want`` jobs of ``queue``'s groups that their limiters let run now.
 
         ``ok(job)``: the broker's check that a group's head, a pending job with an expiry, has
-        not lapsed (a lapsed one is skipped).
+        not lapsed (a lapsed one is skipped). ``bury(job)``: the broker dead-letters a head
+        whose flow record is malformed (``flow_problem``), which is not handed out.
         """
         line = self.heaps.get(queue)
         out: list[Job] = []
@@ -132,12 +142,18 @@ class MemoryLimits:
                 self.blocked.pop(key, None)
                 continue  # empty: forgotten until a job arrives
             flow = job.flow or {}
+            # a malformed record (hostile storage) asks no limiter and takes nothing: ``bury``
+            bad = flow_problem(flow) is not None
             # a fair-only group has no limiter to ask (as on Redis): it may always run
-            verdict = self._admit(job, key, now) if "r" in flow or "c" in flow else None
+            limited = not bad and ("r" in flow or "c" in flow)
+            verdict = self._admit(job, key, now) if limited else None
             if verdict is None:
                 heap = groups[key]
                 heapq.heappop(heap)
-                out.append(job)
+                if bad:
+                    bury(job)
+                else:
+                    out.append(job)
                 if heap:
                     self._schedule(key, now)  # behind every group eligible now: round-robin
                 else:
@@ -343,6 +359,22 @@ class MemoryLimitsHooks:
             self._lapse(job, now)
             return False
         return True
+
+    def _bury_flow(self, job: Job, now: float, visibility_timeout: float, worker_id: str) -> None:
+        """A group's head whose flow record is malformed (``flow_problem``; only a Job stored
+        behind the broker's back has one: ``MemoryLimits.take``) is claimed and dead-lettered
+        at once with kind ``decode_error``, as the stored backends do; the record is kept in
+        its metadata."""
+        problem = flow_problem(job.flow)
+        lifecycle.claim(job, now, visibility_timeout, worker_id)
+        self._emit("started", job, now, attempt=job.attempts, worker=worker_id)
+        job.metadata = {**job.metadata, "decode_error": problem, "flow": job.flow}
+        job.flow = None  # it took no slot (never admitted): nothing to free
+        lifecycle.bury_undecodable(job, now, worker_id)
+        self._emit("failed", job, now, attempt=job.attempts, error=job.last_error)
+        self._emit("dead_lettered", job, now, reason="decode_error")
+        self._finish(job)
+        self.flow.done(job, now)  # a workflow node's dependants end with it
 
     def _lease_one(self, job: Job, now: float, visibility_timeout: float, worker_id: str) -> Lease:
         lifecycle.claim(job, now, visibility_timeout, worker_id)
