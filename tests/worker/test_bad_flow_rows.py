@@ -19,7 +19,7 @@ import orjson
 import pytest
 
 from conveyor import ConcurrencyLimit, Conveyor, FakeClock, JobState
-from conveyor.broker.base import Broker
+from conveyor.broker.base import Ack, Broker
 from tests.support.backends import BACKENDS
 
 from .test_bad_stored_rows import _read_envelope, _write_envelope
@@ -93,4 +93,37 @@ def test_a_bad_flow_record_is_dead_lettered_and_its_group_runs_on(
     job = app.get_job(bad.id)
     assert job is not None and job.state is JobState.DEAD_LETTER
     assert job.errors[-1]["kind"] == "decode_error", job.errors
+    assert not [r for r in caplog.records if r.exc_info], "no traceback in any claim"
+
+
+@pytest.mark.parametrize("end", ["completed", "lease_expired"])
+def test_a_running_job_whose_flow_record_goes_bad_frees_its_slot(
+    any_broker: Broker, end: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = FakeClock(T0)
+    app = Conveyor(any_broker, clock=clock, rng=random.Random(6))
+    if not getattr(any_broker, "supports_flow", False):
+        pytest.skip("no flow control on this backend")
+    ran: list[int] = []
+
+    @app.task(name="flow.acct", rate_limit="1000/s", concurrency=ConcurrencyLimit(1, "account"))
+    def acct(account: str, n: int) -> None:
+        ran.append(n)
+
+    first, second = acct.enqueue("a", 1), acct.enqueue("a", 2)
+    [lease] = any_broker.claim(["default"], clock.now(), limit=5, visibility_timeout=10.0)
+    assert lease.job.id == first.id  # the second waits for the slot
+    _plant(any_broker, first.id, BAD_FLOWS["slots_not_a_list"])
+    caplog.set_level(logging.WARNING)
+    if end == "completed":
+        assert any_broker.complete([Ack(first.id, lease.token, None)], clock.now()) == [True]
+    else:
+        clock.advance(11.0)  # its worker died: the lease expires
+    worker = app.worker()
+    worker.run_until_idle()
+    assert 2 in ran, "the slot the bad job held was freed"
+    assert app.get_job(second.id).state is JobState.COMPLETED
+    memory = getattr(any_broker, "_jobs", None)  # its Job itself changed: read it as it is
+    bad = memory[first.id] if memory is not None else app.get_job(first.id)
+    assert bad.state in (JobState.COMPLETED, JobState.DEAD_LETTER)
     assert not [r for r in caplog.records if r.exc_info], "no traceback in any claim"

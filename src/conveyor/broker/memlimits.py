@@ -233,7 +233,12 @@ class MemoryLimits:
         """``job`` left ``active``: its slots free (only if it owns them) and waiters wake;
         True when a waiting group was put back in line."""
         woke = False
-        for name, _ in (job.flow or {}).get("c") or ():
+        flow = job.flow or {}
+        if flow_problem(flow) is None:
+            names = [c[0] for c in flow.get("c") or ()]
+        else:  # malformed (a Job changed behind the broker's back): the slots naming it
+            names = [name for name, owners in self.slots.items() if job.id in owners]
+        for name in names:
             owners = self.slots.get(name)
             if owners is None or job.id not in owners:
                 continue  # fenced: only the owner frees its slot
@@ -351,7 +356,7 @@ class MemoryLimitsHooks:
     def _unlease(self, job: Job) -> None:
         """The job left ``active``: its token goes, its concurrency slots free (issue 15)."""
         self._tokens.pop(job.id, None)
-        if job.flow is not None and "c" in job.flow and self.limits.free(job):
+        if job.flow is not None and self.limits.free(job):
             self._notify()  # an idle worker claims the job that waited for this slot
 
     def _not_lapsed(self, job: Job, now: float) -> bool:

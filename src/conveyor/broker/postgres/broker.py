@@ -144,6 +144,8 @@ class PostgresBroker(
         tx.count(job.queue, rec.state, str(state))
         if job.flow is not None:  # issue 15: group and slot bookkeeping of grouped jobs
             pgflow.on_save(self, tx, job, rec.state)
+        elif rec.corrupt is not None and rec.state == "active" and state is not JobState.ACTIVE:
+            pgflow.free_held(self, tx, job.id)  # the slots it took before it went bad
         rec.state = str(state)
         if state in (JobState.COMPLETED, JobState.DEAD_LETTER):
             tx.finished.add((job.queue, str(state)))
