@@ -249,7 +249,7 @@ def free_held(db: Db, job_id: str) -> None:
     naming its id free (``flow_slots_job`` index) and their waiters wake, as ``free``."""
     db.lock()
     names = db.run("SELECT name FROM {S}.flow_slots WHERE job_id = ?", (job_id,)).fetchall()
-    free(db, job_id, [(name, None) for name, in names])
+    free(db, job_id, [(name, None) for (name,) in names])
 
 
 class Slots:

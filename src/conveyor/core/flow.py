@@ -272,9 +272,7 @@ def flow_problem(flow: object) -> str | None:
     if type(flow) is not dict or type(flow.get("g")) is not str:
         return "flow must be an object with a string group 'g'"
     slots, buckets = flow.get("c"), flow.get("r")
-    if slots is not None and (
-        type(slots) is not list or not all(_slot_ok(item) for item in slots)
-    ):
+    if slots is not None and (type(slots) is not list or not all(_slot_ok(item) for item in slots)):
         return "flow 'c' must be a list of [name, limit >= 1] pairs"
     if buckets is not None and (
         type(buckets) is not list or not all(_bucket_ok(item) for item in buckets)
