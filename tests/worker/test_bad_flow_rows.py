@@ -127,3 +127,33 @@ def test_a_running_job_whose_flow_record_goes_bad_frees_its_slot(
     bad = memory[first.id] if memory is not None else app.get_job(first.id)
     assert bad.state in (JobState.COMPLETED, JobState.DEAD_LETTER)
     assert not [r for r in caplog.records if r.exc_info], "no traceback in any claim"
+
+
+def test_a_bad_flow_record_in_a_fair_group_is_dead_lettered(
+    any_broker: Broker, caplog: pytest.LogCaptureFixture
+) -> None:
+    app = Conveyor(any_broker, clock=FakeClock(T0), rng=random.Random(7))
+    if not getattr(any_broker, "supports_flow", False):
+        pytest.skip("no flow control on this backend")
+    ran: list[int] = []
+
+    @app.task(name="flow.fair", fair_by="tenant")
+    def fair(tenant: str, n: int) -> None:
+        ran.append(n)
+
+    good = [fair.enqueue("a", 1), fair.enqueue("b", 2)]
+    bad = fair.enqueue("a", 0)
+    good += [fair.enqueue("a", 3), fair.enqueue("b", 4)]
+    flow = {"g": "fair:tenant=a", "c": [["conc:x", "one"]]}
+    if type(any_broker).__name__ == "MemoryBroker":
+        any_broker._jobs[bad.id].flow = flow  # type: ignore[attr-defined]
+    else:
+        data = orjson.loads(_read_envelope(any_broker, bad.id))
+        _write_envelope(any_broker, bad.id, orjson.dumps({**data, "flow": flow}))
+    caplog.set_level(logging.WARNING)
+    assert app.worker().run_until_idle() == 4
+    assert sorted(ran) == [1, 2, 3, 4]
+    assert all(app.get_job(h.id).state is JobState.COMPLETED for h in good)
+    job = app.get_job(bad.id)
+    assert job.state is JobState.DEAD_LETTER and job.errors[-1]["kind"] == "decode_error"
+    assert not [r for r in caplog.records if r.exc_info], "no traceback in any claim"
