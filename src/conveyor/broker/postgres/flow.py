@@ -386,11 +386,6 @@ def on_save(b: PostgresBroker, tx: Tx, job: Job, old_state: str) -> None:
     sqllimits.on_save(PgDb(b, tx), job, old_state)
 
 
-def free_held(b: PostgresBroker, tx: Tx, job_id: str) -> None:
-    """An undecodable row left ``active``: the slots naming it free (sqllimits.free_held)."""
-    sqllimits.free_held(PgDb(b, tx), job_id)
-
-
 def on_insert(b: PostgresBroker, tx: Tx, jobs: Sequence[Job]) -> None:
     """Grouped jobs were inserted (in the broker's or the caller's transaction)."""
     sqllimits.on_insert(PgDb(b, tx), jobs)
