@@ -244,14 +244,12 @@ DROP INDEX {S}.jobs_created;
 CREATE INDEX jobs_created ON {S}.jobs (created_at) WHERE state <> 'active'"""
 
 #: Version 7: the pending-groups check reads an index range past the drained rows (see the
-#: module docstring; ``flow_sql.PENDING``). Each step may run again (a database whose version
-#: row was set back).
+#: module docstring; ``flow_sql.PENDING``).
 FLOW_MARK_SCHEMA = """
-ALTER TABLE {S}.flow_pending ADD COLUMN IF NOT EXISTS x xid8 NOT NULL
-  DEFAULT pg_current_xact_id();
-CREATE INDEX IF NOT EXISTS flow_pending_x ON {S}.flow_pending (x);
-CREATE TABLE IF NOT EXISTS {S}.flow_mark (x xid8 NOT NULL);
-INSERT INTO {S}.flow_mark SELECT '0' WHERE NOT EXISTS (SELECT 1 FROM {S}.flow_mark)"""
+ALTER TABLE {S}.flow_pending ADD COLUMN x xid8 NOT NULL DEFAULT pg_current_xact_id();
+CREATE INDEX flow_pending_x ON {S}.flow_pending (x);
+CREATE TABLE {S}.flow_mark (x xid8 NOT NULL);
+INSERT INTO {S}.flow_mark VALUES ('0')"""
 
 #: ``MIGRATIONS[v]`` turns a version ``v`` schema into version ``v + 1``.
 MIGRATIONS: dict[int, str] = {
