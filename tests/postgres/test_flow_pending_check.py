@@ -100,30 +100,3 @@ def test_a_row_committed_after_a_drain_that_could_not_see_it_is_found(pg_server:
         groups = c.execute("SELECT grp FROM conveyor.flow_groups WHERE grp = 'late'").fetchall()
         assert groups == [("late",)]
     app.close()
-
-
-def test_a_version_6_schema_migrates_keeping_its_pending_groups(pg_server: Any) -> None:
-    from conveyor.broker.postgres.broker import PostgresBroker
-    from conveyor.errors import BrokerUnavailable
-
-    from .test_schema import run_cli
-
-    url = pg_server.new_database()
-    PostgresBroker.from_url(url).close()
-    with psycopg.connect(url, autocommit=True) as c:  # what version 6 looked like
-        c.execute("DROP TABLE conveyor.flow_mark")
-        c.execute("DROP INDEX conveyor.flow_pending_x")
-        c.execute("ALTER TABLE conveyor.flow_pending DROP COLUMN x")
-        c.execute("UPDATE conveyor.schema_version SET version = 6")
-    with pytest.raises(BrokerUnavailable, match="conveyor migrate"):
-        PostgresBroker.from_url(url)  # never changed silently
-    with psycopg.connect(url, autocommit=True) as c:  # a version 6 producer's enqueue
-        c.execute("INSERT INTO conveyor.flow_pending (queue, grp) VALUES ('default', 'v6')")
-    assert run_cli("migrate", "--url", url, "--check").exit_code == 1
-    assert run_cli("migrate", "--url", url).exit_code == 0
-    broker: Any = PostgresBroker.from_url(url)
-    with psycopg.connect(url, autocommit=True) as c:
-        assert c.execute(broker.sql(_FLOWING)).fetchone()[1] is True  # its row is seen
-        c.execute(broker.sql(_DRAIN))
-        assert c.execute("SELECT grp FROM conveyor.flow_groups").fetchall() == [("v6",)]
-    broker.close()
