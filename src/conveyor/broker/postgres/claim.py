@@ -53,7 +53,6 @@ from ..base import Claimed, Lease
 from ..sqlite_rows import Rec
 from . import flow as pgflow  # issue 15/16 hooks
 from .arrays import num_array
-from .flow_sql import PENDING
 from .rec import COLS, claimed_job, pg_rec
 from .store import Tx, one
 
@@ -66,7 +65,7 @@ _LOOKUP = (
     " (SELECT min(due_at) FROM {S}.jobs WHERE due_at IS NOT NULL),"
     " (SELECT min(lease_at) FROM {S}.jobs WHERE lease_at IS NOT NULL),"
     " ARRAY(SELECT name FROM {S}.queues WHERE paused),"
-    " EXISTS (SELECT 1 FROM {S}.flow_groups), " + PENDING
+    " EXISTS (SELECT 1 FROM {S}.flow_groups), EXISTS (SELECT 1 FROM {S}.flow_pending)"
 )
 #: ``_LOOKUP`` that also takes the flow lock (issue 15): sent while this process sees flow
 #: groups, whose claim would take it next anyway (one round trip fewer per fair claim).
@@ -98,7 +97,7 @@ _GUARDED = _CLAIM.replace(
     " AND COALESCE((SELECT min(due_at) FROM {S}.jobs WHERE due_at IS NOT NULL) > %s, true)"
     " AND COALESCE((SELECT min(lease_at) FROM {S}.jobs WHERE lease_at IS NOT NULL) > %s, true)"
     " AND NOT EXISTS (SELECT 1 FROM {S}.flow_groups)"
-    " AND NOT " + PENDING + " ORDER BY",
+    " AND NOT EXISTS (SELECT 1 FROM {S}.flow_pending) ORDER BY",
 )
 #: Lease the heads ``pgflow.take`` picked and locked (issue 15) like ``_CLAIM`` does: the claim
 #: overlay, the envelope untouched; one statement per batch of groups. The state test is

@@ -12,25 +12,11 @@ from .rec import COLS as PG_COLS
 #: ``claim._CLAIM`` does: a pause committed after the claim's look-up stops this claim too.
 _NOT_PAUSED = "NOT EXISTS (SELECT 1 FROM {S}.queues q WHERE q.name = f.queue AND q.paused)"
 
-#: Whether ``flow_pending`` has rows a drain has not seen (schema version 7), as a SELECT item:
-#: an index range from ``flow_mark`` on, where ``EXISTS (SELECT 1 FROM flow_pending)`` read
-#: every page the last drain emptied until VACUUM ran. Every row a drain could not see was
-#: written by a transaction running at its snapshot or later, so its ``x`` is at or above the
-#: snapshot's oldest running transaction, which the drain records in ``flow_mark``; the rows
-#: below were all deleted. ``ORDER BY x LIMIT 1`` keeps it on the index whatever the
-#: statistics say (a sequential scan would need a sort).
-PENDING = (
-    "(SELECT x FROM {S}.flow_pending WHERE x >= COALESCE((SELECT x FROM {S}.flow_mark),"
-    " '0'::xid8) ORDER BY x LIMIT 1) IS NOT NULL"
-)
-_FLOWING = "SELECT EXISTS (SELECT 1 FROM {S}.flow_groups), " + PENDING
+_FLOWING = "SELECT EXISTS (SELECT 1 FROM {S}.flow_groups), EXISTS (SELECT 1 FROM {S}.flow_pending)"
 #: The newly enqueued groups (``flow_pending``) into ``flow_groups``, due now, in one statement
-#: (sqllimits.SCHEDULE for all of them: a new group takes the next round-robin place), and the
-#: drain's mark (``PENDING``): its snapshot's oldest running transaction (the statement's own
-#: snapshot, the one its DELETE read).
+#: (sqllimits.SCHEDULE for all of them: a new group takes the next round-robin place).
 _DRAIN = (
-    "WITH gone AS (DELETE FROM {S}.flow_pending RETURNING queue, grp),"
-    " mark AS (UPDATE {S}.flow_mark SET x = pg_snapshot_xmin(pg_current_snapshot()))"
+    "WITH gone AS (DELETE FROM {S}.flow_pending RETURNING queue, grp)"
     " INSERT INTO {S}.flow_groups (queue, grp, due, rr) SELECT queue, grp, 0,"
     " nextval('{S}.job_seq') FROM (SELECT DISTINCT queue, grp FROM gone ORDER BY queue, grp) AS d"
     " ON CONFLICT DO NOTHING"

@@ -41,13 +41,6 @@ Version history:
   state <> 'active'``): a claim's new row version enters 3 indexes, not 4 (issue 17: server
   CPU and WAL per claim). Searches already read running jobs through ``jobs_lease``. An index
   only: rebuilt, no data touched.
-* 7 — the claim's "anything newly enqueued in a flow group?" check reads an index range, not the
-  table: ``flow_pending.x`` (the inserting transaction's id, ``pg_current_xact_id()``) with
-  index ``flow_pending_x``, and ``flow_mark`` (one row: the oldest transaction still running
-  when the last drain read the table; every row it could not see has ``x`` at or above it).
-  ``EXISTS (SELECT 1 FROM flow_pending)`` walked every page the last drain emptied until VACUUM
-  ran (148 after 20,000 grouped enqueues: ~1.5-2 µs per job of a flow drain). Additive: a
-  column with a default, an index, a table; no row removed.
 
 A new database is created at version 1 (``SCHEMA``, never edited) and migrated forward in the
 same transaction, so a new and an upgraded database are the same schema.
@@ -57,7 +50,7 @@ from __future__ import annotations
 
 from typing import Any
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 6
 
 #: Text columns compare by code point (``COLLATE "C"``): the same order as Python's ``sorted``
 #: and the other backends, and id-prefix search can use the b-tree as a range.
@@ -243,14 +236,6 @@ LEAN_CREATED_SCHEMA = """
 DROP INDEX {S}.jobs_created;
 CREATE INDEX jobs_created ON {S}.jobs (created_at) WHERE state <> 'active'"""
 
-#: Version 7: the pending-groups check reads an index range past the drained rows (see the
-#: module docstring; ``flow_sql.PENDING``).
-FLOW_MARK_SCHEMA = """
-ALTER TABLE {S}.flow_pending ADD COLUMN x xid8 NOT NULL DEFAULT pg_current_xact_id();
-CREATE INDEX flow_pending_x ON {S}.flow_pending (x);
-CREATE TABLE {S}.flow_mark (x xid8 NOT NULL);
-INSERT INTO {S}.flow_mark VALUES ('0')"""
-
 #: ``MIGRATIONS[v]`` turns a version ``v`` schema into version ``v + 1``.
 MIGRATIONS: dict[int, str] = {
     1: FLOW_SCHEMA,
@@ -258,7 +243,6 @@ MIGRATIONS: dict[int, str] = {
     3: LEAN_SEARCH_SCHEMA,
     4: SEARCH_COMBO_SCHEMA,
     5: LEAN_CREATED_SCHEMA,
-    6: FLOW_MARK_SCHEMA,
 }
 
 #: The advisory lock key serialising schema creation and migration (any schema name).
