@@ -23,7 +23,14 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from ..core import lifecycle
-from ..core.flow import bucket_take, is_queue_limiter, limiter_base, limiter_label, stagger
+from ..core.flow import (
+    bucket_take,
+    flow_problem,
+    is_queue_limiter,
+    limiter_base,
+    limiter_label,
+    stagger,
+)
 from ..core.job import Job
 from ..core.state import JobState
 from .base import Lease
@@ -108,11 +115,14 @@ class MemoryLimits:
         line.push((at, rr, key[1]))
 
     # ------------------------------------------------------------------ claiming
-    def take(self, queue: str, now: float, want: int, ok: Eligible) -> list[Job]:
+    def take(
+        self, queue: str, now: float, want: int, ok: Eligible, bury: Callable[[Job], None]
+    ) -> list[Job]:
         """Up to ``want`` jobs of ``queue``'s groups that their limiters let run now.
 
         ``ok(job)``: the broker's check that a group's head, a pending job with an expiry, has
-        not lapsed (a lapsed one is skipped).
+        not lapsed (a lapsed one is skipped). ``bury(job)``: the broker dead-letters a head
+        whose flow record is malformed (``flow_problem``), which is not handed out.
         """
         line = self.heaps.get(queue)
         out: list[Job] = []
@@ -132,12 +142,18 @@ class MemoryLimits:
                 self.blocked.pop(key, None)
                 continue  # empty: forgotten until a job arrives
             flow = job.flow or {}
+            # a malformed record (hostile storage) asks no limiter and takes nothing: ``bury``
+            bad = flow_problem(flow) is not None
             # a fair-only group has no limiter to ask (as on Redis): it may always run
-            verdict = self._admit(job, key, now) if "r" in flow or "c" in flow else None
+            limited = not bad and ("r" in flow or "c" in flow)
+            verdict = self._admit(job, key, now) if limited else None
             if verdict is None:
                 heap = groups[key]
                 heapq.heappop(heap)
-                out.append(job)
+                if bad:
+                    bury(job)
+                else:
+                    out.append(job)
                 if heap:
                     self._schedule(key, now)  # behind every group eligible now: round-robin
                 else:
@@ -217,7 +233,12 @@ class MemoryLimits:
         """``job`` left ``active``: its slots free (only if it owns them) and waiters wake;
         True when a waiting group was put back in line."""
         woke = False
-        for name, _ in (job.flow or {}).get("c") or ():
+        flow = job.flow or {}
+        if flow_problem(flow) is None:
+            names = [c[0] for c in flow.get("c") or ()]
+        else:  # malformed (a Job changed behind the broker's back): the slots naming it
+            names = [name for name, owners in self.slots.items() if job.id in owners]
+        for name in names:
             owners = self.slots.get(name)
             if owners is None or job.id not in owners:
                 continue  # fenced: only the owner frees its slot
@@ -335,7 +356,7 @@ class MemoryLimitsHooks:
     def _unlease(self, job: Job) -> None:
         """The job left ``active``: its token goes, its concurrency slots free (issue 15)."""
         self._tokens.pop(job.id, None)
-        if job.flow is not None and "c" in job.flow and self.limits.free(job):
+        if job.flow is not None and self.limits.free(job):
             self._notify()  # an idle worker claims the job that waited for this slot
 
     def _not_lapsed(self, job: Job, now: float) -> bool:
@@ -343,6 +364,22 @@ class MemoryLimitsHooks:
             self._lapse(job, now)
             return False
         return True
+
+    def _bury_flow(self, job: Job, now: float, visibility_timeout: float, worker_id: str) -> None:
+        """A group's head whose flow record is malformed (``flow_problem``; only a Job stored
+        behind the broker's back has one: ``MemoryLimits.take``) is claimed and dead-lettered
+        at once with kind ``decode_error``, as the stored backends do; the record is kept in
+        its metadata."""
+        problem = flow_problem(job.flow)
+        lifecycle.claim(job, now, visibility_timeout, worker_id)
+        self._emit("started", job, now, attempt=job.attempts, worker=worker_id)
+        job.metadata = {**job.metadata, "decode_error": problem, "flow": job.flow}
+        job.flow = None  # it took no slot (never admitted): nothing to free
+        lifecycle.bury_undecodable(job, now, worker_id)
+        self._emit("failed", job, now, attempt=job.attempts, error=job.last_error)
+        self._emit("dead_lettered", job, now, reason="decode_error")
+        self._finish(job)
+        self.flow.done(job, now)  # a workflow node's dependants end with it
 
     def _lease_one(self, job: Job, now: float, visibility_timeout: float, worker_id: str) -> Lease:
         lifecycle.claim(job, now, visibility_timeout, worker_id)

@@ -232,7 +232,13 @@ class MemoryBroker(
                     continue
                 if self.limits.heaps.get(queue):  # grouped jobs first (issue 15)
                     ok = partial(self._not_lapsed, now=now)
-                    for grouped in self.limits.take(queue, now, limit - len(leases), ok):
+                    bury = partial(
+                        self._bury_flow,
+                        now=now,
+                        visibility_timeout=visibility_timeout,
+                        worker_id=worker_id,
+                    )
+                    for grouped in self.limits.take(queue, now, limit - len(leases), ok, bury):
                         leases.append(self._lease_one(grouped, now, visibility_timeout, worker_id))
                 heap = self._ready.get(queue, [])
                 while heap and len(leases) < limit:

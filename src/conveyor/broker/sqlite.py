@@ -127,6 +127,8 @@ class SqliteBroker(
         tx.count(job.queue, rec.state, str(state))
         if job.flow is not None:  # issue 15: group and slot bookkeeping of grouped jobs
             sqllimits.on_save(SqliteDb(self, tx), job, rec.state)
+        elif rec.corrupt is not None and rec.state == "active" and state is not JobState.ACTIVE:
+            sqllimits.free_held(SqliteDb(self, tx), job.id)  # slots it took before it went bad
         if state in (JobState.COMPLETED, JobState.DEAD_LETTER):
             tx.finished.add((job.queue, str(state)))
 

@@ -244,6 +244,14 @@ def free(db: Db, job_id: str, slots: Sequence[Any]) -> None:
                     db.wake(queue)
 
 
+def free_held(db: Db, job_id: str) -> None:
+    """A row that no longer decodes (its flow record unknown) left ``active``: the slot rows
+    naming its id free (``flow_slots_job`` index) and their waiters wake, as ``free``."""
+    db.lock()
+    names = db.run("SELECT name FROM {S}.flow_slots WHERE job_id = ?", (job_id,)).fetchall()
+    free(db, job_id, [(name, None) for (name,) in names])
+
+
 class Slots:
     """Running jobs per concurrency slot for one batch of heads (``take``): read for the whole
     batch in one statement, counted here as heads are admitted, the new slot rows inserted

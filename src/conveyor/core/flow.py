@@ -303,3 +303,49 @@ def limiter_label(name: str, spec: Sequence[Any] | None = None) -> str:
         unit = {1.0: "s", 60.0: "m", 3600.0: "h", 86400.0: "d"}.get(per, f"{per:g}s")
         return f"{rest}:{tokens:g}/{unit}"
     return rest
+
+
+MAX_LIMITER_NAME = 1000  # a stored limiter name longer than this was not written by Conveyor
+
+
+def flow_problem(flow: object) -> str | None:
+    """Why a stored ``flow`` record is not of the shape ``job_flow`` writes, or None if it is.
+
+    A record read back from storage may have been written by anything (issue 15: one corrupt
+    or hostile job must not make every claim of its queue raise): ``g`` a string, ``c`` a list
+    of ``[name, limit]`` (an integer >= 1), ``r`` a list of ``[name, rate, per, burst]``
+    (rate and per > 0, burst >= 1). Every backend dead-letters such a job (``decode_error``).
+    """
+    if type(flow) is not dict or type(flow.get("g")) is not str:
+        return "flow must be an object with a string group 'g'"
+    slots, buckets = flow.get("c"), flow.get("r")
+    if slots is not None and (type(slots) is not list or not all(_slot_ok(item) for item in slots)):
+        return "flow 'c' must be a list of [name, limit >= 1] pairs"
+    if buckets is not None and (
+        type(buckets) is not list or not all(_bucket_ok(item) for item in buckets)
+    ):
+        return "flow 'r' must be a list of [name, rate > 0, per > 0, burst >= 1]"
+    return None
+
+
+def _name_ok(name: object) -> bool:
+    return type(name) is str and 0 < len(name) <= MAX_LIMITER_NAME
+
+
+def _slot_ok(item: object) -> bool:
+    return (
+        type(item) is list
+        and len(item) == 2
+        and _name_ok(item[0])
+        and type(item[1]) is int
+        and item[1] >= 1
+    )
+
+
+def _bucket_ok(item: object) -> bool:
+    if type(item) is not list or len(item) != 4 or not _name_ok(item[0]):
+        return False
+    rate, per, burst = item[1:]
+    if not all(type(v) in (int, float) and v < float("inf") for v in (rate, per, burst)):
+        return False
+    return bool(rate > 0 and per > 0 and burst >= 1)

@@ -28,6 +28,7 @@ from typing import Any
 import orjson
 
 from ..errors import DecodeError, PayloadTooLarge, ValidationError
+from .flow import flow_problem
 from .job import Job, is_utf8
 from .state import JobState
 from .values import MAX_RESULT_BYTES as MAX_RESULT_BYTES  # re-exported (values.py)
@@ -282,9 +283,9 @@ def decode_job(raw: bytes | str) -> Job:
 
 
 def _flow(value: Any) -> dict[str, Any] | None:
-    """A stored ``flow`` record: None or a JSON object with a string group ``g``."""
+    """A stored ``flow`` record: None or one of the shape ``job_flow`` writes (``flow_problem``)."""
     if value is None:
         return None
-    if not isinstance(value, dict) or not isinstance(value.get("g"), str):
-        raise DecodeError("flow must be an object with a string group 'g'")
-    return value
+    if (problem := flow_problem(value)) is not None:
+        raise DecodeError(problem)
+    return value  # type: ignore[no-any-return]

@@ -34,7 +34,7 @@ from ..base import Ack, Broker, Claimed, EnqueueResult
 from ..sqlfinish import SqlLeaseTransitions
 from ..sqlflow import SqlWorkflows
 from ..sqlite_rows import Rec
-from ..sqllimits import SqlFlowAdmin
+from ..sqllimits import SqlFlowAdmin, free_held
 from . import flow as pgflow  # issue 15/16 hooks (postgres/flow.py)
 from .admin import PgJobAdmin
 from .claim import claim_jobs
@@ -144,6 +144,8 @@ class PostgresBroker(
         tx.count(job.queue, rec.state, str(state))
         if job.flow is not None:  # issue 15: group and slot bookkeeping of grouped jobs
             pgflow.on_save(self, tx, job, rec.state)
+        elif rec.corrupt is not None and rec.state == "active" and state is not JobState.ACTIVE:
+            free_held(pgflow.PgDb(self, tx), job.id)  # the slots it took before it went bad
         rec.state = str(state)
         if state in (JobState.COMPLETED, JobState.DEAD_LETTER):
             tx.finished.add((job.queue, str(state)))

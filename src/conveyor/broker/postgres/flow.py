@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from ...core.flow import flow_problem
 from ...core.job import Job
 from .. import sqllimits
 from ..base import Lease
@@ -223,7 +224,7 @@ class Head(Rec):
             return None
         flow = data.get("flow") if type(data) is dict else None
         expires = data.get("expires_at", 0.0) if type(flow) is dict else None
-        if type(flow) is not dict or type(flow.get("g")) is not str or expires is None:
+        if expires is None or flow_problem(flow) is not None:
             return None
         if type(expires) not in (int, float) or data.get("state") != "pending":
             return None

@@ -25,6 +25,7 @@ from typing import Any
 
 import orjson
 
+from ...core.flow import flow_problem
 from ...core.job import Job
 from ...core.serialization import ENVELOPE_VERSION, encode_value
 from ...core.state import JobState
@@ -81,7 +82,7 @@ def claimed_job(row: Sequence[Any]) -> Job | None:
         if (
             type(data) is not dict
             or len(data) != PLAIN_LEN + (flow is not None)
-            or (flow is not None and (type(flow) is not dict or type(flow.get("g")) is not str))
+            or (flow is not None and flow_problem(flow) is not None)
             or data["v"] != ENVELOPE_VERSION
             or data["state"] != "pending"
             or data["id"] != row[1]

@@ -17,9 +17,11 @@ from typing import Any
 
 import orjson
 
+from ...core.flow import flow_problem
 from ...core.job import Job
 from ...core.state import JobState
 from ...core.stored import int_field
+from ...errors import DecodeError
 
 #: how many keys the envelope of a job enqueued without options has (``envelope_dict``)
 PLAIN_LEN = 11
@@ -79,5 +81,7 @@ def plain_job(
     if lost:
         values["lost"] = int(lost)
     if (flow := data.get("flow")) is not None:  # a flow group's job (issue 15): its one extra key
+        if (problem := flow_problem(flow)) is not None:
+            raise DecodeError(problem)  # dead-lettered by the claim (decode_error)
         values["flow"] = flow
     return Job.fast(values)

@@ -19,6 +19,7 @@ from typing import Any
 
 import orjson
 
+from ...core.flow import flow_problem
 from ...core.job import Job
 from ...core.serialization import (
     ENVELOPE_VERSION,
@@ -251,7 +252,7 @@ def claimed_job(item: Sequence[Any], queue: str, now: float, expires: float, wor
                 "retry_on": None,
                 "dead_on": None,
                 "expires_at": None if (exp := get("expires_at")) is None else float(exp),
-                "flow": get("flow"),
+                "flow": _checked_flow(get("flow")),
             }
         )
         if b'_on"' in raw:  # per-job retry_on / dead_on (rare): checked like job_from_dict
@@ -319,3 +320,10 @@ def _build(data: dict[str, Any], fields: Mapping[bytes, bytes], queue: str, type
         expires_at=_opt(field(b"expires_at")),  # the hash field: requeue deletes it
         flow=get("flow"),
     )
+
+
+def _checked_flow(flow: Any) -> Any:
+    """A claimed job's flow record, or ``DecodeError``: not of the shape ``job_flow`` writes."""
+    if flow is not None and (problem := flow_problem(flow)) is not None:
+        raise DecodeError(problem)
+    return flow

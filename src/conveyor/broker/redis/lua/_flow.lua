@@ -83,13 +83,14 @@ local function flow_admit(q, nnow, now, id, fl, g, behind)
   return nil
 end
 
--- lease jobs of the queue's groups while count() < limit (lease_one / lapse: claim.lua's).
+-- lease jobs of the queue's groups while count() < limit (lease_one / lapse / bury_flow:
+-- claim.lua's).
 -- Groups are read in batches (one ZRANGE for up to `limit` of them): a served group goes to
 -- the back with a fresh sequence number, after every group of the batch, so serving a batch
 -- in order is the round-robin of reading one group at a time. A batch reserves its sequence
 -- numbers with one INCRBY and moves its groups with one ZADD / ZREM (a call per job each
 -- before); f:npend is settled once.
-local function flow_take(q, now, nnow, limit, count, lease_one, lapse)
+local function flow_take(q, now, nnow, limit, count, lease_one, lapse, bury_flow)
   local F = q.flow
   for _, g in ipairs(redis.call('ZRANGEBYSCORE', F .. 'gdelay', '-inf', now, 'LIMIT', 0, 1000)) do
     redis.call('ZREM', F .. 'gdelay', g)
@@ -125,12 +126,19 @@ local function flow_take(q, now, nnow, limit, count, lease_one, lapse)
           lapse(id, key, f[3], f[2])
         else
           -- a group named without a rate: / conc: part (fair_by only) has no limiter to ask
-          local verdict, why, whole = nil, nil, false
+          local verdict, why, whole, bad = nil, nil, false, false
           if string.find(g, 'rate:', 1, true) or string.find(g, 'conc:', 1, true) then
-            verdict, why, whole = flow_admit(q, nnow, now, id, cjson.decode(f[10] or '{}'), g,
-              behind)
+            local fl = flow_record(f[10] or '{"g":""}')
+            bad = fl == nil
+            if fl then verdict, why, whole = flow_admit(q, nnow, now, id, fl, g, behind) end
           end
-          if verdict == nil then
+          if bad then
+            -- its flow record is malformed (written behind Conveyor's back): dead-lettered
+            -- (decode_error) before it takes any token or slot; the group goes on
+            redis.call('ZREM', gk, head[1])
+            gone = gone + 1
+            bury_flow(id, key, f[3], f[2])
+          elseif verdict == nil then
             redis.call('ZREM', gk, head[1])
             gone = gone + 1
             seq = seq + 2

@@ -161,21 +161,75 @@ local function make_ready(q, id, prio, grp)
   redis.call('HSET', q.job .. id, 'state', 'pending', 'rk', m)
 end
 
+local function flow_entries(t, width, ok)
+  if t == nil or t == cjson.null then return true end
+  if type(t) ~= 'table' then return false end
+  local n = 0
+  for _ in pairs(t) do n = n + 1 end
+  if n ~= #t then return false end  -- a JSON object, not a list
+  for _, e in ipairs(t) do
+    if type(e) ~= 'table' or #e ~= width or type(e[1]) ~= 'string' or #e[1] == 0
+        or #e[1] > 1000 or not ok(e) then
+      return false
+    end
+  end
+  return true
+end
+
+local function flow_slot_ok(e)
+  local n = e[2]
+  return type(n) == 'number' and n >= 1 and n == math.floor(n) and n < math.huge
+end
+
+local function flow_bucket_ok(e)
+  for i = 2, 4 do
+    if type(e[i]) ~= 'number' or e[i] ~= e[i] or e[i] >= math.huge then return false end
+  end
+  return e[2] > 0 and e[3] > 0 and e[4] >= 1
+end
+
+-- a job hash's flow record (field "flow") decoded, or nil when it is not of the shape
+-- core/flow.py writes (its flow_problem): a group name, c = {{slot, integer limit >= 1}},
+-- r = {{bucket, rate > 0, per > 0, burst >= 1}}. A record written behind Conveyor's back
+-- never makes a script raise: the claim dead-letters its job (decode_error)
+local function flow_record(raw)
+  local ok, fl = pcall(cjson.decode, raw)
+  if not ok or type(fl) ~= 'table' or type(fl.g) ~= 'string' then return nil end
+  if not flow_entries(fl.c, 2, flow_slot_ok) or not flow_entries(fl.r, 4, flow_bucket_ok) then
+    return nil
+  end
+  if fl.c == cjson.null then fl.c = nil end
+  if fl.r == cjson.null then fl.r = nil end
+  return fl
+end
+
+-- the slots a finished job may hold: its flow record's, or, if that record is malformed, the
+-- conc: parts of its group's name (core/flow.py names a group after its limiters)
+local function slot_names(key, grp)
+  local raw = redis.call('HGET', key, 'flow')
+  if not raw then return {} end
+  local names, fl = {}, flow_record(raw)
+  if fl then
+    for i, c in ipairs(fl.c or {}) do names[i] = c[1] end
+  elseif grp then
+    for part in string.gmatch(grp, '[^|]+') do
+      if string.sub(part, 1, 5) == 'conc:' then names[#names + 1] = part end
+    end
+  end
+  return names
+end
+
 -- a job that held concurrency slots left `active`: free the ones it owns (fenced by its id)
 -- and put the groups that waited for them back in line. `grp` is the job's group text (its
 -- grp field): every slot name (conc:...) is part of it, so a group without "conc:" (a fair or
 -- rate-limited group) holds no slot and its flow record is not read at all.
 local function free_slots(q, id, key, grp)
   if grp and not string.find(grp, 'conc:', 1, true) then return end
-  local raw = redis.call('HGET', key, 'flow')
-  if not raw then return end
-  local fl = cjson.decode(raw)
-  if not fl.c then return end
   local f = q.flow
-  for _, c in ipairs(fl.c) do
-    if redis.call('SREM', f .. 'slot:' .. c[1], id) == 1 then
-      local waiting = redis.call('SMEMBERS', f .. 'wait:' .. c[1])
-      redis.call('DEL', f .. 'wait:' .. c[1])
+  for _, name in ipairs(slot_names(key, grp)) do
+    if redis.call('SREM', f .. 'slot:' .. name, id) == 1 then
+      local waiting = redis.call('SMEMBERS', f .. 'wait:' .. name)
+      redis.call('DEL', f .. 'wait:' .. name)
       for _, g in ipairs(waiting) do
         redis.call('SREM', f .. 'parked', g)
         redis.call('HDEL', f .. 'why', g)

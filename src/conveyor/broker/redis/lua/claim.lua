@@ -101,11 +101,33 @@ local function lease_one(id, key, f, seq)
   claimed = claimed + 1
 end
 
+-- issue 15: a pending grouped job whose hash's flow record is malformed (flow_record in
+-- _lib.lua; only storage written behind Conveyor's back has one) is dead-lettered here with
+-- kind decode_error, as the client does with an undecodable payload (fail.lua): its payload
+-- kept in field "raw", a stub in its place. It never took a token or a slot.
+local function bury_flow(id, key, task, attempts)
+  local msg = 'the flow record is malformed (not of the shape Conveyor writes)'
+  redis.call('HSET', key, 'raw', redis.call('HGET', q.payloads, id) or '')
+  redis.call('HSET', q.payloads, id, '{"v":1,"id":' .. cjson.encode(id) .. ',"task":'
+    .. cjson.encode(task or '<undecodable>') .. ',"queue":' .. cjson.encode(qname)
+    .. ',"state":"dead_letter","args":[],"kwargs":{}}')
+  append_line(key, 'errors', '{"attempt":' .. (attempts or 0) .. ',"kind":"decode_error",'
+    .. '"type":"DecodeError","message":' .. cjson.encode(msg) .. ',"traceback":"","worker":'
+    .. jstr(worker) .. ',"at":' .. now .. '}', nil)
+  redis.call('HSET', key, 'state', 'dead_letter', 'finished_at', now,
+    'last_error', 'DecodeError: ' .. msg)
+  redis.call('HDEL', key, 'rk')
+  finish(q, q.dead, id, now, dead_max)
+  emit(q, maxlen, 'type', 'dead_lettered', 'job_id', id, 'task', task or '', 'at', now,
+    'reason', 'decode_error')
+  if redis.call('HGET', key, 'wf') then wf_done(q, qname, id, false, nil, now, maxlen) end
+end
+
 -- flow control (issue 15; _flow.lua): grouped jobs first, only when the queue has groups (a
 -- queue without them pays this one EXISTS per call, nothing per job)
 local grouped = redis.call('EXISTS', q.flow .. 'groups', q.flow .. 'gdelay') > 0
 if grouped then
-  flow_take(q, now, nnow, limit, function() return claimed end, lease_one, lapse)
+  flow_take(q, now, nnow, limit, function() return claimed end, lease_one, lapse, bury_flow)
 end
 
 while claimed < limit do
