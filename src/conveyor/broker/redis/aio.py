@@ -29,7 +29,7 @@ from ...core.job import Job
 from ...core.state import TERMINAL_STATES
 from ..base import Broker, EnqueueResult
 from . import idguard
-from .lifecycle import WATCH_BLOCK, WATCH_COUNT, scan_entries
+from .lifecycle import WATCH_COUNT, scan_entries, watch_block
 from .plumbing import guarded
 
 if TYPE_CHECKING:
@@ -207,7 +207,7 @@ async def _watch(
             left = end - time.monotonic()
             if left <= 0:
                 return job
-            block = max(1, int(min(left, WATCH_BLOCK) * 1000))
+            block = watch_block(left, broker._conn.socket_timeout)  # as wait_change
             reply = await client.xread({key: cursor}, count=WATCH_COUNT, block=block)
             if not reply:
                 break  # a slice ran out: read the job again
