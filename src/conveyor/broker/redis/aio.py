@@ -1,4 +1,4 @@
-"""The Redis broker's native async client: ``enqueue_async``, ``get_async`` and ``watch_async``.
+"""The Redis broker's native async client: ``enqueue_async`` and ``watch_async``.
 
 Async producers (``await task.enqueue_async(...)``, ``await handle.wait_async()``) talk to
 Redis through ``redis.asyncio`` on the caller's event loop, never blocking it and never taking
@@ -13,7 +13,9 @@ explicitly (no ``unclosed Connection`` ResourceWarning at shutdown): when its lo
 ``shutdown_asyncgens`` while the loop still runs) or by ``broker.close()`` while its loop is
 still open (``AsyncClients.close``). Sentinel and
 Cluster URLs, and enqueues of custom job ids (their cross-queue id guard is synchronous), fall
-back to the base class: the synchronous call on a worker thread (``asyncio.to_thread``).
+back to the base class: the synchronous call on a worker thread (``asyncio.to_thread``),
+as does ``get_async`` (not overridden). A waiter's XREAD BLOCK stays under ``socket_timeout``
+(``lifecycle.watch_block``), as the synchronous wait's.
 """
 
 from __future__ import annotations
