@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import Counter
 from typing import TYPE_CHECKING, Any
@@ -105,7 +106,8 @@ class WorkflowHandle:
         return self.result()
 
     async def wait_async(self, timeout: float | None = None) -> Any:
-        """``wait`` for async code (never blocks the event loop)."""
+        """``wait`` for async code (never blocks the event loop: the waits are the broker's
+        ``watch_async`` and the final read of the results runs on a worker thread)."""
         end = time.monotonic() + (float("inf") if timeout is None else float(timeout))
         for sink in self.sinks:
             left = max(0.0, end - time.monotonic())
@@ -113,7 +115,7 @@ class WorkflowHandle:
             job = await self._rt.broker.watch_async(sink, queue, left)
             if job is not None and job.state not in TERMINAL_STATES:
                 raise WaitTimeout(sink, float(timeout or 0.0), str(job.state))
-        return self.result()
+        return await asyncio.to_thread(self.result)  # reads every node: a broker round trip
 
     def cancel(self) -> int:
         """Cancel every node that has not started; returns how many."""

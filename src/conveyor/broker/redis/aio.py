@@ -1,4 +1,4 @@
-"""The Redis broker's native async client: ``enqueue_async``, ``get_async`` and ``watch_async``.
+"""The Redis broker's native async client: ``enqueue_async`` and ``watch_async``.
 
 Async producers (``await task.enqueue_async(...)``, ``await handle.wait_async()``) talk to
 Redis through ``redis.asyncio`` on the caller's event loop, never blocking it and never taking
@@ -13,7 +13,9 @@ explicitly (no ``unclosed Connection`` ResourceWarning at shutdown): when its lo
 ``shutdown_asyncgens`` while the loop still runs) or by ``broker.close()`` while its loop is
 still open (``AsyncClients.close``). Sentinel and
 Cluster URLs, and enqueues of custom job ids (their cross-queue id guard is synchronous), fall
-back to the base class: the synchronous call on a worker thread (``asyncio.to_thread``).
+back to the base class: the synchronous call on a worker thread (``asyncio.to_thread``),
+as does ``get_async`` (not overridden). A waiter's XREAD BLOCK stays under ``socket_timeout``
+(``lifecycle.watch_block``), as the synchronous wait's.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from ...core.job import Job
 from ...core.state import TERMINAL_STATES
 from ..base import Broker, EnqueueResult
 from . import idguard
-from .lifecycle import WATCH_BLOCK, WATCH_COUNT, scan_entries
+from .lifecycle import WATCH_COUNT, scan_entries, watch_block
 from .plumbing import guarded
 
 if TYPE_CHECKING:
@@ -207,7 +209,7 @@ async def _watch(
             left = end - time.monotonic()
             if left <= 0:
                 return job
-            block = max(1, int(min(left, WATCH_BLOCK) * 1000))
+            block = watch_block(left, broker._conn.socket_timeout)  # as wait_change
             reply = await client.xread({key: cursor}, count=WATCH_COUNT, block=block)
             if not reply:
                 break  # a slice ran out: read the job again

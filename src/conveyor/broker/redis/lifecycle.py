@@ -18,6 +18,15 @@ WATCH_BLOCK = 1.0  # longest XREAD BLOCK of a job's waiter (wait_change)
 WATCH_COUNT = 1000  # stream entries read per XREAD of a waiter
 
 
+def watch_block(left: float, socket_timeout: float) -> int:
+    """Milliseconds one XREAD BLOCK of a job's waiter may last: at most ``left``,
+    ``WATCH_BLOCK`` and well under the client's ``socket_timeout`` (a block as long as the
+    read timeout would end as a socket timeout, i.e. ``BrokerUnavailable``, instead of an
+    empty reply); at least 1 ms (BLOCK 0 would block for ever)."""
+    under = max(socket_timeout - 1.0, socket_timeout / 2)
+    return max(1, int(min(left, WATCH_BLOCK, under) * 1000))
+
+
 def scan_entries(entries: Sequence[Any], needle: bytes) -> tuple[Any, bool]:
     """(the last entry id, whether any entry's values contain ``needle``) of an XREAD reply."""
     hit = any(needle in value for _, fields in entries for value in fields.values())
@@ -125,10 +134,8 @@ class LifecycleMixin(RedisBase):
         key, needle = self.keys.queue_key(queue, "events"), job_id.encode()
         end = time.monotonic() + timeout
         while (left := end - time.monotonic()) > 0:
-            block = min(left, WATCH_BLOCK, self._conn.socket_timeout - 1.0)
-            reply = self.client.xread(
-                {key: cursor}, count=WATCH_COUNT, block=max(1, int(block * 1000))
-            )
+            block = watch_block(left, self._conn.socket_timeout)
+            reply = self.client.xread({key: cursor}, count=WATCH_COUNT, block=block)
             if not reply:
                 return cursor
             cursor, hit = scan_entries(reply[0][1], needle)
