@@ -98,6 +98,33 @@ def test_unknown_setting_keys_are_refused_naming_them() -> None:
         from_settings()
 
 
+@pytest.mark.parametrize(
+    ("conf", "named"),
+    [
+        ({"ON_COMMIT": "false"}, "ON_COMMIT"),  # a string from os.environ: was read as True
+        ({"IN_TRANSACTION": "no"}, "IN_TRANSACTION"),
+        ({"DATABASE": "replica"}, "DATABASE"),  # no such alias: failed at the first atomic()
+        ({"DATABASE": 3}, "DATABASE"),
+        ({"OUTBOX": "yes"}, "OUTBOX"),
+        ({"OUTBOX": {"BATCH": "many"}}, "BATCH"),  # a bare ValueError before
+        ({"OUTBOX": {"INTERVAL": "soon"}}, "INTERVAL"),
+        ({"OUTBOX": {"RELAY_IN_WORKER": "off"}}, "RELAY_IN_WORKER"),
+    ],
+)
+def test_bad_setting_values_are_refused_naming_them(conf: dict[str, Any], named: str) -> None:
+    """docs/integrations.md: "a bad value raises ImproperlyConfigured naming it, at start-up"."""
+    from django.core.exceptions import ImproperlyConfigured
+    from django.test import override_settings
+
+    from conveyor.contrib.django.conveyor_app import from_settings
+
+    with (
+        override_settings(CONVEYOR={"URL": "memory://", **conf}),
+        pytest.raises(ImproperlyConfigured, match=named),
+    ):
+        from_settings()
+
+
 # --------------------------------------------------------------------- enqueue on commit
 def test_rollback_leaves_no_job() -> None:
     from django.contrib.auth.models import User

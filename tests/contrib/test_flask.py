@@ -93,3 +93,25 @@ def test_bad_config_and_options_are_refused_by_name(tmp_path: Path) -> None:
 def test_using_the_extension_before_init_app_says_so() -> None:
     with pytest.raises(RuntimeError, match="init_app"):
         _ = FlaskConveyor().app
+
+
+def test_a_task_declared_after_init_app_reaches_every_app(tmp_path: Path) -> None:
+    """The module docstring: tasks are "registered with every app it is initialised for" —
+    also one declared late (a tasks module imported once both apps exist); it reached only the
+    last app before, and the first app's worker failed its jobs as unknown tasks."""
+    late = FlaskConveyor()
+    one, two = Flask("one"), Flask("two")
+    for i, flask_app in enumerate((one, two)):
+        flask_app.config.update(CONVEYOR_URL=f"sqlite:///{tmp_path / f'{i}.db'}")
+        late.init_app(flask_app)
+
+    @late.task
+    def ping() -> str:
+        return "pong"
+
+    for flask_app in (one, two):
+        with flask_app.app_context():
+            assert late.app.tasks.get("ping") is ping
+            job = ping.enqueue()
+            assert late.app.worker().run_until_idle() == 1
+            assert job.refresh().state is JobState.COMPLETED

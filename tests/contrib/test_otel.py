@@ -24,7 +24,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 from conveyor import Conveyor, FakeClock, JobState
 from conveyor.config import Settings
 from conveyor.contrib.otel import OpenTelemetryMiddleware
-from tests.support.hostile import HOSTILE_TEXT
+from tests.support.hostile import HOSTILE_TEXT, UNENCODABLE
 from tests.worker.conftest import FAST, running, wait_until
 
 TRACEPARENT = re.compile(r"^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
@@ -200,3 +200,35 @@ def test_optional_metrics(provider: TracerProvider) -> None:
     assert sum(p.value for p in points["conveyor.jobs.enqueued"]) == 2
     outcomes = {p.attributes["conveyor.outcome"]: p.count for p in points["conveyor.job.duration"]}
     assert outcomes == {"completed": 1, "dead_letter": 1}
+
+
+def _texts(span: ReadableSpan) -> list[str]:
+    """Every string an exporter sends for ``span``: status, attributes, event attributes."""
+    found = [span.status.description or ""]
+    for attrs in [span.attributes or {}, *(e.attributes or {} for e in span.events)]:
+        found += [v for v in attrs.values() if isinstance(v, str)]
+    return found
+
+
+def test_a_lone_surrogate_in_the_error_does_not_break_the_export(
+    provider: TracerProvider, exporter: InMemorySpanExporter
+) -> None:
+    """A handler failing on a non-UTF-8 file name (``os.listdir`` gives lone surrogates): the
+    span's texts stay valid UTF-8 — OTLP (protobuf strings) refuses anything else and drops the
+    whole batch of spans it was exporting — and the message is still readable."""
+    app = memory_app(provider)
+    name = UNENCODABLE["lone_surrogate"]
+
+    @app.task(max_attempts=1)
+    def read() -> None:
+        raise ValueError(f"cannot read {name}")  # an f-string keeps the surrogate as is
+
+    read.enqueue()
+    app.worker().run_until_idle()
+    span = one(exporter, "process read")
+    assert span.status.status_code is StatusCode.ERROR
+    for text in _texts(span):
+        text.encode("utf-8")  # raised UnicodeEncodeError before
+    assert "name-\\udcff.txt" in (span.status.description or "")
+    (event,) = span.events
+    assert "name-\\udcff.txt" in str((event.attributes or {})["exception.message"])

@@ -153,3 +153,13 @@ def test_mounted_dashboard_links_stay_under_the_prefix() -> None:
 def test_mount_path_is_validated() -> None:
     with pytest.raises(ValidationError, match="path"):
         cs.mount_dashboard(FastAPI(), Conveyor("memory://"), "admin/jobs/")
+
+
+def test_a_worker_that_cannot_start_fails_the_startup_naming_why(tmp_path: Path) -> None:
+    """A worker whose run() raises at start (``processes=2`` on an app that is not importable
+    as module:attribute) used to end its thread silently: the lifespan started and the site
+    ran with no worker at all. The start-up now fails with the worker's own error."""
+    api, app, _ = make_api(tmp_path)
+    api.router.lifespan_context = cs.lifespan(app, processes=2)
+    with pytest.raises(ValidationError, match="processes"), TestClient(api):
+        pass

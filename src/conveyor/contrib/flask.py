@@ -11,6 +11,7 @@ with ``conveyor dashboard`` next to the Flask app. See docs/integrations.md.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -47,6 +48,8 @@ class FlaskConveyor:
         self._given = conveyor
         self._tasks: list[Task[..., Any]] = []
         self._last: Conveyor | None = None
+        #: every Conveyor built or given for an app (weak: a discarded test app is not kept)
+        self._apps: weakref.WeakSet[Conveyor] = weakref.WeakSet()
         if flask_app is not None:
             self.init_app(flask_app)
 
@@ -58,6 +61,7 @@ class FlaskConveyor:
         flask_app.extensions[EXTENSION] = conveyor
         flask_app.cli.add_command(_cli_group(self))
         self._last = conveyor
+        self._apps.add(conveyor)
         return conveyor
 
     @staticmethod
@@ -116,8 +120,9 @@ class FlaskConveyor:
 
 
 def _initialised(ext: FlaskConveyor) -> list[Conveyor]:
-    """Conveyor apps already built: tasks declared late are registered with them too."""
-    return [ext._last] if ext._last is not None else []
+    """Conveyor apps already built (every app initialised, not only the last): tasks declared
+    late are registered with them too."""
+    return list(ext._apps)
 
 
 def _cli_group(ext: FlaskConveyor) -> click.Group:

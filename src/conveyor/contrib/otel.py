@@ -21,6 +21,7 @@ that module (as for any forked worker). Configure providers and exporters as usu
 
 from __future__ import annotations
 
+import traceback
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -31,6 +32,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from ..core.job import Job
 from ..middleware import AppView, Middleware, WorkerView
+from ..worker.execute import safe_text
 
 #: The metadata keys carrying the W3C trace context (the header names of the W3C spec).
 TRACE_KEYS = ("traceparent", "tracestate")
@@ -103,8 +105,9 @@ class OpenTelemetryMiddleware(Middleware):
             except BaseException as exc:
                 span.set_attribute("conveyor.outcome", "error")
                 span.set_attribute("error.type", _qualname(type(exc)))
-                span.record_exception(exc)
-                span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"[:1000]))
+                message = safe_text(str(exc))
+                span.record_exception(exc, attributes=_exception_texts(exc, message))
+                span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {message}"[:1000]))
                 raise
             span.set_attribute("conveyor.outcome", "success")
 
@@ -156,6 +159,13 @@ def _attributes(job: Job, operation: str) -> dict[str, Any]:
         "conveyor.task": job.task,
         "conveyor.attempt": job.attempts,
     }
+
+
+def _exception_texts(exc: BaseException, message: str) -> dict[str, Any]:
+    """The exception event's texts as valid UTF-8: OTLP (protobuf strings) refuses lone
+    surrogates (a non-UTF-8 file name in a message) and would drop the whole export batch."""
+    stack = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return {"exception.message": message, "exception.stacktrace": safe_text(stack)}
 
 
 def _qualname(cls: type) -> str:

@@ -35,10 +35,16 @@ class WorkerThread:
         options.setdefault("handle_signals", False)  # the web server owns the signals
         self.worker: Worker = app.worker(queues, **options)
         self.exit_code: int | None = None
+        #: what ended the worker's run() with an exception (None while it runs or returned)
+        self.error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="conveyor-worker", daemon=True)
 
     def _run(self) -> None:
-        self.exit_code = self.worker.run()
+        try:
+            self.exit_code = self.worker.run()
+        except BaseException as exc:  # kept for start() to raise: a dead thread says nothing
+            self.error = exc
+            log.error("embedded worker crashed", exc_info=exc)
 
     @property
     def alive(self) -> bool:
@@ -46,7 +52,11 @@ class WorkerThread:
         return self._thread.is_alive()
 
     def start(self, timeout: float = 10.0) -> WorkerThread:
-        """Start the thread; returns once the worker claims jobs (or its run ended early)."""
+        """Start the thread; returns once the worker claims jobs (or its run ended early).
+
+        A run() that raised before claiming (a bad option) raises its error here, so the web
+        process fails at start-up instead of serving without a worker.
+        """
         self._thread.start()
         deadline = time.monotonic() + timeout
         # started_at is set by run() before its first claim; a failed start ends the thread.
@@ -54,6 +64,9 @@ class WorkerThread:
             if time.monotonic() > deadline:
                 raise RuntimeError("the embedded Conveyor worker did not start")
             time.sleep(0.005)
+        if self.worker.started_at is None and self.error is not None:
+            self._thread.join()
+            raise self.error
         if self.exit_code not in (None, 0):
             log.error("embedded worker exited at start-up with code %s", self.exit_code)
         return self

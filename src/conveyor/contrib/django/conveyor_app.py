@@ -137,13 +137,22 @@ def from_settings() -> DjangoConveyor:
     if not isinstance(overrides, dict):
         raise ImproperlyConfigured("settings.CONVEYOR['SETTINGS'] must be a dict")
     outbox = conf.get("OUTBOX", False)
+    if not isinstance(outbox, bool | dict):
+        raise ImproperlyConfigured("settings.CONVEYOR['OUTBOX'] must be False, True or a dict")
+    database = conf.get("DATABASE", DEFAULT_DB_ALIAS)
+    if database not in settings.DATABASES:  # else it fails at the first atomic(), not here
+        raise ImproperlyConfigured(
+            f"settings.CONVEYOR['DATABASE'] must be an alias of settings.DATABASES "
+            f"(known: {', '.join(map(str, settings.DATABASES))}), got {database!r}"
+        )
     try:
         app = DjangoConveyor(
             conf.get("URL"),
             settings=Settings.from_env(**overrides),
-            on_commit=bool(conf.get("ON_COMMIT", True)),
-            database=str(conf.get("DATABASE", DEFAULT_DB_ALIAS)),
-            in_transaction=bool(conf.get("IN_TRANSACTION", False) or outbox),
+            on_commit=_flag(conf, "ON_COMMIT", True, "settings.CONVEYOR"),
+            database=database,
+            in_transaction=_flag(conf, "IN_TRANSACTION", False, "settings.CONVEYOR")
+            or bool(outbox),
         )
         if outbox:
             install_outbox(app, outbox if isinstance(outbox, dict) else {})
@@ -157,17 +166,34 @@ def install_outbox(app: DjangoConveyor, conf: dict[str, Any]) -> None:
     opens its own connections from Django's settings of that database (``new_connection``)."""
     from ...outbox import DEFAULT_TABLE, Outbox
 
+    where = "settings.CONVEYOR['OUTBOX']"
     unknown = sorted(set(conf) - set(OUTBOX_KEYS))
     if unknown:
-        raise ImproperlyConfigured(f"settings.CONVEYOR['OUTBOX']: unknown key(s) {unknown}")
+        raise ImproperlyConfigured(f"{where}: unknown key(s) {unknown}")
     Outbox(
         app,
         table=str(conf.get("TABLE", DEFAULT_TABLE)),
-        relay_in_worker=bool(conf.get("RELAY_IN_WORKER", False)),
-        batch=int(conf.get("BATCH", 500)),
-        interval=float(conf.get("INTERVAL", 0.5)),
+        relay_in_worker=_flag(conf, "RELAY_IN_WORKER", False, where),
+        batch=_number(conf, "BATCH", 500, where, int),
+        interval=_number(conf, "INTERVAL", 0.5, where, float),
         connect=lambda: new_connection(app.database),
     )
+
+
+def _flag(conf: dict[str, Any], key: str, default: bool, where: str) -> bool:
+    """A boolean setting: True/False (or 1/0) only — ``bool("false")`` would be True."""
+    value = conf.get(key, default)
+    if isinstance(value, int) and value in (0, 1):  # bool is an int
+        return bool(value)
+    raise ImproperlyConfigured(f"{where}['{key}'] must be True or False, got {value!r}")
+
+
+def _number(conf: dict[str, Any], key: str, default: Any, where: str, kind: type) -> Any:
+    """A numeric setting converted to ``kind``; anything else is refused naming the key."""
+    value = conf.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int if kind is int else int | float):
+        raise ImproperlyConfigured(f"{where}['{key}'] must be a {kind.__name__}, got {value!r}")
+    return kind(value)
 
 
 def new_connection(alias: str = DEFAULT_DB_ALIAS) -> Any:
