@@ -1,0 +1,156 @@
+"""Every ``conveyor`` command line README.md and docs/*.md show names a real command and real
+options of it, checked against the click command tree (the same object ``conveyor --help``
+prints), not by eye.
+
+A command line is a code span or a line of a non-Python code block that starts with
+``conveyor`` (after ``$``, ``VAR=value`` assignments or a path such as ``.venv/bin/``), or a
+YAML ``command: ["conveyor", ...]`` list. Its words are walked down the command groups; every
+word starting with ``-`` must be an option of the command reached (or of ``conveyor`` itself
+before the command). A code span that is only an option (``--metrics-port``) must be an option
+of some command, unless it belongs to another program (``OTHER_PROGRAMS``).
+docs/benchmarks.md is left out: it names the benchmark scripts' options, not the CLI's.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import click
+import pytest
+
+from conveyor.cli.main import cli
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = [ROOT / "README.md"] + sorted(
+    p for p in (ROOT / "docs").glob("*.md") if p.name != "benchmarks.md"
+)
+#: options in code spans that belong to another program, and which
+OTHER_PROGRAMS = {
+    "--preload": "gunicorn (docs/design.md: a forked child's auto-batching buffer)",
+    "--workers": "bench/cluster_scale.py (docs/scaling.md: its drain scenario)",
+}
+_FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.M | re.S)
+
+
+def _segments(path: Path) -> Iterator[tuple[int, str]]:
+    """(line, text) of every code-block line (Python blocks excepted) and code span."""
+    text = path.read_text(encoding="utf-8")
+    for match in _FENCE.finditer(text):
+        lang, body = match.group(1), match.group(2)
+        line = text.count("\n", 0, match.start()) + 1
+        if lang == "python":
+            continue
+        if lang == "yaml":
+            for listed in re.finditer(r'\[("conveyor",[^\]]*)\]', body):
+                yield line, " ".join(json.loads(f"[{listed.group(1)}]"))
+            continue
+        for i, code_line in enumerate(body.splitlines()):
+            yield line + 1 + i, code_line
+    for line, span in _spans(text):
+        yield line, span
+
+
+def _spans(text: str) -> Iterator[tuple[int, str]]:
+    """(line, text) of every code span outside fenced blocks."""
+    prose = _FENCE.sub(lambda m: "\n" * m.group(0).count("\n"), text)
+    for match in re.finditer(r"`([^`\n]+)`", prose):
+        yield prose.count("\n", 0, match.start()) + 1, match.group(1)
+
+
+def _command_lines(segment: str) -> Iterator[list[str]]:
+    """The words after ``conveyor`` of every command in one segment."""
+    segment = re.split(r"(?:^|\s)#|→", segment.replace("\\|", "|"))[0]
+    for part in re.split(r"&&|;|\s\|\s", segment):
+        words = part.split()
+        while words and (re.fullmatch(r"\w+=\S*", words[0]) or words[0] in ("$", "exec")):
+            words = words[1:]
+        if words and words[0].startswith("ExecStart="):
+            words[0] = words[0].split("=", 1)[1]
+        if words and (words[0] == "conveyor" or words[0].endswith("/conveyor")):
+            yield [w for word in words[1:] for w in word.strip("[]").split("|") if w]
+
+
+def _options(command: click.Command) -> set[str]:
+    names = {"--help", "-h"}
+    for param in command.params:
+        names.update(param.opts + param.secondary_opts)
+    return names
+
+
+def problems(words: list[str]) -> list[str]:
+    """What is wrong with ``conveyor <words>``: unknown commands and options."""
+    command: click.Command = cli
+    path = ["conveyor"]
+    found = []
+    for word in words:
+        if word.startswith("-"):
+            if word.split("=", 1)[0] not in _options(command):
+                found.append(f"{' '.join(path)} has no option {word.split('=', 1)[0]}")
+        elif isinstance(command, click.Group):
+            sub = command.get_command(click.Context(command), word)
+            if sub is None:
+                if word not in ("...", "…"):
+                    found.append(f"{' '.join(path)} has no command {word!r}")
+                break
+            command, path = sub, [*path, word]
+    return found
+
+
+def _every_option() -> set[str]:
+    names: set[str] = set()
+    stack: list[click.Command] = [cli]
+    while stack:
+        command = stack.pop()
+        names |= _options(command)
+        if isinstance(command, click.Group):
+            ctx = click.Context(command)
+            stack += [command.get_command(ctx, n) for n in command.list_commands(ctx)]  # type: ignore[misc]
+    return names
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
+def test_every_command_line_names_real_commands_and_options(doc: Path) -> None:
+    wrong = [
+        f"{doc.name}:{line}: {problem}  <- {segment.strip()}"
+        for line, segment in _segments(doc)
+        for words in _command_lines(segment)
+        for problem in problems(words)
+    ]
+    assert wrong == []
+
+
+def test_the_docs_show_many_command_lines() -> None:
+    """The extraction finds the commands (a broken pattern would make the test above vacuous)."""
+    lines = [w for doc in DOCS for _, s in _segments(doc) for w in _command_lines(s)]
+    assert len(lines) > 100
+    assert {words[0] for words in lines if words} >= {
+        "worker", "scheduler", "dashboard", "status", "dlq", "limits", "migrate", "relay"
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
+def test_every_option_span_is_an_option_of_some_command(doc: Path) -> None:
+    known = _every_option() | set(OTHER_PROGRAMS)
+    text = doc.read_text(encoding="utf-8")
+    unknown = [
+        f"{doc.name}:{line}: `{span}`"
+        for line, span in _spans(text)
+        if (name := re.match(r"--[a-z][\w-]*", span)) and name.group(0) not in known
+    ]
+    assert unknown == []
+
+
+def test_a_misspelt_option_or_command_is_caught() -> None:
+    """The check itself: planted mistakes are reported, real lines are not."""
+    assert problems(["worker", "jobs:app", "--queues", "a:5,b", "-c", "8"]) == []
+    assert problems(["dlq", "purge", "--older-than", "7d"]) == []
+    assert problems(["worker", "--concurency", "8"]) == ["conveyor worker has no option --concurency"]
+    assert problems(["inspect", "ID"]) == ["conveyor has no command 'inspect'"]
+    assert problems(["--url", "status"]) == ["conveyor has no option --url"]
+    assert problems(["dlq", "show"]) == ["conveyor dlq has no command 'show'"]
+    assert list(_command_lines("conveyor pause q && conveyor resume q  # --force")) == [
+        ["pause", "q"], ["resume", "q"]
+    ]  # fmt: skip
