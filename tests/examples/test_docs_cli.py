@@ -24,9 +24,8 @@ import pytest
 from conveyor.cli.main import cli
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = [ROOT / "README.md"] + sorted(
-    p for p in (ROOT / "docs").glob("*.md") if p.name != "benchmarks.md"
-)
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS.remove(ROOT / "docs" / "benchmarks.md")
 #: options in code spans that belong to another program, and which
 OTHER_PROGRAMS = {
     "--preload": "gunicorn (docs/design.md: a forked child's auto-batching buffer)",
@@ -147,7 +146,9 @@ def test_a_misspelt_option_or_command_is_caught() -> None:
     """The check itself: planted mistakes are reported, real lines are not."""
     assert problems(["worker", "jobs:app", "--queues", "a:5,b", "-c", "8"]) == []
     assert problems(["dlq", "purge", "--older-than", "7d"]) == []
-    assert problems(["worker", "--concurency", "8"]) == ["conveyor worker has no option --concurency"]
+    assert problems(["worker", "--concurency", "8"]) == [
+        "conveyor worker has no option --concurency"
+    ]
     assert problems(["inspect", "ID"]) == ["conveyor has no command 'inspect'"]
     assert problems(["--url", "status"]) == ["conveyor has no option --url"]
     assert problems(["dlq", "show"]) == ["conveyor dlq has no command 'show'"]
