@@ -38,3 +38,31 @@ def test_the_design_transition_table_matches_the_code() -> None:
             documented.add((source, event, target.strip("`")))
     expected = {(str(s), str(e), str(t)) for (s, e), t in TRANSITIONS.items()}
     assert documented == expected
+
+
+def diagram_edges(text: str) -> set[tuple[str, str, str]]:
+    """(source, event, target) of the mermaid state diagram of docs/architecture.md; a label
+    names its events first, alternatives split by " / " (parenthesised notes left out)."""
+    diagram = text.split("```mermaid\n", 1)[1].split("```", 1)[0]
+    edges = set()
+    for source, target, label in re.findall(r"^\s*(\S+) --> (\S+?): (.+)$", diagram, re.M):
+        if "[*]" in (source, target):
+            continue
+        for alternative in re.sub(r"\([^)]*\)", "", label).split("/"):
+            edges.add((source, alternative.split()[0], target))
+    return edges
+
+
+def test_the_architecture_state_diagram_matches_the_code() -> None:
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    expected = {(str(s), str(e), str(t)) for (s, e), t in TRANSITIONS.items()}
+    assert diagram_edges(text) == expected
+    plain = text.split("The same diagram in plain text:", 1)[1].split("```\n", 2)[1]
+    assert {e for _, e, _ in expected} <= set(re.findall(r"\w+", plain))
+
+
+def test_a_wrong_diagram_edge_is_caught() -> None:
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    planted = text.replace("active --> completed: complete", "active --> completed: finish")
+    assert ("active", "finish", "completed") in diagram_edges(planted)
+    assert ("active", "complete", "completed") not in diagram_edges(planted)
