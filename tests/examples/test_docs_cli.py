@@ -126,8 +126,15 @@ def test_the_docs_show_many_command_lines() -> None:
     lines = [w for doc in DOCS for _, s in _segments(doc) for w in _command_lines(s)]
     assert len(lines) > 100
     assert {words[0] for words in lines if words} >= {
-        "worker", "scheduler", "dashboard", "status", "dlq", "limits", "migrate", "relay"
-    }  # fmt: skip
+        "worker",
+        "scheduler",
+        "dashboard",
+        "status",
+        "dlq",
+        "limits",
+        "migrate",
+        "relay",
+    }
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
@@ -153,5 +160,6 @@ def test_a_misspelt_option_or_command_is_caught() -> None:
     assert problems(["--url", "status"]) == ["conveyor has no option --url"]
     assert problems(["dlq", "show"]) == ["conveyor dlq has no command 'show'"]
     assert list(_command_lines("conveyor pause q && conveyor resume q  # --force")) == [
-        ["pause", "q"], ["resume", "q"]
-    ]  # fmt: skip
+        ["pause", "q"],
+        ["resume", "q"],
+    ]

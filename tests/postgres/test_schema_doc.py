@@ -103,3 +103,21 @@ def test_the_outdated_schema_error_names_a_real_command(
     command = re.findall(r"`conveyor ([^`]+)`", str(caught.value))
     assert command, str(caught.value)
     assert problems(command[0].split()) == []
+
+
+def test_transactions_psycopg_block(pg_server: Any) -> None:
+    """docs/transactions.md's psycopg block, its URL swapped for the test server's."""
+    from tests.examples.docblocks import run
+
+    url = pg_server.new_database()
+    with psycopg.connect(url, autocommit=True) as setup:  # the reader's own table
+        setup.execute("CREATE TABLE orders (id int PRIMARY KEY)")
+    ns: dict[str, Any] = {}
+    run("transactions.md", "import psycopg", ns, {"postgresql://shop@db/shop": url})
+    app = ns["app"]
+    try:
+        assert app.broker.counts()["default"]["pending"] == 1
+        with psycopg.connect(url) as c:
+            assert c.execute("SELECT id FROM orders").fetchall() == [(42,)]
+    finally:
+        app.close()
