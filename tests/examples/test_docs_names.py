@@ -220,3 +220,17 @@ def test_the_json_log_lines_have_the_documented_keys() -> None:
     assert job_line | failure_keys <= outcomes["dead_letter"]
     assert failure_keys == {"error_kind", "error", "message", "exc"}
     assert handler and all(handler_line <= keys for keys in handler)
+
+
+# ---------------------------------------------------------------------- event types
+def test_the_event_table_lists_every_event_type() -> None:
+    from conveyor.broker.records import EVENT_TYPES
+
+    text = (ROOT / "docs" / "monitoring.md").read_text("utf-8")
+    section = text.split("## Events", 1)[1].split("Read it from any process", 1)[0]
+    documented = [
+        n
+        for cell in re.findall(r"^\| (.+?) \|", section, re.M)
+        for n in re.findall(r"`(\w+)`", cell)
+    ]
+    assert sorted(documented) == sorted(EVENT_TYPES)
