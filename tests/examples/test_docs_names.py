@@ -234,3 +234,51 @@ def test_the_event_table_lists_every_event_type() -> None:
         for n in re.findall(r"`(\w+)`", cell)
     ]
     assert sorted(documented) == sorted(EVENT_TYPES)
+
+
+# ---------------------------------------------------------------------- the JSON API
+def api_routes() -> set[tuple[str, str]]:
+    """(method, path) of every route under the dashboard's /api/v1 (``{param}`` kept)."""
+    from conveyor.dashboard import DashboardConfig, create_app
+
+    found = set()
+    stack: list[tuple[str, object]] = [("", create_app(Conveyor("memory://"), DashboardConfig()))]
+    while stack:
+        prefix, app = stack.pop()
+        for route in getattr(app, "routes", []):
+            path = prefix + re.sub(r":\w+}", "}", getattr(route, "path", ""))
+            sub = route if hasattr(route, "routes") else getattr(route, "app", None)
+            if sub is not None and hasattr(sub, "routes"):
+                stack.append((path, sub))
+            else:
+                found |= {(m, path) for m in getattr(route, "methods", None) or ()}
+    return {(m, p.removeprefix("/api/v1")) for m, p in found if p.startswith("/api/v1/")}
+
+
+def documented_api_calls() -> set[tuple[str, str]]:
+    """(method or "", path under /api/v1) of every API call monitoring.md names (query strings
+    dropped; ``a|b`` in the last segment is two calls; an encoded example path is left out)."""
+    text = (ROOT / "docs" / "monitoring.md").read_text("utf-8")
+    spans = [("", p) for p in re.findall(r"/api/v1(/[\w{}/.%-]*)", text)]
+    section = text.split("### HTTP JSON API", 1)[1].split("\n## ", 1)[0]
+    for span in re.findall(r"`((?:(?:GET|POST|DELETE) )?/[^`\s]*)`", section):
+        if not span.startswith("/api/v1"):
+            method, _, path = span.rpartition(" ")
+            spans.append((method, path))
+    calls = set()
+    for method, path in spans:
+        head, _, tail = path.split("?", 1)[0].rpartition("/")
+        calls |= {(method, f"{head}/{last}") for last in tail.split("|") if "%" not in path}
+    return calls - {("", "/")}
+
+
+def test_every_api_call_the_docs_name_exists() -> None:
+    routes = api_routes()
+    ids = {"zz": "{id}"}  # an example id stands for the parameter
+    missing = []
+    for method, path in sorted(documented_api_calls()):
+        path = "/".join(ids.get(part, part) for part in path.split("/"))
+        if not any(p == path and method in ("", m) for m, p in routes):
+            missing.append(f"{method or 'ANY'} /api/v1{path}")
+    assert missing == []
+    assert len(documented_api_calls()) > 25
