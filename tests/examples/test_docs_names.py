@@ -282,3 +282,28 @@ def test_every_api_call_the_docs_name_exists() -> None:
             missing.append(f"{method or 'ANY'} /api/v1{path}")
     assert missing == []
     assert len(documented_api_calls()) > 25
+
+
+# ---------------------------------------------------------------------- alert rules
+def test_the_alert_rule_table_names_real_rules_and_fields() -> None:
+    """monitoring.md's rule table: each class, its ``type`` name, and every field named in the
+    row (the condition's and the options') is a field of that rule; every rule is listed."""
+    import dataclasses
+
+    from conveyor.monitoring import rules
+
+    text = (ROOT / "docs" / "monitoring.md").read_text("utf-8")
+    section = text.split("## Alerts", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| `(\w+)` / `(\w+)` \| (.+) \| (.+) \|$", section, re.M)
+    listed = set()
+    for cls_name, type_name, condition, options in rows:
+        cls = getattr(rules, cls_name)
+        fields = {f.name for f in dataclasses.fields(cls)}
+        assert (
+            cls().type == type_name and rules.rule_from_dict({"type": type_name}).type == type_name
+        )
+        named = set(re.findall(r"`(\w+)`", condition + options))
+        assert named <= fields, (cls_name, named - fields)
+        listed.add(cls)
+    every = {c for c in vars(rules).values() if isinstance(c, type) and issubclass(c, rules.Rule)}
+    assert listed == every - {rules.Rule}
