@@ -307,3 +307,44 @@ def test_the_alert_rule_table_names_real_rules_and_fields() -> None:
         listed.add(cls)
     every = {c for c in vars(rules).values() if isinstance(c, type) and issubclass(c, rules.Rule)}
     assert listed == every - {rules.Rule}
+
+
+def test_the_alert_config_and_payload_are_as_documented() -> None:
+    """monitoring.md: CONVEYOR_ALERTS' example is accepted as shown, the defaults it states
+    hold, and a notifier receives exactly the documented payload keys and message."""
+    import inspect
+
+    from conveyor.monitoring.alerts import AlertManager, WebhookNotifier
+
+    text = (ROOT / "docs" / "monitoring.md").read_text("utf-8")
+    section = text.split("## Alerts", 1)[1].split("\n## ", 1)[0]
+    raw = re.search(r"export CONVEYOR_ALERTS='(.*?)'", section, re.S).group(1)  # type: ignore[union-attr]
+    documented = json.loads(re.search(r"^```json\n(.*?)^```", section, re.M | re.S).group(1))  # type: ignore[union-attr]
+    assert "**Cooldown** (default 300 s)" in section and AlertManager.cooldown == 300
+    params = inspect.signature(WebhookNotifier).parameters
+    shown = re.search(r"`WebhookNotifier\(url, (.*?), headers=\.\.\.\)`", section).group(1)  # type: ignore[union-attr]
+    for name, value in (pair.split("=") for pair in shown.split(", ")):
+        assert params[name].default == float(value), name
+
+    app = Conveyor("memory://")
+    app.alerts.configure_from_env({"CONVEYOR_ALERTS": raw})
+    assert [r.type for r in app.alerts.rules] == ["queue_depth", "cron_missed"]
+    assert app.alerts.cooldown == 600
+    assert any(isinstance(n, WebhookNotifier) for n in app.alerts.notifiers)
+
+    class Collect:
+        payloads: list[dict[str, object]] = []
+
+        def notify(self, payload: dict[str, object]) -> bool:
+            self.payloads.append(payload)
+            return True
+
+    app = Conveyor("memory://")
+    app.alerts.add_rule({"type": "queue_depth", "threshold": 1000, "queue": "emails"})
+    app.alerts.add_notifier(Collect())
+    for _ in range(1204):
+        app.enqueue("send", queue="emails")
+    app.alerts.evaluate(app.now())
+    (payload,) = Collect.payloads
+    assert set(payload) == set(documented)
+    assert payload["message"] == documented["message"]
