@@ -348,3 +348,16 @@ def test_the_alert_config_and_payload_are_as_documented() -> None:
     (payload,) = Collect.payloads
     assert set(payload) == set(documented)
     assert payload["message"] == documented["message"]
+
+
+def test_the_worker_exit_codes_are_the_code_s() -> None:
+    """operations.md's exit codes of a worker process are the ``EXIT_*`` constants (6 is a
+    process-pool child's own code, never a worker process's: see worker/mainguard.py)."""
+    from conveyor.worker import procutil
+
+    text = (ROOT / "docs" / "operations.md").read_text("utf-8")
+    section = text.split("**Exit codes of a worker process**", 1)[1].split("\n\n", 1)[0]
+    documented = {int(n) for n in re.findall(r"(?:^: |; |\. )(\d) ", section)}
+    documented |= {int(n) for n in re.findall(r"\b(\d): an operator", section)}
+    codes = {v for k, v in vars(procutil).items() if k.startswith("EXIT_")}
+    assert documented == codes - {procutil.EXIT_UNGUARDED_MAIN}
