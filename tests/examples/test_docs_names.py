@@ -361,3 +361,24 @@ def test_the_worker_exit_codes_are_the_code_s() -> None:
     documented |= {int(n) for n in re.findall(r"\b(\d): an operator", section)}
     codes = {v for k, v in vars(procutil).items() if k.startswith("EXIT_")}
     assert documented == codes - {procutil.EXIT_UNGUARDED_MAIN}
+
+
+def test_the_dashboard_security_numbers_are_the_code_s() -> None:
+    """monitoring.md's "Security settings": the bounds and defaults it states."""
+    from conveyor.dashboard import security
+
+    text = (ROOT / "docs" / "monitoring.md").read_text("utf-8")
+    section = text.split("## Security settings", 1)[1].split("\n* **", 1)[0]
+    config = security.DashboardConfig()
+    stated = {
+        f"bearer token (≥ {security.MIN_TOKEN} characters)",
+        f"password ≥ {security.MIN_PASSWORD} characters; username defaults to `admin`",
+        f"(default {config.rate_limit:g}, burst {config.rate_burst})",
+        f"`max_body` — {config.max_body // 1024} KiB",
+        f"`max_api_body` — {config.max_api_body // 1024 // 1024} MiB",
+    }
+    assert {s for s in stated if s not in section} == set()
+    assert (
+        security.DashboardConfig.from_env({"CONVEYOR_DASHBOARD_PASSWORD": "p" * 8}).username
+        == "admin"
+    )
