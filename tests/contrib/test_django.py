@@ -208,12 +208,14 @@ def test_on_commit_can_be_turned_off(django_project: Path) -> None:
 # --------------------------------------------------------------------- dashboard, staff only
 @pytest.fixture(scope="module")
 def asgi() -> Any:
-    from django.core.asgi import get_asgi_application
+    """docs/integrations.md's ``mysite/asgi.py``, run as written."""
     from starlette.testclient import TestClient
 
-    from conveyor.contrib.django.asgi import with_dashboard
+    from tests.examples.docblocks import run
 
-    return TestClient(with_dashboard(get_asgi_application(), "/admin/jobs"))
+    ns: dict[str, Any] = {}
+    run("integrations.md", "# mysite/asgi.py", ns)
+    return TestClient(ns["application"])
 
 
 def session_cookie(user: Any) -> dict[str, str]:

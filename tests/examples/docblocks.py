@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import ast
 import re
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
-_BLOCK = re.compile(r"(?:<!-- fragment: (.+?) -->\n)?^```python\n(.*?)^```", re.M | re.S)
+_BLOCK = re.compile(r"(?:<!-- fragment: (.+?) -->\n)?^( *)```python\n(.*?)^\2```", re.M | re.S)
 
 
 @dataclass(frozen=True)
@@ -39,9 +40,10 @@ def blocks(doc: str | None = None) -> list[Block]:
     found = []
     for path in sorted(DOCS.glob("*.md")) if doc is None else [DOCS / doc]:
         text = path.read_text(encoding="utf-8")
-        for match in _BLOCK.finditer(text):
-            line = text.count("\n", 0, match.start(2))
-            found.append(Block(path.name, line, match.group(2), match.group(1)))
+        for match in _BLOCK.finditer(text):  # a block may be indented (inside a list item)
+            line = text.count("\n", 0, match.start(3))
+            code = textwrap.dedent(match.group(3))
+            found.append(Block(path.name, line, code, match.group(1)))
     return found
 
 

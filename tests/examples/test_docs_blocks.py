@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 HERE = "tests/examples/test_docs_blocks.py"
 #: (page, first line) -> the test that runs the block, when not a test of this file
 RUN_ELSEWHERE = {
+    ("integrations.md", "# mysite/asgi.py"): "tests/contrib/test_django.py::asgi",
     (
         "scaling.md",
         'app = Conveyor("redis+cluster://10.0.0.1:7000,10.0.0.2:7000,10.0.0.3:7000")',

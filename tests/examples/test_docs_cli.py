@@ -31,14 +31,14 @@ OTHER_PROGRAMS = {
     "--preload": "gunicorn (docs/design.md: a forked child's auto-batching buffer)",
     "--workers": "bench/cluster_scale.py (docs/scaling.md: its drain scenario)",
 }
-_FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.M | re.S)
+_FENCE = re.compile(r"^( *)```(\w*)\n(.*?)^\1```", re.M | re.S)
 
 
 def _segments(path: Path) -> Iterator[tuple[int, str]]:
     """(line, text) of every code-block line (Python blocks excepted) and code span."""
     text = path.read_text(encoding="utf-8")
     for match in _FENCE.finditer(text):
-        lang, body = match.group(1), match.group(2)
+        lang, body = match.group(2), match.group(3)
         line = text.count("\n", 0, match.start()) + 1
         if lang == "python":
             continue
