@@ -66,3 +66,31 @@ def test_a_wrong_diagram_edge_is_caught() -> None:
     planted = text.replace("active --> completed: complete", "active --> completed: finish")
     assert ("active", "finish", "completed") in diagram_edges(planted)
     assert ("active", "complete", "completed") not in diagram_edges(planted)
+
+
+def test_the_defaults_design_md_states_are_the_code_s() -> None:
+    """Each default the design reference states is built from the code's own value, so a
+    changed default fails here until the doc says the new one."""
+    import inspect
+
+    from conveyor import AutoBatch, Backoff
+    from conveyor.config import Settings
+    from conveyor.scheduler.models import Schedule
+    from conveyor.core.job import DEFAULT_MAX_ATTEMPTS, Job
+
+    text = " ".join(DESIGN.read_text(encoding="utf-8").split())
+    s, exp = Settings(), inspect.signature(Backoff.exponential).parameters
+    hours = exp["max"].default / 3600
+    stated = [
+        f"the limit on them (default {DEFAULT_MAX_ATTEMPTS};",
+        f"lower `priority` runs first (default {Job.__dataclass_fields__['priority'].default})",
+        f"`visibility_timeout` (default {s.visibility_timeout:g} s)",
+        f"(default {s.max_lost}), not by the retry decision",
+        f"`idempotency_ttl` seconds (default {s.idempotency_ttl:g},",
+        f"({exp['base'].default:g} s, ×{exp['factor'].default:g}, {hours:g} h,"
+        f" ±{exp['jitter'].default * 100:g} %)",
+        f"takes the defaults ({AutoBatch().max_jobs} jobs, no wait)",
+        f"`{Schedule.__dataclass_fields__['misfire'].default}` (default:",
+    ]
+    assert [claim for claim in stated if claim not in text] == []
+    assert AutoBatch().max_delay == 0
