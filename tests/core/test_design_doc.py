@@ -75,8 +75,8 @@ def test_the_defaults_design_md_states_are_the_code_s() -> None:
 
     from conveyor import AutoBatch, Backoff
     from conveyor.config import Settings
-    from conveyor.scheduler.models import Schedule
     from conveyor.core.job import DEFAULT_MAX_ATTEMPTS, Job
+    from conveyor.scheduler.models import Schedule
 
     text = " ".join(DESIGN.read_text(encoding="utf-8").split())
     s, exp = Settings(), inspect.signature(Backoff.exponential).parameters
@@ -87,7 +87,7 @@ def test_the_defaults_design_md_states_are_the_code_s() -> None:
         f"`visibility_timeout` (default {s.visibility_timeout:g} s)",
         f"(default {s.max_lost}), not by the retry decision",
         f"`idempotency_ttl` seconds (default {s.idempotency_ttl:g},",
-        f"({exp['base'].default:g} s, ×{exp['factor'].default:g}, {hours:g} h,"
+        f"({exp['base'].default:g} s, \u00d7{exp['factor'].default:g}, {hours:g} h,"
         f" ±{exp['jitter'].default * 100:g} %)",
         f"takes the defaults ({AutoBatch().max_jobs} jobs, no wait)",
         f"`{Schedule.__dataclass_fields__['misfire'].default}` (default:",
