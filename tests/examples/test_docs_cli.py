@@ -13,6 +13,7 @@ docs/benchmarks.md is left out: it names the benchmark scripts' options, not the
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from collections.abc import Iterator
@@ -163,3 +164,57 @@ def test_a_misspelt_option_or_command_is_caught() -> None:
         ["pause", "q"],
         ["resume", "q"],
     ]
+
+
+def _message_strings(source: str) -> Iterator[tuple[int, str]]:
+    """(line, text) of every string literal of a module that is not a docstring (messages the
+    user reads: errors, log lines, help); f-strings with their placeholders kept as words."""
+    tree = ast.parse(source)
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    parts = {
+        id(v) for node in ast.walk(tree) if isinstance(node, ast.JoinedStr) for v in node.values
+    }
+    skip = docstrings | parts  # an f-string's pieces are read with it
+    for node in ast.walk(tree):
+        if isinstance(node, ast.JoinedStr):
+            text = "".join(v.value if isinstance(v, ast.Constant) else "{x}" for v in node.values)
+            yield node.lineno, text
+        elif (
+            isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip
+        ):
+            yield node.lineno, node.value
+
+
+def test_the_commands_the_code_tells_users_to_run_exist() -> None:
+    """An error message naming a command (``run `conveyor migrate --url <url>```) must name
+    a real one: the outdated-schema error said ``--broker``, which `conveyor migrate` lacks."""
+    assert _problems_under(ROOT / "src" / "conveyor") == []
+
+
+def test_a_wrong_command_in_a_message_is_caught(tmp_path: Path) -> None:
+    (tmp_path / "m.py").write_text(
+        '"""Docstrings are not messages: `conveyor --nope`."""\n'
+        'N = 5\nMSG = f"schema v{N}: run `conveyor migrate --broker <url>`"\n',
+        encoding="utf-8",
+    )
+    found = [p.split(": ", 1)[1] for p in _problems_under(tmp_path)]
+    assert found == ["conveyor migrate has no option --broker"]
+
+
+def _problems_under(where: Path) -> list[str]:
+    """Unknown commands or options in the ``conveyor ...`` lines the messages of the modules
+    under ``where`` show (in backticks, or a whole string starting with ``conveyor``)."""
+    found = []
+    for path in sorted(where.rglob("*.py")):
+        for line, text in _message_strings(path.read_text(encoding="utf-8")):
+            for shown in re.findall(r"`(conveyor [^`\n]*)`|^(conveyor [a-z][^\n]*)", text):
+                for words in _command_lines(shown[0] or shown[1]):
+                    found += [f"{path.name}:{line}: {p}" for p in problems(words)]
+    return found
