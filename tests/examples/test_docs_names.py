@@ -382,3 +382,30 @@ def test_the_dashboard_security_numbers_are_the_code_s() -> None:
         security.DashboardConfig.from_env({"CONVEYOR_DASHBOARD_PASSWORD": "p" * 8}).username
         == "admin"
     )
+
+
+def test_the_numbers_operations_md_states_are_the_code_s() -> None:
+    """Each tuning number operations.md states, built from the constant that sets it."""
+    from conveyor import AutoBatch
+    from conveyor.broker.jobdocs import CANCEL_TTL
+    from conveyor.worker import recorder, slots
+    from conveyor.worker.cancel import WATCH_INTERVAL
+
+    s = Settings()
+    text = " ".join((ROOT / "docs" / "operations.md").read_text("utf-8").split())
+    stated = [
+        f"or a free slot has waited {slots.LINGER * 1000:g} ms)",
+        f"at most `max(concurrency / 4, {slots.MIN_BATCH})` jobs per call",
+        f"keeps retrying it, every ≤ {recorder.MAX_DELAY:g} s,",
+        f"requests every {WATCH_INTERVAL:g} s",
+        f"by the job id, kept {CANCEL_TTL / 3600:g} h)",
+        f"`CONVEYOR_HEARTBEAT_INTERVAL` ({s.heartbeat_interval:g} s)",
+        f"disappears within {2 * s.heartbeat_interval:g} s",
+        f"`CONVEYOR_POLL_INTERVAL` ({s.poll_interval:g} s)",
+        f"`reap_interval` (default {s.reap_interval:g} s)",
+        f"`CONVEYOR_TIMEOUT_GRACE` seconds (default {s.timeout_grace:g})",
+        f"`visibility_timeout` ({s.visibility_timeout:g} s with the defaults)",
+        f"`max_lost` times (default {s.max_lost})",
+        f"the default `max_delay={AutoBatch().max_delay:g}` never waits for company",
+    ]
+    assert [claim for claim in stated if claim not in text] == []
