@@ -42,11 +42,14 @@ def cited_files(text: str) -> set[str]:
 
 
 def cited_symbols(text: str) -> set[tuple[str, str]]:
-    """(src/conveyor/<file>, name) of every ``<file>::<name>`` citation."""
-    return {
+    """(file, name) of every ``<file>::<name>`` citation: a source file (under src/conveyor/)
+    or a test, benchmark or script (from the repository root)."""
+    found = {
         (f"src/conveyor/{path}", name)
         for path, name in re.findall(rf"`((?:{_SOURCE_DIRS})/[\w/]+\.py)::(\w+)", text)
     }
+    own = r"\b((?:tests|bench|scripts|examples)/[\w/.-]+\.py)::(\w+)"
+    return found | set(re.findall(own, text))
 
 
 def resolves(dotted: str) -> bool:
