@@ -218,3 +218,18 @@ def _problems_under(where: Path) -> list[str]:
                 for words in _command_lines(shown[0] or shown[1]):
                     found += [f"{path.name}:{line}: {p}" for p in problems(words)]
     return found
+
+
+def test_the_flask_command_line_names_real_options() -> None:
+    """integrations.md's ``flask conveyor worker [...]`` line, against the group the Flask
+    extension registers."""
+    from conveyor.contrib.flask import FlaskConveyor, _cli_group
+
+    text = " ".join((ROOT / "docs" / "integrations.md").read_text(encoding="utf-8").split())
+    (line,) = re.findall(r"`flask conveyor ([^`]+)`", text)
+    group = _cli_group(FlaskConveyor())
+    words = [w.strip("[]") for w in line.split()]
+    command = group.get_command(click.Context(group), words[0])
+    assert command is not None, words[0]
+    named = {w for w in words if w.startswith("--")}
+    assert named and named <= _options(command)
