@@ -33,6 +33,15 @@ NOT_READ = {
 }
 
 
+@pytest.fixture(autouse=True)
+def _fresh_warnings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``Settings.from_env`` warns once per process and name: keep these probes from using up
+    warnings other tests (tests/core/test_settings.py) expect to see."""
+    from conveyor import config
+
+    monkeypatch.setattr(config, "_warned", set())
+
+
 def documented_variables() -> set[str]:
     found = set()
     for doc in DOCS:
