@@ -365,5 +365,6 @@ def test_integrations_flask() -> None:
     run("integrations.md", "from flask import Flask", ns, {"redis://localhost:6379/0": "memory://"})
     flask_app = ns["create_app"]()
     conveyor = flask_app.extensions["conveyor"]
-    assert conveyor.settings.visibility_timeout == 30.0
+    assert conveyor.settings.visibility_timeout == 30.0  # CONVEYOR_SETTINGS
+    assert type(conveyor.broker).__name__ == "MemoryBroker"  # CONVEYOR_URL (swapped)
     assert conveyor.tasks["send_welcome"].max_attempts == 5
