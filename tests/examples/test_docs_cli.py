@@ -233,3 +233,19 @@ def test_the_flask_command_line_names_real_options() -> None:
     assert command is not None, words[0]
     named = {w for w in words if w.startswith("--")}
     assert named and named <= _options(command)
+
+
+def test_the_dashboard_address_shown_is_the_default() -> None:
+    """``conveyor dashboard APP  # http://HOST:PORT`` in README.md and monitoring.md: the
+    address a bare command serves on."""
+    command = cli.get_command(click.Context(cli), "dashboard")
+    assert command is not None
+    defaults = {p.name: p.default for p in command.params}
+    shown = {
+        address
+        for doc in DOCS
+        for address in re.findall(
+            r"^conveyor dashboard \S+\s+# (http://[\d.:]+)/?$", doc.read_text("utf-8"), re.M
+        )
+    }
+    assert shown == {f"http://{defaults['host']}:{defaults['port']}"}
