@@ -1,6 +1,7 @@
 """Every environment variable, Prometheus metric and log field README.md and docs/*.md name is
 real: the variable is read (setting it changes what the code does, or it is refused by name),
-the metric is emitted with that name, type and labels, and the JSON log line has those keys.
+the metric is emitted with that name, type and labels, and the JSON log line has those keys;
+operations.md's worker exit codes and tuning numbers are the constants that set them.
 
 Each check parses the docs, so a doc that names something the code lacks, or code that emits a
 metric the table does not list, fails here.
