@@ -208,12 +208,14 @@ def test_on_commit_can_be_turned_off(django_project: Path) -> None:
 # --------------------------------------------------------------------- dashboard, staff only
 @pytest.fixture(scope="module")
 def asgi() -> Any:
-    from django.core.asgi import get_asgi_application
+    """docs/integrations.md's ``mysite/asgi.py``, run as written."""
     from starlette.testclient import TestClient
 
-    from conveyor.contrib.django.asgi import with_dashboard
+    from tests.examples.docblocks import run
 
-    return TestClient(with_dashboard(get_asgi_application(), "/admin/jobs"))
+    ns: dict[str, Any] = {}
+    run("integrations.md", "# mysite/asgi.py", ns)
+    return TestClient(ns["application"])
 
 
 def session_cookie(user: Any) -> dict[str, str]:
@@ -292,3 +294,59 @@ def test_dashboard_actions_are_audited_as_the_django_user(asgi: Any) -> None:
     assert entry["actor"] == '<script>alert("x")</script>[31mop\u00e9rator'
     audit = asgi.get("/admin/jobs/audit", headers=cookies).text
     assert "<script>alert" not in audit and "&lt;script&gt;alert" in audit
+
+
+# --------------------------------------------------------------------- the docs' blocks
+def test_the_documented_settings_blocks_are_accepted(django_project: Path) -> None:
+    """The CONVEYOR dicts of docs/integrations.md and docs/transactions.md build an app (their
+    URLs swapped for a memory broker or this project's file), every key is a real one, and the
+    OUTBOX keys the comment lists are the known ones."""
+    import re
+
+    from django.test import override_settings
+
+    from conveyor.contrib.django.conveyor_app import KEYS, OUTBOX_KEYS, from_settings
+    from tests.examples.docblocks import block, run
+
+    swap = {
+        "redis://localhost:6379/0": "memory://",
+        "sqlite:////srv/shop/db.sqlite3": f"sqlite:///{django_project / 'conveyor.db'}",
+    }
+    documented = [
+        ("integrations.md", "# settings.py"),
+        ("transactions.md", "# settings.py"),
+        ("transactions.md", "CONVEYOR = {"),
+    ]
+    for doc, first in documented:
+        ns: dict[str, Any] = {}
+        run(doc, first, ns, {k: v for k, v in swap.items() if k in block(doc, first).code})
+        with override_settings(CONVEYOR=ns["CONVEYOR"]):
+            from_settings().close()
+    listed = block("integrations.md", "# settings.py").code
+    assert re.findall(r'^    "(\w+)":', listed, re.M) == list(KEYS)
+    outbox_comment = listed.split('"OUTBOX": False,', 1)[1].splitlines()[0]
+    assert tuple(re.findall(r'"(\w+)"', outbox_comment)) == OUTBOX_KEYS
+
+
+def test_the_documented_tasks_module_declares_a_task() -> None:
+    from tests.examples.docblocks import run
+
+    ns: dict[str, Any] = {"__name__": "shop.tasks"}
+    run("integrations.md", "# shop/tasks.py", ns)
+    assert conveyor_app().tasks[ns["send_welcome"].name].max_attempts == 5
+
+
+def test_the_documented_outbox_migration_runs() -> None:
+    from django.db import connection
+
+    from tests.examples.docblocks import run
+
+    ns: dict[str, Any] = {}
+    run("transactions.md", "# shop/migrations/0002_conveyor_outbox.py", ns)
+    operation = ns["Migration"].operations[0]
+    with connection.cursor() as cur:
+        for statement in operation.sql:
+            cur.execute(statement)
+        cur.execute("SELECT count(*) FROM conveyor_outbox")
+        assert cur.fetchone() == (0,)
+        cur.execute(operation.reverse_sql)

@@ -93,6 +93,40 @@ def run_python(block: Block, workdir: Path, n: int) -> str:
     return proc.stdout
 
 
+def printed_comments(block: Block) -> list[re.Pattern[str]]:
+    """What the block's comments say its prints show: ``print(x)  # shown`` (also on an
+    ``asyncio.run(...)`` line whose coroutine prints), ``...``/``…`` standing for anything."""
+    import ast
+
+    in_defs = {  # a print inside a task or function shows when a worker runs it, elsewhere
+        n
+        for node in ast.walk(ast.parse(block.code))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        for n in range(node.lineno, (node.end_lineno or node.lineno) + 1)
+    }
+    found = []
+    for number, line in enumerate(block.code.splitlines(), 1):
+        code, sep, comment = line.partition("  # ")
+        shows = "print(" in code or code.startswith("asyncio.run(")
+        if sep and shows and comment.strip() and number not in in_defs:
+            parts = re.split(r"\.\.\.|…", comment.strip())
+            found.append(re.compile(".*".join(map(re.escape, parts))))
+    return found
+
+
+def check_printed(block: Block, out: str) -> None:
+    """Each commented print's text appears, in order, as a line of the output."""
+    lines = out.splitlines()
+    at = 0
+    for pattern in printed_comments(block):
+        while at < len(lines) and not pattern.fullmatch(lines[at]):
+            at += 1
+        assert at < len(lines), (
+            f"README.md:{block.line}: no printed line like {pattern.pattern!r}:\n{out}"
+        )
+        at += 1
+
+
 def start_worker(line: str, workdir: Path) -> subprocess.Popen[str]:
     args = shlex.split(line)
     assert args[:2] == ["conveyor", "worker"]
@@ -127,6 +161,7 @@ def test_every_readme_block_runs_or_says_why_not(tmp_path: Path) -> None:
                 expected = EXPECTED_OUTPUT.get(block.first)
                 if expected is not None:
                     assert out.strip().endswith(expected), (block.line, out)
+                check_printed(block, out)
                 env_note.append(f"ran python block at line {block.line}")
             elif block.lang == "bash":
                 for line in shell_lines(block):

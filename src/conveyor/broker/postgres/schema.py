@@ -296,7 +296,7 @@ def ensure_schema(conn: Any, schema: str, *, migrate: bool, where: str) -> tuple
         if version < SCHEMA_VERSION and not migrate:
             raise SchemaError(
                 f"{where}: schema {schema!r} is at version {version}, this Conveyor needs"
-                f" {SCHEMA_VERSION}: run `conveyor migrate --broker <url>` (or add"
+                f" {SCHEMA_VERSION}: run `conveyor migrate --url <url>` (or add"
                 " ?migrate=true to the URL to migrate at start-up)"
             )
         while version < SCHEMA_VERSION:
