@@ -2,18 +2,13 @@
 schema), the key table of docs/wire-format.md (for producers in other languages) and the
 ``KeySchema`` code — and they must name the same keys.
 
-Two known gaps are marked ``xfail(strict=True)``: session 9 left the Redis key documentation
-to the helper changing the Redis record (s9-rdrain). When the docs are fixed these tests pass,
-the strict marker turns that into a failure, and the marker must be removed: nothing drifts
-silently either way.
+A key added to the code and not to both documents (or documented and never built) fails here.
 """
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
-
-import pytest
 
 from conveyor.broker.redis import keys
 
@@ -74,10 +69,7 @@ def code_keys() -> set[str]:
 
 
 def test_every_key_the_code_builds_is_in_the_docstring_schema() -> None:
-    missing = code_keys() - docstring_keys()
-    if missing == {_norm("<p>:workflows")}:
-        pytest.xfail("keys.py's docstring omits <p>:workflows (KeySchema.workflows): s9-rdrain")
-    assert missing == set()
+    assert code_keys() - docstring_keys() == set()
 
 
 def test_the_docstring_schema_keys_are_built_by_the_code() -> None:
@@ -86,14 +78,10 @@ def test_the_docstring_schema_keys_are_built_by_the_code() -> None:
     assert len(flow) >= 10
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="docs/wire-format.md's key table omits <p>:{q}:expired, the flow-control keys "
-    "<p>:{q}:f:* and <p>:flow:adopted; left to s9-rdrain (it changes the Redis record)",
-)
 def test_the_wire_format_table_lists_every_key() -> None:
-    assert wire_format_keys() == docstring_keys() | {_norm("<p>:workflows")}
+    assert wire_format_keys() == docstring_keys()
 
 
 def test_the_wire_format_table_names_only_real_keys() -> None:
-    assert wire_format_keys() - code_keys() == set()
+    flow = {k for k in wire_format_keys() if ":f:" in k}  # built in Lua from the f: prefix
+    assert wire_format_keys() - flow - code_keys() == set()

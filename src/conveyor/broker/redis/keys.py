@@ -46,6 +46,7 @@ Global keys (never touched by a job script)::
     <p>:ctr:<bucket>       HASH    counter name -> number, plus the logical expiry
     <p>:wf:<workflow id>   STRING  a workflow's index: JSON {"nodes": [[id, queue], ...],
                                    "edges": [[parent, child, policy], ...]}
+    <p>:workflows          ZSET    workflow id -> when retention last checked it (workflows.py)
     <p>:flow:limits        HASH    limiter -> JSON [version, spec or null]: every run-time
                                    override, copied into queues registered later (flowadmin.py)
     <p>:flow:seq           STRING  version counter of those overrides
