@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import click
 import orjson
 
-from ..errors import ConveyorError
+from ..errors import BrokerUnavailable, ConveyorError
 from .render import Col, literal, print_table
 
 if TYPE_CHECKING:
@@ -124,6 +124,12 @@ def sqlite_path(url: str) -> str | None:
     return os.path.abspath(unquote(rest[1:])) if rest.startswith("/") else None
 
 
+def unreachable(exc: BrokerUnavailable) -> click.ClickException:
+    """The error of a broker that cannot be reached: ONE line (psycopg adds a hint line),
+    exit code 1, the same for every one-shot command and backend (docs/monitoring.md)."""
+    return click.ClickException(literal(" ".join(str(exc).split()), None))
+
+
 def missing_database(path: str) -> click.UsageError:
     """The error of a read command pointed at a SQLite file that does not exist."""
     return click.UsageError(
@@ -150,6 +156,8 @@ def open_app(app_target: str | None, url: str | None, *, create: bool = False) -
             raise missing_database(path)
         try:
             return Conveyor(resolved)
+        except BrokerUnavailable as exc:  # PostgreSQL connects here: not a usage error
+            raise unreachable(exc) from exc
         except ConveyorError as exc:
             raise click.UsageError(str(exc)) from exc
     finally:

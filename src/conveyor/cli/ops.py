@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from ..errors import ConveyorError, JobNotFound, ValidationError
+from ..errors import BrokerUnavailable, ConveyorError, JobNotFound, ValidationError
+from .common import unreachable
 from .render import literal
 
 if TYPE_CHECKING:
@@ -36,6 +37,8 @@ def friendly_errors(fn: F) -> F:
             ) from exc
         except LookupError as exc:
             raise click.ClickException(literal(str(exc).strip("'\""), None)) from exc
+        except BrokerUnavailable as exc:
+            raise unreachable(exc) from exc
         except ConveyorError as exc:
             raise click.ClickException(literal(str(exc), None)) from exc
 

@@ -34,7 +34,7 @@ from starlette.responses import (
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from ..errors import ConveyorError, ValidationError
+from ..errors import BrokerUnavailable, ConveyorError, ValidationError
 from ..monitoring.actions import Operator
 from ..monitoring.inspect import Inspector
 from .hardening import (
@@ -68,6 +68,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("conveyor.dashboard")
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 PUBLIC_PATHS = ("/login", "/healthz")
+UNAVAILABLE_RETRY_AFTER = 5  # seconds a client waits after a 503 (the broker is unreachable)
 Handler = Callable[[Request, dict[str, Any]], Response]
 
 
@@ -139,13 +140,22 @@ def wants_json(request: Request) -> bool:
     return route_path(request.scope).startswith(("/api/", "/live/", "/metrics"))
 
 
-def error_response(request: Request, status: int, message: str, **extra: Any) -> Response:
+def error_response(
+    request: Request,
+    status: int,
+    message: str,
+    headers: Mapping[str, str] | None = None,
+    **extra: Any,
+) -> Response:
     """An error as JSON (API) or an HTML page."""
     if wants_json(request) or not hasattr(request.app.state, "dashboard"):
-        return JSONResponse({"error": message, **extra}, status_code=status)
-    return dashboard_of(request).page(
-        request, "error.html", status=status, status_code=status, message=message
-    )
+        response: Response = JSONResponse({"error": message, **extra}, status_code=status)
+    else:
+        response = dashboard_of(request).page(
+            request, "error.html", status=status, status_code=status, message=message
+        )
+    response.headers.update(headers or {})
+    return response
 
 
 async def read_body(request: Request) -> dict[str, Any]:
@@ -215,10 +225,16 @@ def _exception_handlers() -> Mapping[Any, Any]:
             return not_found(request, exc)
         return error_response(request, 400, str(exc))
 
+    def unavailable(request: Request, exc: Exception) -> Response:
+        # The broker is down, not the request wrong: 503 and when to try again (was a 400).
+        retry = {"retry-after": str(UNAVAILABLE_RETRY_AFTER)}
+        return error_response(request, 503, str(exc), headers=retry)
+
     return {
         JobNotFound: not_found,
         BodyTooLarge: too_large,
         ValidationError: invalid,
+        BrokerUnavailable: unavailable,
         ConveyorError: conveyor_error,
     }
 
