@@ -48,7 +48,9 @@ def routes(client: TestClient) -> list[tuple[str, str]]:
     for route in client.app.routes:  # type: ignore[attr-defined]
         if not isinstance(route, Route) or route.path.startswith("/live/"):
             continue
-        path = re.sub(r"{(\w+)(:\w+)?}", lambda m: {"name": "default"}.get(m.group(1), "x"), route.path)
+        path = re.sub(
+            r"{(\w+)(:\w+)?}", lambda m: {"name": "default"}.get(m.group(1), "x"), route.path
+        )
         out += [(method, path) for method in sorted((route.methods or set()) - {"HEAD"})]
     return out
 

@@ -13,6 +13,7 @@ import click
 
 from ..errors import BrokerUnavailable, ConveyorError, JobNotFound, ValidationError
 from .common import unreachable
+from ..monitoring.filters import MAX_PAGE
 from .render import literal
 
 if TYPE_CHECKING:
@@ -95,7 +96,7 @@ def filter_options(fn: F) -> F:
         click.option("--until", default=None, help="Created before: ISO time, epoch or age."),
         click.option("--error", default=None, help="Text in the last error (e.g. ValueError)."),
         click.option("--text", default=None, help="Text in the arguments."),
-        click.option("--page", type=click.IntRange(min=1), default=1, show_default=True),
+        click.option("--page", type=click.IntRange(1, MAX_PAGE), default=1, show_default=True),
         click.option("--page-size", type=click.IntRange(1, 500), default=50, show_default=True),
     ]
     for option in reversed(options):

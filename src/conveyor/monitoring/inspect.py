@@ -21,7 +21,7 @@ from ..runtime import Runtime, as_runtime
 from . import admin
 from .admin import worker_queues
 from .events import EventReader, check_cursor, job_events
-from .filters import clean_filters
+from .filters import MAX_PAGE, clean_filters
 from .limits import flow_waits, why_waiting
 from .metrics import flush_local, read_counters, series, summarize
 from .shardrows import fold_rows, merge_counters, merge_series
@@ -173,8 +173,8 @@ class Inspector:
     ) -> Page:
         """Jobs matching ``filters`` (``SEARCH_FIELDS``; empty values ignored), newest first."""
         clean = clean_filters(filters or {}, self.runtime.now())
-        if isinstance(page, bool) or not isinstance(page, int) or page < 1:
-            raise ValidationError("page", "must be an integer >= 1")
+        if isinstance(page, bool) or not isinstance(page, int) or not 1 <= page <= MAX_PAGE:
+            raise ValidationError("page", f"must be an integer 1..{MAX_PAGE}")
         if (
             isinstance(page_size, bool)
             or not isinstance(page_size, int)
