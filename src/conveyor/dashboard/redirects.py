@@ -17,6 +17,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from .hardening import root_of
+from .security import FLASH_SIG, flash_sig
 
 
 def at_root(request: Request, path: str) -> str:
@@ -46,7 +47,7 @@ def safe_target(request: Request, target: Any) -> str | None:
     root = root_of(request.scope)
     if root and not (path == root or path.startswith(root + "/")):
         return None
-    query = urlencode([(k, v) for k, v in parse_qsl(parts.query) if k != "flash"])
+    query = urlencode([(k, v) for k, v in parse_qsl(parts.query) if k not in ("flash", FLASH_SIG)])
     return path + ("?" + query if query else "")
 
 
@@ -70,7 +71,10 @@ def done(request: Request, target: str, flash: str = "") -> Response:
     """After an HTML action: htmx gets ``HX-Redirect``, plain forms a 303 redirect.
 
     ``target`` is a URL path under the mount prefix (``back`` or ``at_root`` build it)."""
-    url = target + (("&" if "?" in target else "?") + "flash=" + quote(flash) if flash else "")
+    if flash:  # signed: only the dashboard's own messages are shown (security.flash_of)
+        sig = flash_sig(request.app.state.dashboard.config, flash)
+        target += ("&" if "?" in target else "?") + f"flash={quote(flash)}&{FLASH_SIG}={sig}"
+    url = target
     if request.headers.get("hx-request"):
         return Response(status_code=204, headers={"HX-Redirect": url})
     return RedirectResponse(url, status_code=303)

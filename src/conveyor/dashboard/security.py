@@ -358,6 +358,25 @@ def csrf_valid(config: DashboardConfig, seed: str | None, presented: str | None)
     return hmac.compare_digest(csrf_token(config, seed), presented)
 
 
+FLASH_SIG = "fs"  # query parameter next to ``flash`` holding its signature
+
+
+def flash_sig(config: DashboardConfig, text: str) -> str:
+    """The signature of a flash message the dashboard itself wrote (``redirects.done``): a
+    ``?flash=`` from a crafted link has none, so no link can make a page say anything."""
+    digest = hmac.new(config.secret, f"flash:{text}".encode(errors="replace"), hashlib.sha256)
+    return digest.hexdigest()[:32]
+
+
+def flash_of(config: DashboardConfig, query: Mapping[str, str]) -> str:
+    """The flash message of a request's query when its signature is valid, else ``""``."""
+    text, sig = query.get("flash", ""), query.get(FLASH_SIG, "")
+    expected = flash_sig(config, text).encode()
+    if not text or not hmac.compare_digest(expected, sig.encode(errors="replace")):
+        return ""
+    return text
+
+
 def cross_site(headers: Mapping[str, str], scheme: str, host: str) -> bool:
     """True when the browser says the request comes from another site or origin."""
     site = headers.get("sec-fetch-site")

@@ -60,6 +60,7 @@ from .security import (
     check_bind,
     csrf_token,
     csrf_valid,
+    flash_of,
 )
 
 if TYPE_CHECKING:
@@ -109,7 +110,7 @@ class Dashboard:
             "auth": self.config.auth_enabled,
             "csrf": csrf_token(self.config, request.scope.get("conveyor.csrf_seed", "")),
             "read_only": self.config.read_only,
-            "flash": request.query_params.get("flash", ""),
+            "flash": flash_of(self.config, request.query_params),
             "path": request.url.path,
             "root_path": root_of(request.scope),
             # this page with its query (filters, page), for forms that must come back here
