@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from starlette.routing import Route
@@ -13,6 +14,7 @@ from starlette.testclient import TestClient
 
 from conveyor import Conveyor
 from conveyor.dashboard import DashboardConfig, create_app
+from tests.support import redis_proc
 from tests.support.redis_proc import free_port
 
 from .conftest import AUTH, TOKEN
@@ -72,3 +74,19 @@ def test_every_route_answers_503_when_the_broker_is_down(down: TestClient) -> No
         else:
             assert r.text.rstrip().endswith("</html>"), (method, path)
     assert len(seen) >= 60
+
+
+@pytest.mark.skipif(not redis_proc.available(), reason="redis-server not installed")
+def test_a_refused_password_is_a_503_without_the_password(tmp_path: Path) -> None:
+    """A real redis-server with ``--requirepass`` and a URL with the wrong password: the
+    dashboard's configuration is wrong, not the request (was 400); no retry hint."""
+    with redis_proc.RedisServer(tmp_path / "redis", password="right-pw-123") as server:
+        app = Conveyor(server.url.replace("right-pw-123", "wrong-pw-456"))
+        web = create_app(app, DashboardConfig(token=TOKEN))
+        with TestClient(web, base_url="http://127.0.0.1") as client:
+            client.headers.update(AUTH)
+            for path in ("/", "/jobs", "/limits", "/api/v1/overview", "/api/limits"):
+                r = client.get(path)
+                assert r.status_code == 503, (path, r.status_code, r.text[:300])
+                assert "retry-after" not in r.headers, path
+                assert "refused the credentials" in r.text and "wrong-pw" not in r.text, path

@@ -34,7 +34,7 @@ from starlette.responses import (
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from ..errors import BrokerUnavailable, ConveyorError, ValidationError
+from ..errors import BrokerConfigError, BrokerUnavailable, ConveyorError, ValidationError
 from ..monitoring.actions import Operator
 from ..monitoring.inspect import Inspector
 from .hardening import (
@@ -231,11 +231,17 @@ def _exception_handlers() -> Mapping[Any, Any]:
         retry = {"retry-after": str(UNAVAILABLE_RETRY_AFTER)}
         return error_response(request, 503, str(exc), headers=retry)
 
+    def misconfigured(request: Request, exc: Exception) -> Response:
+        # The broker refused our URL or credentials: still not the request's fault, and
+        # retrying will not help until an operator fixes the configuration.
+        return error_response(request, 503, str(exc))
+
     return {
         JobNotFound: not_found,
         BodyTooLarge: too_large,
         ValidationError: invalid,
         BrokerUnavailable: unavailable,
+        BrokerConfigError: misconfigured,
         ConveyorError: conveyor_error,
     }
 
