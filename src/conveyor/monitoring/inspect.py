@@ -31,6 +31,12 @@ if TYPE_CHECKING:
     from ..runtime import HasRuntime
 
 
+#: Rows before a page from which a search counts its matches first: a sharded queue's page N
+#: merges every member's newest ``N * page_size`` jobs, so ``?page=1000000`` read them all
+#: (up to 500 million rows per shard) to answer an empty page.
+DEEP_PAGE_ROWS = 10_000
+
+
 def job_dict(job: Job, *, full: bool = True) -> dict[str, Any]:
     """A job as a dict; ``full=False`` leaves out errors, history and result (list rows)."""
     out = {f.name: getattr(job, f.name) for f in dataclasses.fields(Job)}
@@ -181,6 +187,11 @@ class Inspector:
             or not 1 <= page_size <= 500
         ):
             raise ValidationError("page_size", "must be an integer 1..500")
+        skipped = (page - 1) * page_size
+        if skipped >= DEEP_PAGE_ROWS:  # count first: a page past the end reads no job
+            total = admin.search(self.runtime, **clean, page=1, page_size=1).total
+            if skipped >= total:
+                return Page([], total, page, page_size)
         return admin.search(self.runtime, **clean, page=page, page_size=page_size)
 
     def job(self, job_id: str) -> dict[str, Any]:
