@@ -16,7 +16,8 @@ from urllib.parse import quote
 
 from starlette.testclient import TestClient
 
-from conveyor import Conveyor, PermanentError
+from conveyor import ConcurrencyLimit, Conveyor, PermanentError, chord, group
+from conveyor.errors import ValidationError
 from conveyor.task import JobSpec
 from conveyor.worker.presence import COLLECTION
 from tests.support.hostile import TERMINAL_RAW, TERMINAL_TEXT, store_unvalidated
@@ -44,6 +45,22 @@ def seed(app: Conveyor) -> dict[str, str]:
     ids["task"] = "task-evil"
     app.worker(["default"]).run_until_idle()
     app.schedule_cron("rtl", "add", "0 3 * * *", args=[ALL])
+
+    @app.task(
+        name="invisible.keyed", concurrency=ConcurrencyLimit(1, key="account"), fair_by="account"
+    )
+    def keyed(account: str) -> None:
+        """Waits in a flow group named after its (hostile) account."""
+
+    account = "<b>acc</b>\u202eevil"
+    try:
+        keyed.enqueue(account)
+    except ValidationError:  # bidi marks refused in keys: markup still reaches the page
+        keyed.enqueue("<b>acc</b>evil")
+    ids["keyed"] = keyed.enqueue("<b>acc</b>evil").id
+    flow = chord(group([app.tasks["add"].partial(ALL, "x")]), app.tasks["add"].partial(ALL))
+    ids["workflow"] = flow.enqueue(name="wf\u202eevil").ids[0]
+    ids["wf"] = flow.enqueue(name="wf2").id
     doc = {
         "id": "w-\u202eworker",
         "host": ALL,
@@ -65,7 +82,8 @@ def pages(ids: dict[str, str]) -> list[str]:
     out = ["/", "/jobs", "/dead", "/queues", "/queues/default", "/schedules", "/workers"]
     out += ["/audit", "/alerts", "/limits", "/history", "/fragments/workers"]
     out += ["/fragments/queues", "/jobs?state=scheduled", "/jobs?text=" + quote("evil")]
-    return out + [f"/jobs/{quote(i, safe='')}" for i in ids.values()]
+    out.append(f"/workflows/{quote(ids['wf'], safe='')}")
+    return out + [f"/jobs/{quote(i, safe='')}" for k, i in ids.items() if k != "wf"]
 
 
 def check(html: str, where: str) -> None:
