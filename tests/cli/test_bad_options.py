@@ -3,6 +3,11 @@ never a traceback (an out-of-range page used to overflow SQLite's and PostgreSQL
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from conveyor import Conveyor
@@ -12,6 +17,7 @@ from conveyor.monitoring.inspect import Inspector
 from .conftest import run
 
 HUGE = str(10**20)
+ROOT = Path(__file__).resolve().parents[2]
 
 CASES = [
     (["jobs", "--page", HUGE], "--page"),
@@ -48,3 +54,36 @@ def test_the_inspector_refuses_a_page_past_its_bound(cli_app: tuple[Conveyor, st
         Inspector(app).search({}, page=10**20)
     assert info.value.field == "page"
     assert Inspector(app).search({}, page=1_000_000).items == []
+
+
+DAEMON_CASES = [
+    (["worker", "--max-memory-per-child", "nan"], "--max-memory-per-child"),
+    (["worker", "--shutdown-timeout", "nan"], "--shutdown-timeout"),
+    (["worker", "--visibility-timeout", "inf"], "--visibility-timeout"),
+    (["scheduler", "--interval", "nan"], "--interval"),
+    (["scheduler", "--interval", "inf"], "--interval"),
+    (["relay", "--interval", "nan"], "--interval"),
+]
+
+
+@pytest.mark.parametrize(("args", "option"), DAEMON_CASES, ids=lambda v: repr(v)[:40])
+def test_a_daemon_refuses_nan_and_infinity_before_it_starts(
+    tmp_path: Path, args: list[str], option: str
+) -> None:
+    """NaN and infinity pass click's FloatRange: a worker crashed with a ValueError traceback
+    (memory cap) or ran with a NaN shutdown timeout; a scheduler slept for ever."""
+    (tmp_path / "nanapp.py").write_text(
+        f"from conveyor import Conveyor\napp = Conveyor('sqlite:///{tmp_path / 'jobs.db'}')\n"
+    )
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{tmp_path}"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "conveyor.cli.main", args[0], "nanapp:app", *args[1:]],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
+    assert f"'{option}'" in proc.stderr and "finite" in proc.stderr, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr

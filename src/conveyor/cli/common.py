@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import math
 import os
 import re
 import sys
@@ -223,6 +224,21 @@ class AppCommand(click.Command):
         if any(a == "--app" or a.startswith("--app=") for a in args):
             raise click.UsageError("the app is given twice: as APP and as --app", ctx=ctx)
         return ["--app", args[index], *args[:index], *args[index + 1 :]]
+
+
+class Finite(click.FloatRange):
+    """``click.FloatRange`` that also refuses NaN and infinity (click lets both through its
+    bounds: ``--max-memory-per-child nan`` crashed the worker, ``--interval inf`` slept for
+    ever); the usage error names the option, exit 2."""
+
+    name = "finite float range"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        """The number within the range, else a usage error."""
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return number
 
 
 def setting_default(name: str) -> Any:

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from ..errors import BrokerUnavailable, ConveyorError, JobNotFound, ValidationError
-from .common import unreachable
 from ..monitoring.filters import MAX_PAGE
+from .common import unreachable
 from .render import literal
 
 if TYPE_CHECKING:

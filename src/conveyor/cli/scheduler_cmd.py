@@ -16,6 +16,7 @@ from ..errors import BrokerConfigError, ValidationError
 from ..scheduler.models import Schedule, ScheduleNotFound
 from .common import (
     AppCommand,
+    Finite,
     app_option,
     emit_json,
     json_option,
@@ -68,7 +69,7 @@ def _get(app: Conveyor, name: str) -> Schedule:
 @app_option
 @click.option(
     "--interval",
-    type=click.FloatRange(min=0.01),
+    type=Finite(min=0.01),
     default=0.5,
     show_default=True,
     help="Seconds between passes (sooner when a schedule is due).",
