@@ -326,8 +326,8 @@ def read_session(config: DashboardConfig, value: str, now: float) -> tuple[str, 
     body, _, sig = value.partition(".")
     if not body or not sig:
         return None
-    expected = _b64(hmac.new(config.secret, body.encode(), hashlib.sha256).digest())
-    if not hmac.compare_digest(expected, sig):
+    expected = _b64(hmac.new(config.secret, body.encode(errors="replace"), hashlib.sha256).digest())
+    if not _same(expected, sig):
         return None
     try:
         data = json.loads(_unb64(body))
@@ -348,33 +348,21 @@ def new_csrf_seed() -> str:
 
 def csrf_token(config: DashboardConfig, seed: str) -> str:
     """The token pages embed for a CSRF cookie value (an HMAC, so it cannot be forged)."""
-    return hmac.new(config.secret, f"csrf:{seed}".encode(), hashlib.sha256).hexdigest()[:40]
+    message = f"csrf:{seed}".encode(errors="replace")
+    return hmac.new(config.secret, message, hashlib.sha256).hexdigest()[:40]
 
 
 def csrf_valid(config: DashboardConfig, seed: str | None, presented: str | None) -> bool:
     """True when ``presented`` is the token of the CSRF cookie ``seed``."""
     if not seed or not presented:
         return False
-    return hmac.compare_digest(csrf_token(config, seed), presented)
+    return _same(csrf_token(config, seed), presented)
 
 
-FLASH_SIG = "fs"  # query parameter next to ``flash`` holding its signature
-
-
-def flash_sig(config: DashboardConfig, text: str) -> str:
-    """The signature of a flash message the dashboard itself wrote (``redirects.done``): a
-    ``?flash=`` from a crafted link has none, so no link can make a page say anything."""
-    digest = hmac.new(config.secret, f"flash:{text}".encode(errors="replace"), hashlib.sha256)
-    return digest.hexdigest()[:32]
-
-
-def flash_of(config: DashboardConfig, query: Mapping[str, str]) -> str:
-    """The flash message of a request's query when its signature is valid, else ``""``."""
-    text, sig = query.get("flash", ""), query.get(FLASH_SIG, "")
-    expected = flash_sig(config, text).encode()
-    if not text or not hmac.compare_digest(expected, sig.encode(errors="replace")):
-        return ""
-    return text
+def _same(expected: str, presented: str) -> bool:
+    """Constant-time equality of a computed secret and what a client sent, whatever it sent:
+    ``compare_digest`` raises TypeError on non-ASCII text (a 500 for a crafted token)."""
+    return hmac.compare_digest(expected.encode(), presented.encode(errors="replace"))
 
 
 def cross_site(headers: Mapping[str, str], scheme: str, host: str) -> bool:

@@ -48,7 +48,7 @@ from .hardening import (
     trusted_hosts,
     uvicorn_options,
 )
-from .redirects import at_root, safe_target
+from .redirects import at_root, flash_of, safe_target
 from .render import STATIC, Renderer
 from .security import (
     CSRF_COOKIE,
@@ -60,7 +60,6 @@ from .security import (
     check_bind,
     csrf_token,
     csrf_valid,
-    flash_of,
 )
 
 if TYPE_CHECKING:
