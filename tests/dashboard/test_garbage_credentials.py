@@ -14,7 +14,7 @@ from .conftest import PASSWORD, USER, csrf_of, make_client
 def test_non_ascii_tokens_and_cookies_are_refused_not_500(
     browser_client: tuple[TestClient, str], dash_app: Conveyor
 ) -> None:
-    client, token = browser_client
+    client, _ = browser_client
     r = client.post("/queues/default/pause", data={"csrf_token": "é" * 40})
     assert r.status_code == 403, r.status_code
     r = client.post("/queues/default/pause", headers={"X-CSRF-Token": b"\xff" * 40})  # type: ignore[dict-item]

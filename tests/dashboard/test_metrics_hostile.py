@@ -28,7 +28,7 @@ def test_metrics_labels_show_invisible_characters_as_escapes(
         try:
             dash_app.broker.enqueue([dataclasses.replace(job, id=f"m-{key}", task=name)], now)
             stored += 1
-        except Exception:  # noqa: BLE001 - PostgreSQL text cannot hold NUL: not stored at all
+        except Exception:  # PostgreSQL text cannot hold NUL: not stored at all
             assert "\x00" in name
     dash_app.worker().run_until_idle()
     body = api.get("/metrics").text
