@@ -87,3 +87,28 @@ def test_a_daemon_refuses_nan_and_infinity_before_it_starts(
     assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
     assert f"'{option}'" in proc.stderr and "finite" in proc.stderr, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
+
+
+BAD_URLS = [
+    "redis://127.0.0.1:99999/0",
+    "redis://[::1",
+    "postgresql://[::1",
+    "postgresql://127.0.0.1:99999/db",
+    "redis://127.0.0.1:6379/0?socket_timeout=abc",
+    "sqlite:///jobs.db?timeout=abc",
+]
+
+
+@pytest.mark.parametrize("url", BAD_URLS)
+def test_a_malformed_broker_url_is_a_usage_error_naming_url(url: str) -> None:
+    """Garbage in ``--url`` / ``CONVEYOR_URL`` (a port past 65535, an unclosed IPv6 bracket, a
+    non-number option) raised a bare ValueError traceback; ``Conveyor(url)`` now raises
+    ValidationError on ``url`` and the CLI says so in one line, exit 2."""
+    from conveyor import Conveyor
+
+    with pytest.raises(ValidationError) as info:
+        Conveyor(url)
+    assert info.value.field == "url"
+    result = run("status", "--url", url)
+    assert result.exit_code == 2, (result.exit_code, result.output[-500:])
+    assert "url" in result.output.splitlines()[-1] and "Traceback" not in result.output
