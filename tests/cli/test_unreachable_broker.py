@@ -89,3 +89,26 @@ def test_the_installed_command_prints_no_traceback(kind: str) -> None:
         assert "Traceback" not in proc.stderr, (command, proc.stderr[-2000:])
         assert len(proc.stderr.strip().splitlines()) == 1, (command, proc.stderr)
         assert proc.stdout == "", (command, proc.stdout)
+
+
+@pytest.mark.parametrize("kind", ["redis", "postgres"])
+def test_bench_demo_and_migrate_end_in_one_line_too(kind: str) -> None:
+    """Commands that print progress first (``bench``, ``demo``) or talk to the database
+    themselves (``migrate``): the error is still one line on stderr, exit 1."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    commands = [["bench", "--jobs", "100"], ["demo", "--jobs", "10"]]
+    if kind == "postgres":
+        commands.append(["migrate"])
+    for command in commands:
+        proc = subprocess.run(
+            [sys.executable, "-m", "conveyor.cli.main", *command, "--url", closed_url(kind)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+            cwd=ROOT,
+        )
+        assert proc.returncode == 1, (command, proc.returncode, proc.stderr[-2000:])
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("Error: "), (command, proc.stderr)
+        assert "hunter2" not in proc.stderr + proc.stdout, command
