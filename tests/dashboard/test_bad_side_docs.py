@@ -65,3 +65,22 @@ def test_odd_alert_and_progress_documents_break_nothing(
         assert result.exit_code == 0, (progress, result.output[-500:])
         assert "progress" not in result.output.split("args")[0], result.output
     sys.modules.pop(target.partition(":")[0], None)
+
+
+def test_pausing_or_resuming_an_invalid_stored_schedule_is_a_clear_error(
+    api: TestClient, dash_app: Conveyor
+) -> None:
+    """``cron: []`` (or a ``tz`` / ``every`` of the wrong type) made resume raise TypeError:
+    a 500 from the page and the API, a traceback from ``conveyor schedules resume``."""
+    target = cli_target(dash_app)
+    dash_app.schedule_cron("s1", "add", "@hourly", args=[1, 2])
+    now = dash_app.now()
+    [(key, doc)] = dash_app.broker.docs.list("schedules", now).items()
+    for field, value in (("cron", []), ("tz", {}), ("every", [1]), ("cron", {"a": 1})):
+        dash_app.broker.docs.put("schedules", key, {**doc, field: value, "paused": True}, now)
+        assert api.get("/schedules").status_code == 200
+        r = api.post("/api/v1/schedules/s1/resume", json={})
+        assert r.status_code == 422, (field, value, r.status_code, r.text[:300])
+        result = CliRunner().invoke(cli, ["schedules", "resume", "s1", "--app", target])
+        assert result.exit_code == 1 and "invalid" in result.output, result.output[-500:]
+    sys.modules.pop(target.partition(":")[0], None)
