@@ -271,7 +271,13 @@ def redacted_url(url: str) -> str:
 
 def emit_json(data: Any) -> None:
     """Print ``data`` as JSON for scripts."""
-    click.echo(orjson.dumps(data, option=orjson.OPT_INDENT_2, default=str).decode())
+    try:
+        text = orjson.dumps(data, option=orjson.OPT_INDENT_2, default=str).decode()
+    except orjson.JSONEncodeError:  # a job's deepest result, one level too deep with its job
+        import json
+
+        text = json.dumps(data, indent=2, default=str, ensure_ascii=False)
+    click.echo(text)
 
 
 def table(title: str, columns: Sequence[str | Col], rows: Sequence[Sequence[Any]]) -> None:
