@@ -40,6 +40,7 @@ from ..monitoring.inspect import Inspector
 from .hardening import (
     BodyLimit,
     BodyTooLarge,
+    RateLimiter,
     SegmentPaths,
     SessionStore,
     check_hosts,
@@ -56,7 +57,6 @@ from .security import (
     CSRF_HEADER,
     DashboardConfig,
     Identity,
-    RateLimiter,
     check_bind,
     csrf_token,
     csrf_valid,
