@@ -61,6 +61,8 @@ def seed(app: Conveyor) -> dict[str, str]:
     flow = chord(group([app.tasks["add"].partial(ALL, "x")]), app.tasks["add"].partial(ALL))
     ids["workflow"] = flow.enqueue(name="wf\u202eevil").ids[0]
     ids["wf"] = flow.enqueue(name="wf2").id
+    app.queue("sharded", shards=3)
+    ids["sharded"] = app.enqueue("add", [ALL, "s"], queue="sharded").id
     doc = {
         "id": "w-\u202eworker",
         "host": ALL,
@@ -83,6 +85,7 @@ def pages(ids: dict[str, str]) -> list[str]:
     out += ["/audit", "/alerts", "/limits", "/history", "/fragments/workers"]
     out += ["/fragments/queues", "/jobs?state=scheduled", "/jobs?text=" + quote("evil")]
     out.append(f"/workflows/{quote(ids['wf'], safe='')}")
+    out += ["/queues/sharded", "/jobs?queue=sharded", "/dead?text=" + quote("\u202e")]
     return out + [f"/jobs/{quote(i, safe='')}" for k, i in ids.items() if k != "wf"]
 
 
