@@ -31,6 +31,8 @@ CASES = [
     (["history", "--range", "1y"], "range"),
     (["schedules", "next", "nightly", "-n", HUGE], "-n"),
     (["limits", "set", "rate:add", "5/s", "--burst", "nan"], "burst"),
+    (["limits", "set", "rate:add", "abc"], "VALUE"),  # was 'limit': no such option
+    (["limits", "set", "conc:add", "0"], "VALUE"),
     (["enqueue", "add", "--priority", HUGE], "priority"),
     (["enqueue", "add", "--delay", "-5"], "--delay"),
 ]
