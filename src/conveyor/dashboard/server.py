@@ -226,21 +226,18 @@ def _exception_handlers() -> Mapping[Any, Any]:
         return error_response(request, 400, str(exc))
 
     def unavailable(request: Request, exc: Exception) -> Response:
-        # The broker is down, not the request wrong: 503 and when to try again (was a 400).
-        retry = {"retry-after": str(UNAVAILABLE_RETRY_AFTER)}
+        # The broker is down or refuses our URL / credentials: not the request's fault (was a
+        # 400); when it is down, say when to try again.
+        down = isinstance(exc, BrokerUnavailable)
+        retry = {"retry-after": str(UNAVAILABLE_RETRY_AFTER)} if down else None
         return error_response(request, 503, str(exc), headers=retry)
-
-    def misconfigured(request: Request, exc: Exception) -> Response:
-        # The broker refused our URL or credentials: still not the request's fault, and
-        # retrying will not help until an operator fixes the configuration.
-        return error_response(request, 503, str(exc))
 
     return {
         JobNotFound: not_found,
         BodyTooLarge: too_large,
         ValidationError: invalid,
         BrokerUnavailable: unavailable,
-        BrokerConfigError: misconfigured,
+        BrokerConfigError: unavailable,
         ConveyorError: conveyor_error,
     }
 
