@@ -18,7 +18,7 @@ from conveyor.dashboard.security import DashboardConfig
 from conveyor.dashboard.server import BackgroundServer
 
 from .conftest import PASSWORD, TOKEN, USER, register_tasks
-from .test_browser import CHROMIUM, browser, login  # noqa: F401 - the browser fixture
+from .test_browser import CHROMIUM, SSE_OPEN, browser, login  # noqa: F401 - the browser fixture
 from .test_invisible_text import RAW, pages, seed
 
 pytestmark = pytest.mark.browser
@@ -75,3 +75,25 @@ def test_hostile_text_reads_as_escapes_and_never_widens_a_page(
     finally:
         page.context.close()
     assert not errors, errors
+
+
+def test_live_updates_still_arrive_and_stay_escaped(
+    browser: Any,  # noqa: F811
+    hostile_server: BackgroundServer,
+) -> None:
+    """The live stream renders its first fragments before streaming now: a page still gets
+    its updates, escaped like the page itself."""
+    expect = playwright_sync.expect
+    app = hostile_server.dashboard.app
+    page = login(browser, hostile_server.url)
+    try:
+        app.enqueue("add", [1, 1], queue="livebidi")
+        page.goto(hostile_server.url + "/")
+        page.wait_for_function(SSE_OPEN, timeout=5000)
+        cell = page.locator('tr[data-queue="livebidi"] td.depth')
+        expect(cell).to_have_text("1")
+        app.enqueue("add", ["a\u202eb", 1], queue="livebidi")
+        expect(cell).to_have_text("2", timeout=5000)
+        assert "\u202e" not in page.evaluate("() => document.body.innerText")
+    finally:
+        page.context.close()
