@@ -20,7 +20,17 @@ SCHEMES = (
 
 
 def broker_from_url(url: str, retention: Retention | None = None) -> Broker:
-    """Build the broker a URL names; unknown schemes raise ``ValidationError``."""
+    """Build the broker a URL names; unknown schemes and malformed URLs (a port past 65535,
+    an unclosed IPv6 bracket, an option that is not a number) raise ``ValidationError``."""
+    try:
+        return _from_url(url, retention)
+    except ValidationError:
+        raise
+    except ValueError as exc:  # urllib / redis-py / psycopg parsing: was a bare traceback
+        raise ValidationError("url", f"is malformed: {exc}") from exc
+
+
+def _from_url(url: str, retention: Retention | None) -> Broker:
     if not isinstance(url, str) or "://" not in url:
         raise ValidationError("url", f"{url!r} must look like scheme://..., e.g. sqlite:///jobs.db")
     scheme = url.split("://", 1)[0].lower()

@@ -25,8 +25,19 @@ CANCEL_TTL = 24 * 3600.0  # a request whose job ended without seeing it is dropp
 
 
 def read_progress(side: SideStores, job_id: str, now: float) -> dict[str, Any] | None:
-    """The last stored progress of ``job_id`` (``fraction``, ``message``, ``attempt``, ``at``)."""
-    return side.docs.get(PROGRESS_COLLECTION, job_id, now)
+    """The last stored progress of ``job_id`` (``fraction``, ``message``, ``attempt``, ``at``);
+    None when there is none, or when the stored one is not what ``progress()`` writes (a
+    fraction outside [0, 1], NaN, not a number: another client, a hand edit), so no reader
+    (job page, ``conveyor job``, workers page) computes a percentage of garbage."""
+    doc = side.docs.get(PROGRESS_COLLECTION, job_id, now)
+    if not isinstance(doc, dict):
+        return None
+    fraction, message = doc.get("fraction"), doc.get("message")
+    if isinstance(fraction, bool) or not isinstance(fraction, int | float):
+        return None
+    if not 0.0 <= fraction <= 1.0:  # NaN fails this too
+        return None
+    return {**doc, "message": message if isinstance(message, str) else ""}
 
 
 def write_progress(side: SideStores, job_id: str, value: dict[str, Any], now: float) -> None:

@@ -14,6 +14,7 @@ import orjson
 
 from .common import (
     AppCommand,
+    Finite,
     app_option,
     emit_json,
     json_option,
@@ -64,7 +65,7 @@ def _json_arg(raw: str | None, name: str, kind: type) -> Any:
 @click.option("--priority", type=int, default=None, help="Lower runs first.")
 @click.option(
     "--delay",
-    type=click.FloatRange(min=0),
+    type=Finite(min=0),
     default=None,
     metavar="SECONDS",
     help="Run after this many seconds.",

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import math
 import os
 import re
 import sys
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import click
 import orjson
 
-from ..errors import ConveyorError
+from ..errors import BrokerUnavailable, ConveyorError
 from .render import Col, literal, print_table
 
 if TYPE_CHECKING:
@@ -124,6 +125,12 @@ def sqlite_path(url: str) -> str | None:
     return os.path.abspath(unquote(rest[1:])) if rest.startswith("/") else None
 
 
+def unreachable(exc: BrokerUnavailable) -> click.ClickException:
+    """The error of a broker that cannot be reached: ONE line (psycopg adds a hint line),
+    exit code 1, the same for every one-shot command and backend (docs/monitoring.md)."""
+    return click.ClickException(literal(" ".join(str(exc).split()), None))
+
+
 def missing_database(path: str) -> click.UsageError:
     """The error of a read command pointed at a SQLite file that does not exist."""
     return click.UsageError(
@@ -150,6 +157,8 @@ def open_app(app_target: str | None, url: str | None, *, create: bool = False) -
             raise missing_database(path)
         try:
             return Conveyor(resolved)
+        except BrokerUnavailable as exc:  # PostgreSQL connects here: not a usage error
+            raise unreachable(exc) from exc
         except ConveyorError as exc:
             raise click.UsageError(str(exc)) from exc
     finally:
@@ -217,6 +226,21 @@ class AppCommand(click.Command):
         return ["--app", args[index], *args[:index], *args[index + 1 :]]
 
 
+class Finite(click.FloatRange):
+    """``click.FloatRange`` that also refuses NaN and infinity (click lets both through its
+    bounds: ``--max-memory-per-child nan`` crashed the worker, ``--interval inf`` slept for
+    ever); the usage error names the option, exit 2."""
+
+    name = "finite float range"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        """The number within the range, else a usage error."""
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return number
+
+
 def setting_default(name: str) -> Any:
     """The default of ``Settings.<name>`` read from the class (help texts never hard-code it)."""
     from ..config import Settings
@@ -247,7 +271,13 @@ def redacted_url(url: str) -> str:
 
 def emit_json(data: Any) -> None:
     """Print ``data`` as JSON for scripts."""
-    click.echo(orjson.dumps(data, option=orjson.OPT_INDENT_2, default=str).decode())
+    try:
+        text = orjson.dumps(data, option=orjson.OPT_INDENT_2, default=str).decode()
+    except orjson.JSONEncodeError:  # a job's deepest result, one level too deep with its job
+        import json
+
+        text = json.dumps(data, indent=2, default=str, ensure_ascii=False)
+    click.echo(text)
 
 
 def table(title: str, columns: Sequence[str | Col], rows: Sequence[Sequence[Any]]) -> None:

@@ -8,9 +8,10 @@ from typing import Any
 
 import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.text import Text
 
 from ..demo import DEMO_URL, build_demo_app, run_demo, summarise
-from .common import console, emit_json, table
+from .common import console, emit_json, redacted_url, table
 
 
 @click.command("demo")
@@ -38,11 +39,16 @@ def demo(url: str | None, n_jobs: int, dashboard: bool, port: int, as_json: bool
         # One line per retry would drown the progress bar; the summary reports them instead.
         logging.getLogger("conveyor").setLevel(logging.ERROR)
     app = build_demo_app(url)
-    shown_url = url or DEMO_URL
+    shown_url = redacted_url(url or DEMO_URL)  # never the broker password on a terminal
     if dashboard:
         _serve_dashboard(app, port)
     if not as_json:
-        console.print(f"[bold]Conveyor demo[/] on [cyan]{shown_url}[/]: {n_jobs} jobs")
+        # Text, not markup: a URL may hold "[" (an IPv6 host) that rich would parse.
+        console.print(
+            Text.assemble(
+                ("Conveyor demo", "bold"), " on ", (shown_url, "cyan"), f": {n_jobs} jobs"
+            )
+        )
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -88,7 +94,7 @@ def _print_summary(s: Any, url: str) -> None:
         f"conveyor dashboard --url {url}",
         "conveyor demo --dashboard",
     ):
-        console.print(f"  [green]{cmd}[/]")
+        console.print(Text(f"  {cmd}", style="green"))
 
 
 def _serve_dashboard(app: Any, port: int) -> None:

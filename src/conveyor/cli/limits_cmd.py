@@ -11,8 +11,10 @@ from typing import Any
 
 import click
 
+from ..errors import ValidationError
 from .common import AppCommand, app_option, emit_json, json_option, open_app, say, table, url_option
 from .ops import friendly_errors
+from .render import literal
 
 
 @click.group("limits", invoke_without_command=True)
@@ -78,7 +80,14 @@ def limits_set(
     name: str, value: str, burst: float | None, app_target: str | None, url: str | None
 ) -> None:
     """Override a limit: NAME rate:<task> VALUE 10/s, or NAME conc:<task> VALUE 2."""
-    open_app(app_target, url).set_limit(name, value, burst)
+    app = open_app(app_target, url)
+    try:
+        app.set_limit(name, value, burst)
+    except ValidationError as exc:
+        if exc.field != "limit":
+            raise
+        # The API calls it "limit"; here it is the VALUE argument (no option is named limit).
+        raise click.BadParameter(literal(exc.rule, None), param_hint="'VALUE'") from exc
     say(f"{name} set to {value}")
 
 

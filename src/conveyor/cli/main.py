@@ -14,8 +14,9 @@ import logging
 
 import click
 
-from ..errors import ConveyorError
+from ..errors import BrokerUnavailable, ConveyorError
 from ..worker.logs import configure_logging
+from .common import unreachable
 
 # command name -> module defining it (each module has ``register(group)``).
 COMMANDS: dict[str, str] = {
@@ -105,9 +106,13 @@ def cli(ctx: click.Context, verbose: bool) -> None:
 
 
 def main() -> None:
-    """Run the CLI; Conveyor errors become a clear message and exit code 2."""
+    """Run the CLI; Conveyor errors become a clear message and exit code 2, an unreachable
+    broker the one line and exit code 1 every command gives (``common.unreachable``)."""
     try:
         cli(standalone_mode=True)
+    except BrokerUnavailable as exc:  # commands without their own handler (bench, demo)
+        unreachable(exc).show()
+        raise SystemExit(1) from exc
     except ConveyorError as exc:
         click.echo(f"error: {exc}", err=True)
         raise SystemExit(2) from exc

@@ -79,8 +79,8 @@ def _postgres(url: str, check: bool) -> dict[str, object]:
                     "behind": found < SCHEMA_VERSION,
                 }
             found, now = ensure_schema(conn, schema, migrate=True, where=schema)
-    except (psycopg.Error, SchemaError) as exc:
-        raise click.ClickException(str(exc)) from exc
+    except (psycopg.Error, SchemaError) as exc:  # one line: psycopg adds a hint line
+        raise click.ClickException(" ".join(str(exc).split())) from exc
     return {"backend": "postgresql", "schema": schema, "found": found, "version": now,
             "migrated": True}  # fmt: skip
 

@@ -11,7 +11,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from ..errors import ConveyorError, JobNotFound, ValidationError
+from ..errors import BrokerUnavailable, ConveyorError, JobNotFound, ValidationError
+from ..monitoring.filters import MAX_PAGE
+from .common import unreachable
 from .render import literal
 
 if TYPE_CHECKING:
@@ -36,6 +38,8 @@ def friendly_errors(fn: F) -> F:
             ) from exc
         except LookupError as exc:
             raise click.ClickException(literal(str(exc).strip("'\""), None)) from exc
+        except BrokerUnavailable as exc:
+            raise unreachable(exc) from exc
         except ConveyorError as exc:
             raise click.ClickException(literal(str(exc), None)) from exc
 
@@ -92,7 +96,7 @@ def filter_options(fn: F) -> F:
         click.option("--until", default=None, help="Created before: ISO time, epoch or age."),
         click.option("--error", default=None, help="Text in the last error (e.g. ValueError)."),
         click.option("--text", default=None, help="Text in the arguments."),
-        click.option("--page", type=click.IntRange(min=1), default=1, show_default=True),
+        click.option("--page", type=click.IntRange(1, MAX_PAGE), default=1, show_default=True),
         click.option("--page-size", type=click.IntRange(1, 500), default=50, show_default=True),
     ]
     for option in reversed(options):

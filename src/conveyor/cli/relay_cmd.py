@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from ..outbox import DEFAULT_TABLE, Outbox
-from .common import load_app
+from .common import Finite, load_app
 
 
 @click.command("relay")
@@ -28,7 +28,7 @@ from .common import load_app
 )
 @click.option(
     "--interval",
-    type=click.FloatRange(min=0.0),
+    type=Finite(min=0.0),
     default=None,
     help="Seconds between polls when idle.",
 )

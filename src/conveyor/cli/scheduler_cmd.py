@@ -16,6 +16,7 @@ from ..errors import BrokerConfigError, ValidationError
 from ..scheduler.models import Schedule, ScheduleNotFound
 from .common import (
     AppCommand,
+    Finite,
     app_option,
     emit_json,
     json_option,
@@ -28,6 +29,7 @@ from .common import (
     url_option,
 )
 from .log_options import log_options
+from .ops import friendly_errors
 from .render import Col, literal
 
 
@@ -67,7 +69,7 @@ def _get(app: Conveyor, name: str) -> Schedule:
 @app_option
 @click.option(
     "--interval",
-    type=click.FloatRange(min=0.01),
+    type=Finite(min=0.01),
     default=0.5,
     show_default=True,
     help="Seconds between passes (sooner when a schedule is due).",
@@ -126,6 +128,7 @@ def _row(s: Schedule) -> dict[str, Any]:
 @app_option
 @url_option
 @json_option
+@friendly_errors
 def list_command(app_target: str | None, url: str | None, as_json: bool) -> None:
     """Every stored schedule with its next and last run."""
     schedules, invalid = _app(app_target, url).schedules.scan()
@@ -172,6 +175,7 @@ def list_command(app_target: str | None, url: str | None, as_json: bool) -> None
 @app_option
 @url_option
 @json_option
+@friendly_errors
 def next_command(
     name: str, count: int, app_target: str | None, url: str | None, as_json: bool
 ) -> None:
@@ -210,6 +214,7 @@ def next_command(
 @app_option
 @url_option
 @json_option
+@friendly_errors
 def history_command(
     name: str, count: int, app_target: str | None, url: str | None, as_json: bool
 ) -> None:
@@ -272,6 +277,7 @@ def _set_paused(
 @app_option
 @url_option
 @json_option
+@friendly_errors
 def pause_command(name: str, app_target: str | None, url: str | None, as_json: bool) -> None:
     """Stop schedule NAME from firing until resumed."""
     _set_paused(name, True, app_target, url, as_json)
@@ -282,6 +288,7 @@ def pause_command(name: str, app_target: str | None, url: str | None, as_json: b
 @app_option
 @url_option
 @json_option
+@friendly_errors
 def resume_command(name: str, app_target: str | None, url: str | None, as_json: bool) -> None:
     """Resume schedule NAME from its next tick (ticks missed while paused do not run)."""
     _set_paused(name, False, app_target, url, as_json)
@@ -292,6 +299,7 @@ def resume_command(name: str, app_target: str | None, url: str | None, as_json: 
 @app_option
 @url_option
 @json_option
+@friendly_errors
 def remove_command(name: str, app_target: str | None, url: str | None, as_json: bool) -> None:
     """Delete schedule NAME (a schedule declared in code returns when a scheduler starts)."""
     removed = _app(app_target, url).schedules.remove(name)

@@ -22,7 +22,7 @@ from ..errors import ValidationError
 from ..worker.child import ChildConfig
 from ..worker.logs import FORMATS, setup_logging
 from ..worker.supervisor import Supervisor, options_args
-from .common import AppCommand, app_option, load_app, require_app, setting_default
+from .common import AppCommand, Finite, app_option, load_app, require_app, setting_default
 
 if TYPE_CHECKING:
     from ..app import Conveyor
@@ -61,7 +61,7 @@ LEVELS = ("debug", "info", "warning", "error")
 )
 @click.option(
     "--visibility-timeout",
-    type=click.FloatRange(min=1.0),
+    type=Finite(min=1.0),
     default=None,
     metavar="SECONDS",
     help="Lease length [default: CONVEYOR_VISIBILITY_TIMEOUT or "
@@ -69,7 +69,7 @@ LEVELS = ("debug", "info", "warning", "error")
 )
 @click.option(
     "--shutdown-timeout",
-    type=click.FloatRange(min=0.0),
+    type=Finite(min=0.0),
     default=None,
     metavar="SECONDS",
     help="How long in-flight jobs may finish after SIGTERM [default: "
@@ -84,7 +84,7 @@ LEVELS = ("debug", "info", "warning", "error")
 )
 @click.option(
     "--max-memory-per-child",
-    type=click.FloatRange(min=1.0),
+    type=Finite(min=1.0),
     default=None,
     metavar="MB",
     help="Replace a worker process whose resident memory passes MB.",

@@ -7,6 +7,7 @@ and the OpenAPI document (``/api/v1/openapi.json``) are both built from.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -38,7 +39,10 @@ PREFIX = "/api/v1"
 
 def json_response(data: Any, status: int = 200) -> Response:
     """JSON via orjson; non-JSON values (datetimes, bytes, ...) become strings."""
-    body = orjson.dumps(data, default=str, option=orjson.OPT_NON_STR_KEYS)
+    try:
+        body = orjson.dumps(data, default=str, option=orjson.OPT_NON_STR_KEYS)
+    except orjson.JSONEncodeError:  # nested past orjson's limit by our own envelope: a job's
+        body = json.dumps(data, default=str, ensure_ascii=False).encode()  # deepest result
     return Response(
         body,
         status_code=status,

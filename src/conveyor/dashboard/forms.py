@@ -21,7 +21,7 @@ from ..monitoring.actions import Operator
 from ..monitoring.filters import SEARCH_FIELDS
 from .hardening import segment
 from .redirects import at_root, back, done
-from .security import SESSION_COOKIE, check_login
+from .security import SESSION_COOKIE, actor_name, check_login
 from .server import action, client_of, dashboard_of
 from .views import safe_next
 
@@ -38,7 +38,9 @@ def login(request: Request, data: dict[str, Any]) -> Response:
         str(data.get("token", "")),
     )
     if user is None:
-        Operator(dash.app, actor=str(data.get("username") or "?"), source=client_of(request)).audit(
+        # Anyone can type this, unauthenticated: cleaned and bounded like every actor.
+        typed = actor_name(str(data.get("username") or "?"))
+        Operator(dash.app, actor=typed, source=client_of(request)).audit(
             "login", "dashboard", "refused"
         )
         return dash.page(

@@ -1,5 +1,5 @@
 """Defences at the edge of the dashboard: Host check, body caps, ids as one path segment,
-trusted proxies and server-side sessions.
+trusted proxies, server-side sessions and rate limits.
 
 * **Host** (DNS rebinding): Starlette's ``TrustedHostMiddleware`` answers 400 to any ``Host``
   that is not the bound address (on loopback: ``127.0.0.1``, ``localhost``, ``[::1]``) or a
@@ -16,11 +16,14 @@ trusted proxies and server-side sessions.
   default), so rate limits and the audit log see the real peer address.
 * **Sessions**: a session cookie is only honoured while its record lives in the broker
   (collection ``dashboard_sessions``); logging out deletes it, on every dashboard process.
+* **Rate limits**: ``RateLimiter`` token buckets per client, for the API and log-in attempts.
 """
 
 from __future__ import annotations
 
 import re
+import threading
+import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote
@@ -216,3 +219,29 @@ class SessionStore:
         session = read_session(self.config, cookie, self.app.now())
         if session is not None:
             self.app.broker.docs.delete(SESSIONS, session[1])
+
+
+class RateLimiter:
+    """Token buckets per client key: ``rate`` tokens per second, up to ``burst``."""
+
+    def __init__(self, rate: float, burst: float) -> None:
+        self.rate = rate
+        self.burst = burst
+        self._buckets: dict[str, tuple[float, float]] = {}
+        self._lock = threading.Lock()
+
+    def allow(self, key: str, now: float | None = None) -> float:
+        """0 when a request may proceed now, else the seconds to wait."""
+        if self.rate <= 0:
+            return 0.0
+        at = time.monotonic() if now is None else now
+        with self._lock:
+            tokens, last = self._buckets.get(key, (self.burst, at))
+            tokens = min(self.burst, tokens + (at - last) * self.rate)
+            if tokens >= 1:
+                self._buckets[key] = (tokens - 1, at)
+                if len(self._buckets) > 10_000:
+                    self._buckets.pop(next(iter(self._buckets)))
+                return 0.0
+            self._buckets[key] = (tokens, at)
+            return (1 - tokens) / self.rate

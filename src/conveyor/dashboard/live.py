@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from ..errors import JobNotFound
+from ..errors import ConveyorError, JobNotFound
 from ..worker.jobctx import read_progress
 from .server import Dashboard, dashboard_of
 
@@ -86,13 +86,18 @@ def job_fragments(dash: Dashboard, request: Request) -> Fragments:
     return render
 
 
-async def stream(request: Request, dash: Dashboard, fragments: Fragments) -> AsyncIterator[str]:
-    """Send changed fragments until the dashboard stops (Starlette ends it on disconnect)."""
+async def stream(
+    request: Request, dash: Dashboard, fragments: Fragments, first: dict[str, str]
+) -> AsyncIterator[str]:
+    """Send changed fragments until the dashboard stops (Starlette ends it on disconnect);
+    ``first`` is the render ``live`` made before the stream began."""
     sent: dict[str, str] = {}
     yield "retry: 1000\n\n"
     idle = 0.0
+    current: dict[str, str] | None = first
     while not dash.stopping.is_set():
-        current = await run_in_threadpool(fragments)
+        if current is None:
+            current = await run_in_threadpool(_quietly, fragments)
         changed = False
         for name, html in current.items():
             if sent.get(name) != html:
@@ -103,7 +108,18 @@ async def stream(request: Request, dash: Dashboard, fragments: Fragments) -> Asy
         if idle >= KEEPALIVE_SECONDS:
             idle = 0.0
             yield ": keep-alive\n\n"
+        current = None
         await anyio.sleep(dash.config.live_interval)
+
+
+def _quietly(fragments: Fragments) -> dict[str, str]:
+    """One render; while the broker is unreachable (or the queue gone), nothing: the page
+    keeps what it shows and the stream stays open, instead of an exception that ends the
+    stream with a traceback — one more a second, as the browser reconnects every second."""
+    try:
+        return fragments()
+    except (ConveyorError, LookupError):
+        return {}
 
 
 def live(kind: str) -> Callable[[Request], Response]:
@@ -113,8 +129,11 @@ def live(kind: str) -> Callable[[Request], Response]:
     def endpoint(request: Request) -> Response:
         dash = dashboard_of(request)
         fragments = builders[kind](dash, request)
+        # Rendered before the stream starts, so a bad name (422) or a broker that is down
+        # (503) is an error response the browser's EventSource does not retry every second.
+        first = fragments()
         return StreamingResponse(
-            stream(request, dash, fragments),
+            stream(request, dash, fragments, first),
             media_type="text/event-stream",
             headers={"cache-control": "no-store", "x-accel-buffering": "no"},
         )

@@ -4,19 +4,25 @@ action.
 ``at_root`` puts a dashboard path under the ASGI ``root_path``; ``back`` picks where an action
 returns to (the form's ``next``, else the page the request came from) and ``safe_target`` makes
 sure that is a same-origin path inside this dashboard, so no redirect is ever an open one;
-``done`` answers an HTML action with that redirect and a flash message.
+``done`` answers an HTML action with that redirect and a flash message, signed (``flash_sig``)
+so that a page shows only the dashboard's own messages (``flash_of``), never a crafted link's.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from .hardening import root_of
+
+if TYPE_CHECKING:
+    from .security import DashboardConfig
 
 
 def at_root(request: Request, path: str) -> str:
@@ -46,7 +52,7 @@ def safe_target(request: Request, target: Any) -> str | None:
     root = root_of(request.scope)
     if root and not (path == root or path.startswith(root + "/")):
         return None
-    query = urlencode([(k, v) for k, v in parse_qsl(parts.query) if k != "flash"])
+    query = urlencode([(k, v) for k, v in parse_qsl(parts.query) if k not in ("flash", FLASH_SIG)])
     return path + ("?" + query if query else "")
 
 
@@ -70,7 +76,29 @@ def done(request: Request, target: str, flash: str = "") -> Response:
     """After an HTML action: htmx gets ``HX-Redirect``, plain forms a 303 redirect.
 
     ``target`` is a URL path under the mount prefix (``back`` or ``at_root`` build it)."""
-    url = target + (("&" if "?" in target else "?") + "flash=" + quote(flash) if flash else "")
+    if flash:  # signed: only the dashboard's own messages are shown (security.flash_of)
+        sig = flash_sig(request.app.state.dashboard.config, flash)
+        target += ("&" if "?" in target else "?") + f"flash={quote(flash)}&{FLASH_SIG}={sig}"
+    url = target
     if request.headers.get("hx-request"):
         return Response(status_code=204, headers={"HX-Redirect": url})
     return RedirectResponse(url, status_code=303)
+
+
+FLASH_SIG = "fs"  # query parameter next to ``flash`` holding its signature
+
+
+def flash_sig(config: DashboardConfig, text: str) -> str:
+    """The signature of a flash message the dashboard itself wrote (``redirects.done``): a
+    ``?flash=`` from a crafted link has none, so no link can make a page say anything."""
+    digest = hmac.new(config.secret, f"flash:{text}".encode(errors="replace"), hashlib.sha256)
+    return digest.hexdigest()[:32]
+
+
+def flash_of(config: DashboardConfig, query: Mapping[str, str]) -> str:
+    """The flash message of a request's query when its signature is valid, else ``""``."""
+    text, sig = query.get("flash", ""), query.get(FLASH_SIG, "")
+    expected = flash_sig(config, text).encode()
+    if not text or not hmac.compare_digest(expected, sig.encode(errors="replace")):
+        return ""
+    return text

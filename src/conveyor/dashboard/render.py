@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import math
 import time
+import unicodedata
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import orjson
 from jinja2 import Environment, FileSystemLoader, select_autoescape
-from markupsafe import Markup
+from markupsafe import Markup, escape
 
 from ..monitoring.inspect import preview_args
 from .charts import chart_model
@@ -97,6 +98,41 @@ def pretty(value: Any, limit: int = MAX_PRETTY) -> str:
     return text
 
 
+#: Shown as escapes on a page, as the CLI shows them (``cli/render.py``): control (but newline
+#: and tab) and format characters — bidi overrides, zero-width marks — lone surrogates and line
+#: or paragraph separators. The zero-width joiner stays: emoji sequences are built with it.
+_INVISIBLE = ("Cc", "Cf", "Cs", "Zl", "Zp")
+_KEEP = frozenset("\n\t\u200d")
+
+
+def _shown(ch: str) -> str:
+    if ch in _KEEP or unicodedata.category(ch) not in _INVISIBLE:
+        return ch
+    code = ord(ch)
+    return (
+        f"\\x{code:02x}"
+        if code < 0x100
+        else f"\\u{code:04x}"
+        if code < 0x10000
+        else f"\\U{code:08x}"
+    )
+
+
+def visible(value: Any) -> Any:
+    """Every ``{{ value }}`` a template prints (the environment's ``finalize``): a string's
+    invisible characters as escapes (``\\u202e``), so no job data reorders or hides text
+    around it; Markup (built by the dashboard) and non-strings as they are."""
+    if not isinstance(value, str) or isinstance(value, Markup) or value.isprintable():
+        return value
+    return "".join(_shown(ch) for ch in value)
+
+
+def keep(value: Any) -> Markup:
+    """A form field's value exactly as stored (HTML-escaped, invisible characters kept): the
+    id or name a checkbox or hidden field posts back must be the real one, not its display."""
+    return escape("" if value is None else value)
+
+
 def seg(value: Any) -> str:
     """A value quoted as ONE URL path segment (``/`` -> ``%2F``): ids may hold ``/`` and ``..``."""
     return quote("" if value is None else str(value), safe="")
@@ -109,6 +145,7 @@ def build_environment() -> Environment:
         autoescape=select_autoescape(default=True, default_for_string=True),
         trim_blocks=True,
         lstrip_blocks=True,
+        finalize=visible,
     )
     env.filters["chart"] = chart_model  # processed/failed series -> SVG geometry (charts.py)
     env.filters.update(
@@ -121,6 +158,7 @@ def build_environment() -> Environment:
         pretty=pretty,
         argprev=preview_args,
         seg=seg,
+        keep=keep,
     )
     return env
 

@@ -12,7 +12,8 @@ Rules (see docs/monitoring.md):
   (``Sec-Fetch-Site`` / ``Origin``) and, unless authenticated by an ``Authorization`` header,
   when it lacks the CSRF token (``X-CSRF-Token`` header or ``csrf_token`` form field) bound to
   the ``conveyor_csrf`` cookie.
-* Token buckets limit requests per client on the API and on login attempts.
+* Token buckets (``hardening.RateLimiter``) limit requests per client on the API and on login
+  attempts; the numeric limits are checked where they are set (no NaN, no zero burst).
 * Host headers, body sizes, forwarded headers and server-side sessions: ``hardening``.
 """
 
@@ -24,11 +25,10 @@ import hashlib
 import hmac
 import ipaddress
 import json
+import math
 import os
 import re
 import secrets
-import threading
-import time
 import unicodedata
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -102,6 +102,7 @@ class DashboardConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1024:
                 raise ValidationError(name, "must be an integer of at least 1024 bytes")
+        _check_limits(self)
 
     @property
     def auth_enabled(self) -> bool:
@@ -145,6 +146,24 @@ class DashboardConfig:
             if exc.field in overrides or var not in env:
                 raise
             raise ValidationError(var, exc.rule) from exc
+
+
+#: Numeric settings and their lowest value: a NaN ``session_ttl`` made sessions last for ever,
+#: ``login_per_minute=0`` turned the log-in limit off, ``live_interval=0`` spun every stream.
+_LIMITS = {"session_ttl": 1.0, "rate_limit": 0.0, "live_interval": 0.05}
+_COUNTS = ("rate_burst", "login_per_minute")
+
+
+def _check_limits(config: DashboardConfig) -> None:
+    for name, low in _LIMITS.items():
+        value = getattr(config, name)
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if not number or not math.isfinite(value) or value < low:
+            raise ValidationError(name, f"must be a finite number of at least {low:g}")
+    for name in _COUNTS:
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValidationError(name, "must be a whole number of at least 1")
 
 
 def split_list(raw: str) -> tuple[str, ...]:
@@ -326,8 +345,8 @@ def read_session(config: DashboardConfig, value: str, now: float) -> tuple[str, 
     body, _, sig = value.partition(".")
     if not body or not sig:
         return None
-    expected = _b64(hmac.new(config.secret, body.encode(), hashlib.sha256).digest())
-    if not hmac.compare_digest(expected, sig):
+    expected = _b64(hmac.new(config.secret, body.encode(errors="replace"), hashlib.sha256).digest())
+    if not _same(expected, sig):
         return None
     try:
         data = json.loads(_unb64(body))
@@ -348,14 +367,21 @@ def new_csrf_seed() -> str:
 
 def csrf_token(config: DashboardConfig, seed: str) -> str:
     """The token pages embed for a CSRF cookie value (an HMAC, so it cannot be forged)."""
-    return hmac.new(config.secret, f"csrf:{seed}".encode(), hashlib.sha256).hexdigest()[:40]
+    message = f"csrf:{seed}".encode(errors="replace")
+    return hmac.new(config.secret, message, hashlib.sha256).hexdigest()[:40]
 
 
 def csrf_valid(config: DashboardConfig, seed: str | None, presented: str | None) -> bool:
     """True when ``presented`` is the token of the CSRF cookie ``seed``."""
     if not seed or not presented:
         return False
-    return hmac.compare_digest(csrf_token(config, seed), presented)
+    return _same(csrf_token(config, seed), presented)
+
+
+def _same(expected: str, presented: str) -> bool:
+    """Constant-time equality of a computed secret and what a client sent, whatever it sent:
+    ``compare_digest`` raises TypeError on non-ASCII text (a 500 for a crafted token)."""
+    return hmac.compare_digest(expected.encode(), presented.encode(errors="replace"))
 
 
 def cross_site(headers: Mapping[str, str], scheme: str, host: str) -> bool:
@@ -365,29 +391,3 @@ def cross_site(headers: Mapping[str, str], scheme: str, host: str) -> bool:
         return True
     origin = headers.get("origin")
     return bool(origin) and origin != "null" and origin != f"{scheme}://{host}"
-
-
-class RateLimiter:
-    """Token buckets per client key: ``rate`` tokens per second, up to ``burst``."""
-
-    def __init__(self, rate: float, burst: float) -> None:
-        self.rate = rate
-        self.burst = burst
-        self._buckets: dict[str, tuple[float, float]] = {}
-        self._lock = threading.Lock()
-
-    def allow(self, key: str, now: float | None = None) -> float:
-        """0 when a request may proceed now, else the seconds to wait."""
-        if self.rate <= 0:
-            return 0.0
-        at = time.monotonic() if now is None else now
-        with self._lock:
-            tokens, last = self._buckets.get(key, (self.burst, at))
-            tokens = min(self.burst, tokens + (at - last) * self.rate)
-            if tokens >= 1:
-                self._buckets[key] = (tokens - 1, at)
-                if len(self._buckets) > 10_000:
-                    self._buckets.pop(next(iter(self._buckets)))
-                return 0.0
-            self._buckets[key] = (tokens, at)
-            return (1 - tokens) / self.rate

@@ -34,12 +34,13 @@ from starlette.responses import (
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from ..errors import ConveyorError, ValidationError
+from ..errors import BrokerConfigError, BrokerUnavailable, ConveyorError, ValidationError
 from ..monitoring.actions import Operator
 from ..monitoring.inspect import Inspector
 from .hardening import (
     BodyLimit,
     BodyTooLarge,
+    RateLimiter,
     SegmentPaths,
     SessionStore,
     check_hosts,
@@ -48,7 +49,7 @@ from .hardening import (
     trusted_hosts,
     uvicorn_options,
 )
-from .redirects import at_root, safe_target
+from .redirects import at_root, flash_of, safe_target
 from .render import STATIC, Renderer
 from .security import (
     CSRF_COOKIE,
@@ -56,7 +57,6 @@ from .security import (
     CSRF_HEADER,
     DashboardConfig,
     Identity,
-    RateLimiter,
     check_bind,
     csrf_token,
     csrf_valid,
@@ -68,6 +68,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("conveyor.dashboard")
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 PUBLIC_PATHS = ("/login", "/healthz")
+UNAVAILABLE_RETRY_AFTER = 5  # seconds a client waits after a 503 (the broker is unreachable)
 Handler = Callable[[Request, dict[str, Any]], Response]
 
 
@@ -108,7 +109,7 @@ class Dashboard:
             "auth": self.config.auth_enabled,
             "csrf": csrf_token(self.config, request.scope.get("conveyor.csrf_seed", "")),
             "read_only": self.config.read_only,
-            "flash": request.query_params.get("flash", ""),
+            "flash": flash_of(self.config, request.query_params),
             "path": request.url.path,
             "root_path": root_of(request.scope),
             # this page with its query (filters, page), for forms that must come back here
@@ -139,13 +140,22 @@ def wants_json(request: Request) -> bool:
     return route_path(request.scope).startswith(("/api/", "/live/", "/metrics"))
 
 
-def error_response(request: Request, status: int, message: str, **extra: Any) -> Response:
+def error_response(
+    request: Request,
+    status: int,
+    message: str,
+    headers: Mapping[str, str] | None = None,
+    **extra: Any,
+) -> Response:
     """An error as JSON (API) or an HTML page."""
     if wants_json(request) or not hasattr(request.app.state, "dashboard"):
-        return JSONResponse({"error": message, **extra}, status_code=status)
-    return dashboard_of(request).page(
-        request, "error.html", status=status, status_code=status, message=message
-    )
+        response: Response = JSONResponse({"error": message, **extra}, status_code=status)
+    else:
+        response = dashboard_of(request).page(
+            request, "error.html", status=status, status_code=status, message=message
+        )
+    response.headers.update(headers or {})
+    return response
 
 
 async def read_body(request: Request) -> dict[str, Any]:
@@ -215,10 +225,19 @@ def _exception_handlers() -> Mapping[Any, Any]:
             return not_found(request, exc)
         return error_response(request, 400, str(exc))
 
+    def unavailable(request: Request, exc: Exception) -> Response:
+        # The broker is down or refuses our URL / credentials: not the request's fault (was a
+        # 400); when it is down, say when to try again.
+        down = isinstance(exc, BrokerUnavailable)
+        retry = {"retry-after": str(UNAVAILABLE_RETRY_AFTER)} if down else None
+        return error_response(request, 503, str(exc), headers=retry)
+
     return {
         JobNotFound: not_found,
         BodyTooLarge: too_large,
         ValidationError: invalid,
+        BrokerUnavailable: unavailable,
+        BrokerConfigError: unavailable,
         ConveyorError: conveyor_error,
     }
 

@@ -23,6 +23,7 @@ from ..core.state import TERMINAL_STATES, JobState
 from ..errors import ValidationError
 from ..runtime import Runtime
 from ..worker.presence import COLLECTION as WORKERS
+from .workerdoc import clean_worker
 
 
 def queue_members(rt: Runtime, queue: str) -> list[str]:
@@ -42,7 +43,8 @@ def queue_members(rt: Runtime, queue: str) -> list[str]:
 def workers(rt: Runtime) -> list[dict[str, Any]]:
     """Heartbeat records of live workers, by id."""
     docs = rt.broker.docs.list(WORKERS, rt.now()).values()
-    return sorted(docs, key=lambda w: str(w.get("id")))
+    clean = (clean_worker(d) for d in docs if isinstance(d, dict))  # any writer's record
+    return sorted(clean, key=lambda w: str(w.get("id")))
 
 
 def worker_queues(worker: dict[str, Any]) -> list[str]:

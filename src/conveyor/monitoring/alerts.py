@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Protocol
 
 from ..errors import ValidationError
@@ -152,9 +153,16 @@ class AlertState:
 
     @classmethod
     def from_doc(cls, doc: Mapping[str, Any]) -> AlertState:
-        """Rebuild from a broker document (unknown fields ignored)."""
-        known = {k: v for k, v in doc.items() if k in cls.__dataclass_fields__}
-        return cls(**known)
+        """Rebuild from a broker document (unknown fields ignored; a field of the wrong type —
+        another version, a hand edit — reads as its default instead of breaking every page,
+        ``/metrics`` and ``conveyor status``)."""
+        plain = cls(key="", rule="", subject="")
+        known = {
+            k: v
+            for k, v in doc.items()
+            if k in cls.__dataclass_fields__ and _fits(k, v, getattr(plain, k))
+        }
+        return replace(plain, **known)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -164,6 +172,17 @@ class AlertState:
     def active(self) -> bool:
         """Firing or acknowledged."""
         return self.state != "resolved"
+
+
+def _fits(name: str, value: Any, default: Any) -> bool:
+    """``value`` has the type of field ``name`` (whose default is ``default``)."""
+    if value is None or isinstance(default, bool) or isinstance(value, bool):
+        return value is default is None or (isinstance(value, bool) and isinstance(default, bool))
+    if isinstance(default, str) or name == "acknowledged_by":
+        return isinstance(value, str)
+    if isinstance(default, int) and not isinstance(default, float):
+        return isinstance(value, int)
+    return isinstance(value, int | float) and math.isfinite(value)
 
 
 @dataclass

@@ -19,6 +19,9 @@ from ..errors import ValidationError
 _RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw])\Z")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 SEARCH_FIELDS = ("id", "state", "task", "queue", "since", "until", "error", "text")
+#: Deepest search page anyone may ask for (CLI, pages, API): past it, SQLite's and
+#: PostgreSQL's 64-bit OFFSET overflowed into a traceback.
+MAX_PAGE = 1_000_000
 
 
 def parse_time(value: Any, now: float, field: str = "since") -> float | None:

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING
 
+from ..errors import ConveyorError
 from ..runtime import as_runtime
 
 if TYPE_CHECKING:
@@ -66,7 +67,11 @@ class ProbeHandler(BaseHTTPRequestHandler):
             status, text = readiness(self.server.app)
             self._send(status, (text + "\n").encode(), TEXT)
         elif path == "/metrics" and self.server.metrics is not None:
-            body, ctype = self.server.metrics()
+            try:
+                body, ctype = self.server.metrics()
+            except ConveyorError as exc:  # broker down: say so (was a traceback per scrape)
+                self._send(503, f"broker unavailable: {str(exc)[:200]}\n".encode(), TEXT)
+                return
             self._send(200, body, ctype)
         else:
             self._send(404, b"not found: /healthz, /readyz, /metrics\n", TEXT)

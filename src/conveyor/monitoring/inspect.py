@@ -21,7 +21,7 @@ from ..runtime import Runtime, as_runtime
 from . import admin
 from .admin import worker_queues
 from .events import EventReader, check_cursor, job_events
-from .filters import clean_filters
+from .filters import MAX_PAGE, clean_filters
 from .limits import flow_waits, why_waiting
 from .metrics import flush_local, read_counters, series, summarize
 from .shardrows import fold_rows, merge_counters, merge_series
@@ -29,6 +29,12 @@ from .workflows import workflow_of
 
 if TYPE_CHECKING:
     from ..runtime import HasRuntime
+
+
+#: Rows before a page from which a search counts its matches first: a sharded queue's page N
+#: merges every member's newest ``N * page_size`` jobs, so ``?page=1000000`` read them all
+#: (up to 500 million rows per shard) to answer an empty page.
+DEEP_PAGE_ROWS = 10_000
 
 
 def job_dict(job: Job, *, full: bool = True) -> dict[str, Any]:
@@ -173,14 +179,19 @@ class Inspector:
     ) -> Page:
         """Jobs matching ``filters`` (``SEARCH_FIELDS``; empty values ignored), newest first."""
         clean = clean_filters(filters or {}, self.runtime.now())
-        if isinstance(page, bool) or not isinstance(page, int) or page < 1:
-            raise ValidationError("page", "must be an integer >= 1")
+        if isinstance(page, bool) or not isinstance(page, int) or not 1 <= page <= MAX_PAGE:
+            raise ValidationError("page", f"must be an integer 1..{MAX_PAGE}")
         if (
             isinstance(page_size, bool)
             or not isinstance(page_size, int)
             or not 1 <= page_size <= 500
         ):
             raise ValidationError("page_size", "must be an integer 1..500")
+        skipped = (page - 1) * page_size
+        if skipped >= DEEP_PAGE_ROWS:  # count first: a page past the end reads no job
+            total = admin.search(self.runtime, **clean, page=1, page_size=1).total
+            if skipped >= total:
+                return Page([], total, page, page_size)
         return admin.search(self.runtime, **clean, page=page, page_size=page_size)
 
     def job(self, job_id: str) -> dict[str, Any]:

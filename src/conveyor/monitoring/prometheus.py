@@ -9,6 +9,7 @@ or ``conveyor worker --metrics-port`` — exposes the same numbers for the whole
 from __future__ import annotations
 
 import logging
+import unicodedata
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -44,7 +45,11 @@ class ConveyorCollector:
         return []
 
     def collect(self) -> Iterator[Metric]:
-        """Read the broker and yield every metric family."""
+        """Read the broker and yield every metric family (label values made visible)."""
+        for family in self._collect():
+            yield visible_labels(family)
+
+    def _collect(self) -> Iterator[Metric]:
         app = self.app
         flush_local(app)
         now = app.now()
@@ -210,6 +215,36 @@ def flow_metrics(status: dict[str, Any], top: int = WAITING_SERIES) -> Iterator[
     for queue, n in sorted(counted.items()):
         count.add_metric([queue], n)
     yield from (tokens, running, waiting, count)
+
+
+#: Label characters shown as escapes (``\\x1b``, ``\\u202e``), as the CLI and the pages show
+#: them: a task name stored by another client may hold terminal escapes, NUL, BEL or bidi
+#: overrides, and ``curl /metrics`` in a terminal ran them (the format escapes only ``\\``,
+#: ``"`` and newlines).
+_INVISIBLE = ("Cc", "Cf", "Cs", "Zl", "Zp")
+
+
+def _visible(text: str) -> str:
+    if text.isprintable():
+        return text
+    return "".join(
+        ch
+        if unicodedata.category(ch) not in _INVISIBLE
+        else f"\\x{ord(ch):02x}"
+        if ord(ch) < 0x100
+        else f"\\u{ord(ch):04x}"
+        if ord(ch) < 0x10000
+        else f"\\U{ord(ch):08x}"
+        for ch in text
+    )
+
+
+def visible_labels(family: Metric) -> Metric:
+    """``family`` with every label value's invisible characters as escapes."""
+    family.samples = [
+        s._replace(labels={k: _visible(v) for k, v in s.labels.items()}) for s in family.samples
+    ]
+    return family
 
 
 def registry_for(app: Runtime | HasRuntime) -> CollectorRegistry:

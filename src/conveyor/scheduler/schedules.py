@@ -148,7 +148,8 @@ class ScheduleRegistry:
         """Pause or resume a schedule. Resuming does not fire the ticks missed while paused."""
         for _ in range(_CAS_ATTEMPTS):
             now = self.app.now()
-            current = stored_schedule(self.get(name).to_doc())  # ValidationError: its state
+            # ValidationError for a bad stored state or definition (cron: [] raised TypeError)
+            current = check_stored(stored_schedule(self.get(name).to_doc()))
             if current.paused == paused:
                 return current
             changes: dict[str, Any] = {"paused": paused, "updated_at": now, "rev": current.rev + 1}

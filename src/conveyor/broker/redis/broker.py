@@ -63,6 +63,10 @@ class RedisBroker(
 
     has_server_clock = True
     supports_flow = True  # rate limits, concurrency, fair groups (issue 15; lua/_flow.lua)
+    # Guarded here, not in flowadmin.py (plumbing imports that module): an unreachable server
+    # is BrokerUnavailable for the limits page and `conveyor limits`, never a raw redis error.
+    flow_set_limit = guarded(FlowAdminMixin.flow_set_limit)
+    flow_status = guarded(FlowAdminMixin.flow_status)
 
     def __init__(self, url: str, retention: Retention | None = None) -> None:
         super().__init__(url, retention)
