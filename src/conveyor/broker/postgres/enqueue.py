@@ -28,6 +28,7 @@ from ..base import EnqueueResult
 from . import flow as pgflow
 from .arrays import bytea_array, num_array, text_array
 from .commit import statement
+from .retry import retrying
 from .store import Tx, one
 
 if TYPE_CHECKING:
@@ -249,9 +250,9 @@ def insert_jobs(
         for j in new
     ]
     counts = Counter((j.queue, str(j.state)) for j in new)
-    if queues and deferred:  # committed apart: a new queue row must not wait for the caller
-        with b._write() as own:
-            _register(b, own, queues)
+    if queues and deferred:  # committed apart: a new queue row must not wait for the caller;
+        # that short transaction is the broker's own, so a lock conflict runs it again (retry.py)
+        retrying(b.retry, "register_queues", lambda: b.in_tx(lambda own: _register(b, own, queues)))
     tx.notify.update(queues)
     if not deferred:
         tx.events.extend(events)
