@@ -111,7 +111,7 @@ def child(url: str, pid: int, busy: int) -> None:
         print(json.dumps(out))
     finally:
         for p in procs:
-            p.terminate()
+            p.kill()  # a graceful stop would wait for the sleeping job
         for p in procs:
             p.wait(30)
 
