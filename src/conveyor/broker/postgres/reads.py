@@ -203,7 +203,9 @@ class PgReads(PgStore):
         retry, a reaped lease, resume: delivered only at COMMIT, so a woken worker always finds
         the committed job). Every ``SAFETY_POLL_S`` it also looks for a ready job itself, in
         case a notification was lost (a dropped connection). Notifications that arrive while
-        the worker is busy wait in the connection and end the next wait at once.
+        the worker is busy wait in the connection and end the next wait at once; after a
+        claim that filled its slots the connection does not LISTEN (``_after_claim``): this
+        wait LISTENs again and looks once instead (``_listen_again``).
         """
         deadline = time.monotonic() + timeout
         conn = self._listener()
