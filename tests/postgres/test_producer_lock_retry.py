@@ -204,3 +204,25 @@ def test_an_enqueue_chosen_as_deadlock_victim_is_run_again(pg_server: Any) -> No
     assert [j.id for j in app.search(task="p.step").items if j.args == [3]] == [got]
     app.close()
     broker.close()
+
+
+def test_a_new_queue_registered_for_an_enqueue_on_the_callers_connection_is_run_again(
+    held: tuple[PostgresBroker, Held], conn: Any
+) -> None:
+    """The enqueue's rows go in the caller's transaction, but a new queue name is listed in a
+    short transaction of the broker's own (``enqueue.insert_jobs``: it must not wait for the
+    caller): that one IS the broker's, so a lock conflict there runs it again instead of
+    failing the caller's enqueue. The caller's transaction is untouched and commits the job."""
+    broker, h = held
+    app = _app(broker)
+    conn.execute("INSERT INTO orders (id, note) VALUES (2, 'mine')")
+    h.lock("queues")
+    job = app.tasks["p.step"].options(connection=conn, queue="fresh").enqueue(7)
+    # before: BrokerUnavailable (55P03) from the queue's registration, not retried
+    assert len(h.pauses) == 1, "one attempt refused, the next one listed the queue"
+    conn.commit()
+    assert "fresh" in broker.queues()
+    got = broker.get(job.id)
+    assert got is not None and got.state is JobState.PENDING and got.queue == "fresh"
+    assert conn.execute("SELECT note FROM orders WHERE id = 2").fetchone() == ("mine",)
+    app.close()

@@ -7,11 +7,11 @@ Quoting follows the array input syntax: every element in double quotes with ``\\
 escaped, ``NULL`` for None, bytea in hex (``\\x…``). Text cannot hold NUL in PostgreSQL: such a
 value is refused by the server, exactly as it would be as a list.
 
-The large ``bytea[]`` parameters of the hot statements (completed envelopes, event bodies) go in
-PostgreSQL's binary array format instead (``bytea_binary``): as hex text the server scanned
-every character of them (``array_in``, then ``byteain``), 5-8 % of its CPU in a drain. A
-``BinaryArray`` is bound with format code 1 by ``postgres/wire.py`` and by psycopg (the dumper
-registered here), under the ``bytea[]`` type the statement's cast gives the parameter.
+The large ``bytea[]`` parameters of the hot statements (enqueued and completed envelopes, event
+bodies) go in PostgreSQL's binary array format instead (``bytea_binary``): as hex text the
+server scanned every character of them (``array_in``, then ``byteain``), 5-8 % of its CPU in
+a drain. A ``BinaryArray`` is bound with format code 1 by ``postgres/wire.py`` and by psycopg
+(the dumper registered here), under the ``bytea[]`` type the statement's cast gives the parameter.
 """
 
 from __future__ import annotations

@@ -235,7 +235,9 @@ class PostgresBroker(
         empty or short claim reports ``next_due`` over all queues (a short one is ``drained``).
         """
         self._drain_notifies()  # LISTEN before claiming: a NOTIFY after it wakes the next wait
-        return claim_jobs(self, queues, now, limit, visibility_timeout, worker_id, max_lost)
+        got = claim_jobs(self, queues, now, limit, visibility_timeout, worker_id, max_lost)
+        self._after_claim(len(got), limit, got.next_due)  # full: UNLISTEN until the next wait
+        return got
 
     @retry_transient
     def complete(self, acks: Sequence[Ack], now: float) -> list[bool]:

@@ -26,8 +26,9 @@ from ...core.state import TERMINAL_STATES, JobState
 from ...errors import DuplicateJob, ValidationError
 from ..base import EnqueueResult
 from . import flow as pgflow
-from .arrays import bytea_array, num_array, text_array
+from .arrays import bytea_binary, num_array, text_array
 from .commit import statement
+from .retry import retrying
 from .store import Tx, one
 
 if TYPE_CHECKING:
@@ -156,9 +157,9 @@ def _register(b: PostgresBroker, tx: Tx, queues: list[str]) -> None:
     )
 
 
-def _columns(jobs: Sequence[Job], payloads: Sequence[bytes] | None) -> list[str]:
-    """One array literal per column of ``_INSERT`` (delayed: ``due_at``; finished:
-    ``finished_at``; a flow-controlled job: its group ``grp``)."""
+def _columns(jobs: Sequence[Job], payloads: Sequence[bytes] | None) -> list[Any]:
+    """One array per column of ``_INSERT``: literals, the envelopes in binary (delayed:
+    ``due_at``; finished: ``finished_at``; a flow-controlled job: its group ``grp``)."""
     return [
         text_array([j.id for j in jobs]),
         text_array([j.queue for j in jobs]),
@@ -169,7 +170,7 @@ def _columns(jobs: Sequence[Job], payloads: Sequence[bytes] | None) -> list[str]
         num_array([j.created_at for j in jobs]),
         num_array([j.run_at if j.state in _DELAYED else None for j in jobs]),
         num_array([j.finished_at if j.state in TERMINAL_STATES else None for j in jobs]),
-        bytea_array(
+        bytea_binary(  # binary: the server copies each envelope instead of parsing hex
             payloads if payloads is not None else [orjson.dumps(job_to_dict(j)) for j in jobs]
         ),
         text_array([j.flow["g"] if j.flow else None for j in jobs]),  # issue 15: its group
@@ -249,9 +250,9 @@ def insert_jobs(
         for j in new
     ]
     counts = Counter((j.queue, str(j.state)) for j in new)
-    if queues and deferred:  # committed apart: a new queue row must not wait for the caller
-        with b._write() as own:
-            _register(b, own, queues)
+    if queues and deferred:  # committed apart: a new queue row must not wait for the caller;
+        # that short transaction is the broker's own, so a lock conflict runs it again (retry.py)
+        retrying(b.retry, "register_queues", lambda: b.in_tx(lambda own: _register(b, own, queues)))
     tx.notify.update(queues)
     if not deferred:
         tx.events.extend(events)

@@ -23,6 +23,19 @@ from .store import PgStore
 READY = "queue = %s AND state = 'pending' AND grp IS NULL ORDER BY priority, seq"  # as the claim
 #: A lost NOTIFY (a dropped listener connection, a restart) delays a pickup at most this long.
 SAFETY_POLL_S = 1.0
+#: The look of a wake-up connection LISTENing again (``PgReads._listen_again``), prepared once
+#: on that connection: is a job of ``$1`` ready, or a delayed one due before ``$2`` (the last
+#: claim's ``next_due``)?
+_LOOK = (
+    "PREPARE conveyor_look(text[], float8) AS SELECT EXISTS (SELECT 1 FROM {S}.jobs j WHERE"
+    " j.queue = ANY($1) AND j.state = 'pending' AND NOT EXISTS (SELECT 1 FROM {S}.queues p"
+    " WHERE p.name = j.queue AND p.paused)) OR EXISTS (SELECT 1 FROM {S}.jobs WHERE queue ="
+    " ANY($1) AND state IN ('scheduled', 'retry_scheduled') AND due_at < $2)"
+)
+#: ... in one simple query: the LISTEN in a transaction of its own (committed: it receives
+#: every NOTIFY committed after it), then the look in the next transaction (its snapshot
+#: taken after that COMMIT)
+_RELISTEN = "BEGIN; LISTEN {ch}; COMMIT; EXECUTE conveyor_look({q}, {due})"
 _SEARCH = {
     "id": "id >= %(id)s AND id < %(id)s || chr(1114111)",
     "state": "state = %(state)s",
@@ -177,7 +190,8 @@ class PgReads(PgStore):
             conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
         except psycopg.Error:
             return None
-        local.listener, local.pid, local.primed = conn, os.getpid(), False
+        local.listener, local.pid, local.primed, local.deaf = conn, os.getpid(), False, False
+        local.look = False  # ``_LOOK`` not prepared on it yet
         with self._lock:
             self._listeners.append(conn)
         return conn
@@ -189,7 +203,9 @@ class PgReads(PgStore):
         retry, a reaped lease, resume: delivered only at COMMIT, so a woken worker always finds
         the committed job). Every ``SAFETY_POLL_S`` it also looks for a ready job itself, in
         case a notification was lost (a dropped connection). Notifications that arrive while
-        the worker is busy wait in the connection and end the next wait at once.
+        the worker is busy wait in the connection and end the next wait at once; after a
+        claim that filled its slots the connection does not LISTEN (``_after_claim``): this
+        wait LISTENs again and looks once instead (``_listen_again``).
         """
         deadline = time.monotonic() + timeout
         conn = self._listener()
@@ -197,6 +213,8 @@ class PgReads(PgStore):
         if conn is None:
             time.sleep(min(timeout, SAFETY_POLL_S))
             return
+        if getattr(self._local, "deaf", False) and not self._listen_again(conn, queues):
+            return  # missed meanwhile: a ready job or an earlier due time (or no connection)
         first = not getattr(self._local, "primed", False)
         self._local.primed = True
         if first and self._has_ready(queues):  # LISTEN began after this thread's last claim
@@ -215,7 +233,10 @@ class PgReads(PgStore):
 
     def _drain_notifies(self) -> None:
         """Before a claim: make sure this thread LISTENs, and discard the NOTIFYs already
-        received (the claim sees their jobs), so the connection's queue never grows."""
+        received (the claim sees their jobs), so the connection's queue never grows. Not
+        after a claim that filled its slots (``_after_claim``): the next wait LISTENs."""
+        if getattr(self._local, "deaf", False):
+            return
         conn = self._listener()
         if conn is None:
             return
@@ -225,7 +246,58 @@ class PgReads(PgStore):
         except psycopg.Error:
             self._drop_listener(conn)
 
+    def _after_claim(self, got: int, limit: int, next_due: float | None) -> None:
+        """After a claim of ``got`` jobs out of ``limit``: a full claim leaves the worker no
+        free slot to wait for work with (its next step is another claim), so this thread's
+        wake-up connection stops LISTENing: PostgreSQL signals every LISTENing backend of the
+        database at each NOTIFY, and each signalled backend runs a transaction, so a busy
+        worker cost the server one per enqueue. The next ``wait_for_work`` LISTENs again
+        (``_listen_again``). ``next_due``: what a short claim reported, for that wait's look."""
+        local = self._local
+        local.next_due = next_due
+        conn: psycopg.Connection[Any] | None = getattr(local, "listener", None)
+        if got < limit or conn is None or getattr(local, "deaf", False):
+            return
+        if getattr(local, "pid", 0) != os.getpid():
+            return  # the parent's connection (a fork): never touched from this process
+        try:
+            conn.execute("UNLISTEN *")
+        except psycopg.Error:
+            self._drop_listener(conn)
+            return
+        local.deaf = True
+
+    def _listen_again(self, conn: psycopg.Connection[Any], queues: Sequence[str]) -> bool:
+        """LISTEN again after a full claim, then look once for what no NOTIFY told this
+        connection meanwhile: a ready job, or a delayed one due before the ``next_due`` the
+        last claim reported (the NOTIFY would have made the worker claim again and learn
+        it). One round trip: the LISTEN commits before the look's snapshot is taken
+        (``_RELISTEN``), so a job committed before the LISTEN is seen by the look and one
+        committed after it sends a NOTIFY this connection receives. False: do not wait (work
+        was missed, or the connection failed: the caller claims again)."""
+        due = getattr(self._local, "next_due", None)
+        query = sql.SQL(_RELISTEN).format(
+            ch=sql.Identifier(self.channel),
+            q=sql.Literal(list(queues)),
+            due=sql.Literal(float("inf") if due is None else float(due)),
+        )
+        try:
+            if not getattr(self._local, "look", False):  # once per connection
+                conn.execute(sql.SQL(_LOOK).format(S=sql.SQL(self.s)))  # the quoted schema
+                self._local.look = True
+            cur = conn.execute(query)
+            while cur.nextset():  # BEGIN, LISTEN, COMMIT, then the look's row
+                pass
+            missed = bool(cur.fetchone()[0])  # type: ignore[index]
+        except psycopg.Error:
+            self._drop_listener(conn)
+            return False
+        self._local.deaf = False
+        self._local.primed = True  # that look was the first wait's look
+        return not missed
+
     def _drop_listener(self, conn: psycopg.Connection[Any]) -> None:
+        self._local.deaf = False
         self._local.listener = None
         self._local.primed = False
         with contextlib.suppress(Exception):

@@ -110,6 +110,14 @@ def retried(fn: Callable[P, T]) -> Callable[P, T]:
     return run
 
 
+def retrying(policy: Retry, name: str, call: Callable[[], T]) -> T:
+    """Run ``call`` (one whole transaction of the broker's own, named ``name`` in the log) again
+    under ``policy`` when it lost a lock conflict: ``retry_transient`` for a transaction that
+    is not a whole broker method (the queue registration of an enqueue on the caller's
+    connection, ``enqueue.insert_jobs``)."""
+    return _retrying(policy, name, call)
+
+
 def _retrying(policy: Retry, name: str, call: Callable[[], T]) -> T:
     retry = 0
     while True:
