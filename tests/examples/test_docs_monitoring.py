@@ -151,7 +151,7 @@ def test_the_dashboard_security_numbers_are_the_code_s() -> None:
     stated = {
         f"bearer token (≥ {security.MIN_TOKEN} characters)",
         f"password ≥ {security.MIN_PASSWORD} characters; username defaults to `admin`",
-        f"(default {config.rate_limit:g}, burst {config.rate_burst})",
+        f"(default {config.rate_limit:g}, burst {config.rate_burst};",
         f"`max_body` — {config.max_body // 1024} KiB",
         f"`max_api_body` — {config.max_api_body // 1024 // 1024} MiB",
     }
