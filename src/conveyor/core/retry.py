@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import traceback as tb
+from asyncio import CancelledError
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from numbers import Real
@@ -64,7 +65,24 @@ def classify(
     if isinstance(exc, SystemExit):  # a job calling sys.exit() failed; it must not stop anything
         return ErrorKind.ERROR
     retryable = isinstance(exc, policy.retry_on) if retry_on is None else _named(exc, retry_on)
+    if not retryable and isinstance(exc, CancelledError):
+        retryable = _cancelled_retryable(policy, retry_on)
     return ErrorKind.ERROR if retryable else ErrorKind.PERMANENT
+
+
+def _cancelled_retryable(policy: RetryPolicy, retry_on: Sequence[str] | None) -> bool:
+    """Whether a ``CancelledError`` that reached ``classify`` is retried: as an ``Exception``.
+
+    Real cancellations never get here (an operator's cancel is recorded ``cancelled``, a
+    deadline ``timeout``, a shutdown releases the job): this one came from the job's own code,
+    a future it awaited that something else cancelled. It is a ``BaseException`` only so that
+    ``except Exception`` does not swallow a cancellation (it was an ``Exception`` before Python
+    3.8); for the job it is an ordinary failure, retried when ``retry_on`` covers ``Exception``
+    (the default) as Celery retries a failed task and Oban an errored job.
+    """
+    if retry_on is None:
+        return issubclass(Exception, policy.retry_on)
+    return exception_name(Exception) in retry_on
 
 
 def _named(exc: BaseException, names: Sequence[str]) -> bool:

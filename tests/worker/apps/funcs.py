@@ -106,3 +106,10 @@ def _permanent() -> type:
 
 class PermanentGone(Gone, _permanent()):  # type: ignore[misc]
     """A ``PermanentError`` that pickle cannot rebuild from its ``args``."""
+
+
+def own_cancelled() -> None:
+    """Raise ``asyncio.CancelledError`` from the job's own code (no one cancelled it)."""
+    import asyncio
+
+    raise asyncio.CancelledError("the job's own cancelled future")
