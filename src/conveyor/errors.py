@@ -169,6 +169,22 @@ class RateLimited(Exception):
         return (RateLimited, (self.retry_after, self.reason))
 
 
+class RemoteError(Exception):
+    """A process-pool job's exception that could not come back from the child as itself (its
+    class cannot be imported in the worker, or it cannot be pickled): ``type_name`` is its
+    class's qualified name (``module.QualName``) and ``message`` its ``str()``, which the job's
+    ``errors`` entry records in place of this class's."""
+
+    def __init__(self, type_name: str, message: str) -> None:
+        super().__init__(f"{type_name}: {message}")
+        self.type_name = type_name
+        self.message = message
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickles with both fields (its ``args`` hold one string)."""
+        return (type(self), (self.type_name, self.message))
+
+
 class JobTimeout(Exception):
     """Raised inside a job (or recorded for it) when it runs past its timeout."""
 

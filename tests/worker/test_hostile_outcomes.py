@@ -285,3 +285,35 @@ def test_process_job_exceptions_with_their_own_init_keep_their_class(live_app: C
     assert job.errors[-1]["type"] == "PermanentGone"
     assert job.errors[-1]["kind"] == "permanent"
     assert job.errors[-1]["message"] == "sku-1 not found in the catalogue"
+
+
+def test_a_process_job_exception_the_worker_cannot_rebuild_keeps_its_type_and_message(
+    live_app: Conveyor, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An exception that cannot travel back from the child as itself (a local class, an
+    unpicklable attribute) was recorded as type ``RemoteError`` with ``"Type: message"`` as
+    its message: now its own qualified type name and its own message, escaped as any other."""
+    from tests.support.hostile import HOSTILE_TEXT
+    from tests.worker.apps import funcs
+
+    app = live_app
+    raw = HOSTILE_TEXT["newline"]  # the child adds a lone surrogate (no argument can hold one)
+    task = app.task(executor="process", name="h_unrebuildable", max_attempts=1)(funcs.unrebuildable)
+    fine = app.task(executor="process", name="h_square2")(funcs.square)
+    with (
+        caplog.at_level(logging.WARNING, logger="conveyor"),
+        running(app, concurrency=1, process_pool_size=1),
+    ):
+        job = task.enqueue(raw)
+        wait_until(lambda: _ended(job), 15)
+        after = fine.enqueue(3)
+        wait_until(lambda: after.refresh().state is JobState.COMPLETED, 15)
+    entry = job.errors[-1]
+    assert job.state is JobState.DEAD_LETTER
+    assert entry["type"] == "tests.worker.apps.funcs.unrebuildable.<locals>.UpstreamError"
+    assert entry["message"] == "first line\nforged: log line name-\\udcff.txt"
+    assert entry["kind"] == "error"
+    assert "UpstreamError" in entry["traceback"]  # the child's own traceback
+    [line] = [r.getMessage() for r in caplog.records if job.id in r.getMessage()]
+    assert "\n" not in line and "forged: log line" in line  # one line, escaped
+    assert "error=tests.worker.apps.funcs.unrebuildable.<locals>.UpstreamError:" in line

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from numbers import Real
 
-from ..errors import JobTimeout, PermanentError, RateLimited, Retry
+from ..errors import JobTimeout, PermanentError, RateLimited, RemoteError, Retry
 from .backoff import DEFAULT_BACKOFF, Backoff
 from .job import ErrorKind, Job, exception_name
 
@@ -114,6 +114,9 @@ def decide(
     kind = classify(exc, policy, retry_on, dead_on)
     trace = "".join(tb.format_exception(type(exc), exc, exc.__traceback__))[-4000:]
     message = describe(exc)
+    exc_type = type(exc).__name__
+    if isinstance(exc, RemoteError):  # one from a process-pool child: record the original
+        exc_type, message = exc.type_name, exc.message
     retry_at: float | None = None
     if isinstance(exc, RateLimited):  # not a failure: always back after retry_after
         after = _seconds(getattr(exc, "retry_after", None))
@@ -126,7 +129,7 @@ def decide(
             retry_at = now + delay
         else:
             retry_at = now + policy.backoff.delay(attempts, rng, previous_delay)
-    return Decision(kind, retry_at, type(exc).__name__, message, trace)
+    return Decision(kind, retry_at, exc_type, message, trace)
 
 
 def describe(exc: BaseException) -> str:

@@ -113,3 +113,16 @@ def own_cancelled() -> None:
     import asyncio
 
     raise asyncio.CancelledError("the job's own cancelled future")
+
+
+def unrebuildable(message: str) -> None:
+    """Raise an exception the worker cannot rebuild: its class is local to this call (pickle
+    finds classes by name) and it holds a lock (so rebuilding it from its attributes fails)."""
+    import threading
+
+    class UpstreamError(Exception):
+        pass
+
+    exc = UpstreamError(message + " name-\udcff.txt")  # plus a lone surrogate (os.listdir)
+    exc.lock = threading.Lock()  # type: ignore[attr-defined]
+    raise exc
