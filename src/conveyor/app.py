@@ -305,8 +305,8 @@ class Conveyor(AdminMixin, FlowControlMixin, WorkflowMixin, SchedulesMixin):
             raise ValidationError("visibility_timeout", f"must be a finite number > 0, got {vt!r}")
         now = self.now()
         if now - self._last_reap >= self.settings.reap_interval:
-            self._last_reap = now
             self.broker.reap_expired(now, max_lost=self.settings.max_lost)
+            self._last_reap = now  # only once it worked: a failed pass is tried again next time
         leases = self.broker.claim(
             self.runtime.shards.members(validate_queue_name(queue)),  # sharded: every shard
             now,

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.state import TERMINAL_STATES
 from ..errors import BrokerConfigError, DuplicateJob, ValidationError
-from ..outage import REMIND_EVERY, OutageLog, is_connection_error
+from ..outage import REMIND_EVERY, OutageLog, is_connection_error, retry_delay
 from ..runtime import as_runtime
 from ..task import JobSpec
 from .models import (
@@ -39,7 +39,7 @@ from .models import (
     stored_schedule,
 )
 from .plan import plan_fires
-from .plugins import RETRY_AFTER, AlertsPlugin, CronPlugin, Plugin, PromotePlugin, ReapPlugin
+from .plugins import AlertsPlugin, CronPlugin, Plugin, PromotePlugin, ReapPlugin
 
 if TYPE_CHECKING:
     from ..runtime import HasRuntime, Runtime
@@ -49,10 +49,13 @@ log = logging.getLogger("conveyor.scheduler")
 
 @dataclass
 class _Slot:
-    """A plugin and when it is due (None: on the next pass)."""
+    """A plugin, when it is due (None: on the next pass) and its run of failures."""
 
     plugin: Plugin
     due: float | None = None
+    failures: int = 0  # ticks that raised in a row
+    error: str = ""  # the last one's text (a different error logs its traceback again)
+    logged_at: float = 0.0  # when a line about this run of failures was last written
 
 
 class Scheduler:
@@ -143,17 +146,51 @@ class Scheduler:
             except BrokerConfigError:  # wrong password / database: retrying cannot help
                 raise
             except Exception as exc:  # one failing duty must not stop the others
-                if not self._outage.failed(exc, f"scheduler plugin {slot.plugin.name}", log):
-                    log.exception(
-                        "scheduler plugin %r failed; retrying in %gs",
-                        slot.plugin.name,
-                        RETRY_AFTER,
-                    )
-                slot.due = at + RETRY_AFTER
+                self._plugin_failed(slot, exc, at)
                 continue
+            if slot.failures:
+                self._plugin_recovered(slot)
             if slot.plugin is self._promoter:  # it calls the broker on every pass: proof
                 self._outage.succeeded(log)  # that the broker is back after an outage
         return self.enqueued - before
+
+    def _plugin_failed(self, slot: _Slot, exc: Exception, at: float) -> None:
+        """Retry the plugin sooner than its period, backing off (``retry_delay``); log an
+        outage once (``OutageLog``), any other error's traceback once per run of failures
+        (again if the error changes), then one line every ``REMIND_EVERY`` seconds."""
+        slot.failures += 1
+        plugin = slot.plugin
+        delay = retry_delay(slot.failures, float(plugin.retry_cap), self.app.rng)
+        slot.due = at + delay
+        if self._outage.failed(exc, f"scheduler plugin {plugin.name}", log):
+            return
+        what = _one_line(f"{type(exc).__name__}: {exc}")
+        if slot.failures == 1 or what != slot.error:
+            slot.error, slot.logged_at = what, at
+            log.error(
+                "scheduler plugin %r failed; retrying in %.2gs, backing off",
+                plugin.name,
+                delay,
+                exc_info=exc,
+            )
+        elif at - slot.logged_at >= REMIND_EVERY:
+            slot.logged_at = at
+            log.error(
+                "scheduler plugin %r still failing after %d tries: %s",
+                plugin.name,
+                slot.failures,
+                what,
+            )
+
+    def _plugin_recovered(self, slot: _Slot) -> None:
+        """A tick worked after failures: say so (an outage's end is ``OutageLog``'s line)."""
+        if slot.error:
+            log.info(
+                "scheduler plugin %r works again after %d failure(s)",
+                slot.plugin.name,
+                slot.failures,
+            )
+        slot.failures, slot.error = 0, ""
 
     def fire_due(self, now: float) -> float | None:
         """Fire every stored schedule's due ticks; returns the earliest next fire time."""

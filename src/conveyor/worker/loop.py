@@ -115,6 +115,7 @@ class Worker(ClaimLoop, InlineMode):
         self.exit_code = EXIT_OK
         self.started_at: float | None = None
         self._last_reap = -1e18
+        self._reap_failures, self._reap_retry_at = 0, -1e18
         self._stopping = threading.Event()
         self._quiet = threading.Event()  # an operator asked: claim nothing new (control.py)
         self.stopped_by_operator = False  # a ``stop`` command: a supervisor does not restart it
