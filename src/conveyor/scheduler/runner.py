@@ -279,6 +279,8 @@ class Scheduler:
         }
         if schedule.queue is not None:
             options["queue"] = schedule.queue
+        elif schedule.task_queue is not None and schedule.task not in self.app.tasks:
+            options["queue"] = schedule.task_queue  # the task's queue, as its code declared it
         if schedule.priority is not None:
             options["priority"] = schedule.priority
         spec = JobSpec(schedule.task, tuple(schedule.args), dict(schedule.kwargs), options)
