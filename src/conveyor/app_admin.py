@@ -7,6 +7,7 @@ method delegates to ``monitoring/admin.py`` (which the audited ``Operator`` and 
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 from .broker.base import Broker, Page
@@ -19,12 +20,33 @@ from .monitoring import admin
 if TYPE_CHECKING:
     from .runtime import Runtime
 
+#: seconds ``dequeue`` reuses the queues it found for a name (``AdminMixin.pull_members``)
+MEMBERS_TTL = 1.0
+_MEMBERS_MAX = 1024  # names remembered at most (the cache is dropped whole past it)
+
 
 class AdminMixin:
     """Read jobs and queues, and act on them as an operator (cancel, requeue, purge, pause)."""
 
     runtime: Runtime
     broker: Broker  # a property of ``Conveyor``: ``runtime.broker``
+    _members: dict[str, tuple[float, list[str]]]  # name -> (monotonic expiry, its queues)
+
+    def pull_members(self, queue: str) -> list[str]:
+        """The physical queues ``dequeue(queue)`` leases from: a sharded queue's shards,
+        also when this process does not declare it (found among the stored queues, as
+        operator actions find them: ``admin.queue_members``), then the name itself. Looked
+        up at most once every ``MEMBERS_TTL`` seconds per name: it costs a broker read."""
+        queue, at = validate_queue_name(queue), time.monotonic()
+        cache = self._members
+        hit = cache.get(queue)
+        if hit is not None and hit[0] > at:
+            return hit[1]
+        members = admin.queue_members(self.runtime, queue)
+        if len(cache) >= _MEMBERS_MAX:
+            cache.clear()
+        cache[queue] = (at + MEMBERS_TTL, members)
+        return members
 
     def get_job(self, job_id: str) -> JobHandle[Any]:
         """A fresh snapshot of a job; ``JobNotFound`` if it does not exist."""
