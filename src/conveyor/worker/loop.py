@@ -34,6 +34,7 @@ from ..core.queues import parse_queues, task_queues
 from ..middleware import emit
 from ..outage import OutageLog
 from ..runtime import HasRuntime, Runtime, as_runtime
+from . import ratecap
 from .cancel import CANCELLED, stop_job
 from .claimloop import ClaimLoop
 from .execute import OK, Outcome, reported
@@ -78,6 +79,7 @@ class Worker(ClaimLoop, InlineMode):
         process_pool_size: int | None = None,
         heartbeat: bool = True,
         handle_signals: bool = True,
+        max_rate_limited: int | None = ratecap.DEFAULT_MAX_RATE_LIMITED,
     ) -> None:
         self.runtime = rt = as_runtime(app)
         self.app: Any = rt.owner  # the facade, for middleware that reads ``worker.app``
@@ -112,6 +114,7 @@ class Worker(ClaimLoop, InlineMode):
             settings.max_result_bytes,
             self._hard.is_set,
         )
+        self.max_rate_limited = self.recorder.max_rate_limited = ratecap.checked(max_rate_limited)
         self.exit_code = EXIT_OK
         self.started_at: float | None = None
         self._last_reap = -1e18
@@ -172,6 +175,7 @@ class Worker(ClaimLoop, InlineMode):
                 self.max_jobs,
                 self.visibility_timeout,
                 self.shutdown_timeout,
+                self.max_rate_limited,
             )
         # a wrong password or database: retrying cannot help
         if not broker_accepts(self.broker, self.id):
