@@ -29,6 +29,7 @@ from ..errors import BrokerConfigError, DuplicateJob, ValidationError
 from ..outage import REMIND_EVERY, OutageLog, is_connection_error, retry_delay
 from ..runtime import as_runtime
 from ..task import JobSpec
+from ..worker.options import count, seconds
 from .models import (
     COLLECTION,
     Schedule,
@@ -79,8 +80,7 @@ class Scheduler:
         id: str | None = None,
         plugins: Iterable[Plugin] = (),
     ) -> None:
-        if not interval > 0:
-            raise ValidationError("interval", "must be > 0 seconds")
+        interval = _seconds(interval, "interval")
         extra = list(plugins)
         for plugin in extra:
             if not isinstance(plugin, Plugin):
@@ -88,10 +88,13 @@ class Scheduler:
                 raise ValidationError("plugins", f"must be conveyor.scheduler.Plugin, got {kind}")
         self.app = app = as_runtime(app)  # the runtime (never the facade)
         self.broker = app.broker
-        self.interval = float(interval)
-        self.reap_interval = app.settings.reap_interval if reap_interval is None else reap_interval
-        self.max_lost = app.settings.max_lost if max_lost is None else max_lost
-        self.alert_interval = alert_interval
+        self.interval = interval
+        reap = None if reap_interval is None else _seconds(reap_interval, "reap_interval")
+        self.reap_interval = app.settings.reap_interval if reap is None else reap
+        self.max_lost = count(max_lost, "max_lost") or app.settings.max_lost
+        self.alert_interval = (
+            None if alert_interval is None else _seconds(alert_interval, "alert_interval")
+        )
         self.sync = sync
         self.id = id or f"scheduler-{socket.gethostname()}-{os.getpid()}-{id_suffix()}"
         self.enqueued = 0  # jobs enqueued by this scheduler since it was built
@@ -359,6 +362,15 @@ class Scheduler:
     def stop(self) -> None:
         """Ask ``run()`` to return after the current pass."""
         self._stopping.set()
+
+
+def _seconds(value: object, name: str) -> float:
+    """An interval option: a finite number of seconds > 0, else ``ValidationError`` naming
+    it (a string raised a TypeError on every pass, infinity an OverflowError in ``run()``)."""
+    checked = seconds(value, name, zero_ok=False)
+    if checked is None:
+        raise ValidationError(name, "must be a finite number > 0, got None")
+    return checked
 
 
 def _one_line(text: str) -> str:
