@@ -224,10 +224,13 @@ class Worker(ClaimLoop, InlineMode):
     def stop(self, timeout: float | None = None, *, wait: bool = True) -> None:
         """Drain: no new claims; in-flight jobs get ``timeout`` s (default shutdown_timeout).
 
-        With ``wait`` (and from another thread than ``run()``'s), returns once drained.
+        With ``wait`` (and from another thread than ``run()``'s), returns once drained. A
+        ``timeout`` that is not finite seconds >= 0 is a ``ValidationError``, raised before
+        anything changes (the run thread's drain reads it).
         """
-        if timeout is not None:
-            self.shutdown_timeout = timeout
+        budget = seconds(timeout, "timeout", zero_ok=True)
+        if budget is not None:
+            self.shutdown_timeout = budget
         self._stopping.set()
         self._slots.wake()
         if wait and threading.get_ident() != self._run_thread:
