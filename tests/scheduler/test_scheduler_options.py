@@ -49,3 +49,14 @@ def test_good_options_are_kept(app: Conveyor) -> None:
     defaults = app.scheduler()
     assert defaults.reap_interval == app.runtime.settings.reap_interval
     assert defaults.max_lost == app.runtime.settings.max_lost and defaults.alert_interval is None
+
+
+@pytest.mark.parametrize("bad", [0, -1, "5", 1.5, True, 10**12])
+def test_schedule_history_checks_its_limit(app: Conveyor, bad: Any) -> None:
+    """``history(name, limit="5")`` was a raw TypeError (memory) or an empty list (SQLite),
+    ``1.5`` an IntegrityError, ``-1`` an empty list."""
+    app.task(name="t")(lambda: None)
+    app.schedule_cron("s", "t", every=60)
+    with pytest.raises(ValidationError, match=r"^limit: "):
+        app.schedules.history("s", limit=bad)
+    assert app.schedules.history("s", limit=5) == []

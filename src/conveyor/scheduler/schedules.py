@@ -162,7 +162,10 @@ class ScheduleRegistry:
         raise ConveyorError(f"schedule {name!r}: too much contention, try again")
 
     def history(self, name: str, limit: int = 50) -> builtins.list[dict[str, Any]]:
-        """The newest ``limit`` history entries of a schedule, newest first."""
+        """The newest ``limit`` history entries of a schedule, newest first (``limit``: an
+        integer 1..10,000, else ``ValidationError``)."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
+            raise ValidationError("limit", f"must be an integer 1..10000, got {limit!r:.40}")
         return self.app.broker.logs.read(history_log(validate_name(name)), limit)
 
     def next_runs(self, name: str, n: int = 10) -> builtins.list[float]:
