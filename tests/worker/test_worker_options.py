@@ -73,3 +73,10 @@ def test_stop_refuses_a_bad_timeout_and_the_worker_keeps_running(app: Conveyor, 
         assert not worker.draining and worker.shutdown_timeout == 2.0
         quick.enqueue("after")
         wait_until(lambda: done == ["after"], 5)
+
+
+@pytest.mark.parametrize("bad", [[1], 5, ["high", None], [b"high"]])
+def test_queues_that_are_not_strings_are_refused_by_name(app: Conveyor, bad: Any) -> None:
+    """``queues=[1]`` was an AttributeError, ``queues=5`` a TypeError."""
+    with pytest.raises(ValidationError, match=r"^queues: "):
+        app.worker(queues=bad)
