@@ -203,7 +203,9 @@ def reported(
 ) -> Outcome:
     """The outcome of what an executor reported: a cancelled job that stopped by raising
     (the injected ``JobCancelled``, a cancelled task, a killed child) ends cancelled; an
-    interrupted one is otherwise a timeout.
+    interrupted one that raised (or never stopped: ``stuck``) is otherwise a timeout, and one
+    that returned is completed (it caught its ``JobTimeout`` to clean up, as Celery's soft
+    time limit allows, or finished before the interruption landed).
 
     Never raises: should classifying fail (a custom ``Backoff`` that raises, say), the attempt
     is still recorded as an ``error``, retried after ``FALLBACK_DELAY`` while attempts remain,
@@ -242,7 +244,9 @@ def _reported(
         if exc is not None or run.stuck:
             return Outcome(False, error=exc, cancelled=True)
         return success(result)  # it finished its work anyway: completed
-    if run.interrupted:
+    if exc is None and not run.stuck:  # it returned, even past its deadline (it caught the
+        return success(result)  # JobTimeout to clean up, or finished first): its work is done
+    if run.interrupted:  # it raised after the interruption, or ignored it past the grace
         exc, remote_traceback = timeout_error(run), None
     elif exc is None:
         return success(result)
