@@ -98,3 +98,31 @@ def test_a_plugin_must_be_a_plugin(app: Conveyor) -> None:
     with pytest.raises(ValidationError) as info:
         app.scheduler(plugins=[Duck()])  # type: ignore[list-item]
     assert info.value.field == "plugins"
+
+
+@pytest.mark.parametrize("bad", ["soon", float("nan"), [1], True])
+def test_a_plugin_returning_a_bad_next_time_does_not_stop_the_others(
+    app: Conveyor, clock: FakeClock, bad: object, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``tick`` returning a string made every later pass raise a TypeError before any plugin
+    ran (promote, reap and cron stopped); NaN made the loop spin every 10 ms. Such a value is
+    logged once and read as None (the next pass)."""
+
+    class Odd(Plugin):
+        name = "odd"
+
+        def __init__(self) -> None:
+            self.ticks = 0
+
+        def tick(self, now: float) -> float | None:
+            self.ticks += 1
+            return bad  # type: ignore[return-value]
+
+    odd, every = Odd(), Every(1)
+    scheduler = app.scheduler(plugins=[odd, every])
+    for offset in (0, 1, 2):
+        clock.set(START + offset)
+        scheduler.tick()
+    assert every.ticks == [START, START + 1, START + 2] and odd.ticks == 3
+    assert scheduler._sleep_time() >= 0.01
+    assert len([r for r in caplog.records if "odd" in r.getMessage()]) == 1

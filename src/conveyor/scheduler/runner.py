@@ -21,12 +21,11 @@ import os
 import socket
 import threading
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..core.state import TERMINAL_STATES
 from ..errors import BrokerConfigError, DuplicateJob, ValidationError
-from ..outage import REMIND_EVERY, OutageLog, is_connection_error, retry_delay
+from ..outage import REMIND_EVERY, OutageLog, is_connection_error
 from ..runtime import as_runtime
 from ..task import JobSpec
 from ..worker.options import count, seconds
@@ -41,22 +40,12 @@ from .models import (
 )
 from .plan import plan_fires
 from .plugins import AlertsPlugin, CronPlugin, Plugin, PromotePlugin, ReapPlugin
+from .pluginslots import Slot, next_due, one_line, plugin_failed, plugin_recovered
 
 if TYPE_CHECKING:
     from ..runtime import HasRuntime, Runtime
 
 log = logging.getLogger("conveyor.scheduler")
-
-
-@dataclass
-class _Slot:
-    """A plugin, when it is due (None: on the next pass) and its run of failures."""
-
-    plugin: Plugin
-    due: float | None = None
-    failures: int = 0  # ticks that raised in a row
-    error: str = ""  # the last one's text (a different error logs its traceback again)
-    logged_at: float = 0.0  # when a line about this run of failures was last written
 
 
 class Scheduler:
@@ -108,7 +97,7 @@ class Scheduler:
         sync_schedules = (lambda at: app.schedules.sync(at)) if sync else None
         cron = CronPlugin(self.fire_due, sync_schedules, self.interval)
         alerts = AlertsPlugin(lambda: app.alerts, alert_interval)
-        self._slots = [_Slot(p) for p in (self._promoter, self._reaper, cron, alerts, *extra)]
+        self._slots = [Slot(p) for p in (self._promoter, self._reaper, cron, alerts, *extra)]
 
     @property
     def plugins(self) -> list[Plugin]:
@@ -145,55 +134,17 @@ class Scheduler:
             if slot.due is not None and slot.due > at:
                 continue
             try:
-                slot.due = slot.plugin.tick(at)
+                slot.due = next_due(slot, slot.plugin.tick(at))
             except BrokerConfigError:  # wrong password / database: retrying cannot help
                 raise
             except Exception as exc:  # one failing duty must not stop the others
-                self._plugin_failed(slot, exc, at)
+                plugin_failed(slot, exc, at, self._outage, self.app.rng)
                 continue
             if slot.failures:
-                self._plugin_recovered(slot)
+                plugin_recovered(slot)
             if slot.plugin is self._promoter:  # it calls the broker on every pass: proof
                 self._outage.succeeded(log)  # that the broker is back after an outage
         return self.enqueued - before
-
-    def _plugin_failed(self, slot: _Slot, exc: Exception, at: float) -> None:
-        """Retry the plugin sooner than its period, backing off (``retry_delay``); log an
-        outage once (``OutageLog``), any other error's traceback once per run of failures
-        (again if the error changes), then one line every ``REMIND_EVERY`` seconds."""
-        slot.failures += 1
-        plugin = slot.plugin
-        delay = retry_delay(slot.failures, float(plugin.retry_cap), self.app.rng)
-        slot.due = at + delay
-        if self._outage.failed(exc, f"scheduler plugin {plugin.name}", log):
-            return
-        what = _one_line(f"{type(exc).__name__}: {exc}")
-        if slot.failures == 1 or what != slot.error:
-            slot.error, slot.logged_at = what, at
-            log.error(
-                "scheduler plugin %r failed; retrying in %.2gs, backing off",
-                plugin.name,
-                delay,
-                exc_info=exc,
-            )
-        elif at - slot.logged_at >= REMIND_EVERY:
-            slot.logged_at = at
-            log.error(
-                "scheduler plugin %r still failing after %d tries: %s",
-                plugin.name,
-                slot.failures,
-                what,
-            )
-
-    def _plugin_recovered(self, slot: _Slot) -> None:
-        """A tick worked after failures: say so (an outage's end is ``OutageLog``'s line)."""
-        if slot.error:
-            log.info(
-                "scheduler plugin %r works again after %d failure(s)",
-                slot.plugin.name,
-                slot.failures,
-            )
-        slot.failures, slot.error = 0, ""
 
     def fire_due(self, now: float) -> float | None:
         """Fire every stored schedule's due ticks; returns the earliest next fire time."""
@@ -300,7 +251,7 @@ class Scheduler:
         """A schedule's pass raised: it is retried on every pass, but its traceback is logged
         once per error, then one line every ``REMIND_EVERY`` seconds while it lasts (a hook
         that keeps raising must not log twice a second)."""
-        what = _one_line(f"{type(exc).__name__}: {exc}")
+        what = one_line(f"{type(exc).__name__}: {exc}")
         seen = self._failing.get(name)
         if seen is None or seen[0] != what:
             self._failing[name] = (what, now)
@@ -312,7 +263,7 @@ class Scheduler:
     def _skip_invalid(self, name: str, exc: ValidationError) -> None:
         """Log an invalid stored schedule once (again only if the reason changes): it is
         skipped on every pass until fixed or removed, which must not flood the log."""
-        reason = _one_line(str(exc))
+        reason = one_line(str(exc))
         if self._invalid.get(name) != reason:
             self._invalid[name] = reason
             log.warning("schedule %r is invalid and skipped until fixed: %s", name, reason)
@@ -371,12 +322,6 @@ def _seconds(value: object, name: str) -> float:
     if checked is None:
         raise ValidationError(name, "must be a finite number > 0, got None")
     return checked
-
-
-def _one_line(text: str) -> str:
-    """An error message for a log line: control characters escaped, at most 300 characters
-    (a stored document or a hook's exception may hold anything)."""
-    return repr(text)[1:-1][:300]
 
 
 def id_suffix() -> str:
