@@ -11,6 +11,7 @@ function validates its input (``ValidationError`` naming the field) and makes on
 from __future__ import annotations
 
 import heapq
+import math
 from dataclasses import replace
 from itertools import islice
 from typing import Any
@@ -86,13 +87,40 @@ def search(
         except ValueError as exc:
             states = [s.value for s in JobState]
             raise ValidationError("state", f"must be one of {states}") from exc
-    if page < 1 or not 1 <= page_size <= 1000:
-        raise ValidationError("page", "page must be >= 1 and page_size 1..1000")
+    _check_page(page, page_size)
+    for name, value in (("id", id), ("task", task), ("queue", queue), ("error", error)):
+        _check_text(name, value)
+    _check_text("text", text)
+    since, until = _time_bound("since", since), _time_bound("until", until)
     query = SearchQuery(id, state, task, queue, since, until, error, text, page, page_size)
     members = queue_members(rt, queue) if queue is not None and whole else []
     if len(members) < 2:
         return rt.broker.search(query)
     return _search_members(rt, query, members)
+
+
+def _check_page(page: object, page_size: object) -> None:
+    """``page`` an integer >= 1, ``page_size`` 1..1000 (a string or a float reached the
+    backends: raw TypeErrors, an empty page on some, a database error on others)."""
+    if isinstance(page, bool) or not isinstance(page, int) or page < 1:
+        raise ValidationError("page", f"must be an integer >= 1, got {page!r:.40}")
+    if isinstance(page_size, bool) or not isinstance(page_size, int) or not 1 <= page_size <= 1000:
+        raise ValidationError("page_size", f"must be an integer 1..1000, got {page_size!r:.40}")
+
+
+def _check_text(name: str, value: object) -> None:
+    """A text filter: None or a string."""
+    if value is not None and not isinstance(value, str):
+        raise ValidationError(name, f"must be a string, got {type(value).__name__}")
+
+
+def _time_bound(name: str, value: object) -> float | None:
+    """``since`` / ``until``: None or finite epoch seconds."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValidationError(name, f"must be epoch seconds (a finite number), got {value!r:.40}")
+    return float(value)
 
 
 def _search_members(rt: Runtime, query: SearchQuery, members: list[str]) -> Page:
