@@ -50,7 +50,7 @@ class AdminMixin:
 
     def get_job(self, job_id: str) -> JobHandle[Any]:
         """A fresh snapshot of a job; ``JobNotFound`` if it does not exist."""
-        job = self.broker.get(job_id)
+        job = self.broker.get(admin.check_job_id(job_id))
         if job is None:
             raise JobNotFound(job_id)
         return JobHandle.bind(job, self.runtime)
@@ -66,6 +66,7 @@ class AdminMixin:
     def peek(self, queue: str, n: int = 10) -> list[JobHandle[Any]]:
         """The next ``n`` ready jobs of a queue, in the order workers would take them (a
         sharded queue: of each shard in turn)."""
+        n = admin.check_count(n, "n", top=2**31)
         members = admin.queue_members(self.runtime, validate_queue_name(queue))
         jobs = [j for q in members for j in self.broker.peek(q, n)][:n]
         return [JobHandle.bind(j, self.runtime) for j in jobs]
@@ -101,6 +102,7 @@ class AdminMixin:
 
     def dead_letters(self, queue: str | None = None, limit: int = 100) -> list[JobHandle[Any]]:
         """Dead-lettered jobs, newest first."""
+        limit = admin.check_count(limit, "limit", top=2**31)  # more than 1000: the first 1000
         page = self.search(state=JobState.DEAD_LETTER, queue=queue, page_size=min(limit, 1000))
         return [JobHandle.bind(j, self.runtime) for j in page.items]
 
