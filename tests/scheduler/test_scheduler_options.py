@@ -60,3 +60,12 @@ def test_schedule_history_checks_its_limit(app: Conveyor, bad: Any) -> None:
     with pytest.raises(ValidationError, match=r"^limit: "):
         app.schedules.history("s", limit=bad)
     assert app.schedules.history("s", limit=5) == []
+
+
+@pytest.mark.parametrize("bad", ["", "a\nforged: line", 5, "s" * 201])
+def test_a_scheduler_id_is_checked(app: Conveyor, bad: Any) -> None:
+    """``id=`` is logged, stored in the reaper's election document and in every history
+    entry: a newline forged log lines, an int was stored as is."""
+    with pytest.raises(ValidationError, match=r"^id: "):
+        app.scheduler(id=bad)
+    assert app.scheduler(id="beat-1").id == "beat-1"

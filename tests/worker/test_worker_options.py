@@ -80,3 +80,12 @@ def test_queues_that_are_not_strings_are_refused_by_name(app: Conveyor, bad: Any
     """``queues=[1]`` was an AttributeError, ``queues=5`` a TypeError."""
     with pytest.raises(ValidationError, match=r"^queues: "):
         app.worker(queues=bad)
+
+
+@pytest.mark.parametrize("bad", ["", "a\nforged: line", "\x1b[31mred", 5, "w" * 201, "a\udcffb"])
+def test_a_worker_id_is_checked(app: Conveyor, bad: Any) -> None:
+    """``worker_id=`` was taken as given: it is printed raw in every job's outcome line
+    (a newline forged log lines), stored on each job it claims and in its heartbeat record."""
+    with pytest.raises(ValidationError, match=r"^worker_id: "):
+        app.worker(worker_id=bad)
+    assert app.worker(worker_id="host-1:worker.7").id == "host-1:worker.7"

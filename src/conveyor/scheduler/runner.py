@@ -28,7 +28,7 @@ from ..errors import BrokerConfigError, DuplicateJob, ValidationError
 from ..outage import REMIND_EVERY, OutageLog, is_connection_error
 from ..runtime import as_runtime
 from ..task import JobSpec
-from ..worker.options import count, seconds
+from ..worker.options import count, identifier, seconds
 from .models import (
     COLLECTION,
     Schedule,
@@ -85,7 +85,8 @@ class Scheduler:
             None if alert_interval is None else _seconds(alert_interval, "alert_interval")
         )
         self.sync = sync
-        self.id = id or f"scheduler-{socket.gethostname()}-{os.getpid()}-{id_suffix()}"
+        given = identifier(id, "id")
+        self.id = given or f"scheduler-{socket.gethostname()}-{os.getpid()}-{id_suffix()}"
         self.enqueued = 0  # jobs enqueued by this scheduler since it was built
         self._invalid: dict[str, str] = {}  # invalid stored schedules logged: name -> reason
         self._failing: dict[str, tuple[str, float]] = {}  # name -> (error, when last logged)
