@@ -126,3 +126,22 @@ def test_a_plugin_returning_a_bad_next_time_does_not_stop_the_others(
     assert every.ticks == [START, START + 1, START + 2] and odd.ticks == 3
     assert scheduler._sleep_time() >= 0.01
     assert len([r for r in caplog.records if "odd" in r.getMessage()]) == 1
+
+
+def test_run_stops_the_plugins_when_it_ends_by_an_error(broker: Broker) -> None:
+    """``run()`` ending by a ``BrokerConfigError`` (a wrong password: it stops for good) never
+    called the plugins' ``stop()``: a plugin holding a connection or a thread leaked it."""
+    from conveyor.errors import BrokerConfigError
+
+    class Refused(Plugin):
+        name = "refused"
+
+        def tick(self, now: float) -> float | None:
+            raise BrokerConfigError("authentication failed")
+
+    app = Conveyor(broker)
+    watcher = Every(60)
+    scheduler = app.scheduler(plugins=[watcher, Refused()])
+    with pytest.raises(BrokerConfigError):
+        scheduler.run()
+    assert watcher.stopped == 1

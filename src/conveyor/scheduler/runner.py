@@ -276,9 +276,16 @@ class Scheduler:
     # ------------------------------------------------------------------ loop
     def run(self) -> None:
         """Tick until ``stop()``: every ``interval`` seconds, or sooner when a plugin is due;
-        then stop the plugins."""
+        then stop the plugins (also when it ends by an error: a ``BrokerConfigError``)."""
         self._stopping.clear()
         log.info("scheduler %s started", self.id)
+        try:
+            self._loop()
+        finally:
+            self._stop_plugins()
+        log.info("scheduler %s stopped", self.id)
+
+    def _loop(self) -> None:
         tick_lost = False  # the last tick raised on the broker connection (e.g. at start-up)
         while not self._stopping.is_set():
             try:
@@ -296,12 +303,13 @@ class Scheduler:
                 tick_lost = False
                 self._outage.succeeded(log)
             self._stopping.wait(self._sleep_time())
+
+    def _stop_plugins(self) -> None:
         for slot in self._slots:
             try:
                 slot.plugin.stop()
             except Exception:
                 log.exception("scheduler plugin %r: stop failed", slot.plugin.name)
-        log.info("scheduler %s stopped", self.id)
 
     def _sleep_time(self) -> float:
         """Until the earliest plugin is due, at most ``interval`` (a plugin without a time
