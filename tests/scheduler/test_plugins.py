@@ -145,3 +145,11 @@ def test_run_stops_the_plugins_when_it_ends_by_an_error(broker: Broker) -> None:
     with pytest.raises(BrokerConfigError):
         scheduler.run()
     assert watcher.stopped == 1
+
+
+def test_plugins_that_are_not_a_list_are_refused_by_name(app: Conveyor) -> None:
+    """``plugins=5`` (or one plugin not in a list) was a raw TypeError."""
+    for bad in (5, None):
+        with pytest.raises(ValidationError) as info:
+            app.scheduler(plugins=bad)  # type: ignore[arg-type]
+        assert info.value.field == "plugins"

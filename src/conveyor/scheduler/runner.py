@@ -70,7 +70,10 @@ class Scheduler:
         plugins: Iterable[Plugin] = (),
     ) -> None:
         interval = _seconds(interval, "interval")
-        extra = list(plugins)
+        try:
+            extra = list(plugins)
+        except TypeError:  # ``plugins=5``
+            raise ValidationError("plugins", "must be a list of Plugin instances") from None
         for plugin in extra:
             if not isinstance(plugin, Plugin):
                 kind = type(plugin).__name__
