@@ -62,10 +62,12 @@ def in_a_row(job: Job) -> int:
 
 
 def capped(
-    run: Running, decision: Decision, now: float, cap: int | None, rng: random.Random
+    run: Running, outcome: Outcome, now: float, cap: int | None, rng: random.Random
 ) -> Outcome | None:
-    """The failure that replaces a ``RateLimited`` give-back once ``cap`` is reached; None
-    while the job may still be given back."""
+    """The failure that replaces a ``RateLimited`` give-back (``outcome``) once ``cap`` is
+    reached; None while the job may still be given back."""
+    decision = outcome.decision
+    assert decision is not None
     job = run.job
     count = in_a_row(job) + 1
     if cap is None or count < cap:
@@ -77,4 +79,4 @@ def capped(
         retry_at = now + policy.backoff.delay(job.attempts, rng, previous_delay(job))
     message = f"rate limited {count} times in a row (max_rate_limited={cap}): {decision.message}"
     failure = Decision(ErrorKind.ERROR, retry_at, "RateLimited", message, decision.traceback)
-    return Outcome(False, decision=failure)
+    return Outcome(False, decision=failure, error=outcome.error)  # after_process sees it

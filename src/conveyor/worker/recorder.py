@@ -273,7 +273,7 @@ class Recorder(Aftermath):
         the ``max_rate_limited``-th in a row is an ordinary failure instead (``ratecap``)."""
         decision = outcome.decision
         assert decision is not None
-        failure = ratecap.capped(run, decision, now, self.max_rate_limited, self.rng)
+        failure = ratecap.capped(run, outcome, now, self.max_rate_limited, self.rng)
         if failure is not None:
             return self._fail(run, failure, now)
         delay = max(0.0, (decision.retry_at or now) - now)
