@@ -317,3 +317,25 @@ def test_a_process_job_exception_the_worker_cannot_rebuild_keeps_its_type_and_me
     [line] = [r.getMessage() for r in caplog.records if job.id in r.getMessage()]
     assert "\n" not in line and "forged: log line" in line  # one line, escaped
     assert "error=tests.worker.apps.funcs.unrebuildable.<locals>.UpstreamError:" in line
+
+
+def test_a_process_job_exception_the_worker_cannot_rebuild_keeps_its_classification(
+    live_app: Conveyor,
+) -> None:
+    """Rebuilt as ``RemoteError`` (an ordinary error), a ``PermanentError`` subclass was
+    retried, and a job's ``dead_on`` naming one of its bases did not match: the child now
+    sends the class's bases' names and the worker classifies by them."""
+    from tests.worker.apps import funcs
+
+    app = live_app
+    task = app.task(executor="process", name="h_refused", max_attempts=3)(
+        funcs.unrebuildable_permanent
+    )
+    with running(app, concurrency=1, process_pool_size=1):
+        permanent = task.enqueue("permanent")
+        lookup = task.options(dead_on=["builtins.LookupError"]).enqueue("lookup")
+        wait_until(lambda: _ended(permanent) and _ended(lookup), 15)
+    for job in (permanent, lookup):
+        assert job.state is JobState.DEAD_LETTER and job.attempts == 1, job.errors
+        assert job.errors[-1]["kind"] == "permanent"
+        assert job.errors[-1]["type"].endswith("unrebuildable_permanent.<locals>.Refused")

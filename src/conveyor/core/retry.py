@@ -58,13 +58,13 @@ def classify(
         return ErrorKind.RATE_LIMITED
     if isinstance(exc, JobTimeout):
         return ErrorKind.TIMEOUT
-    if isinstance(exc, PermanentError):
+    if _is(exc, (PermanentError,)):
         return ErrorKind.PERMANENT
-    if (dead_on is None and isinstance(exc, policy.dead_on)) or (dead_on and _named(exc, dead_on)):
+    if (dead_on is None and _is(exc, policy.dead_on)) or (dead_on and _named(exc, dead_on)):
         return ErrorKind.PERMANENT
     if isinstance(exc, SystemExit):  # a job calling sys.exit() failed; it must not stop anything
         return ErrorKind.ERROR
-    retryable = isinstance(exc, policy.retry_on) if retry_on is None else _named(exc, retry_on)
+    retryable = _is(exc, policy.retry_on) if retry_on is None else _named(exc, retry_on)
     if not retryable and isinstance(exc, CancelledError):
         retryable = _cancelled_retryable(policy, retry_on)
     return ErrorKind.ERROR if retryable else ErrorKind.PERMANENT
@@ -85,8 +85,19 @@ def _cancelled_retryable(policy: RetryPolicy, retry_on: Sequence[str] | None) ->
     return exception_name(Exception) in retry_on
 
 
+def _is(exc: BaseException, classes: tuple[type[BaseException], ...]) -> bool:
+    """``isinstance(exc, classes)``; for a ``RemoteError`` that carries its original class's
+    bases (a process-pool exception the worker could not rebuild), by their names."""
+    if isinstance(exc, RemoteError) and exc.bases:
+        return any(exception_name(cls) in exc.bases for cls in classes)
+    return isinstance(exc, classes)
+
+
 def _named(exc: BaseException, names: Sequence[str]) -> bool:
-    """True when ``exc``'s class or one of its bases is in ``names`` (``module.QualName``)."""
+    """True when ``exc``'s class or one of its bases is in ``names`` (``module.QualName``;
+    a ``RemoteError``: its original class's)."""
+    if isinstance(exc, RemoteError) and exc.bases:
+        return any(name in names for name in exc.bases)
     return any(
         exception_name(cls) in names
         for cls in type(exc).__mro__

@@ -90,7 +90,22 @@ def error_reply(job_id: str, exc: BaseException) -> tuple[Any, ...]:
         _type_name(exc),
         describe(exc),
         "".join(traceback.format_exception(exc))[-4000:],
+        _bases(exc),
     )
+
+
+def _bases(exc: BaseException) -> tuple[str, ...]:
+    """``module.QualName`` of ``exc``'s class and its exception bases (what ``RemoteError``
+    classifies by when the worker cannot rebuild ``exc``); () should a hostile class make
+    that fail."""
+    try:
+        return tuple(
+            str(exception_name(cls))
+            for cls in type(exc).__mro__
+            if isinstance(cls, type) and issubclass(cls, BaseException)
+        )
+    except Exception:
+        return ()
 
 
 def _type_name(exc: BaseException) -> str:
@@ -130,7 +145,7 @@ class _Rebuilt:
 
 def exception_of(msg: tuple[Any, ...]) -> BaseException:
     """The exception of an ``("err", ...)`` reply: itself, else a ``RemoteError`` naming it."""
-    _, _, blob, type_name, message, _tb = msg
+    _, _, blob, type_name, message, _tb, *rest = msg
     if blob is not None:
         try:
             exc = pickle.loads(blob)
@@ -138,7 +153,8 @@ def exception_of(msg: tuple[Any, ...]) -> BaseException:
                 return exc
         except Exception:
             pass
-    return RemoteError(str(type_name), str(message))
+    bases = rest[0] if rest and isinstance(rest[0], tuple) else ()
+    return RemoteError(str(type_name), str(message), tuple(str(b) for b in bases))
 
 
 def ok_reply(job_id: str, result: Any) -> tuple[str, str, bytes | str]:

@@ -126,3 +126,20 @@ def unrebuildable(message: str) -> None:
     exc = UpstreamError(message + " name-\udcff.txt")  # plus a lone surrogate (os.listdir)
     exc.lock = threading.Lock()  # type: ignore[attr-defined]
     raise exc
+
+
+def unrebuildable_permanent(kind: str) -> None:
+    """Raise an exception the worker cannot rebuild whose class is a ``PermanentError``
+    (``kind="permanent"``) or a ``LookupError`` (``kind="lookup"``)."""
+    import threading
+
+    from conveyor.errors import PermanentError
+
+    base: type[Exception] = PermanentError if kind == "permanent" else LookupError
+
+    class Refused(base):  # type: ignore[valid-type,misc]
+        pass
+
+    exc = Refused("no such thing")
+    exc.lock = threading.Lock()  # type: ignore[attr-defined]
+    raise exc
