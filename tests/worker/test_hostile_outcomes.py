@@ -339,3 +339,18 @@ def test_a_process_job_exception_the_worker_cannot_rebuild_keeps_its_classificat
         assert job.state is JobState.DEAD_LETTER and job.attempts == 1, job.errors
         assert job.errors[-1]["kind"] == "permanent"
         assert job.errors[-1]["type"].endswith("unrebuildable_permanent.<locals>.Refused")
+
+
+def test_a_huge_exception_class_name_is_cut_in_the_stored_error(app: Conveyor) -> None:
+    """The ``type`` of an ``errors`` entry was stored whole (a generated class name of any
+    length), while the message is cut at 2,000 characters."""
+    huge = type("E" * 5000, (Exception,), {})
+
+    @app.task(max_attempts=1)
+    def odd() -> None:
+        raise huge("boom")
+
+    job = odd.enqueue()
+    app.worker().run_until_idle()
+    entry = job.refresh().errors[-1]
+    assert entry["type"] == "E" * 200 + "…" and entry["message"] == "boom"

@@ -53,12 +53,18 @@ class Outcome:
         return {
             "attempt": job.attempts,
             "kind": str(d.kind),
-            "type": safe_text(d.exc_type),
+            "type": safe_text(_short_type(d.exc_type)),
             "message": safe_text(d.message[:2000]),
             "traceback": safe_text(d.traceback),
             "worker": worker_id,
             "at": now,
         }
+
+
+def _short_type(name: str) -> str:
+    """An exception's type name as stored: at most 200 characters (a generated class may
+    have any name; the message is cut at 2,000)."""
+    return name if len(name) <= 200 else name[:200] + "…"
 
 
 def safe_text(text: str) -> str:
