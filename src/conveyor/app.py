@@ -28,7 +28,7 @@ from .core.autobatch import AutoBatch
 from .core.backoff import Backoff
 from .core.clock import Clock, SystemClock
 from .core.flow import ConcurrencyLimit, RateLimit, task_flow
-from .core.job import Job, validate_queue_name
+from .core.job import Job
 from .errors import ValidationError
 from .handles import Delivery, JobHandle
 from .middleware import Middleware
@@ -102,6 +102,7 @@ class Conveyor(AdminMixin, FlowControlMixin, WorkflowMixin, SchedulesMixin):
             owner=self,
         )
         self._last_reap = float("-inf")
+        self._members: dict[str, tuple[float, list[str]]] = {}  # ``pull_members``' cache
         if autobatch is not None:
             self.runtime.producer.autobatch = from_option(self.runtime, autobatch)
 
@@ -300,15 +301,16 @@ class Conveyor(AdminMixin, FlowControlMixin, WorkflowMixin, SchedulesMixin):
         Like a worker, it first returns expired leases to the queue (at most one reaper pass
         per ``reap_interval``), so a consumer that only calls ``dequeue`` still sees redeliveries.
         """
+        members = self.pull_members(queue)  # ValidationError for a bad name, before any work
         vt = self.settings.visibility_timeout if visibility_timeout is None else visibility_timeout
         if isinstance(vt, bool) or not isinstance(vt, int | float) or not 0 < vt < float("inf"):
             raise ValidationError("visibility_timeout", f"must be a finite number > 0, got {vt!r}")
         now = self.now()
         if now - self._last_reap >= self.settings.reap_interval:
-            self._last_reap = now
             self.broker.reap_expired(now, max_lost=self.settings.max_lost)
+            self._last_reap = now  # only once it worked: a failed pass is tried again next time
         leases = self.broker.claim(
-            self.runtime.shards.members(validate_queue_name(queue)),  # sharded: every shard
+            members,  # a sharded queue (declared here or not): every shard
             now,
             limit=1,
             visibility_timeout=vt,

@@ -7,6 +7,7 @@ method delegates to ``monitoring/admin.py`` (which the audited ``Operator`` and 
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 from .broker.base import Broker, Page
@@ -19,16 +20,37 @@ from .monitoring import admin
 if TYPE_CHECKING:
     from .runtime import Runtime
 
+#: seconds ``dequeue`` reuses the queues it found for a name (``AdminMixin.pull_members``)
+MEMBERS_TTL = 1.0
+_MEMBERS_MAX = 1024  # names remembered at most (the cache is dropped whole past it)
+
 
 class AdminMixin:
     """Read jobs and queues, and act on them as an operator (cancel, requeue, purge, pause)."""
 
     runtime: Runtime
     broker: Broker  # a property of ``Conveyor``: ``runtime.broker``
+    _members: dict[str, tuple[float, list[str]]]  # name -> (monotonic expiry, its queues)
+
+    def pull_members(self, queue: str) -> list[str]:
+        """The physical queues ``dequeue(queue)`` leases from: a sharded queue's shards,
+        also when this process does not declare it (found among the stored queues, as
+        operator actions find them: ``admin.queue_members``), then the name itself. Looked
+        up at most once every ``MEMBERS_TTL`` seconds per name: it costs a broker read."""
+        queue, at = validate_queue_name(queue), time.monotonic()
+        cache = self._members
+        hit = cache.get(queue)
+        if hit is not None and hit[0] > at:
+            return hit[1]
+        members = admin.queue_members(self.runtime, queue)
+        if len(cache) >= _MEMBERS_MAX:
+            cache.clear()
+        cache[queue] = (at + MEMBERS_TTL, members)
+        return members
 
     def get_job(self, job_id: str) -> JobHandle[Any]:
         """A fresh snapshot of a job; ``JobNotFound`` if it does not exist."""
-        job = self.broker.get(job_id)
+        job = self.broker.get(admin.check_job_id(job_id))
         if job is None:
             raise JobNotFound(job_id)
         return JobHandle.bind(job, self.runtime)
@@ -44,6 +66,7 @@ class AdminMixin:
     def peek(self, queue: str, n: int = 10) -> list[JobHandle[Any]]:
         """The next ``n`` ready jobs of a queue, in the order workers would take them (a
         sharded queue: of each shard in turn)."""
+        n = admin.check_count(n, "n", top=2**31)
         members = admin.queue_members(self.runtime, validate_queue_name(queue))
         jobs = [j for q in members for j in self.broker.peek(q, n)][:n]
         return [JobHandle.bind(j, self.runtime) for j in jobs]
@@ -79,6 +102,7 @@ class AdminMixin:
 
     def dead_letters(self, queue: str | None = None, limit: int = 100) -> list[JobHandle[Any]]:
         """Dead-lettered jobs, newest first."""
+        limit = admin.check_count(limit, "limit", top=2**31)  # more than 1000: the first 1000
         page = self.search(state=JobState.DEAD_LETTER, queue=queue, page_size=min(limit, 1000))
         return [JobHandle.bind(j, self.runtime) for j in page.items]
 

@@ -169,6 +169,26 @@ class RateLimited(Exception):
         return (RateLimited, (self.retry_after, self.reason))
 
 
+class RemoteError(Exception):
+    """A process-pool job's exception that could not come back from the child as itself (its
+    class cannot be imported in the worker, or it cannot be pickled): ``type_name`` is its
+    class's qualified name (``module.QualName``) and ``message`` its ``str()``, which the job's
+    ``errors`` entry records in place of this class's."""
+
+    def __init__(self, type_name: str, message: str, bases: tuple[str, ...] = ()) -> None:
+        super().__init__(f"{type_name}: {message}")
+        self.type_name = type_name
+        self.message = message
+        #: ``module.QualName`` of the original class and of each of its bases: the worker
+        #: classifies by them (a ``PermanentError`` subclass stays permanent, ``dead_on``
+        #: names match)
+        self.bases = bases
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickles with its fields (its ``args`` hold one string)."""
+        return (type(self), (self.type_name, self.message, self.bases))
+
+
 class JobTimeout(Exception):
     """Raised inside a job (or recorded for it) when it runs past its timeout."""
 

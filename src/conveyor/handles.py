@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -69,14 +70,14 @@ class JobHandle(Job, Generic[R]):
         a 2-50 ms backoff; Redis: the queue's event stream), not a fixed sleep loop. The
         handle's fields are refreshed in place.
         """
-        limit = _wait_limit(timeout)
+        limit = wait_limit(timeout)
         job = self._app.broker.watch(self.id, self.queue, limit)
         return self._settle(job, limit)
 
     async def wait_async(self, timeout: float | None = None) -> R:
         """``wait`` for async code: never blocks the event loop (Redis: the native async
         client; SQLite and memory: a worker thread, in slices of at most a second)."""
-        limit = _wait_limit(timeout)
+        limit = wait_limit(timeout)
         job = await self._app.broker.watch_async(self.id, self.queue, limit)
         return self._settle(job, limit)
 
@@ -192,17 +193,18 @@ def _escaped(text: str) -> str:
     return text
 
 
-def _wait_limit(timeout: object) -> float:
-    """``wait``'s ``timeout`` as seconds: None is for ever; NaN (which blocked for ever on
-    some backends) or anything ``float()`` refuses is a ``ValidationError``."""
+def wait_limit(timeout: object) -> float:
+    """``wait``'s ``timeout`` as seconds (``JobHandle`` and ``WorkflowHandle``): None is for
+    ever, 0 looks once. NaN (which blocked for ever on some backends), a negative number, a
+    bool (``wait(True)`` is a slip, not one second) or a non-number (``"5"`` included, as
+    ``time.sleep`` refuses it) is a ``ValidationError`` naming ``timeout``."""
     if timeout is None:
         return float("inf")
-    try:
-        limit = float(timeout)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
+    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
         raise ValidationError(
-            "timeout", f"must be a number of seconds, got {timeout!r:.40}"
-        ) from None
-    if limit != limit:
-        raise ValidationError("timeout", "must be a number of seconds, got nan")
+            "timeout", f"must be a number of seconds or None, got {type(timeout).__name__}"
+        )
+    limit = float(timeout)
+    if limit != limit or limit < 0:
+        raise ValidationError("timeout", f"must be a number of seconds >= 0, got {limit!r}")
     return limit

@@ -10,11 +10,16 @@ by every loop of the process), which writes:
 * on the first success afterwards: one WARNING line "reconnected after N retries, X s".
 
 Other errors are not outages: ``failed`` returns False and the caller logs them as before.
+
+A periodic duty (the scheduler's plugins, a worker's lease reaping) that fails is retried
+sooner than its period: ``retry_delay`` is a capped exponential backoff with jitter drawn from
+the caller's (injectable) random source.
 """
 
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
 import weakref
@@ -23,6 +28,7 @@ from collections.abc import Callable
 from .errors import BrokerUnavailable
 
 REMIND_EVERY = 60.0  # seconds between "still unreachable" lines during one outage
+RETRY_FIRST = 0.5  # seconds: the first retry of a failed periodic pass comes within this
 _SHARED: weakref.WeakKeyDictionary[object, OutageLog] = weakref.WeakKeyDictionary()
 _SHARED_LOCK = threading.Lock()
 
@@ -31,6 +37,15 @@ def is_connection_error(exc: BaseException) -> bool:
     """True for a lost or refused connection (retrying later helps), not for a bug or a
     refusal the broker will repeat."""
     return isinstance(exc, BrokerUnavailable | ConnectionError | TimeoutError)
+
+
+def retry_delay(failures: int, cap: float, rng: random.Random) -> float:
+    """Seconds before retrying a periodic duty after its ``failures``-th failure in a row:
+    ``RETRY_FIRST`` doubled per failure, at most ``cap`` (its own period: a retry never comes
+    later than the next regular pass would), with "equal jitter" (half of it drawn from
+    ``rng``) so that the processes of a fleet do not all retry in step after an outage."""
+    ceiling = min(cap, RETRY_FIRST * 2.0 ** min(max(failures, 1) - 1, 32))
+    return ceiling * (0.5 + 0.5 * rng.random())
 
 
 def _one_line(exc: BaseException) -> str:

@@ -76,3 +76,11 @@ def test_a_batch_in_a_transaction_is_refused_where_it_cannot_be_stored(
     with pytest.raises(ValidationError) as info:
         app.batch(on_complete=t.note.s("x"), connection=sqlite3.connect(":memory:"))
     assert info.value.field == "connection"
+
+
+@pytest.mark.parametrize("bad", [123, "x" * 201, None, ["a"]])
+def test_a_batch_name_is_checked_as_a_workflow_name(app: Conveyor, bad: Any) -> None:
+    """``app.batch(name=...)`` stored any value in every job's metadata (a workflow's
+    ``enqueue(name=)`` takes a string of at most 200 characters)."""
+    with pytest.raises(ValidationError, match=r"^name: "):
+        app.batch(name=bad)

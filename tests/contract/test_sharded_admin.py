@@ -102,3 +102,20 @@ def test_clear_pause_and_purge_from_a_process_that_does_not_declare_the_shards(
     assert ops.clear_queue(Operator(other, "test"), "events") == 7
     assert app.stats()["queues"]["events"]["pending"] == 0
     assert s["mail"].refresh().state is JobState.PENDING
+
+
+def test_dequeue_by_the_logical_name_takes_every_shard_in_an_undeclaring_process(
+    app: Conveyor, clock: FakeClock
+) -> None:
+    """``app.dequeue("events")`` leased only from the queue named ``events`` in a process
+    that does not declare it sharded: the jobs in its shards were never delivered."""
+    s = store(app, clock)
+    puller = undeclared(app)
+    got = [puller.dequeue("events") for _ in range(8)]
+    delivered = [d for d in got if d is not None]
+    assert len(delivered) == 7  # the 6 in shards and the one stored before sharding
+    assert {d.id for d in delivered} == {s["old"].id, *(h.id for h in s["new"])}
+    for d in delivered:
+        d.ack()
+    assert puller.dequeue("mail") is not None  # another queue: itself only
+    assert puller.dequeue("events") is None

@@ -367,3 +367,19 @@ def test_typed_results_reach_the_dependants_as_they_were_returned(app: Conveyor)
     assert fan.result() is True
     (first,) = [j for j in one.jobs() if j.task.endswith("make")]
     assert first.result == value and not first.errors
+
+
+def test_a_node_listed_twice_in_after_is_refused(app: Conveyor) -> None:
+    """``wf.add(step, after=[ref, ref])``: memory stored a node waiting for two releases
+    from one edge (it waited for ever); SQLite raised a raw IntegrityError."""
+    from conveyor import Workflow
+
+    t = tasks(app)
+    wf = Workflow(app)
+    first = wf.add(t.add.partial(1, 2))
+    with pytest.raises(ValidationError, match=r"^after: "):
+        wf.add(t.total.partial(), after=[first, first])
+    wf.add(t.double.partial(), after=[first])
+    flow = wf.enqueue()
+    app.worker().run_until_idle()
+    assert flow.result() == 6

@@ -232,3 +232,63 @@ def test_a_lone_surrogate_in_the_error_does_not_break_the_export(
     assert "name-\\udcff.txt" in (span.status.description or "")
     (event,) = span.events
     assert "name-\\udcff.txt" in str((event.attributes or {})["exception.message"])
+
+
+class _Unprintable(Exception):
+    """An exception whose ``str()`` itself raises."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("str() of this exception fails")
+
+
+def test_an_exception_whose_str_raises_keeps_the_jobs_error(
+    provider: TracerProvider, exporter: InMemorySpanExporter
+) -> None:
+    """The middleware (and the SDK's ``record_exception``) called ``str(exc)``: its
+    RuntimeError replaced the handler's exception, so the job was recorded with the wrong
+    type and message. Now the job keeps its own error and the span says what it can."""
+    app = memory_app(provider)
+
+    @app.task(max_attempts=1)
+    def odd() -> None:
+        raise _Unprintable()
+
+    job = odd.enqueue()
+    app.worker().run_until_idle()
+    entry = job.refresh().errors[-1]
+    assert entry["type"] == "_Unprintable"
+    assert entry["message"] == "<str() failed: RuntimeError>"
+    span = one(exporter, "process odd")
+    assert span.status.status_code is StatusCode.ERROR
+    assert "_Unprintable: <str() failed: RuntimeError>" in (span.status.description or "")
+    (event,) = span.events
+    attributes = dict(event.attributes or {})
+    assert event.name == "exception"
+    assert attributes["exception.type"].endswith("_Unprintable")
+    assert attributes["exception.message"] == "<str() failed: RuntimeError>"
+    assert "_Unprintable" in str(attributes["exception.stacktrace"])
+
+
+def test_the_hook_itself_reraises_the_handlers_exception_whose_str_raises(
+    provider: TracerProvider, exporter: InMemorySpanExporter, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Used as a plain context manager (and through the worker, which logged the hook's
+    RuntimeError as "around_process (exit) failed"), the hook raised ``str()``'s error."""
+    from types import SimpleNamespace
+
+    from conveyor.core.job import Job
+
+    middleware = OpenTelemetryMiddleware(provider)
+    job = Job(id="j1", task="odd", args=[], kwargs={})
+    with pytest.raises(_Unprintable), middleware.around_process(SimpleNamespace(id="w"), job):
+        raise _Unprintable()
+    assert one(exporter, "process odd").status.status_code is StatusCode.ERROR
+    app = memory_app(provider)
+    app.task(max_attempts=1, name="odd2")(_raise_unprintable)
+    app.enqueue("odd2")
+    app.worker().run_until_idle()
+    assert not [r for r in caplog.records if "around_process" in r.getMessage()]
+
+
+def _raise_unprintable() -> None:
+    raise _Unprintable()

@@ -199,3 +199,37 @@ def test_retry_delay_takes_any_real_number_and_refuses_the_rest() -> None:
     for bad in ("5", float("nan"), float("inf"), True, [1]):
         with pytest.raises(ValidationError, match=r"^delay: must be a finite number"):
             Retry(delay=bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("policy_retry_on", "job_retry_on", "job_dead_on", "kind"),
+    [
+        ((Exception,), None, None, ErrorKind.ERROR),  # the default policy: retried
+        ((ValueError,), None, None, ErrorKind.PERMANENT),  # a narrowed retry_on: as any other
+        ((Exception,), ["builtins.Exception"], None, ErrorKind.ERROR),
+        ((Exception,), ["builtins.ValueError"], None, ErrorKind.PERMANENT),
+        ((Exception,), None, ["asyncio.exceptions.CancelledError"], ErrorKind.PERMANENT),
+    ],
+)
+def test_a_cancelled_error_reaching_decide_is_classified_as_an_exception(
+    policy_retry_on: tuple[type[BaseException], ...],
+    job_retry_on: list[str] | None,
+    job_dead_on: list[str] | None,
+    kind: ErrorKind,
+) -> None:
+    """The job's own CancelledError (real cancellations never reach ``decide``) was outside
+    the default ``retry_on`` (a BaseException) and dead-lettered as permanent."""
+    import asyncio
+
+    d = decide(
+        asyncio.CancelledError(),
+        attempts=1,
+        max_attempts=3,
+        policy=RetryPolicy(retry_on=policy_retry_on),
+        now=0.0,
+        rng=random.Random(0),
+        retry_on=job_retry_on,
+        dead_on=job_dead_on,
+    )
+    assert d.kind is kind
+    assert d.dead is (kind is ErrorKind.PERMANENT)

@@ -98,3 +98,58 @@ def test_a_plugin_must_be_a_plugin(app: Conveyor) -> None:
     with pytest.raises(ValidationError) as info:
         app.scheduler(plugins=[Duck()])  # type: ignore[list-item]
     assert info.value.field == "plugins"
+
+
+@pytest.mark.parametrize("bad", ["soon", float("nan"), [1], True])
+def test_a_plugin_returning_a_bad_next_time_does_not_stop_the_others(
+    app: Conveyor, clock: FakeClock, bad: object, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``tick`` returning a string made every later pass raise a TypeError before any plugin
+    ran (promote, reap and cron stopped); NaN made the loop spin every 10 ms. Such a value is
+    logged once and read as None (the next pass)."""
+
+    class Odd(Plugin):
+        name = "odd"
+
+        def __init__(self) -> None:
+            self.ticks = 0
+
+        def tick(self, now: float) -> float | None:
+            self.ticks += 1
+            return bad  # type: ignore[return-value]
+
+    odd, every = Odd(), Every(1)
+    scheduler = app.scheduler(plugins=[odd, every])
+    for offset in (0, 1, 2):
+        clock.set(START + offset)
+        scheduler.tick()
+    assert every.ticks == [START, START + 1, START + 2] and odd.ticks == 3
+    assert scheduler._sleep_time() >= 0.01
+    assert len([r for r in caplog.records if "odd" in r.getMessage()]) == 1
+
+
+def test_run_stops_the_plugins_when_it_ends_by_an_error(broker: Broker) -> None:
+    """``run()`` ending by a ``BrokerConfigError`` (a wrong password: it stops for good) never
+    called the plugins' ``stop()``: a plugin holding a connection or a thread leaked it."""
+    from conveyor.errors import BrokerConfigError
+
+    class Refused(Plugin):
+        name = "refused"
+
+        def tick(self, now: float) -> float | None:
+            raise BrokerConfigError("authentication failed")
+
+    app = Conveyor(broker)
+    watcher = Every(60)
+    scheduler = app.scheduler(plugins=[watcher, Refused()])
+    with pytest.raises(BrokerConfigError):
+        scheduler.run()
+    assert watcher.stopped == 1
+
+
+def test_plugins_that_are_not_a_list_are_refused_by_name(app: Conveyor) -> None:
+    """``plugins=5`` (or one plugin not in a list) was a raw TypeError."""
+    for bad in (5, None):
+        with pytest.raises(ValidationError) as info:
+            app.scheduler(plugins=bad)  # type: ignore[arg-type]
+        assert info.value.field == "plugins"

@@ -285,3 +285,72 @@ def test_process_job_exceptions_with_their_own_init_keep_their_class(live_app: C
     assert job.errors[-1]["type"] == "PermanentGone"
     assert job.errors[-1]["kind"] == "permanent"
     assert job.errors[-1]["message"] == "sku-1 not found in the catalogue"
+
+
+def test_a_process_job_exception_the_worker_cannot_rebuild_keeps_its_type_and_message(
+    live_app: Conveyor, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An exception that cannot travel back from the child as itself (a local class, an
+    unpicklable attribute) was recorded as type ``RemoteError`` with ``"Type: message"`` as
+    its message: now its own qualified type name and its own message, escaped as any other."""
+    from tests.support.hostile import HOSTILE_TEXT
+    from tests.worker.apps import funcs
+
+    app = live_app
+    raw = HOSTILE_TEXT["newline"]  # the child adds a lone surrogate (no argument can hold one)
+    task = app.task(executor="process", name="h_unrebuildable", max_attempts=1)(funcs.unrebuildable)
+    fine = app.task(executor="process", name="h_square2")(funcs.square)
+    with (
+        caplog.at_level(logging.WARNING, logger="conveyor"),
+        running(app, concurrency=1, process_pool_size=1),
+    ):
+        job = task.enqueue(raw)
+        wait_until(lambda: _ended(job), 15)
+        after = fine.enqueue(3)
+        wait_until(lambda: after.refresh().state is JobState.COMPLETED, 15)
+    entry = job.errors[-1]
+    assert job.state is JobState.DEAD_LETTER
+    assert entry["type"] == "tests.worker.apps.funcs.unrebuildable.<locals>.UpstreamError"
+    assert entry["message"] == "first line\nforged: log line name-\\udcff.txt"
+    assert entry["kind"] == "error"
+    assert "UpstreamError" in entry["traceback"]  # the child's own traceback
+    [line] = [r.getMessage() for r in caplog.records if job.id in r.getMessage()]
+    assert "\n" not in line and "forged: log line" in line  # one line, escaped
+    assert "error=tests.worker.apps.funcs.unrebuildable.<locals>.UpstreamError:" in line
+
+
+def test_a_process_job_exception_the_worker_cannot_rebuild_keeps_its_classification(
+    live_app: Conveyor,
+) -> None:
+    """Rebuilt as ``RemoteError`` (an ordinary error), a ``PermanentError`` subclass was
+    retried, and a job's ``dead_on`` naming one of its bases did not match: the child now
+    sends the class's bases' names and the worker classifies by them."""
+    from tests.worker.apps import funcs
+
+    app = live_app
+    task = app.task(executor="process", name="h_refused", max_attempts=3)(
+        funcs.unrebuildable_permanent
+    )
+    with running(app, concurrency=1, process_pool_size=1):
+        permanent = task.enqueue("permanent")
+        lookup = task.options(dead_on=["builtins.LookupError"]).enqueue("lookup")
+        wait_until(lambda: _ended(permanent) and _ended(lookup), 15)
+    for job in (permanent, lookup):
+        assert job.state is JobState.DEAD_LETTER and job.attempts == 1, job.errors
+        assert job.errors[-1]["kind"] == "permanent"
+        assert job.errors[-1]["type"].endswith("unrebuildable_permanent.<locals>.Refused")
+
+
+def test_a_huge_exception_class_name_is_cut_in_the_stored_error(app: Conveyor) -> None:
+    """The ``type`` of an ``errors`` entry was stored whole (a generated class name of any
+    length), while the message is cut at 2,000 characters."""
+    huge = type("E" * 5000, (Exception,), {})
+
+    @app.task(max_attempts=1)
+    def odd() -> None:
+        raise huge("boom")
+
+    job = odd.enqueue()
+    app.worker().run_until_idle()
+    entry = job.refresh().errors[-1]
+    assert entry["type"] == "E" * 200 + "…" and entry["message"] == "boom"

@@ -154,3 +154,34 @@ def test_a_lost_connection_while_recording_is_one_line_not_a_traceback_per_retry
     messages = [r.getMessage() for r in lines]
     assert sum("lost the connection" in m for m in messages) == 1, messages
     assert sum("reconnected" in m for m in messages) == 1, messages
+
+
+def test_a_keeper_that_keeps_failing_logs_one_traceback_per_run_of_failures(
+    app: Conveyor, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An ``extend`` that kept failing with an error that is not an outage (retried every
+    second) logged a traceback every second; now one, then a line when it works again."""
+    from conveyor.worker.lease_keeper import LeaseKeeper
+    from conveyor.worker.running import Running
+
+    app.enqueue("t")
+    lease = app.broker.claim(["default"], app.now(), limit=1, worker_id="w", max_lost=3)[0]
+    run = Running(lease, None, "thread", None)
+    real = app.broker.extend
+    failing = [True]
+
+    def extend(*args: Any, **kwargs: Any) -> Any:
+        if failing[0]:
+            raise RuntimeError("refused\nforged: line")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(app.broker, "extend", extend)
+    keeper = LeaseKeeper(app.broker, app.now, lambda: [run], 30.0, lambda r: None)
+    with caplog.at_level(logging.INFO, logger="conveyor.worker"):
+        assert [keeper.extend_once() for _ in range(5)] == [False] * 5
+        failing[0] = False
+        assert keeper.extend_once() is True
+    lines = [r for r in caplog.records if "lease keeper" in r.getMessage()]
+    assert len([r for r in lines if r.exc_info]) == 1
+    assert any("works again" in r.getMessage() for r in lines)
+    assert len(lines) == 2

@@ -52,3 +52,40 @@ def test_good_worker_options_are_kept(app: Conveyor) -> None:
     assert (worker.max_jobs, worker.max_lost) == (10, 2)
     unset = app.worker(max_jobs=0, max_lost=0, process_pool_size=0)  # 0: the default, as before
     assert unset.max_lost == app.settings.max_lost and unset.process_pool_size >= 1
+
+
+@pytest.mark.parametrize("bad", [float("nan"), -1, float("inf"), "5", True])
+def test_stop_refuses_a_bad_timeout_and_the_worker_keeps_running(app: Conveyor, bad: Any) -> None:
+    """``worker.stop(timeout="5")`` stored the string as the drain budget before raising a
+    TypeError, so the run thread's own drain then failed too (its jobs never released); NaN
+    or infinity made the drain wait for ever."""
+    from tests.worker.conftest import running, wait_until
+
+    done: list[str] = []
+
+    @app.task
+    def quick(tag: str) -> None:
+        done.append(tag)
+
+    with running(app, shutdown_timeout=2.0) as worker:
+        with pytest.raises(ValidationError, match=r"^timeout: "):
+            worker.stop(timeout=bad)
+        assert not worker.draining and worker.shutdown_timeout == 2.0
+        quick.enqueue("after")
+        wait_until(lambda: done == ["after"], 5)
+
+
+@pytest.mark.parametrize("bad", [[1], 5, ["high", None], [b"high"]])
+def test_queues_that_are_not_strings_are_refused_by_name(app: Conveyor, bad: Any) -> None:
+    """``queues=[1]`` was an AttributeError, ``queues=5`` a TypeError."""
+    with pytest.raises(ValidationError, match=r"^queues: "):
+        app.worker(queues=bad)
+
+
+@pytest.mark.parametrize("bad", ["", "a\nforged: line", "\x1b[31mred", 5, "w" * 201, "a\udcffb"])
+def test_a_worker_id_is_checked(app: Conveyor, bad: Any) -> None:
+    """``worker_id=`` was taken as given: it is printed raw in every job's outcome line
+    (a newline forged log lines), stored on each job it claims and in its heartbeat record."""
+    with pytest.raises(ValidationError, match=r"^worker_id: "):
+        app.worker(worker_id=bad)
+    assert app.worker(worker_id="host-1:worker.7").id == "host-1:worker.7"

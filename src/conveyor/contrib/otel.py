@@ -21,6 +21,7 @@ that module (as for any forked worker). Configure providers and exporters as usu
 
 from __future__ import annotations
 
+import logging
 import traceback
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -31,6 +32,7 @@ from opentelemetry.propagators.textmap import TextMapPropagator
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from ..core.job import Job
+from ..core.retry import describe
 from ..middleware import AppView, Middleware, WorkerView
 from ..worker.execute import safe_text
 
@@ -39,6 +41,7 @@ TRACE_KEYS = ("traceparent", "tracestate")
 #: Longest trace header value taken from a job (the W3C limits are 55 and 512 chars).
 MAX_HEADER = 1024
 SYSTEM = "conveyor"
+log = logging.getLogger("conveyor.otel")
 
 
 class OpenTelemetryMiddleware(Middleware):
@@ -103,11 +106,7 @@ class OpenTelemetryMiddleware(Middleware):
             try:
                 yield
             except BaseException as exc:
-                span.set_attribute("conveyor.outcome", "error")
-                span.set_attribute("error.type", _qualname(type(exc)))
-                message = safe_text(str(exc))
-                span.record_exception(exc, attributes=_exception_texts(exc, message))
-                span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {message}"[:1000]))
+                _record_failure(span, exc)
                 raise
             span.set_attribute("conveyor.outcome", "success")
 
@@ -161,11 +160,32 @@ def _attributes(job: Job, operation: str) -> dict[str, Any]:
     }
 
 
+def _record_failure(span: trace.Span, exc: BaseException) -> None:
+    """Mark the span failed with ``exc``'s texts; never raises, so the handler's own exception
+    is what the worker records. The "exception" event is written here, not by the SDK's
+    ``record_exception``: that calls ``str(exc)`` itself, and an exception whose ``__str__``
+    raises would replace the job's error (``describe`` notes the failure instead)."""
+    try:
+        message = safe_text(describe(exc))
+        span.set_attribute("conveyor.outcome", "error")
+        span.set_attribute("error.type", _qualname(type(exc)))
+        span.add_event("exception", _exception_texts(exc, message))
+        span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {message}"[:1000]))
+    except Exception:  # tracing must never change what the job did
+        log.debug("recording a job's failure on its span failed", exc_info=True)
+
+
 def _exception_texts(exc: BaseException, message: str) -> dict[str, Any]:
-    """The exception event's texts as valid UTF-8: OTLP (protobuf strings) refuses lone
-    surrogates (a non-UTF-8 file name in a message) and would drop the whole export batch."""
+    """The exception event's attributes (the semantic conventions' names), texts as valid
+    UTF-8: OTLP (protobuf strings) refuses lone surrogates (a non-UTF-8 file name in a
+    message) and would drop the whole export batch."""
     stack = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    return {"exception.message": message, "exception.stacktrace": safe_text(stack)}
+    return {
+        "exception.type": _qualname(type(exc)),
+        "exception.message": message,
+        "exception.stacktrace": safe_text(stack),
+        "exception.escaped": "True",  # it left the span's scope: the handler raised it
+    }
 
 
 def _qualname(cls: type) -> str:

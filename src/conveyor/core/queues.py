@@ -18,9 +18,16 @@ def parse_queues(spec: str | Sequence[str] | None) -> list[tuple[str, int]]:
     """Parse ``"name[:weight],..."`` (or a list of such items) into (name, weight) pairs."""
     if spec is None:
         return [("default", 1)]
-    items = spec.split(",") if isinstance(spec, str) else list(spec)
+    try:
+        items = spec.split(",") if isinstance(spec, str) else list(spec)
+    except TypeError:  # not a string nor a list of them (``queues=5``)
+        raise ValidationError(
+            "queues", f"must be a string or a list of strings, got {type(spec).__name__}"
+        ) from None
     out: list[tuple[str, int]] = []
     for raw in items:
+        if not isinstance(raw, str):  # ``queues=[1]`` was an AttributeError
+            raise ValidationError("queues", f"items must be strings, got {type(raw).__name__}")
         item = raw.strip()
         if not item:
             continue

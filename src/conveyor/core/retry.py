@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import random
 import traceback as tb
+from asyncio import CancelledError
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from numbers import Real
 
-from ..errors import JobTimeout, PermanentError, RateLimited, Retry
+from ..errors import JobTimeout, PermanentError, RateLimited, RemoteError, Retry
 from .backoff import DEFAULT_BACKOFF, Backoff
 from .job import ErrorKind, Job, exception_name
 
@@ -57,18 +58,46 @@ def classify(
         return ErrorKind.RATE_LIMITED
     if isinstance(exc, JobTimeout):
         return ErrorKind.TIMEOUT
-    if isinstance(exc, PermanentError):
+    if _is(exc, (PermanentError,)):
         return ErrorKind.PERMANENT
-    if (dead_on is None and isinstance(exc, policy.dead_on)) or (dead_on and _named(exc, dead_on)):
+    if (dead_on is None and _is(exc, policy.dead_on)) or (dead_on and _named(exc, dead_on)):
         return ErrorKind.PERMANENT
     if isinstance(exc, SystemExit):  # a job calling sys.exit() failed; it must not stop anything
         return ErrorKind.ERROR
-    retryable = isinstance(exc, policy.retry_on) if retry_on is None else _named(exc, retry_on)
+    retryable = _is(exc, policy.retry_on) if retry_on is None else _named(exc, retry_on)
+    if not retryable and isinstance(exc, CancelledError):
+        retryable = _cancelled_retryable(policy, retry_on)
     return ErrorKind.ERROR if retryable else ErrorKind.PERMANENT
 
 
+def _cancelled_retryable(policy: RetryPolicy, retry_on: Sequence[str] | None) -> bool:
+    """Whether a ``CancelledError`` that reached ``classify`` is retried: as an ``Exception``.
+
+    Real cancellations never get here (an operator's cancel is recorded ``cancelled``, a
+    deadline ``timeout``, a shutdown releases the job): this one came from the job's own code,
+    a future it awaited that something else cancelled. It is a ``BaseException`` only so that
+    ``except Exception`` does not swallow a cancellation (it was an ``Exception`` before Python
+    3.8); for the job it is an ordinary failure, retried when ``retry_on`` covers ``Exception``
+    (the default) as Celery retries a failed task and Oban an errored job.
+    """
+    if retry_on is None:
+        return issubclass(Exception, policy.retry_on)
+    return exception_name(Exception) in retry_on
+
+
+def _is(exc: BaseException, classes: tuple[type[BaseException], ...]) -> bool:
+    """``isinstance(exc, classes)``; for a ``RemoteError`` that carries its original class's
+    bases (a process-pool exception the worker could not rebuild), by their names."""
+    if isinstance(exc, RemoteError) and exc.bases:
+        return any(exception_name(cls) in exc.bases for cls in classes)
+    return isinstance(exc, classes)
+
+
 def _named(exc: BaseException, names: Sequence[str]) -> bool:
-    """True when ``exc``'s class or one of its bases is in ``names`` (``module.QualName``)."""
+    """True when ``exc``'s class or one of its bases is in ``names`` (``module.QualName``;
+    a ``RemoteError``: its original class's)."""
+    if isinstance(exc, RemoteError) and exc.bases:
+        return any(name in names for name in exc.bases)
     return any(
         exception_name(cls) in names
         for cls in type(exc).__mro__
@@ -96,6 +125,9 @@ def decide(
     kind = classify(exc, policy, retry_on, dead_on)
     trace = "".join(tb.format_exception(type(exc), exc, exc.__traceback__))[-4000:]
     message = describe(exc)
+    exc_type = type(exc).__name__
+    if isinstance(exc, RemoteError):  # one from a process-pool child: record the original
+        exc_type, message = exc.type_name, exc.message
     retry_at: float | None = None
     if isinstance(exc, RateLimited):  # not a failure: always back after retry_after
         after = _seconds(getattr(exc, "retry_after", None))
@@ -108,7 +140,7 @@ def decide(
             retry_at = now + delay
         else:
             retry_at = now + policy.backoff.delay(attempts, rng, previous_delay)
-    return Decision(kind, retry_at, type(exc).__name__, message, trace)
+    return Decision(kind, retry_at, exc_type, message, trace)
 
 
 def describe(exc: BaseException) -> str:

@@ -11,6 +11,7 @@ function validates its input (``ValidationError`` naming the field) and makes on
 from __future__ import annotations
 
 import heapq
+import math
 from dataclasses import replace
 from itertools import islice
 from typing import Any
@@ -88,13 +89,55 @@ def search(
         except ValueError as exc:
             states = [s.value for s in JobState]
             raise ValidationError("state", f"must be one of {states}") from exc
-    if page < 1 or not 1 <= page_size <= 1000:
-        raise ValidationError("page", "page must be >= 1 and page_size 1..1000")
+    _check_page(page, page_size)
+    for name, value in (("id", id), ("task", task), ("queue", queue), ("error", error)):
+        _check_text(name, value)
+    _check_text("text", text)
+    since, until = _time_bound("since", since), _time_bound("until", until)
     query = SearchQuery(id, state, task, queue, since, until, error, text, page, page_size)
     members = queue_members(rt, queue) if queue is not None and whole else []
     if len(members) < 2:
         return rt.broker.search(query)
     return _search_members(rt, query, members)
+
+
+def check_job_id(job_id: object) -> str:
+    """A job id as given to an operator action: a string (an int was "not found" on some
+    backends and a raw TypeError or database error on others)."""
+    if not isinstance(job_id, str):
+        raise ValidationError("job_id", f"must be a string, got {type(job_id).__name__}")
+    return job_id
+
+
+def check_count(value: object, name: str, top: int = 1000) -> int:
+    """A count argument (``peek``'s ``n``, ``dead_letters``' ``limit``): an integer 1..top."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= top:
+        raise ValidationError(name, f"must be an integer 1..{top}, got {value!r:.40}")
+    return value
+
+
+def _check_page(page: object, page_size: object) -> None:
+    """``page`` an integer >= 1, ``page_size`` 1..1000 (a string or a float reached the
+    backends: raw TypeErrors, an empty page on some, a database error on others)."""
+    if isinstance(page, bool) or not isinstance(page, int) or page < 1:
+        raise ValidationError("page", f"must be an integer >= 1, got {page!r:.40}")
+    if isinstance(page_size, bool) or not isinstance(page_size, int) or not 1 <= page_size <= 1000:
+        raise ValidationError("page_size", f"must be an integer 1..1000, got {page_size!r:.40}")
+
+
+def _check_text(name: str, value: object) -> None:
+    """A text filter: None or a string."""
+    if value is not None and not isinstance(value, str):
+        raise ValidationError(name, f"must be a string, got {type(value).__name__}")
+
+
+def _time_bound(name: str, value: object) -> float | None:
+    """``since`` / ``until``: None or finite epoch seconds."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValidationError(name, f"must be epoch seconds (a finite number), got {value!r:.40}")
+    return float(value)
 
 
 def _search_members(rt: Runtime, query: SearchQuery, members: list[str]) -> Page:
@@ -113,6 +156,7 @@ def cancel(rt: Runtime, job_id: str, by: str = "") -> bool:
     """Cancel a job: a waiting one at once; a running one by asking the worker holding its
     lease to stop it (it ends ``cancelled`` within about a second: ``worker/cancel.py``).
     False if it is finished or unknown."""
+    check_job_id(job_id)
     now = rt.now()
     if rt.broker.cancel(job_id, now):
         return True
@@ -126,6 +170,7 @@ def cancel(rt: Runtime, job_id: str, by: str = "") -> bool:
 def requeue_dead(rt: Runtime, job_id: str) -> bool:
     """Run a dead-lettered (or cancelled) job again with fresh attempts (a workflow node that
     never got its parents' results reads them again: ``Broker.requeue_node``)."""
+    check_job_id(job_id)
     job = rt.broker.get(job_id)
     if job is not None and "workflow" in job.metadata:  # it may need its parents' results
         ok = rt.broker.requeue_node(job_id, rt.now())
@@ -138,6 +183,7 @@ def requeue_dead(rt: Runtime, job_id: str) -> bool:
 
 def run_now(rt: Runtime, job_id: str) -> bool:
     """Make a scheduled or retrying job due now; False in any other state."""
+    check_job_id(job_id)
     return rt.broker.run_now(job_id, rt.now())
 
 
@@ -145,6 +191,7 @@ def delete_job(rt: Runtime, job_id: str) -> bool:
     """Delete a job that is not running; False when it is running or unknown, or when it is
     an unfinished workflow node (the nodes after it would wait for ever: cancel it instead,
     its dependants end with it)."""
+    check_job_id(job_id)
     job = rt.broker.get(job_id)
     if job is None or ("workflow" in job.metadata and job.state not in TERMINAL_STATES):
         return False
@@ -152,7 +199,18 @@ def delete_job(rt: Runtime, job_id: str) -> bool:
 
 
 def purge_dead(rt: Runtime, older_than: float | None = None, queue: str | None = None) -> int:
-    """Delete dead letters finished more than ``older_than`` seconds ago (all if None)."""
+    """Delete dead letters finished more than ``older_than`` seconds ago (all if None;
+    else finite seconds >= 0: NaN purged nothing or everything depending on the backend)."""
+    if older_than is not None:
+        limit = older_than
+        if (
+            isinstance(limit, bool)
+            or not isinstance(limit, int | float)
+            or not 0 <= limit < math.inf
+        ):
+            raise ValidationError(
+                "older_than", f"must be a finite number of seconds >= 0, got {limit!r:.40}"
+            )
     if queue is None:
         return rt.broker.purge(rt.now(), older_than=older_than)
     members = queue_members(rt, validate_queue_name(queue))  # a sharded queue: every shard

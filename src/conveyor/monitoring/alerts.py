@@ -290,7 +290,12 @@ class AlertManager:
         at = self.runtime.now() if now is None else now
         if self._last_eval is not None and at - self._last_eval < self.interval:
             return None
-        return self.evaluate(at)
+        previous = self._last_eval
+        try:
+            return self.evaluate(at)
+        except BaseException:  # it did not happen: the caller retries sooner than interval
+            self._last_eval = previous
+            raise
 
     def evaluate(self, now: float | None = None) -> list[AlertState]:
         """Check every rule once; return the alerts whose state changed."""

@@ -61,6 +61,7 @@ DEFINITION_FIELDS = (
     "max_backfill",
     "misfire_grace",
     "overlap",
+    "task_queue",
 )
 
 
@@ -77,7 +78,9 @@ class Schedule:
     """A named schedule: which task to enqueue, when, with what, and its firing state.
 
     Exactly one of ``cron`` (5-field expression or ``@daily``-style alias, evaluated in ``tz``)
-    and ``every`` (whole seconds) is set. ``queue``/``priority`` of None use the task's defaults.
+    and ``every`` (whole seconds) is set. ``queue``/``priority`` of None use the task's defaults;
+    ``task_queue`` is the task's own queue as the declaring process knew it (None: it did not),
+    where a scheduler that does not register the task sends the ticks (not ``default``).
     ``next_fire_at``/``last_fire_at`` are epoch seconds; ``rev`` increments on every stored change
     and is the compare-and-set field that lets any number of schedulers cooperate.
     """
@@ -103,6 +106,7 @@ class Schedule:
     created_at: float | None = None
     updated_at: float | None = None
     rev: int = 0
+    task_queue: str | None = None  # absent from documents stored before it existed
 
     @property
     def spec(self) -> Spec:
@@ -271,6 +275,8 @@ def check_stored(schedule: Schedule) -> Schedule:
     if not isinstance(schedule.args, list):
         raise ValidationError("args", f"must be a list, got {type(schedule.args).__name__}")
     _checked_options({key: getattr(schedule, key) for key in _CHECKED})
+    if schedule.task_queue is not None:
+        validate_queue_name(schedule.task_queue, "task_queue")
     return schedule
 
 

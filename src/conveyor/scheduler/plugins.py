@@ -14,7 +14,10 @@ The built-in duties, in the order they run on a pass:
 * ``cron`` — fire due schedules (the ``Scheduler`` itself does the work, see runner.py);
 * ``alerts`` — offer the alert rules an evaluation (the alert manager keeps its own interval).
 
-A plugin that raises is logged and retried ``RETRY_AFTER`` seconds later; the others still run.
+A plugin that raises is retried sooner than its period: after ``outage.retry_delay`` (0.5 s,
+doubled per failure in a row, at most its ``retry_cap``: ``RETRY_AFTER`` unless it says
+otherwise, the reaper's own interval), and logged once per run of failures; the others still
+run.
 The duties match Oban's plugins (Stager, Lifeline, Cron), but where each Oban plugin is its own
 process with its own timer, ours share one thread: a plugin says when it is due, the loop waits.
 """
@@ -25,8 +28,6 @@ import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
-
-from ..outage import is_connection_error
 
 if TYPE_CHECKING:
     from ..broker.base import Broker, JobStore
@@ -46,6 +47,9 @@ class Plugin(ABC):
 
     #: shown in logs and in ``Scheduler.plugins``
     name: str = "plugin"
+    #: seconds: the longest wait before retrying after ``tick`` raised (the retries back off
+    #: from 0.5 s up to this; ``outage.retry_delay``)
+    retry_cap: float = RETRY_AFTER
 
     def start(self, now: float) -> None:  # noqa: B027 - optional hook: empty on purpose
         """Called once, before the first tick (default: nothing)."""
@@ -78,7 +82,12 @@ class PromotePlugin(Plugin):
 
 
 class ReapPlugin(Plugin):
-    """Expires lost leases: one effective pass per ``interval`` over all schedulers."""
+    """Expires lost leases: one effective pass per ``interval`` over all schedulers.
+
+    A pass counts only once it is done: one that raised (the broker unreachable for a moment)
+    is retried by the scheduler's backoff, within ``interval`` at the latest; if this
+    scheduler had already won the election, the retry reaps without a second election.
+    """
 
     name = "reap"
 
@@ -89,16 +98,23 @@ class ReapPlugin(Plugin):
         self.owner = owner  # the scheduler's id, stored in the election document
         self.reaped = 0
         self._last = -1e18
+        self._won: float | None = None  # an election won whose reap has not succeeded yet
+
+    @property
+    def retry_cap(self) -> float:  # type: ignore[override]
+        """A failed pass is retried within one ``interval`` at the latest."""
+        return max(self.interval, 0.01)
 
     def tick(self, now: float) -> float | None:
         """Reap if no scheduler did within ``interval``; due again ``interval`` after the last
         pass (this scheduler's or another's)."""
-        if now - self._last >= self.interval:
+        if self._won is not None:
+            self._finish(now)
+        elif now - self._last >= self.interval:
             self._reap(now)
         return self._last + self.interval
 
     def _reap(self, now: float) -> None:
-        self._last = now
         collection, name = _REAPER_DOC
         doc = self.broker.docs.get(collection, name, now)
         mark = {"at": now, "by": self.owner}
@@ -110,8 +126,18 @@ class ReapPlugin(Plugin):
                 self._last = last
                 return
             if not self.broker.docs.update_if(collection, name, "at", doc.get("at"), mark, now):
+                self._last = now  # another scheduler won this pass
                 return
+        self._won = now
+        self._finish(now)
+
+    def _finish(self, now: float) -> None:
+        """Reap at ``now`` for the election this scheduler won (retried until it succeeds;
+        the next pass is due ``interval`` after the election, as the others see it)."""
+        won = self._won
+        assert won is not None
         self.reaped += self.broker.reap_expired(now, max_lost=self.max_lost)
+        self._last, self._won = won, None
 
 
 class CronPlugin(Plugin):
@@ -167,17 +193,21 @@ class AlertsPlugin(Plugin):
         self._alerts: AlertSource | None = None
         self._failed = False
 
+    @property
+    def retry_cap(self) -> float:  # type: ignore[override]
+        """A failed evaluation is retried within the alert manager's own interval."""
+        interval = getattr(self._alerts, "interval", None)
+        if isinstance(interval, int | float) and interval > RETRY_AFTER:
+            return float(interval)
+        return RETRY_AFTER
+
     def tick(self, now: float) -> float | None:
-        """Offer an evaluation; a failing one is logged and offered again on the next pass."""
+        """Offer an evaluation. One that raises is the scheduler's to log and retry (once per
+        run of failures, backing off: it was a traceback on every pass)."""
         alerts = self._resolve()
         if alerts is None:
             return None
-        try:
-            alerts.maybe_evaluate(now)
-        except Exception as exc:
-            if is_connection_error(exc):  # the scheduler logs an outage once, not per pass
-                raise
-            log.exception("alert evaluation failed")
+        alerts.maybe_evaluate(now)
         return None if self.interval is None else now + self.interval
 
     def _resolve(self) -> AlertSource | None:

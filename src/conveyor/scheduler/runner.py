@@ -21,7 +21,6 @@ import os
 import socket
 import threading
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..core.state import TERMINAL_STATES
@@ -29,6 +28,7 @@ from ..errors import BrokerConfigError, DuplicateJob, ValidationError
 from ..outage import REMIND_EVERY, OutageLog, is_connection_error
 from ..runtime import as_runtime
 from ..task import JobSpec
+from ..worker.options import count, identifier, seconds
 from .models import (
     COLLECTION,
     Schedule,
@@ -39,20 +39,13 @@ from .models import (
     stored_schedule,
 )
 from .plan import plan_fires
-from .plugins import RETRY_AFTER, AlertsPlugin, CronPlugin, Plugin, PromotePlugin, ReapPlugin
+from .plugins import AlertsPlugin, CronPlugin, Plugin, PromotePlugin, ReapPlugin
+from .pluginslots import Slot, next_due, one_line, plugin_failed, plugin_recovered
 
 if TYPE_CHECKING:
     from ..runtime import HasRuntime, Runtime
 
 log = logging.getLogger("conveyor.scheduler")
-
-
-@dataclass
-class _Slot:
-    """A plugin and when it is due (None: on the next pass)."""
-
-    plugin: Plugin
-    due: float | None = None
 
 
 class Scheduler:
@@ -76,21 +69,27 @@ class Scheduler:
         id: str | None = None,
         plugins: Iterable[Plugin] = (),
     ) -> None:
-        if not interval > 0:
-            raise ValidationError("interval", "must be > 0 seconds")
-        extra = list(plugins)
+        interval = _seconds(interval, "interval")
+        try:
+            extra = list(plugins)
+        except TypeError:  # ``plugins=5``
+            raise ValidationError("plugins", "must be a list of Plugin instances") from None
         for plugin in extra:
             if not isinstance(plugin, Plugin):
                 kind = type(plugin).__name__
                 raise ValidationError("plugins", f"must be conveyor.scheduler.Plugin, got {kind}")
         self.app = app = as_runtime(app)  # the runtime (never the facade)
         self.broker = app.broker
-        self.interval = float(interval)
-        self.reap_interval = app.settings.reap_interval if reap_interval is None else reap_interval
-        self.max_lost = app.settings.max_lost if max_lost is None else max_lost
-        self.alert_interval = alert_interval
+        self.interval = interval
+        reap = None if reap_interval is None else _seconds(reap_interval, "reap_interval")
+        self.reap_interval = app.settings.reap_interval if reap is None else reap
+        self.max_lost = count(max_lost, "max_lost") or app.settings.max_lost
+        self.alert_interval = (
+            None if alert_interval is None else _seconds(alert_interval, "alert_interval")
+        )
         self.sync = sync
-        self.id = id or f"scheduler-{socket.gethostname()}-{os.getpid()}-{id_suffix()}"
+        given = identifier(id, "id")
+        self.id = given or f"scheduler-{socket.gethostname()}-{os.getpid()}-{id_suffix()}"
         self.enqueued = 0  # jobs enqueued by this scheduler since it was built
         self._invalid: dict[str, str] = {}  # invalid stored schedules logged: name -> reason
         self._failing: dict[str, tuple[str, float]] = {}  # name -> (error, when last logged)
@@ -102,7 +101,7 @@ class Scheduler:
         sync_schedules = (lambda at: app.schedules.sync(at)) if sync else None
         cron = CronPlugin(self.fire_due, sync_schedules, self.interval)
         alerts = AlertsPlugin(lambda: app.alerts, alert_interval)
-        self._slots = [_Slot(p) for p in (self._promoter, self._reaper, cron, alerts, *extra)]
+        self._slots = [Slot(p) for p in (self._promoter, self._reaper, cron, alerts, *extra)]
 
     @property
     def plugins(self) -> list[Plugin]:
@@ -139,18 +138,14 @@ class Scheduler:
             if slot.due is not None and slot.due > at:
                 continue
             try:
-                slot.due = slot.plugin.tick(at)
+                slot.due = next_due(slot, slot.plugin.tick(at))
             except BrokerConfigError:  # wrong password / database: retrying cannot help
                 raise
             except Exception as exc:  # one failing duty must not stop the others
-                if not self._outage.failed(exc, f"scheduler plugin {slot.plugin.name}", log):
-                    log.exception(
-                        "scheduler plugin %r failed; retrying in %gs",
-                        slot.plugin.name,
-                        RETRY_AFTER,
-                    )
-                slot.due = at + RETRY_AFTER
+                plugin_failed(slot, exc, at, self._outage, self.app.rng)
                 continue
+            if slot.failures:
+                plugin_recovered(slot)
             if slot.plugin is self._promoter:  # it calls the broker on every pass: proof
                 self._outage.succeeded(log)  # that the broker is back after an outage
         return self.enqueued - before
@@ -242,6 +237,8 @@ class Scheduler:
         }
         if schedule.queue is not None:
             options["queue"] = schedule.queue
+        elif schedule.task_queue is not None and schedule.task not in self.app.tasks:
+            options["queue"] = schedule.task_queue  # the task's queue, as its code declared it
         if schedule.priority is not None:
             options["priority"] = schedule.priority
         spec = JobSpec(schedule.task, tuple(schedule.args), dict(schedule.kwargs), options)
@@ -258,7 +255,7 @@ class Scheduler:
         """A schedule's pass raised: it is retried on every pass, but its traceback is logged
         once per error, then one line every ``REMIND_EVERY`` seconds while it lasts (a hook
         that keeps raising must not log twice a second)."""
-        what = _one_line(f"{type(exc).__name__}: {exc}")
+        what = one_line(f"{type(exc).__name__}: {exc}")
         seen = self._failing.get(name)
         if seen is None or seen[0] != what:
             self._failing[name] = (what, now)
@@ -270,7 +267,7 @@ class Scheduler:
     def _skip_invalid(self, name: str, exc: ValidationError) -> None:
         """Log an invalid stored schedule once (again only if the reason changes): it is
         skipped on every pass until fixed or removed, which must not flood the log."""
-        reason = _one_line(str(exc))
+        reason = one_line(str(exc))
         if self._invalid.get(name) != reason:
             self._invalid[name] = reason
             log.warning("schedule %r is invalid and skipped until fixed: %s", name, reason)
@@ -282,9 +279,16 @@ class Scheduler:
     # ------------------------------------------------------------------ loop
     def run(self) -> None:
         """Tick until ``stop()``: every ``interval`` seconds, or sooner when a plugin is due;
-        then stop the plugins."""
+        then stop the plugins (also when it ends by an error: a ``BrokerConfigError``)."""
         self._stopping.clear()
         log.info("scheduler %s started", self.id)
+        try:
+            self._loop()
+        finally:
+            self._stop_plugins()
+        log.info("scheduler %s stopped", self.id)
+
+    def _loop(self) -> None:
         tick_lost = False  # the last tick raised on the broker connection (e.g. at start-up)
         while not self._stopping.is_set():
             try:
@@ -302,12 +306,13 @@ class Scheduler:
                 tick_lost = False
                 self._outage.succeeded(log)
             self._stopping.wait(self._sleep_time())
+
+    def _stop_plugins(self) -> None:
         for slot in self._slots:
             try:
                 slot.plugin.stop()
             except Exception:
                 log.exception("scheduler plugin %r: stop failed", slot.plugin.name)
-        log.info("scheduler %s stopped", self.id)
 
     def _sleep_time(self) -> float:
         """Until the earliest plugin is due, at most ``interval`` (a plugin without a time
@@ -322,10 +327,13 @@ class Scheduler:
         self._stopping.set()
 
 
-def _one_line(text: str) -> str:
-    """An error message for a log line: control characters escaped, at most 300 characters
-    (a stored document or a hook's exception may hold anything)."""
-    return repr(text)[1:-1][:300]
+def _seconds(value: object, name: str) -> float:
+    """An interval option: a finite number of seconds > 0, else ``ValidationError`` naming
+    it (a string raised a TypeError on every pass, infinity an OverflowError in ``run()``)."""
+    checked = seconds(value, name, zero_ok=False)
+    if checked is None:
+        raise ValidationError(name, "must be a finite number > 0, got None")
+    return checked
 
 
 def id_suffix() -> str:

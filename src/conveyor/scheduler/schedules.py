@@ -77,7 +77,7 @@ class ScheduleRegistry:
             name = opts.get("name") or task.name
             schedule = build_schedule(
                 name, task.name, cron=cron, every=every, source="code", **_without(opts, "name")
-            )
+            ).with_state(task_queue=task.queue)
             known = self.declared.get(schedule.name)
             if known is not None and known.definition() != schedule.definition():
                 raise ValidationError("name", f"schedule {name!r} is declared twice")
@@ -107,6 +107,9 @@ class ScheduleRegistry:
         """
         task_name = task.name if isinstance(task, Task) else task
         schedule = build_schedule(name, task_name, cron=expr, every=every, **options)
+        known = task if isinstance(task, Task) else self.app.tasks.get(task_name)
+        if known is not None:  # where a scheduler that does not register it sends the ticks
+            schedule = schedule.with_state(task_queue=known.queue)
         return self._upsert(schedule, self.app.now())
 
     def remove(self, name: str) -> bool:
@@ -160,7 +163,10 @@ class ScheduleRegistry:
         raise ConveyorError(f"schedule {name!r}: too much contention, try again")
 
     def history(self, name: str, limit: int = 50) -> builtins.list[dict[str, Any]]:
-        """The newest ``limit`` history entries of a schedule, newest first."""
+        """The newest ``limit`` history entries of a schedule, newest first (``limit``: an
+        integer 1..10,000, else ``ValidationError``)."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
+            raise ValidationError("limit", f"must be an integer 1..10000, got {limit!r:.40}")
         return self.app.broker.logs.read(history_log(validate_name(name)), limit)
 
     def next_runs(self, name: str, n: int = 10) -> builtins.list[float]:

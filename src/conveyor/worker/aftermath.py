@@ -51,7 +51,7 @@ class Aftermath:
             self.lease_lost(run)
         error = outcome.error if outcome is not None else None
         decision = outcome.decision if outcome is not None else None
-        detail = f" error={decision.exc_type}: {decision.message[:200]}" if decision else ""
+        detail = f" error={decision.exc_type[:200]}: {decision.message[:200]}" if decision else ""
         level = (
             logging.DEBUG
             if name == "completed"
@@ -72,7 +72,7 @@ class Aftermath:
             if decision is not None:
                 fields.update(
                     error_kind=str(decision.kind),
-                    error=decision.exc_type,
+                    error=decision.exc_type[:200],
                     message=decision.message[:500],
                 )
             # job data is hostile: escaped in the message itself, so a handler without

@@ -41,6 +41,8 @@ class ChildConfig:
     log_level: str = "INFO"
     sys_path: list[str] = field(default_factory=list)
     metrics: bool = False  # record MetricsMiddleware counters (``--metrics-port``)
+    #: ``Worker(max_rate_limited=)``; absent from configs written before it existed
+    max_rate_limited: int | None = 20
 
     def to_json(self) -> str:
         """Serialise for the command line."""
@@ -138,6 +140,7 @@ def run_worker_process(config: ChildConfig, supervised: bool) -> None:
         visibility_timeout=config.visibility_timeout,
         max_jobs=config.max_jobs,
         shutdown_timeout=config.shutdown_timeout,
+        max_rate_limited=config.max_rate_limited,
     )
     if supervised:
         threading.Thread(

@@ -59,6 +59,7 @@ class ClaimLoop:
     _watchdog: Watchdog | None
     _claim_errors: int
     _outage: OutageLog
+    _reap_failures: int
 
     if TYPE_CHECKING:  # defined by ``Worker`` and ``InlineMode``; declared for the type checker
 
@@ -126,11 +127,17 @@ class ClaimLoop:
         return True
 
     def _maintain_safely(self) -> None:
+        """``maintain``, never raising: an outage is logged once (``OutageLog``), any other
+        error with its traceback once per run of failures (``maintain`` retries it sooner)."""
+        failing = self._reap_failures
         try:
             self.maintain(self.runtime.now())
         except Exception as exc:
-            if not self._outage.failed(exc, "reaping expired leases", log):
-                log.warning("reaping expired leases failed", exc_info=True)
+            if not self._outage.failed(exc, "reaping expired leases", log) and not failing:
+                log.warning("reaping expired leases failed; retrying, backing off", exc_info=True)
+            return
+        if failing and not self._reap_failures:
+            log.info("reaping expired leases works again after %d failure(s)", failing)
 
     def _claim(self, free: int) -> list[Lease]:
         try:

@@ -53,12 +53,18 @@ class Outcome:
         return {
             "attempt": job.attempts,
             "kind": str(d.kind),
-            "type": safe_text(d.exc_type),
+            "type": safe_text(_short_type(d.exc_type)),
             "message": safe_text(d.message[:2000]),
             "traceback": safe_text(d.traceback),
             "worker": worker_id,
             "at": now,
         }
+
+
+def _short_type(name: str) -> str:
+    """An exception's type name as stored: at most 200 characters (a generated class may
+    have any name; the message is cut at 2,000)."""
+    return name if len(name) <= 200 else name[:200] + "…"
 
 
 def safe_text(text: str) -> str:
@@ -203,7 +209,9 @@ def reported(
 ) -> Outcome:
     """The outcome of what an executor reported: a cancelled job that stopped by raising
     (the injected ``JobCancelled``, a cancelled task, a killed child) ends cancelled; an
-    interrupted one is otherwise a timeout.
+    interrupted one that raised (or never stopped: ``stuck``) is otherwise a timeout, and one
+    that returned is completed (it caught its ``JobTimeout`` to clean up, as Celery's soft
+    time limit allows, or finished before the interruption landed).
 
     Never raises: should classifying fail (a custom ``Backoff`` that raises, say), the attempt
     is still recorded as an ``error``, retried after ``FALLBACK_DELAY`` while attempts remain,
@@ -242,7 +250,9 @@ def _reported(
         if exc is not None or run.stuck:
             return Outcome(False, error=exc, cancelled=True)
         return success(result)  # it finished its work anyway: completed
-    if run.interrupted:
+    if exc is None and not run.stuck:  # it returned, even past its deadline (it caught the
+        return success(result)  # JobTimeout to clean up, or finished first): its work is done
+    if run.interrupted:  # it raised after the interruption, or ignored it past the grace
         exc, remote_traceback = timeout_error(run), None
     elif exc is None:
         return success(result)

@@ -58,6 +58,7 @@ def run_with_timeout(
         interrupt_thread(run)
         if not done.wait(grace):
             run.settle()  # a result that arrives later is discarded
+            run.stuck = True  # recorded as timed out (``reported``)
             log.error(
                 "job %s (%s) ignored its timeout for %gs: recording it as timed out; "
                 "its thread is abandoned and this worker should be recycled "

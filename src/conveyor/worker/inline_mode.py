@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.queues import QueueSelector
 from ..middleware import Around, emit
+from ..outage import retry_delay
 from .execute import Outcome, call_inline, outcome_of_call, precheck
 from .jobctx import JobBoard
 from .procutil import EXIT_STUCK
@@ -38,7 +39,9 @@ class InlineMode:
     board: JobBoard
     recorder: Recorder
     exit_code: int
-    _last_reap: float
+    _last_reap: float  # the last reap pass that succeeded
+    _reap_failures: int  # reap passes that raised in a row
+    _reap_retry_at: float  # after a failed pass: not retried before this
 
     def process_next(self, now: float | None = None) -> bool:
         """Claim and run one ready job inline; False when nothing is runnable at ``now``."""
@@ -68,10 +71,21 @@ class InlineMode:
         return ran
 
     def maintain(self, now: float, force: bool = False) -> None:
-        """Reap expired leases (at most once per ``reap_interval`` unless forced)."""
-        if force or now - self._last_reap >= self.runtime.settings.reap_interval:
-            self._last_reap = now
+        """Reap expired leases (at most once per ``reap_interval`` unless forced). A pass that
+        raised counts for nothing: it is tried again after ``retry_delay`` (0.5 s, doubled per
+        failure in a row, at most ``reap_interval``), not a whole interval later."""
+        interval = self.runtime.settings.reap_interval
+        if not force and (now - self._last_reap < interval or now < self._reap_retry_at):
+            return
+        try:
             self.broker.reap_expired(now, max_lost=self.max_lost)
+        except Exception:
+            self._reap_failures += 1
+            delay = retry_delay(self._reap_failures, interval, self.runtime.rng)
+            self._reap_retry_at = now + delay
+            raise
+        self._last_reap = now
+        self._reap_failures = 0
 
     def execute(self, lease: Lease, now: float) -> Outcome:
         """Run a leased job (here, or on a helper thread if it has a timeout); classify it."""

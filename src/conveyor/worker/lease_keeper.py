@@ -38,6 +38,8 @@ class LeaseKeeper:
         self.visibility_timeout = visibility_timeout
         self.interval = interval if interval is not None else visibility_timeout / 3.0
         self._on_lost = on_lost
+        self._failures = 0  # extend calls that failed in a row
+        self._logged = False  # a failure of this run that is not an outage was logged
         self._stop = threading.Event()
         self._thread = threading.Thread(
             target=self._main, name="conveyor-lease-keeper", daemon=True
@@ -69,10 +71,17 @@ class LeaseKeeper:
                 [(r.job.id, r.token) for r in runs], self._now(), self.visibility_timeout
             )
         except Exception as exc:
-            if not OutageLog.shared(self.broker).failed(exc, "lease keeper", log):
-                log.warning("lease keeper: extend failed; retrying soon", exc_info=True)
+            self._failures += 1
+            if OutageLog.shared(self.broker).failed(exc, "lease keeper", log):
+                return False  # an outage: OutageLog's lines (one now, one when it is back)
+            if not self._logged:  # one traceback per run of failures, not one a second
+                self._logged = True
+                log.warning("lease keeper: extend failed; retrying every second", exc_info=True)
             return False
         OutageLog.shared(self.broker).succeeded(log)
+        if self._logged:
+            log.info("lease keeper: extending works again after %d failure(s)", self._failures)
+        self._failures, self._logged = 0, False
         self.rounds += 1
         until = asked + self.visibility_timeout
         for run, ok in zip(runs, results, strict=True):

@@ -34,6 +34,7 @@ from ..core.queues import parse_queues, task_queues
 from ..middleware import emit
 from ..outage import OutageLog
 from ..runtime import HasRuntime, Runtime, as_runtime
+from . import ratecap
 from .cancel import CANCELLED, stop_job
 from .claimloop import ClaimLoop
 from .execute import OK, Outcome, reported
@@ -42,7 +43,7 @@ from .helpers import Wiring, broker_accepts, start_helpers, stop_helpers
 from .inline_mode import InlineMode
 from .jobctx import JobBoard
 from .mainguard import UnguardedMain, exit_unguarded, explain, in_bootstrapping_child
-from .options import count, seconds
+from .options import count, identifier, seconds
 from .presence import describe
 from .procutil import EXIT_CONFIG as EXIT_CONFIG
 from .procutil import EXIT_OK as EXIT_OK  # re-exported: callers import the codes from here
@@ -78,6 +79,7 @@ class Worker(ClaimLoop, InlineMode):
         process_pool_size: int | None = None,
         heartbeat: bool = True,
         handle_signals: bool = True,
+        max_rate_limited: int | None = ratecap.DEFAULT_MAX_RATE_LIMITED,
     ) -> None:
         self.runtime = rt = as_runtime(app)
         self.app: Any = rt.owner  # the facade, for middleware that reads ``worker.app``
@@ -101,7 +103,9 @@ class Worker(ClaimLoop, InlineMode):
         ) or min(self.concurrency, os.cpu_count() or 1)
         self.heartbeat, self.handle_signals = heartbeat, handle_signals
         suffix = new_ulid(rt.now(), rt.id_rng)[-6:]
-        self.id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{suffix}"
+        self.id = (
+            identifier(worker_id, "worker_id") or f"{socket.gethostname()}:{os.getpid()}:{suffix}"
+        )
         self._hard = threading.Event()
         self.recorder = Recorder(
             self,
@@ -112,9 +116,11 @@ class Worker(ClaimLoop, InlineMode):
             settings.max_result_bytes,
             self._hard.is_set,
         )
+        self.max_rate_limited = self.recorder.max_rate_limited = ratecap.checked(max_rate_limited)
         self.exit_code = EXIT_OK
         self.started_at: float | None = None
         self._last_reap = -1e18
+        self._reap_failures, self._reap_retry_at = 0, -1e18
         self._stopping = threading.Event()
         self._quiet = threading.Event()  # an operator asked: claim nothing new (control.py)
         self.stopped_by_operator = False  # a ``stop`` command: a supervisor does not restart it
@@ -171,6 +177,7 @@ class Worker(ClaimLoop, InlineMode):
                 self.max_jobs,
                 self.visibility_timeout,
                 self.shutdown_timeout,
+                self.max_rate_limited,
             )
         # a wrong password or database: retrying cannot help
         if not broker_accepts(self.broker, self.id):
@@ -219,10 +226,13 @@ class Worker(ClaimLoop, InlineMode):
     def stop(self, timeout: float | None = None, *, wait: bool = True) -> None:
         """Drain: no new claims; in-flight jobs get ``timeout`` s (default shutdown_timeout).
 
-        With ``wait`` (and from another thread than ``run()``'s), returns once drained.
+        With ``wait`` (and from another thread than ``run()``'s), returns once drained. A
+        ``timeout`` that is not finite seconds >= 0 is a ``ValidationError``, raised before
+        anything changes (the run thread's drain reads it).
         """
-        if timeout is not None:
-            self.shutdown_timeout = timeout
+        budget = seconds(timeout, "timeout", zero_ok=True)
+        if budget is not None:
+            self.shutdown_timeout = budget
         self._stopping.set()
         self._slots.wake()
         if wait and threading.get_ident() != self._run_thread:

@@ -37,3 +37,15 @@ def seconds(value: object, field_name: str, *, zero_ok: bool) -> float | None:
         rule = ">= 0" if zero_ok else "> 0"
         raise ValidationError(field_name, f"must be a finite number {rule}, got {value!r:.40}")
     return float(value)
+
+
+def identifier(value: object, field_name: str) -> str | None:
+    """An optional process id (``worker_id``, a scheduler's ``id``): 1-200 printable
+    characters. It is written in log lines, on the jobs a worker claims and in stored
+    records, so control characters (a forged log line) and lone surrogates are refused."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not 1 <= len(value) <= 200 or not value.isprintable():
+        shown = repr(value)[:40]
+        raise ValidationError(field_name, f"must be 1-200 printable characters, got {shown}")
+    return value

@@ -19,7 +19,9 @@ import pickle
 import traceback
 from typing import Any, NamedTuple
 
+from ..core.job import exception_name
 from ..core.retry import describe
+from ..errors import RemoteError as RemoteError  # re-exported (it was defined here)
 from ..errors import rebuild_exception
 from ..middleware import Around
 from .execute import Unreceived
@@ -79,20 +81,40 @@ def _call(fn: Any, is_async: bool, args: Any, kwargs: Any) -> Any:
     return fn(*args, **kwargs)
 
 
-class RemoteError(Exception):
-    """A job's exception that could not be sent back from the child as itself."""
-
-
 def error_reply(job_id: str, exc: BaseException) -> tuple[Any, ...]:
     """The child's ``("err", ...)`` reply for a job that raised ``exc``."""
     return (
         "err",
         job_id,
         _dump_exc(exc),
-        type(exc).__name__,
+        _type_name(exc),
         describe(exc),
         "".join(traceback.format_exception(exc))[-4000:],
+        _bases(exc),
     )
+
+
+def _bases(exc: BaseException) -> tuple[str, ...]:
+    """``module.QualName`` of ``exc``'s class and its exception bases (what ``RemoteError``
+    classifies by when the worker cannot rebuild ``exc``); () should a hostile class make
+    that fail."""
+    try:
+        return tuple(
+            str(exception_name(cls))
+            for cls in type(exc).__mro__
+            if isinstance(cls, type) and issubclass(cls, BaseException)
+        )
+    except Exception:
+        return ()
+
+
+def _type_name(exc: BaseException) -> str:
+    """``module.QualName`` of ``exc``'s class (what ``RemoteError`` records when the worker
+    cannot rebuild it); its bare name should a hostile class make that fail."""
+    try:
+        return str(exception_name(type(exc)))
+    except Exception:
+        return type(exc).__name__
 
 
 def _dump_exc(exc: BaseException) -> bytes | None:
@@ -123,7 +145,7 @@ class _Rebuilt:
 
 def exception_of(msg: tuple[Any, ...]) -> BaseException:
     """The exception of an ``("err", ...)`` reply: itself, else a ``RemoteError`` naming it."""
-    _, _, blob, type_name, message, _tb = msg
+    _, _, blob, type_name, message, _tb, *rest = msg
     if blob is not None:
         try:
             exc = pickle.loads(blob)
@@ -131,7 +153,8 @@ def exception_of(msg: tuple[Any, ...]) -> BaseException:
                 return exc
         except Exception:
             pass
-    return RemoteError(f"{type_name}: {message}")
+    bases = rest[0] if rest and isinstance(rest[0], tuple) else ()
+    return RemoteError(str(type_name), str(message), tuple(str(b) for b in bases))
 
 
 def ok_reply(job_id: str, result: Any) -> tuple[str, str, bytes | str]:

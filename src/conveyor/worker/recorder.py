@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import random
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -29,11 +30,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..broker.base import Ack
 from ..core.job import ErrorKind
-from ..core.retry import Decision
 from ..core.serialization import result_problem
 from ..errors import LeaseLost
 from ..middleware import after_process_batch, emit, hooked
 from ..outage import OutageLog, is_connection_error
+from . import ratecap
 from .aftermath import Aftermath
 from .cancel import record_cancelled
 from .execute import Outcome, Unreceived, safe_text
@@ -96,6 +97,9 @@ class Recorder(Aftermath):
         self._lock = threading.Lock()
         self.processed = 0
         self.failed = 0
+        #: ``RateLimited`` give-backs in a row before one is a failure (None: no cap)
+        self.max_rate_limited: int | None = ratecap.DEFAULT_MAX_RATE_LIMITED
+        self.rng = getattr(getattr(worker, "runtime", None), "rng", None) or random.Random()
 
     def record(self, items: Sequence[tuple[Running, Outcome]], now: float) -> list[str]:
         """Write a batch of outcomes; returns each one's name (``completed``, ``lease_lost``...)."""
@@ -109,7 +113,7 @@ class Recorder(Aftermath):
             elif outcome.ok:
                 acks.append(i)
             elif outcome.decision is not None and outcome.decision.kind is RATE_LIMITED:
-                names[i] = self._rate_limited(run, outcome.decision, now)
+                names[i] = self._rate_limited(run, outcome, now)
             else:
                 names[i] = self._fail(run, outcome, now)
         if acks:
@@ -264,8 +268,14 @@ class Recorder(Aftermath):
             if stop:
                 return
 
-    def _rate_limited(self, run: Running, decision: Decision, now: float) -> str:
-        """``RateLimited``: give the job back for later, attempt returned, no failure counted."""
+    def _rate_limited(self, run: Running, outcome: Outcome, now: float) -> str:
+        """``RateLimited``: give the job back for later, attempt returned, no failure counted;
+        the ``max_rate_limited``-th in a row is an ordinary failure instead (``ratecap``)."""
+        decision = outcome.decision
+        assert decision is not None
+        failure = ratecap.capped(run, outcome, now, self.max_rate_limited, self.rng)
+        if failure is not None:
+            return self._fail(run, failure, now)
         delay = max(0.0, (decision.retry_at or now) - now)
         # the handler's reason is job data: a lone surrogate must not fail the release
         note = safe_text(f"rate limited: {decision.message[:200]}; retry in {delay:g}s")

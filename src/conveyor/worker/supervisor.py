@@ -370,6 +370,7 @@ def supervise(
     max_jobs: int | None,
     visibility_timeout: float,
     shutdown_timeout: float,
+    max_rate_limited: int | None = 20,
 ) -> int:
     """Run ``processes`` copies of a programmatic worker (of ``app``) under a supervisor."""
     from ..errors import ValidationError
@@ -392,6 +393,7 @@ def supervise(
         visibility_timeout=visibility_timeout,
         sys_path=list(sys.path),
         shutdown_timeout=shutdown_timeout,
+        max_rate_limited=max_rate_limited,
     )
     return Supervisor(config.to_json(), processes, app=ref, shutdown_timeout=shutdown_timeout).run()
 

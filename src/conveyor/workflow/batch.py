@@ -60,6 +60,8 @@ class Batch:
                 raise ValidationError(field, "takes task.s(...), task.si(...) or task.partial(...)")
             if isinstance(sig, JobSpec):  # checked now: a callback gets no result
                 spec_mode(runtime, sig, "none")
+        if not isinstance(name, str) or len(name) > 200:  # as a workflow's enqueue(name=)
+            raise ValidationError("name", "must be a string of at most 200 characters")
         self._rt = runtime
         self.connection = connection
         if connection is not None:

@@ -61,9 +61,12 @@ class Workflow(Canvas):
         overrides the workflow's for these edges.
         """
         item = _canvas(item, "workflow.add")
+        after = tuple(after)
         for ref in after:
             if not isinstance(ref, NodeRef) or ref.dag is not self:
                 raise ValidationError("after", "takes what this workflow's add() returned")
+        if len({ref.index for ref in after}) != len(after):  # one edge per parent: the node
+            raise ValidationError("after", "lists a node twice")  # would wait for ever
         if policy is not None:
             check_policy(policy)
         self._steps.append(_Step(item, tuple(r.index for r in after), policy, results))

@@ -11,6 +11,7 @@ from ..core.job import ErrorKind, Job
 from ..core.lifecycle import result_dropped
 from ..core.state import TERMINAL_STATES, JobState
 from ..errors import ConveyorError, JobNotFound, WaitTimeout
+from ..handles import wait_limit
 
 if TYPE_CHECKING:
     from .host import FlowHost
@@ -95,26 +96,29 @@ class WorkflowHandle:
 
     def wait(self, timeout: float | None = None) -> Any:
         """Block until every last step finished; return ``result()``. Raises
-        ``WorkflowFailed`` if a step failed, ``WaitTimeout`` after ``timeout`` seconds. Uses
+        ``WorkflowFailed`` if a step failed, ``WaitTimeout`` after ``timeout`` seconds
+        (checked as ``JobHandle.wait`` checks it: ``ValidationError`` naming it). Uses
         the broker's wake-ups (``Broker.watch``: condition, ``data_version``, event stream)."""
-        end = time.monotonic() + (float("inf") if timeout is None else float(timeout))
+        limit = wait_limit(timeout)  # checked as JobHandle.wait checks it
+        end = time.monotonic() + limit
         for sink in self.sinks:
             left = max(0.0, end - time.monotonic())
             job = self._rt.broker.watch(sink, self._queues.get(sink, "default"), left)
             if job is not None and job.state not in TERMINAL_STATES:
-                raise WaitTimeout(sink, float(timeout or 0.0), str(job.state))
+                raise WaitTimeout(sink, limit, str(job.state))
         return self.result()
 
     async def wait_async(self, timeout: float | None = None) -> Any:
         """``wait`` for async code (never blocks the event loop: the waits are the broker's
         ``watch_async`` and the final read of the results runs on a worker thread)."""
-        end = time.monotonic() + (float("inf") if timeout is None else float(timeout))
+        limit = wait_limit(timeout)  # checked as JobHandle.wait checks it
+        end = time.monotonic() + limit
         for sink in self.sinks:
             left = max(0.0, end - time.monotonic())
             queue = self._queues.get(sink, "default")
             job = await self._rt.broker.watch_async(sink, queue, left)
             if job is not None and job.state not in TERMINAL_STATES:
-                raise WaitTimeout(sink, float(timeout or 0.0), str(job.state))
+                raise WaitTimeout(sink, limit, str(job.state))
         return await asyncio.to_thread(self.result)  # reads every node: a broker round trip
 
     def cancel(self) -> int:

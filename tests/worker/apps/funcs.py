@@ -106,3 +106,40 @@ def _permanent() -> type:
 
 class PermanentGone(Gone, _permanent()):  # type: ignore[misc]
     """A ``PermanentError`` that pickle cannot rebuild from its ``args``."""
+
+
+def own_cancelled() -> None:
+    """Raise ``asyncio.CancelledError`` from the job's own code (no one cancelled it)."""
+    import asyncio
+
+    raise asyncio.CancelledError("the job's own cancelled future")
+
+
+def unrebuildable(message: str) -> None:
+    """Raise an exception the worker cannot rebuild: its class is local to this call (pickle
+    finds classes by name) and it holds a lock (so rebuilding it from its attributes fails)."""
+    import threading
+
+    class UpstreamError(Exception):
+        pass
+
+    exc = UpstreamError(message + " name-\udcff.txt")  # plus a lone surrogate (os.listdir)
+    exc.lock = threading.Lock()  # type: ignore[attr-defined]
+    raise exc
+
+
+def unrebuildable_permanent(kind: str) -> None:
+    """Raise an exception the worker cannot rebuild whose class is a ``PermanentError``
+    (``kind="permanent"``) or a ``LookupError`` (``kind="lookup"``)."""
+    import threading
+
+    from conveyor.errors import PermanentError
+
+    base: type[Exception] = PermanentError if kind == "permanent" else LookupError
+
+    class Refused(base):  # type: ignore[valid-type,misc]
+        pass
+
+    exc = Refused("no such thing")
+    exc.lock = threading.Lock()  # type: ignore[attr-defined]
+    raise exc
