@@ -26,7 +26,7 @@ from ...core.state import TERMINAL_STATES, JobState
 from ...errors import DuplicateJob, ValidationError
 from ..base import EnqueueResult
 from . import flow as pgflow
-from .arrays import bytea_binary, num_array, text_array
+from .arrays import bytea_array, bytea_binary, num_array, text_array
 from .commit import statement
 from .retry import retrying
 from .store import Tx, one
@@ -157,9 +157,14 @@ def _register(b: PostgresBroker, tx: Tx, queues: list[str]) -> None:
     )
 
 
-def _columns(jobs: Sequence[Job], payloads: Sequence[bytes] | None) -> list[Any]:
+def _columns(
+    jobs: Sequence[Job], payloads: Sequence[bytes] | None, *, binary: bool = True
+) -> list[Any]:
     """One array per column of ``_INSERT``: literals, the envelopes in binary (delayed:
-    ``due_at``; finished: ``finished_at``; a flow-controlled job: its group ``grp``)."""
+    ``due_at``; finished: ``finished_at``; a flow-controlled job: its group ``grp``).
+    ``binary=False`` (the caller's connection): the envelopes as a hex literal too — a caller's
+    client-side-binding cursor (Django's default) would inline the binary array as ``bytea``."""
+    pack = bytea_binary if binary else bytea_array
     return [
         text_array([j.id for j in jobs]),
         text_array([j.queue for j in jobs]),
@@ -170,7 +175,7 @@ def _columns(jobs: Sequence[Job], payloads: Sequence[bytes] | None) -> list[Any]
         num_array([j.created_at for j in jobs]),
         num_array([j.run_at if j.state in _DELAYED else None for j in jobs]),
         num_array([j.finished_at if j.state in TERMINAL_STATES else None for j in jobs]),
-        bytea_binary(  # binary: the server copies each envelope instead of parsing hex
+        pack(  # binary: the server copies each envelope instead of parsing hex
             payloads if payloads is not None else [orjson.dumps(job_to_dict(j)) for j in jobs]
         ),
         text_array([j.flow["g"] if j.flow else None for j in jobs]),  # issue 15: its group
@@ -230,7 +235,8 @@ def insert_jobs(
     new = [jobs[i] for i in fresh]
     queues = sorted({j.queue for j in new})
     if new:
-        cols = _columns(new, [payloads[i] for i in fresh] if payloads is not None else None)
+        kept = [payloads[i] for i in fresh] if payloads is not None else None
+        cols = _columns(new, kept, binary=not deferred)
         sql, params = (_INSERT, cols)
         if not deferred:
             sql, params = _REGISTER + _INSERT, [text_array(queues), *cols]
