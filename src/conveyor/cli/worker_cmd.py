@@ -83,6 +83,14 @@ LEVELS = ("debug", "info", "warning", "error")
     help="Replace a worker process after it has run N jobs.",
 )
 @click.option(
+    "--max-rate-limited",
+    type=click.IntRange(0, 49),
+    default=20,
+    show_default=True,
+    metavar="N",
+    help="The N-th RateLimited in a row of one job spends an attempt (0: never).",
+)
+@click.option(
     "--max-memory-per-child",
     type=Finite(min=1.0),
     default=None,
@@ -126,6 +134,7 @@ def worker_command(
     visibility_timeout: float | None,
     shutdown_timeout: float | None,
     max_jobs_per_child: int | None,
+    max_rate_limited: int,
     max_memory_per_child: float | None,
     log_format: str,
     log_level: str,
@@ -160,6 +169,7 @@ def worker_command(
         log_level=log_level.upper(),
         sys_path=[os.getcwd()],
         metrics=metrics_port is not None,
+        max_rate_limited=max_rate_limited or None,
     )
     if no_supervisor and (processes != 1 or max_memory_per_child is not None):
         raise click.UsageError(
