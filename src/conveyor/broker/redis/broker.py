@@ -47,7 +47,7 @@ from .side import RedisCounters, RedisDocs, RedisEvents, RedisLogs
 from .workflows import RedisWorkflows
 
 PURGE_BATCH = 1000
-CLAIM_WIDTH = 9  # values per job in claim.lua's flat reply (see its header)
+CLAIM_WIDTH = 4  # values per job in claim.lua's flat reply (see its header)
 
 
 class RedisBroker(
@@ -132,7 +132,7 @@ class RedisBroker(
                 buried = 0
                 where = self._where
                 where.make_room(len(reply) // CLAIM_WIDTH)
-                for k in range(2, len(reply), CLAIM_WIDTH):  # flat: 9 values per job
+                for k in range(2, len(reply), CLAIM_WIDTH):  # flat: 4 values per job
                     item = reply[k : k + CLAIM_WIDTH]
                     try:
                         job = claimed_job(item, queue, now, expires, worker_id)
@@ -142,7 +142,7 @@ class RedisBroker(
                         buried += 1
                         continue
                     where[job.id] = queue  # remember(): get() finds the job's queue at once
-                    leases.append(new_lease(job, item[2].decode(), expires))
+                    leases.append(new_lease(job, item[1].decode(), expires))
                 if not buried:  # the queue gave what it had; undecodable jobs: claim again
                     break
         if more:
@@ -154,7 +154,7 @@ class RedisBroker(
     ) -> None:
         """A claimed job whose payload does not decode: dead-letter it at once (decode_error)."""
         job_id, fields = codec.claimed_fields(item, "", "", worker_id)
-        self._bury_undecodable(queue, job_id, item[2].decode(), fields, message, worker_id, now)
+        self._bury_undecodable(queue, job_id, item[1].decode(), fields, message, worker_id, now)
 
     def _bury_undecodable(
         self,

@@ -42,6 +42,8 @@ from .salvage import salvage as salvage  # re-exported
 from .salvage import stub_payload as stub_payload  # re-exported
 
 _REQUIRED = ("id", "task", "queue", "state")
+#: the hash values of claim.lua's reply for a fresh job (it sends none: first attempt)
+_FRESH = (1, None, None, None, None, None)
 
 
 def fmt_time(value: float) -> str:
@@ -60,23 +62,53 @@ def envelope(job: Job) -> bytes:
     return orjson.dumps(envelope_dict(job))
 
 
-_CLAIMED = (b"payload", b"run_at", b"lost", b"errors", b"history", b"last_error")
+_CLAIMED = (b"run_at", b"lost", b"errors", b"history", b"last_error")
 
 
 def claimed_fields(
     item: Sequence[Any], started: str, deadline: str, worker_id: str
 ) -> tuple[str, dict[bytes, bytes]]:
     """(id, job hash fields) from one job of claim.lua's reply (nil fields left out)."""
+    extra = item[3] or (1,)
     fields = {
-        name: value for name, value in zip(_CLAIMED, item[3:], strict=False) if value is not None
+        name: value for name, value in zip(_CLAIMED, extra[1:], strict=False) if value is not None
     }
+    if item[2] is not None:
+        fields[b"payload"] = item[2]
     fields[b"state"] = b"active"
-    fields[b"attempts"] = str(item[1]).encode()
-    fields[b"token"] = item[2]
+    fields[b"attempts"] = str(extra[0]).encode()
+    fields[b"token"] = item[1]
     fields[b"started_at"] = started.encode()
     fields[b"lease_expires_at"] = deadline.encode()
     fields[b"worker_id"] = worker_id.encode()
     return item[0].decode(), fields
+
+
+def run_fields(run: bytes) -> dict[bytes, bytes] | None:
+    """The job hash fields an active job's run entry stands for (issue 18; the packed format
+    is in keys.py and lua/_lib.lua ``run_fields``), or None when it is not of that format."""
+    parts = run.split(b"|", 6)
+    if len(parts) != 7 or not parts[5].isdigit():
+        return None
+    attempts, seq, _flag, started, deadline, size, rest = parts
+    n = int(size)
+    return {
+        b"attempts": attempts,
+        b"seq": seq,
+        b"started_at": started,
+        b"lease_expires_at": deadline,
+        b"worker_id": rest[:n],
+    }
+
+
+def run_overlay(fields: dict[bytes, bytes], run: bytes, queue: str) -> None:
+    """Put an active job's run entry over its hash ``fields`` (attempts, started_at,
+    lease_expires_at, worker_id, token): the hash of a job leased this way has only its state."""
+    if fields.get(b"state") != b"active" or (values := run_fields(run)) is None:
+        return
+    seq = values.pop(b"seq")
+    fields.update(values)
+    fields[b"token"] = seq + b":" + queue.encode()
 
 
 def enqueue_fields(job: Job, now: float, grace: float) -> list[Any]:
@@ -192,10 +224,12 @@ def _envelope(raw: bytes | None) -> dict[str, Any]:
 def claimed_job(item: Sequence[Any], queue: str, now: float, expires: float, worker_id: str) -> Job:
     """The Job of one entry of claim.lua's reply (fast path; ``DecodeError`` if malformed).
 
-    ``item`` is ``[id, attempts, token, payload, run_at, lost, errors, history, last_error]``.
-    The Job is built by ``Job.fast`` (no ``__init__``): this runs once per claimed job.
+    ``item`` is ``[id, token, payload, extra]``: ``extra`` is None for a fresh job (first
+    attempt, nothing in its hash beyond the envelope), else ``[attempts, run_at, lost, errors,
+    history, last_error]`` from its hash. The Job is built by ``Job.fast`` (no ``__init__``):
+    this runs once per claimed job.
     """
-    raw = item[3]
+    raw = item[2]
     data = _envelope(raw)
     # a payload shorter than MAX_DEPTH cannot hold MAX_DEPTH brackets: no count needed
     if len(raw) > MAX_DEPTH and raw.count(b"[") + raw.count(b"{") > MAX_DEPTH:
@@ -214,7 +248,7 @@ def claimed_job(item: Sequence[Any], queue: str, now: float, expires: float, wor
         if b'"$' in raw:
             args, kwargs = decode_value(args), decode_value(kwargs)
             metadata = decode_value(metadata)
-        run_at, lost, errors, history, last_error = item[4:9]
+        attempts, run_at, lost, errors, history, last_error = item[3] or _FRESH
         task, priority, max_attempts = data["task"], get("priority", 0), get("max_attempts", 4)
         timeout, ttl = get("timeout"), get("idempotency_ttl")
         if not lost:  # claim.lua answers the hash's count; an old job keeps it in the envelope
@@ -230,7 +264,7 @@ def claimed_job(item: Sequence[Any], queue: str, now: float, expires: float, wor
                 # orjson yields an int only within 64 bits; anything else is range-checked
                 "priority": priority if type(priority) is int else int_field("priority", priority),
                 "state": JobState.ACTIVE,
-                "attempts": int(item[1]),
+                "attempts": int(attempts),
                 "max_attempts": max_attempts
                 if type(max_attempts) is int
                 else int_field("max_attempts", max_attempts),

@@ -6,11 +6,22 @@ Redis Cluster slot (queue names are validated: no braces, spaces or colons)::
     <p>:{<q>}:job:<id>     HASH    one job's mutable fields (small values: stays a listpack)
     <p>:{<q>}:payloads     HASH    id -> the job's immutable JSON envelope
     <p>:{<q>}:ready        ZSET    pending jobs; score = priority, member = "<seq:016x>:<id>"
-                                   (equal scores sort by member, so FIFO within a priority)
+                                   (equal scores sort by member, so FIFO within a priority);
+                                   "<seq:016x>.<id>" marks a fresh job (issue 18: never ran,
+                                   no expires_at / flow group / workflow; enqueue scripts write
+                                   it, the claim then reads none of its hash)
     <p>:{<q>}:scheduled    ZSET    id -> run_at (scheduled: delayed enqueue / delayed release)
     <p>:{<q>}:retry        ZSET    id -> run_at (retry_scheduled)
     <p>:{<q>}:leases       ZSET    id -> lease deadline rounded up to a whole second (active
-                                   jobs; the exact deadline is the hash's lease_expires_at)
+                                   jobs; the exact deadline is in the job's run entry)
+    <p>:{<q>}:run          HASH    id -> run entry of an active job (issue 18): one packed value
+                                   "<attempts>|<seq>|<flag>|<started_at>|<lease deadline>|
+                                   <len(worker_id)>|<worker_id><task>", token "<seq>:<q>";
+                                   flag 1 = the hash has wf / grp (lua/_lib.lua run_fields).
+                                   Written in one HSET per claim, read in one HMGET per
+                                   completion; the job hash keeps only state active meanwhile.
+                                   A job leased by an older version has none: its hash holds
+                                   token, attempts, lease_expires_at, worker_id, started_at
     <p>:{<q>}:completed    ZSET    id -> finished_at (retention by count and TTL)
     <p>:{<q>}:dead         ZSET    id -> finished_at (dead_letter; capped per queue)
     <p>:{<q>}:cancelled    ZSET    id -> finished_at (TTL)
@@ -83,6 +94,10 @@ QUEUE_KEY_SUFFIXES = (
     "f:",  # issue 15: prefix of the flow-control keys (groups, buckets, slots)
 )
 KEYS_PER_QUEUE = len(QUEUE_KEY_SUFFIXES)
+
+#: The run hash of a queue (issue 18): id -> packed run entry of an active job. Not one of the
+#: 16 script keys: scripts derive it from the ``seq`` key (lua/_lib.lua qkeys), same slot.
+RUN = "run"
 
 #: Terminal state -> the suffix of the set that holds jobs in that state.
 TERMINAL_SETS = {

@@ -37,7 +37,7 @@ from ...errors import (
     StorageFull,
 )
 from . import codec, conn, flowadmin
-from .keys import KeySchema
+from .keys import RUN, KeySchema
 from .scripts import ScriptRunner
 from .waker import Waker
 
@@ -225,11 +225,16 @@ class RedisBase:
         for queue, job_id in items:
             pipe.hgetall(self.keys.job(queue, job_id))
             pipe.hget(self.keys.queue_key(queue, "payloads"), job_id)
+            pipe.hget(self.keys.queue_key(queue, RUN), job_id)
         replies = pipe.execute()
         out = []
-        for fields, payload in zip(replies[::2], replies[1::2], strict=True):
+        for (queue, _), fields, payload, run in zip(
+            items, replies[::3], replies[1::3], replies[2::3], strict=True
+        ):
             if fields and payload is not None:
                 fields[b"payload"] = payload
+            if fields and run is not None:
+                codec.run_overlay(fields, run, queue)
             out.append(fields)
         return out
 

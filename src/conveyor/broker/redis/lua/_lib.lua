@@ -59,6 +59,8 @@ local function qkeys(b)
     cancelled = KEYS[b + 8], seq = KEYS[b + 9], events = KEYS[b + 10], wake = KEYS[b + 11],
     paused = KEYS[b + 12], idem = KEYS[b + 13], payloads = KEYS[b + 14],
     expired = KEYS[b + 15], flow = KEYS[b + 16],
+    -- derived, not passed (the 16 keys stay as they are): <p>:{q}:run, same slot as seq
+    run = string.sub(KEYS[b + 9], 1, -4) .. 'run',
   }
 end
 
@@ -240,12 +242,80 @@ local function free_slots(q, id, key, grp)
   end
 end
 
--- ready members are "<16 hex digits>:<id>"; a bare id (hand-written producers) is tolerated
+-- ready members are "<16 hex digits>:<id>", or "<16 hex digits>.<id>" for a fresh job (issue
+-- 18: written by the enqueue scripts for a job that never ran and has no expires_at, flow
+-- group or workflow: claim.lua leases it without reading its hash); a bare id (hand-written
+-- producers) is tolerated
 local function member_id(member)
-  if string.find(member, '^%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x:.') then
+  if string.find(member, '^%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x[:.].') then
     return string.sub(member, 18)
   end
   return member
+end
+
+-- The run entry of an active job (issue 18): field <id> of the queue's run hash (q.run), one
+-- packed value written by the claim in one HSET for the whole batch, read by the completion
+-- in one HMGET for its batch and deleted when the job leaves active:
+--   "<attempts>|<seq>|<flag>|<started_at>|<lease deadline>|<#worker>|<worker><task>"
+-- token = "<seq>:<queue>"; flag "1" = the job hash has fields the exit must read (wf, grp),
+-- "0" = it has none. A job leased by an older version has no entry: its lease fields are in
+-- its hash (state active, token, attempts, lease_expires_at, worker_id, started_at), and
+-- lease_of falls back to them.
+local function run_fields(r)
+  local a, s, fl, st, dl, wl, pos = string.match(r,
+    '^(%d+)|(%d+)|(%d)|([^|]*)|([^|]*)|(%d+)|()')
+  if not a then return nil end
+  local wend = pos + tonumber(wl)
+  return {attempts = a, seq = s, flag = fl, started = st, deadline = dl,
+    worker = string.sub(r, pos, wend - 1), task = string.sub(r, wend), run = true}
+end
+
+local function run_entry(L)
+  return L.attempts .. '|' .. L.seq .. '|' .. L.flag .. '|' .. L.started .. '|' .. L.deadline
+    .. '|' .. string.format('%d', #L.worker) .. '|' .. L.worker .. L.task
+end
+
+-- the lease of an active job whose token is `token`, or nil (not active, stale token, gone,
+-- not a hash): {attempts, token, worker, started, deadline, task, run, wf, grp, ...} where
+-- `run` tells a run entry from an older version's hash fields; `extra` hash fields are read
+-- too (L.x[i])
+local function lease_of(q, id, key, token, ...)
+  local extra = {...}
+  local r = redis.call('HGET', q.run, id)
+  local L = r and run_fields(r)
+  if L then
+    L.token = L.seq .. ':' .. string.match(q.seq, '{([^}]*)}')
+    if L.token ~= token then return nil end
+    local f = hmget(key, 'state', 'wf', 'grp', unpack(extra))
+    if not f or f[1] ~= 'active' then return nil end
+    L.wf, L.grp, L.x = f[2], f[3], {unpack(f, 4)}
+    return L
+  end
+  local f = hmget(key, 'state', 'token', 'attempts', 'worker_id', 'started_at',
+    'lease_expires_at', 'task', 'wf', 'grp', unpack(extra))
+  if not f or f[1] ~= 'active' or f[2] ~= token then return nil end
+  return {token = f[2], attempts = f[3] or '0', worker = f[4] or '', started = f[5],
+    deadline = f[6], task = f[7] or '', wf = f[8], grp = f[9], x = {unpack(f, 10)},
+    run = false}
+end
+
+-- the job leaves active: its run entry goes and the lease fields that outlive the run
+-- (attempts, started_at, and worker_id unless `drop_worker`) are written to its hash; an
+-- older version's lease fields (token, lease_expires_at) are deleted
+local function lease_end(q, id, key, L, drop_worker)
+  if L.run then
+    redis.call('HDEL', q.run, id)
+    if drop_worker or L.worker == '' then
+      redis.call('HSET', key, 'attempts', L.attempts, 'started_at', L.started)
+    else
+      redis.call('HSET', key, 'attempts', L.attempts, 'started_at', L.started,
+        'worker_id', L.worker)
+    end
+  else
+    redis.call('HDEL', key, 'lease_expires_at', 'token')
+  end
+  if drop_worker then redis.call('HDEL', key, 'worker_id') end
+  redis.call('ZREM', q.leases, id)
 end
 
 -- errors and history are JSON Lines (one JSON object per line); keep at most `max` lines
@@ -269,13 +339,15 @@ local function history(key, event, at, attempt, note, worker)
     .. jstr(worker) .. '}', 50)
 end
 
--- delete jobs for good: their hashes and payloads (ids: at most 1000)
-local function drop_jobs(q, ids)
+-- delete jobs for good: their hashes, payloads and run entries (ids: at most 1000);
+-- `finished` = all of them are in a terminal state (no run entry to delete)
+local function drop_jobs(q, ids, finished)
   if #ids == 0 then return end
   local keys = {}
   for i, id in ipairs(ids) do keys[i] = q.job .. id end
   redis.call('DEL', unpack(keys))
   redis.call('HDEL', q.payloads, unpack(ids))
+  if not finished then redis.call('HDEL', q.run, unpack(ids)) end
 end
 
 -- free the idempotency keys of jobs an operator is about to delete (clear.lua, purge.lua),
@@ -307,7 +379,7 @@ local function trim(q, set, cap)
     local ids = redis.call('ZRANGE', set, 0, math.min(excess, 1000) - 1)
     if #ids == 0 then return end
     redis.call('ZREMRANGEBYRANK', set, 0, #ids - 1)
-    drop_jobs(q, ids)
+    drop_jobs(q, ids, true)
     excess = excess - #ids
   end
 end

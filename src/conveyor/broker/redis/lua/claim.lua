@@ -73,32 +73,39 @@ if redis.call('EXISTS', q.paused) == 1 then return {CODE_NO, ''} end
 
 local out = {CODE_NO, ''}
 local score = lease_score(deadline)  -- the leases-set score: a whole second (_timers.lua)
-local leased, ids, rows = {}, {}, {}
+local leased, ids, rows, runs, tasks, atts = {}, {}, {}, {}, {}, {}
 local claimed = 0
 local suffix = ':' .. qname  -- of every fencing token "<seq>:<queue>"
+-- the part of every run entry after "<attempts>|<seq>|<flag>" (run_fields in _lib.lua)
+local tail = '|' .. now .. '|' .. deadline .. '|' .. string.format('%d', #worker) .. '|' .. worker
 
--- append one job's 9 reply values (payload filled in below, from one HMGET for the batch)
-local function reply(id, attempts, token, f)
-  local n = #out
-  out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = id, attempts, token, false, f[4]
-  out[n + 6], out[n + 7], out[n + 8], out[n + 9] = f[5], f[6], f[7], f[8]
-end
-
--- lease one pending job (f = its HMGET fields: state, attempts, task, run_at, lost, errors,
--- history, last_error, ...) with fencing token number `seq`
-local function lease_one(id, key, f, seq)
+-- a job with history (f = its HMGET fields: state, attempts, task, run_at, lost, errors,
+-- history, last_error, ..., and wf, grp at `w`): its state, its run entry (task known), its
+-- reply (id, token, payload filled in below, then its hash fields for the client)
+local function lease_slow(id, key, f, seq, w)
   local attempts = (tonumber(f[2]) or 0) + 1
-  local token = string.format('%d', seq) .. suffix
-  redis.call('HSET', key, 'state', 'active', 'attempts', attempts, 'started_at', now,
-    'lease_expires_at', deadline, 'token', token, 'worker_id', worker)
+  local a = COUNTS[attempts] or string.format('%d', attempts)
+  local s = string.format('%d', seq)
+  redis.call('HSET', key, 'state', 'active')
+  local flag = (f[w] or f[w + 1]) and '1' or '0'
+  local n = #runs
+  runs[n + 1], runs[n + 2] = id, a .. '|' .. s .. '|' .. flag .. tail .. (f[3] or '')
   leased[#leased + 1] = score
   leased[#leased + 1] = id
-  ids[#ids + 1] = id
-  rows[#rows + 1] = id
-  rows[#rows + 1] = f[3] or ''
-  rows[#rows + 1] = attempts
-  reply(id, attempts, token, f)
   claimed = claimed + 1
+  ids[claimed] = id
+  tasks[claimed] = f[3] or ''
+  atts[claimed] = attempts
+  n = #out
+  out[n + 1], out[n + 2], out[n + 3] = id, s .. suffix, false
+  out[n + 4] = {attempts, f[4], f[5], f[6], f[7], f[8]}
+end
+
+-- flow control (_flow.lua) leases through this (f: the HMGET of flow_take, no wf / grp read:
+-- a grouped job always has grp)
+local function lease_one(id, key, f, seq)
+  f[11], f[12] = false, '1'
+  lease_slow(id, key, f, seq, 11)
 end
 
 -- issue 15: a pending grouped job whose hash's flow record is malformed (flow_record in
@@ -139,36 +146,62 @@ while claimed < limit do
   local seq = redis.call('INCRBY', q.seq, #popped) - #popped
   for i = 1, #popped do
     seq = seq + 1
-    local id = member_id(popped[i])
+    local m = popped[i]
+    local id = member_id(m)
     local key = q.job .. id
-    local f = redis.pcall('HMGET', key, 'state', 'attempts', 'task', 'run_at', 'lost', 'errors',
-      'history', 'last_error', 'expires_at')
-    if f.err then
-      bury_foreign(id, key, redis.call('TYPE', key).ok)
-    elseif f[1] == 'pending' and f[9] and tonumber(f[9]) <= nnow then
-      lapse(id, key, f[3], f[2])
-    elseif f[1] == 'pending' then
-      -- lease_one, inlined: this loop is the hot path of every claim
-      local attempts = (tonumber(f[2]) or 0) + 1
-      local token = string.format('%d', seq) .. suffix
-      redis.call('HSET', key, 'state', 'active', 'attempts', COUNTS[attempts] or attempts,
-        'started_at', now, 'lease_expires_at', deadline, 'token', token, 'worker_id', worker)
-      local n = #leased
-      leased[n + 1], leased[n + 2] = score, id
-      ids[claimed + 1] = id
-      n = #rows
-      rows[n + 1], rows[n + 2], rows[n + 3] = id, f[3] or '', attempts
-      n = #out
-      out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = id, attempts, token, false, f[4]
-      out[n + 6], out[n + 7], out[n + 8], out[n + 9] = f[5], f[6], f[7], f[8]
-      claimed = claimed + 1
+    if string.byte(m, 17) == 46 and id ~= m then
+      -- a fresh job ("<seq>.<id>", member_id in _lib.lua): no read, ONE write. HSET answers
+      -- 1 when it created the field: no job (or not Conveyor's) behind this member
+      local r = redis.pcall('HSET', key, 'state', 'active')
+      if type(r) == 'table' then
+        bury_foreign(id, key, redis.call('TYPE', key).ok)
+      elseif r == 1 then
+        redis.call('HDEL', key, 'state')  -- undone (an emptied hash is deleted)
+      else
+        local s = string.format('%d', seq)
+        local n = #runs
+        runs[n + 1], runs[n + 2] = id, '1|' .. s .. '|0' .. tail  -- task appended below
+        n = #leased
+        leased[n + 1], leased[n + 2] = score, id
+        claimed = claimed + 1
+        ids[claimed] = id
+        n = #out
+        out[n + 1], out[n + 2], out[n + 3], out[n + 4] = id, s .. suffix, false, false
+      end
+    else
+      local f = redis.pcall('HMGET', key, 'state', 'attempts', 'task', 'run_at', 'lost',
+        'errors', 'history', 'last_error', 'expires_at', 'wf', 'grp')
+      if f.err then
+        bury_foreign(id, key, redis.call('TYPE', key).ok)
+      elseif f[1] == 'pending' and f[9] and tonumber(f[9]) <= nnow then
+        lapse(id, key, f[3], f[2])
+      elseif f[1] == 'pending' then
+        lease_slow(id, key, f, seq, 10)
+      end
     end
   end
 end
-if #leased > 0 then
-  bulk('ZADD', q.leases, leased)
+if claimed > 0 then
   local payloads = hmget_many(q.payloads, ids)
-  for i = 1, #ids do out[i * 9 - 3] = payloads[i] end  -- 4th of the job's 9 values
+  for i = 1, claimed do
+    local p = payloads[i]
+    out[i * 4 + 1] = p  -- 3rd of the job's 4 values
+    local task = tasks[i]
+    if not task then
+      -- a fresh job's task, from its envelope (Conveyor writes "v", "id", "task" first)
+      task = p and string.match(p, '^{"v":1,"id":"[^"\\]*","task":"([^"\\]*)"')
+      if not task and p then
+        local ok, env = pcall(cjson.decode, p)
+        task = ok and type(env) == 'table' and type(env.task) == 'string' and env.task or ''
+      end
+      task = task or ''
+      runs[i * 2] = runs[i * 2] .. task
+    end
+    local n = #rows
+    rows[n + 1], rows[n + 2], rows[n + 3] = ids[i], task, atts[i] or 1
+  end
+  bulk('HSET', q.run, runs)
+  bulk('ZADD', q.leases, leased)
   emit_many(q, maxlen, 'started', now, {'worker', worker}, {'job_id', 'task', 'attempt'}, rows)
 end
 if claimed > 0 and (redis.call('ZCARD', q.ready) > 0

@@ -24,33 +24,58 @@
 local q = qkeys(0)
 local o = cjson.decode(ARGV[1])
 local now, maxlen = o.now, o.events_max
-local out, ids, done, rows = {}, {}, {}, {}
-for i = 2, #ARGV, 5 do
+local suffix = ':' .. o.queue  -- of every fencing token "<seq>:<queue>"
+local out, ids, done, rows, acked = {}, {}, {}, {}, {}
+for i = 2, #ARGV, 5 do acked[#acked + 1] = ARGV[i] end
+local entries = hmget_many(q.run, acked)  -- the run entries of the batch (_lib.lua)
+for k = 1, #acked do
+  local i = k * 5 - 3
   local id, token, result, entry = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   local key = q.job .. id
-  local f = redis.pcall('HMGET', key, 'state', 'token', 'attempts', 'task', 'wf', 'grp')
-  if not f.err and f[1] == 'active' and f[2] == token then
-    if f[6] then free_slots(q, id, key, f[6]) end
-    if result ~= '' then
-      redis.call('HSET', key, 'state', 'completed', 'finished_at', now, 'result', result)
-    else
-      redis.call('HSET', key, 'state', 'completed', 'finished_at', now)
+  local r = entries[k]
+  local L = r and run_fields(r)
+  local ok, wf, grp = false, nil, nil
+  if L then
+    -- fencing against the run entry: it exists only while the job is active
+    ok = L.seq .. suffix == token
+    if ok and L.flag == '1' then
+      local f = hmget(key, 'wf', 'grp') or {}
+      wf, grp = f[1], f[2]
     end
+  else  -- leased by an older version: the lease fields are in the job hash (lease_of)
+    L = lease_of(q, id, key, token)
+    if L then ok, wf, grp = true, L.wf, L.grp end
+  end
+  if ok then
+    if grp then free_slots(q, id, key, grp) end
+    -- ONE write: the state and what outlives the run (token and deadline do not)
+    local w
+    if result ~= '' then
+      w = redis.pcall('HSET', key, 'state', 'completed', 'finished_at', now, 'result', result,
+        'attempts', L.attempts, 'started_at', L.started or now, 'worker_id', L.worker)
+    else
+      w = redis.pcall('HSET', key, 'state', 'completed', 'finished_at', now,
+        'attempts', L.attempts, 'started_at', L.started or now, 'worker_id', L.worker)
+    end
+    if type(w) == 'table' then ok = false end  -- not a hash any more (planted): refused
+  end
+  if ok then
+    if not L.run then redis.call('HDEL', key, 'lease_expires_at', 'token') end
     if entry ~= '' then
       if not string.find(entry, '"attempt":', 1, true) then
-        entry = '{"attempt":' .. (f[3] or '0') .. ',' .. string.sub(entry, 2)
+        entry = '{"attempt":' .. L.attempts .. ',' .. string.sub(entry, 2)
       end
       append_line(key, 'errors', entry, nil)
       redis.call('HSET', key, 'last_error', ARGV[i + 4])
     end
     rows[#rows + 1] = id
-    rows[#rows + 1] = f[4] or ''
-    rows[#rows + 1] = tonumber(f[3]) or 0
+    rows[#rows + 1] = L.task
+    rows[#rows + 1] = tonumber(L.attempts) or 0
     ids[#ids + 1] = id
     done[#done + 1] = now
     done[#done + 1] = id
     out[#out + 1] = CODE_OK
-    if f[5] then  -- a workflow node with dependants: released in this same step
+    if wf then  -- a workflow node with dependants: released in this same step
       local dropped = result == '' and entry ~= ''  -- a result_error: nothing to pass on
       if result == '' then result = 'null' end
       wf_done(q, o.queue, id, true, result, now, maxlen, dropped)
@@ -61,6 +86,7 @@ for i = 2, #ARGV, 5 do
 end
 if #ids > 0 then
   emit_many(q, maxlen, 'completed', now, {}, {'job_id', 'task', 'attempt'}, rows)
+  bulk('HDEL', q.run, ids)
   bulk('ZREM', q.leases, ids)
   bulk('ZADD', q.completed, done)
   trim(q, q.completed, o.completed_max)

@@ -157,7 +157,10 @@ for g = 1, groups do
         grouped = true
       elseif state == 'pending' then
         seq = seq + 1
-        local m = string.format('%016x:%s', seq, id)  -- member(seq, id), inlined
+        -- member(seq, id), inlined; "." marks a fresh job (member_id in _lib.lua): claim.lua
+        -- leases it without reading its hash, so one with an expires_at takes ":"
+        local m = string.format((full[k] and ARGV[a + 11] ~= '') and '%016x:%s' or '%016x.%s',
+          seq, id)
         ready[#ready + 1] = prio
         ready[#ready + 1] = m
         redis.call('HSET', key, 'state', state, 'priority', prio, 'run_at', run_at,

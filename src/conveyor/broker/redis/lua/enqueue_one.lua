@@ -19,7 +19,8 @@ local t, id, state, prio, run_at, task = KEYS[1], ARGV[2], ARGV[4], ARGV[5], ARG
 local key = t .. 'job:' .. id
 if redis.call('EXISTS', key) == 1 then return {CODE_DUPLICATE_ID, id} end
 if state == 'pending' then
-  local m = string.format('%016x:%s', redis.call('INCR', t .. 'seq'), id)  -- member(seq, id)
+  -- member(seq, id) of a fresh job: "." (member_id in _lib.lua; claim.lua reads no hash)
+  local m = string.format('%016x.%s', redis.call('INCR', t .. 'seq'), id)
   redis.call('HSET', key, 'state', state, 'priority', prio, 'run_at', run_at,
     'created_at', ARGV[7], 'task', task, 'rk', m)
   redis.call('ZADD', t .. 'ready', prio, m)
