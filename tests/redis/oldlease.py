@@ -16,7 +16,5 @@ def make_old_lease(rbroker: RedisBroker, job_id: str, queue: str = "default") ->
     assert raw is not None, f"{job_id} has no run entry"
     values = run_fields(raw)
     assert values is not None
-    seq = values.pop(b"seq")
-    values[b"token"] = seq + b":" + queue.encode()
     client.hset(keys.job(queue, job_id), mapping=values)  # type: ignore[arg-type]
     client.hdel(keys.queue_key(queue, RUN), job_id)

@@ -47,7 +47,15 @@ from .side import RedisCounters, RedisDocs, RedisEvents, RedisLogs
 from .workflows import RedisWorkflows
 
 PURGE_BATCH = 1000
-CLAIM_WIDTH = 4  # values per job in claim.lua's flat reply (see its header)
+CLAIM_WIDTH = 3  # values per job in claim.lua's flat reply (see its header)
+
+
+def _hash_values(flat: list[Any] | None) -> dict[int, list[Any]] | None:
+    """claim.lua's hash values of the jobs that are not fresh: job number (1-based) ->
+    [attempts, run_at, lost, errors, history, last_error]; None when every job is fresh."""
+    if not flat:
+        return None
+    return {flat[i]: flat[i + 1 : i + 7] for i in range(0, len(flat), 7)}
 
 
 class RedisBroker(
@@ -127,13 +135,15 @@ class RedisBroker(
                 if due is not None:
                     next_due = due if next_due is None else min(next_due, due)
                 if idle is not None:  # empty: no more ready, fewer jobs than asked
-                    got = (len(reply) - 2) // CLAIM_WIDTH
+                    got = (len(reply) - 3) // CLAIM_WIDTH
                     idle.note(queue, now, reply[0] != ScriptCode.MORE and got < want, due, seen)
                 buried = 0
                 where = self._where
                 where.make_room(len(reply) // CLAIM_WIDTH)
-                for k in range(2, len(reply), CLAIM_WIDTH):  # flat: 4 values per job
-                    item = reply[k : k + CLAIM_WIDTH]
+                slow = _hash_values(reply[2])
+                for k in range(3, len(reply), CLAIM_WIDTH):  # flat: 3 values per job
+                    extra = slow.get(k // CLAIM_WIDTH) if slow else None
+                    item = (reply[k], reply[k + 1], reply[k + 2], extra)
                     try:
                         job = claimed_job(item, queue, now, expires, worker_id)
                     except Exception as exc:  # one bad job never fails the batch
@@ -150,7 +160,7 @@ class RedisBroker(
         return Claimed.of(leases, next_due, limit=0 if more else limit)  # short: drained
 
     def _bury_claimed(
-        self, queue: str, item: list[Any], message: str, worker_id: str, now: float
+        self, queue: str, item: Sequence[Any], message: str, worker_id: str, now: float
     ) -> None:
         """A claimed job whose payload does not decode: dead-letter it at once (decode_error)."""
         job_id, fields = codec.claimed_fields(item, "", "", worker_id)

@@ -85,30 +85,44 @@ def claimed_fields(
 
 
 def run_fields(run: bytes) -> dict[bytes, bytes] | None:
-    """The job hash fields an active job's run entry stands for (issue 18; the packed format
-    is in keys.py and lua/_lib.lua ``run_fields``), or None when it is not of that format."""
-    parts = run.split(b"|", 6)
-    if len(parts) != 7 or not parts[5].isdigit():
+    """The job hash fields an active job's run entry stands for (issue 18; the format is in
+    keys.py and lua/_lib.lua ``run_fields``): token, attempts, started_at, lease_expires_at,
+    worker_id; None when it is not of that format."""
+    head, sep, times = run.partition(b"\n")
+    parts = head.split(b"|", 2)
+    tail = times.split(b"|", 2)
+    if not sep or len(parts) != 3 or len(tail) != 3:
         return None
-    attempts, seq, _flag, started, deadline, size, rest = parts
-    n = int(size)
+    try:
+        row = orjson.loads(b"[" + parts[2] + b"]")
+    except orjson.JSONDecodeError:
+        return None
+    if len(row) != 3 or type(row[2]) is not int:
+        return None
     return {
-        b"attempts": attempts,
-        b"seq": seq,
-        b"started_at": started,
-        b"lease_expires_at": deadline,
-        b"worker_id": rest[:n],
+        b"token": parts[0],
+        b"attempts": str(row[2]).encode(),
+        b"started_at": tail[0],
+        b"lease_expires_at": tail[1],
+        b"worker_id": tail[2],
     }
 
 
-def run_overlay(fields: dict[bytes, bytes], run: bytes, queue: str) -> None:
-    """Put an active job's run entry over its hash ``fields`` (attempts, started_at,
-    lease_expires_at, worker_id, token): the hash of a job leased this way has only its state."""
-    if fields.get(b"state") != b"active" or (values := run_fields(run)) is None:
+def run_overlay(fields: dict[bytes, bytes], run: bytes | None) -> None:
+    """Resolve the lease fields of a job hash ``fields`` (issue 18): an active job's run entry
+    ``run`` (its hash has only the state) gives all of them; a job that completed keeps its
+    last entry as field ``run``, which gives started_at and worker_id, and attempts when the
+    hash has no count of its own (a fresh job's first run)."""
+    if run is not None and fields.get(b"state") == b"active":
+        if (values := run_fields(run)) is not None:
+            fields.update(values)
         return
-    seq = values.pop(b"seq")
-    fields.update(values)
-    fields[b"token"] = seq + b":" + queue.encode()
+    kept = fields.get(b"run")
+    if kept is None or (values := run_fields(kept)) is None:
+        return
+    fields[b"started_at"] = values[b"started_at"]
+    fields[b"worker_id"] = values[b"worker_id"]
+    fields.setdefault(b"attempts", values[b"attempts"])
 
 
 def enqueue_fields(job: Job, now: float, grace: float) -> list[Any]:

@@ -228,13 +228,11 @@ class RedisBase:
             pipe.hget(self.keys.queue_key(queue, RUN), job_id)
         replies = pipe.execute()
         out = []
-        for (queue, _), fields, payload, run in zip(
-            items, replies[::3], replies[1::3], replies[2::3], strict=True
-        ):
+        for fields, payload, run in zip(replies[::3], replies[1::3], replies[2::3], strict=True):
             if fields and payload is not None:
                 fields[b"payload"] = payload
-            if fields and run is not None:
-                codec.run_overlay(fields, run, queue)
+            if fields:
+                codec.run_overlay(fields, run)
             out.append(fields)
         return out
 

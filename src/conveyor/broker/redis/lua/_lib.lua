@@ -253,39 +253,52 @@ local function member_id(member)
   return member
 end
 
+-- JSON text of a string: what cjson.encode gives, without its cost for plain text (the usual
+-- job id and task name)
+local function jtext(s)
+  if string.find(s, '[%c"\\/\128-\255]') then return cjson.encode(s) end
+  return '"' .. s .. '"'
+end
+
 -- The run entry of an active job (issue 18): field <id> of the queue's run hash (q.run), one
 -- packed value written by the claim in one HSET for the whole batch, read by the completion
--- in one HMGET for its batch and deleted when the job leaves active:
---   "<attempts>|<seq>|<flag>|<started_at>|<lease deadline>|<#worker>|<worker><task>"
+-- in one HMGET for its batch, deleted when the job leaves active:
+--   "<token>|<flag>|<row>\n<started_at>|<lease deadline>|<worker_id>"
 -- token = "<seq>:<queue>"; flag "1" = the job hash has fields the exit must read (wf, grp),
--- "0" = it has none. A job leased by an older version has no entry: its lease fields are in
--- its hash (state active, token, attempts, lease_expires_at, worker_id, started_at), and
--- lease_of falls back to them.
+-- "0" = none; row = the job's event row as JSON text without its brackets:
+-- "<id>","<task>",<attempts> (the completion passes it on to its event as it is). The
+-- completion keeps the entry in the job hash as field "run" (started_at, worker_id and, when
+-- the hash has no "attempts", attempts: codec.py). A job leased by an older version has no
+-- entry: its lease fields are in its hash (state active, token, attempts, lease_expires_at,
+-- worker_id, started_at), and lease_of falls back to them.
 local function run_fields(r)
-  local a, s, fl, st, dl, wl, pos = string.match(r,
-    '^(%d+)|(%d+)|(%d)|([^|]*)|([^|]*)|(%d+)|()')
-  if not a then return nil end
-  local wend = pos + tonumber(wl)
-  return {attempts = a, seq = s, flag = fl, started = st, deadline = dl,
-    worker = string.sub(r, pos, wend - 1), task = string.sub(r, wend), run = true}
+  local token, flag, row, started, deadline, worker = string.match(r,
+    '^([^|]*)|(%d)|([^\n]*)\n([^|]*)|([^|]*)|(.*)$')
+  if not token then return nil end
+  local ok, v = pcall(cjson.decode, '[' .. row .. ']')
+  if not ok or type(v) ~= 'table' or type(v[2]) ~= 'string' or type(v[3]) ~= 'number' then
+    return nil
+  end
+  return {token = token, flag = flag, row = row, task = v[2],
+    attempts = string.format('%d', v[3]), started = started, deadline = deadline,
+    worker = worker, run = true}
 end
 
 local function run_entry(L)
-  return L.attempts .. '|' .. L.seq .. '|' .. L.flag .. '|' .. L.started .. '|' .. L.deadline
-    .. '|' .. string.format('%d', #L.worker) .. '|' .. L.worker .. L.task
+  return L.token .. '|' .. L.flag .. '|' .. L.row .. '\n' .. L.started .. '|' .. L.deadline
+    .. '|' .. L.worker
 end
 
 -- the lease of an active job whose token is `token`, or nil (not active, stale token, gone,
--- not a hash): {attempts, token, worker, started, deadline, task, run, wf, grp, ...} where
--- `run` tells a run entry from an older version's hash fields; `extra` hash fields are read
--- too (L.x[i])
+-- not a hash): {token, attempts, worker, started, deadline, task, run, wf, grp, x} where
+-- `run` tells a run entry from an older version's hash fields; the hash fields named in
+-- `...` are read too (L.x[i])
 local function lease_of(q, id, key, token, ...)
   local extra = {...}
   local r = redis.call('HGET', q.run, id)
-  local L = r and run_fields(r)
-  if L then
-    L.token = L.seq .. ':' .. string.match(q.seq, '{([^}]*)}')
-    if L.token ~= token then return nil end
+  if r then
+    local L = run_fields(r)
+    if not L or L.token ~= token then return nil end
     local f = hmget(key, 'state', 'wf', 'grp', unpack(extra))
     if not f or f[1] ~= 'active' then return nil end
     L.wf, L.grp, L.x = f[2], f[3], {unpack(f, 4)}
@@ -299,8 +312,9 @@ local function lease_of(q, id, key, token, ...)
     run = false}
 end
 
--- the job leaves active: its run entry goes and the lease fields that outlive the run
--- (attempts, started_at, and worker_id unless `drop_worker`) are written to its hash; an
+-- the job leaves active other than by completing: its run entry goes and what outlives the
+-- run is written to its hash as plain fields (attempts, started_at, and worker_id unless
+-- `drop_worker`; a "run" field of an earlier completion would shadow them: deleted); an
 -- older version's lease fields (token, lease_expires_at) are deleted
 local function lease_end(q, id, key, L, drop_worker)
   if L.run then
@@ -311,11 +325,32 @@ local function lease_end(q, id, key, L, drop_worker)
       redis.call('HSET', key, 'attempts', L.attempts, 'started_at', L.started,
         'worker_id', L.worker)
     end
+    redis.call('HDEL', key, 'run')
   else
     redis.call('HDEL', key, 'lease_expires_at', 'token')
   end
   if drop_worker then redis.call('HDEL', key, 'worker_id') end
   redis.call('ZREM', q.leases, id)
+end
+
+-- emit_many for rows given as JSON texts (a run entry's row: "<id>","<task>",<attempts>):
+-- several are joined into the batch entry as they are, one is decoded for the flat entry
+local function emit_rows(q, maxlen, kind, at, shared, columns, texts)
+  local n = #texts
+  if n == 0 then return end
+  if n == 1 then
+    emit_many(q, maxlen, kind, at, shared, columns, cjson.decode('[' .. texts[1] .. ']'))
+    return
+  end
+  local args = {'XADD', q.events, 'MAXLEN', '~', maxlen, '*', 'type', kind, 'at', at}
+  local cap = tonumber(maxlen)
+  if cap and cap > 0 then args[5] = math.max(1, math.floor(cap / n)) end
+  for i = 1, #shared do args[#args + 1] = shared[i] end
+  args[#args + 1] = 'fields'
+  args[#args + 1] = table.concat(columns, ' ')
+  args[#args + 1] = 'jobs'
+  args[#args + 1] = '[' .. table.concat(texts, ',') .. ']'
+  redis.call(unpack(args))
 end
 
 -- errors and history are JSON Lines (one JSON object per line); keep at most `max` lines

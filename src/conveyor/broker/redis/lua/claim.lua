@@ -69,40 +69,44 @@ expire_leases(q, now, o.max_lost, o.promote_max, maxlen, dead_max)
 -- this claim serves every marker left so far (stale ones included); if it leaves ready jobs
 -- behind it pushes one again below, for the next idle worker
 redis.call('DEL', q.wake)
-if redis.call('EXISTS', q.paused) == 1 then return {CODE_NO, ''} end
+if redis.call('EXISTS', q.paused) == 1 then return {CODE_NO, '', false} end
 
-local out = {CODE_NO, ''}
+local out = {CODE_NO, '', false}
 local score = lease_score(deadline)  -- the leases-set score: a whole second (_timers.lua)
-local leased, ids, rows, runs, tasks, atts = {}, {}, {}, {}, {}, {}
+local leased, ids, runs, texts, extra = {}, {}, {}, {}, {}
 local claimed = 0
 local suffix = ':' .. qname  -- of every fencing token "<seq>:<queue>"
--- the part of every run entry after "<attempts>|<seq>|<flag>" (run_fields in _lib.lua)
-local tail = '|' .. now .. '|' .. deadline .. '|' .. string.format('%d', #worker) .. '|' .. worker
+-- the end of every run entry of this call (run_fields in _lib.lua)
+local tail = '\n' .. now .. '|' .. deadline .. '|' .. worker
+local find, byte, sub, match, format = string.find, string.byte, string.sub, string.match,
+  string.format
 
 -- a job with history (f = its HMGET fields: state, attempts, task, run_at, lost, errors,
--- history, last_error, ..., and wf, grp at `w`): its state, its run entry (task known), its
--- reply (id, token, payload filled in below, then its hash fields for the client)
+-- history, last_error, ..., and wf, grp at `w`): state active and its attempts (the hash
+-- keeps a count it can be told by, codec.py), its run entry and event row, its reply values
+-- (the payload filled in below) and its hash fields for the client (in out[3])
 local function lease_slow(id, key, f, seq, w)
   local attempts = (tonumber(f[2]) or 0) + 1
-  local a = COUNTS[attempts] or string.format('%d', attempts)
-  local s = string.format('%d', seq)
-  redis.call('HSET', key, 'state', 'active')
+  local a = COUNTS[attempts] or format('%d', attempts)
+  redis.call('HSET', key, 'state', 'active', 'attempts', a)
+  local token = format('%d', seq) .. suffix
   local flag = (f[w] or f[w + 1]) and '1' or '0'
-  local n = #runs
-  runs[n + 1], runs[n + 2] = id, a .. '|' .. s .. '|' .. flag .. tail .. (f[3] or '')
-  leased[#leased + 1] = score
-  leased[#leased + 1] = id
+  local row = jtext(id) .. ',' .. jtext(f[3] or '') .. ',' .. a
   claimed = claimed + 1
-  ids[claimed] = id
-  tasks[claimed] = f[3] or ''
-  atts[claimed] = attempts
+  ids[claimed], texts[claimed] = id, row
+  local n = #runs
+  runs[n + 1], runs[n + 2] = id, token .. '|' .. flag .. '|' .. row .. tail
+  n = #leased
+  leased[n + 1], leased[n + 2] = score, id
   n = #out
-  out[n + 1], out[n + 2], out[n + 3] = id, s .. suffix, false
-  out[n + 4] = {attempts, f[4], f[5], f[6], f[7], f[8]}
+  out[n + 1], out[n + 2], out[n + 3] = id, token, false
+  n = #extra
+  extra[n + 1], extra[n + 2], extra[n + 3], extra[n + 4] = claimed, attempts, f[4], f[5]
+  extra[n + 5], extra[n + 6], extra[n + 7] = f[6], f[7], f[8]
 end
 
--- flow control (_flow.lua) leases through this (f: the HMGET of flow_take, no wf / grp read:
--- a grouped job always has grp)
+-- flow control (_flow.lua) leases through this (f: the HMGET of flow_take, which reads no
+-- wf / grp: a grouped job always has grp)
 local function lease_one(id, key, f, seq)
   f[11], f[12] = false, '1'
   lease_slow(id, key, f, seq, 11)
@@ -137,6 +141,7 @@ if grouped then
   flow_take(q, now, nnow, limit, function() return claimed end, lease_one, lapse, bury_flow)
 end
 
+local jobp = q.job
 while claimed < limit do
   -- the ready set's head by rank, then removed by rank: ZPOPMIN would also format every
   -- score (a priority) as a double for the reply
@@ -147,28 +152,30 @@ while claimed < limit do
   for i = 1, #popped do
     seq = seq + 1
     local m = popped[i]
-    local id = member_id(m)
-    local key = q.job .. id
-    if string.byte(m, 17) == 46 and id ~= m then
+    if byte(m, 17) == 46 and find(m, '^%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%.') then
       -- a fresh job ("<seq>.<id>", member_id in _lib.lua): no read, ONE write. HSET answers
       -- 1 when it created the field: no job (or not Conveyor's) behind this member
+      local id = sub(m, 18)
+      local key = jobp .. id
       local r = redis.pcall('HSET', key, 'state', 'active')
-      if type(r) == 'table' then
-        bury_foreign(id, key, redis.call('TYPE', key).ok)
+      if r == 0 then
+        local token = format('%d', seq) .. suffix
+        claimed = claimed + 1
+        ids[claimed] = id
+        local n = #runs
+        runs[n + 1], runs[n + 2] = id, token  -- completed below, with the task
+        n = #leased
+        leased[n + 1], leased[n + 2] = score, id
+        n = #out
+        out[n + 1], out[n + 2], out[n + 3] = id, token, false
       elseif r == 1 then
         redis.call('HDEL', key, 'state')  -- undone (an emptied hash is deleted)
       else
-        local s = string.format('%d', seq)
-        local n = #runs
-        runs[n + 1], runs[n + 2] = id, '1|' .. s .. '|0' .. tail  -- task appended below
-        n = #leased
-        leased[n + 1], leased[n + 2] = score, id
-        claimed = claimed + 1
-        ids[claimed] = id
-        n = #out
-        out[n + 1], out[n + 2], out[n + 3], out[n + 4] = id, s .. suffix, false, false
+        bury_foreign(id, key, redis.call('TYPE', key).ok)
       end
     else
+      local id = member_id(m)
+      local key = jobp .. id
       local f = redis.pcall('HMGET', key, 'state', 'attempts', 'task', 'run_at', 'lost',
         'errors', 'history', 'last_error', 'expires_at', 'wf', 'grp')
       if f.err then
@@ -185,24 +192,23 @@ if claimed > 0 then
   local payloads = hmget_many(q.payloads, ids)
   for i = 1, claimed do
     local p = payloads[i]
-    out[i * 4 + 1] = p  -- 3rd of the job's 4 values
-    local task = tasks[i]
-    if not task then
+    out[i * 3 + 3] = p  -- 3rd of the job's 3 values
+    if not texts[i] then
       -- a fresh job's task, from its envelope (Conveyor writes "v", "id", "task" first)
-      task = p and string.match(p, '^{"v":1,"id":"[^"\\]*","task":"([^"\\]*)"')
-      if not task and p then
-        local ok, env = pcall(cjson.decode, p)
+      local task = p and match(p, '^{"v":1,"id":"[^"\\]*","task":"([^"\\]*)"')
+      if not task then
+        local ok, env = pcall(cjson.decode, p or '')
         task = ok and type(env) == 'table' and type(env.task) == 'string' and env.task or ''
       end
-      task = task or ''
-      runs[i * 2] = runs[i * 2] .. task
+      local row = jtext(ids[i]) .. ',' .. jtext(task) .. ',1'
+      texts[i] = row
+      runs[i * 2] = runs[i * 2] .. '|0|' .. row .. tail
     end
-    local n = #rows
-    rows[n + 1], rows[n + 2], rows[n + 3] = ids[i], task, atts[i] or 1
   end
   bulk('HSET', q.run, runs)
   bulk('ZADD', q.leases, leased)
-  emit_many(q, maxlen, 'started', now, {'worker', worker}, {'job_id', 'task', 'attempt'}, rows)
+  emit_rows(q, maxlen, 'started', now, {'worker', worker}, {'job_id', 'task', 'attempt'}, texts)
+  if #extra > 0 then out[3] = extra end
 end
 if claimed > 0 and (redis.call('ZCARD', q.ready) > 0
     or (grouped and redis.call('ZCARD', q.flow .. 'groups') > 0)) then

@@ -24,68 +24,72 @@
 local q = qkeys(0)
 local o = cjson.decode(ARGV[1])
 local now, maxlen = o.now, o.events_max
-local suffix = ':' .. o.queue  -- of every fencing token "<seq>:<queue>"
-local out, ids, done, rows, acked = {}, {}, {}, {}, {}
+local find, byte, sub = string.find, string.byte, string.sub
+local out, ids, done, texts, acked = {}, {}, {}, {}, {}
 for i = 2, #ARGV, 5 do acked[#acked + 1] = ARGV[i] end
 local entries = hmget_many(q.run, acked)  -- the run entries of the batch (_lib.lua)
+local jobp = q.job
 for k = 1, #acked do
   local i = k * 5 - 3
   local id, token, result, entry = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
-  local key = q.job .. id
+  local key = jobp .. id
   local r = entries[k]
-  local L = r and run_fields(r)
-  local ok, wf, grp = false, nil, nil
-  if L then
-    -- fencing against the run entry: it exists only while the job is active
-    ok = L.seq .. suffix == token
-    if ok and L.flag == '1' then
-      local f = hmget(key, 'wf', 'grp') or {}
-      wf, grp = f[1], f[2]
+  local L, wf, grp, w = nil, nil, nil, nil
+  if r then
+    -- fenced by the run entry (it exists only while the job is active): it must begin with
+    -- this token; its event row and the entry itself are taken as they are
+    local n = #token
+    if find(r, token, 1, true) == 1 and byte(r, n + 1) == 124 then
+      if byte(r, n + 2) == 49 then  -- flag 1: the hash has fields this exit reads
+        local f = hmget(key, 'wf', 'grp') or {}
+        wf, grp = f[1], f[2]
+      end
+      L = {row = sub(r, n + 4, find(r, '\n', n + 4, true) - 1), run = true}
+      if result ~= '' then
+        w = redis.pcall('HSET', key, 'state', 'completed', 'finished_at', now, 'run', r,
+          'result', result)
+      else
+        w = redis.pcall('HSET', key, 'state', 'completed', 'finished_at', now, 'run', r)
+      end
     end
   else  -- leased by an older version: the lease fields are in the job hash (lease_of)
     L = lease_of(q, id, key, token)
-    if L then ok, wf, grp = true, L.wf, L.grp end
-  end
-  if ok then
-    if grp then free_slots(q, id, key, grp) end
-    -- ONE write: the state and what outlives the run (token and deadline do not)
-    local w
-    if result ~= '' then
-      w = redis.pcall('HSET', key, 'state', 'completed', 'finished_at', now, 'result', result,
-        'attempts', L.attempts, 'started_at', L.started or now, 'worker_id', L.worker)
-    else
-      w = redis.pcall('HSET', key, 'state', 'completed', 'finished_at', now,
-        'attempts', L.attempts, 'started_at', L.started or now, 'worker_id', L.worker)
+    if L then
+      wf, grp = L.wf, L.grp
+      L.row = jtext(id) .. ',' .. jtext(L.task) .. ',' .. string.format('%d', tonumber(L.attempts) or 0)
+      if result ~= '' then
+        w = redis.pcall('HSET', key, 'state', 'completed', 'finished_at', now, 'result', result)
+      else
+        w = redis.pcall('HSET', key, 'state', 'completed', 'finished_at', now)
+      end
+      if type(w) ~= 'table' then redis.call('HDEL', key, 'run') end
     end
-    if type(w) == 'table' then ok = false end  -- not a hash any more (planted): refused
   end
-  if ok then
-    if not L.run then redis.call('HDEL', key, 'lease_expires_at', 'token') end
+  if L and type(w) ~= 'table' then
+    if grp then free_slots(q, id, key, grp) end
     if entry ~= '' then
-      if not string.find(entry, '"attempt":', 1, true) then
-        entry = '{"attempt":' .. L.attempts .. ',' .. string.sub(entry, 2)
+      if not find(entry, '"attempt":', 1, true) then
+        local attempt = L.attempts or string.match(L.row, ',(%d+)$') or '0'
+        entry = '{"attempt":' .. attempt .. ',' .. sub(entry, 2)
       end
       append_line(key, 'errors', entry, nil)
       redis.call('HSET', key, 'last_error', ARGV[i + 4])
     end
-    rows[#rows + 1] = id
-    rows[#rows + 1] = L.task
-    rows[#rows + 1] = tonumber(L.attempts) or 0
-    ids[#ids + 1] = id
-    done[#done + 1] = now
-    done[#done + 1] = id
-    out[#out + 1] = CODE_OK
+    local n = #ids + 1
+    ids[n], texts[n] = id, L.row
+    done[n * 2 - 1], done[n * 2] = now, id
+    out[k] = CODE_OK
     if wf then  -- a workflow node with dependants: released in this same step
       local dropped = result == '' and entry ~= ''  -- a result_error: nothing to pass on
       if result == '' then result = 'null' end
       wf_done(q, o.queue, id, true, result, now, maxlen, dropped)
     end
   else
-    out[#out + 1] = CODE_NO
+    out[k] = CODE_NO  -- stale token, not active, or not a hash any more (planted)
   end
 end
 if #ids > 0 then
-  emit_many(q, maxlen, 'completed', now, {}, {'job_id', 'task', 'attempt'}, rows)
+  emit_rows(q, maxlen, 'completed', now, {}, {'job_id', 'task', 'attempt'}, texts)
   bulk('HDEL', q.run, ids)
   bulk('ZREM', q.leases, ids)
   bulk('ZADD', q.completed, done)

@@ -11,7 +11,6 @@
 local q = qkeys(0)
 local deadline = ARGV[1]
 local score = lease_score(deadline)  -- whole seconds in the leases set (_timers.lua)
-local suffix = ':' .. string.match(q.seq, '{([^}]*)}')  -- of every token "<seq>:<queue>"
 local out, ids = {}, {}
 for i = 2, #ARGV, 2 do ids[#ids + 1] = ARGV[i] end
 local entries = hmget_many(q.run, ids)  -- the run entries (_lib.lua), one read for all
@@ -20,7 +19,7 @@ for k = 1, #ids do
   local L = entries[k] and run_fields(entries[k])
   local ok = false
   if L then
-    if L.seq .. suffix == token then
+    if L.token == token then
       L.deadline = deadline
       redis.call('HSET', q.run, id, run_entry(L))
       ok = true
