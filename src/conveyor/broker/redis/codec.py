@@ -88,37 +88,35 @@ def run_fields(run: bytes) -> dict[bytes, bytes] | None:
     """The job hash fields an active job's run entry stands for (issue 18; the format is in
     keys.py and lua/_lib.lua ``run_fields``): token, attempts, started_at, lease_expires_at,
     worker_id; None when it is not of that format."""
-    head, sep, times = run.partition(b"\n")
-    parts = head.split(b"|", 2)
-    tail = times.split(b"|", 2)
-    if not sep or len(parts) != 3 or len(tail) != 3:
+    head, sep, kept = run.partition(b"\n")
+    parts = head.split(b"|", 3)
+    if not sep or len(parts) != 4 or (values := kept_fields(kept)) is None:
         return None
-    try:
-        row = orjson.loads(b"[" + parts[2] + b"]")
-    except orjson.JSONDecodeError:
+    values[b"token"] = parts[0]
+    values[b"lease_expires_at"] = parts[2]
+    return values
+
+
+def kept_fields(kept: bytes) -> dict[bytes, bytes] | None:
+    """attempts, started_at, worker_id of ``"<attempts>|<started_at>|<worker_id>"``: the end of
+    a run entry, which the completion keeps as the job hash's field ``run``."""
+    parts = kept.split(b"|", 2)
+    if len(parts) != 3 or not parts[0].isdigit():
         return None
-    if len(row) != 3 or type(row[2]) is not int:
-        return None
-    return {
-        b"token": parts[0],
-        b"attempts": str(row[2]).encode(),
-        b"started_at": tail[0],
-        b"lease_expires_at": tail[1],
-        b"worker_id": tail[2],
-    }
+    return {b"attempts": parts[0], b"started_at": parts[1], b"worker_id": parts[2]}
 
 
 def run_overlay(fields: dict[bytes, bytes], run: bytes | None) -> None:
     """Resolve the lease fields of a job hash ``fields`` (issue 18): an active job's run entry
-    ``run`` (its hash has only the state) gives all of them; a job that completed keeps its
-    last entry as field ``run``, which gives started_at and worker_id, and attempts when the
-    hash has no count of its own (a fresh job's first run)."""
+    ``run`` (its hash has only the state) gives all of them; a job that completed keeps the
+    end of its last entry as field ``run``, which gives started_at and worker_id, and attempts
+    when the hash has no count of its own (a fresh job's first run)."""
     if run is not None and fields.get(b"state") == b"active":
         if (values := run_fields(run)) is not None:
             fields.update(values)
         return
     kept = fields.get(b"run")
-    if kept is None or (values := run_fields(kept)) is None:
+    if kept is None or (values := kept_fields(kept)) is None:
         return
     fields[b"started_at"] = values[b"started_at"]
     fields[b"worker_id"] = values[b"worker_id"]

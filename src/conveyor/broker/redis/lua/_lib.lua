@@ -263,30 +263,27 @@ end
 -- The run entry of an active job (issue 18): field <id> of the queue's run hash (q.run), one
 -- packed value written by the claim in one HSET for the whole batch, read by the completion
 -- in one HMGET for its batch, deleted when the job leaves active:
---   "<token>|<flag>|<row>\n<started_at>|<lease deadline>|<worker_id>"
+--   "<token>|<flag>|<lease deadline>|<row>\n<attempts>|<started_at>|<worker_id>"
 -- token = "<seq>:<queue>"; flag "1" = the job hash has fields the exit must read (wf, grp),
 -- "0" = none; row = the job's event row as JSON text without its brackets:
 -- "<id>","<task>",<attempts> (the completion passes it on to its event as it is). The
--- completion keeps the entry in the job hash as field "run" (started_at, worker_id and, when
--- the hash has no "attempts", attempts: codec.py). A job leased by an older version has no
--- entry: its lease fields are in its hash (state active, token, attempts, lease_expires_at,
+-- completion keeps the part after the newline in the job hash as field "run" (short: the
+-- hash stays a listpack; codec.py reads it). A job leased by an older version has no entry:
+-- its lease fields are in its hash (state active, token, attempts, lease_expires_at,
 -- worker_id, started_at), and lease_of falls back to them.
 local function run_fields(r)
-  local token, flag, row, started, deadline, worker = string.match(r,
-    '^([^|]*)|(%d)|([^\n]*)\n([^|]*)|([^|]*)|(.*)$')
+  local token, flag, deadline, row, attempts, started, worker = string.match(r,
+    '^([^|]*)|(%d)|([^|]*)|([^\n]*)\n(%d+)|([^|]*)|(.*)$')
   if not token then return nil end
   local ok, v = pcall(cjson.decode, '[' .. row .. ']')
-  if not ok or type(v) ~= 'table' or type(v[2]) ~= 'string' or type(v[3]) ~= 'number' then
-    return nil
-  end
-  return {token = token, flag = flag, row = row, task = v[2],
-    attempts = string.format('%d', v[3]), started = started, deadline = deadline,
-    worker = worker, run = true}
+  local task = ok and type(v) == 'table' and type(v[2]) == 'string' and v[2] or ''
+  return {token = token, flag = flag, row = row, task = task, attempts = attempts,
+    started = started, deadline = deadline, worker = worker, run = true}
 end
 
 local function run_entry(L)
-  return L.token .. '|' .. L.flag .. '|' .. L.row .. '\n' .. L.started .. '|' .. L.deadline
-    .. '|' .. L.worker
+  return L.token .. '|' .. L.flag .. '|' .. L.deadline .. '|' .. L.row .. '\n' .. L.attempts
+    .. '|' .. L.started .. '|' .. L.worker
 end
 
 -- the lease of an active job whose token is `token`, or nil (not active, stale token, gone,

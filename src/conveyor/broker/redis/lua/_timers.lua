@@ -37,7 +37,7 @@ local function lease_deadlines(q, ids)
   if #ids == 0 then return out end
   local entries = redis.call('HMGET', q.run, unpack(ids))
   for i, id in ipairs(ids) do
-    local at = entries[i] and string.match(entries[i], '\n[^|]*|([^|]*)|')
+    local at = entries[i] and string.match(entries[i], '^[^|]*|%d|([^|]*)|')
     if not at then
       at = redis.pcall('HGET', q.job .. id, 'lease_expires_at')
       if type(at) ~= 'string' then at = nil end

@@ -76,8 +76,10 @@ local score = lease_score(deadline)  -- the leases-set score: a whole second (_t
 local leased, ids, runs, texts, extra = {}, {}, {}, {}, {}
 local claimed = 0
 local suffix = ':' .. qname  -- of every fencing token "<seq>:<queue>"
--- the end of every run entry of this call (run_fields in _lib.lua)
-local tail = '\n' .. now .. '|' .. deadline .. '|' .. worker
+-- the parts of every run entry of this call (run_fields in _lib.lua): after the flag, and
+-- after the attempts
+local mid, tail = '|' .. deadline .. '|', '|' .. now .. '|' .. worker
+local fresh_tail = '\n1' .. tail  -- a fresh job's: its first attempt
 local find, byte, sub, match, format = string.find, string.byte, string.sub, string.match,
   string.format
 
@@ -95,7 +97,7 @@ local function lease_slow(id, key, f, seq, w)
   claimed = claimed + 1
   ids[claimed], texts[claimed] = id, row
   local n = #runs
-  runs[n + 1], runs[n + 2] = id, token .. '|' .. flag .. '|' .. row .. tail
+  runs[n + 1], runs[n + 2] = id, token .. '|' .. flag .. mid .. row .. '\n' .. a .. tail
   n = #leased
   leased[n + 1], leased[n + 2] = score, id
   n = #out
@@ -152,7 +154,8 @@ while claimed < limit do
   for i = 1, #popped do
     seq = seq + 1
     local m = popped[i]
-    if byte(m, 17) == 46 and find(m, '^%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%.') then
+    local _, dot = find(m, '^%x+%.')
+    if dot == 17 then
       -- a fresh job ("<seq>.<id>", member_id in _lib.lua): no read, ONE write. HSET answers
       -- 1 when it created the field: no job (or not Conveyor's) behind this member
       local id = sub(m, 18)
@@ -194,15 +197,21 @@ if claimed > 0 then
     local p = payloads[i]
     out[i * 3 + 3] = p  -- 3rd of the job's 3 values
     if not texts[i] then
-      -- a fresh job's task, from its envelope (Conveyor writes "v", "id", "task" first)
-      local task = p and match(p, '^{"v":1,"id":"[^"\\]*","task":"([^"\\]*)"')
-      if not task then
+      -- a fresh job's event row, from its envelope (Conveyor writes "v", "id", "task" first;
+      -- an id and task without quotes, backslashes or control characters are their own JSON text)
+      local id = ids[i]
+      local jid, task = nil, nil
+      if p then jid, task = match(p, '^{"v":1,"id":"([^"\\%c]*)","task":"([^"\\%c]*)"') end
+      local row
+      if jid == id then
+        row = '"' .. id .. '","' .. task .. '",1'
+      else
         local ok, env = pcall(cjson.decode, p or '')
         task = ok and type(env) == 'table' and type(env.task) == 'string' and env.task or ''
+        row = jtext(id) .. ',' .. jtext(task) .. ',1'
       end
-      local row = jtext(ids[i]) .. ',' .. jtext(task) .. ',1'
       texts[i] = row
-      runs[i * 2] = runs[i * 2] .. '|0|' .. row .. tail
+      runs[i * 2] = runs[i * 2] .. '|0' .. mid .. row .. fresh_tail
     end
   end
   bulk('HSET', q.run, runs)

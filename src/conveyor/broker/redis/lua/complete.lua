@@ -44,12 +44,15 @@ for k = 1, #acked do
         local f = hmget(key, 'wf', 'grp') or {}
         wf, grp = f[1], f[2]
       end
-      L = {row = sub(r, n + 4, find(r, '\n', n + 4, true) - 1), run = true}
+      local p = find(r, '|', n + 4, true)  -- after the lease deadline: the event row
+      local e = find(r, '\n', p, true)
+      L = {row = sub(r, p + 1, e - 1), run = true}
+      local kept = sub(r, e + 1)  -- attempts|started_at|worker_id: the hash's field run
       if result ~= '' then
-        w = redis.pcall('HSET', key, 'state', 'completed', 'finished_at', now, 'run', r,
+        w = redis.pcall('HSET', key, 'state', 'completed', 'finished_at', now, 'run', kept,
           'result', result)
       else
-        w = redis.pcall('HSET', key, 'state', 'completed', 'finished_at', now, 'run', r)
+        w = redis.pcall('HSET', key, 'state', 'completed', 'finished_at', now, 'run', kept)
       end
     end
   else  -- leased by an older version: the lease fields are in the job hash (lease_of)
