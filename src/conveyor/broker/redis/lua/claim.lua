@@ -198,12 +198,15 @@ if claimed > 0 then
     out[i * 3 + 3] = p  -- 3rd of the job's 3 values
     if not texts[i] then
       -- a fresh job's event row, from its envelope (Conveyor writes "v", "id", "task" first;
-      -- an id and task without quotes, backslashes or control characters are their own JSON text)
+      -- an id (enqueue validated it: no control characters) and a task with no quote,
+      -- backslash or control character are their own JSON text)
       local id = ids[i]
-      local jid, task = nil, nil
-      if p then jid, task = match(p, '^{"v":1,"id":"([^"\\%c]*)","task":"([^"\\%c]*)"') end
-      local row
-      if jid == id then
+      local task, row = nil, nil
+      local e = 13 + #id  -- where the id ends in '{"v":1,"id":"<id>"' (no escapes in it)
+      if p and find(p, '{"v":1,"id":"', 1, true) == 1 and sub(p, 14, e) == id then
+        task = match(p, '^","task":"([^"\\%c]*)"', e + 1)
+      end
+      if task then
         row = '"' .. id .. '","' .. task .. '",1'
       else
         local ok, env = pcall(cjson.decode, p or '')
@@ -215,6 +218,14 @@ if claimed > 0 then
     end
   end
   bulk('HSET', q.run, runs)
+  -- the leases, in descending id order: a small leases set is a listpack, where ZADD walks
+  -- from the head to the new member's place; the call's members share one score, so in
+  -- this order each one goes in front of the previous one instead of walking past all of
+  -- them (sorting the ids costs far less)
+  local order = {}
+  for i = 1, claimed do order[i] = ids[i] end
+  table.sort(order)
+  for i = 1, claimed do leased[i * 2 - 1], leased[i * 2] = score, order[claimed + 1 - i] end
   bulk('ZADD', q.leases, leased)
   emit_rows(q, maxlen, 'started', now, {'worker', worker}, {'job_id', 'task', 'attempt'}, texts)
   if #extra > 0 then out[3] = extra end
