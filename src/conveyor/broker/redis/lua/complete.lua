@@ -25,7 +25,7 @@ local q = qkeys(0)
 local o = cjson.decode(ARGV[1])
 local now, maxlen = o.now, o.events_max
 local find, byte, sub = string.find, string.byte, string.sub
-local out, ids, done, texts, acked = {}, {}, {}, {}, {}
+local out, ids, done, texts, acked, finished = {}, {}, {}, {}, {}, {}
 for i = 2, #ARGV, 5 do acked[#acked + 1] = ARGV[i] end
 local entries = hmget_many(q.run, acked)  -- the run entries of the batch (_lib.lua)
 local jobp = q.job
@@ -35,7 +35,9 @@ for k = 1, #acked do
   local key = jobp .. id
   local r = entries[k]
   local L, wf, grp, w = nil, nil, nil, nil
-  if r then
+  if r and finished[id] then
+    r = nil  -- the same ack twice in this batch: the first one took the entry (below)
+  elseif r then
     -- fenced by the run entry (it exists only while the job is active): it must begin with
     -- this token; its event row and the entry itself are taken as they are
     local n = #token
@@ -80,6 +82,7 @@ for k = 1, #acked do
     end
     local n = #ids + 1
     ids[n], texts[n] = id, L.row
+    finished[id] = true
     done[n * 2 - 1], done[n * 2] = now, id
     out[k] = CODE_OK
     if wf then  -- a workflow node with dependants: released in this same step
