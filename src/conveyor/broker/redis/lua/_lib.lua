@@ -7,11 +7,12 @@
 --
 -- Every job script receives the 16 keys of ONE queue, in this order (keys.py QUEUE_KEY_SUFFIXES):
 --   KEYS[b+1]  <p>:{q}:job:       prefix of the job hashes (<p>:{q}:job:<id>): mutable fields
---   KEYS[b+2]  <p>:{q}:ready      ZSET score = priority, member = "<seq %016x>:<id>"
+--   KEYS[b+2]  <p>:{q}:ready      ZSET score = priority, member = "<seq %016x>:<id>" (or
+--                                 "<seq %016x>.<id>": a fresh job, member_id below)
 --   KEYS[b+3]  <p>:{q}:scheduled  ZSET id -> run_at
 --   KEYS[b+4]  <p>:{q}:retry      ZSET id -> run_at
 --   KEYS[b+5]  <p>:{q}:leases     ZSET id -> lease deadline rounded UP to a whole second (an
---                                 integer; the exact deadline is the job's lease_expires_at:
+--                                 integer; the exact deadline is in the job's run entry:
 --                                 lease_score, expire_leases and next_due in _timers.lua)
 --   KEYS[b+6]  <p>:{q}:completed  ZSET id -> finished_at
 --   KEYS[b+7]  <p>:{q}:dead       ZSET id -> finished_at
@@ -25,6 +26,8 @@
 --                                 so that hash holds only small values and stays a listpack)
 --   KEYS[b+15] <p>:{q}:expired    ZSET id -> finished_at (expired: not started in time)
 --   KEYS[b+16] <p>:{q}:f:         prefix of the flow-control keys (keys.py; _flow.lua)
+-- Derived, not passed: q.run = <p>:{q}:run, HASH id -> run entry of an active job (run_fields
+-- below; keys.py RUN), built from the seq key so it has the same hash slot.
 -- (b = 0, except in enqueue.lua which takes several groups of 16.) Job hashes and idempotency
 -- keys are built from the two prefixes, so they carry the same {q} hash tag and slot.
 --

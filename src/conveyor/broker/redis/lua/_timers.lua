@@ -121,7 +121,8 @@ end
 -- a whole second. An integer score is kept as an integer in a small sorted set (a listpack),
 -- which Redis compares without parsing: with a fractional score every insert into the set of a
 -- busy queue parsed each score before it with strtod (a sixth of a drain's server CPU).
--- Rounding up never reaps early; expire_leases and next_due use the exact lease_expires_at.
+-- Rounding up never reaps early; expire_leases and next_due use the exact deadline (the run
+-- entry's, or an older lease's lease_expires_at: lease_deadlines).
 local function lease_score(deadline)
   return string.format('%d', math.ceil(tonumber(deadline)))
 end

@@ -3,10 +3,13 @@
 -- One atomic step: promotion of due jobs first, then the queue's expired leases come back
 -- exactly as reap.lua returns them (lost + 1; the max_lost-th loss dead-letters the job as
 -- worker_lost): an expired lease is claimable by the very next claim. Then per job popped
--- from the ready set: state
--- active, attempts + 1, started_at, worker_id, lease deadline, a fresh fencing token
--- ("<seq>:<queue>"), lease entry, "started" event (one stream entry for all the jobs of the
--- call: emit_many in _lib.lua). A paused queue is promoted but not served. The queue's wake
+-- from the ready set: state active (the job hash's one write), a fresh fencing token
+-- ("<seq>:<queue>"), its run entry (attempts + 1, started_at, worker_id, lease deadline, the
+-- event row: run_fields in _lib.lua; one HSET for the call), lease entry, "started" event (one
+-- stream entry for all the jobs of the call: emit_rows in _lib.lua). A fresh job (member
+-- "<seq>.<id>", issue 18) is leased without reading its hash (first attempt; its task from the
+-- envelope); any other is read first (HMGET), as before, and also gets its attempts written
+-- to the hash. A paused queue is promoted but not served. The queue's wake
 -- markers are dropped (a worker woken by one claims right away; wait_for_work does not check).
 -- A pending job whose hash has an expires_at <= now becomes expired (issue 15: the lapse
 -- transition; kept in the expired set, never leased). Entries whose job is gone or no longer
@@ -21,13 +24,15 @@
 --   ARGV: [1] options (JSON object): queue, now, deadline (lease deadline = now +
 --         visibility_timeout), limit, worker ("" = none), events_max, promote_max (promote /
 --         expiry batch limit), dead_max (dead_letter_max), max_lost
--- Output: {more, next_due, job_1, job_2, ...}; more = CODE_MORE when ready jobs remain after
---         this claim, else CODE_NO; next_due = on an empty or short claim of a queue that is
---         not paused, the earliest run_at of the scheduled / retry sets or lease deadline (''
---         when none, or when the claim filled its limit: next_due in _timers.lua);
---         job = 9 values in a row (flat, not a nested array: issue 18), id, attempts, token,
---         payload, run_at, lost, errors, history, last_error (the other fields are known to
---         the caller: state active, started_at = now, lease_expires_at = deadline, worker_id)
+-- Output: {more, next_due, hash, job_1, job_2, ...}; more = CODE_MORE when ready jobs remain
+--         after this claim, else CODE_NO; next_due = on an empty or short claim of a queue
+--         that is not paused, the earliest run_at of the scheduled / retry sets or lease
+--         deadline ('' when none, or when the claim filled its limit: next_due in
+--         _timers.lua); job = 3 values in a row (flat: issue 18), id, token, payload; hash =
+--         false when every job is fresh (attempts 1, nothing else in its hash), else flat
+--         {k, attempts, run_at, lost, errors, history, last_error, ...} for the k-th job of
+--         each one that is not (the other fields are known to the caller: state active,
+--         started_at = now, lease_expires_at = deadline, worker_id)
 local q = qkeys(0)
 local o = cjson.decode(ARGV[1])
 local qname, now, deadline, limit, worker = o.queue, o.now, o.deadline, o.limit, o.worker

@@ -1,11 +1,15 @@
 -- complete.lua: record a batch of successes of one queue (transition: active -> completed).
 --
--- Per ack: the token must match the job's current token and the job must be active, else the
--- ack is refused (CODE_NO) and nothing changes. On success: state completed, result, finished_at,
--- lease entry removed, "completed" event (one stream entry for the batch: emit_many in
--- _lib.lua), completed-set entry; then the oldest completed jobs beyond completed_max are
--- deleted (retention by count; by TTL in reap.lua). The stale token and lease_expires_at
--- fields are left in the hash (ignored unless the job is active).
+-- Per ack: the job's run entry (run_fields in _lib.lua; one HMGET for the batch) must begin
+-- with the ack's token — it exists only while the job is active — else the ack is refused
+-- (CODE_NO) and nothing changes; a job leased by an older version (no run entry) is checked
+-- against its hash's token and state instead (lease_of). On success, ONE write to the job
+-- hash: state completed, finished_at, result, and field run = the entry's end
+-- (attempts|started_at|worker_id); run entry and lease entry removed (one HDEL / ZREM for the
+-- batch), "completed" event (one stream entry for the batch, the rows taken from the run
+-- entries as they are: emit_rows in _lib.lua), completed-set entry; then the oldest completed
+-- jobs beyond completed_max are deleted (retention by count; by TTL in reap.lua). The same
+-- ack twice in one batch counts once.
 --
 -- An ack may carry an errors entry (a result that could not be stored: kind result_error, the
 -- result is then ""): it is appended to "errors" (its "attempt" filled in as in fail.lua) and
