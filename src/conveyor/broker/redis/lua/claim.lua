@@ -103,8 +103,6 @@ local function lease_slow(id, key, f, seq, w)
   ids[claimed], texts[claimed] = id, row
   local n = #runs
   runs[n + 1], runs[n + 2] = id, token .. '|' .. flag .. mid .. row .. '\n' .. a .. tail
-  n = #leased
-  leased[n + 1], leased[n + 2] = score, id
   n = #out
   out[n + 1], out[n + 2], out[n + 3] = id, token, false
   n = #extra
@@ -172,8 +170,6 @@ while claimed < limit do
         ids[claimed] = id
         local n = #runs
         runs[n + 1], runs[n + 2] = id, token  -- completed below, with the task
-        n = #leased
-        leased[n + 1], leased[n + 2] = score, id
         n = #out
         out[n + 1], out[n + 2], out[n + 3] = id, token, false
       elseif r == 1 then
