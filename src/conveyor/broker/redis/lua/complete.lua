@@ -38,21 +38,22 @@ for k = 1, #acked do
   local id, token, result, entry = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   local key = jobp .. id
   local r = entries[k]
-  local L, wf, grp, w = nil, nil, nil, nil
+  local row, attempts, wf, grp, w = nil, nil, nil, nil, nil
   if r and finished[id] then
     r = nil  -- the same ack twice in this batch: the first one took the entry (below)
   elseif r then
     -- fenced by the run entry (it exists only while the job is active): it must begin with
     -- this token; its event row and the entry itself are taken as they are
     local n = #token
-    if find(r, token, 1, true) == 1 and byte(r, n + 1) == 124 then
-      if byte(r, n + 2) == 49 then  -- flag 1: the hash has fields this exit reads
+    local bar, flag = byte(r, n + 1, n + 2)
+    if bar == 124 and find(r, token, 1, true) == 1 then
+      if flag == 49 then  -- flag 1: the hash has fields this exit reads
         local f = hmget(key, 'wf', 'grp') or {}
         wf, grp = f[1], f[2]
       end
       local p = find(r, '|', n + 4, true)  -- after the lease deadline: the event row
       local e = find(r, '\n', p, true)
-      L = {row = sub(r, p + 1, e - 1), run = true}
+      row = sub(r, p + 1, e - 1)
       local kept = sub(r, e + 1)  -- attempts|started_at|worker_id: the hash's field run
       if result ~= '' then
         w = redis.pcall('HSET', key, 'state', 'completed', 'finished_at', now, 'run', kept,
@@ -62,10 +63,10 @@ for k = 1, #acked do
       end
     end
   else  -- leased by an older version: the lease fields are in the job hash (lease_of)
-    L = lease_of(q, id, key, token)
+    local L = lease_of(q, id, key, token)
     if L then
-      wf, grp = L.wf, L.grp
-      L.row = jtext(id) .. ',' .. jtext(L.task) .. ',' .. string.format('%d', tonumber(L.attempts) or 0)
+      wf, grp, attempts = L.wf, L.grp, string.format('%d', tonumber(L.attempts) or 0)
+      row = jtext(id) .. ',' .. jtext(L.task) .. ',' .. attempts
       if result ~= '' then
         w = redis.pcall('HSET', key, 'state', 'completed', 'finished_at', now, 'result', result)
       else
@@ -74,18 +75,18 @@ for k = 1, #acked do
       if type(w) ~= 'table' then redis.call('HDEL', key, 'run') end
     end
   end
-  if L and type(w) ~= 'table' then
+  if row and type(w) ~= 'table' then
     if grp then free_slots(q, id, key, grp) end
     if entry ~= '' then
       if not find(entry, '"attempt":', 1, true) then
-        local attempt = L.attempts or string.match(L.row, ',(%d+)$') or '0'
-        entry = '{"attempt":' .. attempt .. ',' .. sub(entry, 2)
+        attempts = attempts or string.match(row, ',(%d+)$') or '0'
+        entry = '{"attempt":' .. attempts .. ',' .. sub(entry, 2)
       end
       append_line(key, 'errors', entry, nil)
       redis.call('HSET', key, 'last_error', ARGV[i + 4])
     end
     local n = #ids + 1
-    ids[n], texts[n] = id, L.row
+    ids[n], texts[n] = id, row
     finished[id] = true
     done[n * 2 - 1], done[n * 2] = now, id
     out[k] = CODE_OK
