@@ -157,8 +157,12 @@ while claimed < limit do
   for i = 1, #popped do
     seq = seq + 1
     local m = popped[i]
-    local _, dot = find(m, '^%x+%.')
-    if dot == 17 then
+    local fresh = false
+    if byte(m, 17) == 46 then  -- "." after 16 hex digits
+      local _, dot = find(m, '^%x+%.')
+      fresh = dot == 17
+    end
+    if fresh then
       -- a fresh job ("<seq>.<id>", member_id in _lib.lua): no read, ONE write. HSET answers
       -- 1 when it created the field: no job (or not Conveyor's) behind this member
       local id = sub(m, 18)
