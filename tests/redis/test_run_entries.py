@@ -242,3 +242,31 @@ def test_an_envelope_of_another_shape_still_names_the_task(rbroker: RedisBroker)
     assert rbroker.complete([Ack("x", lease.token)], T0 + 1) == [True]
     assert [e["task"] for e in _events(rbroker, "started")] == ["other.task"]
     assert [e["task"] for e in _events(rbroker, "completed")] == ["other.task"]
+
+
+@pytest.mark.parametrize(
+    ("job_id", "task", "worker"),
+    [
+        ('quote"and\\slash|bar', "mod.work", "w-1"),
+        ("plain", 'task|with"quote\\', "host|1\nsecond line"),
+        ("ünïcödé/slash", "t\x01ctl", ""),
+    ],
+)
+def test_ids_tasks_and_workers_that_need_escaping_round_trip(
+    rbroker: RedisBroker, job_id: str, task: str, worker: str
+) -> None:
+    """The run entry packs the event row as JSON text and the worker id last: neither may be
+    confused by a separator, a quote or a control character in them."""
+    rbroker.enqueue([Job(id=job_id, task=task, queue="default", created_at=T0, run_at=T0)], T0)
+    [lease] = rbroker.claim(["default"], T0, visibility_timeout=30, worker_id=worker)
+    job = rbroker.get(job_id)
+    assert job is not None and job.task == task and job.worker_id == (worker or None)
+    assert job.lease_expires_at == T0 + 30 and job.attempts == 1
+    assert rbroker.extend([(job_id, lease.token)], T0 + 1, 30) == [True]
+    assert rbroker.complete([Ack(job_id, lease.token)], T0 + 2) == [True]
+    done = rbroker.get(job_id)
+    assert done is not None and done.state is JobState.COMPLETED
+    assert (done.attempts, done.worker_id, done.started_at) == (1, worker or None, T0)
+    rows = [(e["job_id"], e["task"], e["attempt"]) for e in _events(rbroker, "completed")]
+    assert rows == [(job_id, task, 1)]
+    assert [(e["job_id"], e["task"]) for e in _events(rbroker, "started")] == [(job_id, task)]
