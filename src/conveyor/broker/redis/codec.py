@@ -86,7 +86,7 @@ def claimed_fields(
 
 def run_fields(run: bytes) -> dict[bytes, bytes] | None:
     """The job hash fields an active job's run entry stands for (issue 18; the format is in
-    keys.py and lua/_lib.lua ``run_fields``): token, attempts, started_at, lease_expires_at,
+    keys.py and lua/_run.lua ``run_fields``): token, attempts, started_at, lease_expires_at,
     worker_id; None when it is not of that format."""
     head, sep, kept = run.partition(b"\n")
     parts = head.split(b"|", 3)

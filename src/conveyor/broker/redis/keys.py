@@ -17,7 +17,7 @@ Redis Cluster slot (queue names are validated: no braces, spaces or colons)::
     <p>:{<q>}:run          HASH    id -> run entry of an active job (issue 18): one packed value
                                    "<attempts>|<seq>|<flag>|<started_at>|<lease deadline>|
                                    <len(worker_id)>|<worker_id><task>", token "<seq>:<q>";
-                                   flag 1 = the hash has wf / grp (lua/_lib.lua run_fields).
+                                   flag 1 = the hash has wf / grp (lua/_run.lua run_fields).
                                    Written in one HSET per claim, read in one HMGET per
                                    completion; the job hash keeps only state active meanwhile.
                                    A job leased by an older version has none: its hash holds

@@ -2,8 +2,8 @@
 -- become pending (promote), expired leases come back or are dead-lettered (expire_leases),
 -- the leases-set score of a deadline (lease_score) and the earliest time something of a
 -- queue becomes claimable (first_lease, next_due). A prelude file (see _wf.lua): it uses
--- the helpers of _lib.lua and wf_done of _wf.lua; claim.lua, extend.lua, promote.lua and
--- reap.lua call these.
+-- the helpers of _lib.lua, _run.lua and wf_done of _wf.lua; claim.lua, extend.lua,
+-- promote.lua and reap.lua call these.
 
 -- scheduled / retry_scheduled jobs with run_at <= now become pending (bounded batch)
 local function promote(q, now, limit)

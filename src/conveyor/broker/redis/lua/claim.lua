@@ -5,8 +5,8 @@
 -- worker_lost): an expired lease is claimable by the very next claim. Then per job popped
 -- from the ready set: state active (the job hash's one write), a fresh fencing token
 -- ("<seq>:<queue>"), its run entry (attempts + 1, started_at, worker_id, lease deadline, the
--- event row: run_fields in _lib.lua; one HSET for the call), lease entry, "started" event (one
--- stream entry for all the jobs of the call: emit_rows in _lib.lua). A fresh job (member
+-- event row: run_fields in _run.lua; one HSET for the call), lease entry, "started" event (one
+-- stream entry for all the jobs of the call: emit_rows in _run.lua). A fresh job (member
 -- "<seq>.<id>", issue 18) is leased without reading its hash (first attempt; its task from the
 -- envelope); any other is read first (HMGET), as before, and also gets its attempts written
 -- to the hash. A paused queue is promoted but not served. The queue's wake
@@ -81,7 +81,7 @@ local score = lease_score(deadline)  -- the leases-set score: a whole second (_t
 local leased, ids, runs, texts, extra = {}, {}, {}, {}, {}
 local claimed = 0
 local suffix = ':' .. qname  -- of every fencing token "<seq>:<queue>"
--- the parts of every run entry of this call (run_fields in _lib.lua): after the flag, and
+-- the parts of every run entry of this call (run_fields in _run.lua): after the flag, and
 -- after the attempts
 local mid, tail = '|' .. deadline .. '|', '|' .. now .. '|' .. worker
 local fresh_tail = '\n1' .. tail  -- a fresh job's: its first attempt

@@ -1,13 +1,13 @@
 -- complete.lua: record a batch of successes of one queue (transition: active -> completed).
 --
--- Per ack: the job's run entry (run_fields in _lib.lua; one HMGET for the batch) must begin
+-- Per ack: the job's run entry (run_fields in _run.lua; one HMGET for the batch) must begin
 -- with the ack's token — it exists only while the job is active — else the ack is refused
 -- (CODE_NO) and nothing changes; a job leased by an older version (no run entry) is checked
 -- against its hash's token and state instead (lease_of). On success, ONE write to the job
 -- hash: state completed, finished_at, result, and field run = the entry's end
 -- (attempts|started_at|worker_id); run entry and lease entry removed (one HDEL / ZREM for the
 -- batch), "completed" event (one stream entry for the batch, the rows taken from the run
--- entries as they are: emit_rows in _lib.lua), completed-set entry; then the oldest completed
+-- entries as they are: emit_rows in _run.lua), completed-set entry; then the oldest completed
 -- jobs beyond completed_max are deleted (retention by count; by TTL in reap.lua). The same
 -- ack twice in one batch counts once.
 --
