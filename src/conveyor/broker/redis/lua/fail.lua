@@ -5,9 +5,10 @@
 -- error entry is appended to "errors" (JSON Lines); "attempt" is filled in from the job when
 -- the caller did not give it. With a retry time the job waits in the retry set (and idle
 -- workers get a wake-up marker, so they learn its due time); without one it is dead-lettered
--- (dead set, capped at dead_letter_max). A non-empty stub payload replaces an undecodable payload, whose bytes
--- are kept in field "raw" (used for kind decode_error right after a claim). A dead-lettered
--- workflow node ends or releases its dependants in the same step (wf_done in _wf.lua).
+-- (dead set, capped at dead_letter_max). A non-empty stub payload replaces an undecodable
+-- payload, whose bytes are kept in field "raw" (used for kind decode_error right after a
+-- claim). A dead-lettered workflow node ends or releases its dependants in the same step
+-- (wf_done in _wf.lua).
 --
 -- Input
 --   KEYS: the 16 queue keys (_lib.lua)
