@@ -3,8 +3,9 @@
 -- The token must match and the job must be active (lease_of in _run.lua: its run entry, or
 -- the hash fields of a job leased by an older version); the run entry goes (lease_end).
 -- penalize "0" gives the attempt back (attempts - 1, not below 0). A "released" entry goes to
--- the job's history (attempt after the adjustment, the releasing worker). Without a delay the job is pending at once, behind the
--- jobs of its priority; with one it is scheduled until run_at. Both push a wake-up marker.
+-- the job's history (attempt after the adjustment, the releasing worker). Without a delay the
+-- job is pending at once, behind the jobs of its priority; with one it is scheduled until
+-- run_at. Both push a wake-up marker.
 --
 -- Input
 --   KEYS: the 16 queue keys (_lib.lua)
