@@ -50,14 +50,6 @@ PURGE_BATCH = 1000
 CLAIM_WIDTH = 3  # values per job in claim.lua's flat reply (see its header)
 
 
-def _hash_values(flat: list[Any] | None) -> dict[int, list[Any]] | None:
-    """claim.lua's hash values of the jobs that are not fresh: job number (1-based) ->
-    [attempts, run_at, lost, errors, history, last_error]; None when every job is fresh."""
-    if not flat:
-        return None
-    return {flat[i]: flat[i + 1 : i + 7] for i in range(0, len(flat), 7)}
-
-
 class RedisBroker(
     EnqueueMixin,
     RedisWorkflows,
@@ -140,7 +132,7 @@ class RedisBroker(
                 buried = 0
                 where = self._where
                 where.make_room(len(reply) // CLAIM_WIDTH)
-                slow = _hash_values(reply[2])
+                slow = codec.claim_hash_values(reply[2])
                 for k in range(3, len(reply), CLAIM_WIDTH):  # flat: 3 values per job
                     extra = slow.get(k // CLAIM_WIDTH) if slow else None
                     item = (reply[k], reply[k + 1], reply[k + 2], extra)

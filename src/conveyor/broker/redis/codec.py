@@ -84,6 +84,14 @@ def claimed_fields(
     return item[0].decode(), fields
 
 
+def claim_hash_values(flat: list[Any] | None) -> dict[int, list[Any]] | None:
+    """claim.lua's hash values of the claimed jobs that are not fresh: job number (1-based) ->
+    ``[attempts, run_at, lost, errors, history, last_error]``; None when every job is fresh."""
+    if not flat:
+        return None
+    return {flat[i]: flat[i + 1 : i + 7] for i in range(0, len(flat), 7)}
+
+
 def run_fields(run: bytes) -> dict[bytes, bytes] | None:
     """The job hash fields an active job's run entry stands for (issue 18; the format is in
     keys.py and lua/_run.lua ``run_fields``): token, attempts, started_at, lease_expires_at,

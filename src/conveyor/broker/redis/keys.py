@@ -15,13 +15,14 @@ Redis Cluster slot (queue names are validated: no braces, spaces or colons)::
     <p>:{<q>}:leases       ZSET    id -> lease deadline rounded up to a whole second (active
                                    jobs; the exact deadline is in the job's run entry)
     <p>:{<q>}:run          HASH    id -> run entry of an active job (issue 18): one packed value
-                                   "<attempts>|<seq>|<flag>|<started_at>|<lease deadline>|
-                                   <len(worker_id)>|<worker_id><task>", token "<seq>:<q>";
-                                   flag 1 = the hash has wf / grp (lua/_run.lua run_fields).
-                                   Written in one HSET per claim, read in one HMGET per
-                                   completion; the job hash keeps only state active meanwhile.
-                                   A job leased by an older version has none: its hash holds
-                                   token, attempts, lease_expires_at, worker_id, started_at
+                                   "<token>|<flag>|<lease deadline>|<row>", a newline,
+                                   "<attempts>|<started_at>|<worker_id>"; row = the event row
+                                   as JSON text "<id>","<task>",<attempts>; flag 1 = the hash
+                                   has wf / grp (lua/_run.lua run_fields). One HSET per claim,
+                                   read in one HMGET per completion; meanwhile the job hash has
+                                   only state active of the lease. A job leased by an older
+                                   version has none: its hash holds token, attempts,
+                                   lease_expires_at, worker_id, started_at
     <p>:{<q>}:completed    ZSET    id -> finished_at (retention by count and TTL)
     <p>:{<q>}:dead         ZSET    id -> finished_at (dead_letter; capped per queue)
     <p>:{<q>}:cancelled    ZSET    id -> finished_at (TTL)

@@ -1,11 +1,11 @@
 """The Lua scripts: loaded from ``lua/*.lua``, run with EVALSHA, reloaded on NOSCRIPT.
 
 Every job script is the part of the prelude (the shared helpers: ``lua/_lib.lua``, ``_run.lua``,
-``_wf.lua``, ``_timers.lua``, ``_flow.lua``, concatenated in that order by ``prelude``) it uses, followed by
-the script's own file (``lib_for``); its SHA1 is computed here, so EVALSHA works without a prior
-SCRIPT LOAD. When the server answers NOSCRIPT (restart, failover, ``SCRIPT FLUSH``) the script
-is loaded and the call repeated; in a pipeline only the calls that failed with NOSCRIPT are
-repeated (a NOSCRIPT call never ran).
+``_wf.lua``, ``_timers.lua``, ``_flow.lua``, concatenated in that order by ``prelude``) it uses,
+followed by the script's own file (``lib_for``); its SHA1 is computed here, so EVALSHA works
+without a prior SCRIPT LOAD. When the server answers NOSCRIPT (restart, failover, ``SCRIPT
+FLUSH``) the script is loaded and the call repeated; in a pipeline only the calls that failed
+with NOSCRIPT are repeated (a NOSCRIPT call never ran).
 
 Script calls are the hot path (claim, complete, enqueue), so on a plain or Sentinel client they
 take a fast lane: connections checked out of the client's pool once and kept by the runner (a
