@@ -160,6 +160,8 @@ async def enqueue(
     if client is None or (not fresh_ids and idguard.custom_ids(jobs)):
         return await Broker.enqueue_async(broker, jobs, now, payloads, fresh_ids=fresh_ids)
     try:
+        if broker.gate.due():  # its read is blocking I/O: off the event loop, as register
+            await asyncio.to_thread(broker.fresh_members)
         name, groups, keys, args, order = broker.enqueue_plan(jobs, now, payloads)
         if any(q not in broker._conn.registered for q in groups):  # once per queue
             await asyncio.to_thread(broker.register, groups)  # also seeds run-time limits

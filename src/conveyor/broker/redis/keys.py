@@ -9,7 +9,8 @@ Redis Cluster slot (queue names are validated: no braces, spaces or colons)::
                                    (equal scores sort by member, so FIFO within a priority);
                                    "<seq:016x>.<id>" marks a fresh job (issue 18: never ran,
                                    no expires_at / flow group / workflow; enqueue scripts write
-                                   it, the claim then reads none of its hash)
+                                   it when <p>:format is "2", the claim then reads none of its
+                                   hash)
     <p>:{<q>}:scheduled    ZSET    id -> run_at (scheduled: delayed enqueue / delayed release)
     <p>:{<q>}:retry        ZSET    id -> run_at (retry_scheduled)
     <p>:{<q>}:leases       ZSET    id -> lease deadline rounded up to a whole second (active
@@ -50,6 +51,10 @@ Redis Cluster slot (queue names are validated: no braces, spaces or colons)::
 Global keys (never touched by a job script)::
 
     <p>:queues             SET     every queue that ever held a job or was paused
+    <p>:format             STRING  ready-member format every worker reads (issue 18): absent =
+                                   "1" (only "<seq>:<id>"), "2" = enqueue may write fresh
+                                   members "<seq>.<id>"; set by conveyor migrate, or SET NX by
+                                   the first process on a fresh deployment (fmtgate.py)
     <p>:events             STREAM  non-transition events (worker_up, ...; events_add)
     <p>:wake               LIST    Cluster mode only: wake-up markers for multi-queue workers
     <p>:doc:{<c>}          SET     names of the documents of collection <c>
@@ -183,6 +188,11 @@ class KeySchema:
     def queues(self) -> str:
         """SET of known queue names."""
         return f"{self.prefix}:queues"
+
+    @property
+    def format(self) -> str:
+        """STRING: the ready-member format every worker reads (fmtgate.py)."""
+        return f"{self.prefix}:format"
 
     @property
     def events(self) -> str:
