@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 import pytest
 
+from conveyor.broker.records import Ack
 from conveyor.broker.redis import RedisBroker
 from conveyor.broker.redis.fmtgate import REFRESH_SECONDS
 from conveyor.core.clock import FakeClock
@@ -143,6 +144,7 @@ def old_src(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 _OLD_WORKER = """
 import sys, orjson
+from conveyor.broker.records import Ack
 from conveyor.broker.redis import RedisBroker
 broker = RedisBroker.from_url(sys.argv[1])
 leases = broker.claim(["default"], float(sys.argv[2]), limit=100, worker_id="old-worker")
@@ -208,3 +210,30 @@ def test_cli_migrate_sets_the_format_and_check_reports_it(
         "migrated": False,
         "behind": False,
     }
+
+
+def test_on_a_cluster_the_gate_decides_the_members_and_both_kinds_run(redis_cluster: Any) -> None:
+    """Redis Cluster: ``<p>:format`` lives in its own slot (read and written outside the job
+    scripts); a fresh cluster turns it on, an existing one keeps ``:``, and jobs of both kinds
+    are claimed and completed."""
+    broker = RedisBroker.from_url(redis_cluster.url)
+    broker.flush_all()
+    try:
+        broker.enqueue([_job("fresh")], T0)
+        assert broker.client.get(broker.keys.format) == b"2"
+        assert DOT.match(_members(broker)["fresh"])
+        broker.flush_all()
+        _existing_deployment(broker)
+        broker.enqueue([_job("c1"), _job("c2")], T0)
+        assert all(COLON.match(m) for m in _members(broker).values())
+        assert broker.migrate_format()["migrated"] is True
+        broker.enqueue([_job("d1"), _job("d2")], T0)
+        assert [DOT.match(_members(broker)[i]) is not None for i in ("d1", "d2")] == [True, True]
+        leases = broker.claim(["default"], T0, limit=10, visibility_timeout=30, worker_id="w")
+        assert sorted(lease.job.id for lease in leases) == ["c1", "c2", "d1", "d2"]
+        acks = [Ack(lease.job.id, lease.token) for lease in leases]
+        assert broker.complete(acks, T0 + 1) == [True] * 4
+        assert {broker.get(i).state.value for i in ("c1", "d1")} == {"completed"}  # type: ignore[union-attr]
+    finally:
+        broker.flush_all()
+        broker.close()
