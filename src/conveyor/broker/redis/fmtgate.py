@@ -63,7 +63,7 @@ def read(base: RedisBase) -> bool:
         # deployment that mixes versions (docs/operations.md, "Upgrading")
         client.set(key, FRESH, nx=True)
         value = client.get(key)
-    return value == FRESH.encode()
+    return bool(value == FRESH.encode())
 
 
 def _pristine(base: RedisBase, client: Any) -> bool:
