@@ -118,6 +118,17 @@ def test_migrate_turns_it_on_and_a_running_producer_follows_within_the_refresh_i
         assert DOT.match(members[name]), name
 
 
+def test_an_unknown_format_value_is_left_alone_and_keeps_fresh_members_off(
+    rbroker: RedisBroker, redis_server: Any
+) -> None:
+    rbroker.client.set(rbroker.keys.format, "3")  # a later version's value
+    out = run("migrate", "--url", redis_server.url)
+    assert "redis: ready-member format '3' is not this version's (2): left as is" in out.output
+    assert rbroker.client.get(rbroker.keys.format) == b"3"
+    rbroker.enqueue([_job("one")], T0)
+    assert COLON.match(_members(rbroker)["one"])
+
+
 def test_migrate_check_does_not_write(rbroker: RedisBroker) -> None:
     _existing_deployment(rbroker)
     out = rbroker.migrate_format(check=True)
@@ -200,6 +211,7 @@ def test_cli_migrate_sets_the_format_and_check_reports_it(
     assert done.exit_code == 0
     assert "redis: ready-member format 1 -> 2" in done.output
     assert rbroker.client.get(rbroker.keys.format) == b"2"
+    assert "redis: ready-member format 2 (current)" in run("migrate", "--url", url).output
     after = run("migrate", "--url", url, "--check", "--json")
     assert after.exit_code == 0
     assert orjson.loads(after.output) == {

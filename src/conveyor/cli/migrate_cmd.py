@@ -45,11 +45,7 @@ def migrate(url: str, check: bool, as_json: bool) -> None:
     elif out["version"] is None:
         click.echo(f"{scheme}: no schema to migrate")
     elif out["backend"] == "redis":
-        click.echo(
-            f"redis: ready-member format {out['found']} -> {out['version']}"
-            + ("" if out["migrated"] else " (not migrated: --check)")
-            + ("" if out["found"] != out["version"] or not out["migrated"] else " (already)")
-        )
+        click.echo(_redis_line(out))
     else:
         click.echo(
             f"{out['backend']}: schema version {out['found']} -> {out['version']}"
@@ -107,6 +103,17 @@ def _redis(url: str, check: bool) -> dict[str, object]:
         raise click.ClickException(str(exc)) from exc
     finally:
         broker.close()
+
+
+def _redis_line(out: dict[str, object]) -> str:
+    """What ``migrate`` did to (or found in) ``<p>:format``, in words."""
+    found, version = out["found"], out["version"]
+    if found == version:
+        return f"redis: ready-member format {found} (current)"
+    if found == "1":  # absent: the format before fresh members
+        note = "" if out["migrated"] else " (not migrated: --check)"
+        return f"redis: ready-member format {found} -> {version}{note}"
+    return f"redis: ready-member format {found!r} is not this version's ({version}): left as is"
 
 
 def register(group: click.Group) -> None:
