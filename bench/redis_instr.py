@@ -14,6 +14,11 @@ the scripts do not change) for:
   runs on every completion, as in a long-running deployment;
 * ``life_single`` / ``life_bulk``: single or bulk + claim + complete.
 
+The server starts empty, so a tree with the ready-member format gate (``<p>:format``,
+broker/redis/fmtgate.py) turns fresh members on at its first enqueue, as a new deployment
+does; ``--upgraded`` registers the queue first (a server an older version used: the gate stays
+off, every member is ``<seq>:<id>``) to measure that path.
+
 Counts are exact and repeat to within a fraction of a percent; the absolute instruction count
 does not convert to µs (that depends on the machine): compare trees. A/B::
 
@@ -120,8 +125,9 @@ class Callgrind:
         shutil.rmtree(self.where, ignore_errors=True)
 
 
-def measure(jobs: int) -> dict[str, float]:
-    """One run of every step on a fresh server under callgrind: instructions per job."""
+def measure(jobs: int, upgraded: bool = False) -> dict[str, float]:
+    """One run of every step on a fresh server under callgrind: instructions per job
+    (``upgraded``: the queue registered before the first enqueue, as an older version left it)."""
     from conveyor import Conveyor, JobSpec
     from conveyor.broker.records import Ack
 
@@ -131,6 +137,8 @@ def measure(jobs: int) -> dict[str, float]:
         app = Conveyor(cg.url)
         broker: Any = app.broker
         broker.retention = dataclasses.replace(broker.retention, completed_max=200)
+        if upgraded:
+            broker.client.sadd(broker.keys.queues, "default")
 
         @app.task
         def bench_job(n: int) -> None:
@@ -172,13 +180,14 @@ def _claim(broker: Any, now: float, into: list[Any]) -> None:
     into.extend(broker.claim(["default"], now, limit=32, worker_id="worker-1"))
 
 
-def compare(trees: list[tuple[str, str]], jobs: int) -> None:
+def compare(trees: list[tuple[str, str]], jobs: int, upgraded: bool = False) -> None:
     """Run each tree once (counts repeat exactly) and print thousands of instructions per job."""
     results: dict[str, dict[str, float]] = {}
     for label, src in trees:
         env = dict(os.environ, PYTHONPATH=os.path.abspath(src))
         line = subprocess.run(
-            [sys.executable, __file__, "--jobs", str(jobs), "--json"],
+            [sys.executable, __file__, "--jobs", str(jobs), "--json"]
+            + (["--upgraded"] if upgraded else []),
             env=env,
             check=True,
             capture_output=True,
@@ -205,11 +214,15 @@ def main() -> None:
     parser.add_argument("--tree", action="append", default=[], help="LABEL=SRC_DIR")
     parser.add_argument("--jobs", type=int, default=JOBS)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--upgraded", action="store_true", help="queue registered first: format gate off"
+    )
     ns = parser.parse_args()
     if ns.tree:
-        compare([tuple(t.split("=", 1)) for t in ns.tree], ns.jobs)  # type: ignore[misc]
+        trees = [tuple(t.split("=", 1)) for t in ns.tree]
+        compare(trees, ns.jobs, ns.upgraded)  # type: ignore[arg-type]
         return
-    result = measure(ns.jobs)
+    result = measure(ns.jobs, ns.upgraded)
     if ns.json:
         print(json.dumps(result))
     else:

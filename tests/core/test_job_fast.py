@@ -105,7 +105,7 @@ def test_the_plain_enqueue_path_builds_every_field() -> None:
 def test_the_redis_claim_path_decodes_every_field() -> None:
     values = every_field_set()
     raw = encode_envelope(Job(**values))
-    item = [values["id"].encode(), 3, b"3.1", raw, None, None, None, None, None]
+    item = [values["id"].encode(), b"3.1", raw, [3, None, None, None, None, None]]
     job = claimed_job(item, "q1", 2000.0, 2030.0, "w-2")
     assert set(vars(job)) == JOB_FIELDS
     expected = job_from_dict(orjson.loads(raw))

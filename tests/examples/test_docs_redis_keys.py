@@ -47,7 +47,7 @@ def code_keys() -> set[str]:
     schema = keys.KeySchema("<p>")
     per_queue = [
         schema.tag("<q>") + suffix + ("<x>" if suffix.endswith(":") else "")
-        for suffix in keys.QUEUE_KEY_SUFFIXES + keys.WORKFLOW_SUFFIXES
+        for suffix in keys.QUEUE_KEY_SUFFIXES + keys.WORKFLOW_SUFFIXES + (keys.RUN,)
         if suffix != "f:"
     ]
     built = [
@@ -57,6 +57,7 @@ def code_keys() -> set[str]:
         schema.flow_overrides,
         schema.flow_seq,
         schema.flow_adopted,
+        schema.format,
         schema.log("<n>"),
         schema.counters("<b>"),
         schema.workflow("<id>"),

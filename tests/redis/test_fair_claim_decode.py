@@ -35,7 +35,7 @@ def test_a_grouped_job_takes_the_plain_claim_path(
         return original(*args)
 
     monkeypatch.setattr(codec, "_plain_job", spy)
-    item = [job.id.encode(), 1, b"5:default", raw, None, None, None, None, None]
+    item = [job.id.encode(), b"5:default", raw, None]  # a fresh job (issue 18: no hash values)
     got = codec.claimed_job(item, "default", 2000.0, 2030.0, "w-1")
     assert plain == [1]  # the fast path, not the full decoder
     expected = job_from_dict(orjson.loads(raw))

@@ -26,6 +26,8 @@ from conveyor.core.job import Job
 from conveyor.core.state import JobState
 from conveyor.errors import DuplicateJob
 
+from .oldlease import make_old_lease
+
 T = 1_700_000_000.25  # a fractional clock: deadlines fall inside a second
 
 
@@ -68,6 +70,7 @@ def test_old_fractional_lease_scores_still_reap_exactly(rbroker: RedisBroker) ->
     rbroker.claim(["default"], T, limit=2, visibility_timeout=30, worker_id="w1")
     key = rbroker.keys.queue_key("default", "leases")
     for job_id, deadline in (("a", T + 30.5), ("b", T + 10.6)):  # the old shape, by hand:
+        make_old_lease(rbroker, job_id)  # its lease fields in the hash, no run entry
         rbroker.client.zadd(key, {job_id: deadline})  # the exact deadline as the score
         rbroker.client.hset(rbroker.keys.job("default", job_id), "lease_expires_at", repr(deadline))
     assert rbroker.claim(["default"], T + 10.5, worker_id="w2") == []

@@ -55,5 +55,5 @@ def test_prelude_helpers_are_defined_before_their_callers() -> None:
         # a use, not a table field (``wake = KEYS[...]``, ``q.wake``) of the same name
         later = {n for n in names[i + 1 :] if re.search(rf"(?<![.\w]){n}\b(?!\s*=[^=])", code)}
         assert not later, (names[i], later)
-    assert PRELUDE == ("_lib", "_wf", "_timers", "_flow")
+    assert PRELUDE == ("_lib", "_run", "_wf", "_timers", "_flow")
     assert "flow_take" in _defined(_read("_flow")) and "wf_done" in _defined(_read("_wf"))

@@ -96,8 +96,8 @@ def _items(raw: bytes) -> list[list[Any]]:
     error = b'{"attempt":1,"kind":"error","message":"x"}'
     history = b'{"event":"release","at":1.0}\n{"event":"lost","at":2.0}'
     return [
-        [b"01JABCDEFGHJKMNPQRSTVWXYZ0", 1, b"1:q1", raw, b"1000.5", None, None, None, None],
-        [b"01JABCDEFGHJKMNPQRSTVWXYZ0", 3, b"1:q1", raw, b"2000.5", 2, error, history, b"E: x"],
+        [b"01JABCDEFGHJKMNPQRSTVWXYZ0", b"1:q1", raw, [1, b"1000.5", None, None, None, None]],
+        [b"01JABCDEFGHJKMNPQRSTVWXYZ0", b"1:q1", raw, [3, b"2000.5", 2, error, history, b"E: x"]],
     ]
 
 

@@ -3,7 +3,9 @@
 PostgreSQL: creates the ``conveyor`` schema (or ``?schema=``) or applies the versioned
 migrations of ``broker.postgres.schema`` in one transaction under an advisory lock; a schema
 written by a newer Conveyor is refused. ``--check`` only reports (exit 1 when a migration is
-due). SQLite files migrate themselves when opened; Redis and memory have no schema.
+due). SQLite files migrate themselves when opened; memory has no schema. Redis has no schema
+but a ready-member format (``<p>:format``, broker/redis/fmtgate.py): migrate turns fresh
+members on, to be run once every worker runs this version (docs/operations.md, "Upgrading").
 """
 
 from __future__ import annotations
@@ -34,12 +36,16 @@ def migrate(url: str, check: bool, as_json: bool) -> None:
 
         SqliteBroker.from_url(url).close()  # opening migrates the file
         out = {"backend": "sqlite", "found": None, "version": SCHEMA_VERSION, "migrated": True}
+    elif scheme in ("redis", "rediss", "redis+sentinel", "redis+cluster"):
+        out = _redis(url, check)
     else:
         out = {"backend": scheme, "found": None, "version": None, "migrated": False}
     if as_json:
         click.echo(orjson.dumps(out).decode())
     elif out["version"] is None:
         click.echo(f"{scheme}: no schema to migrate")
+    elif out["backend"] == "redis":
+        click.echo(_redis_line(out))
     else:
         click.echo(
             f"{out['backend']}: schema version {out['found']} -> {out['version']}"
@@ -83,6 +89,31 @@ def _postgres(url: str, check: bool) -> dict[str, object]:
         raise click.ClickException(" ".join(str(exc).split())) from exc
     return {"backend": "postgresql", "schema": schema, "found": found, "version": now,
             "migrated": True}  # fmt: skip
+
+
+def _redis(url: str, check: bool) -> dict[str, object]:
+    """Redis: set (or with ``check`` report) the ready-member format ``<p>:format``."""
+    from ..broker.redis import RedisBroker
+    from ..errors import BrokerUnavailable
+
+    broker = RedisBroker.from_url(url)
+    try:
+        return broker.migrate_format(check=check)
+    except BrokerUnavailable as exc:
+        raise click.ClickException(str(exc)) from exc
+    finally:
+        broker.close()
+
+
+def _redis_line(out: dict[str, object]) -> str:
+    """What ``migrate`` did to (or found in) ``<p>:format``, in words."""
+    found, version = out["found"], out["version"]
+    if found == version:
+        return f"redis: ready-member format {found} (current)"
+    if found == "1":  # absent: the format before fresh members
+        note = "" if out["migrated"] else " (not migrated: --check)"
+        return f"redis: ready-member format {found} -> {version}{note}"
+    return f"redis: ready-member format {found!r} is not this version's ({version}): left as is"
 
 
 def register(group: click.Group) -> None:

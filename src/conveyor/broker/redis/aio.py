@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING, Any
 from ...core.job import Job
 from ...core.state import TERMINAL_STATES
 from ..base import Broker, EnqueueResult
-from . import idguard
+from . import codec, idguard
+from .keys import RUN
 from .lifecycle import WATCH_COUNT, scan_entries, watch_block
 from .plumbing import guarded
 
@@ -159,6 +160,8 @@ async def enqueue(
     if client is None or (not fresh_ids and idguard.custom_ids(jobs)):
         return await Broker.enqueue_async(broker, jobs, now, payloads, fresh_ids=fresh_ids)
     try:
+        if broker.gate.due():  # its read is blocking I/O: off the event loop, as register
+            await asyncio.to_thread(broker.fresh_members)
         name, groups, keys, args, order = broker.enqueue_plan(jobs, now, payloads)
         if any(q not in broker._conn.registered for q in groups):  # once per queue
             await asyncio.to_thread(broker.register, groups)  # also seeds run-time limits
@@ -173,11 +176,13 @@ async def _get_in(broker: RedisBroker, client: Any, queue: str, job_id: str) -> 
     pipe = client.pipeline(transaction=False)
     pipe.hgetall(broker.keys.job(queue, job_id))
     pipe.hget(broker.keys.queue_key(queue, "payloads"), job_id)
-    fields, payload = await pipe.execute()
+    pipe.hget(broker.keys.queue_key(queue, RUN), job_id)
+    fields, payload, run = await pipe.execute()
     if not fields:
         return None
     if payload is not None:
         fields[b"payload"] = payload
+    codec.run_overlay(fields, run)  # an active job's lease fields (issue 18)
     return broker.decode_lenient(fields, queue, job_id)
 
 

@@ -47,7 +47,7 @@ from .side import RedisCounters, RedisDocs, RedisEvents, RedisLogs
 from .workflows import RedisWorkflows
 
 PURGE_BATCH = 1000
-CLAIM_WIDTH = 9  # values per job in claim.lua's flat reply (see its header)
+CLAIM_WIDTH = 3  # values per job in claim.lua's flat reply (see its header)
 
 
 class RedisBroker(
@@ -131,13 +131,15 @@ class RedisBroker(
                 if due is not None:
                     next_due = due if next_due is None else min(next_due, due)
                 if idle is not None:  # empty: no more ready, fewer jobs than asked
-                    got = (len(reply) - 2) // CLAIM_WIDTH
+                    got = (len(reply) - 3) // CLAIM_WIDTH
                     idle.note(queue, now, reply[0] != ScriptCode.MORE and got < want, due, seen)
                 buried = 0
                 where = self._where
                 where.make_room(len(reply) // CLAIM_WIDTH)
-                for k in range(2, len(reply), CLAIM_WIDTH):  # flat: 9 values per job
-                    item = reply[k : k + CLAIM_WIDTH]
+                slow = codec.claim_hash_values(reply[2])
+                for k in range(3, len(reply), CLAIM_WIDTH):  # flat: 3 values per job
+                    extra = slow.get(k // CLAIM_WIDTH) if slow else None
+                    item = (reply[k], reply[k + 1], reply[k + 2], extra)
                     try:
                         job = claimed_job(item, queue, now, expires, worker_id)
                     except Exception as exc:  # one bad job never fails the batch
@@ -146,7 +148,7 @@ class RedisBroker(
                         buried += 1
                         continue
                     where[job.id] = queue  # remember(): get() finds the job's queue at once
-                    leases.append(new_lease(job, item[2].decode(), expires))
+                    leases.append(new_lease(job, item[1].decode(), expires))
                 if not buried:  # the queue gave what it had; undecodable jobs: claim again
                     break
         if more:
@@ -154,11 +156,11 @@ class RedisBroker(
         return Claimed.of(leases, next_due, limit=0 if more else limit)  # short: drained
 
     def _bury_claimed(
-        self, queue: str, item: list[Any], message: str, worker_id: str, now: float
+        self, queue: str, item: Sequence[Any], message: str, worker_id: str, now: float
     ) -> None:
         """A claimed job whose payload does not decode: dead-letter it at once (decode_error)."""
         job_id, fields = codec.claimed_fields(item, "", "", worker_id)
-        self._bury_undecodable(queue, job_id, item[2].decode(), fields, message, worker_id, now)
+        self._bury_undecodable(queue, job_id, item[1].decode(), fields, message, worker_id, now)
 
     def _bury_undecodable(
         self,

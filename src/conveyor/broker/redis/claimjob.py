@@ -47,13 +47,14 @@ def plain_job(
     expires: float,
     worker_id: str,
 ) -> Job:
-    """The Job of claim.lua's reply entry ``item`` whose envelope ``data`` has ``PLAIN_LEN``
-    keys and no typed value; ``KeyError`` if one of the plain keys is missing (then another
-    key is there: not a plain envelope)."""
+    """The Job of claim.lua's reply entry ``item`` (``[id, token, payload, extra]``: see
+    ``codec.claimed_job``) whose envelope ``data`` has ``PLAIN_LEN`` keys and no typed value;
+    ``KeyError`` if one of the plain keys is missing (then another key is there: not a plain
+    envelope)."""
     task, args, kwargs = data["task"], data["args"], data["kwargs"]
     priority, max_attempts = data["priority"], data["max_attempts"]
     created_at, first_run_at = data["created_at"], data["run_at"]
-    run_at, lost, errors, history, last_error = item[4:9]
+    extra = item[3]
     values = _TEMPLATE.copy()
     values["id"] = item[0].decode()
     values["task"] = task if type(task) is str else str(task)
@@ -64,22 +65,29 @@ def plain_job(
     if type(priority) is not int:
         priority = int_field("priority", priority)
     values["priority"] = priority
-    values["attempts"] = int(item[1])
     if type(max_attempts) is not int:
         max_attempts = int_field("max_attempts", max_attempts)
     values["max_attempts"] = max_attempts
-    values["run_at"] = float(run_at or first_run_at or 0.0)
     values["created_at"] = float(created_at or 0.0)
     values["started_at"] = now
-    values["errors"] = lines(errors) if errors else []
-    values["history"] = lines(history) if history else []
     values["metadata"] = {}
     values["worker_id"] = worker_id or None
     values["lease_expires_at"] = expires
-    if last_error:
-        values["last_error"] = last_error.decode()
-    if lost:
-        values["lost"] = int(lost)
+    if extra is None:  # a fresh job (issue 18): first attempt, nothing in its hash to add
+        values["attempts"] = 1
+        values["run_at"] = float(first_run_at or 0.0)
+        values["errors"] = []
+        values["history"] = []
+    else:
+        attempts, run_at, lost, errors, history, last_error = extra
+        values["attempts"] = int(attempts)
+        values["run_at"] = float(run_at or first_run_at or 0.0)
+        values["errors"] = lines(errors) if errors else []
+        values["history"] = lines(history) if history else []
+        if last_error:
+            values["last_error"] = last_error.decode()
+        if lost:
+            values["lost"] = int(lost)
     if (flow := data.get("flow")) is not None:  # a flow group's job (issue 15): its one extra key
         if (problem := flow_problem(flow)) is not None:
             raise DecodeError(problem)  # dead-lettered by the claim (decode_error)

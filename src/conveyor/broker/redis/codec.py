@@ -42,6 +42,8 @@ from .salvage import salvage as salvage  # re-exported
 from .salvage import stub_payload as stub_payload  # re-exported
 
 _REQUIRED = ("id", "task", "queue", "state")
+#: the hash values of claim.lua's reply for a fresh job (it sends none: first attempt)
+_FRESH = (1, None, None, None, None, None)
 
 
 def fmt_time(value: float) -> str:
@@ -60,23 +62,73 @@ def envelope(job: Job) -> bytes:
     return orjson.dumps(envelope_dict(job))
 
 
-_CLAIMED = (b"payload", b"run_at", b"lost", b"errors", b"history", b"last_error")
+_CLAIMED = (b"run_at", b"lost", b"errors", b"history", b"last_error")
 
 
 def claimed_fields(
     item: Sequence[Any], started: str, deadline: str, worker_id: str
 ) -> tuple[str, dict[bytes, bytes]]:
     """(id, job hash fields) from one job of claim.lua's reply (nil fields left out)."""
+    extra = item[3] or (1,)
     fields = {
-        name: value for name, value in zip(_CLAIMED, item[3:], strict=False) if value is not None
+        name: value for name, value in zip(_CLAIMED, extra[1:], strict=False) if value is not None
     }
+    if item[2] is not None:
+        fields[b"payload"] = item[2]
     fields[b"state"] = b"active"
-    fields[b"attempts"] = str(item[1]).encode()
-    fields[b"token"] = item[2]
+    fields[b"attempts"] = str(extra[0]).encode()
+    fields[b"token"] = item[1]
     fields[b"started_at"] = started.encode()
     fields[b"lease_expires_at"] = deadline.encode()
     fields[b"worker_id"] = worker_id.encode()
     return item[0].decode(), fields
+
+
+def claim_hash_values(flat: list[Any] | None) -> dict[int, list[Any]] | None:
+    """claim.lua's hash values of the claimed jobs that are not fresh: job number (1-based) ->
+    ``[attempts, run_at, lost, errors, history, last_error]``; None when every job is fresh."""
+    if not flat:
+        return None
+    return {flat[i]: flat[i + 1 : i + 7] for i in range(0, len(flat), 7)}
+
+
+def run_fields(run: bytes) -> dict[bytes, bytes] | None:
+    """The job hash fields an active job's run entry stands for (issue 18; the format is in
+    keys.py and lua/_run.lua ``run_fields``): token, attempts, started_at, lease_expires_at,
+    worker_id; None when it is not of that format."""
+    head, sep, kept = run.partition(b"\n")
+    parts = head.split(b"|", 3)
+    if not sep or len(parts) != 4 or (values := kept_fields(kept)) is None:
+        return None
+    values[b"token"] = parts[0]
+    values[b"lease_expires_at"] = parts[2]
+    return values
+
+
+def kept_fields(kept: bytes) -> dict[bytes, bytes] | None:
+    """attempts, started_at, worker_id of ``"<attempts>|<started_at>|<worker_id>"``: the end of
+    a run entry, which the completion keeps as the job hash's field ``run``."""
+    parts = kept.split(b"|", 2)
+    if len(parts) != 3 or not parts[0].isdigit():
+        return None
+    return {b"attempts": parts[0], b"started_at": parts[1], b"worker_id": parts[2]}
+
+
+def run_overlay(fields: dict[bytes, bytes], run: bytes | None) -> None:
+    """Resolve the lease fields of a job hash ``fields`` (issue 18): an active job's run entry
+    ``run`` (its hash has only the state) gives all of them; a job that completed keeps the
+    end of its last entry as field ``run``, which gives started_at and worker_id, and attempts
+    when the hash has no count of its own (a fresh job's first run)."""
+    if run is not None and fields.get(b"state") == b"active":
+        if (values := run_fields(run)) is not None:
+            fields.update(values)
+        return
+    kept = fields.get(b"run")
+    if kept is None or (values := kept_fields(kept)) is None:
+        return
+    fields[b"started_at"] = values[b"started_at"]
+    fields[b"worker_id"] = values[b"worker_id"]
+    fields.setdefault(b"attempts", values[b"attempts"])
 
 
 def enqueue_fields(job: Job, now: float, grace: float) -> list[Any]:
@@ -192,10 +244,12 @@ def _envelope(raw: bytes | None) -> dict[str, Any]:
 def claimed_job(item: Sequence[Any], queue: str, now: float, expires: float, worker_id: str) -> Job:
     """The Job of one entry of claim.lua's reply (fast path; ``DecodeError`` if malformed).
 
-    ``item`` is ``[id, attempts, token, payload, run_at, lost, errors, history, last_error]``.
-    The Job is built by ``Job.fast`` (no ``__init__``): this runs once per claimed job.
+    ``item`` is ``[id, token, payload, extra]``: ``extra`` is None for a fresh job (first
+    attempt, nothing in its hash beyond the envelope), else ``[attempts, run_at, lost, errors,
+    history, last_error]`` from its hash. The Job is built by ``Job.fast`` (no ``__init__``):
+    this runs once per claimed job.
     """
-    raw = item[3]
+    raw = item[2]
     data = _envelope(raw)
     # a payload shorter than MAX_DEPTH cannot hold MAX_DEPTH brackets: no count needed
     if len(raw) > MAX_DEPTH and raw.count(b"[") + raw.count(b"{") > MAX_DEPTH:
@@ -214,7 +268,7 @@ def claimed_job(item: Sequence[Any], queue: str, now: float, expires: float, wor
         if b'"$' in raw:
             args, kwargs = decode_value(args), decode_value(kwargs)
             metadata = decode_value(metadata)
-        run_at, lost, errors, history, last_error = item[4:9]
+        attempts, run_at, lost, errors, history, last_error = item[3] or _FRESH
         task, priority, max_attempts = data["task"], get("priority", 0), get("max_attempts", 4)
         timeout, ttl = get("timeout"), get("idempotency_ttl")
         if not lost:  # claim.lua answers the hash's count; an old job keeps it in the envelope
@@ -230,7 +284,7 @@ def claimed_job(item: Sequence[Any], queue: str, now: float, expires: float, wor
                 # orjson yields an int only within 64 bits; anything else is range-checked
                 "priority": priority if type(priority) is int else int_field("priority", priority),
                 "state": JobState.ACTIVE,
-                "attempts": int(item[1]),
+                "attempts": int(attempts),
                 "max_attempts": max_attempts
                 if type(max_attempts) is int
                 else int_field("max_attempts", max_attempts),

@@ -13,9 +13,9 @@ from ...errors import DuplicateJob
 from ..base import EnqueueResult
 from . import idguard
 from .codec import fmt_time
-from .codes import ScriptCode, options
+from .codes import ScriptCode
 from .plumbing import RedisBase, guarded
-from .scriptargs import enqueue_group, enqueue_one, group_batch
+from .scriptargs import enqueue_group, enqueue_one, enqueue_options, group_batch
 
 _STATES = {state.value.encode(): state for state in JobState}
 
@@ -62,11 +62,12 @@ class EnqueueMixin(RedisBase):
         """``enqueue`` of one plain job (enqueue_one.lua), or None when that script does not
         take it: the same steps as the general path without its per-batch bookkeeping (the
         producer's common call: ~1 µs of Python less per job)."""
-        args = enqueue_one(job, payload, now, str(self.retention.events_max))
-        if args is None:
-            return None
         queue = job.queue
         self.qkeys(queue)  # validates the queue name (cached)
+        # the gate before register: a fresh deployment is one with nothing registered yet
+        args = enqueue_one(job, payload, now, str(self.retention.events_max), self.fresh_members())
+        if args is None:
+            return None
         if queue not in self._conn.registered:
             self.register((queue,))
         custom = [] if fresh_id else idguard.custom_ids((job,))
@@ -97,17 +98,19 @@ class EnqueueMixin(RedisBase):
         if payloads is not None and len(payloads) != len(jobs):
             raise ValueError("enqueue: one payload per job")
         events_max = str(self.retention.events_max)  # a string: it goes to XADD as is
+        fresh = self.fresh_members()  # before register (the callers register after the plan)
         if len(jobs) == 1:
             queue = jobs[0].queue
             self.qkeys(queue)  # validates the queue name (cached)
-            one = enqueue_one(jobs[0], None if payloads is None else payloads[0], now, events_max)
+            payload = None if payloads is None else payloads[0]
+            one = enqueue_one(jobs[0], payload, now, events_max, fresh)
             if one is not None:
                 return "enqueue_one", {queue: [0]}, [self.keys.tag(queue)], one, [0]
             groups = {queue: [0]}
         else:
             groups = group_batch(jobs, self.cluster)
         keys: list[str] = []
-        args: list[Any] = [options(now=fmt_time(now), events_max=events_max)]
+        args: list[Any] = [enqueue_options(fmt_time(now), events_max, fresh)]
         order: list[int] = []  # batch position in ARGV order -> index in ``jobs``
         for queue, idxs in groups.items():
             keys += self.qkeys(queue)  # validates the queue name

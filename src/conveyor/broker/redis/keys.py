@@ -6,11 +6,24 @@ Redis Cluster slot (queue names are validated: no braces, spaces or colons)::
     <p>:{<q>}:job:<id>     HASH    one job's mutable fields (small values: stays a listpack)
     <p>:{<q>}:payloads     HASH    id -> the job's immutable JSON envelope
     <p>:{<q>}:ready        ZSET    pending jobs; score = priority, member = "<seq:016x>:<id>"
-                                   (equal scores sort by member, so FIFO within a priority)
+                                   (equal scores sort by member, so FIFO within a priority);
+                                   "<seq:016x>.<id>" marks a fresh job (issue 18: never ran,
+                                   no expires_at / flow group / workflow; enqueue scripts write
+                                   it when <p>:format is "2", the claim then reads none of its
+                                   hash)
     <p>:{<q>}:scheduled    ZSET    id -> run_at (scheduled: delayed enqueue / delayed release)
     <p>:{<q>}:retry        ZSET    id -> run_at (retry_scheduled)
     <p>:{<q>}:leases       ZSET    id -> lease deadline rounded up to a whole second (active
-                                   jobs; the exact deadline is the hash's lease_expires_at)
+                                   jobs; the exact deadline is in the job's run entry)
+    <p>:{<q>}:run          HASH    id -> run entry of an active job (issue 18): one packed value
+                                   "<token>|<flag>|<lease deadline>|<row>", a newline,
+                                   "<attempts>|<started_at>|<worker_id>"; row = the event row
+                                   as JSON text "<id>","<task>",<attempts>; flag 1 = the hash
+                                   has wf / grp (lua/_run.lua run_fields). One HSET per claim,
+                                   read in one HMGET per completion; meanwhile the job hash has
+                                   only state active of the lease. A job leased by an older
+                                   version has none: its hash holds token, attempts,
+                                   lease_expires_at, worker_id, started_at
     <p>:{<q>}:completed    ZSET    id -> finished_at (retention by count and TTL)
     <p>:{<q>}:dead         ZSET    id -> finished_at (dead_letter; capped per queue)
     <p>:{<q>}:cancelled    ZSET    id -> finished_at (TTL)
@@ -38,6 +51,10 @@ Redis Cluster slot (queue names are validated: no braces, spaces or colons)::
 Global keys (never touched by a job script)::
 
     <p>:queues             SET     every queue that ever held a job or was paused
+    <p>:format             STRING  ready-member format every worker reads (issue 18): absent =
+                                   "1" (only "<seq>:<id>"), "2" = enqueue may write fresh
+                                   members "<seq>.<id>"; set by conveyor migrate, or SET NX by
+                                   the first process on a fresh deployment (fmtgate.py)
     <p>:events             STREAM  non-transition events (worker_up, ...; events_add)
     <p>:wake               LIST    Cluster mode only: wake-up markers for multi-queue workers
     <p>:doc:{<c>}          SET     names of the documents of collection <c>
@@ -84,6 +101,10 @@ QUEUE_KEY_SUFFIXES = (
     "f:",  # issue 15: prefix of the flow-control keys (groups, buckets, slots)
 )
 KEYS_PER_QUEUE = len(QUEUE_KEY_SUFFIXES)
+
+#: The run hash of a queue (issue 18): id -> packed run entry of an active job. Not one of the
+#: 16 script keys: scripts derive it from the ``seq`` key (lua/_lib.lua qkeys), same slot.
+RUN = "run"
 
 #: Terminal state -> the suffix of the set that holds jobs in that state.
 TERMINAL_SETS = {
@@ -168,6 +189,11 @@ class KeySchema:
     def queues(self) -> str:
         """SET of known queue names."""
         return f"{self.prefix}:queues"
+
+    @property
+    def format(self) -> str:
+        """STRING: the ready-member format every worker reads (fmtgate.py)."""
+        return f"{self.prefix}:format"
 
     @property
     def events(self) -> str:

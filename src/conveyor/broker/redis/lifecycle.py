@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...errors import BrokerUnavailable
+from . import fmtgate
 from .plumbing import RedisBase, guarded
 
 log = logging.getLogger("conveyor.redis")
@@ -156,6 +157,14 @@ class LifecycleMixin(RedisBase):
             self._unlink(batch)
         self._where.clear()
         self._conn.registered.clear()
+        self.gate.forget()  # <p>:format went too: a fresh deployment again
+
+    @guarded
+    def migrate_format(self, check: bool = False) -> dict[str, Any]:
+        """Turn fresh ready members on (``<p>:format`` = "2", fmtgate.py) once every worker runs
+        this version; ``check`` only reports. Returns ``backend``, ``key``, ``found``,
+        ``version``, ``migrated`` and ``behind`` (``conveyor migrate`` prints them)."""
+        return fmtgate.migrate(self, check)
 
     def _unlink(self, keys: list[Any]) -> None:
         if self.cluster:

@@ -36,8 +36,8 @@ from ...errors import (
     DecodeError,
     StorageFull,
 )
-from . import codec, conn, flowadmin
-from .keys import KeySchema
+from . import codec, conn, flowadmin, fmtgate
+from .keys import RUN, KeySchema
 from .scripts import ScriptRunner
 from .waker import Waker
 
@@ -127,6 +127,7 @@ class RedisBase:
         self._qkeys: BoundedCache[str, tuple[str, ...]] = BoundedCache(10_000)
         self._waker = Waker(self._push_global_wake)  # no thread until Cluster mode needs one
         self._idle: IdleQueues | None = None  # multi-queue claims: queues known empty, lazily
+        self.gate = fmtgate.FormatGate()  # may enqueue write fresh ready members (fmtgate.py)
 
     # ------------------------------------------------------------------ plumbing
     @property
@@ -163,6 +164,15 @@ class RedisBase:
             validate_queue_name(queue)
             keys = self._qkeys.put(queue, tuple(self.keys.queue_keys(queue)))
         return keys
+
+    def fresh_members(self) -> bool:
+        """True when enqueue may write fresh ready members ``<seq>.<id>`` (every worker reads
+        them: ``<p>:format``, fmtgate.py); read at most every 30 s. Call it before the first
+        ``register`` of a process: a fresh deployment is one with nothing registered yet."""
+        gate = self.gate
+        if gate.due():
+            gate.learn(fmtgate.read(self))
+        return gate.on
 
     def remember(self, job_id: str, queue: str) -> None:
         """Cache which queue a job lives in (ids never move between queues)."""
@@ -225,11 +235,14 @@ class RedisBase:
         for queue, job_id in items:
             pipe.hgetall(self.keys.job(queue, job_id))
             pipe.hget(self.keys.queue_key(queue, "payloads"), job_id)
+            pipe.hget(self.keys.queue_key(queue, RUN), job_id)
         replies = pipe.execute()
         out = []
-        for fields, payload in zip(replies[::2], replies[1::2], strict=True):
+        for fields, payload, run in zip(replies[::3], replies[1::3], replies[2::3], strict=True):
             if fields and payload is not None:
                 fields[b"payload"] = payload
+            if fields:
+                codec.run_overlay(fields, run)
             out.append(fields)
         return out
 

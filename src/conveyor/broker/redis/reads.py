@@ -30,9 +30,10 @@ def _num(value: float | None) -> str:
 
 
 def member_id(member: bytes) -> str:
-    """The job id of a ready-set member ``"<16 hex>:<id>"`` (a bare id is tolerated)."""
+    """The job id of a ready-set member ``"<16 hex>:<id>"``, or ``"<16 hex>.<id>"`` for a fresh
+    job (issue 18: lua/_lib.lua member_id); a bare id is tolerated."""
     text = member.decode()
-    if len(text) > 17 and text[16] == ":" and all(c in "0123456789abcdef" for c in text[:16]):
+    if len(text) > 17 and text[16] in ":." and all(c in "0123456789abcdef" for c in text[:16]):
         return text[17:]
     return text
 

@@ -83,7 +83,17 @@ def enqueue_group(
     return args
 
 
-def enqueue_one(job: Job, payload: bytes | None, now: float, events_max: str) -> list[Any] | None:
+def enqueue_options(now: str, events_max: str, fresh: bool) -> bytes:
+    """enqueue_one.lua's / enqueue.lua's options object; ``fresh``: fresh ready members on
+    (``<p>:format``, fmtgate.py)."""
+    if fresh:
+        return options(now=now, events_max=events_max, fresh=1)
+    return options(now=now, events_max=events_max)
+
+
+def enqueue_one(
+    job: Job, payload: bytes | None, now: float, events_max: str, fresh: bool
+) -> list[Any] | None:
     """enqueue_one.lua's ARGV for ``job``, or None when that script does not take it (an
     idempotency key, an expiry or a flow group: enqueue.lua's full record)."""
     if job.idempotency_key or job.expires_at is not None or job.flow is not None:
@@ -93,7 +103,7 @@ def enqueue_one(job: Job, payload: bytes | None, now: float, events_max: str) ->
     created = at if job.created_at == run_at else fmt_time(job.created_at)
     return [
         # a job for now: one float formatted, not two
-        options(now=at if now == run_at else fmt_time(now), events_max=events_max),
+        enqueue_options(at if now == run_at else fmt_time(now), events_max, fresh),
         job.id,
         codec.envelope(job) if payload is None else payload,
         str(job.state),

@@ -1,11 +1,11 @@
 """The Lua scripts: loaded from ``lua/*.lua``, run with EVALSHA, reloaded on NOSCRIPT.
 
-Every job script is the part of the prelude (the shared helpers: ``lua/_lib.lua``, ``_wf.lua``,
-``_timers.lua``, ``_flow.lua``, concatenated in that order by ``prelude``) it uses, followed by
-the script's own file (``lib_for``); its SHA1 is computed here, so EVALSHA works without a prior
-SCRIPT LOAD. When the server answers NOSCRIPT (restart, failover, ``SCRIPT FLUSH``) the script
-is loaded and the call repeated; in a pipeline only the calls that failed with NOSCRIPT are
-repeated (a NOSCRIPT call never ran).
+Every job script is the part of the prelude (the shared helpers: ``lua/_lib.lua``, ``_run.lua``,
+``_wf.lua``, ``_timers.lua``, ``_flow.lua``, concatenated in that order by ``prelude``) it uses,
+followed by the script's own file (``lib_for``); its SHA1 is computed here, so EVALSHA works
+without a prior SCRIPT LOAD. When the server answers NOSCRIPT (restart, failover, ``SCRIPT
+FLUSH``) the script is loaded and the call repeated; in a pipeline only the calls that failed
+with NOSCRIPT are repeated (a NOSCRIPT call never ran).
 
 Script calls are the hot path (claim, complete, enqueue), so on a plain or Sentinel client they
 take a fast lane: connections checked out of the client's pool once and kept by the runner (a
@@ -60,7 +60,7 @@ except ImportError:  # pragma: no cover - hiredis is a dependency; redis-py pack
 
 #: The prelude files (``lua/<name>.lua``), in the order they are concatenated: each helper is
 #: defined before the helpers that call it (a Lua local is visible only below its definition).
-PRELUDE = ("_lib", "_wf", "_timers", "_flow")
+PRELUDE = ("_lib", "_run", "_wf", "_timers", "_flow")
 #: Scripts that are not job transitions and do not get the shared prelude.
 _STANDALONE = frozenset({"doc_cas"})
 SCRIPT_NAMES = (

@@ -22,6 +22,7 @@ from typing import Any
 import orjson
 
 from ...config import Retention
+from . import fmtgate
 from .codec import events_from_entry, fmt_time
 from .codes import ScriptCode
 from .keys import KeySchema
@@ -111,6 +112,10 @@ class RedisDocs(_Part):
         ttl: float | None = None,
     ) -> None:
         """Create or replace a document (expiring ``ttl`` s after ``now``)."""
+        if collection == fmtgate.WORKER_DOCS and self._base.gate.due():
+            # a worker of this version on a fresh deployment turns fresh members on before its
+            # document makes the server look used (fmtgate.py)
+            self._base.fresh_members()
         key = self.keys.doc(collection, name)
         mapping: dict[bytes | str, bytes | str] = {_PRESENT: b"1"}
         mapping.update({k: _dump(v) for k, v in doc.items()})

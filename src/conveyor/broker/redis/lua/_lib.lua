@@ -1,17 +1,19 @@
 -- _lib.lua: helpers shared by every job script: the queue keys, return codes, type-safe reads,
 -- events, the ready set, job history, deleting and capping finished jobs. The first of the
--- prelude files, followed by _wf.lua (workflows), _timers.lua (promotion, lease expiry,
--- next_due) and _flow.lua (flow control), in that order: each helper is defined before the
--- helpers that call it. scripts.py puts the prelude, cut to the helpers a script names, in
--- front of each job script; a prelude file is never run on its own.
+-- prelude files, followed by _run.lua (active jobs' run entries), _wf.lua (workflows),
+-- _timers.lua (promotion, lease expiry, next_due) and _flow.lua (flow control), in that
+-- order: each helper is defined before the helpers that call it. scripts.py puts the prelude,
+-- cut to the helpers a script names, in front of each job script; a prelude file is never run
+-- on its own.
 --
 -- Every job script receives the 16 keys of ONE queue, in this order (keys.py QUEUE_KEY_SUFFIXES):
 --   KEYS[b+1]  <p>:{q}:job:       prefix of the job hashes (<p>:{q}:job:<id>): mutable fields
---   KEYS[b+2]  <p>:{q}:ready      ZSET score = priority, member = "<seq %016x>:<id>"
+--   KEYS[b+2]  <p>:{q}:ready      ZSET score = priority, member = "<seq %016x>:<id>" (or
+--                                 "<seq %016x>.<id>": a fresh job, member_id below)
 --   KEYS[b+3]  <p>:{q}:scheduled  ZSET id -> run_at
 --   KEYS[b+4]  <p>:{q}:retry      ZSET id -> run_at
 --   KEYS[b+5]  <p>:{q}:leases     ZSET id -> lease deadline rounded UP to a whole second (an
---                                 integer; the exact deadline is the job's lease_expires_at:
+--                                 integer; the exact deadline is in the job's run entry:
 --                                 lease_score, expire_leases and next_due in _timers.lua)
 --   KEYS[b+6]  <p>:{q}:completed  ZSET id -> finished_at
 --   KEYS[b+7]  <p>:{q}:dead       ZSET id -> finished_at
@@ -25,6 +27,8 @@
 --                                 so that hash holds only small values and stays a listpack)
 --   KEYS[b+15] <p>:{q}:expired    ZSET id -> finished_at (expired: not started in time)
 --   KEYS[b+16] <p>:{q}:f:         prefix of the flow-control keys (keys.py; _flow.lua)
+-- Derived, not passed: q.run = <p>:{q}:run, HASH id -> run entry of an active job (run_fields
+-- in _run.lua; keys.py RUN), built from the seq key so it has the same hash slot.
 -- (b = 0, except in enqueue.lua which takes several groups of 16.) Job hashes and idempotency
 -- keys are built from the two prefixes, so they carry the same {q} hash tag and slot.
 --
@@ -59,6 +63,8 @@ local function qkeys(b)
     cancelled = KEYS[b + 8], seq = KEYS[b + 9], events = KEYS[b + 10], wake = KEYS[b + 11],
     paused = KEYS[b + 12], idem = KEYS[b + 13], payloads = KEYS[b + 14],
     expired = KEYS[b + 15], flow = KEYS[b + 16],
+    -- derived, not passed (the 16 keys stay as they are): <p>:{q}:run, same slot as seq
+    run = string.sub(KEYS[b + 9], 1, -4) .. 'run',
   }
 end
 
@@ -240,9 +246,12 @@ local function free_slots(q, id, key, grp)
   end
 end
 
--- ready members are "<16 hex digits>:<id>"; a bare id (hand-written producers) is tolerated
+-- ready members are "<16 hex digits>:<id>", or "<16 hex digits>.<id>" for a fresh job (issue
+-- 18: written by the enqueue scripts for a job that never ran and has no expires_at, flow
+-- group or workflow: claim.lua leases it without reading its hash); a bare id (hand-written
+-- producers) is tolerated
 local function member_id(member)
-  if string.find(member, '^%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x:.') then
+  if string.find(member, '^%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x[:.].') then
     return string.sub(member, 18)
   end
   return member
@@ -269,13 +278,15 @@ local function history(key, event, at, attempt, note, worker)
     .. jstr(worker) .. '}', 50)
 end
 
--- delete jobs for good: their hashes and payloads (ids: at most 1000)
-local function drop_jobs(q, ids)
+-- delete jobs for good: their hashes, payloads and run entries (ids: at most 1000);
+-- `finished` = all of them are in a terminal state (no run entry to delete)
+local function drop_jobs(q, ids, finished)
   if #ids == 0 then return end
   local keys = {}
   for i, id in ipairs(ids) do keys[i] = q.job .. id end
   redis.call('DEL', unpack(keys))
   redis.call('HDEL', q.payloads, unpack(ids))
+  if not finished then redis.call('HDEL', q.run, unpack(ids)) end
 end
 
 -- free the idempotency keys of jobs an operator is about to delete (clear.lua, purge.lua),
@@ -307,7 +318,7 @@ local function trim(q, set, cap)
     local ids = redis.call('ZRANGE', set, 0, math.min(excess, 1000) - 1)
     if #ids == 0 then return end
     redis.call('ZREMRANGEBYRANK', set, 0, #ids - 1)
-    drop_jobs(q, ids)
+    drop_jobs(q, ids, true)
     excess = excess - #ids
   end
 end

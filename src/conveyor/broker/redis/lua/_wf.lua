@@ -1,5 +1,5 @@
 -- _wf.lua: the workflow helpers of the job scripts (docs/workflows.md). A prelude file:
--- scripts.py puts the prelude files (_lib, _wf, _timers, _flow, in this order: each helper is
+-- scripts.py puts the prelude files (_lib, _run, _wf, _timers, _flow, in this order: each helper is
 -- defined before the helpers that call it) in front of each script, keeping only the helpers
 -- that script names; it is never run on its own. It uses the helpers of _lib.lua.
 --

@@ -18,15 +18,14 @@ local o = cjson.decode(ARGV[1])
 local now, note = o.now, o.note
 local id, token = ARGV[2], ARGV[3]
 local key = q.job .. id
-local f = hmget(key, 'state', 'token', 'attempts', 'worker_id', 'task', 'wf', 'grp')
-if not f or f[1] ~= 'active' or f[2] ~= token then return {CODE_LEASE_LOST} end
-if f[7] then free_slots(q, id, key, f[7]) end  -- flow control (issue 15): its slots free
-history(key, 'cancelled', now, f[3] or '0', note, f[4])
+local L = lease_of(q, id, key, token)  -- its run entry, or an older version's hash fields
+if not L then return {CODE_LEASE_LOST} end
+if L.grp then free_slots(q, id, key, L.grp) end  -- flow control (issue 15): its slots free
+lease_end(q, id, key, L, false)
+history(key, 'cancelled', now, L.attempts, note, L.worker ~= '' and L.worker or nil)
 redis.call('HSET', key, 'state', 'cancelled', 'finished_at', now)
-redis.call('HDEL', key, 'lease_expires_at', 'token')
-redis.call('ZREM', q.leases, id)
-emit(q, o.events_max, 'type', 'cancelled', 'job_id', id, 'task', f[5] or '',
+emit(q, o.events_max, 'type', 'cancelled', 'job_id', id, 'task', L.task,
   'at', now, 'note', note)
 finish(q, q.cancelled, id, now, -1)
-if f[6] then wf_done(q, o.queue, id, false, nil, now, o.events_max) end
+if L.wf then wf_done(q, o.queue, id, false, nil, now, o.events_max) end
 return {CODE_OK, 'cancelled'}

@@ -3,10 +3,13 @@
 -- One atomic step: promotion of due jobs first, then the queue's expired leases come back
 -- exactly as reap.lua returns them (lost + 1; the max_lost-th loss dead-letters the job as
 -- worker_lost): an expired lease is claimable by the very next claim. Then per job popped
--- from the ready set: state
--- active, attempts + 1, started_at, worker_id, lease deadline, a fresh fencing token
--- ("<seq>:<queue>"), lease entry, "started" event (one stream entry for all the jobs of the
--- call: emit_many in _lib.lua). A paused queue is promoted but not served. The queue's wake
+-- from the ready set: state active (the job hash's one write), a fresh fencing token
+-- ("<seq>:<queue>"), its run entry (attempts + 1, started_at, worker_id, lease deadline, the
+-- event row: run_fields in _run.lua; one HSET for the call), lease entry, "started" event (one
+-- stream entry for all the jobs of the call: emit_rows in _run.lua). A fresh job (member
+-- "<seq>.<id>", issue 18) is leased without reading its hash (first attempt; its task from the
+-- envelope); any other is read first (HMGET), as before, and also gets its attempts written
+-- to the hash. A paused queue is promoted but not served. The queue's wake
 -- markers are dropped (a worker woken by one claims right away; wait_for_work does not check).
 -- A pending job whose hash has an expires_at <= now becomes expired (issue 15: the lapse
 -- transition; kept in the expired set, never leased). Entries whose job is gone or no longer
@@ -21,13 +24,15 @@
 --   ARGV: [1] options (JSON object): queue, now, deadline (lease deadline = now +
 --         visibility_timeout), limit, worker ("" = none), events_max, promote_max (promote /
 --         expiry batch limit), dead_max (dead_letter_max), max_lost
--- Output: {more, next_due, job_1, job_2, ...}; more = CODE_MORE when ready jobs remain after
---         this claim, else CODE_NO; next_due = on an empty or short claim of a queue that is
---         not paused, the earliest run_at of the scheduled / retry sets or lease deadline (''
---         when none, or when the claim filled its limit: next_due in _timers.lua);
---         job = 9 values in a row (flat, not a nested array: issue 18), id, attempts, token,
---         payload, run_at, lost, errors, history, last_error (the other fields are known to
---         the caller: state active, started_at = now, lease_expires_at = deadline, worker_id)
+-- Output: {more, next_due, hash, job_1, job_2, ...}; more = CODE_MORE when ready jobs remain
+--         after this claim, else CODE_NO; next_due = on an empty or short claim of a queue
+--         that is not paused, the earliest run_at of the scheduled / retry sets or lease
+--         deadline ('' when none, or when the claim filled its limit: next_due in
+--         _timers.lua); job = 3 values in a row (flat: issue 18), id, token, payload; hash =
+--         false when every job is fresh (attempts 1, nothing else in its hash), else flat
+--         {k, attempts, run_at, lost, errors, history, last_error, ...} for the k-th job of
+--         each one that is not (the other fields are known to the caller: state active,
+--         started_at = now, lease_expires_at = deadline, worker_id)
 local q = qkeys(0)
 local o = cjson.decode(ARGV[1])
 local qname, now, deadline, limit, worker = o.queue, o.now, o.deadline, o.limit, o.worker
@@ -69,36 +74,47 @@ expire_leases(q, now, o.max_lost, o.promote_max, maxlen, dead_max)
 -- this claim serves every marker left so far (stale ones included); if it leaves ready jobs
 -- behind it pushes one again below, for the next idle worker
 redis.call('DEL', q.wake)
-if redis.call('EXISTS', q.paused) == 1 then return {CODE_NO, ''} end
+if redis.call('EXISTS', q.paused) == 1 then return {CODE_NO, '', false} end
 
-local out = {CODE_NO, ''}
+local out = {CODE_NO, '', false}
 local score = lease_score(deadline)  -- the leases-set score: a whole second (_timers.lua)
-local leased, ids, rows = {}, {}, {}
+local leased, ids, runs, texts, extra = {}, {}, {}, {}, {}
 local claimed = 0
 local suffix = ':' .. qname  -- of every fencing token "<seq>:<queue>"
+-- the parts of every run entry of this call (run_fields in _run.lua): after the flag, and
+-- after the attempts
+local mid, tail = '|' .. deadline .. '|', '|' .. now .. '|' .. worker
+local fresh_tail = '\n1' .. tail  -- a fresh job's: its first attempt
+local find, byte, sub, match, format = string.find, string.byte, string.sub, string.match,
+  string.format
 
--- append one job's 9 reply values (payload filled in below, from one HMGET for the batch)
-local function reply(id, attempts, token, f)
-  local n = #out
-  out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = id, attempts, token, false, f[4]
-  out[n + 6], out[n + 7], out[n + 8], out[n + 9] = f[5], f[6], f[7], f[8]
+-- a job with history (f = its HMGET fields: state, attempts, task, run_at, lost, errors,
+-- history, last_error, ..., and wf, grp at `w`): state active and its attempts (the hash
+-- keeps a count it can be told by, codec.py), its run entry and event row, its reply values
+-- (the payload filled in below) and its hash fields for the client (in out[3])
+local function lease_slow(id, key, f, seq, w)
+  local attempts = (tonumber(f[2]) or 0) + 1
+  local a = COUNTS[attempts] or format('%d', attempts)
+  redis.call('HSET', key, 'state', 'active', 'attempts', a)
+  local token = format('%d', seq) .. suffix
+  local flag = (f[w] or f[w + 1]) and '1' or '0'
+  local row = jtext(id) .. ',' .. jtext(f[3] or '') .. ',' .. a
+  claimed = claimed + 1
+  ids[claimed], texts[claimed] = id, row
+  local n = #runs
+  runs[n + 1], runs[n + 2] = id, token .. '|' .. flag .. mid .. row .. '\n' .. a .. tail
+  n = #out
+  out[n + 1], out[n + 2], out[n + 3] = id, token, false
+  n = #extra
+  extra[n + 1], extra[n + 2], extra[n + 3], extra[n + 4] = claimed, attempts, f[4], f[5]
+  extra[n + 5], extra[n + 6], extra[n + 7] = f[6], f[7], f[8]
 end
 
--- lease one pending job (f = its HMGET fields: state, attempts, task, run_at, lost, errors,
--- history, last_error, ...) with fencing token number `seq`
+-- flow control (_flow.lua) leases through this (f: the HMGET of flow_take, which reads no
+-- wf / grp: a grouped job always has grp)
 local function lease_one(id, key, f, seq)
-  local attempts = (tonumber(f[2]) or 0) + 1
-  local token = string.format('%d', seq) .. suffix
-  redis.call('HSET', key, 'state', 'active', 'attempts', attempts, 'started_at', now,
-    'lease_expires_at', deadline, 'token', token, 'worker_id', worker)
-  leased[#leased + 1] = score
-  leased[#leased + 1] = id
-  ids[#ids + 1] = id
-  rows[#rows + 1] = id
-  rows[#rows + 1] = f[3] or ''
-  rows[#rows + 1] = attempts
-  reply(id, attempts, token, f)
-  claimed = claimed + 1
+  f[11], f[12] = false, '1'
+  lease_slow(id, key, f, seq, 11)
 end
 
 -- issue 15: a pending grouped job whose hash's flow record is malformed (flow_record in
@@ -130,6 +146,7 @@ if grouped then
   flow_take(q, now, nnow, limit, function() return claimed end, lease_one, lapse, bury_flow)
 end
 
+local jobp = q.job
 while claimed < limit do
   -- the ready set's head by rank, then removed by rank: ZPOPMIN would also format every
   -- score (a priority) as a double for the reply
@@ -139,37 +156,84 @@ while claimed < limit do
   local seq = redis.call('INCRBY', q.seq, #popped) - #popped
   for i = 1, #popped do
     seq = seq + 1
-    local id = member_id(popped[i])
-    local key = q.job .. id
-    local f = redis.pcall('HMGET', key, 'state', 'attempts', 'task', 'run_at', 'lost', 'errors',
-      'history', 'last_error', 'expires_at')
-    if f.err then
-      bury_foreign(id, key, redis.call('TYPE', key).ok)
-    elseif f[1] == 'pending' and f[9] and tonumber(f[9]) <= nnow then
-      lapse(id, key, f[3], f[2])
-    elseif f[1] == 'pending' then
-      -- lease_one, inlined: this loop is the hot path of every claim
-      local attempts = (tonumber(f[2]) or 0) + 1
-      local token = string.format('%d', seq) .. suffix
-      redis.call('HSET', key, 'state', 'active', 'attempts', COUNTS[attempts] or attempts,
-        'started_at', now, 'lease_expires_at', deadline, 'token', token, 'worker_id', worker)
-      local n = #leased
-      leased[n + 1], leased[n + 2] = score, id
-      ids[claimed + 1] = id
-      n = #rows
-      rows[n + 1], rows[n + 2], rows[n + 3] = id, f[3] or '', attempts
-      n = #out
-      out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = id, attempts, token, false, f[4]
-      out[n + 6], out[n + 7], out[n + 8], out[n + 9] = f[5], f[6], f[7], f[8]
-      claimed = claimed + 1
+    local m = popped[i]
+    local fresh = false
+    if byte(m, 17) == 46 then  -- "." after 16 hex digits
+      local _, dot = find(m, '^%x+%.')
+      fresh = dot == 17
+    end
+    if fresh then
+      -- a fresh job ("<seq>.<id>", member_id in _lib.lua): no read, ONE write. HSET answers
+      -- 1 when it created the field: no job (or not Conveyor's) behind this member
+      local id = sub(m, 18)
+      local key = jobp .. id
+      local r = redis.pcall('HSET', key, 'state', 'active')
+      if r == 0 then
+        local token = format('%d', seq) .. suffix
+        claimed = claimed + 1
+        ids[claimed] = id
+        local n = #runs
+        runs[n + 1], runs[n + 2] = id, token  -- completed below, with the task
+        n = #out
+        out[n + 1], out[n + 2], out[n + 3] = id, token, false
+      elseif r == 1 then
+        redis.call('HDEL', key, 'state')  -- undone (an emptied hash is deleted)
+      else
+        bury_foreign(id, key, redis.call('TYPE', key).ok)
+      end
+    else
+      local id = member_id(m)
+      local key = jobp .. id
+      local f = redis.pcall('HMGET', key, 'state', 'attempts', 'task', 'run_at', 'lost',
+        'errors', 'history', 'last_error', 'expires_at', 'wf', 'grp')
+      if f.err then
+        bury_foreign(id, key, redis.call('TYPE', key).ok)
+      elseif f[1] == 'pending' and f[9] and tonumber(f[9]) <= nnow then
+        lapse(id, key, f[3], f[2])
+      elseif f[1] == 'pending' then
+        lease_slow(id, key, f, seq, 10)
+      end
     end
   end
 end
-if #leased > 0 then
-  bulk('ZADD', q.leases, leased)
+if claimed > 0 then
   local payloads = hmget_many(q.payloads, ids)
-  for i = 1, #ids do out[i * 9 - 3] = payloads[i] end  -- 4th of the job's 9 values
-  emit_many(q, maxlen, 'started', now, {'worker', worker}, {'job_id', 'task', 'attempt'}, rows)
+  for i = 1, claimed do
+    local p = payloads[i]
+    out[i * 3 + 3] = p  -- 3rd of the job's 3 values
+    if not texts[i] then
+      -- a fresh job's event row, from its envelope (Conveyor writes "v", "id", "task" first;
+      -- an id (enqueue validated it: no control characters) and a task with no quote,
+      -- backslash or control character are their own JSON text)
+      local id = ids[i]
+      local task, row = nil, nil
+      local e = 13 + #id  -- where the id ends in '{"v":1,"id":"<id>"' (no escapes in it)
+      if p and find(p, '{"v":1,"id":"', 1, true) == 1 and sub(p, 14, e) == id then
+        task = match(p, '^","task":"([^"\\%c]*)"', e + 1)
+      end
+      if task then
+        row = '"' .. id .. '","' .. task .. '",1'
+      else
+        local ok, env = pcall(cjson.decode, p or '')
+        task = ok and type(env) == 'table' and type(env.task) == 'string' and env.task or ''
+        row = jtext(id) .. ',' .. jtext(task) .. ',1'
+      end
+      texts[i] = row
+      runs[i * 2] = runs[i * 2] .. '|0' .. mid .. row .. fresh_tail
+    end
+  end
+  bulk('HSET', q.run, runs)
+  -- the leases, in descending id order: a small leases set is a listpack, where ZADD walks
+  -- from the head to the new member's place; the call's members share one score, so in
+  -- this order each one goes in front of the previous one instead of walking past all of
+  -- them (sorting the ids costs far less)
+  local order = {}
+  for i = 1, claimed do order[i] = ids[i] end
+  table.sort(order)
+  for i = 1, claimed do leased[i * 2 - 1], leased[i * 2] = score, order[claimed + 1 - i] end
+  bulk('ZADD', q.leases, leased)
+  emit_rows(q, maxlen, 'started', now, {'worker', worker}, {'job_id', 'task', 'attempt'}, texts)
+  if #extra > 0 then out[3] = extra end
 end
 if claimed > 0 and (redis.call('ZCARD', q.ready) > 0
     or (grouped and redis.call('ZCARD', q.flow .. 'groups') > 0)) then

@@ -10,7 +10,9 @@
 --   KEYS: G groups of the 16 queue keys (see _lib.lua), one group per queue of the batch.
 --         Redis Cluster: always exactly one group (one slot); a standalone server takes
 --         several, which makes a multi-queue enqueue_many one atomic script.
---   ARGV: [1] options (JSON object): now, events_max
+--   ARGV: [1] options (JSON object): now, events_max, fresh (present: pending jobs without
+--             expires_at / flow group get fresh members "<seq>.<id>"; only when <p>:format says
+--             every worker reads them, fmtgate.py; absent: "<seq>:<id>" as before)
 --         then per group (G = #KEYS / 16, in KEYS order): queue name, n, and the group's
 --         defaults state ("pending"|"scheduled"), priority, run_at, created_at, task; then
 --         its n job records, each one of
@@ -30,6 +32,7 @@ local o = cjson.decode(ARGV[1])
 local now, maxlen = o.now, o.events_max
 local groups = #KEYS / 16
 local nnow = tonumber(now)
+local fresh_fmt = o.fresh and '%016x.%s' or '%016x:%s'
 
 -- phase 1: parse, decide duplicates, refuse existing ids (nothing written yet).
 -- Flat arrays instead of a table per job: at[k] = ARGV index of job k's id, full[k], dup[k],
@@ -157,7 +160,10 @@ for g = 1, groups do
         grouped = true
       elseif state == 'pending' then
         seq = seq + 1
-        local m = string.format('%016x:%s', seq, id)  -- member(seq, id), inlined
+        -- member(seq, id), inlined; "." marks a fresh job (member_id in _lib.lua): claim.lua
+        -- leases it without reading its hash, so one with an expires_at takes ":"
+        local m = string.format((full[k] and ARGV[a + 11] ~= '') and '%016x:%s' or fresh_fmt,
+          seq, id)
         ready[#ready + 1] = prio
         ready[#ready + 1] = m
         redis.call('HSET', key, 'state', state, 'priority', prio, 'run_at', run_at,

@@ -10,7 +10,9 @@
 --   KEYS: [1] the queue's key prefix <p>:{q}: (keys.py KeySchema.tag); the keys written are
 --         the prefix plus a suffix of keys.py QUEUE_KEY_SUFFIXES (a test compares them), all
 --         in the prefix's hash slot
---   ARGV: [1] options (JSON object): now, events_max
+--   ARGV: [1] options (JSON object): now, events_max, fresh (present: a pending job gets a
+--             fresh member "<seq>.<id>"; only when <p>:format says every worker reads them,
+--             fmtgate.py; absent: "<seq>:<id>" as before)
 --         then the job: [2] id  [3] payload (JSON envelope)  [4] state ("pending" |
 --         "scheduled")  [5] priority  [6] run_at  [7] created_at  [8] task
 -- Output: {CODE_OK} stored | {CODE_DUPLICATE_ID, id} a job with this id exists: nothing stored
@@ -19,7 +21,8 @@ local t, id, state, prio, run_at, task = KEYS[1], ARGV[2], ARGV[4], ARGV[5], ARG
 local key = t .. 'job:' .. id
 if redis.call('EXISTS', key) == 1 then return {CODE_DUPLICATE_ID, id} end
 if state == 'pending' then
-  local m = string.format('%016x:%s', redis.call('INCR', t .. 'seq'), id)  -- member(seq, id)
+  -- member(seq, id); "." marks a fresh job (member_id in _lib.lua; claim.lua reads no hash)
+  local m = string.format(o.fresh and '%016x.%s' or '%016x:%s', redis.call('INCR', t .. 'seq'), id)
   redis.call('HSET', key, 'state', state, 'priority', prio, 'run_at', run_at,
     'created_at', ARGV[7], 'task', task, 'rk', m)
   redis.call('ZADD', t .. 'ready', prio, m)

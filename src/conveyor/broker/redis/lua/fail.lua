@@ -1,12 +1,14 @@
 -- fail.lua: record a failed attempt (transition: active -> retry_scheduled | dead_letter).
 --
--- The token must match and the job must be active. The error entry is appended to "errors"
--- (JSON Lines); "attempt" is filled in from the job when the caller did not give it. With a
--- retry time the job waits in the retry set (and idle workers get a wake-up marker, so they
--- learn its due time); without one it is dead-lettered (dead set, capped
--- at dead_letter_max). A non-empty stub payload replaces an undecodable payload, whose bytes
--- are kept in field "raw" (used for kind decode_error right after a claim). A dead-lettered
--- workflow node ends or releases its dependants in the same step (wf_done in _wf.lua).
+-- The token must match and the job must be active (lease_of in _run.lua: its run entry, or
+-- the hash fields of a job leased by an older version); the run entry goes (lease_end). The
+-- error entry is appended to "errors" (JSON Lines); "attempt" is filled in from the job when
+-- the caller did not give it. With a retry time the job waits in the retry set (and idle
+-- workers get a wake-up marker, so they learn its due time); without one it is dead-lettered
+-- (dead set, capped at dead_letter_max). A non-empty stub payload replaces an undecodable
+-- payload, whose bytes are kept in field "raw" (used for kind decode_error right after a
+-- claim). A dead-lettered workflow node ends or releases its dependants in the same step
+-- (wf_done in _wf.lua).
 --
 -- Input
 --   KEYS: the 16 queue keys (_lib.lua)
@@ -21,23 +23,22 @@ local o = cjson.decode(ARGV[1])
 local qname, now, retry_at, maxlen = o.queue, o.now, o.retry_at, o.events_max
 local id, token, entry = ARGV[2], ARGV[3], ARGV[4]
 local key = q.job .. id
-local f = hmget(key, 'state', 'token', 'attempts', 'task', 'wf', 'grp')
-if not f or f[1] ~= 'active' or f[2] ~= token then return {CODE_LEASE_LOST} end
-if f[6] then free_slots(q, id, key, f[6]) end
-local attempts = f[3] or '0'
+local L = lease_of(q, id, key, token)  -- its run entry, or an older version's hash fields
+if not L then return {CODE_LEASE_LOST} end
+if L.grp then free_slots(q, id, key, L.grp) end
+local attempts = L.attempts
 if o.has_attempt ~= '1' then
   if entry == '{}' then entry = '{"attempt":' .. attempts .. '}'
   else entry = '{"attempt":' .. attempts .. ',' .. string.sub(entry, 2) end
 end
+lease_end(q, id, key, L, false)
 append_line(key, 'errors', entry, nil)
 redis.call('HSET', key, 'last_error', ARGV[5])
-redis.call('HDEL', key, 'lease_expires_at', 'token')
-redis.call('ZREM', q.leases, id)
 if ARGV[6] ~= '' then
   redis.call('HSET', key, 'raw', redis.call('HGET', q.payloads, id) or '')
   redis.call('HSET', q.payloads, id, ARGV[6])
 end
-local task = f[4] or ''
+local task = L.task
 emit(q, maxlen, 'type', 'failed', 'job_id', id, 'task', task, 'at', now,
   'attempt', attempts, 'error', ARGV[5])
 if retry_at ~= '' then
@@ -52,5 +53,5 @@ redis.call('HSET', key, 'state', 'dead_letter', 'finished_at', now)
 emit(q, maxlen, 'type', 'dead_lettered', 'job_id', id, 'task', task,
   'at', now, 'reason', o.kind)
 finish(q, q.dead, id, now, o.dead_max)
-if f[5] then wf_done(q, qname, id, false, nil, now, maxlen) end
+if L.wf then wf_done(q, qname, id, false, nil, now, maxlen) end
 return {CODE_OK, 'dead_letter'}

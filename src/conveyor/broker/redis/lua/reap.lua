@@ -23,7 +23,7 @@ for _ = 1, math.min(readied, WAKE_MAX) do wake(q) end
 for _, pair in ipairs({{q.completed, o.completed_cutoff}, {q.cancelled, o.cancelled_cutoff}}) do
   local old = redis.call('ZRANGEBYSCORE', pair[1], '-inf', pair[2], 'LIMIT', 0, 1000)
   if #old > 0 then
-    drop_jobs(q, old)
+    drop_jobs(q, old, true)
     redis.call('ZREM', pair[1], unpack(old))
   end
 end
