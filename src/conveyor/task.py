@@ -94,6 +94,11 @@ class Task(Generic[P, R]):
     flow: TaskFlow | None = None
 
     def __post_init__(self) -> None:
+        if inspect.isgeneratorfunction(self.fn) or inspect.isasyncgenfunction(self.fn):
+            # calling it only builds the generator: the job would "complete" without its body
+            raise ValidationError(
+                f"task {self.name!r}", "a generator function cannot be a task: return a list"
+            )
         self.is_async = inspect.iscoroutinefunction(self.fn)
         self.binder = ArgBinder(self.name, self.fn)
         self.signature: inspect.Signature | None = self.binder.signature
