@@ -97,6 +97,8 @@ BAD_URLS = [
     "postgresql://[::1",
     "postgresql://127.0.0.1:99999/db",
     "redis://127.0.0.1:6379/0?socket_timeout=abc",
+    "redis://127.0.0.1:6379/abc",  # redis-py ignored a path that is not a number: db 0
+    "redis://127.0.0.1:6379/1/extra",
     "sqlite:///jobs.db?timeout=abc",
 ]
 

@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import re
+from urllib.parse import urlsplit
+
 from ..config import Retention
 from ..errors import ValidationError
 from .base import Broker
@@ -55,5 +58,15 @@ def _from_url(url: str, retention: Retention | None) -> Broker:
         except ImportError as exc:  # the redis extra is optional
             hint = "redis URLs need: pip install 'conveyor-jobs[redis]'"
             raise ValidationError("url", hint) from exc
+        if scheme in ("redis", "rediss"):
+            _check_redis_db(url)
         return RedisBroker.from_url(url, retention)
     raise ValidationError("url", f"unknown scheme {scheme!r}; use one of {', '.join(SCHEMES)}")
+
+
+def _check_redis_db(url: str) -> None:
+    """The path of a redis:// URL is the database number or nothing: redis-py silently used
+    db 0 for ``/abc`` or ``/1/extra`` (jobs written where no worker of db 1 looks)."""
+    path = urlsplit(url).path
+    if path not in ("", "/") and not re.fullmatch(r"/\d+/?", path):
+        raise ValidationError("url", f"the path must be a database number, got {path!r:.60}")
