@@ -4,10 +4,10 @@ The claim statement used to carry its batch size as a parameter (``LIMIT $n``). 
 estimates a parameterised LIMIT at 10 % of the rows, so the generic plan looked far costlier
 than a custom one (a hash join over all of ``jobs``) and the plan cache planned the statement
 again at every execution: ~180 µs of server CPU per claim, 5.6 µs per job at the default batches
-of 32 (``bench/pg_statements.py``). Up to ``claim.LITERAL_MAX`` the size is now written into the
-statement, whose generic plan is then the custom one, kept by the plan cache after five custom
-ones. These tests read the plan cache of the broker's one connection
-(``pg_prepared_statements``) and ``auto_explain``'s record of the generic plans.
+of 32 (``bench/pg_statements.py``). A batch of ``claim.LITERAL_SIZE`` (32, the worker's default)
+now has its size written into the statement, whose generic plan is then the custom one, kept by
+the plan cache after five custom ones. These tests read the plan cache of the broker's one
+connection (``pg_prepared_statements``) and ``auto_explain``'s record of the generic plans.
 """
 
 from __future__ import annotations
@@ -66,13 +66,15 @@ def test_a_busy_claim_is_planned_once_not_per_claim(one: PostgresBroker) -> None
     assert generic >= 30 - custom, plans
 
 
-def test_a_larger_batch_keeps_its_size_as_a_parameter(one: PostgresBroker) -> None:
-    # beyond LITERAL_MAX one text serves every size: the prepared statements stay bounded
+def test_other_batch_sizes_share_one_text(one: PostgresBroker) -> None:
+    # one text for every other size, one for 32: the prepared statements stay bounded
     _fill(one, 2000)
-    _drain(one, 3, limit=100)
-    _drain(one, 3, limit=101)
+    for limit in (8, 31, 100, 101):
+        _drain(one, 2, limit=limit)
+    assert len(_claim_plans(one)) == 1
+    _drain(one, 2, limit=32)
     texts = [r[0] for r in _claim_plans(one)]
-    assert len(texts) == 1, texts
+    assert len(texts) == 2 and sum("LIMIT 32" in t for t in texts) == 1, texts
 
 
 def test_the_generic_claim_plan_walks_the_ready_index_mid_drain(

@@ -111,23 +111,26 @@ _LEASE = (
     " AND (j.state = 'pending') IS TRUE"
     " RETURNING j.rid, j.token"
 )
-#: Batch sizes up to this go INTO the claim statement's text (``LIMIT 32``), one prepared
-#: statement per size; larger ones as a parameter (one text for all). A parameterised LIMIT is
-#: estimated at 10 % of the rows, so over a backlog the generic plan looked far costlier than
+#: The batch size written INTO the claim statement's text (``LIMIT 32``): the worker's claim
+#: batch at the default concurrency (``worker/slots.py`` ``MIN_BATCH``; two thirds of a default
+#: drain's claims). Any other size goes as a parameter (one text for all). A parameterised LIMIT
+#: is estimated at 10 % of the rows, so over a backlog the generic plan looked far costlier than
 #: a custom one (a hash join over all of ``jobs``) and the plan cache planned the claim again
-#: at EVERY call: ~180 µs of server CPU per claim, 5.6 µs per job at the default batches of
-#: 32 (``bench/pg_statements.py``). With the size written in, the generic plan is the custom
-#: one and the cache keeps it after five custom plans (``tests/postgres/test_claim_generic.py``).
-#: Bounded: at most 2 * LITERAL_MAX texts (``_CLAIM``, ``_GUARDED``) per connection.
-LITERAL_MAX = 32
+#: at EVERY call: ~180 µs of server CPU per claim, 5.6 µs per job in batches of 32
+#: (``bench/pg_statements.py``). With the size written in, the generic plan is the custom one
+#: and the cache keeps it after five custom plans (``tests/postgres/test_claim_generic.py``).
+#: One size only: each text is planned five times on each pooled connection before its
+#: generic plan is kept, so a text per size (1…32) cost more than it saved in a 20,000-job
+#: drain; a larger batch spreads its planning over more jobs (0.4 µs per job at 500).
+LITERAL_SIZE = 32
 _SIZED: dict[tuple[str, int], str] = {}
 
 
 def _sized(b: PostgresBroker, sql: str, n: int) -> tuple[str, bool]:
     """``sql`` (``_CLAIM`` / ``_GUARDED``) for a batch of ``n``, schema bound; True when its
-    ``LIMIT %s`` was written as ``LIMIT n`` (the caller then leaves ``n`` out of the
-    parameters)."""
-    if not 0 < n <= LITERAL_MAX:
+    ``LIMIT %s`` was written as ``LIMIT n`` (``n == LITERAL_SIZE``: the caller then leaves
+    ``n`` out of the parameters)."""
+    if n != LITERAL_SIZE:
         return b.sql(sql), False
     text = _SIZED.get((sql, n))
     if text is None:
