@@ -6,7 +6,9 @@ Queues N no-op jobs, starts one worker in MODE, and from the first job start to 
 finish measures the worker process tree's CPU and all PostgreSQL server processes' CPU; row and
 WAL counters come from ``pg_stat_database`` / ``pg_stat_wal`` (read 1.5 s after the worker
 stops, when the server has flushed its statistics). Used for docs/benchmarks.md ("What bounds
-Conveyor's PostgreSQL drain").
+Conveyor's PostgreSQL drain"). ``PG_DRAIN_ANALYZE=1``: ANALYZE the filled tables before the
+drain (the steady state of a busy table, which autovacuum analyzes; a fresh table has no
+statistics and the planner then estimates differently).
 """
 
 from __future__ import annotations
@@ -57,6 +59,10 @@ def main(name: str, mode: str, n: int) -> None:
         if os.environ.get("PG_DRAIN_SQL"):  # an experiment: e.g. drop an index before the run
             a.pg.psql(os.environ["PG_DRAIN_SQL"], db=a.database)  # type: ignore[attr-defined]
         a.prefill(n)
+        if os.environ.get(
+            "PG_DRAIN_ANALYZE"
+        ):  # statistics as autovacuum keeps them on a busy table
+            a.pg.psql("ANALYZE", db=a.database)  # type: ignore[attr-defined]
         stats = (
             "SELECT d.xact_commit, d.tup_updated, d.tup_inserted, d.tup_deleted,"
             " d.tup_returned + d.tup_fetched, w.wal_bytes FROM pg_stat_database d, pg_stat_wal w"

@@ -111,6 +111,33 @@ _LEASE = (
     " AND (j.state = 'pending') IS TRUE"
     " RETURNING j.rid, j.token"
 )
+#: The batch size written INTO the claim statement's text (``LIMIT 32``): the worker's claim
+#: batch at the default concurrency (``worker/slots.py`` ``MIN_BATCH``; two thirds of a default
+#: drain's claims). Any other size goes as a parameter (one text for all). A parameterised LIMIT
+#: is estimated at 10 % of the rows, so over a backlog the generic plan looked far costlier than
+#: a custom one (a hash join over all of ``jobs``) and the plan cache planned the claim again
+#: at EVERY call: ~180 µs of server CPU per claim, 5.6 µs per job in batches of 32
+#: (``bench/pg_statements.py``). With the size written in, the generic plan is the custom one
+#: and the cache keeps it after five custom plans (``tests/postgres/test_claim_generic.py``).
+#: One size only: each text is planned five times on each pooled connection before its
+#: generic plan is kept, so a text per size (1…32) cost more than it saved in a 20,000-job
+#: drain; a larger batch spreads its planning over more jobs (0.4 µs per job at 500).
+LITERAL_SIZE = 32
+_SIZED: dict[tuple[str, int], str] = {}
+
+
+def _sized(b: PostgresBroker, sql: str, n: int) -> tuple[str, bool]:
+    """``sql`` (``_CLAIM`` / ``_GUARDED``) for a batch of ``n``, schema bound; True when its
+    ``LIMIT %s`` was written as ``LIMIT n`` (``n == LITERAL_SIZE``: the caller then leaves
+    ``n`` out of the parameters)."""
+    if n != LITERAL_SIZE:
+        return b.sql(sql), False
+    text = _SIZED.get((sql, n))
+    if text is None:
+        text = _SIZED[sql, n] = sql.replace("LIMIT %s", f"LIMIT {int(n)}", 1)
+    return b.sql(text), True
+
+
 _NEXT_DUE = (
     "SELECT (SELECT min(due_at) FROM {S}.jobs WHERE due_at IS NOT NULL),"
     " (SELECT min(lease_at) FROM {S}.jobs WHERE lease_at IS NOT NULL)"
@@ -138,9 +165,11 @@ def claim_jobs(
         # flow groups exist: the guard would refuse, a statement for nothing)
         head = queues[0] if queues and not b.flow_seen else ""
         if head:
+            guarded, fixed = _sized(b, _GUARDED, limit)
+            size = () if fixed else (limit,)
             look, first = tx.first_two(
                 (b.sql(_LOOKUP), ()),
-                (b.sql(_GUARDED), (head, head, now, now, limit, now + vt, now, worker_id or None)),
+                (guarded, (head, head, now, now, *size, now + vt, now, worker_id or None)),
             )
             took, leases = _lease_rows(b, tx, head, first, now, vt, worker_id)
             looked = look[0]
@@ -223,9 +252,10 @@ def _claim_rows(
 ) -> tuple[int, list[Lease]]:
     """One claim statement: the rows it took, and their leases in claim order (priority, then
     the old place); an undecodable row or one past its ``expires_at`` gets none."""
-    rows = tx.first(
-        b.sql(_CLAIM), (queue, queue, n, now + vt, now, worker_id or None), binary=True
-    ).fetchall()
+    sql, fixed = _sized(b, _CLAIM, n)
+    size = () if fixed else (n,)
+    cur = tx.first(sql, (queue, queue, *size, now + vt, now, worker_id or None), binary=True)
+    rows = cur.fetchall()
     return _lease_rows(b, tx, queue, rows, now, vt, worker_id)
 
 

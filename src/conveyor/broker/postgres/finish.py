@@ -1,8 +1,9 @@
 """Completion of the PostgreSQL backend in set-based statements (``PostgresBroker.complete``).
 
-A batch of acks costs two statements, whatever its size: ``_LOCK`` joins the acks' (id, token)
-pairs to the active rows and locks the ones whose lease is still held (in ``rid`` order, so two
-completers never deadlock), and ``_DONE`` writes every completed row from arrays (``unnest``).
+A batch of acks costs two statements, whatever its size: ``_LOCK`` looks up each ack's (id,
+token) pair among the active rows (one index probe each) and locks the ones whose lease is still
+held (in job id order, so two completers never deadlock), and ``_DONE`` writes every completed
+row from arrays (``unnest``).
 An ack whose token no longer matches (the lease expired and the job was claimed again, or it
 already finished) finds no row: False for that ack, True for the others. The envelope is
 rebuilt in Python (the claim overlay folded in, ``postgres/rec.py``); events and count deltas
@@ -42,10 +43,19 @@ Row = tuple[Any, ...]
 #: flow-group member (issue 15) completes set-based too; its concurrency slots free in its
 #: write (``flow_sql.FREE_DONE``).
 SPECIAL = "EXISTS (SELECT 1 FROM {S}.wf_edges e WHERE e.parent = j.id AND e.done = 0)"
+#: One index probe per ack (``jobs_id_key``), locked as it is found: a LATERAL subquery the
+#: planner cannot flatten (``OFFSET 0``). As a join, the plan followed the statistics: ANALYZE
+#: (autovacuum) usually sees few running jobs, the planner then expected ONE active row and, for
+#: a large batch, read the whole table and compared every row with every ack (a nested loop
+#: with a join filter): 40 to 84 ms for 500 acks over 20,000 rows, ~170 µs of server CPU per job
+#: (``bench/pg_statements.py -2048``; ``tests/postgres/test_complete_plan.py``). Rows lock in
+#: the order of the acks, which ``complete_acks`` sorts by job id: two completers lock in the
+#: same order (no deadlock).
 _LOCK = (
-    "SELECT {cols}, a.n, ({special}), j.grp FROM {{S}}.jobs j JOIN"
-    " unnest(%s::text[], %s::text[], %s::int[]) AS a(id, token, n) ON j.id = a.id AND"
-    " j.token = a.token WHERE j.state = 'active' ORDER BY j.rid, a.n FOR UPDATE OF j"
+    "SELECT {cols}, a.n, ({special}), j.grp FROM"
+    " unnest(%s::text[], %s::text[], %s::int[]) AS a(id, token, n) CROSS JOIN LATERAL"
+    " (SELECT * FROM {{S}}.jobs j WHERE j.id = a.id AND j.token = a.token"
+    " AND j.state = 'active' OFFSET 0 FOR UPDATE) j"
 )
 #: ``_LOCK`` with its columns and test filled in (built once, not per completion)
 _LOCKED = _LOCK.format(cols=", ".join(f"j.{c.strip()}" for c in COLS.split(",")), special=SPECIAL)
@@ -61,13 +71,14 @@ def complete_acks(b: PostgresBroker, acks: Sequence[Ack], now: float) -> list[bo
     out = [False] * len(acks)
     if not acks:
         return out
+    order = sorted(range(len(acks)), key=lambda i: acks[i].job_id)  # the lock order (_LOCK)
     with b._write() as tx:
         rows = tx.rows(
             b.sql(_LOCKED),
             (
-                text_array([a.job_id for a in acks]),
-                text_array([a.token for a in acks]),
-                num_array(range(len(acks))),
+                text_array([acks[i].job_id for i in order]),
+                text_array([acks[i].token for i in order]),
+                num_array(order),
             ),
             binary=True,
         )
