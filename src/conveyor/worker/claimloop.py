@@ -6,8 +6,9 @@ more than the free slots (and the ``max_jobs`` budget) allow; after an empty cla
 one the broker reports ``drained`` (it read every queue to the end), wait for work until the
 claim's ``next_due`` or ``poll_interval``, whichever is sooner (woken early by new work;
 ``IdleBackoff`` stops a backend that cannot block from spinning); a failing claim
-backs off exponentially up to 10 s, and a ``BrokerConfigError`` stops the worker. Methods moved
-here, not wrapped: the per-job cost is the same as when they lived in ``loop.py``.
+backs off exponentially up to 10 s, and a ``BrokerConfigError`` stops the worker; what a claim
+already on its way when an operator's ``quiet`` arrived leased is given back uncharged.
+Methods moved here, not wrapped: the per-job cost is the same as when they lived in ``loop.py``.
 """
 
 from __future__ import annotations
