@@ -55,7 +55,7 @@ def _just_before_the_gate_write(
     broker: RedisBroker, monkeypatch: pytest.MonkeyPatch, act: Any
 ) -> list[str]:
     """Run ``act`` once, right before ``broker`` sends the first command that could write
-    ``<p>:format``; returns the commands it ran before (the record of when it ran)."""
+    ``<p>:format``; returns a list that names that command once ``act`` ran."""
     client: Any = broker.client
     real = client.execute_command
     key = broker.keys.format
