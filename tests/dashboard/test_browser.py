@@ -74,6 +74,9 @@ def server(live_app: Conveyor) -> Iterator[BackgroundServer]:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
+    # Expectations poll the page; their 5 s default is no requirement, and CI shares two cores
+    # with redis, PostgreSQL and chromium: 15 s. A latency requirement passes its own timeout.
+    playwright_sync.expect.set_options(timeout=15_000)
     with playwright_sync.sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
         yield b

@@ -92,6 +92,9 @@ def test_quiet_then_stop_a_running_worker(
         assert ops_app.get_job(late.id).state is JobState.PENDING, "quiet: nothing new claimed"
         page.once("dialog", lambda dialog: dialog.accept())
         row.locator('button[data-action="stop"]').click()
+        # the form's POST and redirect must land before the goto below, or the goto is
+        # "interrupted by another navigation" (the worker can stop first on a loaded machine)
+        expect(page.locator(".flash")).to_contain_text("asked to stop")
         thread.join(10)
         assert not thread.is_alive(), "the worker stopped on the dashboard's command"
         page.goto(ops_server.url + "/workers")

@@ -54,6 +54,20 @@ def _take_when_no_listener(conn: psycopg.Connection[Any], key: int) -> None:
         time.sleep(0.05)
 
 
+def _until_listening(pg: PostgresBroker, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Poll (with a deadline) until this process's waiters' listener has LISTEN active, then
+    stretch the waits' safety slices to 30 s: within seconds only a NOTIFY can wake a waiter,
+    so the latency bound below can be generous on a loaded machine (a waiter that began before
+    the listener was up slept a 1 s slice, and 0.2 s bounds told NOTIFY from poll apart)."""
+    from conveyor.broker.postgres import waits
+
+    deadline = time.monotonic() + 30
+    while pg.change_cursor("default") is None:
+        assert time.monotonic() < deadline, "the waiters' listener never connected"
+        time.sleep(0.05)
+    monkeypatch.setattr(waits, "SAFETY_POLL_S", 30.0)
+
+
 def test_a_completion_notifies_no_one_while_no_waiter_listens(
     pg: PostgresBroker, pg_server: Any
 ) -> None:
@@ -101,10 +115,13 @@ def test_a_listener_starting_during_a_finishing_commit_is_ready_only_after_it(
     assert out["cursor"] is not None and out["at"] >= committed
 
 
-def test_a_waiter_wakes_on_a_completion_after_the_change(pg: PostgresBroker) -> None:
+def test_a_waiter_wakes_on_a_completion_after_the_change(
+    pg: PostgresBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
     now = time.time()
     pg.enqueue([Job(id="w1", task="t")], now)
     lease = pg.claim(["default"], now, worker_id="w")[0]
+    _until_listening(pg, monkeypatch)
     out: dict[str, Any] = {}
 
     def run() -> None:
@@ -118,4 +135,4 @@ def test_a_waiter_wakes_on_a_completion_after_the_change(pg: PostgresBroker) -> 
     done = time.monotonic()
     waiter.join(30)
     assert out["job"].state is JobState.COMPLETED
-    assert out["at"] - done < 0.25, "returned by the safety poll, not a NOTIFY"
+    assert out["at"] - done < 5.0, "returned by the safety poll (30 s here), not a NOTIFY"

@@ -93,5 +93,5 @@ def test_a_stale_wake_marker_ends_one_wait_and_the_claim_drops_the_rest(
     assert time.monotonic() - began >= 0.25
     rbroker.enqueue(_jobs(1), T0)  # a real wake-up returns at once
     began = time.monotonic()
-    rbroker.wait_for_work(["default"], 5.0)
-    assert time.monotonic() - began < 1.0
+    rbroker.wait_for_work(["default"], 30.0)
+    assert time.monotonic() - began < 5.0  # not its 30 s timeout (slack for a loaded machine)

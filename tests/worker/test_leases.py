@@ -4,6 +4,7 @@ attempt's outcome; successes are acknowledged in coalesced ``complete`` batches.
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
 from collections.abc import Sequence
@@ -11,8 +12,10 @@ from typing import Any
 
 import pytest
 
-from conveyor import Conveyor, JobState, Middleware
-from tests.worker.conftest import running, wait_until
+from conveyor import Conveyor, FakeClock, JobState, Middleware
+from conveyor.broker.base import Broker
+from conveyor.config import Settings
+from tests.worker.conftest import FAST, running, wait_until
 
 
 class Hooks(Middleware):
@@ -34,30 +37,38 @@ class Hooks(Middleware):
 
 
 def test_keeper_extends_all_leases_in_one_call(
-    live_app: Conveyor, monkeypatch: pytest.MonkeyPatch
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    app = live_app
-    calls: list[int] = []
+    # Lease deadlines run on a FakeClock that moves only after the keeper has extended at
+    # the current time: a keeper round that comes back late on a loaded machine (it used to
+    # run on the real clock with a 0.6 s lease) cannot expire a lease here.
+    clock = FakeClock(time.time())
+    app = Conveyor(broker, settings=Settings(**FAST), clock=clock, rng=random.Random(1))
+    calls: list[tuple[int, float]] = []  # (leases, now) of each extend call that returned
     real_extend = app.broker.extend
 
     def extend(leases: Sequence[tuple[str, str]], now: float, vt: float) -> list[bool]:
-        calls.append(len(leases))
-        return real_extend(leases, now, vt)
+        results = real_extend(leases, now, vt)
+        calls.append((len(leases), now))
+        return results
 
     monkeypatch.setattr(app.broker, "extend", extend)
     gate = threading.Event()
 
     @app.task
     def hold() -> None:
-        gate.wait(10)
+        gate.wait(30)
 
     jobs = [hold.enqueue() for _ in range(4)]
     with running(app, concurrency=4, visibility_timeout=0.6):  # keeper every 0.2 s
-        wait_until(lambda: calls.count(4) >= 5, timeout=5)  # > 1 s: leases outlived 0.6 s
+        for _ in range(5):  # 1.5 s of lease time: the leases outlive their 0.6 s
+            at = clock.now()
+            wait_until(lambda at=at: (4, at) in calls, timeout=30)  # all four, one call
+            clock.advance(0.3)
         app.worker().maintain(app.now(), force=True)  # a reaper elsewhere finds nothing expired
         assert all(j.refresh().state is JobState.ACTIVE and j.lost == 0 for j in jobs)
         gate.set()
-        wait_until(lambda: all(j.refresh().state is JobState.COMPLETED for j in jobs))
+        wait_until(lambda: all(j.refresh().state is JobState.COMPLETED for j in jobs), 30)
     assert all(j.attempts == 1 for j in jobs)
 
 

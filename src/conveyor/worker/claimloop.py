@@ -6,8 +6,9 @@ more than the free slots (and the ``max_jobs`` budget) allow; after an empty cla
 one the broker reports ``drained`` (it read every queue to the end), wait for work until the
 claim's ``next_due`` or ``poll_interval``, whichever is sooner (woken early by new work;
 ``IdleBackoff`` stops a backend that cannot block from spinning); a failing claim
-backs off exponentially up to 10 s, and a ``BrokerConfigError`` stops the worker. Methods moved
-here, not wrapped: the per-job cost is the same as when they lived in ``loop.py``.
+backs off exponentially up to 10 s, and a ``BrokerConfigError`` stops the worker; what a claim
+already on its way when an operator's ``quiet`` arrived leased is given back uncharged.
+Methods moved here, not wrapped: the per-job cost is the same as when they lived in ``loop.py``.
 """
 
 from __future__ import annotations
@@ -169,7 +170,25 @@ class ClaimLoop:
         if self._claim_errors:
             log.info("claiming works again after %d failure(s)", self._claim_errors)
             self._claim_errors = 0
+        if leases and self._quiet.is_set():  # quiet arrived while this claim was on its way
+            return self._give_back(leases)
         return leases
+
+    def _give_back(self, leases: list[Lease]) -> list[Lease]:
+        """Release, uncharged, what a claim leased after an operator's ``quiet`` arrived (the
+        worker may already have reported "quiet": it runs nothing new; Sidekiq requeues work
+        fetched after quiet the same way). Returns the leases whose release failed: they run,
+        rather than wait for their lease to expire."""
+        now, kept = self.runtime.now(), []
+        for lease in leases:
+            try:
+                self.broker.release(
+                    lease.id, lease.token, now, penalize=False, note=f"worker quiet ({self.id})"
+                )
+            except Exception:
+                log.warning("could not give back job %s after quiet: running it", lease.id)
+                kept.append(lease)
+        return kept
 
     def _dispatch(self, leases: list[Lease]) -> None:
         runs, refused = runs_of(leases, self.runtime.tasks)

@@ -5,7 +5,8 @@ drop a ``.`` member (and so lose its job). The global key ``<p>:format`` (keys.p
 format every worker understands: absent = "1" (``:`` members only), ``FRESH`` = "2". It is set
 by ``conveyor migrate`` (``migrate``: the operator's word that every worker runs this version),
 or on a FRESH deployment (no key, no registered queue, no worker document) by the first
-process of this version (SET NX), so new users get the fast path without a step.
+process of this version (checked and set in one script; two steps on Cluster), so new users get
+the fast path without a step.
 
 A broker learns the gate lazily (``FormatGate``) and re-reads it at most every
 ``REFRESH_SECONDS``, so a process started before the switch follows within that time.
@@ -52,25 +53,52 @@ class FormatGate:
         self._next = float("-inf")
 
 
+#: Turn the gate on only if the server is pristine, in the same atomic step as the check (an
+#: older worker registering between a check and a separate SET NX would find the gate on).
+_AUTO_ENABLE = """
+-- fmtgate auto-enable: set <p>:format on a server nothing was ever registered on.
+--
+-- Input
+--   KEYS: [1] <p>:format  [2] <p>:queues  [3] the worker documents' index
+--   ARGV: [1] the value to set (FRESH)
+-- Output: the key's value after the call (nil: left off, the server is in use)
+local value = redis.call('GET', KEYS[1])
+if value then return value end
+if redis.call('EXISTS', KEYS[2]) == 1 or redis.call('EXISTS', KEYS[3]) == 1 then return nil end
+redis.call('SET', KEYS[1], ARGV[1])
+return ARGV[1]
+"""
+
+
 def read(base: RedisBase) -> bool:
     """True when ``<p>:format`` turns fresh members on; on a fresh deployment this process
-    turns it on first (SET NX: of several first processes, one writes, all read it)."""
+    turns it on first (of several first processes, one writes, all read it)."""
     client = base.client
     key = base.keys.format
     value = client.get(key)
-    if value is None and _pristine(base, client):
-        # a race with an older version's first process is possible only on a brand-new
-        # deployment that mixes versions (docs/operations.md, "Upgrading")
-        client.set(key, FRESH, nx=True)
-        value = client.get(key)
+    if value is None:
+        value = _auto_enable(base, client)
     return bool(value == FRESH.encode())
 
 
-def _pristine(base: RedisBase, client: Any) -> bool:
-    """Nothing ever stored: no registered queue and no worker document (a key per slot, so
-    two commands, not one script, in Redis Cluster)."""
+def _auto_enable(base: RedisBase, client: Any) -> Any:
+    """Set the key to ``FRESH`` if nothing was ever stored (no registered queue, no worker
+    document of any version); return its value after (None: off).
+
+    On one Redis the check and the write are one script: an older worker's first writes (its
+    document, its queue) land either before it (the gate stays off) or after (that worker
+    started after the gate, as after ``migrate``: docs/operations.md "Upgrading on Redis").
+    In Redis Cluster the three keys live in three slots, so no script can see them all: the
+    check and SET NX stay two steps there, and a race with an older process remains possible
+    on a brand-new Cluster that mixes versions (documented)."""
     keys = base.keys
-    return not client.exists(keys.queues) and not client.exists(keys.doc_index(WORKER_DOCS))
+    if not base.cluster:
+        script = client.register_script(_AUTO_ENABLE)
+        return script(keys=[keys.format, keys.queues, keys.doc_index(WORKER_DOCS)], args=[FRESH])
+    if not client.exists(keys.queues) and not client.exists(keys.doc_index(WORKER_DOCS)):
+        client.set(keys.format, FRESH, nx=True)
+        return client.get(keys.format)
+    return None
 
 
 def migrate(base: RedisBase, check: bool) -> dict[str, Any]:
