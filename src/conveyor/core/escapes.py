@@ -41,8 +41,6 @@ def escape_invisible(text: str, keep: str | frozenset[str] = "") -> str:
 
     category = unicodedata.category
     return "".join(
-        escape_char(ch)
-        if ch not in keep and category(ch) in INVISIBLE_CATEGORIES
-        else ch
+        escape_char(ch) if ch not in keep and category(ch) in INVISIBLE_CATEGORIES else ch
         for ch in text
     )
