@@ -2,7 +2,7 @@
 
 Job data (an error message, an argument, a task name written by another client) may hold control
 characters (a newline forges a log line, ``ESC`` runs a terminal sequence) and invisible format
-characters: bidi marks, embeddings, overrides and isolates (U+200E/F, U+202A–202E, U+2066–2069)
+characters: bidi marks, embeddings, overrides and isolates (U+200E/F, U+202A-202E, U+2066-2069)
 reorder the text around them, zero-width characters and the byte-order mark hide inside a word,
 line and paragraph separators (U+2028/9) break lines. Each is written as its Python escape
 (``\\n``, ``\\x1b``, ``\\u202e``, ``\\U000e0041``) so what a reader sees is what is stored.

@@ -106,9 +106,9 @@ def result_problem(result: Any, limit: int = MAX_RESULT_BYTES) -> str | None:
     if size > limit:
         return f"result: encoded result is {size} bytes, the limit is {limit} bytes"
     # fewer brackets than the limit cannot nest deeper than it: no scan on the common path
-    if size > MAX_RESULT_DEPTH and encoded.count(b"[") + encoded.count(b"{") > MAX_RESULT_DEPTH:
-        if json_depth(encoded) > MAX_RESULT_DEPTH:
-            return _TOO_DEEP
+    brackets = encoded.count(b"[") + encoded.count(b"{") if size > MAX_RESULT_DEPTH else 0
+    if brackets > MAX_RESULT_DEPTH and json_depth(encoded) > MAX_RESULT_DEPTH:
+        return _TOO_DEEP
     return None
 
 
