@@ -9,7 +9,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from .broker.base import Ack, Broker, Lease
 from .config import Settings
-from .core.job import ErrorKind, Job, validate_non_negative
+from .core.job import ErrorKind, Job, validate_duration, validate_non_negative
 from .core.serialization import result_problem
 from .core.state import JobState
 from .errors import JobFailed, JobNotFound, LeaseLost, ValidationError, WaitTimeout
@@ -147,7 +147,7 @@ class Delivery:
         """Give the job back, visible again after ``delay`` seconds (counts as a delivery).
 
         ``delay``: finite seconds >= 0, else ``ValidationError`` (the lease is still yours)."""
-        delay = validate_non_negative(delay, "delay")
+        delay = validate_duration(delay, "delay")
         return self._app.broker.release(
             self.id, self.token, self._app.now(), delay=delay, penalize=True, note="nack"
         )

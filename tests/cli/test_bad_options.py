@@ -35,6 +35,8 @@ CASES = [
     (["limits", "set", "conc:add", "0"], "VALUE"),
     (["enqueue", "add", "--priority", HUGE], "priority"),
     (["enqueue", "add", "--delay", "-5"], "--delay"),
+    (["enqueue", "add", "--delay", "1e99"], "--delay"),  # over MAX_DELAY (100 years)
+    (["enqueue", "add", "--delay", "3153600001"], "--delay"),
 ]
 
 

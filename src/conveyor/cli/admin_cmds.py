@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import click
 import orjson
 
+from ..core.job import MAX_DELAY
 from .common import (
     AppCommand,
     Finite,
@@ -65,10 +66,10 @@ def _json_arg(raw: str | None, name: str, kind: type) -> Any:
 @click.option("--priority", type=int, default=None, help="Lower runs first.")
 @click.option(
     "--delay",
-    type=Finite(min=0),
+    type=Finite(min=0, max=MAX_DELAY),
     default=None,
     metavar="SECONDS",
-    help="Run after this many seconds.",
+    help="Run after this many seconds (at most 100 years).",
 )
 @click.option("--max-attempts", type=click.IntRange(min=1), default=None)
 @click.option(
