@@ -89,3 +89,14 @@ def test_a_worker_id_is_checked(app: Conveyor, bad: Any) -> None:
     with pytest.raises(ValidationError, match=r"^worker_id: "):
         app.worker(worker_id=bad)
     assert app.worker(worker_id="host-1:worker.7").id == "host-1:worker.7"
+
+
+@pytest.mark.parametrize("bad", ["group=", "group=host:1:2", "group=anything"])
+def test_a_worker_id_in_the_group_namespace_is_refused(app: Conveyor, bad: str) -> None:
+    """A worker's control flag is the document named by its id and a group's is ``group=<name>``
+    (``control.group_key``): a worker named ``group=G`` read group G's flag as its own, and a
+    command sent to it alone reached every process of group G."""
+    with pytest.raises(ValidationError, match=r"^worker_id: .*group="):
+        app.worker(worker_id=bad)
+    assert app.worker(worker_id="groupie=1").id == "groupie=1"
+    assert app.worker(worker_id="Group=1").id == "Group=1"

@@ -43,7 +43,7 @@ from .helpers import Wiring, broker_accepts, start_helpers, stop_helpers
 from .inline_mode import InlineMode
 from .jobctx import JobBoard
 from .mainguard import UnguardedMain, exit_unguarded, explain, in_bootstrapping_child
-from .options import count, identifier, seconds
+from .options import count, seconds, worker_identifier
 from .presence import describe
 from .procutil import EXIT_CONFIG as EXIT_CONFIG
 from .procutil import EXIT_OK as EXIT_OK  # re-exported: callers import the codes from here
@@ -106,9 +106,7 @@ class Worker(ClaimLoop, InlineMode):
         ) or min(self.concurrency, os.cpu_count() or 1)
         self.heartbeat, self.handle_signals = heartbeat, handle_signals
         suffix = new_ulid(rt.now(), rt.id_rng)[-6:]
-        self.id = (
-            identifier(worker_id, "worker_id") or f"{socket.gethostname()}:{os.getpid()}:{suffix}"
-        )
+        self.id = worker_identifier(worker_id) or f"{socket.gethostname()}:{os.getpid()}:{suffix}"
         self._hard = threading.Event()
         self.recorder = Recorder(
             self,
