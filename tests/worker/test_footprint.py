@@ -96,6 +96,7 @@ def test_supervisor_module_imports_the_standard_library_only() -> None:
         "conveyor.worker",
         "conveyor.worker.leanlog",
         "conveyor.worker.procutil",
+        "conveyor.worker.spawned",
         "conveyor.worker.supervisor",
     }
 
