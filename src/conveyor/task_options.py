@@ -18,7 +18,6 @@ from .core.job import (
     validate_exception_names,
     validate_identifier,
     validate_max_attempts,
-    validate_non_negative,
 )
 from .core.retry import max_attempts_from
 from .errors import ValidationError
@@ -66,7 +65,7 @@ def check_options(options: Mapping[str, Any]) -> dict[str, Any]:
     if out.get("idempotency_ttl") is not None:
         validate_duration(out["idempotency_ttl"], "idempotency_ttl")
     if out.get("timeout") is not None:
-        validate_non_negative(out["timeout"], "timeout")
+        validate_duration(out["timeout"], "timeout")
     _check_flow_options(out)
     for name in ("retry_on", "dead_on"):  # stored by qualified name (docs/wire-format.md)
         if out.get(name) is not None:

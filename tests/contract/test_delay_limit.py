@@ -84,6 +84,8 @@ def test_other_durations_over_the_maximum_are_refused(app: Conveyor) -> None:
         later.options(expires_in=1e99).enqueue()
     with _refused("idempotency_ttl"):
         later.options(idempotency_key="k", idempotency_ttl=1e99).enqueue()
+    with _refused("timeout"):
+        later.options(timeout=1e99).enqueue()
 
 
 def test_handler_delays_over_the_maximum_are_refused() -> None:
@@ -105,3 +107,10 @@ def test_nack_refuses_a_delay_over_the_maximum_and_keeps_the_lease(app: Conveyor
     with _refused("delay"):
         delivery.nack(1e99)
     assert delivery.nack(5.0) is JobState.SCHEDULED
+
+
+def test_task_declarations_refuse_durations_over_the_maximum(app: Conveyor) -> None:
+    with _refused("timeout"):
+        app.task(name="slow", timeout=1e99)(lambda: None)
+    with _refused("idempotency_ttl"):
+        app.task(name="kept", idempotency_ttl=1e99)(lambda: None)

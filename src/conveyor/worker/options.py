@@ -8,6 +8,7 @@ after its first job). ``None`` (and, for the counts that had it, 0) keeps the de
 
 from __future__ import annotations
 
+from ..core.job import MAX_DELAY, too_long
 from ..errors import ValidationError
 from .control import GROUP_PREFIX
 
@@ -37,6 +38,8 @@ def seconds(value: object, field_name: str, *, zero_ok: bool) -> float | None:
     ):
         rule = ">= 0" if zero_ok else "> 0"
         raise ValidationError(field_name, f"must be a finite number {rule}, got {value!r:.40}")
+    if value > MAX_DELAY:  # Event.wait(1e99) raises OverflowError, as infinity did
+        raise ValidationError(field_name, too_long(value))
     return float(value)
 
 
