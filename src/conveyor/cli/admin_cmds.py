@@ -13,6 +13,7 @@ import click
 import orjson
 
 from ..core.job import MAX_DELAY
+from ..core.values import loads_exact
 from .common import (
     AppCommand,
     Finite,
@@ -35,9 +36,11 @@ def _json_arg(raw: str | None, name: str, kind: type) -> Any:
     if raw is None:
         return None
     try:
-        value = orjson.loads(raw)
+        value = loads_exact(raw)
     except orjson.JSONDecodeError as exc:
         raise click.BadParameter(f"is not valid JSON: {exc}", param_hint=f"'--{name}'") from exc
+    except ValueError as exc:  # an integer beyond 64 bits (orjson would read a float)
+        raise click.BadParameter(str(exc), param_hint=f"'--{name}'") from exc
     if not isinstance(value, kind):
         expected = "a JSON array" if kind is list else "a JSON object"
         raise click.BadParameter(

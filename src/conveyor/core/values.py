@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import re
 import sys
 import uuid
 from typing import Any
@@ -227,3 +228,31 @@ def dumps(value: Any) -> bytes:
 def loads(raw: bytes | str) -> Any:
     """JSON-decode plain data with orjson."""
     return orjson.loads(raw)
+
+
+# an integer of fewer digits always fits in 64 bits: orjson reads it exactly
+_LONG_DIGITS = re.compile(rb"\d{19}")
+
+
+def loads_exact(raw: bytes | str) -> Any:
+    """``orjson.loads``, refusing an integer beyond 64 bits with a ``ValueError`` saying so:
+    orjson reads one as a float without a word (``18446744073709551616`` became
+    ``1.8446744073709552e+19``, another value), where ``enqueue`` refuses it from Python.
+    Malformed JSON raises ``orjson.JSONDecodeError`` (a ``ValueError``) as before."""
+    value = orjson.loads(raw)
+    data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
+    if _LONG_DIGITS.search(data):  # rare: read it again, integers checked (stdlib json)
+        import json
+
+        try:
+            json.loads(data, parse_int=_int64)
+        except RecursionError:  # deeper than json's stack: orjson read it, the value is kept
+            pass
+    return value
+
+
+def _int64(text: str) -> int:
+    number = int(text)
+    if not _INT_MIN <= number < _INT_END:
+        raise ValueError(f"integers must fit in 64 bits, got {text[:40]}")
+    return number
