@@ -242,12 +242,12 @@ def loads_exact(raw: bytes | str) -> Any:
     value = orjson.loads(raw)
     data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
     if _LONG_DIGITS.search(data):  # rare: read it again, integers checked (stdlib json)
+        import contextlib
         import json
 
-        try:
+        # deeper than json's stack: orjson read it, the value is kept (nesting has its own rule)
+        with contextlib.suppress(RecursionError):
             json.loads(data, parse_int=_int64)
-        except RecursionError:  # deeper than json's stack: orjson read it, the value is kept
-            pass
     return value
 
 
