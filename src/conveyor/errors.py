@@ -117,14 +117,6 @@ class DecodeError(ConveyorError, ValueError):
     """Stored bytes are not a valid job envelope (bad JSON, version, or fields)."""
 
 
-#: ``core.job.MAX_DELAY`` (not imported: ``core`` imports this module): 100 years.
-_MAX_DELAY = 100 * 365 * 86400.0
-
-
-def _too_long(value: object) -> str:
-    return f"must be at most {_MAX_DELAY:.0f} seconds (100 years), got {value!r}"
-
-
 class PermanentError(Exception):
     """Raised by a handler: do not retry, move the job to the dead-letter queue now."""
 
@@ -147,8 +139,6 @@ class Retry(_Restorable):
             raise ValidationError(
                 "delay", f"must be a finite number of seconds or None, got {delay!r}"
             )
-        if delay is not None and delay > _MAX_DELAY:
-            raise ValidationError("delay", _too_long(delay))
         self.delay = None if delay is None else float(delay)
         self.reason = reason
         super().__init__(reason or f"retry requested (delay={delay})")
@@ -170,8 +160,6 @@ class RateLimited(Exception):
             raise ValidationError(
                 "retry_after", f"must be a finite number >= 0, got {retry_after!r}"
             )
-        if retry_after > _MAX_DELAY:
-            raise ValidationError("retry_after", _too_long(retry_after))
         self.retry_after = float(retry_after)
         self.reason = reason
         super().__init__(reason or f"rate limited (retry after {self.retry_after:g}s)")

@@ -88,12 +88,23 @@ def test_other_durations_over_the_maximum_are_refused(app: Conveyor) -> None:
         later.options(timeout=1e99).enqueue()
 
 
-def test_handler_delays_over_the_maximum_are_refused() -> None:
-    with _refused("delay"):
-        Retry(delay=1e99)
-    with _refused("retry_after"):
-        RateLimited(retry_after=1e99)
-    assert Retry(delay=MAX_DELAY).delay == MAX_DELAY
+@pytest.mark.parametrize("error", [Retry(delay=1e300), RateLimited(retry_after=1e99)], ids=repr)
+def test_handler_delays_over_the_maximum_wait_the_maximum(
+    app: Conveyor, clock: FakeClock, error: Exception
+) -> None:
+    """A handler's delay is the remote service's word (a ``Retry-After`` header): refusing it
+    would retry at once, so it is capped at ``MAX_DELAY`` instead, a date every page can show
+    (``1e300`` used to store a ``run_at`` past year 9999)."""
+
+    @app.task(max_attempts=3)
+    def far() -> None:
+        raise error
+
+    job = far.enqueue()
+    assert app.worker().run_until_idle() == 1
+    job.refresh()
+    assert job.state in (JobState.RETRY_SCHEDULED, JobState.SCHEDULED), job.state
+    assert job.run_at == pytest.approx(clock.now() + MAX_DELAY)
 
 
 def test_nack_refuses_a_delay_over_the_maximum_and_keeps_the_lease(app: Conveyor) -> None:
