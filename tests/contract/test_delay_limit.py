@@ -125,3 +125,20 @@ def test_task_declarations_refuse_durations_over_the_maximum(app: Conveyor) -> N
         app.task(name="slow", timeout=1e99)(lambda: None)
     with _refused("idempotency_ttl"):
         app.task(name="kept", idempotency_ttl=1e99)(lambda: None)
+
+
+def test_extend_refuses_a_lease_over_the_maximum_and_keeps_the_lease(app: Conveyor) -> None:
+    """``delivery.extend(1e99)``: a consumer that then died held the job for ever."""
+
+    @app.task
+    def later() -> None:
+        pass
+
+    later.enqueue()
+    delivery = app.dequeue()
+    assert delivery is not None
+    with _refused("seconds"):
+        delivery.extend(1e99)
+    delivery.extend(60.0)
+    delivery.ack()
+    assert app.get_job(delivery.id).state is JobState.COMPLETED
