@@ -99,6 +99,14 @@ def restart_plan(child: Child, code: int, lived: float) -> tuple[bool, str]:
         child.crashes = 0
         child.restart_at = 0.0
     else:
-        child.crashes += 1
-        child.restart_at = time.monotonic() + min(MAX_BACKOFF, 0.5 * 2 ** (child.crashes - 1))
+        back_off(child)
     return planned, _REASONS.get(code, "crashed")
+
+
+def back_off(child: Child) -> float:
+    """Count one more crash (or failed start) of ``child`` in a row and schedule its restart
+    after an exponential backoff (0.5 s doubled, at most ``MAX_BACKOFF``); the delay."""
+    child.crashes += 1
+    delay: float = min(MAX_BACKOFF, 0.5 * 2.0 ** (child.crashes - 1))
+    child.restart_at = time.monotonic() + delay
+    return delay

@@ -39,7 +39,7 @@ from .leanlog import LeanLogger
 from .procutil import EXIT_CONFIG, EXIT_OK, EXIT_STOPPED, GROUP_ENV, PROCESSES_ENV, rss_bytes
 from .spawned import CRASH_WINDOW as CRASH_WINDOW  # re-exported: the reliability harness
 from .spawned import MAX_BACKOFF as MAX_BACKOFF
-from .spawned import Child, restart_plan, send, spawn
+from .spawned import Child, back_off, restart_plan, send, spawn
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs this process ~0.6 MB
 if TYPE_CHECKING:
@@ -167,7 +167,16 @@ class Supervisor:
 
     # ------------------------------------------------------------------ children
     def _spawn(self, child: Child) -> None:
-        pid = spawn(child, self.python, self.child_config, self.env)
+        try:
+            pid = spawn(child, self.python, self.child_config, self.env)
+        except OSError as exc:  # the interpreter gone after a deploy, EAGAIN, ENOMEM: retry
+            self.log.error(
+                "could not start a worker process (slot %d): %s; retrying in %.1fs",
+                child.index,
+                exc,
+                back_off(child),
+            )
+            return
         self.log.info("worker process %d started (slot %d)", pid, child.index)
 
     def _check(self, child: Child) -> None:
