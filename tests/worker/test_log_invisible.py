@@ -88,3 +88,20 @@ def test_escapes_are_readable_and_plain_text_is_untouched() -> None:
     assert text_safe("a\nb\rc\x1b\td") == "a\\nb\\rc\\x1b\td"
     plain = "名前 🚀 café — ok\ttab"
     assert text_safe(plain) is plain or text_safe(plain) == plain
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_a_lone_surrogate_does_not_lose_the_supervisor_line(fmt: str) -> None:
+    """An app reference from a non-UTF-8 argv holds lone surrogates (``\\udcff``): writing the
+    line raised UnicodeEncodeError on a UTF-8 stream, swallowed, so the line was lost."""
+    raw = io.BytesIO()
+    stream = io.TextIOWrapper(raw, encoding="utf-8", write_through=True)
+    LeanLogger("conveyor.supervisor", fmt, "info", stream=stream).info(
+        "starting 2 worker process(es) for %s", "caf\udcff:app"
+    )
+    line = raw.getvalue().decode("utf-8")
+    assert line.count("\n") == 1, line
+    if fmt == "json":
+        assert json.loads(line)["msg"] == "starting 2 worker process(es) for caf\udcff:app"
+    else:
+        assert "caf\\udcff:app" in line

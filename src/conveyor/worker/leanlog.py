@@ -29,8 +29,14 @@ _ESCAPES.update({0x85: "\\u0085", 0x2028: "\\u2028", 0x2029: "\\u2029"})
 
 
 def json_string(text: str) -> str:
-    """``text`` as a JSON string literal."""
-    return '"' + text.translate(_ESCAPES) + '"'
+    """``text`` as a JSON string literal (lone surrogates, from a non-UTF-8 argv or file name,
+    as ``\\udcff`` escapes: written raw, the line could not be encoded and was lost)."""
+    out = text.translate(_ESCAPES)
+    try:
+        out.encode("utf-8")
+    except UnicodeEncodeError:
+        out = "".join(f"\\u{ord(ch):04x}" if "\ud800" <= ch <= "\udfff" else ch for ch in out)
+    return '"' + out + '"'
 
 
 def text_safe(text: str) -> str:
