@@ -105,3 +105,23 @@ def test_a_lone_surrogate_does_not_lose_the_supervisor_line(fmt: str) -> None:
         assert json.loads(line)["msg"] == "starting 2 worker process(es) for caf\udcff:app"
     else:
         assert "caf\\udcff:app" in line
+
+
+def test_a_lone_surrogate_in_a_job_error_stays_one_text_line(app: Conveyor) -> None:
+    """``ValueError(os.listdir()[0])`` on a non-UTF-8 file name: the text line could not be
+    encoded on a UTF-8 stream ("--- Logging error ---" and the record lost)."""
+    raw = io.BytesIO()
+    stream = io.TextIOWrapper(raw, encoding="utf-8", write_through=True)
+    setup_logging("text", "INFO", stream=stream)
+    try:
+
+        @app.task(max_attempts=1)
+        def listing() -> None:
+            raise ValueError("name-\udcff.txt")
+
+        listing.enqueue()
+        assert app.worker().run_until_idle() == 1
+    finally:
+        reset_logging()
+    text = raw.getvalue().decode("utf-8")
+    assert "name-\\udcff.txt" in text, text
