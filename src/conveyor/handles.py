@@ -9,7 +9,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from .broker.base import Ack, Broker, Lease
 from .config import Settings
-from .core.job import ErrorKind, Job, validate_non_negative
+from .core.job import ErrorKind, Job, validate_duration
 from .core.serialization import result_problem
 from .core.state import JobState
 from .errors import JobFailed, JobNotFound, LeaseLost, ValidationError, WaitTimeout
@@ -147,7 +147,7 @@ class Delivery:
         """Give the job back, visible again after ``delay`` seconds (counts as a delivery).
 
         ``delay``: finite seconds >= 0, else ``ValidationError`` (the lease is still yours)."""
-        delay = validate_non_negative(delay, "delay")
+        delay = validate_duration(delay, "delay")
         return self._app.broker.release(
             self.id, self.token, self._app.now(), delay=delay, penalize=True, note="nack"
         )
@@ -171,13 +171,9 @@ class Delivery:
     def extend(self, seconds: float | None = None) -> None:
         """Push the lease deadline to now + ``seconds``; raise ``LeaseLost`` if it is gone.
 
-        ``seconds``: finite and > 0, else ``ValidationError`` (a negative one expired the lease
-        at once)."""
-        vt = (
-            self.visibility_timeout
-            if seconds is None
-            else validate_non_negative(seconds, "seconds")
-        )
+        ``seconds``: finite, > 0 and at most ``MAX_DELAY``, else ``ValidationError`` (a negative
+        one expired the lease at once; 1e99 held the job for ever once its consumer died)."""
+        vt = self.visibility_timeout if seconds is None else validate_duration(seconds, "seconds")
         if vt <= 0:
             raise ValidationError("seconds", f"must be > 0, got {seconds!r}")
         if not self._app.broker.extend([(self.id, self.token)], self._app.now(), vt)[0]:

@@ -27,6 +27,7 @@ from .core.flow import (
 from .core.ids import new_ulid
 from .core.job import (
     MAX_ATTEMPTS_UNSET,
+    MAX_DELAY,
     Job,
     validate_identifier,
     validate_priority,
@@ -214,6 +215,8 @@ class JobBuilder:
         delay = opts.get("delay") or 0.0
         run_at = opts.get("run_at")
         run_at = float(run_at) if run_at is not None else now + float(delay)
+        if run_at - now > MAX_DELAY:  # a date no page can show, that never comes
+            raise ValidationError("run_at", "must be at most 100 years (MAX_DELAY) from now")
         queue = validate_queue_name(opts.get("queue", task.queue if task else "default"))
         priority = validate_priority(opts.get("priority", task.priority if task else 0))
         default_attempts = task.max_attempts if task else MAX_ATTEMPTS_UNSET

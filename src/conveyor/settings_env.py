@@ -25,6 +25,11 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from pydantic_settings.sources import EnvSettingsSource
 
 from .config import URL_PATTERN, URL_RULE, Retention, Settings, SettingsError
+from .core.job import MAX_DELAY
+
+# durations: at most 100 years (an int: the rule reads <= 3153600000); Event.wait(1e99)
+# raises OverflowError and a 2e99 s TTL overflows Redis's EXPIRE
+_MAX_SECONDS = int(MAX_DELAY)
 
 _S, _R = Settings(), Retention()
 _ENVIRON: contextvars.ContextVar[Mapping[str, str]] = contextvars.ContextVar("environ")
@@ -107,6 +112,7 @@ class SettingsModel(_Sourced):
     visibility_timeout: float = Field(
         _S.visibility_timeout,
         gt=0,
+        le=_MAX_SECONDS,
         allow_inf_nan=False,
         description="lease length in seconds; a worker extends its leases every third of it",
     )
@@ -118,6 +124,7 @@ class SettingsModel(_Sourced):
     idempotency_ttl: float = Field(
         _S.idempotency_ttl,
         ge=0,
+        le=_MAX_SECONDS,
         allow_inf_nan=False,
         description="seconds an idempotency key is remembered (per queue)",
     )
@@ -134,30 +141,35 @@ class SettingsModel(_Sourced):
     poll_interval: float = Field(
         _S.poll_interval,
         gt=0,
+        le=_MAX_SECONDS,
         allow_inf_nan=False,
         description="longest idle wait between claims when the backend cannot wake a worker",
     )
     reap_interval: float = Field(
         _S.reap_interval,
         ge=0,
+        le=_MAX_SECONDS,
         allow_inf_nan=False,
         description="at most one effective reaper pass per this many seconds",
     )
     heartbeat_interval: float = Field(
         _S.heartbeat_interval,
         gt=0,
+        le=_MAX_SECONDS,
         allow_inf_nan=False,
         description="worker registry refresh; entries expire after twice this",
     )
     shutdown_timeout: float = Field(
         _S.shutdown_timeout,
         ge=0,
+        le=_MAX_SECONDS,
         allow_inf_nan=False,
         description="seconds in-flight jobs may finish after SIGTERM",
     )
     timeout_grace: float = Field(
         _S.timeout_grace,
         ge=0,
+        le=_MAX_SECONDS,
         allow_inf_nan=False,
         description="seconds a thread job may ignore its timeout before its process is recycled",
     )
@@ -233,9 +245,16 @@ _RULES = {
 
 def _rule(err: Any) -> str:
     template = _RULES.get(err["type"])
-    ctx = {k: format(v, "g") if isinstance(v, float) else v for k, v in err.get("ctx", {}).items()}
+    ctx = {k: _number(v) for k, v in err.get("ctx", {}).items()}
     text = template.format(**ctx) if template else str(err["msg"])
     return f"{text}, got {err['input']!r}"
+
+
+def _number(value: Any) -> Any:
+    """A bound as written: ``3153600000``, not ``3.1536e+09``; ``0.5`` as it is."""
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() else format(value, "g")
+    return value
 
 
 def describe() -> list[dict[str, Any]]:

@@ -23,7 +23,7 @@ from typing import (
 
 from .core.backoff import DEFAULT_BACKOFF, Backoff
 from .core.flow import TaskFlow, job_flow
-from .core.job import validate_max_attempts, validate_non_negative
+from .core.job import validate_duration, validate_max_attempts
 from .core.retry import RetryPolicy, max_attempts_from
 from .errors import PermanentError, ValidationError
 from .task_args import SHAPE_CACHE_MAX as SHAPE_CACHE_MAX
@@ -345,13 +345,13 @@ def build_task(
         name=validate_task_name(name or fn.__name__),
         queue=validate_queue_name(queue),
         priority=validate_priority(priority),
-        timeout=None if timeout is None else validate_non_negative(timeout, "timeout"),
+        timeout=None if timeout is None else validate_duration(timeout, "timeout"),
         policy=policy,
         executor=executor,
         idempotency_ttl=(
             None
             if idempotency_ttl is None
-            else validate_non_negative(idempotency_ttl, "idempotency_ttl")
+            else validate_duration(idempotency_ttl, "idempotency_ttl")
         ),
         flow=flow,
     )

@@ -14,10 +14,10 @@ from typing import Any
 
 from .core.flow import UNIQUE_MODES
 from .core.job import (
+    validate_duration,
     validate_exception_names,
     validate_identifier,
     validate_max_attempts,
-    validate_non_negative,
 )
 from .core.retry import max_attempts_from
 from .errors import ValidationError
@@ -61,11 +61,11 @@ def check_options(options: Mapping[str, Any]) -> dict[str, Any]:
     elif run_at is not None:
         out["run_at"] = validate_time(run_at, "run_at")
     if out.get("delay") is not None:
-        validate_non_negative(out["delay"], "delay")
+        validate_duration(out["delay"], "delay")
     if out.get("idempotency_ttl") is not None:
-        validate_non_negative(out["idempotency_ttl"], "idempotency_ttl")
+        validate_duration(out["idempotency_ttl"], "idempotency_ttl")
     if out.get("timeout") is not None:
-        validate_non_negative(out["timeout"], "timeout")
+        validate_duration(out["timeout"], "timeout")
     _check_flow_options(out)
     for name in ("retry_on", "dead_on"):  # stored by qualified name (docs/wire-format.md)
         if out.get(name) is not None:
@@ -84,7 +84,7 @@ def _check_flow_options(out: dict[str, Any]) -> None:
             raise ValidationError(
                 "debounce", "cannot be combined with delay / run_at (it sets the run time)"
             )
-        if validate_non_negative(out["debounce"], "debounce") <= 0:
+        if validate_duration(out["debounce"], "debounce") <= 0:
             raise ValidationError("debounce", "must be a number of seconds > 0")
     if out.get("unique_key") is not None:
         if out.get("unique") is None and out.get("debounce") is None:
@@ -93,7 +93,7 @@ def _check_flow_options(out: dict[str, Any]) -> None:
     if out.get("unique") is not None and out.get("idempotency_key") is not None:
         raise ValidationError("unique", "cannot be combined with idempotency_key")
     if out.get("expires_in") is not None:
-        out["expires_in"] = validate_non_negative(out["expires_in"], "expires_in")
+        out["expires_in"] = validate_duration(out["expires_in"], "expires_in")
 
 
 def validate_time(value: object, field_name: str) -> float:

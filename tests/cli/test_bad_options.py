@@ -35,6 +35,8 @@ CASES = [
     (["limits", "set", "conc:add", "0"], "VALUE"),
     (["enqueue", "add", "--priority", HUGE], "priority"),
     (["enqueue", "add", "--delay", "-5"], "--delay"),
+    (["enqueue", "add", "--delay", "1e99"], "--delay"),  # over MAX_DELAY (100 years)
+    (["enqueue", "add", "--delay", "3153600001"], "--delay"),
 ]
 
 
@@ -88,6 +90,37 @@ def test_a_daemon_refuses_nan_and_infinity_before_it_starts(
     )
     assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
     assert f"'{option}'" in proc.stderr and "finite" in proc.stderr, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+
+
+TOO_LONG = [
+    (["worker", "--shutdown-timeout", "1e99"], "--shutdown-timeout"),
+    (["worker", "--visibility-timeout", "1e99"], "--visibility-timeout"),
+    (["scheduler", "--interval", "1e99"], "--interval"),
+    (["relay", "--interval", "1e99"], "--interval"),
+]
+
+
+@pytest.mark.parametrize(("args", "option"), TOO_LONG, ids=lambda v: repr(v)[:40])
+def test_a_daemon_refuses_a_duration_over_100_years(
+    tmp_path: Path, args: list[str], option: str
+) -> None:
+    """Finite but huge: ``Event.wait(1e99)`` raises OverflowError (a scheduler's or relay's
+    loop, a worker's lease keeper and drain) once the daemon has started."""
+    (tmp_path / "longapp.py").write_text(
+        f"from conveyor import Conveyor\napp = Conveyor('sqlite:///{tmp_path / 'jobs.db'}')\n"
+    )
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{tmp_path}"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "conveyor.cli.main", args[0], "longapp:app", *args[1:]],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
+    assert f"'{option}'" in proc.stderr and "3153600000" in proc.stderr, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
 
 

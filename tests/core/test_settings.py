@@ -39,6 +39,15 @@ DOCS = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
         ("CONVEYOR_URL", "conveyor.db", "must be a broker URL"),
         ("CONVEYOR_RETENTION_EVENTS_MAX", "-1", "must be >= 0"),
         ("CONVEYOR_RETENTION_COMPLETED_TTL", "1 day", "must be a number"),
+        # finite but over MAX_DELAY (100 years): Event.wait(1e99) raises OverflowError (the
+        # heartbeat and lease keeper threads died), a TTL of 2e99 s overflows Redis's EXPIRE
+        ("CONVEYOR_VISIBILITY_TIMEOUT", "1e99", "must be <= 3153600000"),
+        ("CONVEYOR_HEARTBEAT_INTERVAL", "1e99", "must be <= 3153600000"),
+        ("CONVEYOR_POLL_INTERVAL", "1e99", "must be <= 3153600000"),
+        ("CONVEYOR_REAP_INTERVAL", "1e99", "must be <= 3153600000"),
+        ("CONVEYOR_SHUTDOWN_TIMEOUT", "1e99", "must be <= 3153600000"),
+        ("CONVEYOR_TIMEOUT_GRACE", "1e99", "must be <= 3153600000"),
+        ("CONVEYOR_IDEMPOTENCY_TTL", "1e99", "must be <= 3153600000"),
     ],
 )
 def test_bad_variables_are_refused_naming_the_variable_and_rule(

@@ -29,6 +29,10 @@ BAD: list[tuple[str, Any]] = [
     ("live_interval", float("nan")),
     ("live_interval", 0),
     ("live_interval", "fast"),
+    # finite but over 100 years (MAX_DELAY): a 1e99 s session TTL overflows the session
+    # store's expiry (Redis EXPIRE) and the cookie's Max-Age, a 1e99 s live interval a sleep
+    ("session_ttl", 1e99),
+    ("live_interval", 1e99),
 ]
 
 

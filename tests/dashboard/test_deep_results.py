@@ -1,8 +1,7 @@
-"""The deepest result a backend stores and reads back (253 levels on Redis: orjson's limit is
-254): the API's job answer and ``conveyor job --json`` wrap it in one or two more objects, which
-orjson refused ("Recursion limit reached": a 500, a TypeError traceback). Both now fall back to
-the standard library's encoder. (SQLite and PostgreSQL read such a result back as null, and the
-memory broker cannot read it at all: noted in the session report, not this module's.)"""
+"""The deepest result a backend stores and reads back (``MAX_RESULT_DEPTH`` levels on every
+backend; a deeper one is refused when the job completes): the API's job answer and ``conveyor job
+--json`` wrap it in one or two more objects, which orjson refused ("Recursion limit reached": a
+500, a TypeError traceback). Both now fall back to the standard library's encoder."""
 
 from __future__ import annotations
 
@@ -10,7 +9,6 @@ import sys
 import types
 
 import orjson
-import pytest
 from click.testing import CliRunner
 from starlette.testclient import TestClient
 
@@ -24,9 +22,6 @@ DEPTH = 253
 def test_the_deepest_storable_result_reads_back_as_json(
     api: TestClient, dash_app: Conveyor, backend: str
 ) -> None:
-    if backend == "memory":
-        pytest.skip("the memory broker's own read fails at this depth (broker/memreads.py)")
-
     @dash_app.task(name="deep")
     def deep(n: int) -> object:
         return deep_list(n)

@@ -33,6 +33,9 @@ BAD: list[tuple[str, Any]] = [
     ("alert_interval", -1),
     ("alert_interval", NAN),
     ("alert_interval", "30"),
+    ("interval", 1e99),  # finite, but Event.wait(1e99) raises OverflowError as infinity did
+    ("reap_interval", 1e99),
+    ("alert_interval", 1e99),
 ]
 
 

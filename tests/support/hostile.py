@@ -93,3 +93,19 @@ TERMINAL_TEXT: dict[str, str] = {
 
 #: What must never reach a terminal raw once TERMINAL_TEXT went through the CLI.
 TERMINAL_RAW = ("\x1b", "\r", "\x00", "\x07", "\u202e", "\u200f", "\u2066", "\u2028", "\u20e3")
+
+#: Invisible format characters (bidi marks, embeddings, overrides and isolates, line and paragraph
+#: separators, zero-width characters, the byte-order mark, soft hyphen): text logs, pages and the
+#: CLI show each as an escape, so no job data reorders or hides the text around it.
+INVISIBLE_FORMAT: dict[str, str] = {
+    "lrm_rlm": "a\u200eb\u200fc",
+    "embeddings": "\u202aL\u202bR\u202cpop",
+    "overrides": "user\u202egnp.exe\u202d",
+    "isolates": "\u2066x\u2067y\u2068z\u2069",
+    "separators": "one\u2028two\u2029three",
+    "bom": "\ufeffstart",
+    "zero_width": "ad\u200bmin\u200c\u2060",
+    "soft_hyphen": "pay\u00adpal",
+    "arabic_mark": "x\u061cy",
+    "tag_chars": "flag\U000e0041\U000e007f",
+}

@@ -35,6 +35,10 @@ def app() -> Conveyor:
         ({"max_jobs": 2.5}, "max_jobs"),
         ({"max_lost": -1}, "max_lost"),
         ({"process_pool_size": -2}, "process_pool_size"),
+        # finite, but beyond MAX_DELAY: Event.wait(1e99) raises OverflowError (the lease
+        # keeper's thread died at its first wait; a stop never drained)
+        ({"visibility_timeout": 1e99}, "visibility_timeout"),
+        ({"shutdown_timeout": 1e99}, "shutdown_timeout"),
     ],
 )
 def test_bad_worker_options_are_refused_by_name(
@@ -54,7 +58,7 @@ def test_good_worker_options_are_kept(app: Conveyor) -> None:
     assert unset.max_lost == app.settings.max_lost and unset.process_pool_size >= 1
 
 
-@pytest.mark.parametrize("bad", [float("nan"), -1, float("inf"), "5", True])
+@pytest.mark.parametrize("bad", [float("nan"), -1, float("inf"), "5", True, 1e99])
 def test_stop_refuses_a_bad_timeout_and_the_worker_keeps_running(app: Conveyor, bad: Any) -> None:
     """``worker.stop(timeout="5")`` stored the string as the drain budget before raising a
     TypeError, so the run thread's own drain then failed too (its jobs never released); NaN
@@ -89,3 +93,14 @@ def test_a_worker_id_is_checked(app: Conveyor, bad: Any) -> None:
     with pytest.raises(ValidationError, match=r"^worker_id: "):
         app.worker(worker_id=bad)
     assert app.worker(worker_id="host-1:worker.7").id == "host-1:worker.7"
+
+
+@pytest.mark.parametrize("bad", ["group=", "group=host:1:2", "group=anything"])
+def test_a_worker_id_in_the_group_namespace_is_refused(app: Conveyor, bad: str) -> None:
+    """A worker's control flag is the document named by its id and a group's is ``group=<name>``
+    (``control.group_key``): a worker named ``group=G`` read group G's flag as its own, and a
+    command sent to it alone reached every process of group G."""
+    with pytest.raises(ValidationError, match=r"^worker_id: .*group="):
+        app.worker(worker_id=bad)
+    assert app.worker(worker_id="groupie=1").id == "groupie=1"
+    assert app.worker(worker_id="Group=1").id == "Group=1"

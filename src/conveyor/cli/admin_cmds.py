@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 import click
 import orjson
 
+from ..core.job import MAX_DELAY
+from ..core.values import loads_exact
 from .common import (
     AppCommand,
     Finite,
@@ -34,9 +36,11 @@ def _json_arg(raw: str | None, name: str, kind: type) -> Any:
     if raw is None:
         return None
     try:
-        value = orjson.loads(raw)
+        value = loads_exact(raw)
     except orjson.JSONDecodeError as exc:
         raise click.BadParameter(f"is not valid JSON: {exc}", param_hint=f"'--{name}'") from exc
+    except ValueError as exc:  # an integer beyond 64 bits (orjson would read a float)
+        raise click.BadParameter(str(exc), param_hint=f"'--{name}'") from exc
     if not isinstance(value, kind):
         expected = "a JSON array" if kind is list else "a JSON object"
         raise click.BadParameter(
@@ -65,10 +69,10 @@ def _json_arg(raw: str | None, name: str, kind: type) -> Any:
 @click.option("--priority", type=int, default=None, help="Lower runs first.")
 @click.option(
     "--delay",
-    type=Finite(min=0),
+    type=Finite(min=0, max=MAX_DELAY),
     default=None,
     metavar="SECONDS",
-    help="Run after this many seconds.",
+    help="Run after this many seconds (at most 100 years).",
 )
 @click.option("--max-attempts", type=click.IntRange(min=1), default=None)
 @click.option(

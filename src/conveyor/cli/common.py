@@ -234,11 +234,12 @@ class Finite(click.FloatRange):
     name = "finite float range"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        """The number within the range, else a usage error."""
-        number = super().convert(value, param, ctx)
+        """The number within the range, else a usage error (NaN and infinity named as such,
+        before the range check)."""
+        number = click.FLOAT.convert(value, param, ctx)
         if not math.isfinite(number):
             self.fail(f"{value!r} is not a finite number.", param, ctx)
-        return number
+        return super().convert(number, param, ctx)
 
 
 def setting_default(name: str) -> Any:

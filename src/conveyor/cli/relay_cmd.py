@@ -13,6 +13,7 @@ from typing import Any
 
 import click
 
+from ..core.job import MAX_DELAY
 from ..outbox import DEFAULT_TABLE, Outbox
 from .common import Finite, load_app
 
@@ -28,7 +29,7 @@ from .common import Finite, load_app
 )
 @click.option(
     "--interval",
-    type=Finite(min=0.0),
+    type=Finite(min=0.0, max=MAX_DELAY),
     default=None,
     help="Seconds between polls when idle.",
 )

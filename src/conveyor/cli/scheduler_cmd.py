@@ -12,6 +12,7 @@ from zoneinfo import ZoneInfo
 import click
 
 from ..app import Conveyor
+from ..core.job import MAX_DELAY
 from ..errors import BrokerConfigError, ValidationError
 from ..scheduler.models import Schedule, ScheduleNotFound
 from .common import (
@@ -69,7 +70,7 @@ def _get(app: Conveyor, name: str) -> Schedule:
 @app_option
 @click.option(
     "--interval",
-    type=Finite(min=0.01),
+    type=Finite(min=0.01, max=MAX_DELAY),
     default=0.5,
     show_default=True,
     help="Seconds between passes (sooner when a schedule is due).",

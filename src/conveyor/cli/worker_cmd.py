@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from ..core.job import MAX_DELAY
 from ..core.queues import parse_queues
 from ..errors import ValidationError
 from ..worker.child import ChildConfig
@@ -61,7 +62,7 @@ LEVELS = ("debug", "info", "warning", "error")
 )
 @click.option(
     "--visibility-timeout",
-    type=Finite(min=1.0),
+    type=Finite(min=1.0, max=MAX_DELAY),
     default=None,
     metavar="SECONDS",
     help="Lease length [default: CONVEYOR_VISIBILITY_TIMEOUT or "
@@ -69,7 +70,7 @@ LEVELS = ("debug", "info", "warning", "error")
 )
 @click.option(
     "--shutdown-timeout",
-    type=Finite(min=0.0),
+    type=Finite(min=0.0, max=MAX_DELAY),
     default=None,
     metavar="SECONDS",
     help="How long in-flight jobs may finish after SIGTERM [default: "

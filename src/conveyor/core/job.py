@@ -261,6 +261,11 @@ def validate_identifier(value: object, field_name: str, *, slash: bool = True) -
     return value
 
 
+#: Longest delay or duration an option takes, in seconds: 100 years. Longer is a unit mistake
+#: (milliseconds for seconds) or garbage, and a run time past it cannot be shown as a date.
+MAX_DELAY = 100 * 365 * 86400.0
+
+
 def validate_non_negative(value: object, field_name: str) -> float:
     """Return ``value`` as float if it is a finite number >= 0, else raise."""
     if isinstance(value, bool) or not isinstance(value, int | float):
@@ -268,3 +273,16 @@ def validate_non_negative(value: object, field_name: str) -> float:
     if value != value or value < 0 or value == float("inf"):
         raise ValidationError(field_name, f"must be a finite number >= 0, got {value!r}")
     return float(value)
+
+
+def validate_duration(value: object, field_name: str) -> float:
+    """``validate_non_negative``, and at most ``MAX_DELAY`` seconds (a delay, a TTL)."""
+    seconds = validate_non_negative(value, field_name)
+    if seconds > MAX_DELAY:
+        raise ValidationError(field_name, too_long(value))
+    return seconds
+
+
+def too_long(value: object) -> str:
+    """The rule a duration over ``MAX_DELAY`` broke."""
+    return f"must be at most {MAX_DELAY:.0f} seconds (100 years), got {value!r}"

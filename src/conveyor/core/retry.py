@@ -11,7 +11,7 @@ from numbers import Real
 
 from ..errors import JobTimeout, PermanentError, RateLimited, RemoteError, Retry
 from .backoff import DEFAULT_BACKOFF, Backoff
-from .job import ErrorKind, Job, exception_name
+from .job import MAX_DELAY, ErrorKind, Job, exception_name
 
 
 @dataclass(frozen=True)
@@ -160,7 +160,9 @@ def _seconds(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, Real):
         return None
     seconds = float(value)
-    return max(0.0, seconds) if -float("inf") < seconds < float("inf") else None
+    if not -float("inf") < seconds < float("inf"):
+        return None
+    return min(max(0.0, seconds), MAX_DELAY)  # set after __init__: capped, as __init__ refuses
 
 
 def previous_delay(job: Job) -> float | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import re
 import sys
 import uuid
 from typing import Any
@@ -21,6 +22,10 @@ import orjson
 from ..errors import DecodeError, ValidationError
 
 MAX_RESULT_BYTES = 1024 * 1024  # default cap on a stored result (Settings.max_result_bytes)
+#: Deepest result stored, in levels of JSON arrays and objects once encoded (``[[]]`` is 2): a
+#: stored job wraps its result in one or two more levels and orjson reads and writes at most 255,
+#: so a deeper result could be stored but not read back on some backends.
+MAX_RESULT_DEPTH = 250
 _TAGS = ("$dt", "$date", "$dec", "$uuid", "$b64", "$map")
 
 
@@ -80,24 +85,60 @@ def result_problem(result: Any, limit: int = MAX_RESULT_BYTES) -> str | None:
     """Why a handler's ``result`` cannot be stored (None when it can).
 
     Runs the full encoding (typed values, then orjson) so a result that passes can never make
-    the broker's ``complete`` fail: lone surrogates, nesting over 255 levels, and values over
-    ``limit`` bytes once encoded are all caught here, before anything is written.
+    the broker's ``complete`` fail or the stored job unreadable: lone surrogates, nesting over
+    ``MAX_RESULT_DEPTH`` levels, and values over ``limit`` bytes once encoded are all caught
+    here, before anything is written.
     """
     if result is None:
         return None
     try:
-        size = len(orjson.dumps(encode_value(result, "result")))
+        encoded = orjson.dumps(encode_value(result, "result"))
     except ValidationError as exc:
         return str(exc)
     except RecursionError:
-        return "result: nests too deeply to be encoded as JSON (at most 255 levels)"
+        return _TOO_DEEP
     except (TypeError, ValueError) as exc:  # orjson.JSONEncodeError is a TypeError
+        if "Recursion limit" in str(exc):  # orjson's own depth limit (255)
+            return _TOO_DEEP
         return f"result: cannot be encoded as JSON ({exc})"
     except Exception as exc:  # the value's own code raised (a tzinfo, a __str__, an __iter__)
         return f"result: encoding it raised {type(exc).__name__}: {_said(exc)}"
+    size = len(encoded)
     if size > limit:
         return f"result: encoded result is {size} bytes, the limit is {limit} bytes"
+    # fewer brackets than the limit cannot nest deeper than it: no scan on the common path
+    brackets = encoded.count(b"[") + encoded.count(b"{") if size > MAX_RESULT_DEPTH else 0
+    if brackets > MAX_RESULT_DEPTH and json_depth(encoded) > MAX_RESULT_DEPTH:
+        return _TOO_DEEP
     return None
+
+
+_TOO_DEEP = (
+    f"result: nests too deeply (at most {MAX_RESULT_DEPTH} levels of arrays and objects"
+    " once encoded, MAX_RESULT_DEPTH)"
+)
+
+
+def json_depth(encoded: bytes) -> int:
+    """Levels of arrays and objects in the JSON text ``encoded`` (brackets in strings skipped)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for byte in encoded:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:  # backslash
+                escaped = True
+            elif byte == 0x22:  # quote
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in (0x5B, 0x7B):  # [ {
+            depth += 1
+            deepest = max(deepest, depth)
+        elif byte in (0x5D, 0x7D):
+            depth -= 1
+    return deepest
 
 
 def _said(exc: BaseException) -> str:
@@ -187,3 +228,31 @@ def dumps(value: Any) -> bytes:
 def loads(raw: bytes | str) -> Any:
     """JSON-decode plain data with orjson."""
     return orjson.loads(raw)
+
+
+# an integer of fewer digits always fits in 64 bits: orjson reads it exactly
+_LONG_DIGITS = re.compile(rb"\d{19}")
+
+
+def loads_exact(raw: bytes | str) -> Any:
+    """``orjson.loads``, refusing an integer beyond 64 bits with a ``ValueError`` saying so:
+    orjson reads one as a float without a word (``18446744073709551616`` became
+    ``1.8446744073709552e+19``, another value), where ``enqueue`` refuses it from Python.
+    Malformed JSON raises ``orjson.JSONDecodeError`` (a ``ValueError``) as before."""
+    value = orjson.loads(raw)
+    data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
+    if _LONG_DIGITS.search(data):  # rare: read it again, integers checked (stdlib json)
+        import contextlib
+        import json
+
+        # deeper than json's stack: orjson read it, the value is kept (nesting has its own rule)
+        with contextlib.suppress(RecursionError):
+            json.loads(data, parse_int=_int64)
+    return value
+
+
+def _int64(text: str) -> int:
+    number = int(text)
+    if not _INT_MIN <= number < _INT_END:
+        raise ValueError(f"integers must fit in 64 bits, got {text[:40]}")
+    return number

@@ -19,7 +19,7 @@ from starlette.routing import Route
 
 from ..monitoring.actions import Operator
 from ..monitoring.filters import SEARCH_FIELDS
-from .hardening import segment
+from .hardening import cookie_path, segment
 from .redirects import at_root, back, done
 from .security import SESSION_COOKIE, actor_name, check_login
 from .server import action, client_of, dashboard_of
@@ -64,7 +64,7 @@ def login(request: Request, data: dict[str, Any]) -> Response:
         httponly=True,
         samesite="strict",
         secure=secure,
-        path="/",
+        path=cookie_path(request.scope),
     )
     return response
 
@@ -75,7 +75,10 @@ def logout(request: Request, data: dict[str, Any]) -> Response:
     dash.sessions.close(request.cookies.get(SESSION_COOKIE, ""))
     target = "/login" if dash.config.auth_enabled else "/"
     response = RedirectResponse(at_root(request, target), status_code=303)
-    response.delete_cookie(SESSION_COOKIE, path="/")
+    path = cookie_path(request.scope)
+    response.delete_cookie(SESSION_COOKIE, path=path)
+    if path != "/":  # a cookie an older version set for the whole host
+        response.delete_cookie(SESSION_COOKIE, path="/")
     return response
 
 

@@ -50,6 +50,14 @@ def root_of(scope: Mapping[str, Any]) -> str:
     return str(scope.get("root_path", "") or "").rstrip("/")
 
 
+def cookie_path(scope: Mapping[str, Any]) -> str:
+    """The ``Path`` of the dashboard's cookies: its mount prefix (``/admin/jobs``), so the
+    browser sends them to the dashboard only, not to every page of the app that mounts it (nor
+    to a second dashboard mounted elsewhere on the host); ``/`` standalone. Percent-encoded as
+    the browser sees the path (no ``;`` or control character can reach the header)."""
+    return quote(root_of(scope), safe="/:@!$&'()*+,=-._~") or "/"
+
+
 def route_path(scope: Mapping[str, Any]) -> str:
     """The request path below ``root_path`` (``/jobs`` for ``/admin/jobs/jobs`` mounted at
     ``/admin/jobs``): what routing and the security checks look at."""

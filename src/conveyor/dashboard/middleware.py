@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .hardening import route_path
+from .hardening import cookie_path, route_path
 from .redirects import at_root
 from .security import (
     CSRF_COOKIE,
@@ -87,7 +87,7 @@ class SecurityMiddleware:
                 if fresh_seed:
                     headers.append(
                         "set-cookie",
-                        f"{CSRF_COOKIE}={fresh_seed}; Path=/; HttpOnly; "
+                        f"{CSRF_COOKIE}={fresh_seed}; Path={cookie_path(scope)}; HttpOnly; "
                         f"SameSite=Strict{'; Secure' if secure else ''}",
                     )
             await send(message)

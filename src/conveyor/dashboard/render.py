@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 import time
-import unicodedata
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -17,6 +16,7 @@ import orjson
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup, escape
 
+from ..core.escapes import escape_invisible
 from ..monitoring.inspect import preview_args
 from .charts import chart_model
 
@@ -98,33 +98,20 @@ def pretty(value: Any, limit: int = MAX_PRETTY) -> str:
     return text
 
 
-#: Shown as escapes on a page, as the CLI shows them (``cli/render.py``): control (but newline
-#: and tab) and format characters — bidi overrides, zero-width marks — lone surrogates and line
-#: or paragraph separators. The zero-width joiner stays: emoji sequences are built with it.
-_INVISIBLE = ("Cc", "Cf", "Cs", "Zl", "Zp")
+#: Shown as escapes on a page, as the CLI and the text logs show them
+#: (``conveyor.core.escapes``): control (but newline and tab) and format characters — bidi
+#: overrides, zero-width marks — lone surrogates and line or paragraph separators. The
+#: zero-width joiner stays: emoji sequences are built with it.
 _KEEP = frozenset("\n\t\u200d")
-
-
-def _shown(ch: str) -> str:
-    if ch in _KEEP or unicodedata.category(ch) not in _INVISIBLE:
-        return ch
-    code = ord(ch)
-    return (
-        f"\\x{code:02x}"
-        if code < 0x100
-        else f"\\u{code:04x}"
-        if code < 0x10000
-        else f"\\U{code:08x}"
-    )
 
 
 def visible(value: Any) -> Any:
     """Every ``{{ value }}`` a template prints (the environment's ``finalize``): a string's
     invisible characters as escapes (``\\u202e``), so no job data reorders or hides text
     around it; Markup (built by the dashboard) and non-strings as they are."""
-    if not isinstance(value, str) or isinstance(value, Markup) or value.isprintable():
+    if not isinstance(value, str) or isinstance(value, Markup):
         return value
-    return "".join(_shown(ch) for ch in value)
+    return escape_invisible(value, _KEEP)
 
 
 def keep(value: Any) -> Markup:

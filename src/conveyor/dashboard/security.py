@@ -34,6 +34,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ..core.job import MAX_DELAY, too_long
 from ..errors import ValidationError
 
 SESSION_COOKIE = "conveyor_session"
@@ -152,6 +153,7 @@ class DashboardConfig:
 #: ``login_per_minute=0`` turned the log-in limit off, ``live_interval=0`` spun every stream.
 _LIMITS = {"session_ttl": 1.0, "rate_limit": 0.0, "live_interval": 0.05}
 _COUNTS = ("rate_burst", "login_per_minute")
+_DURATIONS = ("session_ttl", "live_interval")  # at most MAX_DELAY, as every duration
 
 
 def _check_limits(config: DashboardConfig) -> None:
@@ -160,6 +162,8 @@ def _check_limits(config: DashboardConfig) -> None:
         number = isinstance(value, int | float) and not isinstance(value, bool)
         if not number or not math.isfinite(value) or value < low:
             raise ValidationError(name, f"must be a finite number of at least {low:g}")
+        if name in _DURATIONS and value > MAX_DELAY:
+            raise ValidationError(name, too_long(value))
     for name in _COUNTS:
         value = getattr(config, name)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:

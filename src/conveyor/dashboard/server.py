@@ -34,6 +34,7 @@ from starlette.responses import (
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from ..core.values import loads_exact
 from ..errors import BrokerConfigError, BrokerUnavailable, ConveyorError, ValidationError
 from ..monitoring.actions import Operator
 from ..monitoring.inspect import Inspector
@@ -165,10 +166,8 @@ async def read_body(request: Request) -> dict[str, Any]:
         raw = await request.body()
         if not raw:
             return {}
-        try:
-            import orjson
-
-            data = orjson.loads(raw)
+        try:  # an integer beyond 64 bits is refused too (orjson would read a float)
+            data = loads_exact(raw)
         except ValueError as exc:
             raise ValidationError("body", f"is not valid JSON: {exc}") from exc
         if not isinstance(data, dict):

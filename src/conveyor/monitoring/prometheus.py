@@ -9,7 +9,6 @@ or ``conveyor worker --metrics-port`` — exposes the same numbers for the whole
 from __future__ import annotations
 
 import logging
-import unicodedata
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +21,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from ..core.escapes import escape_invisible
 from ..core.state import JobState
 from ..runtime import as_runtime
 from . import admin
@@ -221,22 +221,8 @@ def flow_metrics(status: dict[str, Any], top: int = WAITING_SERIES) -> Iterator[
 #: them: a task name stored by another client may hold terminal escapes, NUL, BEL or bidi
 #: overrides, and ``curl /metrics`` in a terminal ran them (the format escapes only ``\\``,
 #: ``"`` and newlines).
-_INVISIBLE = ("Cc", "Cf", "Cs", "Zl", "Zp")
-
-
 def _visible(text: str) -> str:
-    if text.isprintable():
-        return text
-    return "".join(
-        ch
-        if unicodedata.category(ch) not in _INVISIBLE
-        else f"\\x{ord(ch):02x}"
-        if ord(ch) < 0x100
-        else f"\\u{ord(ch):04x}"
-        if ord(ch) < 0x10000
-        else f"\\U{ord(ch):08x}"
-        for ch in text
-    )
+    return escape_invisible(text)
 
 
 def visible_labels(family: Metric) -> Metric:

@@ -53,9 +53,14 @@ def read(side: SideStores, worker_id: str, now: float) -> str | None:
     return command if command in COMMANDS else None
 
 
+#: The control documents of groups are named ``group=<name>``: no worker id may start with it
+#: (``options.worker_identifier``), so a worker's flag and a group's never share a name.
+GROUP_PREFIX = "group="
+
+
 def group_key(group: str) -> str:
     """The control document name of a worker group (generated worker ids hold no ``=``)."""
-    return "group=" + group
+    return GROUP_PREFIX + group
 
 
 def strongest(*commands: str | None) -> str | None:

@@ -13,30 +13,38 @@ import os
 import sys
 import time
 
+from ..core.escapes import escape_invisible
+
 TYPE_CHECKING = False  # not typing's: this module must stay import-light
 if TYPE_CHECKING:
     from typing import TextIO
 
 LEVELS = {"DEBUG": 10, "INFO": 20, "WARNING": 30, "ERROR": 40}
 _NAMES = {number: name for name, number in LEVELS.items()}
-# JSON string escapes: quote, backslash and control characters (everything else is valid UTF-8).
+# JSON string escapes: quote, backslash and control characters (everything else is valid UTF-8),
+# and the Unicode line breaks: valid raw in JSON, but line breaks to many readers (as the
+# logging JsonFormatter writes them).
 _ESCAPES = {ord('"'): '\\"', ord("\\"): "\\\\", **{i: f"\\u{i:04x}" for i in range(32)}}
-
-
-# Text lines: every control character (C0 but tab, DEL, C1, Unicode line breaks) is written as an
-# escape, so job data (an exception message, an argument) can never start a forged log line.
-_TEXT_ESCAPES = {i: f"\\x{i:02x}" for i in (*range(32), *range(0x7F, 0xA0)) if i != 9}
-_TEXT_ESCAPES.update({10: "\\n", 13: "\\r", 0x2028: "\\u2028", 0x2029: "\\u2029"})
+_ESCAPES.update({0x85: "\\u0085", 0x2028: "\\u2028", 0x2029: "\\u2029"})
 
 
 def json_string(text: str) -> str:
-    """``text`` as a JSON string literal."""
-    return '"' + text.translate(_ESCAPES) + '"'
+    """``text`` as a JSON string literal (lone surrogates, from a non-UTF-8 argv or file name,
+    as ``\\udcff`` escapes: written raw, the line could not be encoded and was lost)."""
+    out = text.translate(_ESCAPES)
+    try:
+        out.encode("utf-8")
+    except UnicodeEncodeError:
+        out = "".join(f"\\u{ord(ch):04x}" if "\ud800" <= ch <= "\udfff" else ch for ch in out)
+    return '"' + out + '"'
 
 
 def text_safe(text: str) -> str:
-    """``text`` on one line: newlines and other control characters escaped (``\\n``, ``\\x1b``)."""
-    return text.translate(_TEXT_ESCAPES)
+    """``text`` on one line, as written: every control character but tab and every invisible
+    format character escaped (``\\n``, ``\\x1b``, ``\\u202e``), so job data (an exception
+    message, an argument) can never start a forged log line nor reorder or hide the text
+    around it (``conveyor.core.escapes``, the pages' rule)."""
+    return escape_invisible(text, "\t")
 
 
 class LeanLogger:

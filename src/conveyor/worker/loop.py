@@ -43,7 +43,7 @@ from .helpers import Wiring, broker_accepts, start_helpers, stop_helpers
 from .inline_mode import InlineMode
 from .jobctx import JobBoard
 from .mainguard import UnguardedMain, exit_unguarded, explain, in_bootstrapping_child
-from .options import count, identifier, seconds
+from .options import count, seconds, worker_identifier
 from .presence import describe
 from .procutil import EXIT_CONFIG as EXIT_CONFIG
 from .procutil import EXIT_OK as EXIT_OK  # re-exported: callers import the codes from here
@@ -51,6 +51,7 @@ from .procutil import EXIT_RECYCLE as EXIT_RECYCLE
 from .procutil import EXIT_STUCK as EXIT_STUCK
 from .recorder import Recorder
 from .running import Running
+from .shard_discovery import DiscoveringSelector
 from .shutdown import stop_on_signals
 from .slots import Slots
 
@@ -87,8 +88,10 @@ class Worker(ClaimLoop, InlineMode):
         #: where the queues came from: "given" (``queues=`` / ``--queues``) or the app's tasks
         self.queue_source = "given" if queues is not None else "the app's tasks"
         spec = queues if queues is not None else task_queues(rt.tasks.values())
-        # sharded queues (issue 18) expand to their shards: a plain QueueSelector otherwise
-        self.selector = rt.shards.selector(parse_queues(spec), strict)
+        # sharded queues (issue 18) expand to their shards, declared here or found stored
+        self.selector = DiscoveringSelector(
+            parse_queues(spec), strict, rt.shards, rt.broker.queues, rt.now
+        )
         self.concurrency = count(concurrency, "concurrency") or 1
         self.processes = count(processes, "processes") or 1
         settings = rt.settings
@@ -103,9 +106,7 @@ class Worker(ClaimLoop, InlineMode):
         ) or min(self.concurrency, os.cpu_count() or 1)
         self.heartbeat, self.handle_signals = heartbeat, handle_signals
         suffix = new_ulid(rt.now(), rt.id_rng)[-6:]
-        self.id = (
-            identifier(worker_id, "worker_id") or f"{socket.gethostname()}:{os.getpid()}:{suffix}"
-        )
+        self.id = worker_identifier(worker_id) or f"{socket.gethostname()}:{os.getpid()}:{suffix}"
         self._hard = threading.Event()
         self.recorder = Recorder(
             self,

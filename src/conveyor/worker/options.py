@@ -8,7 +8,9 @@ after its first job). ``None`` (and, for the counts that had it, 0) keeps the de
 
 from __future__ import annotations
 
+from ..core.job import MAX_DELAY, too_long
 from ..errors import ValidationError
+from .control import GROUP_PREFIX
 
 
 def count(value: object, field_name: str, *, zero_is_default: bool = False) -> int | None:
@@ -36,6 +38,8 @@ def seconds(value: object, field_name: str, *, zero_ok: bool) -> float | None:
     ):
         rule = ">= 0" if zero_ok else "> 0"
         raise ValidationError(field_name, f"must be a finite number {rule}, got {value!r:.40}")
+    if value > MAX_DELAY:  # Event.wait(1e99) raises OverflowError, as infinity did
+        raise ValidationError(field_name, too_long(value))
     return float(value)
 
 
@@ -49,3 +53,15 @@ def identifier(value: object, field_name: str) -> str | None:
         shown = repr(value)[:40]
         raise ValidationError(field_name, f"must be 1-200 printable characters, got {shown}")
     return value
+
+
+def worker_identifier(value: object) -> str | None:
+    """``identifier`` for ``worker_id``, which must not start with ``group=``: that prefix
+    names the control documents of worker groups (``control.group_key``), so such a worker
+    would read a group's flag as its own and a command sent to it would reach the group."""
+    checked = identifier(value, "worker_id")
+    if checked is not None and checked.startswith(GROUP_PREFIX):
+        raise ValidationError(
+            "worker_id", f"must not start with {GROUP_PREFIX!r} (reserved for worker groups)"
+        )
+    return checked

@@ -99,6 +99,36 @@ def _group_fields() -> dict[str, Any]:
     return {"group": group, "processes": processes}
 
 
+class Streaks:
+    """Failures of a beat's duties that are not outages, logged once per streak: the first
+    failure's traceback, then one line when the duty works again (as the lease keeper does),
+    not a traceback every beat for as long as the worker runs."""
+
+    def __init__(self) -> None:
+        self.failures: dict[str, int] = {}
+
+    def failed(self, duty: str) -> None:
+        """Count a failure of ``duty``; log its traceback if it starts a streak."""
+        count = self.failures.get(duty, 0)
+        self.failures[duty] = count + 1
+        if count == 0:
+            log.warning(
+                "heartbeat: could not %s; retrying every beat (logged once until it works)",
+                duty,
+                exc_info=True,
+            )
+
+    def worked(self, duty: str) -> None:
+        """``duty`` succeeded: log the end of a streak."""
+        count = self.failures.pop(duty, 0) if self.failures else 0
+        if count:
+            log.info("heartbeat: %s works again after %d failure(s)", _ING[duty], count)
+
+
+_PUBLISH, _POLL = "publish the worker record", "read the control flag"
+_ING = {_PUBLISH: "publishing the worker record", _POLL: "reading the control flag"}
+
+
 class Heartbeat:
     """Publishes ``describe()`` every ``interval`` seconds from its own thread; before each
     write it reads the control flag and passes a command to ``on_command``."""
@@ -119,6 +149,7 @@ class Heartbeat:
         self._describe = describe
         self.interval = interval
         self.group = os.environ.get(GROUP_ENV) or None  # its supervisor's group, if any
+        self._streaks = Streaks()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._main, name="conveyor-heartbeat", daemon=True)
 
@@ -154,9 +185,10 @@ class Heartbeat:
             self.broker.docs.put(COLLECTION, self.worker_id, doc, now, ttl=2 * self.interval)
         except Exception as exc:
             if not OutageLog.shared(self.broker).failed(exc, "heartbeat", log):
-                log.warning("heartbeat: could not publish the worker record", exc_info=True)
+                self._streaks.failed(_PUBLISH)
             return
         OutageLog.shared(self.broker).succeeded(log)
+        self._streaks.worked(_PUBLISH)
 
     def poll_command(self) -> None:
         """Read the control flag and hand a command to the worker (each beat)."""
@@ -170,8 +202,9 @@ class Heartbeat:
                 command = control.strongest(command, group)
         except Exception as exc:
             if not OutageLog.shared(self.broker).failed(exc, "control flag", log):
-                log.warning("heartbeat: could not read the control flag", exc_info=True)
+                self._streaks.failed(_POLL)
             return
+        self._streaks.worked(_POLL)
         if command is not None:
             self._on_command(command)
 

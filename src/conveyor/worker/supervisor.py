@@ -22,30 +22,24 @@ Children notice a dead supervisor (``kill -9``) within a second and drain themse
 ``python -m conveyor.worker.supervisor [OPTIONS] CHILD_CONFIG`` (same pid), so the process that
 stays resident never imported click, rich, the broker client or the app. This module imports a
 few standard modules only (no ``typing``, ``dataclasses``, ``subprocess``, ``logging`` or
-``json``: ~9.7 MB resident instead of ~11.5 MB) plus ``procutil`` and ``leanlog``, which writes
+``json``: ~9.7 MB resident instead of ~11.5 MB) plus ``procutil``, ``spawned`` (the children:
+spawning, signalling, restart policy) and ``leanlog``, which writes
 the same log lines as ``conveyor.worker.logs``. ``tests/worker/test_footprint.py`` guards that.
 In-process use (``supervise()``, ``conveyor worker --metrics-port``) logs through ``logging``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import sys
 import time
 
 from .leanlog import LeanLogger
-from .procutil import (
-    EXIT_CONFIG,
-    EXIT_OK,
-    EXIT_RECYCLE,
-    EXIT_STOPPED,
-    EXIT_STUCK,
-    GROUP_ENV,
-    PROCESSES_ENV,
-    rss_bytes,
-)
+from .procutil import EXIT_CONFIG, EXIT_OK, EXIT_STOPPED, GROUP_ENV, PROCESSES_ENV, rss_bytes
+from .spawned import CRASH_WINDOW as CRASH_WINDOW  # re-exported: the reliability harness
+from .spawned import MAX_BACKOFF as MAX_BACKOFF
+from .spawned import Child, back_off, restart_plan, send, spawn
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs this process ~0.6 MB
 if TYPE_CHECKING:
@@ -57,46 +51,6 @@ if TYPE_CHECKING:
 LOGGER = "conveyor.supervisor"
 INFO, ERROR = 20, 40  # logging's levels
 KILL_MARGIN = 10.0  # seconds past shutdown_timeout before a child is killed
-CRASH_WINDOW = 10.0  # a child that dies sooner than this after start counts as crash-looping
-MAX_BACKOFF = 30.0
-
-
-class _Proc:
-    """A spawned worker process: its pid and, once reaped, its exit code (``-N``: signal N)."""
-
-    __slots__ = ("pid", "returncode")
-
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
-        self.returncode: int | None = None
-
-    def poll(self) -> int | None:
-        """Reap the process if it has exited; its exit code, or None while it runs."""
-        if self.returncode is None:
-            try:
-                pid, status = os.waitpid(self.pid, os.WNOHANG)
-            except ChildProcessError:  # reaped elsewhere (e.g. a SIGCHLD handler): unknown code
-                self.returncode = 255
-                return self.returncode
-            if pid == 0:
-                return None
-            self.returncode = os.waitstatus_to_exitcode(status)
-        return self.returncode
-
-
-class _Child:
-    """One supervised worker process slot."""
-
-    __slots__ = ("crashes", "index", "proc", "restart_at", "started", "stopped", "term_sent_at")
-
-    def __init__(self, index: int) -> None:
-        self.index = index
-        self.proc: _Proc | None = None
-        self.started = 0.0
-        self.term_sent_at: float | None = None
-        self.crashes = 0
-        self.restart_at = 0.0
-        self.stopped = False  # an operator stopped it: never restarted
 
 
 class Supervisor:
@@ -125,7 +79,7 @@ class Supervisor:
         self.log = log
         self.child_config = child_config
         self.app = app
-        self.children = [_Child(i) for i in range(max(1, processes))]
+        self.children = [Child(i) for i in range(max(1, processes))]
         self.max_memory = int(max_memory_mb * 1024 * 1024) if max_memory_mb else None
         self.shutdown_timeout = shutdown_timeout
         self.python = python or sys.executable
@@ -212,25 +166,20 @@ class Supervisor:
             self._stop_at = None
 
     # ------------------------------------------------------------------ children
-    def _spawn(self, child: _Child) -> None:
-        argv = [self.python, "-m", "conveyor.worker.child", self.child_config]
-        # posix_spawn, not subprocess.Popen: subprocess (+ locale, selectors) would cost this
-        # process ~1 MB. stdin from /dev/null, own process group, default SIGPIPE/SIGXFSZ (as
-        # Popen's restore_signals); descriptors are close-on-exec by default (PEP 446).
-        pid = os.posix_spawn(
-            self.python,
-            argv,
-            self.env,
-            setpgroup=0,
-            file_actions=[(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)],
-            setsigdef=(signal.SIGPIPE, signal.SIGXFSZ),
-        )
-        child.proc = _Proc(pid)
-        child.started = time.monotonic()
-        child.term_sent_at = None
+    def _spawn(self, child: Child) -> None:
+        try:
+            pid = spawn(child, self.python, self.child_config, self.env)
+        except OSError as exc:  # the interpreter gone after a deploy, EAGAIN, ENOMEM: retry
+            self.log.error(
+                "could not start a worker process (slot %d): %s; retrying in %.1fs",
+                child.index,
+                exc,
+                back_off(child),
+            )
+            return
         self.log.info("worker process %d started (slot %d)", pid, child.index)
 
-    def _check(self, child: _Child) -> None:
+    def _check(self, child: Child) -> None:
         proc = child.proc
         if proc is None:
             if not self.signals and not child.stopped and time.monotonic() >= child.restart_at:
@@ -265,18 +214,7 @@ class Supervisor:
             child.stopped = True
             return
         lived = time.monotonic() - child.started
-        planned = code in (EXIT_RECYCLE, EXIT_STUCK) or (code == EXIT_OK and child.term_sent_at)
-        if planned or lived >= CRASH_WINDOW:
-            child.crashes = 0
-            child.restart_at = 0.0
-        else:
-            child.crashes += 1
-            child.restart_at = time.monotonic() + min(MAX_BACKOFF, 0.5 * 2 ** (child.crashes - 1))
-        reason = {
-            EXIT_RECYCLE: "job limit reached",
-            EXIT_STUCK: "a job ignored its timeout",
-            EXIT_OK: "recycled",
-        }.get(code, "crashed")
+        planned, reason = restart_plan(child, code, lived)
         delay = f" in {child.restart_at - time.monotonic():.1f}s" if child.restart_at else ""
         self.log.log(
             INFO if planned else ERROR,
@@ -305,16 +243,14 @@ class Supervisor:
                 )
                 self._terminate(child)
 
-    def _terminate(self, child: _Child) -> None:
+    def _terminate(self, child: Child) -> None:
         if child.proc is not None and child.term_sent_at is None:
             child.term_sent_at = time.monotonic()
             self._send(child, signal.SIGTERM)
 
     @staticmethod
-    def _send(child: _Child, sig: int) -> None:
-        if child.proc is not None and child.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(child.proc.pid, sig)
+    def _send(child: Child, sig: int) -> None:
+        send(child, sig)
 
 
 def options_args(
