@@ -47,6 +47,7 @@ import time
 from typing import Any
 
 JOBS = 640
+TASK = "bench_job"  # --task: e.g. a dotted name as applications use
 STEPS = ("single", "bulk", "claim", "complete", "life_single", "life_bulk")
 
 
@@ -125,9 +126,10 @@ class Callgrind:
         shutil.rmtree(self.where, ignore_errors=True)
 
 
-def measure(jobs: int, upgraded: bool = False) -> dict[str, float]:
+def measure(jobs: int, upgraded: bool = False, task: str = TASK) -> dict[str, float]:
     """One run of every step on a fresh server under callgrind: instructions per job
-    (``upgraded``: the queue registered before the first enqueue, as an older version left it)."""
+    (``upgraded``: the queue registered before the first enqueue, as an older version left it;
+    ``task``: the task's name, which the claim copies into its event rows)."""
     from conveyor import Conveyor, JobSpec
     from conveyor.broker.records import Ack
 
@@ -140,7 +142,7 @@ def measure(jobs: int, upgraded: bool = False) -> dict[str, float]:
         if upgraded:
             broker.client.sadd(broker.keys.queues, "default")
 
-        @app.task
+        @app.task(name=task)
         def bench_job(n: int) -> None:
             return None
 
@@ -160,7 +162,7 @@ def measure(jobs: int, upgraded: bool = False) -> dict[str, float]:
         out: dict[str, float] = {}
         out["single"] = cg.count(lambda: [bench_job.enqueue(i) for i in range(jobs)]) / jobs
         claim_single, complete_single = drain()
-        specs = [JobSpec("bench_job", (i,)) for i in range(jobs)]
+        specs = [JobSpec(task, (i,)) for i in range(jobs)]
         out["bulk"] = (
             cg.count(lambda: [app.enqueue_many(specs[i : i + 500]) for i in range(0, jobs, 500)])
             / jobs
@@ -180,13 +182,15 @@ def _claim(broker: Any, now: float, into: list[Any]) -> None:
     into.extend(broker.claim(["default"], now, limit=32, worker_id="worker-1"))
 
 
-def compare(trees: list[tuple[str, str]], jobs: int, upgraded: bool = False) -> None:
+def compare(
+    trees: list[tuple[str, str]], jobs: int, upgraded: bool = False, task: str = TASK
+) -> None:
     """Run each tree once (counts repeat exactly) and print thousands of instructions per job."""
     results: dict[str, dict[str, float]] = {}
     for label, src in trees:
         env = dict(os.environ, PYTHONPATH=os.path.abspath(src))
         line = subprocess.run(
-            [sys.executable, __file__, "--jobs", str(jobs), "--json"]
+            [sys.executable, __file__, "--jobs", str(jobs), "--json", "--task", task]
             + (["--upgraded"] if upgraded else []),
             env=env,
             check=True,
@@ -214,15 +218,16 @@ def main() -> None:
     parser.add_argument("--tree", action="append", default=[], help="LABEL=SRC_DIR")
     parser.add_argument("--jobs", type=int, default=JOBS)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--task", default=TASK, help="the task's name (its length matters)")
     parser.add_argument(
         "--upgraded", action="store_true", help="queue registered first: format gate off"
     )
     ns = parser.parse_args()
     if ns.tree:
         trees = [tuple(t.split("=", 1)) for t in ns.tree]
-        compare(trees, ns.jobs, ns.upgraded)  # type: ignore[arg-type]
+        compare(trees, ns.jobs, ns.upgraded, ns.task)  # type: ignore[arg-type]
         return
-    result = measure(ns.jobs, ns.upgraded)
+    result = measure(ns.jobs, ns.upgraded, ns.task)
     if ns.json:
         print(json.dumps(result))
     else:

@@ -148,3 +148,14 @@ def test_async_one_job_enqueue_takes_the_same_script(rbroker: RedisBroker) -> No
 
     asyncio.run(work())
     assert _stored(rbroker, "solo") == _stored(rbroker, "pair1")
+
+
+def test_a_one_job_enqueue_sends_its_options_as_plain_arguments(rbroker: RedisBroker) -> None:
+    # session 10: decoding a JSON options object cost ~5k server instructions of a one-job
+    # enqueue's ~108k (bench/redis_instr.py); now, events_max and the fresh flag are ARGV
+    script, _, _, args, _ = rbroker.enqueue_plan([_job("a")], T, None)
+    assert script == "enqueue_one"
+    options = [a for i, a in enumerate(args) if i != 2 and str(a).lstrip("b'").startswith("{")]
+    assert options == []  # only the payload (ARGV[3]) is JSON
+    text = resources.files("conveyor.broker.redis").joinpath("lua", "enqueue_one.lua").read_text()
+    assert "cjson.decode" not in text
