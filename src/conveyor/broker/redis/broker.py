@@ -36,8 +36,8 @@ from .lifecycle import LifecycleMixin
 from .plumbing import guarded, token_queue
 from .reads import ReadsMixin
 from .scriptargs import (
-    claim_options,
-    complete_options,
+    claim_args,
+    complete_head,
     fail_options,
     reap_options,
     release_options,
@@ -123,9 +123,9 @@ class RedisBroker(
                 continue
             while len(leases) < limit:
                 want = limit - len(leases)
-                opts = claim_options(queue, at, deadline, want, worker_id, max_lost, self.retention)
+                args = claim_args(queue, at, deadline, want, worker_id, max_lost, self.retention)
                 seen = idle.seen(queue) if idle is not None else 0
-                reply = self.runner.run("claim", self.qkeys(queue), [opts])
+                reply = self.runner.run("claim", self.qkeys(queue), args)
                 more = more or reply[0] == ScriptCode.MORE
                 due = float(reply[1]) if reply[1] else None
                 if due is not None:
@@ -197,7 +197,7 @@ class RedisBroker(
         result_json = codec.result_json
         ret = self.retention
         for queue, idxs in groups.items():
-            args: list[Any] = [complete_options(queue, at, ret)]
+            args = complete_head(queue, at, ret)
             for i in idxs:
                 ack = acks[i]
                 result = b"" if ack.result is None else result_json(ack.result)

@@ -23,7 +23,9 @@
 --   KEYS: the 16 queue keys (_lib.lua)
 --   ARGV: [1] options (JSON object): queue, now, deadline (lease deadline = now +
 --         visibility_timeout), limit, worker ("" = none), events_max, promote_max (promote /
---         expiry batch limit), dead_max (dead_letter_max), max_lost
+--         expiry batch limit), dead_max (dead_letter_max), max_lost -- OR, what Conveyor
+--         sends (session 10: decoding the object cost ~18k instructions a call), the same nine
+--         values in that order as plain ARGV[1..9]
 -- Output: {more, next_due, hash, job_1, job_2, ...}; more = CODE_MORE when ready jobs remain
 --         after this claim, else CODE_NO; next_due = on an empty or short claim of a queue
 --         that is not paused, the earliest run_at of the scheduled / retry sets or lease
@@ -34,9 +36,15 @@
 --         each one that is not (the other fields are known to the caller: state active,
 --         started_at = now, lease_expires_at = deadline, worker_id)
 local q = qkeys(0)
-local o = cjson.decode(ARGV[1])
-local qname, now, deadline, limit, worker = o.queue, o.now, o.deadline, o.limit, o.worker
-local maxlen, dead_max = o.events_max, o.dead_max
+local qname, now, deadline, limit, worker, maxlen, promote_max, dead_max, max_lost = unpack(ARGV)
+if now then  -- plain arguments: the counts come as strings
+  limit, promote_max = tonumber(limit), tonumber(promote_max)
+  dead_max, max_lost = tonumber(dead_max), tonumber(max_lost)
+else  -- one argument: the options object
+  local o = cjson.decode(ARGV[1])
+  qname, now, deadline, limit, worker = o.queue, o.now, o.deadline, o.limit, o.worker
+  maxlen, promote_max, dead_max, max_lost = o.events_max, o.promote_max, o.dead_max, o.max_lost
+end
 
 local function bury_foreign(id, key, kind)
   local raw = '<' .. kind .. '>'
@@ -69,8 +77,8 @@ local function lapse(id, key, task, attempts)
   if redis.call('HGET', key, 'wf') then wf_done(q, qname, id, false, nil, now, maxlen) end
 end
 
-promote(q, now, o.promote_max)
-expire_leases(q, now, o.max_lost, o.promote_max, maxlen, dead_max)
+promote(q, now, promote_max)
+expire_leases(q, now, max_lost, promote_max, maxlen, dead_max)
 -- this claim serves every marker left so far (stale ones included); if it leaves ready jobs
 -- behind it pushes one again below, for the next idle worker
 redis.call('DEL', q.wake)

@@ -20,21 +20,28 @@
 --
 -- Input
 --   KEYS: the 16 queue keys (_lib.lua)
---   ARGV: [1] options (JSON object): queue, now, completed_max, events_max
+--   ARGV: [1] options (JSON object): queue, now, completed_max, events_max -- OR, what
+--         Conveyor sends (session 10: decoding the object cost ~8k instructions a call), the
+--         same four values as plain ARGV[1..4] (told apart by the count: #ARGV % 5)
 --         then per ack (5 values): id, token, result JSON ("" = null), errors entry JSON
 --         ("" = none), last_error (used with an entry)
 -- Output: {code_1, code_2, ...} one per ack: CODE_OK recorded, CODE_NO stale token / not
 --         active (LeaseLost)
 local q = qkeys(0)
-local o = cjson.decode(ARGV[1])
+local o, first = nil, 5  -- the first ack's ARGV index
+if #ARGV % 5 == 1 then  -- the options object, then 5 values per ack
+  o, first = cjson.decode(ARGV[1]), 2
+else  -- plain: queue, now, completed_max, events_max (what Conveyor sends)
+  o = {queue = ARGV[1], now = ARGV[2], completed_max = tonumber(ARGV[3]), events_max = ARGV[4]}
+end
 local now, maxlen = o.now, o.events_max
 local find, byte, sub = string.find, string.byte, string.sub
 local out, ids, done, texts, acked, finished = {}, {}, {}, {}, {}, {}
-for i = 2, #ARGV, 5 do acked[#acked + 1] = ARGV[i] end
+for i = first, #ARGV, 5 do acked[#acked + 1] = ARGV[i] end
 local entries = hmget_many(q.run, acked)  -- the run entries of the batch (_lib.lua)
 local jobp = q.job
 for k = 1, #acked do
-  local i = k * 5 - 3
+  local i = first + k * 5 - 5
   local id, token, result, entry = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   local key = jobp .. id
   local r = entries[k]

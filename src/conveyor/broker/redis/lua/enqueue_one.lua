@@ -21,7 +21,7 @@
 -- Output: {CODE_OK} stored | {CODE_DUPLICATE_ID, id} a job with this id exists: nothing stored
 local now, maxlen, fresh = ARGV[1], ARGV[9], ARGV[10]
 if not maxlen then  -- eight arguments: the options object
-  local o = cjson.decode(now)
+  local o = cjson.decode(ARGV[1])
   now, maxlen, fresh = o.now, o.events_max, o.fresh
 end
 local t, id, state, prio, run_at, task = KEYS[1], ARGV[2], ARGV[4], ARGV[5], ARGV[6], ARGV[8]
