@@ -158,10 +158,10 @@ local jobp = q.job
 while claimed < limit do
   -- the ready set's head by rank, then removed by rank: ZPOPMIN would also format every
   -- score (a priority) as a double for the reply
-  local popped = redis.call('ZRANGE', q.ready, 0, limit - claimed - 1)
+  local popped = redis.call('ZRANGE', q.ready, '0', istr(limit - claimed - 1))
   if #popped == 0 then break end
-  redis.call('ZREMRANGEBYRANK', q.ready, 0, #popped - 1)
-  local seq = redis.call('INCRBY', q.seq, #popped) - #popped
+  redis.call('ZREMRANGEBYRANK', q.ready, '0', istr(#popped - 1))
+  local seq = redis.call('INCRBY', q.seq, istr(#popped)) - #popped
   for i = 1, #popped do
     seq = seq + 1
     local m = popped[i]
