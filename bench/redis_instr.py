@@ -9,9 +9,9 @@ the scripts do not change) for:
 
 * ``single``: ``task.enqueue`` one job per call (enqueue_one.lua);
 * ``bulk``: ``app.enqueue_many`` in batches of 500 (enqueue.lua);
-* ``claim`` / ``complete``: claim.lua and complete.lua, 32 jobs a call (``--limit``), interleaved as a worker
-  runs them (the leases set stays small), with ``completed_max=200`` so the retention trim
-  runs on every completion, as in a long-running deployment;
+* ``claim`` / ``complete``: claim.lua and complete.lua, 32 jobs a call (``--limit``),
+  interleaved as a worker runs them (the leases set stays small), with ``completed_max=200``
+  so the retention trim runs on every completion, as in a long-running deployment;
 * ``life_single`` / ``life_bulk``: single or bulk + claim + complete.
 
 The server starts empty, so a tree with the ready-member format gate (``<p>:format``,
