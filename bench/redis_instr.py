@@ -9,9 +9,9 @@ the scripts do not change) for:
 
 * ``single``: ``task.enqueue`` one job per call (enqueue_one.lua);
 * ``bulk``: ``app.enqueue_many`` in batches of 500 (enqueue.lua);
-* ``claim`` / ``complete``: claim.lua and complete.lua, 32 jobs a call, interleaved as a worker
-  runs them (the leases set stays small), with ``completed_max=200`` so the retention trim
-  runs on every completion, as in a long-running deployment;
+* ``claim`` / ``complete``: claim.lua and complete.lua, 32 jobs a call (``--limit``),
+  interleaved as a worker runs them (the leases set stays small), with ``completed_max=200``
+  so the retention trim runs on every completion, as in a long-running deployment;
 * ``life_single`` / ``life_bulk``: single or bulk + claim + complete.
 
 The server starts empty, so a tree with the ready-member format gate (``<p>:format``,
@@ -47,6 +47,8 @@ import time
 from typing import Any
 
 JOBS = 640
+TASK = "bench_job"  # --task: e.g. a dotted name as applications use
+LIMIT = 32  # --limit: jobs per claim call (1: a worker fed one job at a time)
 STEPS = ("single", "bulk", "claim", "complete", "life_single", "life_bulk")
 
 
@@ -125,9 +127,13 @@ class Callgrind:
         shutil.rmtree(self.where, ignore_errors=True)
 
 
-def measure(jobs: int, upgraded: bool = False) -> dict[str, float]:
+def measure(
+    jobs: int, upgraded: bool = False, task: str = TASK, limit: int = LIMIT
+) -> dict[str, float]:
     """One run of every step on a fresh server under callgrind: instructions per job
-    (``upgraded``: the queue registered before the first enqueue, as an older version left it)."""
+    (``upgraded``: the queue registered before the first enqueue, as an older version left it;
+    ``task``: the task's name, which the claim copies into its event rows; ``limit``: jobs per
+    claim call, and so per completion call)."""
     from conveyor import Conveyor, JobSpec
     from conveyor.broker.records import Ack
 
@@ -140,15 +146,15 @@ def measure(jobs: int, upgraded: bool = False) -> dict[str, float]:
         if upgraded:
             broker.client.sadd(broker.keys.queues, "default")
 
-        @app.task
+        @app.task(name=task)
         def bench_job(n: int) -> None:
             return None
 
-        def drain() -> tuple[int, int]:
+        def drain(per_call: int = limit) -> tuple[int, int]:
             now, claimed, completed = time.time(), 0, 0
             while True:
                 leases: list[Any] = []
-                claimed += cg.count(functools.partial(_claim, broker, now, leases))
+                claimed += cg.count(functools.partial(_claim, broker, now, leases, per_call))
                 if not leases:
                     return claimed, completed
                 acks = [Ack(lease.job.id, lease.token) for lease in leases]
@@ -156,11 +162,11 @@ def measure(jobs: int, upgraded: bool = False) -> dict[str, float]:
 
         for i in range(300):  # warm: scripts loaded, the completed set past its cap
             bench_job.enqueue(-i)
-        drain()
+        drain(LIMIT)  # the warm-up in calls of 32 whatever --limit says (quicker)
         out: dict[str, float] = {}
         out["single"] = cg.count(lambda: [bench_job.enqueue(i) for i in range(jobs)]) / jobs
         claim_single, complete_single = drain()
-        specs = [JobSpec("bench_job", (i,)) for i in range(jobs)]
+        specs = [JobSpec(task, (i,)) for i in range(jobs)]
         out["bulk"] = (
             cg.count(lambda: [app.enqueue_many(specs[i : i + 500]) for i in range(0, jobs, 500)])
             / jobs
@@ -176,17 +182,24 @@ def measure(jobs: int, upgraded: bool = False) -> dict[str, float]:
         cg.close()
 
 
-def _claim(broker: Any, now: float, into: list[Any]) -> None:
-    into.extend(broker.claim(["default"], now, limit=32, worker_id="worker-1"))
+def _claim(broker: Any, now: float, into: list[Any], limit: int) -> None:
+    into.extend(broker.claim(["default"], now, limit=limit, worker_id="worker-1"))
 
 
-def compare(trees: list[tuple[str, str]], jobs: int, upgraded: bool = False) -> None:
+def compare(
+    trees: list[tuple[str, str]],
+    jobs: int,
+    upgraded: bool = False,
+    task: str = TASK,
+    limit: int = LIMIT,
+) -> None:
     """Run each tree once (counts repeat exactly) and print thousands of instructions per job."""
     results: dict[str, dict[str, float]] = {}
     for label, src in trees:
         env = dict(os.environ, PYTHONPATH=os.path.abspath(src))
         line = subprocess.run(
-            [sys.executable, __file__, "--jobs", str(jobs), "--json"]
+            [sys.executable, __file__, "--jobs", str(jobs), "--json", "--task", task]
+            + ["--limit", str(limit)]
             + (["--upgraded"] if upgraded else []),
             env=env,
             check=True,
@@ -214,15 +227,17 @@ def main() -> None:
     parser.add_argument("--tree", action="append", default=[], help="LABEL=SRC_DIR")
     parser.add_argument("--jobs", type=int, default=JOBS)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--task", default=TASK, help="the task's name (its length matters)")
+    parser.add_argument("--limit", type=int, default=LIMIT, help="jobs per claim call")
     parser.add_argument(
         "--upgraded", action="store_true", help="queue registered first: format gate off"
     )
     ns = parser.parse_args()
     if ns.tree:
         trees = [tuple(t.split("=", 1)) for t in ns.tree]
-        compare(trees, ns.jobs, ns.upgraded)  # type: ignore[arg-type]
+        compare(trees, ns.jobs, ns.upgraded, ns.task, ns.limit)  # type: ignore[arg-type]
         return
-    result = measure(ns.jobs, ns.upgraded)
+    result = measure(ns.jobs, ns.upgraded, ns.task, ns.limit)
     if ns.json:
         print(json.dumps(result))
     else:

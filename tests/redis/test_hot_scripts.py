@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import re
 from importlib import resources
@@ -148,3 +149,32 @@ def test_async_one_job_enqueue_takes_the_same_script(rbroker: RedisBroker) -> No
 
     asyncio.run(work())
     assert _stored(rbroker, "solo") == _stored(rbroker, "pair1")
+
+
+def test_a_one_job_enqueue_sends_its_options_as_plain_arguments(rbroker: RedisBroker) -> None:
+    # session 10: decoding a JSON options object cost ~5k server instructions of a one-job
+    # enqueue's ~108k (bench/redis_instr.py); now, events_max and the fresh flag are ARGV
+    script, _, _, args, _ = rbroker.enqueue_plan([_job("a")], T, None)
+    assert script == "enqueue_one"
+    options = [a for i, a in enumerate(args) if i != 2 and str(a).lstrip("b'").startswith("{")]
+    assert options == []  # only the payload (ARGV[3]) is JSON
+
+
+def test_a_one_job_enqueue_still_takes_the_documented_options_object(
+    rbroker: RedisBroker,
+) -> None:
+    # docs/wire-format.md: other producers send {"now", "events_max"[, "fresh"]} in ARGV[1]
+    rbroker.enqueue([_job("plain")], T)  # registers the queue; the gate turns on (fresh server)
+    for job_id, fresh in (("obj", False), ("objf", True)):
+        script, _, keys, args, _ = rbroker.enqueue_plan([_job(job_id)], T, None)
+        opts: dict[str, Any] = {"now": args[0], "events_max": "200"}
+        if fresh:
+            opts["fresh"] = 1
+        reply = rbroker.runner.run(script, keys, [json.dumps(opts), *args[1:8]])
+        assert reply[0] == 1
+        assert _stored(rbroker, job_id) == _stored(rbroker, "plain")
+        member = rbroker.client.hget(rbroker.keys.job("default", job_id), "rk")
+        assert member[16:17] == (b"." if fresh else b":")
+    events, _ = rbroker.events_read(None, 100)
+    assert [e["job_id"] for e in events if e["type"] == "enqueued"] == ["plain", "obj", "objf"]
+    assert {e["at"] for e in events} == {T}

@@ -97,3 +97,15 @@ def _int_compares(path: Path) -> list[str]:
 def test_call_sites_decode_replies_through_the_enum() -> None:
     files = ("broker.py", "reads.py", "side.py", "lifecycle.py", "plumbing.py")
     assert [hit for name in files for hit in _int_compares(SRC / name)] == []
+
+
+def test_complete_takes_the_documented_options_object(rbroker: RedisBroker) -> None:
+    jobs = [Job(id=i, task="t", queue="default", created_at=T0, run_at=T0) for i in "ab"]
+    rbroker.enqueue(jobs, T0)
+    leases = {x.job.id: x.token for x in rbroker.claim(["default"], T0, limit=2)}
+    options = {"queue": "default", "now": repr(T0), "completed_max": 10, "events_max": "100"}
+    args: list[Any] = [orjson.dumps(options)]
+    args += ("a", leases["a"], b"7", "", "", "b", "9:default", b"", "", "")
+    reply = rbroker.runner.run("complete", rbroker.qkeys("default"), args)
+    assert reply == [ScriptCode.OK, ScriptCode.NO]  # b: a stale token
+    assert rbroker.get("a").result == 7  # type: ignore[union-attr]

@@ -7,6 +7,7 @@ Split out of ``broker/redis/codec.py`` (which re-exports ``event_from_fields`` a
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -44,7 +45,7 @@ def events_from_entry(fields: Mapping[bytes, bytes], queue: str | None) -> list[
         return [event_from_fields(fields, queue)]
     try:
         columns = fields.get(b"fields", b"").decode().split()
-        values = orjson.loads(raw)
+        values = _rows(raw)
         if not columns or not isinstance(values, list) or len(values) % len(columns):
             raise ValueError("malformed batch entry")
     except (ValueError, UnicodeDecodeError):
@@ -65,6 +66,16 @@ def events_from_entry(fields: Mapping[bytes, bytes], queue: str | None) -> list[
 
 
 _BATCH_FIELDS = (b"jobs", b"fields")
+
+
+def _rows(raw: bytes) -> Any:
+    """A batch entry's rows. The scripts copy an id or task from a stored envelope as it
+    stands, so a planted one may bring a raw control character or bytes that are not UTF-8
+    (orjson refuses both): those are read leniently rather than lose every row of the call."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return json.loads(raw.decode("utf-8", "replace"), strict=False)
 
 
 def _number(text: str, kind: type) -> Any:

@@ -84,8 +84,8 @@ def enqueue_group(
 
 
 def enqueue_options(now: str, events_max: str, fresh: bool) -> bytes:
-    """enqueue_one.lua's / enqueue.lua's options object; ``fresh``: fresh ready members on
-    (``<p>:format``, fmtgate.py)."""
+    """enqueue.lua's options object (enqueue_one.lua takes them as plain ARGV); ``fresh``:
+    fresh ready members on (``<p>:format``, fmtgate.py)."""
     if fresh:
         return options(now=now, events_max=events_max, fresh=1)
     return options(now=now, events_max=events_max)
@@ -101,9 +101,8 @@ def enqueue_one(
     run_at = job.run_at
     at = fmt_time(run_at)
     created = at if job.created_at == run_at else fmt_time(job.created_at)
-    return [
-        # a job for now: one float formatted, not two
-        enqueue_options(at if now == run_at else fmt_time(now), events_max, fresh),
+    args: list[Any] = [
+        at if now == run_at else fmt_time(now),  # a job for now: one float formatted, not two
         job.id,
         codec.envelope(job) if payload is None else payload,
         str(job.state),
@@ -111,7 +110,11 @@ def enqueue_one(
         at,
         created,
         job.task,
+        events_max,
     ]
+    if fresh:
+        args.append("1")
+    return args
 
 
 def reap_options(queue: str, now: float, max_lost: int, ret: Retention) -> bytes:

@@ -92,7 +92,7 @@ local function emit_rows(q, maxlen, kind, at, shared, columns, texts)
   end
   local args = {'XADD', q.events, 'MAXLEN', '~', maxlen, '*', 'type', kind, 'at', at}
   local cap = tonumber(maxlen)
-  if cap and cap > 0 then args[5] = math.max(1, math.floor(cap / n)) end
+  if cap and cap > 0 then args[5] = istr(math.max(1, math.floor(cap / n))) end
   for i = 1, #shared do args[#args + 1] = shared[i] end
   args[#args + 1] = 'fields'
   args[#args + 1] = table.concat(columns, ' ')

@@ -10,7 +10,7 @@ local function promote(q, now, limit)
   local moved = 0
   for _, set in ipairs({q.scheduled, q.retry}) do
     if moved >= limit then break end
-    local due = redis.call('ZRANGEBYSCORE', set, '-inf', now, 'LIMIT', 0, limit - moved)
+    local due = redis.call('ZRANGEBYSCORE', set, '-inf', now, 'LIMIT', '0', istr(limit - moved))
     for _, id in ipairs(due) do
       redis.call('ZREM', set, id)
       local key = q.job .. id
@@ -58,11 +58,11 @@ local function expire_leases(q, now, max_lost, limit, maxlen, dead_cap)
   -- a score at or below the whole second before now is a passed deadline (a score is the
   -- deadline rounded up, or the exact deadline in a lease written before issue 18)
   local expired = redis.call('ZRANGEBYSCORE', q.leases, '-inf', string.format('%d', whole),
-    'LIMIT', 0, limit)
+    'LIMIT', '0', istr(limit))
   if #expired < limit and nnow > whole then
     -- the second that holds now: compare the exact deadlines (few leases end this close)
     local edge = redis.call('ZRANGEBYSCORE', q.leases, '(' .. string.format('%d', whole),
-      string.format('%d', whole + 1), 'LIMIT', 0, limit - #expired)
+      string.format('%d', whole + 1), 'LIMIT', '0', istr(limit - #expired))
     local at = lease_deadlines(q, edge)
     for i, id in ipairs(edge) do
       local n = at[i] and tonumber(at[i])
@@ -130,10 +130,10 @@ end
 -- the exact earliest lease deadline: the least exact deadline among the jobs of the lowest
 -- leases score (one whole second; at most 100 are read); nil when there are no leases
 local function first_lease(q)
-  local first = redis.call('ZRANGE', q.leases, 0, 0, 'WITHSCORES')
+  local first = redis.call('ZRANGE', q.leases, '0', '0', 'WITHSCORES')
   if #first < 2 then return nil end
   local best, best_n = first[2], tonumber(first[2])
-  local bucket = redis.call('ZRANGEBYSCORE', q.leases, first[2], first[2], 'LIMIT', 0, 100)
+  local bucket = redis.call('ZRANGEBYSCORE', q.leases, first[2], first[2], 'LIMIT', '0', '100')
   local at = lease_deadlines(q, bucket)
   for i = 1, #bucket do
     local n = at[i] and tonumber(at[i])
@@ -148,7 +148,7 @@ end
 local function next_due(q)
   local best, best_n = '', nil
   for _, set in ipairs({q.scheduled, q.retry, q.flow .. 'gdelay'}) do
-    local first = redis.call('ZRANGE', set, 0, 0, 'WITHSCORES')
+    local first = redis.call('ZRANGE', set, '0', '0', 'WITHSCORES')
     if #first == 2 then
       local n = tonumber(first[2])
       if best_n == nil or n < best_n then best, best_n = first[2], n end

@@ -36,7 +36,7 @@
 local q = qkeys(0)
 local o = cjson.decode(ARGV[1])
 local qname, now, deadline, limit, worker = o.queue, o.now, o.deadline, o.limit, o.worker
-local maxlen, dead_max = o.events_max, o.dead_max
+local maxlen, promote_max, dead_max, max_lost = o.events_max, o.promote_max, o.dead_max, o.max_lost
 
 local function bury_foreign(id, key, kind)
   local raw = '<' .. kind .. '>'
@@ -69,8 +69,8 @@ local function lapse(id, key, task, attempts)
   if redis.call('HGET', key, 'wf') then wf_done(q, qname, id, false, nil, now, maxlen) end
 end
 
-promote(q, now, o.promote_max)
-expire_leases(q, now, o.max_lost, o.promote_max, maxlen, dead_max)
+promote(q, now, promote_max)
+expire_leases(q, now, max_lost, promote_max, maxlen, dead_max)
 -- this claim serves every marker left so far (stale ones included); if it leaves ready jobs
 -- behind it pushes one again below, for the next idle worker
 redis.call('DEL', q.wake)
@@ -85,7 +85,7 @@ local suffix = ':' .. qname  -- of every fencing token "<seq>:<queue>"
 -- after the attempts
 local mid, tail = '|' .. deadline .. '|', '|' .. now .. '|' .. worker
 local fresh_tail = '\n1' .. tail  -- a fresh job's: its first attempt
-local find, byte, sub, match, format = string.find, string.byte, string.sub, string.match,
+local find, byte, sub, format = string.find, string.byte, string.sub,
   string.format
 
 -- a job with history (f = its HMGET fields: state, attempts, task, run_at, lost, errors,
@@ -150,10 +150,10 @@ local jobp = q.job
 while claimed < limit do
   -- the ready set's head by rank, then removed by rank: ZPOPMIN would also format every
   -- score (a priority) as a double for the reply
-  local popped = redis.call('ZRANGE', q.ready, 0, limit - claimed - 1)
+  local popped = redis.call('ZRANGE', q.ready, '0', istr(limit - claimed - 1))
   if #popped == 0 then break end
-  redis.call('ZREMRANGEBYRANK', q.ready, 0, #popped - 1)
-  local seq = redis.call('INCRBY', q.seq, #popped) - #popped
+  redis.call('ZREMRANGEBYRANK', q.ready, '0', istr(#popped - 1))
+  local seq = redis.call('INCRBY', q.seq, istr(#popped)) - #popped
   for i = 1, #popped do
     seq = seq + 1
     local m = popped[i]
@@ -202,21 +202,27 @@ if claimed > 0 then
     local p = payloads[i]
     out[i * 3 + 3] = p  -- 3rd of the job's 3 values
     if not texts[i] then
-      -- a fresh job's event row, from its envelope (Conveyor writes "v", "id", "task" first;
-      -- an id (enqueue validated it: no control characters) and a task with no quote,
-      -- backslash or control character are their own JSON text)
+      -- a fresh job's event row, from its envelope: Conveyor writes '{"v":1,"id":<id>,
+      -- "task":<task>' first. When the envelope's id is the member's id as it stands (then it
+      -- needs no escaping), the task's JSON text is copied as it stands: plain finds only, no
+      -- pattern walks the id or the task (a class scan cost ~150 instructions a character).
+      -- A task text with a backslash (an escape, or a quote that is not its end) takes cjson;
+      -- so does anything else. The copy is valid JSON when the envelope is (a payload that is
+      -- not JSON is dead-lettered by the client; eventcodec.py reads a row with raw control
+      -- characters or bytes that are not UTF-8 all the same)
       local id = ids[i]
-      local task, row = nil, nil
-      local e = 13 + #id  -- where the id ends in '{"v":1,"id":"<id>"' (no escapes in it)
-      if p and find(p, '{"v":1,"id":"', 1, true) == 1 and sub(p, 14, e) == id then
-        task = match(p, '^","task":"([^"\\%c]*)"', e + 1)
+      local row = nil
+      local e = 14 + #id  -- where the id's closing quote is
+      if p and find(p, '{"v":1,"id":"', 1, true) == 1 and find(p, id, 14, true) == 14
+          and find(p, '","task":"', e, true) == e then
+        local close = find(p, '"', e + 10, true)
+        local text = close and sub(p, e + 9, close)
+        if text and not find(text, '\\', 1, true) then row = '"' .. id .. '",' .. text .. ',1' end
       end
-      if task then
-        row = '"' .. id .. '","' .. task .. '",1'
-      else
+      if not row then
         local ok, env = pcall(cjson.decode, p or '')
-        task = ok and type(env) == 'table' and type(env.task) == 'string' and env.task or ''
-        row = jtext(id) .. ',' .. jtext(task) .. ',1'
+        local task = ok and type(env) == 'table' and type(env.task) == 'string' and env.task
+        row = jtext(id) .. ',' .. jtext(task or '') .. ',1'
       end
       texts[i] = row
       runs[i * 2] = runs[i * 2] .. '|0' .. mid .. row .. fresh_tail
