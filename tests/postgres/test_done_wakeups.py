@@ -25,6 +25,7 @@ from conveyor.broker.base import Ack
 from conveyor.broker.postgres.broker import PostgresBroker
 from conveyor.core.job import Job
 from conveyor.core.state import JobState
+from tests.support.pg_listening import until_listening
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -52,20 +53,6 @@ def _take_when_no_listener(conn: psycopg.Connection[Any], key: int) -> None:
         conn.execute("ROLLBACK")
         assert time.monotonic() < deadline, "a waiters' listener never went away"
         time.sleep(0.05)
-
-
-def _until_listening(pg: PostgresBroker, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Poll (with a deadline) until this process's waiters' listener has LISTEN active, then
-    stretch the waits' safety slices to 30 s: within seconds only a NOTIFY can wake a waiter,
-    so the latency bound below can be generous on a loaded machine (a waiter that began before
-    the listener was up slept a 1 s slice, and 0.2 s bounds told NOTIFY from poll apart)."""
-    from conveyor.broker.postgres import waits
-
-    deadline = time.monotonic() + 30
-    while pg.change_cursor("default") is None:
-        assert time.monotonic() < deadline, "the waiters' listener never connected"
-        time.sleep(0.05)
-    monkeypatch.setattr(waits, "SAFETY_POLL_S", 30.0)
 
 
 def test_a_completion_notifies_no_one_while_no_waiter_listens(
@@ -121,7 +108,7 @@ def test_a_waiter_wakes_on_a_completion_after_the_change(
     now = time.time()
     pg.enqueue([Job(id="w1", task="t")], now)
     lease = pg.claim(["default"], now, worker_id="w")[0]
-    _until_listening(pg, monkeypatch)
+    until_listening(pg, monkeypatch)
     out: dict[str, Any] = {}
 
     def run() -> None:

@@ -20,6 +20,7 @@ from conveyor.broker.base import Ack
 from conveyor.broker.postgres.broker import PostgresBroker
 from conveyor.core.job import Job
 from conveyor.core.state import JobState
+from tests.support.pg_listening import until_listening
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -42,20 +43,6 @@ def counting_gets(pg: PostgresBroker, monkeypatch: pytest.MonkeyPatch) -> list[s
 
     monkeypatch.setattr(pg, "get", get)
     return calls
-
-
-def _until_listening(pg: PostgresBroker, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Poll (with a deadline) until this process's waiters' listener has LISTEN active, then
-    stretch the waits' safety slices to 30 s: within seconds only a NOTIFY can wake a waiter,
-    so the latency bound below can be generous on a loaded machine (a waiter that began before
-    the listener was up slept a 1 s slice, and 0.2 s bounds told NOTIFY from poll apart)."""
-    from conveyor.broker.postgres import waits
-
-    deadline = time.monotonic() + 30
-    while pg.change_cursor("default") is None:
-        assert time.monotonic() < deadline, "the waiters' listener never connected"
-        time.sleep(0.05)
-    monkeypatch.setattr(waits, "SAFETY_POLL_S", 30.0)
 
 
 def watch_in_thread(pg: PostgresBroker, job_id: str, timeout: float = 20.0) -> dict[str, Any]:
@@ -125,7 +112,7 @@ def test_many_waiters_share_one_listener_and_all_wake(
 ) -> None:
     pg.enqueue([job(f"m{i}") for i in range(8)], time.time())
     leases = pg.claim(["default"], time.time(), limit=8, worker_id="w")
-    _until_listening(pg, monkeypatch)
+    until_listening(pg, monkeypatch)
     outs = [watch_in_thread(pg, lease.id) for lease in leases]
     time.sleep(0.5)  # the waiters are waiting (one that is not yet reads the job completed)
     with psycopg.connect(pg_server.url, autocommit=True) as admin:
