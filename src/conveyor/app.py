@@ -28,7 +28,7 @@ from .core.autobatch import AutoBatch
 from .core.backoff import Backoff
 from .core.clock import Clock, SystemClock
 from .core.flow import ConcurrencyLimit, RateLimit, task_flow
-from .core.job import Job
+from .core.job import MAX_DELAY, Job, too_long
 from .errors import ValidationError
 from .handles import Delivery, JobHandle
 from .middleware import Middleware
@@ -305,6 +305,8 @@ class Conveyor(AdminMixin, FlowControlMixin, WorkflowMixin, SchedulesMixin):
         vt = self.settings.visibility_timeout if visibility_timeout is None else visibility_timeout
         if isinstance(vt, bool) or not isinstance(vt, int | float) or not 0 < vt < float("inf"):
             raise ValidationError("visibility_timeout", f"must be a finite number > 0, got {vt!r}")
+        if vt > MAX_DELAY:  # a lease that never expires: a dead consumer would hold the job
+            raise ValidationError("visibility_timeout", too_long(vt))
         now = self.now()
         if now - self._last_reap >= self.settings.reap_interval:
             self.broker.reap_expired(now, max_lost=self.settings.max_lost)

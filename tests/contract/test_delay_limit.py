@@ -142,3 +142,21 @@ def test_extend_refuses_a_lease_over_the_maximum_and_keeps_the_lease(app: Convey
     delivery.extend(60.0)
     delivery.ack()
     assert app.get_job(delivery.id).state is JobState.COMPLETED
+
+
+@pytest.mark.parametrize("seconds", OVER, ids=str)
+def test_dequeue_refuses_a_visibility_timeout_over_the_maximum(
+    app: Conveyor, seconds: float
+) -> None:
+    """``app.dequeue(visibility_timeout=1e99)``: the lease never expired, so a consumer that
+    died held the job for ever (the worker's own option is bounded the same way)."""
+
+    @app.task
+    def later() -> None:
+        pass
+
+    later.enqueue()
+    with _refused("visibility_timeout"):
+        app.dequeue(visibility_timeout=seconds)
+    delivery = app.dequeue(visibility_timeout=60.0)  # nothing was leased by the refused call
+    assert delivery is not None
