@@ -57,3 +57,32 @@ def test_two_hundred_async_waiters_leave_the_default_executor_free(pg: PostgresB
     out = asyncio.run(_scenario(pg))
     assert out["get_s"] < 2.0, f"get_async queued behind the waiters' threads: {out}"
     assert out["all_s"] < 10.0, f"the waiters were slow to return: {out}"
+
+
+async def _cancelled(pg: PostgresBroker) -> int:
+    pg.enqueue([Job(id="c", task="t")], time.time())
+    waiter = asyncio.create_task(pg.watch_async("c", "default", 60.0))
+    await asyncio.sleep(1.0)
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    listener = pg._done
+    assert listener is not None
+    with listener._cond:
+        return len(listener._futures)
+
+
+def test_a_cancelled_async_waiter_leaves_nothing_registered(pg: PostgresBroker) -> None:
+    assert asyncio.run(_cancelled(pg)) == 0
+
+
+async def _times_out(pg: PostgresBroker) -> float:
+    pg.enqueue([Job(id="slow", task="t")], time.time())
+    began = time.monotonic()
+    job = await pg.watch_async("slow", "default", 1.5)
+    assert job is not None and job.state is JobState.PENDING
+    return time.monotonic() - began
+
+
+def test_an_async_wait_returns_the_unfinished_job_at_its_timeout(pg: PostgresBroker) -> None:
+    assert 1.4 <= asyncio.run(_times_out(pg)) < 5.0

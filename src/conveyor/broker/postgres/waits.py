@@ -105,6 +105,11 @@ class DoneListener:
         with self._cond:
             return (self._per_queue.get(queue, 0), self._everyone) if self._connected else None
 
+    def start_left(self) -> float:
+        """How long a first wait may still wait for the LISTEN (``LISTEN_START_S`` after
+        the listener started; then it falls back to polling)."""
+        return max(0.0, self._born + LISTEN_START_S - time.monotonic())
+
     def _moved(self, queue: str, mark: tuple[int, int] | None) -> bool:
         """Under ``_cond``: whether an async waiter on ``queue`` at ``mark`` may go on."""
         if self._stop:
@@ -219,7 +224,7 @@ class PgWaits:
         ``asyncio.to_thread`` call of the application queued behind them."""
         end = time.monotonic() + timeout
         listener = self._done_listener()
-        cursor = await listener.wait_async(queue, None, _start_left(listener))
+        cursor = await listener.wait_async(queue, None, listener.start_left())
         while True:
             job: Job | None = await asyncio.to_thread(self.get, job_id)  # type: ignore[attr-defined]
             left = end - time.monotonic()
@@ -240,8 +245,3 @@ class PgWaits:
         if listener is not None and listener.pid == os.getpid():
             with contextlib.suppress(Exception):
                 listener.close()
-
-
-def _start_left(listener: DoneListener) -> float:
-    """How long a first async wait may wait for the listener's LISTEN (as ``mark`` does)."""
-    return max(0.0, listener._born + LISTEN_START_S - time.monotonic())
