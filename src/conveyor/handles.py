@@ -76,7 +76,8 @@ class JobHandle(Job, Generic[R]):
 
     async def wait_async(self, timeout: float | None = None) -> R:
         """``wait`` for async code: never blocks the event loop (Redis: the native async
-        client; SQLite and memory: a worker thread, in slices of at most a second)."""
+        client; PostgreSQL: a future the "done" listener resolves; SQLite and memory: a worker
+        thread, in slices of at most a second)."""
         limit = wait_limit(timeout)
         job = await self._app.broker.watch_async(self.id, self.queue, limit)
         return self._settle(job, limit)

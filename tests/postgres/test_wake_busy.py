@@ -37,6 +37,13 @@ def _busy(pg: PostgresBroker, job_id: str = "busy") -> None:
     assert len(pg.claim(["default"], now, limit=1, worker_id="w")) == 1
 
 
+def _has_waited(pg: PostgresBroker) -> None:
+    """A worker's thread that has waited for work once: it holds a wake-up connection (only a
+    wait opens one, tests/postgres/test_pull_no_listen.py)."""
+    pg.wait_for_work(["default"], 0.01)
+    assert pg._local.listener is not None
+
+
 def _timed_wait(pg: PostgresBroker, timeout: float = 10.0) -> float:
     began = time.monotonic()
     pg.wait_for_work(["default"], timeout)
@@ -44,7 +51,10 @@ def _timed_wait(pg: PostgresBroker, timeout: float = 10.0) -> float:
 
 
 def test_a_busy_workers_connection_is_not_signalled_by_an_enqueue(pg: PostgresBroker) -> None:
-    _busy(pg)
+    now = time.time()
+    pg.enqueue([Job(id="busy", task="t")], now)  # before the LISTEN: its NOTIFY is not received
+    _has_waited(pg)  # the look finds the job: the wait ends at once, LISTENing
+    assert len(pg.claim(["default"], now, limit=1, worker_id="w")) == 1  # fills the slot
     listener = pg._local.listener  # this thread's wake-up connection
     pg.enqueue([Job(id="more", task="t")], time.time())  # its NOTIFY
     got = [n.payload for n in listener.notifies(timeout=1.0)]
@@ -54,6 +64,7 @@ def test_a_busy_workers_connection_is_not_signalled_by_an_enqueue(pg: PostgresBr
 def test_an_idle_workers_connection_still_listens_after_a_short_claim(
     pg: PostgresBroker,
 ) -> None:
+    _has_waited(pg)
     now = time.time()
     pg.enqueue([Job(id="one", task="t")], now)
     assert len(pg.claim(["default"], now, limit=4, worker_id="w")) == 1  # slots left: idle

@@ -5,7 +5,8 @@
 overrides with its own wake-up (memory: a condition; SQLite: ``PRAGMA data_version``; Redis:
 XREAD of the queue's event stream); the default is a bounded backoff sleep. The ``*_async``
 defaults run the synchronous call on a worker thread; Redis overrides them natively
-(``redis/aio.py``).
+(``redis/aio.py``), PostgreSQL overrides ``watch_async`` (``postgres/waits.py``: no thread held
+while it waits).
 """
 
 from __future__ import annotations

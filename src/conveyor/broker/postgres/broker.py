@@ -234,7 +234,7 @@ class PostgresBroker(
         leases come back (``max_lost`` applies; rows another claimer holds are skipped). An
         empty or short claim reports ``next_due`` over all queues (a short one is ``drained``).
         """
-        self._drain_notifies()  # LISTEN before claiming: a NOTIFY after it wakes the next wait
+        self._drain_notifies()  # NOTIFYs already received: this claim sees their jobs
         got = claim_jobs(self, queues, now, limit, visibility_timeout, worker_id, max_lost)
         self._after_claim(len(got), limit, got.next_due)  # full: UNLISTEN until the next wait
         return got

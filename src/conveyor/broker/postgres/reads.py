@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import time
 from collections.abc import Sequence
@@ -180,18 +181,25 @@ class PgReads(PgStore):
 
     # ------------------------------------------------------------------ wake-ups
     def _listener(self) -> psycopg.Connection[Any] | None:
-        """This thread's LISTENing connection (opened on first use), or None if unreachable."""
+        """This thread's wake-up connection if it has one (open, of this process), else None."""
         local = self._local
         conn: psycopg.Connection[Any] | None = getattr(local, "listener", None)
         if conn is not None and not conn.closed and getattr(local, "pid", 0) == os.getpid():
             return conn
+        return None
+
+    def _open_listener(self) -> psycopg.Connection[Any] | None:
+        """Open this thread's wake-up connection (None if unreachable), not LISTENing yet:
+        the wait that opens it LISTENs and looks in one round trip (``_listen_again``), the
+        look seeing what no NOTIFY could tell it since the thread's last claim. Only a wait
+        opens it, never a claim: ``app.dequeue`` claims but never waits, and a pull consumer
+        would hold a connection for nothing (signalled at every NOTIFY while it LISTENs)."""
+        local = self._local
         try:
             conn = psycopg.connect(self.conninfo, autocommit=True, connect_timeout=10)
-            conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
         except psycopg.Error:
             return None
-        local.listener, local.pid, local.primed, local.deaf = conn, os.getpid(), False, False
-        local.look = False  # ``_LOOK`` not prepared on it yet
+        local.listener, local.pid, local.deaf, local.look = conn, os.getpid(), True, False
         with self._lock:
             self._listeners.append(conn)
         return conn
@@ -208,17 +216,13 @@ class PgReads(PgStore):
         wait LISTENs again and looks once instead (``_listen_again``).
         """
         deadline = time.monotonic() + timeout
-        conn = self._listener()
+        conn = self._listener() or self._open_listener()
         wanted = set(queues)
         if conn is None:
             time.sleep(min(timeout, SAFETY_POLL_S))
             return
         if getattr(self._local, "deaf", False) and not self._listen_again(conn, queues):
             return  # missed meanwhile: a ready job or an earlier due time (or no connection)
-        first = not getattr(self._local, "primed", False)
-        self._local.primed = True
-        if first and self._has_ready(queues):  # LISTEN began after this thread's last claim
-            return
         while (remaining := deadline - time.monotonic()) > 0:
             try:
                 for note in conn.notifies(timeout=min(remaining, SAFETY_POLL_S)):
@@ -232,13 +236,13 @@ class PgReads(PgStore):
                 return
 
     def _drain_notifies(self) -> None:
-        """Before a claim: make sure this thread LISTENs, and discard the NOTIFYs already
-        received (the claim sees their jobs), so the connection's queue never grows. Not
-        after a claim that filled its slots (``_after_claim``): the next wait LISTENs."""
-        if getattr(self._local, "deaf", False):
-            return
+        """Before a claim: discard the NOTIFYs this thread's wake-up connection already
+        received (the claim sees their jobs), so the connection's queue never grows. Nothing
+        when the thread has none (a claim never opens it: ``_open_listener``) or when it does
+        not LISTEN (after a claim that filled its slots, ``_after_claim``): the next wait
+        LISTENs and looks."""
         conn = self._listener()
-        if conn is None:
+        if conn is None or getattr(self._local, "deaf", False):
             return
         try:
             for _ in conn.notifies(timeout=0):
@@ -268,18 +272,20 @@ class PgReads(PgStore):
         local.deaf = True
 
     def _listen_again(self, conn: psycopg.Connection[Any], queues: Sequence[str]) -> bool:
-        """LISTEN again after a full claim, then look once for what no NOTIFY told this
-        connection meanwhile: a ready job, or a delayed one due before the ``next_due`` the
-        last claim reported (the NOTIFY would have made the worker claim again and learn
-        it). One round trip: the LISTEN commits before the look's snapshot is taken
-        (``_RELISTEN``), so a job committed before the LISTEN is seen by the look and one
-        committed after it sends a NOTIFY this connection receives. False: do not wait (work
-        was missed, or the connection failed: the caller claims again)."""
-        due = getattr(self._local, "next_due", None)
+        """LISTEN again after a full claim (or for the first time on a connection just
+        opened), then look once for what no NOTIFY told this connection meanwhile: a ready
+        job, or a delayed one due before the ``next_due`` the last claim reported (the NOTIFY
+        would have made the worker claim again and learn it; a thread that never claimed
+        knows no due time: only a ready job counts). One round trip: the LISTEN commits
+        before the look's snapshot is taken (``_RELISTEN``), so a job committed before the
+        LISTEN is seen by the look and one committed after it sends a NOTIFY this connection
+        receives. False: do not wait (work was missed, or the connection failed: the caller
+        claims again)."""
+        due = getattr(self._local, "next_due", -math.inf)  # -inf: no claim on this thread
         query = sql.SQL(_RELISTEN).format(
             ch=sql.Identifier(self.channel),
             q=sql.Literal(list(queues)),
-            due=sql.Literal(float("inf") if due is None else float(due)),
+            due=sql.Literal(math.inf if due is None else float(due)),
         )
         try:
             if not getattr(self._local, "look", False):  # once per connection
@@ -293,13 +299,11 @@ class PgReads(PgStore):
             self._drop_listener(conn)
             return False
         self._local.deaf = False
-        self._local.primed = True  # that look was the first wait's look
         return not missed
 
     def _drop_listener(self, conn: psycopg.Connection[Any]) -> None:
         self._local.deaf = False
         self._local.listener = None
-        self._local.primed = False
         with contextlib.suppress(Exception):
             conn.close()
 

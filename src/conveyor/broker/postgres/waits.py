@@ -25,6 +25,7 @@ when the wait began) ``wait_change`` sleeps that bounded slice.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import threading
@@ -34,6 +35,8 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from ...core.job import Job
+from ...core.state import TERMINAL_STATES
 from .reads import SAFETY_POLL_S
 
 #: How long ``change_cursor`` waits for a new listener's LISTEN (then it falls back to polling).
@@ -54,6 +57,8 @@ class DoneListener:
         self._connected = False
         self._stop = False
         self._born = time.monotonic()
+        #: the async waiters (``wait_async``): their mark, loop and future, woken from here
+        self._futures: dict[asyncio.Future[None], tuple[str, Any, asyncio.AbstractEventLoop]] = {}
         self._thread = threading.Thread(target=self._run, name="conveyor-pg-done", daemon=True)
         self._thread.start()
 
@@ -79,12 +84,56 @@ class DoneListener:
                 return None
             return self._per_queue.get(queue, 0), self._everyone
 
+    async def wait_async(
+        self, queue: str, mark: tuple[int, int] | None, timeout: float
+    ) -> tuple[int, int] | None:
+        """``wait`` for async callers: sleeps on a future this listener's thread resolves
+        (``_wake_async``), so a waiter holds no thread. ``mark`` None: wait for the connection
+        (what ``mark`` does in the listener's first ``LISTEN_START_S``)."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        with self._cond:
+            waiting = not self._moved(queue, mark)
+            if waiting:
+                self._futures[fut] = (queue, mark, loop)
+        try:
+            if waiting:
+                await asyncio.wait({fut}, timeout=timeout)
+        finally:
+            with self._cond:
+                self._futures.pop(fut, None)
+        with self._cond:
+            return (self._per_queue.get(queue, 0), self._everyone) if self._connected else None
+
+    def start_left(self) -> float:
+        """How long a first wait may still wait for the LISTEN (``LISTEN_START_S`` after
+        the listener started; then it falls back to polling)."""
+        return max(0.0, self._born + LISTEN_START_S - time.monotonic())
+
+    def _moved(self, queue: str, mark: tuple[int, int] | None) -> bool:
+        """Under ``_cond``: whether an async waiter on ``queue`` at ``mark`` may go on."""
+        if self._stop:
+            return True
+        if mark is None:
+            return self._connected
+        return (self._per_queue.get(queue, 0), self._everyone) != mark
+
+    def _wake_async(self) -> None:
+        """Under ``_cond``, after a count moved: resolve the futures of the async waiters that
+        may go on, each on its own loop (a closed loop: its waiter is gone)."""
+        for fut, (queue, mark, loop) in list(self._futures.items()):
+            if self._moved(queue, mark):
+                del self._futures[fut]
+                with contextlib.suppress(RuntimeError):
+                    loop.call_soon_threadsafe(_resolve, fut)
+
     def close(self) -> None:
         """Stop the thread (within ``LISTEN_SLICE_S``; it closes its own connection)."""
         with self._cond:
             self._stop = True
             self._connected = False
             self._cond.notify_all()
+            self._wake_async()
 
     # ------------------------------------------------------------------ the thread
     def _run(self) -> None:
@@ -116,12 +165,20 @@ class DoneListener:
                     else:
                         self._everyone += 1
                     self._cond.notify_all()
+                    self._wake_async()
 
     def _set_connected(self, up: bool) -> None:
         with self._cond:
             self._connected = up and not self._stop
             self._everyone += 1  # a (re)connect may follow lost notifications: wake everyone
             self._cond.notify_all()
+            self._wake_async()
+
+
+def _resolve(fut: asyncio.Future[None]) -> None:
+    """On the waiter's loop: end its wait (unless it ended already: a timeout, a cancel)."""
+    if not fut.done():
+        fut.set_result(None)
 
 
 class PgWaits:
@@ -157,6 +214,29 @@ class PgWaits:
             time.sleep(timeout)
             return self.change_cursor(queue) if timeout else None
         return self._done_listener().wait(queue, cursor, timeout)
+
+    async def watch_async(self, job_id: str, queue: str, timeout: float) -> Job | None:
+        """``watch`` for async callers, holding no thread while it waits: between two reads
+        of the job (each on a worker thread, a few ms) it sleeps on a future the "done"
+        listener resolves (``DoneListener.wait_async``). The default (``broker/waits.py``)
+        ran ``watch`` on a worker thread in one-second slices: 200 waiters kept the event
+        loop's default executor (``min(32, cpus + 4)`` threads) busy, and every other
+        ``asyncio.to_thread`` call of the application queued behind them."""
+        end = time.monotonic() + timeout
+        listener = self._done_listener()
+        cursor = await listener.wait_async(queue, None, listener.start_left())
+        while True:
+            job: Job | None = await asyncio.to_thread(self.get, job_id)  # type: ignore[attr-defined]
+            left = end - time.monotonic()
+            if job is None or job.state in TERMINAL_STATES or left <= 0:
+                return job
+            slice_s = max(0.0, min(left, SAFETY_POLL_S))
+            if cursor is None:  # no listener when the wait began: a bounded sleep, then again
+                await asyncio.sleep(slice_s)
+                listener = self._done_listener()
+                cursor = await listener.wait_async(queue, None, 0.0)
+            else:
+                cursor = await listener.wait_async(queue, cursor, slice_s)
 
     def _close_waits(self) -> None:
         """Stop this process's listener (``close``); a later wait starts a new one."""
