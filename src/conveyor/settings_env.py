@@ -67,6 +67,7 @@ class RetentionModel(_Sourced):
     completed_ttl: float = Field(
         _R.completed_ttl,
         ge=0,
+        le=_MAX_SECONDS,
         allow_inf_nan=False,
         description="seconds a completed job stays inspectable",
     )
@@ -78,6 +79,7 @@ class RetentionModel(_Sourced):
     cancelled_ttl: float = Field(
         _R.cancelled_ttl,
         ge=0,
+        le=_MAX_SECONDS,
         allow_inf_nan=False,
         description="seconds a cancelled job is kept",
     )
