@@ -51,6 +51,12 @@ DOCS = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
         # retention TTLs at most MAX_DELAY too (were unbounded: 1e99 s overflows Redis's EXPIRE)
         ("CONVEYOR_RETENTION_COMPLETED_TTL", "1e99", "must be <= 3153600000, got '1e99'"),
         ("CONVEYOR_RETENTION_CANCELLED_TTL", "1e99", "must be <= 3153600000"),
+        # retention counts: a 31-digit one made the memory broker's constructor raise
+        # OverflowError and every Redis enqueue / outcome fail ("Integer exceeds 64-bit range")
+        ("CONVEYOR_RETENTION_EVENTS_MAX", "1" + "0" * 30, "must be <= 1000000000000"),
+        ("CONVEYOR_RETENTION_COMPLETED_MAX", "1" + "0" * 30, "must be <= 1000000000000"),
+        ("CONVEYOR_RETENTION_DEAD_LETTER_MAX", "1" + "0" * 30, "must be <= 1000000000000"),
+        ("CONVEYOR_RETENTION_HISTORY_MAX", "1" + "0" * 30, "must be <= 1000000000000"),
     ],
 )
 def test_bad_variables_are_refused_naming_the_variable_and_rule(
