@@ -30,6 +30,9 @@ from .core.job import MAX_DELAY
 # durations: at most 100 years (an int: the rule reads <= 3153600000); Event.wait(1e99)
 # raises OverflowError and a 2e99 s TTL overflows Redis's EXPIRE
 _MAX_SECONDS = int(MAX_DELAY)
+# retention counts: far above any real cap, inside what every backend holds (a 31-digit one
+# overflowed the memory broker's deque and Redis's 64-bit integers; Lua prints 10**14 as 1e+14)
+_MAX_COUNT = 10**12
 
 _S, _R = Settings(), Retention()
 _ENVIRON: contextvars.ContextVar[Mapping[str, str]] = contextvars.ContextVar("environ")
@@ -67,33 +70,39 @@ class RetentionModel(_Sourced):
     completed_ttl: float = Field(
         _R.completed_ttl,
         ge=0,
+        le=_MAX_SECONDS,
         allow_inf_nan=False,
         description="seconds a completed job stays inspectable",
     )
     completed_max: int = Field(
         _R.completed_max,
         ge=0,
+        le=_MAX_COUNT,
         description="completed jobs kept per queue (oldest dropped first)",
     )
     cancelled_ttl: float = Field(
         _R.cancelled_ttl,
         ge=0,
+        le=_MAX_SECONDS,
         allow_inf_nan=False,
         description="seconds a cancelled job is kept",
     )
     dead_letter_max: int = Field(
         _R.dead_letter_max,
         ge=0,
+        le=_MAX_COUNT,
         description="dead letters kept per queue (until purged)",
     )
     events_max: int = Field(
         _R.events_max,
         ge=0,
+        le=_MAX_COUNT,
         description="events kept in the event stream",
     )
     history_max: int = Field(
         _R.history_max,
         ge=0,
+        le=_MAX_COUNT,
         description="history entries kept per schedule",
     )
 

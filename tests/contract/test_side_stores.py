@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from conveyor.broker.base import Broker
 
@@ -26,6 +29,36 @@ def test_document_compare_and_set(broker: Broker) -> None:
     assert not broker.doc_update_if("s", "tick", "next", 60.0, {"next": 999.0}, 0.0)
     assert broker.doc_get("s", "tick", 0.0) == {"next": 120.0, "n": 1}
     assert not broker.doc_update_if("s", "missing", "next", None, {"a": 1}, 0.0)
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        (object(), "Type is not JSON serializable: object"),
+        ({"deep": [object()]}, "Type is not JSON serializable: object"),
+        ({1, 2}, "Type is not JSON serializable: set"),
+        ({1: "a"}, "Dict key must be str"),
+    ],
+)
+def test_a_document_value_json_cannot_hold_is_refused_and_nothing_is_lost(
+    broker: Broker, value: Any, problem: str
+) -> None:
+    """The memory broker kept any Python object (a copy of it) where SQLite, Redis and
+    PostgreSQL refuse it: a side document written by code tested on the memory broker only
+    failed in production. Every backend refuses it alike, and the stored document stays."""
+    broker.docs.put("c", "a", {"x": 1}, 100.0)
+    with pytest.raises(TypeError, match=f"^{re.escape(problem)}$"):
+        broker.docs.put("c", "a", {"x": value}, 100.0)
+    with pytest.raises(TypeError, match=f"^{re.escape(problem)}$"):
+        broker.docs.update_if("c", "a", "x", 1, {"x": 2, "y": value}, 100.0)
+    assert broker.docs.get("c", "a", 100.0) == {"x": 1}
+
+
+def test_documents_come_back_as_json_on_every_backend(broker: Broker) -> None:
+    """What a backend stores is what JSON holds: a tuple comes back as a list, NaN as None."""
+    broker.docs.put("c", "j", {"t": (1, 2), "n": float("nan")}, 100.0)
+    broker.docs.update_if("c", "j", "t", [1, 2], {"u": ("a",)}, 100.0)
+    assert broker.docs.get("c", "j", 100.0) == {"t": [1, 2], "n": None, "u": ["a"]}
 
 
 def test_bounded_logs_newest_first(broker: Broker) -> None:

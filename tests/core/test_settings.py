@@ -48,6 +48,15 @@ DOCS = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
         ("CONVEYOR_SHUTDOWN_TIMEOUT", "1e99", "must be <= 3153600000"),
         ("CONVEYOR_TIMEOUT_GRACE", "1e99", "must be <= 3153600000"),
         ("CONVEYOR_IDEMPOTENCY_TTL", "1e99", "must be <= 3153600000"),
+        # retention TTLs at most MAX_DELAY too (were unbounded: 1e99 s overflows Redis's EXPIRE)
+        ("CONVEYOR_RETENTION_COMPLETED_TTL", "1e99", "must be <= 3153600000, got '1e99'"),
+        ("CONVEYOR_RETENTION_CANCELLED_TTL", "1e99", "must be <= 3153600000"),
+        # retention counts: a 31-digit one made the memory broker's constructor raise
+        # OverflowError and every Redis enqueue / outcome fail ("Integer exceeds 64-bit range")
+        ("CONVEYOR_RETENTION_EVENTS_MAX", "1" + "0" * 30, "must be <= 1000000000000"),
+        ("CONVEYOR_RETENTION_COMPLETED_MAX", "1" + "0" * 30, "must be <= 1000000000000"),
+        ("CONVEYOR_RETENTION_DEAD_LETTER_MAX", "1" + "0" * 30, "must be <= 1000000000000"),
+        ("CONVEYOR_RETENTION_HISTORY_MAX", "1" + "0" * 30, "must be <= 1000000000000"),
     ],
 )
 def test_bad_variables_are_refused_naming_the_variable_and_rule(
@@ -98,6 +107,10 @@ def test_public_api_keeps_working_and_checks_values() -> None:
         Settings(visibility_timeout=-5)
     with pytest.raises(ValidationError, match="events_max: must be >= 0"):
         Retention(events_max=-1)
+    for name in ("completed_ttl", "cancelled_ttl"):  # durations: at most MAX_DELAY
+        with pytest.raises(ValidationError, match=rf"^{name}: must be <= 3153600000, got 1e\+99"):
+            Retention(**{name: 1e99})
+        assert getattr(Retention(**{name: 3153600000}), name) == 3153600000.0
     assert Settings(reap_interval=0.0).reap_interval == 0.0
 
 

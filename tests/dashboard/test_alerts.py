@@ -206,6 +206,29 @@ def test_rules_from_config_and_env(dash_app: Conveyor, tmp_path: Any) -> None:
         WebhookNotifier("ftp://x")
 
 
+@pytest.mark.parametrize(
+    ("text", "field", "rule"),
+    [
+        ('{"cooldown": 1e99}', "alerts.cooldown", "must be at most 3153600000 seconds"),
+        ('{"interval": NaN}', "alerts.interval", "must be a finite number >= 0"),
+        ('{"repeat_interval": -5}', "alerts.repeat_interval", "must be a finite number >= 0"),
+        ('{"cooldown": "ten minutes"}', "alerts.cooldown", "must be a number"),
+    ],
+)
+def test_alert_durations_from_the_environment_are_checked(
+    dash_app: Conveyor, text: str, field: str, rule: str
+) -> None:
+    """``CONVEYOR_ALERTS``' durations were taken as ``float(value)``: 1e99 or NaN was kept (a
+    NaN cooldown never held a notification back), a word raised a bare ValueError."""
+    alerts = AlertManager(dash_app)
+    with pytest.raises(ValidationError) as info:
+        alerts.configure_from_env({"CONVEYOR_ALERTS": text})
+    assert info.value.field == field and rule in info.value.rule
+    assert (alerts.cooldown, alerts.interval, alerts.repeat_interval) == (300.0, 30.0, None)
+    alerts.configure_from_env({"CONVEYOR_ALERTS": '{"cooldown": "600", "interval": 3153600000}'})
+    assert (alerts.cooldown, alerts.interval) == (600.0, 3153600000.0)
+
+
 def test_app_alerts_is_one_manager(dash_app: Conveyor) -> None:
     assert dash_app.alerts is dash_app.alerts
     assert isinstance(dash_app.alerts.notifiers[0], LogNotifier)

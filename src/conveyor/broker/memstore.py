@@ -13,6 +13,8 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import orjson
+
 
 class MemoryDocs:
     """``DocStore``: documents with TTL, copied in and out."""
@@ -31,8 +33,9 @@ class MemoryDocs:
     ) -> None:
         """Store a copy of ``doc`` (expiring at ``now + ttl``)."""
         expires = None if ttl is None else now + ttl
+        body = _as_json(doc)
         with self._lock:
-            self._docs.setdefault(collection, {})[name] = (copy.deepcopy(dict(doc)), expires)
+            self._docs.setdefault(collection, {})[name] = (body, expires)
 
     def get(self, collection: str, name: str, now: float) -> dict[str, Any] | None:
         """A copy of a live document, or None."""
@@ -67,14 +70,23 @@ class MemoryDocs:
         now: float,
     ) -> bool:
         """Compare-and-merge on one field."""
+        merged = _as_json(changes)
         with self._lock:
             item = self._docs.get(collection, {}).get(name)
             if item is None or (item[1] is not None and item[1] <= now):
                 return False
             if item[0].get(field) != expected:
                 return False
-            item[0].update(copy.deepcopy(dict(changes)))
+            item[0].update(merged)
             return True
+
+
+def _as_json(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of ``doc`` as the other backends store it (JSON: a tuple becomes a list, NaN
+    None); what JSON cannot hold raises orjson's ``TypeError``, as SQLite, Redis and PostgreSQL
+    do, so code tried on the memory broker fails there too, not in production."""
+    body: dict[str, Any] = orjson.loads(orjson.dumps(dict(doc)))
+    return body
 
 
 class MemoryLogs:

@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Protocol
 
+from ..core.job import validate_duration
 from ..errors import ValidationError
 from ..runtime import HasRuntime, Runtime, as_runtime
 from .rules import AlertContext, Rule, Violation, rule_from_dict
@@ -185,6 +186,20 @@ def _fits(name: str, value: Any, default: Any) -> bool:
     return isinstance(value, int | float) and math.isfinite(value)
 
 
+_DURATIONS = ("cooldown", "interval", "repeat_interval")
+
+
+def _duration(value: Any, key: str) -> float:
+    """A configured duration in seconds: a number, or a string of one (was ``float(value)``:
+    1e99 or NaN kept, a NaN cooldown never held a notification back)."""
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            raise ValidationError(f"alerts.{key}", f"must be a number, got {value!r}") from None
+    return validate_duration(value, f"alerts.{key}")
+
+
 @dataclass
 class AlertManager:
     """Rules, notifiers and the alert states of one app (see the module docstring)."""
@@ -217,15 +232,17 @@ class AlertManager:
         self.notifiers.append(notifier)
 
     def configure(self, config: Mapping[str, Any]) -> None:
-        """Apply ``{"rules": [...], "webhook": url, "cooldown": s, "interval": s}``."""
+        """Apply ``{"rules": [...], "webhook": url, "cooldown": s, "interval": s}``; a duration
+        that is not a number of seconds in [0, ``MAX_DELAY``] raises ``ValidationError``
+        (``alerts.<key>``) before anything is applied."""
+        durations = {k: _duration(config[k], k) for k in _DURATIONS if config.get(k) is not None}
         for rule in config.get("rules", []):
             self.add_rule(rule)
         hooks = config.get("webhook") or []
         for url in [hooks] if isinstance(hooks, str) else hooks:
             self.add_notifier(WebhookNotifier(str(url)))
-        for key in ("cooldown", "interval", "repeat_interval"):
-            if config.get(key) is not None:
-                setattr(self, key, float(config[key]))
+        for key, seconds in durations.items():
+            setattr(self, key, seconds)
 
     def configure_from_env(self, environ: Mapping[str, str] | None = None) -> None:
         """Read ``CONVEYOR_ALERTS`` (JSON, or ``@path`` to a JSON file) and

@@ -45,11 +45,16 @@ class Outcome:
     #: an operator cancelled the running job and it stopped: recorded as ``cancelled``
     #: (``Broker.cancel_running``), never retried
     cancelled: bool = False
+    #: when the failure was decided: the entry's ``at``, so ``run_at - at`` is the delay the
+    #: decision asked for (``previous_delay``); the recorder writes it later (None: its time)
+    failed_at: float | None = None
 
     def error_entry(self, job: Job, now: float, worker_id: str) -> Mapping[str, Any]:
         """The ``errors`` entry to store for a failed attempt."""
         assert self.decision is not None
         d = self.decision
+        if self.failed_at is not None:
+            now = self.failed_at
         return {
             "attempt": job.attempts,
             "kind": str(d.kind),
@@ -192,7 +197,7 @@ def failure(
         retry_on=job.retry_on,
         dead_on=job.dead_on,
     )
-    return Outcome(False, decision=decision, error=exc)
+    return Outcome(False, decision=decision, error=exc, failed_at=now)
 
 
 #: the wait before the next attempt when even classifying a failure failed (``reported``)
@@ -233,7 +238,7 @@ def reported(
             message,
             format_exc(failed),
         )
-        return Outcome(False, decision=decision, error=exc)
+        return Outcome(False, decision=decision, error=exc, failed_at=now)
 
 
 def _reported(
