@@ -22,113 +22,27 @@ import json
 import logging
 import math
 import os
-import time
-import urllib.error
-import urllib.parse
-import urllib.request
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any
 
 from ..core.job import validate_duration
 from ..errors import ValidationError
 from ..runtime import HasRuntime, Runtime, as_runtime
+from .notifiers import LogNotifier, Notifier, WebhookNotifier
 from .rules import AlertContext, Rule, Violation, rule_from_dict
 
 log = logging.getLogger("conveyor.alerts")
 COLLECTION = "alerts"
 STATES = ("firing", "acknowledged", "resolved")
-
-
-class Notifier(Protocol):
-    """Anything that can deliver an alert notification (a JSON-ready dict)."""
-
-    def notify(self, payload: Mapping[str, Any]) -> bool:
-        """Deliver one notification; True on success."""
-        ...
-
-
-class LogNotifier:
-    """Writes notifications to the ``conveyor.alerts`` logger (firing: WARNING)."""
-
-    def __init__(self, logger: logging.Logger | None = None) -> None:
-        self.logger = logger or log
-
-    def notify(self, payload: Mapping[str, Any]) -> bool:
-        """Log one line."""
-        level = logging.WARNING if payload.get("state") == "firing" else logging.INFO
-        self.logger.log(
-            level,
-            "alert %s %s: %s",
-            payload.get("alert"),
-            payload.get("state"),
-            payload.get("message"),
-        )
-        return True
-
-
-def _port(parts: urllib.parse.SplitResult) -> str:
-    """``:port`` of a URL's parts, "" without one (or with an unreadable one)."""
-    try:
-        return f":{parts.port}" if parts.port else ""
-    except ValueError:
-        return ""
-
-
-class WebhookNotifier:
-    """POSTs each notification as JSON to ``url``, retrying with backoff on errors and 5xx."""
-
-    def __init__(
-        self,
-        url: str,
-        *,
-        retries: int = 3,
-        backoff: float = 0.5,
-        timeout: float = 5.0,
-        headers: Mapping[str, str] | None = None,
-        sleep: Callable[[float], None] = time.sleep,
-    ) -> None:
-        if not url.startswith(("http://", "https://")):
-            raise ValidationError("webhook", f"{url!r} must be an http:// or https:// URL")
-        self.url = url
-        # a webhook URL often carries its secret in the path (Slack, Teams) or the query: a
-        # log line names only the receiver
-        parts = urllib.parse.urlsplit(url)
-        tail = "/…" if parts.path.strip("/") or parts.query else "/"
-        self.shown_url = f"{parts.scheme}://{parts.hostname or ''}{_port(parts)}{tail}"
-        self.retries = max(0, retries)
-        self.backoff = backoff
-        self.timeout = timeout
-        self.headers = dict(headers or {})
-        self.sleep = sleep
-
-    def notify(self, payload: Mapping[str, Any]) -> bool:
-        """POST with up to ``retries`` retries; False (and a logged error) when all fail."""
-        body = json.dumps(dict(payload), default=str).encode()
-        headers = {
-            "Content-Type": "application/json",
-            "User-Agent": "conveyor-alerts",
-            **self.headers,
-        }
-        for attempt in range(self.retries + 1):
-            request = urllib.request.Request(self.url, body, headers, method="POST")
-            try:
-                with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                    if response.status < 300:
-                        return True
-                    reason = f"HTTP {response.status}"
-            except urllib.error.HTTPError as exc:
-                reason = f"HTTP {exc.code}"
-                if 400 <= exc.code < 500 and exc.code != 429:
-                    break  # the receiver refused it: retrying will not help
-            except (urllib.error.URLError, OSError) as exc:
-                reason = str(exc)
-            if attempt < self.retries:
-                self.sleep(self.backoff * 2**attempt)
-        log.error(
-            "webhook %s failed for alert %s: %s", self.shown_url, payload.get("alert"), reason
-        )
-        return False
+__all__ = [
+    "AlertManager",
+    "AlertState",
+    "LogNotifier",
+    "Notifier",
+    "WebhookNotifier",
+    "build_manager",
+]
 
 
 @dataclass
