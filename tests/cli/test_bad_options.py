@@ -76,18 +76,7 @@ def test_a_daemon_refuses_nan_and_infinity_before_it_starts(
 ) -> None:
     """NaN and infinity pass click's FloatRange: a worker crashed with a ValueError traceback
     (memory cap) or ran with a NaN shutdown timeout; a scheduler slept for ever."""
-    (tmp_path / "nanapp.py").write_text(
-        f"from conveyor import Conveyor\napp = Conveyor('sqlite:///{tmp_path / 'jobs.db'}')\n"
-    )
-    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{tmp_path}"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "conveyor.cli.main", args[0], "nanapp:app", *args[1:]],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-        cwd=tmp_path,
-    )
+    proc = _daemon_on_sqlite(tmp_path, args)
     assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
     assert f"'{option}'" in proc.stderr and "finite" in proc.stderr, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
@@ -107,18 +96,7 @@ def test_a_daemon_refuses_a_duration_over_100_years(
 ) -> None:
     """Finite but huge: ``Event.wait(1e99)`` raises OverflowError (a scheduler's or relay's
     loop, a worker's lease keeper and drain) once the daemon has started."""
-    (tmp_path / "longapp.py").write_text(
-        f"from conveyor import Conveyor\napp = Conveyor('sqlite:///{tmp_path / 'jobs.db'}')\n"
-    )
-    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{tmp_path}"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "conveyor.cli.main", args[0], "longapp:app", *args[1:]],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-        cwd=tmp_path,
-    )
+    proc = _daemon_on_sqlite(tmp_path, args)
     assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
     assert f"'{option}'" in proc.stderr and "3153600000" in proc.stderr, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
@@ -149,3 +127,19 @@ def test_a_malformed_broker_url_is_a_usage_error_naming_url(url: str) -> None:
     result = run("status", "--url", url)
     assert result.exit_code == 2, (result.exit_code, result.output[-500:])
     assert "url" in result.output.splitlines()[-1] and "Traceback" not in result.output
+
+
+def _daemon_on_sqlite(tmp_path: Path, args: list[str]) -> subprocess.CompletedProcess[str]:
+    """``conveyor <args[0]> app:app <args[1:]>`` for an app on a SQLite file in ``tmp_path``."""
+    (tmp_path / "app.py").write_text(
+        f"from conveyor import Conveyor\napp = Conveyor('sqlite:///{tmp_path / 'jobs.db'}')\n"
+    )
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{tmp_path}"}
+    return subprocess.run(
+        [sys.executable, "-m", "conveyor.cli.main", args[0], "app:app", *args[1:]],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        cwd=tmp_path,
+    )
